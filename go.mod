@@ -1,0 +1,3 @@
+module nvpair-workload-manager
+
+go 1.26
