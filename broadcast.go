@@ -1,0 +1,359 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Outbound delivery settings (contract section 7).
+const (
+	outboundQueueSize    = 1024
+	peerQueueSize        = 1024
+	peerAttemptTimeout   = 5 * time.Second
+	peerAttempts         = 3
+	peerRetryBaseDelay   = 250 * time.Millisecond
+	peerDialTimeout      = 3 * time.Second
+	peerMaxIdleConns     = 2
+	dropLogInterval      = 10 * time.Second
+	peerEventsPath       = "/v1/workloads/events"
+	peerResponseDrainCap = 64 << 10
+)
+
+// peerClientIdleTimeout is shorter than the peer server's idle timeout, so
+// the client always closes an idle connection before the server does and
+// never sends a request onto a connection the server is closing.
+const peerClientIdleTimeout = peerServerIdleTimeout / 2
+
+// peerTarget is one cluster member that this node broadcasts to.
+type peerTarget struct {
+	hostUUID  string
+	name      string
+	principal string   // the clusterUuid whose pin the peer must present
+	addrs     []string // host:port candidates, dialed in this order
+}
+
+// id names the target for the sender set: a change of address or principal
+// is a new target with fresh connections.
+func (t peerTarget) id() string {
+	return t.hostUUID + "|" + t.principal + "|" + strings.Join(t.addrs, ",")
+}
+
+// outboundFrame is one local-origin frame on its way to the peers.
+type outboundFrame struct {
+	method string
+	line   []byte // the JSON-RPC notification, the peer request body
+}
+
+// broadcaster owns the outbound path: one ordered, bounded enqueue point, a
+// dispatcher that copies each frame, in order, into every peer's own
+// bounded queue, and one sender per peer that delivers its queue in order.
+// A slow or dead peer therefore delays only its own queue.
+type broadcaster struct {
+	log   *slog.Logger
+	trust *clusterTrust
+	// queue is the single ordered enqueue point; only the dispatcher reads it.
+	queue chan outboundFrame
+
+	// mu guards closed, peers and the send on queue. It is taken under
+	// Manager.broadcastMu (enqueue) and is otherwise a leaf: nothing is
+	// acquired while holding it, and no network I/O happens under it.
+	mu     sync.Mutex
+	closed bool
+	peers  map[string]*peerSender
+
+	queueDrops   dropLogger
+	dispatchDone chan struct{}
+	senders      sync.WaitGroup
+}
+
+func newBroadcaster(log *slog.Logger, trust *clusterTrust) *broadcaster {
+	b := &broadcaster{
+		log:          log,
+		trust:        trust,
+		queue:        make(chan outboundFrame, outboundQueueSize),
+		peers:        map[string]*peerSender{},
+		dispatchDone: make(chan struct{}),
+	}
+	go b.dispatch()
+	return b
+}
+
+// enqueue queues a frame for every peer without blocking: when the queue is
+// full the newest frame, this one, is dropped with a warning; the heartbeat
+// repairs what a dropped lifecycle frame would have told the peers.
+func (b *broadcaster) enqueue(f outboundFrame) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	select {
+	case b.queue <- f:
+		return true
+	default:
+		b.queueDrops.note(b.log, "outbound queue full, dropping the newest frame", "method", f.method)
+		return false
+	}
+}
+
+// dispatch copies frames from the enqueue point to the peer queues, in order.
+func (b *broadcaster) dispatch() {
+	defer close(b.dispatchDone)
+	for f := range b.queue {
+		b.mu.Lock()
+		for _, s := range b.peers {
+			s.offer(f)
+		}
+		b.mu.Unlock()
+	}
+	b.mu.Lock()
+	for _, s := range b.peers {
+		close(s.queue) // the sender delivers what is left, then exits
+	}
+	b.mu.Unlock()
+}
+
+// setTargets replaces the target set and returns what was added and removed.
+// New targets get their own sender; removed ones have their queue abandoned
+// and their connections closed.
+func (b *broadcaster) setTargets(targets []peerTarget) (added, removed []peerTarget) {
+	next := make(map[string]peerTarget, len(targets))
+	for _, t := range targets {
+		next[t.id()] = t
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, nil
+	}
+	for id, s := range b.peers {
+		if _, keep := next[id]; !keep {
+			delete(b.peers, id)
+			s.stop()
+			removed = append(removed, s.target)
+		}
+	}
+	for id, t := range next {
+		if _, have := b.peers[id]; !have {
+			s := newPeerSender(t, b.trust, b.log)
+			b.peers[id] = s
+			b.senders.Add(1)
+			go func() {
+				defer b.senders.Done()
+				s.run()
+			}()
+			added = append(added, t)
+		}
+	}
+	return added, removed
+}
+
+// targetCount returns the number of current targets.
+func (b *broadcaster) targetCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.peers)
+}
+
+// close stops the enqueue point and gives the peer queues up to drain to
+// deliver what they hold; whatever is still undelivered then is abandoned.
+func (b *broadcaster) close(drain time.Duration) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.closed = true
+	close(b.queue)
+	b.mu.Unlock()
+
+	<-b.dispatchDone
+	done := make(chan struct{})
+	go func() { b.senders.Wait(); close(done) }()
+	select {
+	case <-done:
+		return
+	case <-time.After(drain):
+	}
+	b.mu.Lock()
+	pending := 0
+	for _, s := range b.peers {
+		pending += len(s.queue)
+		s.stop()
+	}
+	b.mu.Unlock()
+	b.log.Warn("shutdown: peer queues not drained in time", "abandoned", pending, "drain", drain)
+	<-done
+}
+
+// peerSender delivers one peer's queue in order over pooled connections.
+type peerSender struct {
+	target peerTarget
+	log    *slog.Logger
+	queue  chan outboundFrame
+	client *http.Client
+	url    string
+	ctx    context.Context
+	cancel context.CancelFunc
+	drops  dropLogger
+}
+
+func newPeerSender(t peerTarget, trust *clusterTrust, log *slog.Logger) *peerSender {
+	ctx, cancel := context.WithCancel(context.Background())
+	transport := &http.Transport{
+		DialContext:         dialInOrder(t.addrs),
+		TLSClientConfig:     trust.clientTLSConfig(t.principal),
+		TLSHandshakeTimeout: peerAttemptTimeout,
+		MaxIdleConns:        peerMaxIdleConns,
+		MaxIdleConnsPerHost: peerMaxIdleConns,
+		IdleConnTimeout:     peerClientIdleTimeout,
+	}
+	return &peerSender{
+		target: t,
+		log:    log.With("peer", t.name, "principal", t.principal),
+		queue:  make(chan outboundFrame, peerQueueSize),
+		client: &http.Client{Transport: transport},
+		url:    "https://" + t.addrs[0] + peerEventsPath,
+		ctx:    ctx,
+		cancel: cancel,
+	}
+}
+
+// dialInOrder dials the candidate addresses in order and returns the first
+// connection that succeeds. The peer is authenticated by its pin, not by the
+// name in the URL, so any of its addresses will do.
+func dialInOrder(addrs []string) func(ctx context.Context, network, _ string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: peerDialTimeout, KeepAlive: 30 * time.Second}
+	return func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var errs []error
+		for _, a := range addrs {
+			c, err := d.DialContext(ctx, network, a)
+			if err == nil {
+				return c, nil
+			}
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+		return nil, errors.Join(errs...)
+	}
+}
+
+// offer hands a frame to the sender without blocking; a full queue drops the
+// frame for this peer only. Called by the dispatcher under broadcaster.mu.
+func (s *peerSender) offer(f outboundFrame) {
+	select {
+	case s.queue <- f:
+	default:
+		s.drops.note(s.log, "peer queue full, dropping the newest frame for this peer", "method", f.method)
+	}
+}
+
+func (s *peerSender) stop() {
+	s.cancel()
+}
+
+// run delivers the queue until it is closed or the sender is stopped.
+func (s *peerSender) run() {
+	defer s.client.CloseIdleConnections()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case f, ok := <-s.queue:
+			if !ok {
+				return
+			}
+			if err := s.deliver(f); err != nil && s.ctx.Err() == nil {
+				s.log.Warn("peer delivery failed, frame dropped for this peer", "method", f.method, "reason", err)
+			}
+		}
+	}
+}
+
+// errPermanent marks a peer answer that a retry cannot change.
+var errPermanent = errors.New("rejected by peer")
+
+// deliver sends one frame with bounded exponential-backoff retries.
+func (s *peerSender) deliver(f outboundFrame) error {
+	var err error
+	for attempt := 0; attempt < peerAttempts; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-s.ctx.Done():
+				return s.ctx.Err()
+			case <-time.After(peerRetryBaseDelay << (attempt - 1)):
+			}
+		}
+		if err = s.post(f); err == nil {
+			s.log.Debug("delivered to peer", "method", f.method)
+			return nil
+		}
+		if errors.Is(err, errPermanent) || s.ctx.Err() != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("after %d attempts: %w", peerAttempts, err)
+}
+
+// post makes one delivery attempt within peerAttemptTimeout.
+func (s *peerSender) post(f outboundFrame) error {
+	ctx, cancel := context.WithTimeout(s.ctx, peerAttemptTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(f.line))
+	if err != nil {
+		return fmt.Errorf("%w: %v", errPermanent, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return err
+	}
+	// Draining the body lets the connection go back to the pool.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, peerResponseDrainCap))
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		return nil
+	case resp.StatusCode >= 500, resp.StatusCode == http.StatusTooManyRequests,
+		// The peer may not have re-read its pins yet: worth another try.
+		resp.StatusCode == http.StatusForbidden:
+		return fmt.Errorf("status %d", resp.StatusCode)
+	default:
+		return fmt.Errorf("%w: status %d", errPermanent, resp.StatusCode)
+	}
+}
+
+// dropLogger logs the first drop and then at most one summary per
+// dropLogInterval, so a full queue cannot flood the log.
+type dropLogger struct {
+	mu      sync.Mutex // guards last and pending; a leaf lock
+	last    time.Time
+	pending int
+	total   atomic.Int64
+}
+
+func (d *dropLogger) note(log *slog.Logger, msg string, args ...any) {
+	d.total.Add(1)
+	d.mu.Lock()
+	d.pending++
+	if time.Since(d.last) < dropLogInterval {
+		d.mu.Unlock()
+		return
+	}
+	n := d.pending
+	d.pending, d.last = 0, time.Now()
+	d.mu.Unlock()
+	log.Warn(msg, append(args, "dropped", n)...)
+}

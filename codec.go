@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// maxFrameBytes bounds one frame on every channel: a stdio line, a peer
+// request body and an ingress request body.
+const maxFrameBytes = 1 << 20
+
+// JSON-RPC 2.0 error codes the daemon answers with.
+const (
+	codeMethodNotFound = -32601
+	codeInvalidParams  = -32602
+)
+
+// rpcFrame is one JSON-RPC 2.0 message: a request (method and id), a
+// notification (method, no id) or a response (id with result or error).
+// Params and results stay raw so that nothing the daemon does not know about
+// is lost on the way through.
+type rpcFrame struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id,omitempty"`
+	Method  string          `json:"method,omitempty"`
+	Params  json.RawMessage `json:"params,omitempty"`
+	Result  json.RawMessage `json:"result,omitempty"`
+	Error   *rpcError       `json:"error,omitempty"`
+}
+
+type rpcError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// isRequest reports whether the frame expects an answer. encoding/json hands
+// a present "id": null to RawMessage as "null", so presence is what counts.
+func (f *rpcFrame) isRequest() bool { return f.Method != "" && f.ID != nil }
+
+// isResponse reports whether the frame answers a request of ours.
+func (f *rpcFrame) isResponse() bool { return f.Method == "" && f.ID != nil }
+
+// encodeNotification renders one notification line without its newline.
+func encodeNotification(method string, params json.RawMessage) []byte {
+	var b bytes.Buffer
+	b.Grow(len(method) + len(params) + 48)
+	b.WriteString(`{"jsonrpc":"2.0","method":`)
+	writeJSONString(&b, method)
+	if params != nil {
+		b.WriteString(`,"params":`)
+		b.Write(params)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+func writeJSONString(b *bytes.Buffer, s string) {
+	q, _ := json.Marshal(s) // a string always marshals
+	b.Write(q)
+}
+
+// errLineTooLong is returned, once per over-long line, by lineReader.Next
+// after the whole line has been consumed, so the next call reads the next
+// line.
+var errLineTooLong = errors.New("line longer than the frame limit")
+
+// lineReader splits a stream into newline-delimited frames of at most
+// maxLine bytes without ever buffering more than that.
+type lineReader struct {
+	r       *bufio.Reader
+	maxLine int
+	buf     []byte
+}
+
+func newLineReader(r io.Reader, maxLine int) *lineReader {
+	return &lineReader{r: bufio.NewReaderSize(r, 64<<10), maxLine: maxLine}
+}
+
+// Next returns the next line without its line terminator. The returned slice
+// is valid until the next call. A final line without a newline is returned
+// before io.EOF.
+func (l *lineReader) Next() ([]byte, error) {
+	l.buf = l.buf[:0]
+	tooLong := false
+	for {
+		chunk, err := l.r.ReadSlice('\n')
+		if !tooLong {
+			if len(l.buf)+len(chunk) > l.maxLine+2 { // room for "\r\n"
+				tooLong = true
+				l.buf = l.buf[:0]
+			} else {
+				l.buf = append(l.buf, chunk...)
+			}
+		}
+		switch {
+		case err == nil:
+			if tooLong {
+				return nil, errLineTooLong
+			}
+			return trimEOL(l.buf), nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && (len(l.buf) > 0 || tooLong):
+			if tooLong {
+				return nil, errLineTooLong
+			}
+			return trimEOL(l.buf), nil
+		default:
+			return nil, err
+		}
+	}
+}
+
+func trimEOL(b []byte) []byte {
+	b = bytes.TrimSuffix(b, []byte("\n"))
+	return bytes.TrimSuffix(b, []byte("\r"))
+}
+
+// errBrokerGone is returned by every write after the first failed one: the
+// broker is the daemon's parent, and a pipe that failed once does not heal.
+var errBrokerGone = errors.New("broker channel closed")
+
+// brokerWriter serializes frames onto the broker's side of the local channel.
+type brokerWriter struct {
+	// mu guards w and err and is held across the write itself so that two
+	// frames never interleave. It is a leaf lock: nothing else is taken
+	// while holding it.
+	mu  sync.Mutex
+	w   io.Writer
+	err error
+	// gone is closed on the first failed write; the manager treats it as the
+	// shutdown signal.
+	gone     chan struct{}
+	goneOnce sync.Once
+}
+
+func newBrokerWriter(w io.Writer) *brokerWriter {
+	return &brokerWriter{w: w, gone: make(chan struct{})}
+}
+
+// writeLine writes one frame and its newline in a single Write call.
+func (bw *brokerWriter) writeLine(line []byte) error {
+	buf := make([]byte, 0, len(line)+1)
+	buf = append(append(buf, line...), '\n')
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	if bw.err != nil {
+		return errBrokerGone
+	}
+	if _, err := bw.w.Write(buf); err != nil {
+		bw.err = err
+		bw.goneOnce.Do(func() { close(bw.gone) })
+		return fmt.Errorf("write to broker: %w", err)
+	}
+	return nil
+}
+
+// notify sends a notification to the broker.
+func (bw *brokerWriter) notify(method string, params json.RawMessage) error {
+	return bw.writeLine(encodeNotification(method, params))
+}
+
+// respond answers a request of the broker's with a result, or with rerr when
+// it is not nil. A nil result is sent as "result": null, which JSON-RPC
+// requires for a successful answer.
+func (bw *brokerWriter) respond(id json.RawMessage, result any, rerr *rpcError) error {
+	var resp any
+	if rerr != nil {
+		resp = struct {
+			JSONRPC string          `json:"jsonrpc"`
+			ID      json.RawMessage `json:"id"`
+			Error   *rpcError       `json:"error"`
+		}{"2.0", id, rerr}
+	} else {
+		resp = struct {
+			JSONRPC string          `json:"jsonrpc"`
+			ID      json.RawMessage `json:"id"`
+			Result  any             `json:"result"`
+		}{"2.0", id, result}
+	}
+	line, err := json.Marshal(resp)
+	if err != nil {
+		return fmt.Errorf("encode response: %w", err)
+	}
+	return bw.writeLine(line)
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+)
+
+// discoveredNode is one entry of a discovery:nodes snapshot.
+type discoveredNode struct {
+	HostUUID    string   `json:"hostUuid"`
+	Name        string   `json:"name"`
+	IP          string   `json:"ip"`
+	Addresses   []string `json:"addresses"`
+	ClusterUUID string   `json:"clusterUuid"`
+	Services    struct {
+		WL *struct {
+			Port int `json:"port"`
+		} `json:"wl"`
+	} `json:"services"`
+}
+
+// parseDiscovery decodes a discovery:nodes snapshot's params.
+func parseDiscovery(params json.RawMessage) ([]discoveredNode, error) {
+	var p struct {
+		Nodes []discoveredNode `json:"nodes"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		return nil, fmt.Errorf("discovery:nodes params: %w", err)
+	}
+	return p.Nodes, nil
+}
+
+// selectTargets picks the nodes to broadcast to: not this node, advertising
+// a wl port, reachable at some address, and pinned under its clusterUuid.
+// Skipped nodes are logged at debug.
+func selectTargets(nodes []discoveredNode, self string, pinned func(principal string) bool, log *slog.Logger) []peerTarget {
+	var targets []peerTarget
+	for _, n := range nodes {
+		skip := func(reason string) {
+			log.Debug("discovery: not a target", "node", n.Name, "host", n.HostUUID, "reason", reason)
+		}
+		switch {
+		case n.HostUUID == self:
+			continue
+		case n.Services.WL == nil || n.Services.WL.Port < 1 || n.Services.WL.Port > 65535:
+			skip("no wl port")
+			continue
+		case n.ClusterUUID == "" || !pinned(n.ClusterUUID):
+			skip("no valid pin for its clusterUuid")
+			continue
+		}
+		addrs := dialAddresses(n, n.Services.WL.Port)
+		if len(addrs) == 0 {
+			skip("no usable address")
+			continue
+		}
+		name := n.Name
+		if name == "" {
+			name = n.HostUUID
+		}
+		targets = append(targets, peerTarget{hostUUID: n.HostUUID, name: name, principal: n.ClusterUUID, addrs: addrs})
+	}
+	return targets
+}
+
+// dialAddresses returns host:port for ip, then each of addresses, skipping
+// what does not parse as an IP address and repeats. IPv6 addresses come out
+// bracketed, with their zone when they have one.
+func dialAddresses(n discoveredNode, port int) []string {
+	var out []string
+	for _, a := range append([]string{n.IP}, n.Addresses...) {
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			continue
+		}
+		hp := net.JoinHostPort(ip.String(), strconv.Itoa(port))
+		if !slices.Contains(out, hp) {
+			out = append(out, hp)
+		}
+	}
+	return out
+}
+
+// applyDiscovery replaces the last snapshot and re-derives the targets.
+func (m *Manager) applyDiscovery(params json.RawMessage) {
+	nodes, err := parseDiscovery(params)
+	if err != nil {
+		m.log.Warn("discovery snapshot dropped", "reason", err)
+		return
+	}
+	m.discoveryMu.Lock()
+	m.lastNodes = nodes
+	m.discoveryMu.Unlock()
+	m.refreshTargets()
+}
+
+// refreshTargets derives the target set from the last snapshot and the
+// current trust, logs what changed, and backfills new targets with the
+// re-sync set. It runs on a discovery snapshot and on every trust change,
+// so a pin that arrives after the snapshot still makes its node a target.
+func (m *Manager) refreshTargets() {
+	m.discoveryMu.Lock()
+	var targets []peerTarget
+	if m.trust.currentIdentity() != nil { // a node without identity broadcasts nothing
+		targets = selectTargets(m.lastNodes, m.cfg.NodeID, func(p string) bool { _, ok := m.trust.pin(p); return ok }, m.log)
+	}
+	added, removed := m.bcast.setTargets(targets)
+	m.discoveryMu.Unlock()
+	if len(added) == 0 && len(removed) == 0 {
+		return
+	}
+	m.log.Info("broadcast targets changed", "added", targetNames(added), "removed", targetNames(removed), "total", len(targets))
+	if len(added) > 0 {
+		m.queueResync("backfill")
+	}
+}
+
+func targetNames(ts []peerTarget) []string {
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		names[i] = t.name + "@" + t.addrs[0]
+	}
+	slices.Sort(names)
+	return names
+}

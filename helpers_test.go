@@ -1,0 +1,382 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"nvpair-workload-manager/internal/devpki"
+)
+
+// waitTimeout bounds every wait on a condition in the tests. Nothing in the
+// tests sleeps and hopes: they wait for a condition until this deadline.
+const waitTimeout = 10 * time.Second
+
+// eventually waits until cond holds or fails the test after waitTimeout.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// testBroker plays the broker's side of a local channel: it writes frames
+// to the daemon and records every frame the daemon writes back.
+type testBroker struct {
+	t      testing.TB
+	toD    *io.PipeWriter // broker -> daemon
+	fromD  *io.PipeReader // daemon -> broker
+	dIn    *io.PipeReader // the daemon's In
+	dOut   *io.PipeWriter // the daemon's Out
+	mu     sync.Mutex     // guards frames
+	frames []rpcFrame
+	done   chan struct{}
+}
+
+func newTestBroker(t testing.TB) *testBroker {
+	b := &testBroker{t: t, done: make(chan struct{})}
+	b.dIn, b.toD = io.Pipe()
+	b.fromD, b.dOut = io.Pipe()
+	go b.collect()
+	t.Cleanup(func() { b.toD.Close(); b.fromD.Close() })
+	return b
+}
+
+func (b *testBroker) collect() {
+	defer close(b.done)
+	sc := bufio.NewScanner(b.fromD)
+	sc.Buffer(nil, 4<<20)
+	for sc.Scan() {
+		var f rpcFrame
+		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
+			b.t.Errorf("daemon wrote a line that is not JSON: %q", sc.Text())
+			continue
+		}
+		b.mu.Lock()
+		b.frames = append(b.frames, f)
+		b.mu.Unlock()
+	}
+}
+
+// send writes one line to the daemon.
+func (b *testBroker) send(line string) {
+	b.t.Helper()
+	if _, err := io.WriteString(b.toD, line+"\n"); err != nil {
+		b.t.Fatalf("write to daemon: %v", err)
+	}
+}
+
+// sendFrame encodes and sends a notification.
+func (b *testBroker) sendFrame(method string, params any) {
+	b.t.Helper()
+	p, err := json.Marshal(params)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	b.send(string(encodeNotification(method, p)))
+}
+
+// all returns a copy of every frame received so far.
+func (b *testBroker) all() []rpcFrame {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]rpcFrame(nil), b.frames...)
+}
+
+// withMethod returns the frames received so far with the given method.
+func (b *testBroker) withMethod(method string) []rpcFrame {
+	var out []rpcFrame
+	for _, f := range b.all() {
+		if f.Method == method {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// waitMethod waits until n frames with method have arrived and returns them.
+func (b *testBroker) waitMethod(method string, n int) []rpcFrame {
+	b.t.Helper()
+	eventually(b.t, fmt.Sprintf("%d %s frame(s) at the broker", n, method), func() bool {
+		return len(b.withMethod(method)) >= n
+	})
+	return b.withMethod(method)
+}
+
+// waitResponse waits for the answer to request id.
+func (b *testBroker) waitResponse(id string) rpcFrame {
+	b.t.Helper()
+	var got rpcFrame
+	eventually(b.t, "response "+id, func() bool {
+		for _, f := range b.all() {
+			if f.isResponse() && string(f.ID) == id {
+				got = f
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+// testNode is one in-process daemon with its own cluster directory.
+type testNode struct {
+	t          testing.TB
+	id         string
+	ident      devpki.Identity
+	appDir     string
+	clusterDir string
+	broker     *testBroker
+	m          *Manager
+	logs       *logBuffer
+	cancel     context.CancelFunc
+	done       chan error
+}
+
+type nodeOption func(*Config)
+
+func withResyncInterval(d time.Duration) nodeOption {
+	return func(c *Config) { c.ResyncInterval = d }
+}
+
+// newTestNode mints an identity and builds a Manager; start runs it.
+func newTestNode(t testing.TB, opts ...nodeOption) *testNode {
+	t.Helper()
+	id := devpki.NewUUID()
+	ident, err := devpki.Mint(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := t.TempDir()
+	n := &testNode{t: t, id: id, ident: ident, appDir: app, clusterDir: filepath.Join(app, "cluster"),
+		broker: newTestBroker(t), logs: &logBuffer{}, done: make(chan error, 1)}
+	if err := devpki.WriteIdentity(n.clusterDir, ident); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{
+		NodeID: id, Version: "test", PeerAddr: "127.0.0.1:0", ClusterDir: n.clusterDir,
+		In: n.broker.dIn, Out: n.broker.dOut,
+		Logger: slog.New(slog.NewTextHandler(n.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if n.m, err = NewManager(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// start runs the node and waits for its ready frame.
+func (n *testNode) start() *testNode {
+	n.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go func() { n.done <- n.m.Run(ctx) }()
+	n.t.Cleanup(n.stop)
+	n.broker.waitMethod("ready", 1)
+	return n
+}
+
+// stop ends the node and waits for Run to return.
+func (n *testNode) stop() {
+	n.cancel()
+	select {
+	case <-n.done:
+	case <-time.After(waitTimeout):
+		n.t.Errorf("node %s did not stop", n.id)
+	}
+}
+
+// peerPort returns the bound inter-node port.
+func (n *testNode) peerPort() int {
+	return n.m.PeerAddr().(*net.TCPAddr).Port
+}
+
+// trust pins the other nodes' certificates in this node's cluster dir.
+func (n *testNode) trust(others ...*testNode) {
+	n.t.Helper()
+	for _, o := range others {
+		if err := devpki.PinIdentity(n.clusterDir, o.ident); err != nil {
+			n.t.Fatal(err)
+		}
+	}
+}
+
+// discover sends this node a discovery snapshot listing the given nodes.
+func (n *testNode) discover(nodes ...*testNode) {
+	n.broker.sendFrame("discovery:nodes", map[string]any{"nodes": discoveryEntries(nodes...)})
+}
+
+func discoveryEntries(nodes ...*testNode) []map[string]any {
+	var out []map[string]any
+	for _, o := range nodes {
+		out = append(out, map[string]any{
+			"hostUuid": o.id, "name": "node-" + o.id[:8], "ip": "127.0.0.1",
+			"clusterUuid": o.id, "trusted": true,
+			"services": map[string]any{"wl": map[string]any{"port": o.peerPort()}},
+		})
+	}
+	return out
+}
+
+// waitTargets waits until the node broadcasts to n targets.
+func (n *testNode) waitTargets(count int) {
+	n.t.Helper()
+	eventually(n.t, fmt.Sprintf("%d broadcast target(s)", count), func() bool { return n.m.bcast.targetCount() == count })
+}
+
+// mesh starts nodes that pin and discover each other, fully connected.
+func mesh(t testing.TB, nodes ...*testNode) {
+	t.Helper()
+	for _, n := range nodes {
+		var others []*testNode
+		for _, o := range nodes {
+			if o != n {
+				others = append(others, o)
+			}
+		}
+		n.trust(others...)
+	}
+	for _, n := range nodes {
+		n.start()
+	}
+	for _, n := range nodes {
+		n.m.trust.reload()
+		n.discover(nodes...)
+	}
+	for _, n := range nodes {
+		n.waitTargets(len(nodes) - 1)
+	}
+}
+
+// workload returns a valid workload object with overrides applied; a nil
+// override value deletes the field.
+func workload(id, state, origin string, overrides ...map[string]any) map[string]any {
+	w := map[string]any{
+		"id": id, "model": "qwen3.5-9b", "engine": "llamacpp", "state": state,
+		"originatedFrom": origin, "runId": "run-" + id, "seq": 1, "createdAt": 1789661457000,
+	}
+	for _, o := range overrides {
+		for k, v := range o {
+			if v == nil {
+				delete(w, k)
+			} else {
+				w[k] = v
+			}
+		}
+	}
+	return w
+}
+
+// methodFor returns the lifecycle method that carries a state.
+func methodFor(state string) string {
+	switch state {
+	case "queued":
+		return methodSubmitted
+	case "running":
+		return methodStarted
+	case "completed":
+		return methodCompleted
+	default:
+		return methodErrored
+	}
+}
+
+// sendLifecycle sends a local-origin lifecycle frame from the broker.
+func (n *testNode) sendLifecycle(w map[string]any) {
+	n.broker.sendFrame(methodFor(w["state"].(string)), map[string]any{"workloadInfo": w})
+}
+
+// sendRemove sends a local-origin removal from the broker.
+func (n *testNode) sendRemove(id string) {
+	n.broker.sendFrame(methodRemove, map[string]any{"workloadId": id, "originatedFrom": n.id})
+}
+
+// upserts returns the workload objects the node's broker received.
+func (n *testNode) upserts() []map[string]any {
+	var out []map[string]any
+	for _, f := range n.broker.withMethod(methodUpsert) {
+		var p struct {
+			WorkloadInfo map[string]any `json:"workloadInfo"`
+		}
+		if err := json.Unmarshal(f.Params, &p); err != nil {
+			n.t.Fatalf("upsert params: %v", err)
+		}
+		out = append(out, p.WorkloadInfo)
+	}
+	return out
+}
+
+// logBuffer collects a daemon's log output for assertions.
+type logBuffer struct {
+	mu sync.Mutex // guards b
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// contains reports whether some log line holds every fragment.
+func (l *logBuffer) contains(fragments ...string) bool {
+	for _, line := range strings.Split(l.String(), "\n") {
+		all := true
+		for _, f := range fragments {
+			if !strings.Contains(line, f) {
+				all = false
+				break
+			}
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func writeFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// Timeouts shared by the daemon's HTTP servers. There is deliberately no
+// write timeout: net/http's write deadline covers the whole handler, broker
+// write included, so a slow broker would make the server drop the response
+// after the frame had already landed, and the sender would retry a frame
+// that was accepted.
+const (
+	serverReadHeaderTimeout = 5 * time.Second
+	serverReadTimeout       = 10 * time.Second
+)
+
+// newHTTPServer returns a server with the daemon's timeouts whose internal
+// errors (failed handshakes, malformed requests) go to the log at debug.
+func newHTTPServer(h http.Handler, idle time.Duration, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: serverReadHeaderTimeout,
+		ReadTimeout:       serverReadTimeout,
+		IdleTimeout:       idle,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+}
+
+// errBodyTooLarge is what readCappedBody returns for a body over the cap.
+var errBodyTooLarge = fmt.Errorf("body larger than %d bytes", maxFrameBytes)
+
+// readCappedBody reads at most maxFrameBytes of the request body. A body
+// over the cap is errBodyTooLarge, whether or not it declared its length.
+func readCappedBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.ContentLength > maxFrameBytes {
+		return nil, errBodyTooLarge
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxFrameBytes))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return nil, errBodyTooLarge
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read body: %w", err)
+	}
+	return b, nil
+}
+
+// answer writes a one-line plain-text answer.
+func answer(w http.ResponseWriter, status int, text string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	fmt.Fprintln(w, text)
+}

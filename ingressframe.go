@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"unicode"
+	"unicode/utf8"
+)
+
+// maxWorkloadIDBytes bounds an ingress workload id (workloadInfo.id,
+// workloadId).
+const maxWorkloadIDBytes = 256
+
+// The names the ingress knows at each level it checks. encoding/json matches
+// names case-insensitively, so a name that folds to one of these but is
+// spelt otherwise would be decoded as the field while slipping past any
+// check on the exact key; the ingress refuses it instead.
+var (
+	envelopeFields = foldSet("jsonrpc", "id", "method", "params")
+	paramsFields   = foldSet("workloadInfo", "workloadId", "originatedFrom")
+	workloadFields = foldSet("id", "model", "engine", "state", "originatedFrom", "scheduledOn",
+		"runId", "seq", "createdAt", "startedAt", "completedAt", "error", "requesterId")
+	// resyncFolded is the peers' re-assertion marker, which bypasses their
+	// dedup: a producer may not send it in any spelling, at any level.
+	resyncFolded = foldKey("resync")
+)
+
+// foldSet maps the folded form of each name to its canonical spelling.
+func foldSet(names ...string) map[string]string {
+	m := make(map[string]string, len(names))
+	for _, n := range names {
+		m[foldKey(n)] = n
+	}
+	return m
+}
+
+// foldKey folds a name the way encoding/json matches names to fields:
+// Unicode simple case folding, each rune mapped to the smallest rune of its
+// fold orbit (so "ſ" U+017F folds with "s" and "K" U+212A with "k"). Two
+// names fold together exactly when encoding/json could confuse them.
+func foldKey(name string) string {
+	out := make([]byte, 0, len(name))
+	for i := 0; i < len(name); {
+		c := name[i]
+		if c < utf8.RuneSelf {
+			if 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			out = append(out, c)
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(name[i:])
+		out = utf8.AppendRune(out, smallestFold(r))
+		i += n
+	}
+	return string(out)
+}
+
+func smallestFold(r rune) rune {
+	for {
+		next := unicode.SimpleFold(r)
+		if next <= r {
+			return next
+		}
+		r = next
+	}
+}
+
+// jsonMember is one name/value pair of a JSON object, in document order.
+type jsonMember struct {
+	name  string
+	value json.RawMessage
+}
+
+// objectMembers returns the members of a JSON object in order, repeated
+// names included (encoding/json would silently keep the last one).
+func objectMembers(raw []byte) ([]jsonMember, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, errNotObject
+	}
+	var ms []jsonMember
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, err
+		}
+		ms = append(ms, jsonMember{name: tok.(string), value: v})
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("data after the JSON object")
+	}
+	return ms, nil
+}
+
+// checkSpelling refuses a name that folds to a known field but is spelt
+// otherwise, two names that fold together (an exact repeat included), and
+// any spelling of resync.
+func checkSpelling(level string, ms []jsonMember, known map[string]string) error {
+	seen := make(map[string]string, len(ms))
+	for _, m := range ms {
+		f := foldKey(m.name)
+		if f == resyncFolded {
+			return fmt.Errorf("%s: %q is reserved for peers' re-assertions", level, m.name)
+		}
+		if prev, dup := seen[f]; dup {
+			return fmt.Errorf("%s: names %q and %q collide", level, prev, m.name)
+		}
+		seen[f] = m.name
+		if canon, ok := known[f]; ok && canon != m.name {
+			return fmt.Errorf("%s: %q must be spelt %q", level, m.name, canon)
+		}
+	}
+	return nil
+}
+
+// checkedMembers parses an object and checks its names' spelling.
+func checkedMembers(level string, raw []byte, known map[string]string) ([]jsonMember, error) {
+	ms, err := objectMembers(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", level, err)
+	}
+	return ms, checkSpelling(level, ms, known)
+}
+
+func member(ms []jsonMember, name string) (json.RawMessage, bool) {
+	for _, m := range ms {
+		if m.name == name {
+			return m.value, true
+		}
+	}
+	return nil, false
+}
+
+// encodeMembers renders members as a JSON object, in order, values untouched.
+func encodeMembers(ms []jsonMember) json.RawMessage {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, m := range ms {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		writeJSONString(&b, m.name)
+		b.WriteByte(':')
+		b.Write(m.value)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// withMember returns ms with name set to value, in place when present.
+func withMember(ms []jsonMember, name string, value json.RawMessage) []jsonMember {
+	out := make([]jsonMember, 0, len(ms)+1)
+	found := false
+	for _, m := range ms {
+		if m.name == name {
+			m.value, found = value, true
+		}
+		out = append(out, m)
+	}
+	if !found {
+		out = append(out, jsonMember{name, value})
+	}
+	return out
+}
+
+// stampOrigin gives an object without an originatedFrom (or with an empty
+// or null one) this node's id, and refuses one that names another node.
+func stampOrigin(ms []jsonMember, nodeID string) (json.RawMessage, error) {
+	if v, ok := member(ms, "originatedFrom"); ok && string(bytes.TrimSpace(v)) != "null" {
+		var origin string
+		if err := json.Unmarshal(v, &origin); err != nil {
+			return nil, errors.New("originatedFrom must be a string")
+		}
+		if origin != "" && origin != nodeID {
+			return nil, fmt.Errorf("originatedFrom %q is not this node: a producer reports only workloads that run here", origin)
+		}
+	}
+	stamped, _ := json.Marshal(nodeID)
+	return encodeMembers(withMember(ms, "originatedFrom", stamped)), nil
+}
+
+// parseIngressFrame validates a producer's request body and returns it as a
+// local-origin frame with its origin stamped. On top of the local-frame
+// validation every path shares, it enforces the ingress's own rules: exact
+// field spelling, no resync marker, this node's origin only, a known state
+// and a bounded id. It has no side effects.
+func parseIngressFrame(body []byte, nodeID string) (localFrame, error) {
+	env, err := checkedMembers("envelope", body, envelopeFields)
+	if err != nil {
+		return localFrame{}, err
+	}
+	var jsonrpc, method string
+	if v, ok := member(env, "jsonrpc"); !ok || json.Unmarshal(v, &jsonrpc) != nil || jsonrpc != "2.0" {
+		return localFrame{}, errors.New(`jsonrpc must be "2.0"`)
+	}
+	if v, ok := member(env, "method"); !ok || json.Unmarshal(v, &method) != nil {
+		return localFrame{}, errors.New("method is missing or not a string")
+	}
+	if !isLifecycleMethod(method) && method != methodRemove {
+		return localFrame{}, fmt.Errorf("method %q: must be a workload lifecycle method or workloads:remove", method)
+	}
+	params, ok := member(env, "params")
+	if !ok {
+		return localFrame{}, errors.New("params is missing")
+	}
+	if params, err = stampParams(method, params, nodeID); err != nil {
+		return localFrame{}, err
+	}
+	f, err := parseLocalFrame(method, params)
+	if err != nil {
+		return localFrame{}, err
+	}
+	return f, checkIngressValues(&f, nodeID)
+}
+
+// stampParams checks the spelling of params (and of workloadInfo) and stamps
+// the origin where the frame carries it.
+func stampParams(method string, params json.RawMessage, nodeID string) (json.RawMessage, error) {
+	pm, err := checkedMembers("params", params, paramsFields)
+	if err != nil {
+		return nil, err
+	}
+	if method == methodRemove {
+		return stampOrigin(pm, nodeID)
+	}
+	info, ok := member(pm, "workloadInfo")
+	if !ok || !isJSONObject(info) {
+		return params, nil // parseLifecycle names the problem
+	}
+	wm, err := checkedMembers("workloadInfo", info, workloadFields)
+	if err != nil {
+		return nil, err
+	}
+	stamped, err := stampOrigin(wm, nodeID)
+	if err != nil {
+		return nil, err
+	}
+	return encodeMembers(withMember(pm, "workloadInfo", stamped)), nil
+}
+
+// checkIngressValues validates the decoded frame again, so the ingress rules
+// hold even for a spelling the name check missed: the origin is this node,
+// the state is one of the five, the id is bounded and no resync marker was
+// decoded.
+func checkIngressValues(f *localFrame, nodeID string) error {
+	origin, id := f.removal.ref.origin, f.removal.ref.id
+	if !f.isRemoval() {
+		origin, id = f.life.info.OriginatedFrom, f.life.info.ID
+		if _, known := workloadStates[f.life.info.State]; !known {
+			return fmt.Errorf("state %q: must be queued, running, completed, failed or cancelled", f.life.info.State)
+		}
+		if f.life.resync {
+			return errors.New("resync is reserved for peers' re-assertions")
+		}
+	}
+	if origin != nodeID {
+		return fmt.Errorf("originatedFrom %q is not this node", origin)
+	}
+	if len(id) > maxWorkloadIDBytes {
+		return fmt.Errorf("workload id is %d bytes, more than %d", len(id), maxWorkloadIDBytes)
+	}
+	return nil
+}

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// localFrame is a validated local-origin frame: one that entered the cluster
+// on this node, from the broker or from the ingress.
+type localFrame struct {
+	method  string
+	params  json.RawMessage // relayed to the peers as they are
+	life    lifecycleEvent  // set for the lifecycle methods
+	removal removalEvent    // set for workloads:remove
+}
+
+func (f *localFrame) isRemoval() bool { return f.method == methodRemove }
+
+// workloadID is the id the frame is about, for logs.
+func (f *localFrame) workloadID() string {
+	if f.isRemoval() {
+		return f.removal.ref.id
+	}
+	return f.life.info.ID
+}
+
+// parseLocalFrame validates a local-origin frame. It has no side effects;
+// the stdio path and the ingress both go through it.
+func parseLocalFrame(method string, params json.RawMessage) (localFrame, error) {
+	f := localFrame{method: method, params: params}
+	var err error
+	switch {
+	case isLifecycleMethod(method):
+		f.life, err = parseLifecycle(method, params)
+	case method == methodRemove:
+		f.removal, err = parseRemove(params)
+	default:
+		err = fmt.Errorf("unknown method %q", method)
+	}
+	return f, err
+}
+
+// commitLocal is the only place that tracks a local-origin frame and queues
+// it for the peers. Both happen under one hold of broadcastMu, so that a
+// re-sync snapshot, which takes broadcastMu too, is queued wholly before or
+// wholly after this frame: it can never queue a workload after its removal.
+// It reports whether the frame was queued.
+func (m *Manager) commitLocal(f localFrame, src frameSource) bool {
+	line := encodeNotification(f.method, f.params)
+	m.broadcastMu.Lock()
+	defer m.broadcastMu.Unlock()
+	m.activeMu.Lock()
+	send := m.trackLocal(&f, src)
+	m.activeMu.Unlock()
+	if !send {
+		return false
+	}
+	return m.bcast.enqueue(outboundFrame{method: f.method, line: line})
+}
+
+// trackLocal updates the re-sync set and the removal memory for a frame and
+// reports whether the frame is to be broadcast. Called with activeMu held.
+func (m *Manager) trackLocal(f *localFrame, src frameSource) bool {
+	now := m.now()
+	if f.isRemoval() {
+		m.resync.untrack(f.removal.ref)
+		if src == fromIngress {
+			m.removed.remember(f.removal.ref, now)
+		}
+		return true
+	}
+	ref := f.life.ref()
+	switch {
+	case src == fromIngress:
+		m.removed.forget(ref)
+	case !f.life.resync && m.removed.holds(ref, now):
+		// The broker's replay of a workload a producer removed through the
+		// ingress: tracking it would re-assert it to peers forever.
+		m.log.Debug("replayed frame for a removed ingress workload ignored", "method", f.method, "id", ref.id)
+		return false
+	}
+	if !m.resync.track(&f.life, now) {
+		m.log.Debug("stale event for a finished workload not tracked", "method", f.method, "id", ref.id)
+	}
+	return true
+}

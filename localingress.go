@@ -1,0 +1,277 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ingressIdleTimeout is how long the ingress keeps an idle keep-alive
+// connection from a producer.
+const ingressIdleTimeout = 60 * time.Second
+
+// ingressConfigFile, under the app directory, turns the ingress on when the
+// broker starts the daemon without --local-ingress.
+const ingressConfigFile = "workload-ingress.json"
+
+// Errors ingestLocal returns, mapped to the producer's answer.
+var (
+	errBadFrame    = errors.New("bad frame")          // 400: the producer's mistake
+	errBrokerWrite = errors.New("broker unavailable") // 500: the producer may retry
+)
+
+// localIngress is the opt-in, plaintext, loopback-only HTTP door through
+// which third-party producers on this machine report their workloads.
+//
+// Loopback does not keep a browser out: a web page can POST to 127.0.0.1,
+// and a DNS-rebinding page reaches it under its own host name. So before
+// the body is read, a request is refused when it carries an Origin header
+// (only browsers send one), when its Host is not a loopback name with the
+// bound port (a rebinding page's Host is its own name) or when its content
+// type is not JSON (the only types a page can send without a preflight are
+// form and text types).
+type localIngress struct {
+	m    *Manager
+	addr string // as configured
+
+	mu   sync.Mutex // guards port
+	port string     // the bound port, which the Host check requires
+}
+
+// EnableLocalIngress turns the loopback ingress on at addr. It must be
+// called before Run, which binds it. A non-loopback address is refused.
+func (m *Manager) EnableLocalIngress(addr string) error {
+	li, err := newLocalIngress(m, addr)
+	if err != nil {
+		return err
+	}
+	m.ingress = li
+	return nil
+}
+
+func newLocalIngress(m *Manager, addr string) (*localIngress, error) {
+	if err := checkLoopbackBind(addr); err != nil {
+		return nil, fmt.Errorf("local ingress %s: %w", addr, err)
+	}
+	return &localIngress{m: m, addr: addr}, nil
+}
+
+// checkLoopbackBind accepts localhost, a 127.0.0.0/8 address or ::1, with a
+// numeric port.
+func checkLoopbackBind(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("not HOST:PORT: %w", err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	if !isLoopbackName(host) {
+		return errors.New("not a loopback address (localhost, 127.0.0.0/8 or ::1)")
+	}
+	return nil
+}
+
+// isLoopbackName reports whether host, without port or brackets, is
+// localhost (in any letter case: host names are case-insensitive), a
+// 127.0.0.0/8 address in canonical dotted-decimal form or ::1. Other
+// spellings that some resolvers map to loopback (127.1, 2130706433,
+// 0x7f000001, 0177.0.0.1, a trailing dot, ::ffff:127.0.0.1) are refused:
+// the answer must not depend on whose parser reads the name.
+func isLoopbackName(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil || a.Zone() != "" || a.String() != host {
+		return false
+	}
+	return (a.Is4() && a.IsLoopback()) || a == netip.IPv6Loopback()
+}
+
+// hostAllowed reports whether a request's Host (r.Host: Go's server takes it
+// from an absolute-form request line when there is one, and removes it from
+// the header map) names this ingress: a loopback name with the bound port.
+func hostAllowed(host, boundPort string) bool {
+	name, port, err := net.SplitHostPort(host)
+	if err != nil || port != boundPort {
+		return false
+	}
+	// JoinHostPort brackets exactly the names with a colon, so this refuses
+	// "[127.0.0.1]:port" and any other non-canonical bracketing.
+	return net.JoinHostPort(name, port) == host && isLoopbackName(name)
+}
+
+// resolveIngressAddr returns the ingress address: the flag's when given,
+// else the listen address in <appDir>/workload-ingress.json. An absent or
+// empty file means off; a malformed one means off, with one warning.
+func resolveIngressAddr(flagAddr, appDir string, log *slog.Logger) (string, error) {
+	if flagAddr != "" {
+		return flagAddr, nil
+	}
+	path := filepath.Join(appDir, ingressConfigFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		log.Warn("local ingress off: config unreadable", "file", path, "reason", err)
+		return "", nil
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return "", nil
+	}
+	var cfg struct {
+		Listen string `json:"listen"`
+	}
+	if err := json.Unmarshal(b, &cfg); err != nil || cfg.Listen == "" {
+		reason := "no listen address"
+		if err != nil {
+			reason = err.Error()
+		}
+		log.Warn("local ingress off: malformed config", "file", path, "reason", reason)
+		return "", nil
+	}
+	return cfg.Listen, nil
+}
+
+// listen binds the ingress. A taken port is an error that fails startup.
+func (li *localIngress) listen() (net.Listener, error) {
+	ln, err := net.Listen("tcp", li.addr)
+	if err != nil {
+		return nil, fmt.Errorf("local ingress: listen on %s: %w", li.addr, err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	li.mu.Lock()
+	li.port = port
+	li.mu.Unlock()
+	return ln, nil
+}
+
+func (li *localIngress) boundPort() string {
+	li.mu.Lock()
+	defer li.mu.Unlock()
+	return li.port
+}
+
+// IngressAddr returns the ingress's bound address once Run has bound it,
+// or "" when the ingress is off.
+func (m *Manager) IngressAddr() string {
+	if m.ingress == nil || m.ingress.boundPort() == "" {
+		return ""
+	}
+	host, _, _ := net.SplitHostPort(m.ingress.addr)
+	return net.JoinHostPort(host, m.ingress.boundPort())
+}
+
+func (li *localIngress) serve(wg *sync.WaitGroup, ln net.Listener) *http.Server {
+	srv := newHTTPServer(li, ingressIdleTimeout, li.m.log)
+	li.m.log.Info("local ingress listening", "addr", ln.Addr().String())
+	wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			li.m.log.Error("local ingress stopped", "reason", err)
+		}
+	})
+	return srv
+}
+
+// ServeHTTP answers a producer. The checks run in a fixed order so every
+// request gets one deterministic answer; the first four are decided from
+// the headers alone.
+func (li *localIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	log := li.m.log.With("channel", "ingress", "remote", r.RemoteAddr)
+	if status, reason := li.checkRequest(r); status != 0 {
+		// The body is not read, so the connection cannot be reused: closing
+		// it also means the answer goes out at once, even when the declared
+		// body never arrives.
+		w.Header().Set("Connection", "close")
+		log.Warn("ingress request rejected", "status", status, "reason", reason)
+		answer(w, status, reason)
+		return
+	}
+	body, err := readCappedBody(w, r)
+	if err != nil {
+		status := http.StatusBadRequest
+		if errors.Is(err, errBodyTooLarge) {
+			status = http.StatusRequestEntityTooLarge
+			w.Header().Set("Connection", "close")
+		}
+		log.Warn("ingress request rejected", "status", status, "reason", err)
+		answer(w, status, err.Error())
+		return
+	}
+	f, err := li.m.ingestLocal(body)
+	switch {
+	case errors.Is(err, errBrokerWrite):
+		log.Error("ingress frame not accepted", "status", http.StatusInternalServerError, "reason", err)
+		answer(w, http.StatusInternalServerError, err.Error())
+	case err != nil:
+		log.Warn("ingress request rejected", "status", http.StatusBadRequest, "reason", err)
+		answer(w, http.StatusBadRequest, err.Error())
+	default:
+		log.Debug("ingress frame accepted", "method", f.method, "id", f.workloadID())
+		answer(w, http.StatusOK, "ok")
+	}
+}
+
+// checkRequest applies the checks that need no body, in order, and returns
+// the status and reason of the first that fails, or 0.
+func (li *localIngress) checkRequest(r *http.Request) (int, string) {
+	if _, browser := r.Header["Origin"]; browser {
+		return http.StatusForbidden, "requests from web pages are refused (Origin header present)"
+	}
+	if !hostAllowed(r.Host, li.boundPort()) {
+		return http.StatusMisdirectedRequest, fmt.Sprintf("host %q is not this loopback ingress", r.Host)
+	}
+	if r.URL.Path != peerEventsPath {
+		return http.StatusNotFound, "no such endpoint; POST to " + peerEventsPath
+	}
+	if r.Method != http.MethodPost {
+		return http.StatusMethodNotAllowed, "method must be POST"
+	}
+	if ct := r.Header.Values("Content-Type"); len(ct) != 1 || !isJSONMediaType(ct[0]) {
+		return http.StatusUnsupportedMediaType, "Content-Type must be application/json"
+	}
+	return 0, ""
+}
+
+func isJSONMediaType(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
+}
+
+// ingestLocal takes a producer's frame: validate; then, under ingestMu,
+// write it up to the broker and only then commit it (track, remember,
+// queue). A failed broker write leaves nothing tracked, queued or
+// remembered, so peers never show a workload the origin broker does not
+// hold and the producer can retry. ingestMu keeps concurrent posts for one
+// workload in one order at the broker and in the peer queue.
+func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
+	f, err := parseIngressFrame(body, m.cfg.NodeID)
+	if err != nil {
+		return f, fmt.Errorf("%w: %v", errBadFrame, err)
+	}
+	m.ingestMu.Lock()
+	defer m.ingestMu.Unlock()
+	if f.isRemoval() {
+		err = m.emitRemove(f.removal.ref)
+	} else {
+		err = m.emitUpsert(f.life.raw)
+	}
+	if err != nil {
+		return f, fmt.Errorf("%w: %v", errBrokerWrite, err)
+	}
+	m.commitLocal(f, fromIngress)
+	return f, nil
+}

@@ -1,0 +1,162 @@
+// Command nvpair-workload-manager is the per-node daemon that keeps every
+// member of a GPU cluster in agreement about which inference workloads are
+// queued, running or finished, and where.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// version is the build version, set with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// options are the parsed command-line flags.
+type options struct {
+	port           int
+	ipc            string
+	clusterDir     string
+	appDir         string
+	localIngress   string
+	resyncInterval time.Duration
+	drainTimeout   time.Duration
+	logLevel       slog.Level
+	showVersion    bool
+}
+
+// parseFlags parses args and fills in the derived defaults. Its errors are
+// one line, fit to print as they are.
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("nvpair-workload-manager", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.IntVar(&o.port, "port", 14320, "inter-node port (mTLS)")
+	fs.StringVar(&o.ipc, "ipc", "", "broker socket (Unix) or named pipe (Windows) instead of stdio")
+	fs.StringVar(&o.clusterDir, "cluster-dir", "", "cluster directory (default <app-dir>/cluster)")
+	fs.StringVar(&o.appDir, "app-dir", "", "application directory (default: parent of --cluster-dir, else <user config dir>/nvpair)")
+	fs.StringVar(&o.localIngress, "local-ingress", "", "loopback HOST:PORT for third-party producers (off by default)")
+	fs.DurationVar(&o.resyncInterval, "resync-interval", defaultResyncInterval, "re-sync heartbeat interval")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "how long peer queues may drain at shutdown")
+	level := fs.String("log-level", "info", "error, warn, info or debug")
+	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.port < 0 || o.port > 65535 {
+		return o, fmt.Errorf("--port %d: must be between 0 and 65535", o.port)
+	}
+	if o.resyncInterval < 100*time.Millisecond {
+		return o, fmt.Errorf("--resync-interval %s: must be at least 100ms", o.resyncInterval)
+	}
+	if o.drainTimeout <= 0 {
+		return o, fmt.Errorf("--drain-timeout %s: must be positive", o.drainTimeout)
+	}
+	var err error
+	if o.logLevel, err = parseLogLevel(*level); err != nil {
+		return o, fmt.Errorf("--log-level: %w", err)
+	}
+	switch {
+	case o.appDir == "" && o.clusterDir != "":
+		o.appDir = filepath.Dir(filepath.Clean(o.clusterDir))
+	case o.appDir == "":
+		cfg, err := os.UserConfigDir()
+		if err != nil {
+			return o, fmt.Errorf("no --app-dir and no user config directory: %w", err)
+		}
+		o.appDir = filepath.Join(cfg, "nvpair")
+	}
+	if o.clusterDir == "" {
+		o.clusterDir = filepath.Join(o.appDir, "cluster")
+	}
+	return o, nil
+}
+
+// run is the whole program; it returns the exit code.
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "nvpair-workload-manager: %v\n", err)
+		return 1
+	}
+	o, err := parseFlags(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(stderr, "usage: nvpair-workload-manager [--port N] [--ipc PATH] [--cluster-dir DIR] [--app-dir DIR] [--local-ingress HOST:PORT] [--resync-interval D] [--drain-timeout D] [--log-level LEVEL] [--version]")
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "nvpair-workload-manager: %v\n", err)
+		return 2
+	}
+	if o.showVersion {
+		fmt.Fprintln(stdout, version)
+		return 0
+	}
+	levelVar := new(slog.LevelVar)
+	levelVar.Set(o.logLevel)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: levelVar}))
+
+	nodeID, err := loadNodeID(o.appDir)
+	if err != nil {
+		return fail(err)
+	}
+	// A write to a closed stdout pipe must fail with EPIPE, which the
+	// manager treats as the broker going away, instead of killing the
+	// process with SIGPIPE.
+	signal.Ignore(syscall.SIGPIPE)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	in, out := stdin, stdout
+	if o.ipc != "" {
+		conn, err := openIPC(o.ipc)
+		if err != nil {
+			return fail(err)
+		}
+		defer conn.Close()
+		in, out = conn, conn
+	}
+	ingressAddr, err := resolveIngressAddr(o.localIngress, o.appDir, log)
+	if err != nil {
+		return fail(err)
+	}
+	m, err := NewManager(Config{
+		NodeID:         nodeID,
+		Version:        version,
+		PeerAddr:       ":" + strconv.Itoa(o.port),
+		ClusterDir:     o.clusterDir,
+		ResyncInterval: o.resyncInterval,
+		DrainTimeout:   o.drainTimeout,
+		In:             in,
+		Out:            out,
+		Logger:         log,
+		LogLevel:       levelVar,
+	})
+	if err != nil {
+		return fail(err)
+	}
+	if ingressAddr != "" {
+		if err := m.EnableLocalIngress(ingressAddr); err != nil {
+			return fail(err)
+		}
+	}
+	if err := m.Run(ctx); err != nil {
+		return fail(err)
+	}
+	return 0
+}

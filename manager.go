@@ -1,0 +1,336 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Defaults for the settings a Config may leave zero.
+const (
+	defaultResyncInterval = 30 * time.Second
+	defaultDrainTimeout   = 2 * time.Second
+	serverShutdownGrace   = time.Second
+)
+
+// Config is everything a Manager needs. Zero durations take their defaults.
+type Config struct {
+	NodeID         string
+	Version        string
+	PeerAddr       string // the inter-node listener, e.g. ":14320"
+	ClusterDir     string
+	ResyncInterval time.Duration
+	DrainTimeout   time.Duration // how long peer queues may drain at shutdown
+	In             io.Reader     // frames from the broker
+	Out            io.Writer     // frames to the broker
+	Logger         *slog.Logger
+	LogLevel       *slog.LevelVar // changed by log/set-level; may be nil
+}
+
+// frameSource says where a local-origin frame entered the daemon.
+type frameSource int
+
+const (
+	fromBroker  frameSource = iota // the broker, on the local channel
+	fromIngress                    // a producer, on the loopback ingress
+)
+
+// Manager is the daemon: it relays between the broker, the peers and the
+// optional loopback ingress.
+//
+// Lock order: ingestMu -> broadcastMu -> activeMu. Leaf locks, taken under
+// any of these and never around them: broadcaster.mu, brokerWriter.mu,
+// clusterTrust.mu, dedup.mu. discoveryMu is taken alone (it calls into the
+// broadcaster, then releases before any backfill takes broadcastMu). No lock
+// is held across a network write to a peer: only the peer senders write to
+// peers, and they hold none.
+type Manager struct {
+	cfg   Config
+	log   *slog.Logger
+	out   *brokerWriter
+	trust *clusterTrust
+	dedup *dedup
+	bcast *broadcaster
+	now   func() time.Time
+
+	// ingestMu keeps concurrent ingress posts in one order at the broker and
+	// in the peer queue: it is held from the broker write through
+	// commitLocal. Only the ingress takes it. It is not broadcastMu because
+	// the broker write can block, and the stdio read loop and the heartbeat
+	// take broadcastMu.
+	ingestMu sync.Mutex
+
+	// broadcastMu makes tracking a local-origin frame and queueing it one
+	// step, for the stdio path, the ingress, the heartbeat and the backfill
+	// alike, so a re-sync snapshot can never queue a workload after its
+	// removal was queued.
+	broadcastMu sync.Mutex
+
+	// activeMu guards resync and removed. It is only taken under
+	// broadcastMu, except by readers that need no ordering (metrics, tests).
+	activeMu sync.Mutex
+	resync   *resyncSet
+	removed  *removalMemory
+
+	// discoveryMu guards lastNodes and serializes target refreshes.
+	discoveryMu sync.Mutex
+	lastNodes   []discoveredNode
+
+	ingress *localIngress // set by EnableLocalIngress before Run
+
+	shutdownOnce sync.Once
+	shutdownReq  chan struct{} // closed by a shutdown request from the broker
+
+	addrMu   sync.Mutex // guards peerAddr
+	peerAddr net.Addr
+}
+
+// NewManager validates cfg and returns a Manager that has not started.
+func NewManager(cfg Config) (*Manager, error) {
+	if cfg.NodeID == "" {
+		return nil, errors.New("node id is empty")
+	}
+	if cfg.In == nil || cfg.Out == nil {
+		return nil, errors.New("the local channel needs both directions")
+	}
+	if cfg.ResyncInterval <= 0 {
+		cfg.ResyncInterval = defaultResyncInterval
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = defaultDrainTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	trust := newClusterTrust(cfg.ClusterDir, cfg.Logger)
+	retention := 2 * cfg.ResyncInterval
+	return &Manager{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		out:         newBrokerWriter(cfg.Out),
+		trust:       trust,
+		dedup:       newDedup(dedupCapacity),
+		bcast:       newBroadcaster(cfg.Logger, trust),
+		now:         time.Now,
+		resync:      newResyncSet(retention),
+		removed:     newRemovalMemory(retention, removalMemoryCapacity),
+		shutdownReq: make(chan struct{}),
+	}, nil
+}
+
+// PeerAddr returns the inter-node listener's address once Run has bound it.
+func (m *Manager) PeerAddr() net.Addr {
+	m.addrMu.Lock()
+	defer m.addrMu.Unlock()
+	return m.peerAddr
+}
+
+// Run binds the listeners, announces the daemon to the broker and relays
+// until ctx ends, the broker closes the local channel or asks for shutdown.
+// It returns an error only when the daemon could not start; every shutdown
+// after that is clean.
+func (m *Manager) Run(ctx context.Context) error {
+	peerLn, err := net.Listen("tcp", m.cfg.PeerAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", m.cfg.PeerAddr, err)
+	}
+	m.addrMu.Lock()
+	m.peerAddr = peerLn.Addr()
+	m.addrMu.Unlock()
+	var ingressLn net.Listener
+	if m.ingress != nil {
+		if ingressLn, err = m.ingress.listen(); err != nil {
+			peerLn.Close()
+			return err
+		}
+	}
+	m.trust.reload()
+	m.log.Info("started", "nodeId", m.cfg.NodeID, "version", m.cfg.Version, "peerAddr", peerLn.Addr().String())
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	servers := []*http.Server{m.servePeers(&wg, peerLn)}
+	if ingressLn != nil {
+		servers = append(servers, m.ingress.serve(&wg, ingressLn))
+	}
+	if m.announce() == nil {
+		wg.Go(func() { m.trust.watch(ctx, trustReloadInterval, m.refreshTargets) })
+		wg.Go(func() { m.heartbeat(ctx) })
+		readDone := make(chan struct{})
+		go func() { m.readLoop(); close(readDone) }()
+		select {
+		case <-ctx.Done():
+			m.log.Info("shutting down", "reason", "signal")
+		case <-readDone:
+			m.log.Info("shutting down", "reason", "broker closed the local channel")
+		case <-m.out.gone:
+			m.log.Info("shutting down", "reason", "broker write failed")
+		case <-m.shutdownReq:
+			m.log.Info("shutting down", "reason", "shutdown requested")
+		}
+	}
+	m.stop(servers)
+	cancel()
+	wg.Wait()
+	return nil
+}
+
+// announce sends ready and the discovery subscription, in that order.
+func (m *Manager) announce() error {
+	ready, _ := json.Marshal(map[string]string{"version": m.cfg.Version, "nodeId": m.cfg.NodeID})
+	if err := m.out.notify("ready", ready); err != nil {
+		m.log.Warn("broker unavailable at start", "reason", err)
+		return err
+	}
+	return m.out.notify("discovery:subscribe", json.RawMessage(`{"services":["wl"]}`))
+}
+
+// stop closes the listeners first, so no new frame is taken, lets in-flight
+// requests finish their broker write, then gives the peer queues their drain
+// time.
+func (m *Manager) stop(servers []*http.Server) {
+	ctx, cancel := context.WithTimeout(context.Background(), serverShutdownGrace)
+	defer cancel()
+	for _, s := range servers {
+		if err := s.Shutdown(ctx); err != nil {
+			s.Close()
+		}
+	}
+	m.bcast.close(m.cfg.DrainTimeout)
+}
+
+func (m *Manager) servePeers(wg *sync.WaitGroup, ln net.Listener) *http.Server {
+	srv := newHTTPServer(http.HandlerFunc(m.servePeer), peerServerIdleTimeout, m.log)
+	srv.TLSConfig = m.trust.serverTLSConfig()
+	wg.Go(func() {
+		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			m.log.Error("peer server stopped", "reason", err)
+		}
+	})
+	return srv
+}
+
+// readLoop reads the broker's frames until the channel ends or the broker
+// asks for shutdown.
+func (m *Manager) readLoop() {
+	lr := newLineReader(m.cfg.In, maxFrameBytes)
+	for {
+		line, err := lr.Next()
+		if errors.Is(err, errLineTooLong) {
+			m.log.Warn("local frame skipped", "reason", err)
+			continue
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				m.log.Warn("local channel read failed", "reason", err)
+			}
+			return
+		}
+		if m.handleLine(line) {
+			return
+		}
+	}
+}
+
+// handleLine handles one frame from the broker and reports whether it asked
+// for shutdown.
+func (m *Manager) handleLine(line []byte) (shutdown bool) {
+	if len(strings.TrimSpace(string(line))) == 0 {
+		return false
+	}
+	var f rpcFrame
+	if err := json.Unmarshal(line, &f); err != nil {
+		m.log.Warn("local frame skipped", "reason", fmt.Sprintf("not JSON: %v", err))
+		return false
+	}
+	if f.JSONRPC != "2.0" {
+		m.log.Warn("local frame skipped", "method", f.Method, "reason", `jsonrpc must be "2.0"`)
+		return false
+	}
+	if f.isResponse() {
+		m.log.Debug("response from broker ignored", "id", string(f.ID))
+		return false
+	}
+	var result any
+	var rerr *rpcError
+	switch {
+	case isLifecycleMethod(f.Method), f.Method == methodRemove:
+		m.handleLocal(f.Method, f.Params)
+	case f.Method == "discovery:nodes":
+		m.applyDiscovery(f.Params)
+	case f.Method == "log/set-level":
+		result, rerr = m.setLogLevel(f.Params)
+	case f.Method == "shutdown":
+		shutdown = true
+	default:
+		if !f.isRequest() {
+			m.log.Debug("notification ignored", "method", f.Method)
+			return false
+		}
+		rerr = &rpcError{Code: codeMethodNotFound, Message: "method not found: " + f.Method}
+	}
+	if f.isRequest() {
+		if err := m.out.respond(f.ID, result, rerr); err != nil {
+			m.log.Warn("answer to broker failed", "method", f.Method, "id", string(f.ID), "reason", err)
+		}
+	}
+	if shutdown {
+		m.shutdownOnce.Do(func() { close(m.shutdownReq) })
+	}
+	return shutdown
+}
+
+// handleLocal takes a local-origin frame from the broker. The broker has
+// already applied it, so nothing goes back up: it is tracked and queued for
+// the peers. A malformed frame is logged and dropped, never broadcast.
+func (m *Manager) handleLocal(method string, params json.RawMessage) {
+	f, err := parseLocalFrame(method, params)
+	if err != nil {
+		m.log.Warn("local frame dropped", "method", method, "reason", err)
+		return
+	}
+	m.commitLocal(f, fromBroker)
+}
+
+func (m *Manager) setLogLevel(params json.RawMessage) (any, *rpcError) {
+	var p struct {
+		Level string `json:"level"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		return nil, &rpcError{Code: codeInvalidParams, Message: fmt.Sprintf("params: %v", err)}
+	}
+	lvl, err := parseLogLevel(p.Level)
+	if err != nil {
+		return nil, &rpcError{Code: codeInvalidParams, Message: err.Error()}
+	}
+	if m.cfg.LogLevel != nil {
+		m.cfg.LogLevel.Set(lvl)
+	}
+	m.log.Info("log level set", "level", levelName(lvl))
+	return map[string]string{"level": levelName(lvl)}, nil
+}
+
+// emitUpsert writes a workload object up to the broker as workloads:upsert.
+func (m *Manager) emitUpsert(info json.RawMessage) error {
+	params := make([]byte, 0, len(info)+20)
+	params = append(append(append(params, `{"workloadInfo":`...), info...), '}')
+	return m.out.notify(methodUpsert, params)
+}
+
+// emitRemove writes a removal up to the broker as workloads:remove.
+func (m *Manager) emitRemove(ref workloadRef) error {
+	params, err := json.Marshal(map[string]string{"workloadId": ref.id, "originatedFrom": ref.origin})
+	if err != nil {
+		return err
+	}
+	return m.out.notify(methodRemove, params)
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// peerServerIdleTimeout is how long the peer server keeps an idle
+// connection; peers' clients close theirs sooner (peerClientIdleTimeout).
+const peerServerIdleTimeout = 120 * time.Second
+
+// peerEvent is a validated frame from another member: exactly one of life
+// and removal is set.
+type peerEvent struct {
+	life    *lifecycleEvent
+	removal *removalEvent
+}
+
+// parsePeerFrame validates a request body from a peer. It has no side
+// effects.
+func parsePeerFrame(body []byte) (peerEvent, error) {
+	var f rpcFrame
+	if err := json.Unmarshal(body, &f); err != nil {
+		return peerEvent{}, fmt.Errorf("not a JSON-RPC frame: %w", err)
+	}
+	if f.JSONRPC != "2.0" {
+		return peerEvent{}, errors.New(`jsonrpc must be "2.0"`)
+	}
+	switch {
+	case isLifecycleMethod(f.Method):
+		ev, err := parseLifecycle(f.Method, f.Params)
+		return peerEvent{life: &ev}, err
+	case f.Method == methodRemove:
+		r, err := parseRemove(f.Params)
+		return peerEvent{removal: &r}, err
+	default:
+		return peerEvent{}, fmt.Errorf("unknown method %q", f.Method)
+	}
+}
+
+// servePeer handles POST /v1/workloads/events from another member. The
+// client certificate is checked against the pins on every request, so a pin
+// removed while a connection stays open takes effect on its next request.
+func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
+	log := m.log.With("channel", "peer", "remote", r.RemoteAddr)
+	reject := func(status int, reason string) {
+		log.Warn("peer request rejected", "status", status, "reason", reason)
+		answer(w, status, reason)
+	}
+	if r.TLS == nil {
+		reject(http.StatusForbidden, "TLS required")
+		return
+	}
+	if err := m.trust.authorize(r.TLS.PeerCertificates); err != nil {
+		reject(http.StatusForbidden, err.Error())
+		return
+	}
+	log = log.With("peer", principalOf(r.TLS.PeerCertificates[0]))
+	if r.URL.Path != peerEventsPath {
+		reject(http.StatusNotFound, "no such endpoint")
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		reject(http.StatusMethodNotAllowed, "method must be POST")
+		return
+	}
+	body, err := readCappedBody(w, r)
+	if errors.Is(err, errBodyTooLarge) {
+		reject(http.StatusRequestEntityTooLarge, err.Error())
+		return
+	}
+	if err != nil {
+		reject(http.StatusBadRequest, err.Error())
+		return
+	}
+	ev, err := parsePeerFrame(body)
+	if err != nil {
+		reject(http.StatusBadRequest, err.Error())
+		return
+	}
+	duplicate, err := m.relayPeerEvent(ev)
+	if err != nil {
+		log.Error("broker write failed", "status", http.StatusInternalServerError, "reason", err)
+		answer(w, http.StatusInternalServerError, "broker unavailable")
+		return
+	}
+	log.Debug("peer frame accepted", "duplicate", duplicate)
+	answer(w, http.StatusOK, "ok")
+}
+
+// relayPeerEvent hands a peer's event to the broker once. A re-assertion
+// bypasses the lifecycle dedup: it is how a peer heals a missed delivery, so
+// it must reach the broker even when the event itself was seen before.
+func (m *Manager) relayPeerEvent(ev peerEvent) (duplicate bool, err error) {
+	if ev.removal != nil {
+		return m.dedup.deliverOnce(ev.removal.dedupKey(), func() error { return m.emitRemove(ev.removal.ref) })
+	}
+	if ev.life.resync {
+		return false, m.emitUpsert(ev.life.raw)
+	}
+	return m.dedup.deliverOnce(ev.life.dedupKey(), func() error { return m.emitUpsert(ev.life.raw) })
+}

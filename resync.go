@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+)
+
+// resyncEntry is the latest event of one local-origin workload run.
+type resyncEntry struct {
+	method     string
+	params     json.RawMessage // without any resync marker
+	terminalAt time.Time       // zero while the workload is live
+}
+
+// resyncSet holds the latest event per local-origin workload run, so the
+// heartbeat can re-assert it to peers that missed a delivery. It is guarded
+// by Manager.activeMu.
+type resyncSet struct {
+	retention time.Duration // how long a terminal entry stays
+	entries   map[workloadKey]*resyncEntry
+	byRef     map[workloadRef]map[workloadKey]struct{} // a removal names a ref, not a run
+}
+
+func newResyncSet(retention time.Duration) *resyncSet {
+	return &resyncSet{
+		retention: retention,
+		entries:   map[workloadKey]*resyncEntry{},
+		byRef:     map[workloadRef]map[workloadKey]struct{}{},
+	}
+}
+
+// track records ev as its run's latest event. A non-terminal event for a run
+// already held terminal is stale (a late or replayed delivery) and is not
+// recorded, so a finished workload is never re-asserted as live.
+func (s *resyncSet) track(ev *lifecycleEvent, now time.Time) bool {
+	k := ev.key()
+	if old, ok := s.entries[k]; ok && !old.terminalAt.IsZero() && !ev.terminal() {
+		return false
+	}
+	// The stored params never carry a resync member, whatever its value or
+	// spelling: the heartbeat adds its own marker, and a second one would win.
+	e := &resyncEntry{method: ev.method, params: withoutResync(ev.params)}
+	if ev.terminal() {
+		e.terminalAt = now
+	}
+	s.entries[k] = e
+	keys := s.byRef[ev.ref()]
+	if keys == nil {
+		keys = map[workloadKey]struct{}{}
+		s.byRef[ev.ref()] = keys
+	}
+	keys[k] = struct{}{}
+	return true
+}
+
+// untrack drops every run of the workload.
+func (s *resyncSet) untrack(ref workloadRef) {
+	for k := range s.byRef[ref] {
+		delete(s.entries, k)
+	}
+	delete(s.byRef, ref)
+}
+
+func (s *resyncSet) remove(k workloadKey) {
+	delete(s.entries, k)
+	ref := workloadRef{k.origin, k.id}
+	if keys := s.byRef[ref]; keys != nil {
+		delete(keys, k)
+		if len(keys) == 0 {
+			delete(s.byRef, ref)
+		}
+	}
+}
+
+// snapshot drops terminal entries past their retention and returns the rest
+// as re-assertion frames.
+func (s *resyncSet) snapshot(now time.Time) []resyncEntry {
+	out := make([]resyncEntry, 0, len(s.entries))
+	for k, e := range s.entries {
+		if !e.terminalAt.IsZero() && now.Sub(e.terminalAt) >= s.retention {
+			s.remove(k)
+			continue
+		}
+		out = append(out, *e)
+	}
+	return out
+}
+
+func (s *resyncSet) len() int { return len(s.entries) }
+
+// withResync returns params with "resync": true added: the marker that lets
+// a re-assertion through the peers' dedup.
+func withResync(params json.RawMessage) json.RawMessage {
+	p := bytes.TrimSpace(params)
+	rest := bytes.TrimSpace(p[1:]) // p is a JSON object: it starts with '{'
+	out := make([]byte, 0, len(p)+16)
+	out = append(out, `{"resync":true`...)
+	if rest[0] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, rest...)
+}
+
+// withoutResync returns params without any member that encoding/json would
+// decode as the resync marker.
+func withoutResync(params json.RawMessage) json.RawMessage {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(params, &m); err != nil {
+		return params // parseLifecycle already decoded it; unreachable
+	}
+	found := false
+	for k := range m {
+		if strings.EqualFold(k, "resync") {
+			delete(m, k)
+			found = true
+		}
+	}
+	if !found {
+		return params
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return params
+	}
+	return b
+}
+
+// queueResync queues the whole re-sync set as re-assertions, under one hold
+// of broadcastMu so that no removal can be queued between the snapshot and
+// its frames. It returns how many frames were queued.
+func (m *Manager) queueResync(reason string) int {
+	m.broadcastMu.Lock()
+	defer m.broadcastMu.Unlock()
+	m.activeMu.Lock()
+	entries := m.resync.snapshot(m.now())
+	m.activeMu.Unlock()
+	queued := 0
+	for _, e := range entries {
+		if m.bcast.enqueue(outboundFrame{method: e.method, line: encodeNotification(e.method, withResync(e.params))}) {
+			queued++
+		}
+	}
+	if len(entries) > 0 {
+		m.log.Debug("re-sync set queued", "reason", reason, "frames", queued, "held", len(entries))
+	}
+	return queued
+}
+
+// heartbeat re-asserts the re-sync set every interval until ctx ends.
+func (m *Manager) heartbeat(ctx context.Context) {
+	tick := time.NewTicker(m.cfg.ResyncInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			m.queueResync("heartbeat")
+		}
+	}
+}

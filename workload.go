@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The lifecycle methods a workload's events travel as, on every channel.
+const (
+	methodSubmitted = "workload:submitted"
+	methodStarted   = "workload:started"
+	methodCompleted = "workload:completed"
+	methodErrored   = "workload:errored"
+	methodRemove    = "workloads:remove"
+	methodUpsert    = "workloads:upsert"
+)
+
+// workloadStates maps each known state to whether it is terminal.
+var workloadStates = map[string]bool{
+	"queued":    false,
+	"running":   false,
+	"completed": true,
+	"failed":    true,
+	"cancelled": true,
+}
+
+func isLifecycleMethod(m string) bool {
+	switch m {
+	case methodSubmitted, methodStarted, methodCompleted, methodErrored:
+		return true
+	}
+	return false
+}
+
+// isTerminalState reports whether a workload in state s has ended. On the
+// stdio and peer paths any non-empty state passes validation; an unknown one
+// is treated as live.
+func isTerminalState(s string) bool { return workloadStates[s] }
+
+// workloadInfo holds the fields of a workload object that the daemon reads.
+// It is never re-encoded: the object travels as the raw JSON it arrived as.
+type workloadInfo struct {
+	ID             string          `json:"id"`
+	Model          string          `json:"model"`
+	Engine         string          `json:"engine"`
+	State          string          `json:"state"`
+	OriginatedFrom string          `json:"originatedFrom"`
+	ScheduledOn    string          `json:"scheduledOn"`
+	RunID          string          `json:"runId"`
+	Seq            json.RawMessage `json:"seq"`
+}
+
+// workloadKey identifies one run of a workload in the re-sync set.
+type workloadKey struct{ origin, engine, runID, id string }
+
+// workloadRef identifies a workload across runs: what a removal names.
+type workloadRef struct{ origin, id string }
+
+// lifecycleEvent is a validated lifecycle frame.
+type lifecycleEvent struct {
+	method string
+	info   workloadInfo
+	raw    json.RawMessage // the workload object exactly as it arrived
+	params json.RawMessage // the frame's params exactly as they arrived
+	resync bool            // params carried "resync": true
+}
+
+func (e *lifecycleEvent) key() workloadKey {
+	return workloadKey{e.info.OriginatedFrom, e.info.Engine, e.info.RunID, e.info.ID}
+}
+
+func (e *lifecycleEvent) ref() workloadRef { return workloadRef{e.info.OriginatedFrom, e.info.ID} }
+
+func (e *lifecycleEvent) terminal() bool { return isTerminalState(e.info.State) }
+
+// dedupKey is the key peers deduplicate a lifecycle event on.
+func (e *lifecycleEvent) dedupKey() string {
+	i := &e.info
+	return joinKey("L", i.OriginatedFrom, i.Engine, i.RunID, i.ID, i.State, i.ScheduledOn, string(i.Seq))
+}
+
+// removalEvent is a validated workloads:remove frame.
+type removalEvent struct {
+	ref    workloadRef
+	params json.RawMessage
+}
+
+func (r *removalEvent) dedupKey() string { return joinKey("R", r.ref.origin, r.ref.id) }
+
+// joinKey length-prefixes each part so that no two tuples share a key.
+func joinKey(parts ...string) string {
+	var b strings.Builder
+	for _, p := range parts {
+		b.WriteString(strconv.Itoa(len(p)))
+		b.WriteByte(':')
+		b.WriteString(p)
+	}
+	return b.String()
+}
+
+var errNotObject = errors.New("must be a JSON object")
+
+// lifecycleParams is the params object of a lifecycle frame.
+type lifecycleParams struct {
+	WorkloadInfo json.RawMessage `json:"workloadInfo"`
+	Resync       bool            `json:"resync"`
+}
+
+// parseLifecycle validates a lifecycle frame's params: a workload object
+// with every required field present and non-empty. It has no side effects.
+func parseLifecycle(method string, params json.RawMessage) (lifecycleEvent, error) {
+	if !isLifecycleMethod(method) {
+		return lifecycleEvent{}, fmt.Errorf("unknown method %q", method)
+	}
+	if !isJSONObject(params) {
+		return lifecycleEvent{}, fmt.Errorf("params: %w", errNotObject)
+	}
+	var p lifecycleParams
+	if err := json.Unmarshal(params, &p); err != nil {
+		return lifecycleEvent{}, fmt.Errorf("params: %w", err)
+	}
+	if p.WorkloadInfo == nil {
+		return lifecycleEvent{}, errors.New("params.workloadInfo is missing")
+	}
+	if !isJSONObject(p.WorkloadInfo) {
+		return lifecycleEvent{}, fmt.Errorf("params.workloadInfo: %w", errNotObject)
+	}
+	ev := lifecycleEvent{method: method, raw: p.WorkloadInfo, params: params, resync: p.Resync}
+	if err := json.Unmarshal(p.WorkloadInfo, &ev.info); err != nil {
+		return lifecycleEvent{}, fmt.Errorf("workloadInfo: %w", err)
+	}
+	if err := ev.info.validate(); err != nil {
+		return lifecycleEvent{}, err
+	}
+	return ev, nil
+}
+
+func (i *workloadInfo) validate() error {
+	for _, f := range []struct{ name, v string }{
+		{"id", i.ID}, {"model", i.Model}, {"engine", i.Engine},
+		{"state", i.State}, {"originatedFrom", i.OriginatedFrom},
+	} {
+		if f.v == "" {
+			return fmt.Errorf("workloadInfo.%s is missing or empty", f.name)
+		}
+	}
+	if len(i.Seq) > 0 && !isJSONNumberOrNull(i.Seq) {
+		return errors.New("workloadInfo.seq must be a number")
+	}
+	return nil
+}
+
+// removeParams is the params object of a workloads:remove frame.
+type removeParams struct {
+	WorkloadID     *string `json:"workloadId"`
+	OriginatedFrom string  `json:"originatedFrom"`
+}
+
+// parseRemove validates a workloads:remove frame's params. It has no side
+// effects.
+func parseRemove(params json.RawMessage) (removalEvent, error) {
+	if !isJSONObject(params) {
+		return removalEvent{}, fmt.Errorf("params: %w", errNotObject)
+	}
+	var p removeParams
+	if err := json.Unmarshal(params, &p); err != nil {
+		return removalEvent{}, fmt.Errorf("params: %w", err)
+	}
+	if p.WorkloadID == nil || *p.WorkloadID == "" {
+		return removalEvent{}, errors.New("params.workloadId is missing or empty")
+	}
+	if p.OriginatedFrom == "" {
+		return removalEvent{}, errors.New("params.originatedFrom is missing or empty")
+	}
+	return removalEvent{ref: workloadRef{p.OriginatedFrom, *p.WorkloadID}, params: params}, nil
+}
+
+func isJSONObject(b json.RawMessage) bool {
+	b = bytes.TrimLeft(b, " \t\r\n")
+	return len(b) > 0 && b[0] == '{'
+}
+
+func isJSONNumberOrNull(b json.RawMessage) bool {
+	b = bytes.TrimSpace(b)
+	if string(b) == "null" {
+		return true
+	}
+	if len(b) == 0 || (b[0] != '-' && (b[0] < '0' || b[0] > '9')) {
+		return false // json.Number would also take a quoted number
+	}
+	var n json.Number
+	return json.Unmarshal(b, &n) == nil
+}
