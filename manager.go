@@ -278,6 +278,9 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 		}
 		rerr = &rpcError{Code: codeMethodNotFound, Message: "method not found: " + f.Method}
 	}
+	if rerr != nil && !f.isRequest() {
+		m.log.Warn("notification refused", "method", f.Method, "reason", rerr.Message)
+	}
 	if f.isRequest() {
 		if err := m.out.respond(f.ID, result, rerr); err != nil {
 			m.log.Warn("answer to broker failed", "method", f.Method, "id", string(f.ID), "reason", err)
