@@ -90,26 +90,21 @@ func (l *lineReader) Next() ([]byte, error) {
 	for {
 		chunk, err := l.r.ReadSlice('\n')
 		if !tooLong {
-			if len(l.buf)+len(chunk) > l.maxLine+2 { // room for "\r\n"
-				tooLong = true
-				l.buf = l.buf[:0]
-			} else {
-				l.buf = append(l.buf, chunk...)
+			l.buf = append(l.buf, chunk...)
+			if len(l.buf) > l.maxLine+len("\r\n") {
+				// Stop buffering: the rest of the line is read and dropped.
+				tooLong, l.buf = true, l.buf[:0]
 			}
 		}
 		switch {
-		case err == nil:
-			if tooLong {
+		case err == nil, errors.Is(err, io.EOF) && (len(l.buf) > 0 || tooLong):
+			line := trimEOL(l.buf)
+			if tooLong || len(line) > l.maxLine {
 				return nil, errLineTooLong
 			}
-			return trimEOL(l.buf), nil
+			return line, nil
 		case errors.Is(err, bufio.ErrBufferFull):
 			continue
-		case errors.Is(err, io.EOF) && (len(l.buf) > 0 || tooLong):
-			if tooLong {
-				return nil, errLineTooLong
-			}
-			return trimEOL(l.buf), nil
 		default:
 			return nil, err
 		}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // ingressIdleTimeout is how long the ingress keeps an idle keep-alive
@@ -90,14 +91,23 @@ func checkLoopbackBind(addr string) error {
 // 0x7f000001, 0177.0.0.1, a trailing dot, ::ffff:127.0.0.1) are refused:
 // the answer must not depend on whose parser reads the name.
 func isLoopbackName(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
+	if isASCII(host) && strings.EqualFold(host, "localhost") {
+		return true // EqualFold alone would also take "localhoſt"
 	}
 	a, err := netip.ParseAddr(host)
 	if err != nil || a.Zone() != "" || a.String() != host {
 		return false
 	}
 	return (a.Is4() && a.IsLoopback()) || a == netip.IPv6Loopback()
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
 
 // hostAllowed reports whether a request's Host (r.Host: Go's server takes it

@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// The fuzz targets' seed corpora live in testdata/fuzz/<target>/: every
+// bypass the ingress design names, and the Host forms of issue 5.
+// .ci/run runs each target for a bounded time after the tests.
+
+const fuzzNodeID = "11111111-2222-4333-8444-555555555555"
+
+// FuzzIngressFrame feeds arbitrary bodies to the ingress frame path. An
+// accepted frame must be one the peers can trust: its origin is this node,
+// as encoding/json itself decodes the body; its state is one of the five;
+// its id is at most 256 bytes; and no name at a checked level folds to
+// resync or to a known field spelt another way.
+func FuzzIngressFrame(f *testing.F) {
+	f.Fuzz(func(t *testing.T, body []byte) {
+		fr, err := parseIngressFrame(body, fuzzNodeID)
+		if err != nil {
+			return
+		}
+		if fr.isRemoval() {
+			var p struct {
+				Params struct{ WorkloadID, OriginatedFrom string }
+			}
+			if err := json.Unmarshal(body, &p); err != nil {
+				t.Fatalf("accepted a removal encoding/json cannot decode: %v", err)
+			}
+			if p.Params.OriginatedFrom != "" && p.Params.OriginatedFrom != fuzzNodeID {
+				t.Fatalf("accepted a removal that encoding/json decodes as from %q", p.Params.OriginatedFrom)
+			}
+			if fr.removal.ref.origin != fuzzNodeID || len(fr.removal.ref.id) > maxWorkloadIDBytes {
+				t.Fatalf("accepted removal %+v", fr.removal.ref)
+			}
+		} else {
+			var p struct {
+				Params struct {
+					WorkloadInfo workloadInfo
+					Resync       bool
+				}
+			}
+			if err := json.Unmarshal(body, &p); err != nil {
+				t.Fatalf("accepted a frame encoding/json cannot decode: %v", err)
+			}
+			w := p.Params.WorkloadInfo
+			if w.OriginatedFrom != "" && w.OriginatedFrom != fuzzNodeID {
+				t.Fatalf("accepted a frame that encoding/json decodes as from %q", w.OriginatedFrom)
+			}
+			if p.Params.Resync || fr.life.resync {
+				t.Fatal("accepted a frame that decodes as a re-assertion")
+			}
+			if _, ok := workloadStates[fr.life.info.State]; !ok {
+				t.Fatalf("accepted state %q", fr.life.info.State)
+			}
+			if fr.life.info.OriginatedFrom != fuzzNodeID || len(fr.life.info.ID) > maxWorkloadIDBytes {
+				t.Fatalf("accepted workload %+v", fr.life.info)
+			}
+		}
+		assertNamesClean(t, body)
+	})
+}
+
+// assertNamesClean walks the envelope, params and workloadInfo levels of an
+// accepted body with its own reading of the JSON (json.Decoder tokens, and
+// strings.EqualFold rather than foldKey) and fails on a name that folds to
+// resync, a known field spelt otherwise, or two names that fold together.
+func assertNamesClean(t *testing.T, body []byte) {
+	levels := []struct {
+		path  []string
+		known []string
+	}{
+		{nil, []string{"jsonrpc", "id", "method", "params"}},
+		{[]string{"params"}, []string{"workloadInfo", "workloadId", "originatedFrom"}},
+		{[]string{"params", "workloadInfo"}, []string{"id", "model", "engine", "state", "originatedFrom", "scheduledOn",
+			"runId", "seq", "createdAt", "startedAt", "completedAt", "error", "requesterId"}},
+	}
+	for _, l := range levels {
+		names, ok := namesAt(body, l.path)
+		if !ok {
+			continue
+		}
+		for i, n := range names {
+			if strings.EqualFold(n, "resync") {
+				t.Fatalf("accepted name %q at %v", n, l.path)
+			}
+			for _, k := range l.known {
+				if strings.EqualFold(n, k) && n != k {
+					t.Fatalf("accepted %q for %q at %v", n, k, l.path)
+				}
+			}
+			for _, m := range names[:i] {
+				if strings.EqualFold(n, m) {
+					t.Fatalf("accepted colliding names %q and %q at %v", m, n, l.path)
+				}
+			}
+		}
+	}
+}
+
+// namesAt returns the member names of the object at path (each step an
+// exact member name), in order with repeats, or false when there is none.
+func namesAt(body []byte, path []string) ([]string, bool) {
+	raw := json.RawMessage(body)
+	for _, step := range path {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(raw, &m) != nil {
+			return nil, false
+		}
+		var ok bool
+		if raw, ok = m[step]; !ok {
+			return nil, false
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, false
+	}
+	var names []string
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, false
+		}
+		names = append(names, tok.(string))
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return nil, false
+		}
+	}
+	return names, true
+}
+
+// canonicalLoopbackHost is the accepted Host set written independently of
+// hostAllowed: localhost in any case, a canonical 127/8 dotted quad, or
+// [::1], each with the bound port.
+var canonicalLoopbackHost = regexp.MustCompile(`^[lL][oO][cC][aA][lL][hH][oO][sS][tT]$|^127\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\.(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$|^\[::1\]$`)
+
+// FuzzHostCheck: hostAllowed never accepts a Host outside the canonical set.
+func FuzzHostCheck(f *testing.F) {
+	const port = "14324"
+	f.Fuzz(func(t *testing.T, host string) {
+		got := hostAllowed(host, port)
+		name, hasPort := strings.CutSuffix(host, ":"+port)
+		want := hasPort && canonicalLoopbackHost.MatchString(name)
+		if got != want {
+			t.Fatalf("hostAllowed(%q) = %v, want %v", host, got, want)
+		}
+	})
+}
+
+// FuzzLineReader checks the stdio line reader against a reference split:
+// every line of at most the limit comes out intact and in order, every
+// longer line is one errLineTooLong, and nothing is buffered past the limit.
+func FuzzLineReader(f *testing.F) {
+	const limit = 16
+	f.Fuzz(func(t *testing.T, input []byte) {
+		var want []string
+		parts := bytes.Split(input, []byte("\n"))
+		if len(parts[len(parts)-1]) == 0 {
+			parts = parts[:len(parts)-1] // the input ended with a newline
+		}
+		for _, p := range parts {
+			p = bytes.TrimSuffix(p, []byte("\r"))
+			if len(p) > limit {
+				want = append(want, "!too long")
+			} else {
+				want = append(want, string(p))
+			}
+		}
+		lr := newLineReader(bytes.NewReader(input), limit)
+		var got []string
+		for {
+			line, err := lr.Next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if errors.Is(err, errLineTooLong) {
+				got = append(got, "!too long")
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(line) > limit {
+				t.Fatalf("line of %d bytes over the limit %d", len(line), limit)
+			}
+			got = append(got, string(line))
+		}
+		if strings.Join(got, "\x00") != strings.Join(want, "\x00") || len(got) != len(want) {
+			t.Fatalf("lines %q, want %q", got, want)
+		}
+	})
+}
