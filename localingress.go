@@ -8,14 +8,11 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 )
 
 // ingressIdleTimeout is how long the ingress keeps an idle keep-alive
@@ -43,11 +40,8 @@ var (
 // type is not JSON (the only types a page can send without a preflight are
 // form and text types).
 type localIngress struct {
-	m    *Manager
-	addr string // as configured
-
-	mu   sync.Mutex // guards port
-	port string     // the bound port, which the Host check requires
+	*loopbackBinding
+	m *Manager
 }
 
 // EnableLocalIngress turns the loopback ingress on at addr. It must be
@@ -62,65 +56,11 @@ func (m *Manager) EnableLocalIngress(addr string) error {
 }
 
 func newLocalIngress(m *Manager, addr string) (*localIngress, error) {
-	if err := checkLoopbackBind(addr); err != nil {
-		return nil, fmt.Errorf("local ingress %s: %w", addr, err)
-	}
-	return &localIngress{m: m, addr: addr}, nil
-}
-
-// checkLoopbackBind accepts localhost, a 127.0.0.0/8 address or ::1, with a
-// numeric port.
-func checkLoopbackBind(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
+	b, err := newLoopbackBinding("local ingress", addr)
 	if err != nil {
-		return fmt.Errorf("not HOST:PORT: %w", err)
+		return nil, err
 	}
-	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
-		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
-	}
-	if !isLoopbackName(host) {
-		return errors.New("not a loopback address (localhost, 127.0.0.0/8 or ::1)")
-	}
-	return nil
-}
-
-// isLoopbackName reports whether host, without port or brackets, is
-// localhost (in any letter case: host names are case-insensitive), a
-// 127.0.0.0/8 address in canonical dotted-decimal form or ::1. Other
-// spellings that some resolvers map to loopback (127.1, 2130706433,
-// 0x7f000001, 0177.0.0.1, a trailing dot, ::ffff:127.0.0.1) are refused:
-// the answer must not depend on whose parser reads the name.
-func isLoopbackName(host string) bool {
-	if isASCII(host) && strings.EqualFold(host, "localhost") {
-		return true // EqualFold alone would also take "localhoſt"
-	}
-	a, err := netip.ParseAddr(host)
-	if err != nil || a.Zone() != "" || a.String() != host {
-		return false
-	}
-	return (a.Is4() && a.IsLoopback()) || a == netip.IPv6Loopback()
-}
-
-func isASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
-}
-
-// hostAllowed reports whether a request's Host (r.Host: Go's server takes it
-// from an absolute-form request line when there is one, and removes it from
-// the header map) names this ingress: a loopback name with the bound port.
-func hostAllowed(host, boundPort string) bool {
-	name, port, err := net.SplitHostPort(host)
-	if err != nil || port != boundPort {
-		return false
-	}
-	// JoinHostPort brackets exactly the names with a colon, so this refuses
-	// "[127.0.0.1]:port" and any other non-canonical bracketing.
-	return net.JoinHostPort(name, port) == host && isLoopbackName(name)
+	return &localIngress{loopbackBinding: b, m: m}, nil
 }
 
 // resolveIngressAddr returns the ingress address: the flag's when given,
@@ -156,33 +96,13 @@ func resolveIngressAddr(flagAddr, appDir string, log *slog.Logger) (string, erro
 	return cfg.Listen, nil
 }
 
-// listen binds the ingress. A taken port is an error that fails startup.
-func (li *localIngress) listen() (net.Listener, error) {
-	ln, err := net.Listen("tcp", li.addr)
-	if err != nil {
-		return nil, fmt.Errorf("local ingress: listen on %s: %w", li.addr, err)
-	}
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	li.mu.Lock()
-	li.port = port
-	li.mu.Unlock()
-	return ln, nil
-}
-
-func (li *localIngress) boundPort() string {
-	li.mu.Lock()
-	defer li.mu.Unlock()
-	return li.port
-}
-
 // IngressAddr returns the ingress's bound address once Run has bound it,
 // or "" when the ingress is off.
 func (m *Manager) IngressAddr() string {
-	if m.ingress == nil || m.ingress.boundPort() == "" {
+	if m.ingress == nil {
 		return ""
 	}
-	host, _, _ := net.SplitHostPort(m.ingress.addr)
-	return net.JoinHostPort(host, m.ingress.boundPort())
+	return m.ingress.boundAddr()
 }
 
 func (li *localIngress) serve(wg *sync.WaitGroup, ln net.Listener) *http.Server {
@@ -238,11 +158,8 @@ func (li *localIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // checkRequest applies the checks that need no body, in order, and returns
 // the status and reason of the first that fails, or 0.
 func (li *localIngress) checkRequest(r *http.Request) (int, string) {
-	if _, browser := r.Header["Origin"]; browser {
-		return http.StatusForbidden, "requests from web pages are refused (Origin header present)"
-	}
-	if !hostAllowed(r.Host, li.boundPort()) {
-		return http.StatusMisdirectedRequest, fmt.Sprintf("host %q is not this loopback ingress", r.Host)
+	if status, reason := li.refuseBrowsers(r); status != 0 {
+		return status, reason
 	}
 	if r.URL.Path != peerEventsPath {
 		return http.StatusNotFound, "no such endpoint; POST to " + peerEventsPath

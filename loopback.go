@@ -1,0 +1,131 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// loopbackBinding is the address of a plaintext listener that may only bind
+// loopback (the ingress, the metrics endpoint) and, once bound, its port,
+// which the Host check requires.
+type loopbackBinding struct {
+	what string // names the listener in errors
+	addr string // as configured
+
+	mu   sync.Mutex // guards port
+	port string
+}
+
+// newLoopbackBinding refuses an address that is not loopback.
+func newLoopbackBinding(what, addr string) (*loopbackBinding, error) {
+	if err := checkLoopbackBind(addr); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", what, addr, err)
+	}
+	return &loopbackBinding{what: what, addr: addr}, nil
+}
+
+// listen binds the address. A taken port is an error that fails startup.
+func (b *loopbackBinding) listen() (net.Listener, error) {
+	ln, err := net.Listen("tcp", b.addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: listen on %s: %w", b.what, b.addr, err)
+	}
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	b.mu.Lock()
+	b.port = port
+	b.mu.Unlock()
+	return ln, nil
+}
+
+func (b *loopbackBinding) boundPort() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.port
+}
+
+// boundAddr returns the configured host with the bound port, or "" before
+// the listener is bound.
+func (b *loopbackBinding) boundAddr() string {
+	port := b.boundPort()
+	if port == "" {
+		return ""
+	}
+	host, _, _ := net.SplitHostPort(b.addr)
+	return net.JoinHostPort(host, port)
+}
+
+// refuseBrowsers returns 403 for a request that carries an Origin header
+// (only browsers send one; any value, "null" and empty included) and 421
+// for one whose Host is not a loopback name with the bound port (what a
+// DNS-rebinding page sends), or 0 when neither applies.
+func (b *loopbackBinding) refuseBrowsers(r *http.Request) (int, string) {
+	if _, browser := r.Header["Origin"]; browser {
+		return http.StatusForbidden, "requests from web pages are refused (Origin header present)"
+	}
+	if !hostAllowed(r.Host, b.boundPort()) {
+		return http.StatusMisdirectedRequest, fmt.Sprintf("host %q is not this loopback %s", r.Host, b.what)
+	}
+	return 0, ""
+}
+
+// checkLoopbackBind accepts localhost, a 127.0.0.0/8 address or ::1, with a
+// numeric port.
+func checkLoopbackBind(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("not HOST:PORT: %w", err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	if !isLoopbackName(host) {
+		return errors.New("not a loopback address (localhost, 127.0.0.0/8 or ::1)")
+	}
+	return nil
+}
+
+// isLoopbackName reports whether host, without port or brackets, is
+// localhost (in any letter case: host names are case-insensitive), a
+// 127.0.0.0/8 address in canonical dotted-decimal form or ::1. Other
+// spellings that some resolvers map to loopback (127.1, 2130706433,
+// 0x7f000001, 0177.0.0.1, a trailing dot, ::ffff:127.0.0.1) are refused:
+// the answer must not depend on whose parser reads the name.
+func isLoopbackName(host string) bool {
+	if isASCII(host) && strings.EqualFold(host, "localhost") {
+		return true // EqualFold alone would also take "localhoſt"
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil || a.Zone() != "" || a.String() != host {
+		return false
+	}
+	return (a.Is4() && a.IsLoopback()) || a == netip.IPv6Loopback()
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// hostAllowed reports whether a request's Host (r.Host: Go's server takes it
+// from an absolute-form request line when there is one, and removes it from
+// the header map) names this ingress: a loopback name with the bound port.
+func hostAllowed(host, boundPort string) bool {
+	name, port, err := net.SplitHostPort(host)
+	if err != nil || port != boundPort {
+		return false
+	}
+	// JoinHostPort brackets exactly the names with a colon, so this refuses
+	// "[127.0.0.1]:port" and any other non-canonical bracketing.
+	return net.JoinHostPort(name, port) == host && isLoopbackName(name)
+}
