@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,8 +52,9 @@ func (t peerTarget) id() string {
 
 // outboundFrame is one local-origin frame on its way to the peers.
 type outboundFrame struct {
-	method string
-	line   []byte // the JSON-RPC notification, the peer request body
+	method   string
+	line     []byte    // the JSON-RPC notification, the peer request body
+	queuedAt time.Time // set by enqueue, for the delivery latency
 }
 
 // broadcaster owns the outbound path: one ordered, bounded enqueue point, a
@@ -64,12 +67,17 @@ type broadcaster struct {
 	// queue is the single ordered enqueue point; only the dispatcher reads it.
 	queue chan outboundFrame
 
-	// mu guards closed, peers and the send on queue. It is taken under
-	// Manager.broadcastMu (enqueue) and is otherwise a leaf: nothing is
-	// acquired while holding it, and no network I/O happens under it.
+	// mu guards closed, peers, stats and the send on queue. It is taken
+	// under Manager.broadcastMu (enqueue) and is otherwise a leaf: nothing
+	// is acquired while holding it, and no network I/O happens under it.
 	mu     sync.Mutex
 	closed bool
 	peers  map[string]*peerSender
+	stats  map[string]*peerStats // by principal; kept when a peer leaves
+
+	// Counters for the metrics.
+	queued, dropped               atomic.Uint64 // at the enqueue point
+	handshakes, handshakeFailures atomic.Uint64 // client side
 
 	queueDrops   dropLogger
 	dispatchDone chan struct{}
@@ -92,6 +100,7 @@ func newBroadcaster(log *slog.Logger, trust *clusterTrust) *broadcaster {
 // full the newest frame, this one, is dropped with a warning; the heartbeat
 // repairs what a dropped lifecycle frame would have told the peers.
 func (b *broadcaster) enqueue(f outboundFrame) bool {
+	f.queuedAt = time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -99,8 +108,10 @@ func (b *broadcaster) enqueue(f outboundFrame) bool {
 	}
 	select {
 	case b.queue <- f:
+		b.queued.Add(1)
 		return true
 	default:
+		b.dropped.Add(1)
 		b.queueDrops.note(b.log, "outbound queue full, dropping the newest frame", "method", f.method)
 		return false
 	}
@@ -145,7 +156,15 @@ func (b *broadcaster) setTargets(targets []peerTarget) (added, removed []peerTar
 	}
 	for id, t := range next {
 		if _, have := b.peers[id]; !have {
-			s := newPeerSender(t, b.trust, b.log)
+			st := b.stats[t.principal]
+			if st == nil {
+				st = &peerStats{peer: t.principal, latency: newHistogram()}
+				if b.stats == nil {
+					b.stats = map[string]*peerStats{}
+				}
+				b.stats[t.principal] = st
+			}
+			s := newPeerSender(t, st, b.dialTLS(t), b.log)
 			b.peers[id] = s
 			b.senders.Add(1)
 			go func() {
@@ -156,6 +175,39 @@ func (b *broadcaster) setTargets(targets []peerTarget) (added, removed []peerTar
 		}
 	}
 	return added, removed
+}
+
+// peerStatsSnapshot returns every peer's delivery counters, sorted by peer.
+func (b *broadcaster) peerStatsSnapshot() []*peerStats {
+	b.mu.Lock()
+	out := make([]*peerStats, 0, len(b.stats))
+	for _, s := range b.stats {
+		out = append(out, s)
+	}
+	b.mu.Unlock()
+	slices.SortFunc(out, func(x, y *peerStats) int { return strings.Compare(x.peer, y.peer) })
+	return out
+}
+
+// dialTLS dials a target and completes the handshake against its pin,
+// counting handshakes and their failures.
+func (b *broadcaster) dialTLS(t peerTarget) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	dial := dialInOrder(t.addrs)
+	cfg := b.trust.clientTLSConfig(t.principal)
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		raw, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		c := tls.Client(raw, cfg)
+		if err := c.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			b.handshakeFailures.Add(1)
+			return nil, fmt.Errorf("TLS handshake: %w", err)
+		}
+		b.handshakes.Add(1)
+		return c, nil
+	}
 }
 
 // targetCount returns the number of current targets.
@@ -196,9 +248,17 @@ func (b *broadcaster) close(drain time.Duration) {
 	<-done
 }
 
+// peerStats counts one peer's deliveries, for the metrics.
+type peerStats struct {
+	peer                                                      string
+	succeeded, failedAttempts, retries, dropped, queueDropped atomic.Uint64
+	latency                                                   *histogram
+}
+
 // peerSender delivers one peer's queue in order over pooled connections.
 type peerSender struct {
 	target peerTarget
+	stats  *peerStats
 	log    *slog.Logger
 	queue  chan outboundFrame
 	client *http.Client
@@ -208,18 +268,17 @@ type peerSender struct {
 	drops  dropLogger
 }
 
-func newPeerSender(t peerTarget, trust *clusterTrust, log *slog.Logger) *peerSender {
+func newPeerSender(t peerTarget, stats *peerStats, dialTLS func(context.Context, string, string) (net.Conn, error), log *slog.Logger) *peerSender {
 	ctx, cancel := context.WithCancel(context.Background())
 	transport := &http.Transport{
-		DialContext:         dialInOrder(t.addrs),
-		TLSClientConfig:     trust.clientTLSConfig(t.principal),
-		TLSHandshakeTimeout: peerAttemptTimeout,
+		DialTLSContext:      dialTLS,
 		MaxIdleConns:        peerMaxIdleConns,
 		MaxIdleConnsPerHost: peerMaxIdleConns,
 		IdleConnTimeout:     peerClientIdleTimeout,
 	}
 	return &peerSender{
 		target: t,
+		stats:  stats,
 		log:    log.With("peer", t.name, "principal", t.principal),
 		queue:  make(chan outboundFrame, peerQueueSize),
 		client: &http.Client{Transport: transport},
@@ -256,6 +315,7 @@ func (s *peerSender) offer(f outboundFrame) {
 	select {
 	case s.queue <- f:
 	default:
+		s.stats.queueDropped.Add(1)
 		s.drops.note(s.log, "peer queue full, dropping the newest frame for this peer", "method", f.method)
 	}
 }
@@ -276,6 +336,7 @@ func (s *peerSender) run() {
 				return
 			}
 			if err := s.deliver(f); err != nil && s.ctx.Err() == nil {
+				s.stats.dropped.Add(1)
 				s.log.Warn("peer delivery failed, frame dropped for this peer", "method", f.method, "reason", err)
 			}
 		}
@@ -295,11 +356,15 @@ func (s *peerSender) deliver(f outboundFrame) error {
 				return s.ctx.Err()
 			case <-time.After(peerRetryBaseDelay << (attempt - 1)):
 			}
+			s.stats.retries.Add(1)
 		}
 		if err = s.post(f); err == nil {
+			s.stats.succeeded.Add(1)
+			s.stats.latency.observe(time.Since(f.queuedAt))
 			s.log.Debug("delivered to peer", "method", f.method)
 			return nil
 		}
+		s.stats.failedAttempts.Add(1)
 		if errors.Is(err, errPermanent) || s.ctx.Err() != nil {
 			return err
 		}

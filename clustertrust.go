@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -41,6 +42,8 @@ type clusterTrust struct {
 	identityDER []byte            // identity's leaf, to detect a change
 	pins        map[string][]byte // principal -> pinned certificate DER
 	invalid     map[string]string // pin file name -> why it was ignored
+
+	serverHandshakes atomic.Uint64 // completed server-side handshakes, for the metrics
 }
 
 func newClusterTrust(dir string, log *slog.Logger) *clusterTrust {
@@ -244,6 +247,11 @@ func (t *clusterTrust) serverTLSConfig() *tls.Config {
 				return id, nil
 			}
 			return nil, errNoIdentity
+		},
+		// Called once per completed handshake, resumed ones included.
+		VerifyConnection: func(tls.ConnectionState) error {
+			t.serverHandshakes.Add(1)
+			return nil
 		},
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 )
 
 // maxFrameBytes bounds one frame on every channel: a stdio line, a peer
@@ -132,6 +133,8 @@ type brokerWriter struct {
 	// shutdown signal.
 	gone     chan struct{}
 	goneOnce sync.Once
+
+	writes, failures atomic.Uint64 // for the metrics
 }
 
 func newBrokerWriter(w io.Writer) *brokerWriter {
@@ -148,10 +151,12 @@ func (bw *brokerWriter) writeLine(line []byte) error {
 		return errBrokerGone
 	}
 	if _, err := bw.w.Write(buf); err != nil {
+		bw.failures.Add(1)
 		bw.err = err
 		bw.goneOnce.Do(func() { close(bw.gone) })
 		return fmt.Errorf("write to broker: %w", err)
 	}
+	bw.writes.Add(1)
 	return nil
 }
 

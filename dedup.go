@@ -3,6 +3,7 @@ package main
 import (
 	"container/list"
 	"sync"
+	"sync/atomic"
 )
 
 // dedupCapacity bounds the keys the peer server remembers.
@@ -25,6 +26,8 @@ type dedup struct {
 	order    *list.List               // front = most recently seen key
 	index    map[string]*list.Element // key -> element in order
 	inflight map[string]*keyLock
+
+	hits atomic.Uint64 // duplicates not written, for the metrics
 }
 
 // keyLock serializes the deliveries of one key. refs counts the deliveries
@@ -50,6 +53,7 @@ func (d *dedup) deliverOnce(key string, write func() error) (duplicate bool, err
 	kl := d.lockKey(key)
 	defer d.unlockKey(key, kl)
 	if d.seen(key) {
+		d.hits.Add(1)
 		return true, nil
 	}
 	if err := write(); err != nil {

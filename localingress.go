@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -116,43 +117,49 @@ func (li *localIngress) serve(wg *sync.WaitGroup, ln net.Listener) *http.Server 
 	return srv
 }
 
-// ServeHTTP answers a producer. The checks run in a fixed order so every
-// request gets one deterministic answer; the first four are decided from
-// the headers alone.
+// ServeHTTP answers a producer, logs the answer and counts it.
 func (li *localIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	status, reason, f := li.decide(w, r)
+	li.m.ingressResponses.inc(strconv.Itoa(status))
 	log := li.m.log.With("channel", "ingress", "remote", r.RemoteAddr)
+	switch {
+	case status == http.StatusOK:
+		log.Debug("ingress frame accepted", "method", f.method, "id", f.workloadID())
+	case status >= http.StatusInternalServerError:
+		log.Error("ingress frame not accepted", "status", status, "reason", reason)
+	default:
+		log.Warn("ingress request rejected", "status", status, "reason", reason)
+	}
+	answer(w, status, reason)
+}
+
+// decide runs the checks in a fixed order, so every request gets one
+// deterministic answer, and ingests the frame when they pass. The first
+// checks are decided from the headers alone.
+func (li *localIngress) decide(w http.ResponseWriter, r *http.Request) (int, string, localFrame) {
 	if status, reason := li.checkRequest(r); status != 0 {
 		// The body is not read, so the connection cannot be reused: closing
 		// it also means the answer goes out at once, even when the declared
 		// body never arrives.
 		w.Header().Set("Connection", "close")
-		log.Warn("ingress request rejected", "status", status, "reason", reason)
-		answer(w, status, reason)
-		return
+		return status, reason, localFrame{}
 	}
 	body, err := readCappedBody(w, r)
+	if errors.Is(err, errBodyTooLarge) {
+		w.Header().Set("Connection", "close")
+		return http.StatusRequestEntityTooLarge, err.Error(), localFrame{}
+	}
 	if err != nil {
-		status := http.StatusBadRequest
-		if errors.Is(err, errBodyTooLarge) {
-			status = http.StatusRequestEntityTooLarge
-			w.Header().Set("Connection", "close")
-		}
-		log.Warn("ingress request rejected", "status", status, "reason", err)
-		answer(w, status, err.Error())
-		return
+		return http.StatusBadRequest, err.Error(), localFrame{}
 	}
 	f, err := li.m.ingestLocal(body)
 	switch {
 	case errors.Is(err, errBrokerWrite):
-		log.Error("ingress frame not accepted", "status", http.StatusInternalServerError, "reason", err)
-		answer(w, http.StatusInternalServerError, err.Error())
+		return http.StatusInternalServerError, err.Error(), f
 	case err != nil:
-		log.Warn("ingress request rejected", "status", http.StatusBadRequest, "reason", err)
-		answer(w, http.StatusBadRequest, err.Error())
-	default:
-		log.Debug("ingress frame accepted", "method", f.method, "id", f.workloadID())
-		answer(w, http.StatusOK, "ok")
+		return http.StatusBadRequest, err.Error(), f
 	}
+	return http.StatusOK, "ok", f
 }
 
 // checkRequest applies the checks that need no body, in order, and returns
@@ -189,6 +196,7 @@ func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
 	if err != nil {
 		return f, fmt.Errorf("%w: %v", errBadFrame, err)
 	}
+	m.framesReceived.inc("ingress", f.method)
 	m.ingestMu.Lock()
 	defer m.ingestMu.Unlock()
 	if f.isRemoval() {

@@ -32,6 +32,7 @@ type options struct {
 	clusterDir     string
 	appDir         string
 	localIngress   string
+	metrics        string
 	resyncInterval time.Duration
 	drainTimeout   time.Duration
 	logLevel       slog.Level
@@ -49,6 +50,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.clusterDir, "cluster-dir", "", "cluster directory (default <app-dir>/cluster)")
 	fs.StringVar(&o.appDir, "app-dir", "", "application directory (default: parent of --cluster-dir, else <user config dir>/nvpair)")
 	fs.StringVar(&o.localIngress, "local-ingress", "", "loopback HOST:PORT for third-party producers (off by default)")
+	fs.StringVar(&o.metrics, "metrics", "", "loopback HOST:PORT serving GET /metrics (off by default)")
 	fs.DurationVar(&o.resyncInterval, "resync-interval", defaultResyncInterval, "re-sync heartbeat interval")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "how long peer queues may drain at shutdown")
 	level := fs.String("log-level", "info", "error, warn, info or debug")
@@ -96,7 +98,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	o, err := parseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(stderr, "usage: nvpair-workload-manager [--port N] [--ipc PATH] [--cluster-dir DIR] [--app-dir DIR] [--local-ingress HOST:PORT] [--resync-interval D] [--drain-timeout D] [--log-level LEVEL] [--version]")
+		fmt.Fprintln(stderr, "usage: nvpair-workload-manager [--port N] [--ipc PATH] [--cluster-dir DIR] [--app-dir DIR] [--local-ingress HOST:PORT] [--metrics HOST:PORT] [--resync-interval D] [--drain-timeout D] [--log-level LEVEL] [--version]")
 		return 0
 	}
 	if err != nil {
@@ -152,6 +154,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if ingressAddr != "" {
 		if err := m.EnableLocalIngress(ingressAddr); err != nil {
+			return fail(err)
+		}
+	}
+	if o.metrics != "" {
+		if err := m.EnableMetrics(o.metrics); err != nil {
 			return fail(err)
 		}
 	}

@@ -1,16 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -84,7 +87,14 @@ type Manager struct {
 	discoveryMu sync.Mutex
 	lastNodes   []discoveredNode
 
-	ingress *localIngress // set by EnableLocalIngress before Run
+	ingress *localIngress    // set by EnableLocalIngress before Run
+	metrics *metricsEndpoint // set by EnableMetrics before Run
+
+	// Metrics the Manager itself owns; the components keep their own.
+	framesReceived          *counterVec // source, method
+	ingressResponses        *counterVec // code
+	resyncQueued            atomic.Uint64
+	serverHandshakeFailures atomic.Uint64
 
 	shutdownOnce sync.Once
 	shutdownReq  chan struct{} // closed by a shutdown request from the broker
@@ -123,6 +133,9 @@ func NewManager(cfg Config) (*Manager, error) {
 		resync:      newResyncSet(retention),
 		removed:     newRemovalMemory(retention, removalMemoryCapacity),
 		shutdownReq: make(chan struct{}),
+
+		framesReceived:   newCounterVec(),
+		ingressResponses: newCounterVec(),
 	}, nil
 }
 
@@ -145,12 +158,25 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.addrMu.Lock()
 	m.peerAddr = peerLn.Addr()
 	m.addrMu.Unlock()
-	var ingressLn net.Listener
+	// The optional loopback listeners are bound before anything starts, so
+	// a taken port fails startup.
+	var extras []loopbackServer
 	if m.ingress != nil {
-		if ingressLn, err = m.ingress.listen(); err != nil {
-			peerLn.Close()
+		extras = append(extras, m.ingress)
+	}
+	if m.metrics != nil {
+		extras = append(extras, m.metrics)
+	}
+	listeners := []net.Listener{peerLn}
+	for _, x := range extras {
+		ln, err := x.listen()
+		if err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
 			return err
 		}
+		listeners = append(listeners, ln)
 	}
 	m.trust.reload()
 	m.log.Info("started", "nodeId", m.cfg.NodeID, "version", m.cfg.Version, "peerAddr", peerLn.Addr().String())
@@ -159,8 +185,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	servers := []*http.Server{m.servePeers(&wg, peerLn)}
-	if ingressLn != nil {
-		servers = append(servers, m.ingress.serve(&wg, ingressLn))
+	for i, x := range extras {
+		servers = append(servers, x.serve(&wg, listeners[i+1]))
 	}
 	if m.announce() == nil {
 		wg.Go(func() { m.trust.watch(ctx, trustReloadInterval, m.refreshTargets) })
@@ -182,6 +208,13 @@ func (m *Manager) Run(ctx context.Context) error {
 	cancel()
 	wg.Wait()
 	return nil
+}
+
+// loopbackServer is an optional plaintext listener on loopback: the ingress
+// or the metrics endpoint.
+type loopbackServer interface {
+	listen() (net.Listener, error)
+	serve(wg *sync.WaitGroup, ln net.Listener) *http.Server
 }
 
 // announce sends ready and the discovery subscription, in that order.
@@ -210,6 +243,7 @@ func (m *Manager) stop(servers []*http.Server) {
 
 func (m *Manager) servePeers(wg *sync.WaitGroup, ln net.Listener) *http.Server {
 	srv := newHTTPServer(http.HandlerFunc(m.servePeer), peerServerIdleTimeout, m.log)
+	srv.ErrorLog = log.New(&handshakeFailureCounter{n: &m.serverHandshakeFailures, next: srv.ErrorLog.Writer()}, "", 0)
 	srv.TLSConfig = m.trust.serverTLSConfig()
 	wg.Go(func() {
 		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -260,6 +294,7 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 		m.log.Debug("response from broker ignored", "id", string(f.ID))
 		return false
 	}
+	m.framesReceived.inc("stdio", knownMethod(f.Method))
 	var result any
 	var rerr *rpcError
 	switch {
@@ -336,4 +371,19 @@ func (m *Manager) emitRemove(ref workloadRef) error {
 		return err
 	}
 	return m.out.notify(methodRemove, params)
+}
+
+// handshakeFailureCounter counts the "TLS handshake error" lines that
+// net/http's server logs, the only place it reports a failed handshake, and
+// passes every line on.
+type handshakeFailureCounter struct {
+	n    *atomic.Uint64
+	next io.Writer
+}
+
+func (h *handshakeFailureCounter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("TLS handshake error")) {
+		h.n.Add(1)
+	}
+	return h.next.Write(p)
 }

@@ -19,6 +19,13 @@ type peerEvent struct {
 	removal *removalEvent
 }
 
+func (e peerEvent) method() string {
+	if e.removal != nil {
+		return methodRemove
+	}
+	return e.life.method
+}
+
 // parsePeerFrame validates a request body from a peer. It has no side
 // effects.
 func parsePeerFrame(body []byte) (peerEvent, error) {
@@ -82,6 +89,7 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusBadRequest, err.Error())
 		return
 	}
+	m.framesReceived.inc("peer", knownMethod(ev.method()))
 	duplicate, err := m.relayPeerEvent(ev)
 	if err != nil {
 		log.Error("broker write failed", "status", http.StatusInternalServerError, "reason", err)

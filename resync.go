@@ -143,6 +143,7 @@ func (m *Manager) queueResync(reason string) int {
 			queued++
 		}
 	}
+	m.resyncQueued.Add(uint64(queued))
 	if len(entries) > 0 {
 		m.log.Debug("re-sync set queued", "reason", reason, "frames", queued, "held", len(entries))
 	}

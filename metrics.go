@@ -1,0 +1,225 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The daemon's numbers are kept by the components that produce them, as
+// plain atomics (the broker writer counts its writes, the dedup its hits,
+// each peer sender its deliveries); this file only adds the few labelled
+// series the Manager owns and renders everything in the Prometheus text
+// exposition format when the metrics endpoint is scraped.
+
+// counterVec is a family of counters told apart by label values. The set
+// of label values is bounded by the callers (known methods, status codes).
+type counterVec struct {
+	mu     sync.Mutex // guards series; a leaf lock
+	series map[string]*labelledCounter
+}
+
+type labelledCounter struct {
+	values []string
+	n      atomic.Uint64
+}
+
+func newCounterVec() *counterVec { return &counterVec{series: map[string]*labelledCounter{}} }
+
+// inc adds one to the counter with these label values.
+func (v *counterVec) inc(values ...string) {
+	key := strings.Join(values, "\x00")
+	v.mu.Lock()
+	c := v.series[key]
+	if c == nil {
+		c = &labelledCounter{values: values}
+		v.series[key] = c
+	}
+	v.mu.Unlock()
+	c.n.Add(1)
+}
+
+// get returns the counter's value, for tests.
+func (v *counterVec) get(values ...string) uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if c := v.series[strings.Join(values, "\x00")]; c != nil {
+		return c.n.Load()
+	}
+	return 0
+}
+
+// snapshot returns the series sorted by label values.
+func (v *counterVec) snapshot() []*labelledCounter {
+	v.mu.Lock()
+	out := make([]*labelledCounter, 0, len(v.series))
+	for _, c := range v.series {
+		out = append(out, c)
+	}
+	v.mu.Unlock()
+	slices.SortFunc(out, func(a, b *labelledCounter) int { return slices.Compare(a.values, b.values) })
+	return out
+}
+
+// latencyBuckets are the upper bounds, in seconds, of the delivery latency
+// histogram: from a healthy LAN delivery to the retry budget of a dead peer.
+var latencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20}
+
+// histogram is a Prometheus histogram with fixed buckets.
+type histogram struct {
+	mu     sync.Mutex // guards counts, sum and count; a leaf lock
+	counts []uint64   // per bucket, not cumulative
+	sum    float64
+	count  uint64
+}
+
+func newHistogram() *histogram { return &histogram{counts: make([]uint64, len(latencyBuckets))} }
+
+func (h *histogram) observe(d time.Duration) {
+	s := d.Seconds()
+	i, _ := slices.BinarySearch(latencyBuckets, s)
+	h.mu.Lock()
+	if i < len(h.counts) {
+		h.counts[i]++
+	}
+	h.sum += s
+	h.count++
+	h.mu.Unlock()
+}
+
+// metricsText renders the Prometheus text exposition format.
+type metricsText struct{ b bytes.Buffer }
+
+func (t *metricsText) family(name, typ, help string) {
+	fmt.Fprintf(&t.b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+}
+
+func (t *metricsText) sample(name string, labels []string, values []string, v float64) {
+	t.b.WriteString(name)
+	if len(labels) > 0 {
+		t.b.WriteByte('{')
+		for i, l := range labels {
+			if i > 0 {
+				t.b.WriteByte(',')
+			}
+			fmt.Fprintf(&t.b, `%s="%s"`, l, escapeLabel(values[i]))
+		}
+		t.b.WriteByte('}')
+	}
+	t.b.WriteByte(' ')
+	t.b.WriteString(formatValue(v))
+	t.b.WriteByte('\n')
+}
+
+func (t *metricsText) single(name, typ, help string, v float64) {
+	t.family(name, typ, help)
+	t.sample(name, nil, nil, v)
+}
+
+func (t *metricsText) histogram(name, label, value string, h *histogram) {
+	h.mu.Lock()
+	counts, sum, count := slices.Clone(h.counts), h.sum, h.count
+	h.mu.Unlock()
+	labels, values := []string{label, "le"}, []string{value, ""}
+	var cum uint64
+	for i, ub := range latencyBuckets {
+		cum += counts[i]
+		values[1] = formatValue(ub)
+		t.sample(name+"_bucket", labels, values, float64(cum))
+	}
+	values[1] = "+Inf"
+	t.sample(name+"_bucket", labels, values, float64(count))
+	t.sample(name+"_sum", labels[:1], values[:1], sum)
+	t.sample(name+"_count", labels[:1], values[:1], float64(count))
+}
+
+func escapeLabel(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
+}
+
+func formatValue(v float64) string {
+	if math.IsInf(v, 1) {
+		return "+Inf"
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
+
+// knownMethod bounds the method label: anything else is "other".
+func knownMethod(m string) string {
+	switch m {
+	case methodSubmitted, methodStarted, methodCompleted, methodErrored, methodRemove,
+		"discovery:nodes", "log/set-level", "shutdown":
+		return m
+	}
+	return "other"
+}
+
+// writeMetrics renders every metric of the daemon.
+func (m *Manager) writeMetrics(w io.Writer) error {
+	var t metricsText
+	t.family("nvpair_wlm_build_info", "gauge", "Build information; the value is always 1.")
+	t.sample("nvpair_wlm_build_info", []string{"version"}, []string{m.cfg.Version}, 1)
+
+	t.family("nvpair_wlm_frames_received_total", "counter", "Frames received, by source (stdio, peer, ingress) and method; peer and ingress frames count once they passed validation.")
+	for _, c := range m.framesReceived.snapshot() {
+		t.sample("nvpair_wlm_frames_received_total", []string{"source", "method"}, c.values, float64(c.n.Load()))
+	}
+	t.family("nvpair_wlm_ingress_responses_total", "counter", "Ingress answers, by HTTP status code.")
+	for _, c := range m.ingressResponses.snapshot() {
+		t.sample("nvpair_wlm_ingress_responses_total", []string{"code"}, c.values, float64(c.n.Load()))
+	}
+	t.single("nvpair_wlm_broker_writes_total", "counter", "Frames written to the broker.", float64(m.out.writes.Load()))
+	t.single("nvpair_wlm_broker_write_failures_total", "counter", "Writes to the broker that failed.", float64(m.out.failures.Load()))
+	t.single("nvpair_wlm_dedup_hits_total", "counter", "Peer frames not written to the broker because they were already seen.", float64(m.dedup.hits.Load()))
+	t.single("nvpair_wlm_outbound_frames_queued_total", "counter", "Frames queued for the peers at the ordered enqueue point.", float64(m.bcast.queued.Load()))
+	t.single("nvpair_wlm_outbound_frames_dropped_total", "counter", "Frames dropped because the outbound queue was full.", float64(m.bcast.dropped.Load()))
+	t.single("nvpair_wlm_heartbeat_frames_queued_total", "counter", "Re-assertion frames queued by the heartbeat and the backfill.", float64(m.resyncQueued.Load()))
+
+	stats := m.bcast.peerStatsSnapshot()
+	perPeer := []struct {
+		name, help string
+		get        func(*peerStats) uint64
+	}{
+		{"nvpair_wlm_peer_deliveries_succeeded_total", "Frames delivered to a peer.", func(s *peerStats) uint64 { return s.succeeded.Load() }},
+		{"nvpair_wlm_peer_delivery_failures_total", "Failed delivery attempts to a peer.", func(s *peerStats) uint64 { return s.failedAttempts.Load() }},
+		{"nvpair_wlm_peer_delivery_retries_total", "Delivery attempts to a peer that were retries.", func(s *peerStats) uint64 { return s.retries.Load() }},
+		{"nvpair_wlm_peer_deliveries_dropped_total", "Frames given up for a peer after their last attempt.", func(s *peerStats) uint64 { return s.dropped.Load() }},
+		{"nvpair_wlm_peer_queue_dropped_total", "Frames dropped for a peer because its queue was full.", func(s *peerStats) uint64 { return s.queueDropped.Load() }},
+	}
+	for _, f := range perPeer {
+		t.family(f.name, "counter", f.help)
+		for _, s := range stats {
+			t.sample(f.name, []string{"peer"}, []string{s.peer}, float64(f.get(s)))
+		}
+	}
+	t.family("nvpair_wlm_peer_delivery_latency_seconds", "histogram", "Time from queueing a frame to its successful delivery to a peer.")
+	for _, s := range stats {
+		t.histogram("nvpair_wlm_peer_delivery_latency_seconds", "peer", s.peer, s.latency)
+	}
+
+	t.single("nvpair_wlm_targets", "gauge", "Current broadcast targets.", float64(m.bcast.targetCount()))
+	t.single("nvpair_wlm_pinned_peers", "gauge", "Peers with a valid pin in the cluster directory.", float64(m.trust.pinCount()))
+	t.family("nvpair_wlm_tls_handshakes_total", "counter", "Completed TLS handshakes on the inter-node channel, by side.")
+	t.sample("nvpair_wlm_tls_handshakes_total", []string{"side"}, []string{"server"}, float64(m.trust.serverHandshakes.Load()))
+	t.sample("nvpair_wlm_tls_handshakes_total", []string{"side"}, []string{"client"}, float64(m.bcast.handshakes.Load()))
+	t.family("nvpair_wlm_tls_handshake_failures_total", "counter", "Failed TLS handshakes on the inter-node channel, by side.")
+	t.sample("nvpair_wlm_tls_handshake_failures_total", []string{"side"}, []string{"server"}, float64(m.serverHandshakeFailures.Load()))
+	t.sample("nvpair_wlm_tls_handshake_failures_total", []string{"side"}, []string{"client"}, float64(m.bcast.handshakeFailures.Load()))
+
+	m.activeMu.Lock()
+	resyncSize, removedSize := m.resync.len(), m.removed.len()
+	m.activeMu.Unlock()
+	t.single("nvpair_wlm_resync_set_size", "gauge", "Workload runs held in the re-sync set.", float64(resyncSize))
+	t.single("nvpair_wlm_removal_memory_size", "gauge", "Ingress removals remembered against a replay.", float64(removedSize))
+	t.single("go_goroutines", "gauge", "Number of goroutines that currently exist.", float64(runtime.NumGoroutine()))
+	_, err := w.Write(t.b.Bytes())
+	return err
+}

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+)
+
+// metricsIdleTimeout is how long the metrics endpoint keeps an idle
+// connection from a scraper.
+const metricsIdleTimeout = ingressIdleTimeout
+
+// metricsEndpoint serves GET /metrics in the Prometheus text format on a
+// loopback address, with the same refusal of browsers as the ingress: the
+// numbers are harmless, but a page must not read them either.
+type metricsEndpoint struct {
+	*loopbackBinding
+	m *Manager
+}
+
+// EnableMetrics turns the metrics endpoint on at addr. It must be called
+// before Run, which binds it. A non-loopback address is refused.
+func (m *Manager) EnableMetrics(addr string) error {
+	b, err := newLoopbackBinding("metrics endpoint", addr)
+	if err != nil {
+		return err
+	}
+	m.metrics = &metricsEndpoint{loopbackBinding: b, m: m}
+	return nil
+}
+
+// MetricsAddr returns the metrics endpoint's bound address, or "".
+func (m *Manager) MetricsAddr() string {
+	if m.metrics == nil {
+		return ""
+	}
+	return m.metrics.boundAddr()
+}
+
+func (e *metricsEndpoint) serve(wg *sync.WaitGroup, ln net.Listener) *http.Server {
+	srv := newHTTPServer(e, metricsIdleTimeout, e.m.log)
+	e.m.log.Info("metrics endpoint listening", "addr", ln.Addr().String())
+	wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			e.m.log.Error("metrics endpoint stopped", "reason", err)
+		}
+	})
+	return srv
+}
+
+func (e *metricsEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	status, reason := e.refuseBrowsers(r)
+	switch {
+	case status != 0:
+	case r.URL.Path != "/metrics":
+		status, reason = http.StatusNotFound, "no such endpoint; GET /metrics"
+	case r.Method != http.MethodGet && r.Method != http.MethodHead:
+		w.Header().Set("Allow", "GET, HEAD")
+		status, reason = http.StatusMethodNotAllowed, "method must be GET or HEAD"
+	}
+	if status != 0 {
+		e.m.log.Warn("metrics request rejected", "status", status, "reason", reason)
+		answer(w, status, reason)
+		return
+	}
+	var b bytes.Buffer
+	if err := e.m.writeMetrics(&b); err != nil {
+		answer(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
+	w.WriteHeader(http.StatusOK)
+	if r.Method != http.MethodHead {
+		_, _ = w.Write(b.Bytes())
+	}
+}

@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"nvpair-workload-manager/internal/devpki"
+)
+
+// scrape reads a node's metrics endpoint into series -> value.
+func scrape(t *testing.T, n *testNode) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + n.m.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
+		t.Fatalf("scrape: status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// newMetricsNode builds a node with the metrics endpoint (and optionally
+// the ingress) on loopback.
+func newMetricsNode(t *testing.T, ingress bool) *testNode {
+	n := newTestNode(t)
+	if err := n.m.EnableMetrics("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	if ingress {
+		if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
+}
+
+func postJSON(t *testing.T, url, body string, header map[string]string) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestMetricsCountersMoveWithTraffic(t *testing.T) {
+	a, b := newMetricsNode(t, true), newMetricsNode(t, false)
+	mesh(t, a, b)
+	a0, b0 := scrape(t, a), scrape(t, b)
+	delta := func(after, before map[string]float64, series string) float64 { return after[series] - before[series] }
+
+	ingressURL := "http://" + a.m.IngressAddr() + peerEventsPath
+	for i := 1; i <= 3; i++ {
+		w := workload("ing-"+itoa(i), "running", "", map[string]any{"originatedFrom": nil})
+		if s := postJSON(t, ingressURL, `{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":`+mustJSON(t, w)+`}}`, nil); s != 200 {
+			t.Fatalf("ingress post %d: status %d", i, s)
+		}
+	}
+	if s := postJSON(t, ingressURL, `{"jsonrpc":"2.0","method":"workload:started","params":{}}`, nil); s != 400 {
+		t.Fatalf("bad frame: status %d", s)
+	}
+	if s := postJSON(t, ingressURL, `{}`, map[string]string{"Origin": "http://evil.example"}); s != 403 {
+		t.Fatalf("browser post: status %d", s)
+	}
+	if s := postJSON(t, ingressURL, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"ing-3"}}`, nil); s != 200 {
+		t.Fatalf("ingress removal: status %d", s)
+	}
+	a.sendLifecycle(workload("std-1", "running", a.id))
+	a.sendLifecycle(workload("std-1", "running", a.id)) // a duplicate for B's dedup
+	a.sendLifecycle(workload("std-2", "running", a.id))
+	eventually(t, "6 frames at B", func() bool { return len(b.broker.withMethod(methodUpsert))+len(b.broker.withMethod(methodRemove)) == 6 })
+	eventually(t, "A's deliveries counted", func() bool {
+		return delta(scrape(t, a), a0, `nvpair_wlm_peer_deliveries_succeeded_total{peer="`+b.id+`"}`) == 7
+	})
+	resync := a.m.queueResync("test")
+	eventually(t, "re-assertions delivered", func() bool {
+		return delta(scrape(t, a), a0, `nvpair_wlm_peer_deliveries_succeeded_total{peer="`+b.id+`"}`) == float64(7+resync)
+	})
+
+	// A TLS handshake that fails at B's server: plaintext on the TLS port.
+	c, err := net.Dial("tcp", b.m.PeerAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"))
+	c.Read(make([]byte, 512))
+	c.Close()
+
+	a1 := scrape(t, a)
+	var b1 map[string]float64
+	eventually(t, "B's server handshake failure counted", func() bool {
+		b1 = scrape(t, b)
+		return delta(b1, b0, `nvpair_wlm_tls_handshake_failures_total{side="server"}`) >= 1
+	})
+	wantA := map[string]float64{
+		`nvpair_wlm_frames_received_total{source="ingress",method="workload:started"}`:   3,
+		`nvpair_wlm_frames_received_total{source="ingress",method="workloads:remove"}`:   1,
+		`nvpair_wlm_frames_received_total{source="stdio",method="workload:started"}`:     3,
+		`nvpair_wlm_ingress_responses_total{code="200"}`:                                 4,
+		`nvpair_wlm_ingress_responses_total{code="400"}`:                                 1,
+		`nvpair_wlm_ingress_responses_total{code="403"}`:                                 1,
+		`nvpair_wlm_broker_writes_total`:                                                 4,
+		`nvpair_wlm_outbound_frames_queued_total`:                                        float64(7 + resync),
+		`nvpair_wlm_heartbeat_frames_queued_total`:                                       float64(resync),
+		`nvpair_wlm_peer_delivery_latency_seconds_count{peer="` + b.id + `"}`:            float64(7 + resync),
+		`nvpair_wlm_peer_delivery_latency_seconds_bucket{peer="` + b.id + `",le="+Inf"}`: float64(7 + resync),
+		`nvpair_wlm_peer_delivery_failures_total{peer="` + b.id + `"}`:                   0,
+		`nvpair_wlm_peer_deliveries_dropped_total{peer="` + b.id + `"}`:                  0,
+		`nvpair_wlm_outbound_frames_dropped_total`:                                       0,
+	}
+	for series, want := range wantA {
+		if got := delta(a1, a0, series); got != want {
+			t.Errorf("A: %s moved by %v, want %v", series, got, want)
+		}
+	}
+	if resync != 4 { // ing-1, ing-2, std-1, std-2
+		t.Errorf("re-sync set queued %d frames, want 4", resync)
+	}
+	gaugesA := map[string]float64{
+		`nvpair_wlm_targets`: 1, `nvpair_wlm_pinned_peers`: 1,
+		`nvpair_wlm_resync_set_size`: 4, `nvpair_wlm_removal_memory_size`: 1,
+		`nvpair_wlm_build_info{version="test"}`: 1,
+	}
+	for series, want := range gaugesA {
+		if got := a1[series]; got != want {
+			t.Errorf("A: %s = %v, want %v", series, got, want)
+		}
+	}
+	if a1[`nvpair_wlm_tls_handshakes_total{side="client"}`] < 1 || a1["go_goroutines"] < 1 {
+		t.Error("A: client handshakes or goroutines not reported")
+	}
+	wantB := map[string]float64{
+		`nvpair_wlm_frames_received_total{source="peer",method="workload:started"}`: float64(6 + resync),
+		`nvpair_wlm_frames_received_total{source="peer",method="workloads:remove"}`: 1,
+		`nvpair_wlm_dedup_hits_total`:    1,
+		`nvpair_wlm_broker_writes_total`: float64(6 + resync),
+	}
+	for series, want := range wantB {
+		if got := delta(b1, b0, series); got != want {
+			t.Errorf("B: %s moved by %v, want %v", series, got, want)
+		}
+	}
+	if b1[`nvpair_wlm_tls_handshakes_total{side="server"}`] < 1 {
+		t.Error("B: server handshakes not counted")
+	}
+}
+
+func TestMetricsCountClientHandshakeFailures(t *testing.T) {
+	a, b := newMetricsNode(t, false), newTestNode(t)
+	// A pins B's principal with a certificate B does not present.
+	impostor, err := devpki.Mint(b.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := devpki.PinIdentity(a.clusterDir, impostor); err != nil {
+		t.Fatal(err)
+	}
+	b.trust(a)
+	a.start()
+	b.start()
+	a.discover(b)
+	a.waitTargets(1)
+	a.sendLifecycle(workload("never", "running", a.id))
+	eventually(t, "a refused client handshake counted", func() bool {
+		return scrape(t, a)[`nvpair_wlm_tls_handshake_failures_total{side="client"}`] >= 1
+	})
+	eventually(t, "the frame given up for B", func() bool {
+		return scrape(t, a)[`nvpair_wlm_peer_deliveries_dropped_total{peer="`+b.id+`"}`] == 1
+	})
+	if len(b.broker.withMethod(methodUpsert)) != 0 {
+		t.Fatal("a frame reached a server whose certificate does not match its pin")
+	}
+}
+
+func TestMetricsEndpointRefusesBrowsersAndOtherMethods(t *testing.T) {
+	n := newMetricsNode(t, false).start()
+	port := n.m.metrics.boundPort()
+	cases := []struct {
+		name, method, path, host string
+		header                   map[string]string
+		want                     int
+	}{
+		{"scrape", "GET", "/metrics", "", nil, 200},
+		{"head", "HEAD", "/metrics", "", nil, 200},
+		{"localhost", "GET", "/metrics", "localhost:" + port, nil, 200},
+		{"origin", "GET", "/metrics", "", map[string]string{"Origin": "null"}, 403},
+		{"rebinding host", "GET", "/metrics", "evil.example:" + port, nil, 421},
+		{"post", "POST", "/metrics", "", nil, 405},
+		{"other path", "GET", "/debug", "", nil, 404},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			req, _ := http.NewRequest(c.method, "http://"+n.m.MetricsAddr()+c.path, nil)
+			if c.host != "" {
+				req.Host = c.host
+			}
+			for k, v := range c.header {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != c.want {
+				t.Fatalf("status %d, want %d", resp.StatusCode, c.want)
+			}
+		})
+	}
+}
+
+func TestEnableMetricsRefusesNonLoopback(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:9100", "192.168.1.10:9100", ":9100", "[::]:9100"} {
+		if err := newTestNode(t).m.EnableMetrics(addr); err == nil || !strings.Contains(err.Error(), addr) {
+			t.Errorf("EnableMetrics(%q) = %v, want an error naming the address", addr, err)
+		}
+	}
+}
+
+// TestMetricsPassPromtoolLint lints the live output with promtool, which
+// .ci/run installs; outside CI a machine without it skips.
+func TestMetricsPassPromtoolLint(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("promtool is not installed; .ci/run installs the prometheus package")
+		}
+		t.Skip("promtool not installed")
+	}
+	a, b := newMetricsNode(t, true), newMetricsNode(t, false)
+	mesh(t, a, b)
+	a.sendLifecycle(workload("lint", "running", a.id))
+	eventually(t, "a delivery", func() bool { return len(b.broker.withMethod(methodUpsert)) == 1 })
+	resp, err := http.Get("http://" + a.m.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = resp.Body
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool check metrics: %v\n%s", err, out)
+	}
+}
