@@ -1,0 +1,721 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"nvpair-workload-manager/internal/devpki"
+)
+
+// The tests in this file run the real binary, built once per test run, and
+// drive it the way its broker does: through its stdin and stdout pipes (or a
+// Unix socket with --ipc), with cluster directories minted by devpki.
+
+// exitDeadline bounds how long a daemon may take to exit once told to. The
+// peer queues' default drain time is 2 s and the servers' grace 1 s, so a
+// daemon that takes longer has not shut down promptly.
+const exitDeadline = 5 * time.Second
+
+func TestProcessAnnouncesReadyThenSubscribes(t *testing.T) {
+	nodes := writeCluster(t, 1)
+	d := startNode(t, nodes[0])
+	frames := d.waitFrames(2)
+	if frames[0].Method != "ready" || frames[0].isRequest() {
+		t.Fatalf("first frame = %s, want the ready notification", d.line(0))
+	}
+	var ready struct {
+		Version string `json:"version"`
+		NodeID  string `json:"nodeId"`
+	}
+	if err := json.Unmarshal(frames[0].Params, &ready); err != nil {
+		t.Fatalf("ready params: %v", err)
+	}
+	if ready.Version != version || ready.NodeID != nodes[0].ID {
+		t.Fatalf("ready = %+v, want version %q and nodeId %s", ready, version, nodes[0].ID)
+	}
+	if frames[1].Method != "discovery:subscribe" {
+		t.Fatalf("second frame = %s, want discovery:subscribe", d.line(1))
+	}
+	var sub struct {
+		Services []string `json:"services"`
+	}
+	if err := json.Unmarshal(frames[1].Params, &sub); err != nil || !reflect.DeepEqual(sub.Services, []string{"wl"}) {
+		t.Fatalf("discovery:subscribe params = %s, want services [wl]", frames[1].Params)
+	}
+}
+
+func TestProcessRelaysLifecycleAndRemovalBetweenNodesThenExitsOnStdinEOF(t *testing.T) {
+	nodes := writeCluster(t, 2)
+	a, b := startPair(t, nodes[0], nodes[1])
+
+	// A hand-written object: unknown fields (one nested), explicit nulls, and
+	// a number no float64 holds exactly, so any re-encoding shows.
+	info := `{"id":"job-7","model":"qwen3.5-9b","engine":"some-engine/v2","state":"running",` +
+		`"originatedFrom":"` + nodes[0].ID + `","scheduledOn":"` + nodes[0].ID + `","runId":"9f3c1a7b","seq":3,` +
+		`"createdAt":1789661457000,"startedAt":1789661458000,"completedAt":null,"error":null,"requesterId":null,` +
+		`"vendorExtra":{"gpus":[0,1],"note":"kept \u00e9"},"bigCounter":123456789012345678901234567890}`
+	a.send(`{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":` + info + `}}`)
+
+	up := b.waitMethod(methodUpsert, 1)[0]
+	var p struct {
+		WorkloadInfo json.RawMessage `json:"workloadInfo"`
+	}
+	if err := json.Unmarshal(up.Params, &p); err != nil {
+		t.Fatalf("upsert params: %v", err)
+	}
+	if !sameJSON(t, p.WorkloadInfo, json.RawMessage(info)) {
+		t.Fatalf("B's broker got workloadInfo\n %s\nwant it unchanged:\n %s", p.WorkloadInfo, info)
+	}
+
+	a.send(`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-7","originatedFrom":"` + nodes[0].ID + `"}}`)
+	rm := b.waitMethod(methodRemove, 1)[0]
+	var rp struct {
+		WorkloadID     string `json:"workloadId"`
+		OriginatedFrom string `json:"originatedFrom"`
+	}
+	if err := json.Unmarshal(rm.Params, &rp); err != nil {
+		t.Fatalf("remove params: %v", err)
+	}
+	if rp.WorkloadID != "job-7" || rp.OriginatedFrom != nodes[0].ID {
+		t.Fatalf("B's broker got workloads:remove %s, want job-7 from %s", rm.Params, nodes[0].ID)
+	}
+	// The removal reaching B proves A has handled both frames: the broker
+	// already applied them, so nothing went back up to A's broker.
+	if got := a.withMethod(methodUpsert); len(got) != 0 {
+		t.Fatalf("A echoed its broker's own frame back up: %v", got)
+	}
+
+	start := time.Now()
+	a.closeStdin()
+	a.wantCleanExit(a.waitExit(exitDeadline))
+	t.Logf("A exited %v after its stdin closed", time.Since(start).Round(time.Millisecond))
+}
+
+func TestProcessDerivesEachDirectoryFromTheOther(t *testing.T) {
+	// A gets only --app-dir (its identity must be found in <app-dir>/cluster),
+	// B only --cluster-dir (its node id must be read from the parent). The
+	// relay working and B announcing its stored id prove both derivations.
+	nodes := writeCluster(t, 2)
+	pa, pb := freePort(t), freePort(t)
+	a := startDaemon(t, "--app-dir", nodes[0].AppDir, "--port", itoa(pa), "--log-level", "debug")
+	b := startDaemon(t, "--cluster-dir", nodes[1].ClusterDir, "--port", itoa(pb), "--log-level", "debug")
+	if got := a.readyNodeID(); got != nodes[0].ID {
+		t.Fatalf("A announced node id %s, want %s from <app-dir>/node-id", got, nodes[0].ID)
+	}
+	if got := b.readyNodeID(); got != nodes[1].ID {
+		t.Fatalf("B announced node id %s, want %s from <parent of cluster-dir>/node-id", got, nodes[1].ID)
+	}
+	a.discover(nodes[1], pb)
+	a.waitLog("broadcast targets changed", "total=1")
+	a.send(lifecycleLine("derived-1", "running", nodes[0].ID))
+	b.waitUpserts("derived-1", 1)
+}
+
+func TestProcessExitsZeroOnSignal(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("signals are not delivered this way on Windows")
+	}
+	for _, sig := range []os.Signal{syscall.SIGTERM, os.Interrupt} {
+		t.Run(sig.String(), func(t *testing.T) {
+			nodes := writeCluster(t, 1)
+			d := startNode(t, nodes[0])
+			d.waitMethod("discovery:subscribe", 1) // the handler is installed before ready
+			if err := d.cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			d.wantCleanExit(d.waitExit(exitDeadline))
+		})
+	}
+}
+
+func TestProcessExitsZeroNotBySIGPIPEWhenBrokerClosesStdout(t *testing.T) {
+	nodes := writeCluster(t, 1)
+	d := startNode(t, nodes[0])
+	d.waitMethod("discovery:subscribe", 1)
+	d.closeStdout()
+	// A request makes the daemon write its answer into the closed pipe.
+	d.send(`{"jsonrpc":"2.0","id":1,"method":"nope"}`)
+	st := d.waitExit(exitDeadline)
+	if !st.Exited() || st.ExitCode() != 0 {
+		t.Fatalf("daemon ended with %q, want a normal exit 0 (not death by SIGPIPE)", st.String())
+	}
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		t.Fatalf("daemon was killed by signal %v", ws.Signal())
+	}
+}
+
+func TestProcessAnswersShutdownWithNullResultThenExitsZero(t *testing.T) {
+	nodes := writeCluster(t, 1)
+	d := startNode(t, nodes[0])
+	d.send(`{"jsonrpc":"2.0","id":"bye","method":"shutdown"}`)
+	raw := d.waitResponseLine(`"bye"`)
+	var resp map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(raw), &resp); err != nil {
+		t.Fatal(err)
+	}
+	res, ok := resp["result"]
+	if !ok || string(res) != "null" || resp["error"] != nil {
+		t.Fatalf("shutdown answered %s, want a null result and no error", raw)
+	}
+	d.wantCleanExit(d.waitExit(exitDeadline))
+}
+
+func TestProcessLogSetLevelAnswersResolvedLevelAndTakesEffect(t *testing.T) {
+	nodes := writeCluster(t, 1)
+	d := startDaemon(t, nodeArgs(nodes[0], freePort(t), "--log-level", "error")...)
+	d.waitMethod("discovery:subscribe", 1)
+	// A response from the broker is ignored with a debug log: silent at error.
+	d.send(`{"jsonrpc":"2.0","id":"early","result":null}`)
+	d.send(`{"jsonrpc":"2.0","id":2,"method":"log/set-level","params":{"level":"debug"}}`)
+	if got := d.waitResponse("2"); got.Error != nil || !sameJSON(t, got.Result, json.RawMessage(`{"level":"debug"}`)) {
+		t.Fatalf("log/set-level debug answered result %s error %+v, want {\"level\":\"debug\"}", got.Result, got.Error)
+	}
+	d.send(`{"jsonrpc":"2.0","id":"late","result":null}`)
+	d.waitLog("response from broker ignored", `id="\"late\""`)
+	if strings.Contains(d.stderr.String(), "early") {
+		t.Fatalf("a debug line was logged at level error:\n%s", d.stderr.String())
+	}
+
+	d.send(`{"jsonrpc":"2.0","id":3,"method":"log/set-level","params":{"level":"verbose"}}`)
+	if got := d.waitResponse("3"); got.Error == nil || got.Error.Code != codeInvalidParams {
+		t.Fatalf("log/set-level verbose answered %+v, want error %d", got, codeInvalidParams)
+	}
+}
+
+func TestProcessAnswersUnknownRequestWithMethodNotFound(t *testing.T) {
+	nodes := writeCluster(t, 1)
+	d := startNode(t, nodes[0])
+	d.send(`{"jsonrpc":"2.0","method":"nope-notification"}`)
+	d.send(`{"jsonrpc":"2.0","id":1,"method":"nope"}`)
+	got := d.waitResponse("1")
+	if got.Error == nil || got.Error.Code != codeMethodNotFound {
+		t.Fatalf("unknown request answered %+v, want error %d", got, codeMethodNotFound)
+	}
+	// The request was handled after the notification, which is not answered.
+	if n := len(d.all()); n != 3 {
+		t.Fatalf("daemon wrote %d frames, want ready, discovery:subscribe and one answer:\n%s", n, d.stdoutText())
+	}
+}
+
+func TestProcessSkipsMalformedAndOverlongLinesAndKeepsWorking(t *testing.T) {
+	nodes := writeCluster(t, 1)
+	d := startNode(t, nodes[0])
+	d.waitMethod("discovery:subscribe", 1)
+	d.send(`{"jsonrpc":"2.0","id":1,"method":`) // not JSON
+	// 2 MiB: a request whose padding puts it over the 1 MiB frame limit.
+	d.send(`{"jsonrpc":"2.0","method":"log/set-level","params":{"level":"debug","pad":"` + strings.Repeat("x", 2<<20) + `"}}`)
+	d.send(`{"jsonrpc":"2.0","id":2,"method":"nope"}`)
+	if got := d.waitResponse("2"); got.Error == nil || got.Error.Code != codeMethodNotFound {
+		t.Fatalf("request after the bad lines answered %+v, want error %d", got, codeMethodNotFound)
+	}
+	if n := strings.Count(d.stderr.String(), "local frame skipped"); n != 2 {
+		t.Fatalf("%d skipped frames logged, want 2:\n%s", n, d.stderr.String())
+	}
+	if d.exitedYet() {
+		t.Fatal("daemon exited after bad input")
+	}
+}
+
+func TestProcessAcceptsOneMiBLine(t *testing.T) {
+	nodes := writeCluster(t, 1)
+	d := startNode(t, nodes[0])
+	head := `{"jsonrpc":"2.0","id":5,"method":"log/set-level","params":{"level":"info","pad":"`
+	tail := `"}}`
+	d.send(head + strings.Repeat("y", maxFrameBytes-len(head)-len(tail)) + tail)
+	if got := d.waitResponse("5"); got.Error != nil || !sameJSON(t, got.Result, json.RawMessage(`{"level":"info"}`)) {
+		t.Fatalf("a 1 MiB request answered %+v, want {\"level\":\"info\"}", got)
+	}
+}
+
+func TestProcessWithIPCAnnouncesOnTheSocket(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("--ipc is a named pipe on Windows")
+	}
+	dir, err := os.MkdirTemp("", "nvipc") // short: socket paths are limited to ~100 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "b.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+
+	nodes := writeCluster(t, 1)
+	d := startDaemon(t, nodeArgs(nodes[0], freePort(t), "--ipc", sock)...)
+	ln.(*net.UnixListener).SetDeadline(time.Now().Add(waitTimeout))
+	conn, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("the daemon did not dial the broker socket: %v\n%s", err, d.stderr.String())
+	}
+	defer conn.Close()
+	conn.SetReadDeadline(time.Now().Add(waitTimeout))
+	r := bufio.NewReader(conn)
+	var got []rpcFrame
+	for range 2 {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("read from socket: %v", err)
+		}
+		var f rpcFrame
+		if err := json.Unmarshal(line, &f); err != nil {
+			t.Fatalf("socket line %q: %v", line, err)
+		}
+		got = append(got, f)
+	}
+	if got[0].Method != "ready" || !strings.Contains(string(got[0].Params), nodes[0].ID) || got[1].Method != "discovery:subscribe" {
+		t.Fatalf("socket frames = %s / %s, want ready (with our node id) then discovery:subscribe", got[0].Method, got[1].Method)
+	}
+	if _, err := io.WriteString(conn, `{"jsonrpc":"2.0","id":1,"method":"nope"}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	line, err := r.ReadBytes('\n')
+	var resp rpcFrame
+	if err != nil || json.Unmarshal(line, &resp) != nil || string(resp.ID) != "1" || resp.Error == nil {
+		t.Fatalf("answer on the socket = %q (%v), want the error answer to id 1", line, err)
+	}
+	if out := d.stdoutText(); out != "" {
+		t.Fatalf("with --ipc the daemon wrote to stdout: %q", out)
+	}
+	conn.Close() // the broker going away ends the daemon cleanly
+	d.wantCleanExit(d.waitExit(exitDeadline))
+}
+
+// The heartbeat tests run two processes with a 300 ms re-sync interval.
+// B's broker sees each re-assertion as a workloads:upsert (the resync marker
+// stays on the peer hop), so re-assertions are counted as upserts of one id
+// at B. A running workload on A is the clock: each heartbeat delivers it to
+// B once more, and peers receive frames in queue order, so once its count
+// has grown by k, k more heartbeats have been fully delivered.
+const testResyncInterval = 300 * time.Millisecond
+
+func TestProcessHeartbeatReassertsRunningWorkload(t *testing.T) {
+	nodes := writeCluster(t, 2)
+	a, b := startPair(t, nodes[0], nodes[1], "--resync-interval", testResyncInterval.String())
+	a.send(lifecycleLine("hb-live", "running", nodes[0].ID))
+	// One event, delivered once by the broadcast, then again on every
+	// heartbeat: dedup would stop the repeats were they not re-assertions.
+	b.waitUpserts("hb-live", 4)
+}
+
+func TestProcessHeartbeatStopsTerminalWorkloadAfterTwoIntervals(t *testing.T) {
+	nodes := writeCluster(t, 2)
+	a, b := startPair(t, nodes[0], nodes[1], "--resync-interval", testResyncInterval.String())
+	a.send(lifecycleLine("hb-live", "running", nodes[0].ID))
+	b.waitUpserts("hb-live", 1)
+	a.send(lifecycleLine("hb-done", "completed", nodes[0].ID))
+	b.waitUpserts("hb-done", 1)
+
+	// Every heartbeat counted from here fires after hb-done was tracked; the
+	// fourth one is at least 3 intervals later, past the 2-interval retention.
+	clock := b.upsertCount("hb-live")
+	b.waitUpserts("hb-live", clock+4)
+	settled := b.upsertCount("hb-done")
+	if settled < 2 {
+		t.Fatalf("hb-done reached B %d time(s), want it re-asserted at least once during its retention", settled)
+	}
+	clock = b.upsertCount("hb-live")
+	b.waitUpserts("hb-live", clock+3)
+	if got := b.upsertCount("hb-done"); got != settled {
+		t.Fatalf("hb-done reached B %d times, %d before: re-asserted after its retention", got, settled)
+	}
+}
+
+func TestProcessHeartbeatNeverReassertsRemovedWorkload(t *testing.T) {
+	nodes := writeCluster(t, 2)
+	a, b := startPair(t, nodes[0], nodes[1], "--resync-interval", testResyncInterval.String())
+	a.send(lifecycleLine("hb-live", "running", nodes[0].ID))
+	a.send(lifecycleLine("hb-gone", "running", nodes[0].ID))
+	b.waitUpserts("hb-gone", 2) // tracked: re-asserted at least once
+	a.send(`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"hb-gone","originatedFrom":"` + nodes[0].ID + `"}}`)
+	eventually(t, "hb-gone's removal at B", func() bool {
+		for _, f := range b.withMethod(methodRemove) {
+			if strings.Contains(string(f.Params), `"hb-gone"`) {
+				return true
+			}
+		}
+		return false
+	})
+	// Any heartbeat queued before the removal was delivered before it.
+	removedAt := b.upsertCount("hb-gone")
+	clock := b.upsertCount("hb-live")
+	b.waitUpserts("hb-live", clock+3)
+	if got := b.upsertCount("hb-gone"); got != removedAt {
+		t.Fatalf("hb-gone reached B %d times after its removal (%d before)", got-removedAt, removedAt)
+	}
+}
+
+// ---- process helpers -------------------------------------------------------
+
+var (
+	binOnce sync.Once
+	binDir  string // removed by TestMain
+	binPath string
+	binErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// daemonBinary builds the daemon once per test run and returns its path.
+func daemonBinary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		if binDir, binErr = os.MkdirTemp("", "nvpair-wm-bin-"); binErr != nil {
+			return
+		}
+		goTool, err := exec.LookPath("go")
+		if err != nil {
+			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		out := filepath.Join(binDir, "nvpair-workload-manager")
+		if runtime.GOOS == "windows" {
+			out += ".exe"
+		}
+		if b, err := exec.Command(goTool, "build", "-o", out, ".").CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, b)
+			return
+		}
+		binPath = out
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// writeCluster mints n nodes, pinned to each other, under a temp dir.
+func writeCluster(t testing.TB, n int) []devpki.Node {
+	t.Helper()
+	nodes, err := devpki.WriteCluster(t.TempDir(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nodes
+}
+
+// nodeArgs are the flags that run node on port, then extra.
+func nodeArgs(node devpki.Node, port int, extra ...string) []string {
+	return append([]string{"--app-dir", node.AppDir, "--cluster-dir", node.ClusterDir, "--port", itoa(port), "--log-level", "debug"}, extra...)
+}
+
+// daemonProc is one running daemon and the broker's end of its pipes.
+type daemonProc struct {
+	t      testing.TB
+	cmd    *exec.Cmd
+	port   int        // --port, when startNode chose it
+	stdin  *os.File   // our end of the daemon's stdin
+	stdout *os.File   // our end of the daemon's stdout
+	stderr *logBuffer // the daemon's log
+
+	mu     sync.Mutex // guards lines and frames
+	lines  []string
+	frames []rpcFrame
+
+	readDone chan struct{} // the stdout reader has stopped
+	exited   chan struct{} // the process has been waited for
+}
+
+// startNode starts node on a free port with its app and cluster dirs.
+func startNode(t testing.TB, node devpki.Node, extra ...string) *daemonProc {
+	t.Helper()
+	port := freePort(t)
+	d := startDaemon(t, nodeArgs(node, port, extra...)...)
+	d.port = port
+	return d
+}
+
+// startDaemon starts the binary with args, its stdin and stdout on pipes
+// whose other ends the test holds. The process is killed at cleanup if it
+// is still running, and its log is shown when the test failed.
+func startDaemon(t testing.TB, args ...string) *daemonProc {
+	t.Helper()
+	bin := daemonBinary(t)
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &daemonProc{t: t, stdin: inW, stdout: outR, stderr: &logBuffer{},
+		readDone: make(chan struct{}), exited: make(chan struct{})}
+	d.cmd = exec.Command(bin, args...)
+	d.cmd.Stdin, d.cmd.Stdout, d.cmd.Stderr = inR, outW, d.stderr
+	err = d.cmd.Start()
+	inR.Close() // the child holds its own copies
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		t.Fatal(err)
+	}
+	go func() { d.cmd.Wait(); close(d.exited) }()
+	go d.readFrames()
+	t.Cleanup(func() {
+		if !d.exitedYet() {
+			d.cmd.Process.Kill()
+			<-d.exited
+		}
+		d.stdin.Close()
+		d.stdout.Close()
+		<-d.readDone
+		if t.Failed() {
+			t.Logf("daemon %v log:\n%s", args, d.stderr.String())
+		}
+	})
+	return d
+}
+
+// readFrames records every line the daemon writes to stdout until the pipe
+// ends or the test closes its end.
+func (d *daemonProc) readFrames() {
+	defer close(d.readDone)
+	r := bufio.NewReader(d.stdout)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 {
+			var f rpcFrame
+			if jerr := json.Unmarshal(line, &f); jerr != nil {
+				d.t.Errorf("daemon wrote a stdout line that is not a JSON frame: %q", line)
+			}
+			d.mu.Lock()
+			d.lines = append(d.lines, string(bytes.TrimSuffix(line, []byte("\n"))))
+			d.frames = append(d.frames, f)
+			d.mu.Unlock()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// send writes one line to the daemon's stdin.
+func (d *daemonProc) send(line string) {
+	d.t.Helper()
+	if _, err := io.WriteString(d.stdin, line+"\n"); err != nil {
+		d.t.Fatalf("write to daemon stdin: %v", err)
+	}
+}
+
+func (d *daemonProc) closeStdin()  { d.stdin.Close() }
+func (d *daemonProc) closeStdout() { d.stdout.Close() }
+
+func (d *daemonProc) exitedYet() bool {
+	select {
+	case <-d.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitExit waits for the process to end, at most within, and returns how.
+func (d *daemonProc) waitExit(within time.Duration) *os.ProcessState {
+	d.t.Helper()
+	select {
+	case <-d.exited:
+		return d.cmd.ProcessState
+	case <-time.After(within):
+		d.t.Fatalf("daemon still running %v after it was told to stop", within)
+		return nil
+	}
+}
+
+// wantCleanExit fails unless the process exited by itself with code 0.
+func (d *daemonProc) wantCleanExit(st *os.ProcessState) {
+	d.t.Helper()
+	if !st.Exited() || st.ExitCode() != 0 {
+		d.t.Fatalf("daemon ended with %q, want exit status 0", st.String())
+	}
+}
+
+func (d *daemonProc) all() []rpcFrame {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]rpcFrame(nil), d.frames...)
+}
+
+func (d *daemonProc) line(i int) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.lines[i]
+}
+
+func (d *daemonProc) stdoutText() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return strings.Join(d.lines, "\n")
+}
+
+// waitFrames waits until n frames have arrived and returns all of them.
+func (d *daemonProc) waitFrames(n int) []rpcFrame {
+	d.t.Helper()
+	eventually(d.t, fmt.Sprintf("%d frame(s) on stdout", n), func() bool { return len(d.all()) >= n })
+	return d.all()
+}
+
+func (d *daemonProc) withMethod(method string) []rpcFrame {
+	var out []rpcFrame
+	for _, f := range d.all() {
+		if f.Method == method {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func (d *daemonProc) waitMethod(method string, n int) []rpcFrame {
+	d.t.Helper()
+	eventually(d.t, fmt.Sprintf("%d %s frame(s) on stdout", n, method), func() bool {
+		return len(d.withMethod(method)) >= n
+	})
+	return d.withMethod(method)
+}
+
+// waitResponseLine waits for the answer to request id (its JSON text) and
+// returns the raw line.
+func (d *daemonProc) waitResponseLine(id string) string {
+	d.t.Helper()
+	var raw string
+	eventually(d.t, "the answer to request "+id, func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		for i, f := range d.frames {
+			if f.isResponse() && string(f.ID) == id {
+				raw = d.lines[i]
+				return true
+			}
+		}
+		return false
+	})
+	return raw
+}
+
+// waitResponse waits for the answer to request id (its JSON text).
+func (d *daemonProc) waitResponse(id string) rpcFrame {
+	d.t.Helper()
+	var f rpcFrame
+	if err := json.Unmarshal([]byte(d.waitResponseLine(id)), &f); err != nil {
+		d.t.Fatal(err)
+	}
+	return f
+}
+
+// readyNodeID waits for the ready frame and returns its nodeId.
+func (d *daemonProc) readyNodeID() string {
+	d.t.Helper()
+	var p struct {
+		NodeID string `json:"nodeId"`
+	}
+	if err := json.Unmarshal(d.waitMethod("ready", 1)[0].Params, &p); err != nil {
+		d.t.Fatal(err)
+	}
+	return p.NodeID
+}
+
+// waitLog waits for a log line holding every fragment.
+func (d *daemonProc) waitLog(fragments ...string) {
+	d.t.Helper()
+	eventually(d.t, fmt.Sprintf("a log line with %q", fragments), func() bool { return d.stderr.contains(fragments...) })
+}
+
+// discover sends the daemon a discovery snapshot listing node at port.
+func (d *daemonProc) discover(node devpki.Node, port int) {
+	d.t.Helper()
+	p, err := json.Marshal(map[string]any{"nodes": []map[string]any{{
+		"hostUuid": node.ID, "name": "node-" + node.ID[:8], "ip": "127.0.0.1",
+		"clusterUuid": node.ID, "trusted": true,
+		"services": map[string]any{"wl": map[string]any{"port": port}},
+	}}})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.send(string(encodeNotification("discovery:nodes", p)))
+}
+
+// upsertCount counts the workloads:upsert frames for workload id so far.
+func (d *daemonProc) upsertCount(id string) int {
+	n := 0
+	for _, f := range d.withMethod(methodUpsert) {
+		var p struct {
+			WorkloadInfo struct {
+				ID string `json:"id"`
+			} `json:"workloadInfo"`
+		}
+		if json.Unmarshal(f.Params, &p) == nil && p.WorkloadInfo.ID == id {
+			n++
+		}
+	}
+	return n
+}
+
+func (d *daemonProc) waitUpserts(id string, n int) {
+	d.t.Helper()
+	eventually(d.t, fmt.Sprintf("%d workloads:upsert of %s", n, id), func() bool { return d.upsertCount(id) >= n })
+}
+
+// startPair starts two nodes, each with the other as its only broadcast
+// target, and returns once both have taken the target.
+func startPair(t testing.TB, na, nb devpki.Node, extra ...string) (a, b *daemonProc) {
+	t.Helper()
+	a, b = startNode(t, na, extra...), startNode(t, nb, extra...)
+	a.waitMethod("discovery:subscribe", 1) // bound and listening
+	b.waitMethod("discovery:subscribe", 1)
+	a.discover(nb, b.port)
+	b.discover(na, a.port)
+	a.waitLog("broadcast targets changed", "total=1")
+	b.waitLog("broadcast targets changed", "total=1")
+	return a, b
+}
+
+// lifecycleLine is a broker's lifecycle frame for a valid workload.
+func lifecycleLine(id, state, origin string) string {
+	p, err := json.Marshal(map[string]any{"workloadInfo": workload(id, state, origin)})
+	if err != nil {
+		panic(err)
+	}
+	return string(encodeNotification(methodFor(state), p))
+}
+
+// sameJSON reports whether two JSON texts are the same value, numbers
+// compared by their text so that precision loss shows.
+func sameJSON(t testing.TB, a, b json.RawMessage) bool {
+	t.Helper()
+	decode := func(raw json.RawMessage) any {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("not JSON: %q: %v", raw, err)
+		}
+		if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+			t.Fatalf("trailing data after JSON value: %q", raw)
+		}
+		return v
+	}
+	return reflect.DeepEqual(decode(a), decode(b))
+}
