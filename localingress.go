@@ -121,7 +121,7 @@ func (li *localIngress) serve(wg *sync.WaitGroup, ln net.Listener) *http.Server 
 func (li *localIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	status, reason, f := li.decide(w, r)
 	li.m.ingressResponses.inc(strconv.Itoa(status))
-	log := li.m.log.With("channel", "ingress", "remote", r.RemoteAddr)
+	log := li.m.log.With("channel", "ingress", "remote", r.RemoteAddr, "httpMethod", r.Method, "path", r.URL.Path)
 	switch {
 	case status == http.StatusOK:
 		log.Debug("ingress frame accepted", "method", f.method, "id", f.workloadID())

@@ -1,0 +1,1142 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"nvpair-workload-manager/internal/devpki"
+)
+
+// This file proves with a real browser (Debian's headless Chromium) that the
+// loopback ingress refuses what a web page can send it. The daemon under test
+// is the real binary, built once by the test, started with --local-ingress and
+// a pinned peer (an in-process testNode); the test plays the daemon's broker
+// on its stdin/stdout and reads its slog text log on stderr.
+//
+// The attack pages come from the test's own HTTP server, the "attacker":
+//   - a second loopback origin, http://127.0.0.1:<A> (A is not the ingress
+//     port, so every request to the ingress is cross-origin);
+//   - the rebinding name rebind.test, which Chromium resolves to 127.0.0.2
+//     (--host-resolver-rules). The attacker listens on 127.0.0.2:<A>, and a
+//     "rebinding front" listens on 127.0.0.2:<P>, P being the ingress port.
+//
+// DNS rebinding: the attacker's name first resolves to the attacker's server,
+// which hands out the page at http://rebind.test:<P>/; then the name is
+// re-pointed at 127.0.0.1, and the page's same-origin requests, still
+// addressed to rebind.test:<P>, reach the ingress. Chromium's resolver rules
+// are static, so the front plays both roles on one address: a connection
+// whose request is for the ingress's path is what the browser sends once the
+// name points at the ingress, and is spliced byte for byte to 127.0.0.1:<P>;
+// any other (the page load "GET /rebind/...", a favicon) is the attacker's.
+// The ingress receives exactly the bytes a rebound browser sends (same port,
+// Host: rebind.test:<P>, the page's Origin).
+//
+// The attempts run in one Chromium process, one after another, as a chain of
+// top-level pages: each page makes its attempt, reports what it saw to the
+// attacker's /report, and navigates to the next. /report does not answer
+// before the daemon has logged as many new rejections as the attempt must
+// cause, so the rejections logged between two reports belong to one attempt.
+// Each attack URL carries ?attempt=<name> (the ingress checks the path, not
+// the query), so Chromium's own network log (--log-net-log) attributes every
+// request the browser sent to its attempt, with its method, its headers and
+// the status the browser read back.
+//
+// Chromium retries a request answered 421 (Misdirected Request) once, on a
+// fresh connection (its answer to HTTP/2 connection coalescing, applied to
+// HTTP/1.1 too), so each request answered 421 reaches the ingress twice and
+// is refused twice.
+//
+// The ingress's check order is Origin (403) -> Host (421) -> path (404) ->
+// method (405) -> Content-Type (415). A browser sends Origin on every
+// request that is not a GET or HEAD (fetch in any mode, preflights, form
+// POSTs, beacons, same-origin POSTs included), so every POST attempt is 403,
+// and no browser request reaches the Content-Type check: 415 is unreachable
+// from a page. A GET carries no Origin; under the rebinding name it is 421.
+
+// browserAttempt is one way a page can try to push a frame into the ingress.
+type browserAttempt struct {
+	name string
+	// page is where the attack page is loaded from ({A} the attacker port,
+	// {P} the ingress port); empty for the direct page load, which is the
+	// chain's last navigation.
+	page string
+	// target is the URL prefix the page sends to; the path and
+	// ?attempt=<name> are appended.
+	target string
+	// script is the body of the page's async attempt(): T is the target
+	// URL, B the frame, FORM_NAME and FORM_VALUE the frame split for a
+	// text/plain form. It returns what the page saw.
+	script string
+	want   []int          // the statuses the daemon must log, in order
+	saw    *regexp.Regexp // what the page must report
+	// methods, when set, are the methods the browser must have sent.
+	methods []string
+	// origin, when set, is the Origin the browser must have sent.
+	origin string
+	// echoesForm: the page first submits its form to the attacker's /echo,
+	// so the test can compare the body the browser built with the frame.
+	echoesForm bool
+	models     string // what the attempt models (for the log of the run)
+}
+
+const (
+	attackerOrigin = "http://127.0.0.1:{A}"
+	rebindAttacker = "http://rebind.test:{A}"
+	rebindOrigin   = "http://rebind.test:{P}" // the page origin after rebinding
+	ingressOrigin  = "http://127.0.0.1:{P}"
+	rebindHost     = "rebind.test"
+	rebindAddr     = "127.0.0.2" // where Chromium resolves rebind.test
+)
+
+var browserAttempts = []browserAttempt{
+	{
+		name: "fetch-text-plain", page: attackerOrigin + "/attack/", target: ingressOrigin,
+		models: "CSRF with a simple request: no preflight, the POST itself is sent",
+		script: `const r = await fetch(T, {method: "POST", headers: {"Content-Type": "text/plain"}, body: B});
+			return "status " + r.status;`,
+		want: []int{403}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"POST"},
+	},
+	{
+		name: "fetch-json-preflighted", page: attackerOrigin + "/attack/", target: ingressOrigin,
+		models: "application/json is not CORS-safelisted: the OPTIONS preflight reaches the daemon, the POST never follows",
+		script: `const r = await fetch(T, {method: "POST", headers: {"Content-Type": "application/json"}, body: B});
+			return "status " + r.status;`,
+		want: []int{403}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"OPTIONS"},
+	},
+	{
+		name: "fetch-no-cors", page: attackerOrigin + "/attack/", target: ingressOrigin,
+		models: "a blind no-cors POST: the browser drops the JSON content type and sends text/plain",
+		script: `const r = await fetch(T, {method: "POST", mode: "no-cors", headers: {"Content-Type": "application/json"}, body: B});
+			return r.type + " status " + r.status;`,
+		want: []int{403}, saw: regexp.MustCompile(`^opaque status 0$`), methods: []string{"POST"},
+	},
+	{
+		name: "form-text-plain", page: attackerOrigin + "/attack/", target: ingressOrigin,
+		models: `an HTML form, enctype="text/plain", whose one field is "<JSON up to a string>" = "<rest>": the body is the frame`,
+		script: `const sink = document.createElement("iframe");
+			sink.name = "sink";
+			document.body.appendChild(sink);
+			const form = document.createElement("form");
+			form.method = "POST"; form.enctype = "text/plain"; form.action = T; form.target = "sink";
+			const field = document.createElement("input");
+			field.type = "hidden"; field.name = FORM_NAME; field.value = FORM_VALUE;
+			form.appendChild(field);
+			document.body.appendChild(form);
+			const submit = () => new Promise(loaded => { sink.onload = loaded; form.submit(); });
+			// First to the attacker's /echo, which records the body the
+			// browser builds from the field, then to the ingress.
+			form.action = ECHO;
+			await submit();
+			form.action = T;
+			await submit();
+			return "form submitted, sink frame loaded";`,
+		want: []int{403}, saw: regexp.MustCompile(`^form submitted`), methods: []string{"POST"}, echoesForm: true,
+	},
+	{
+		name: "sandboxed-iframe-fetch", page: attackerOrigin + "/attack/", target: ingressOrigin,
+		models: `a sandboxed iframe (opaque origin) posting: the browser sends "Origin: null"`,
+		script: `const frame = document.createElement("iframe");
+			frame.sandbox = "allow-scripts";
+			frame.srcdoc = "<script>fetch(" + JSON.stringify(T) + ", {method: 'POST', headers: {'Content-Type': 'text/plain'}, body: " + JSON.stringify(B) + "})" +
+				".then(r => parent.postMessage('status ' + r.status, '*'), e => parent.postMessage('threw ' + e.name + ': ' + e.message, '*'));<\/script>";
+			const saw = new Promise(got => addEventListener("message", e => got(e.data)));
+			document.body.appendChild(frame);
+			return await saw;`,
+		want: []int{403}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"POST"}, origin: "null",
+	},
+	{
+		name: "beacon-json-blob", page: attackerOrigin + "/attack/", target: ingressOrigin,
+		models: "navigator.sendBeacon with a Blob typed application/json (Chrome once sent it with no preflight)",
+		script: `return "sendBeacon returned " + navigator.sendBeacon(T, new Blob([B], {type: "application/json"}));`,
+		// The method is not pinned: Chromium 148 sends an OPTIONS
+		// preflight, an older one sent the POST itself; either is 403.
+		want: []int{403}, saw: regexp.MustCompile(`^sendBeacon returned true$`),
+	},
+	{
+		name: "rebind-cross-port-fetch", page: rebindAttacker + "/attack/", target: "http://rebind.test:{P}",
+		models: "a page on the rebinding name, another port, posting to the ingress port under that name",
+		script: `const r = await fetch(T, {method: "POST", headers: {"Content-Type": "text/plain"}, body: B});
+			return "status " + r.status;`,
+		want: []int{403}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"POST"},
+	},
+	{
+		name: "rebind-same-origin-fetch-json", page: rebindOrigin + "/rebind/", target: "",
+		models: "DNS rebinding: a same-origin POST with application/json, no preflight, status readable by the page",
+		script: `const r = await fetch(T, {method: "POST", headers: {"Content-Type": "application/json"}, body: B});
+			return "status " + r.status;`,
+		want: []int{403}, saw: regexp.MustCompile(`^status 403$`), methods: []string{"POST"},
+	},
+	{
+		name: "rebind-same-origin-get", page: rebindOrigin + "/rebind/", target: "",
+		models: "DNS rebinding: a same-origin GET carries no Origin, so the Host check answers",
+		script: `const r = await fetch(T);
+			return "status " + r.status;`,
+		want: []int{421, 421}, saw: regexp.MustCompile(`^status 421$`), methods: []string{"GET", "GET"},
+	},
+	{
+		name: "rebind-page-load", page: "", target: "http://rebind.test:{P}",
+		models: "DNS rebinding: the top-level page load of the ingress under the rebinding name",
+		want:   []int{421, 421}, methods: []string{"GET", "GET"},
+	},
+}
+
+// TestBrowserAttacksAreRefused runs every browser attempt against the real
+// daemon and checks, per attempt, that it reached the ingress, that the
+// ingress refused it with the expected status, and that nothing reached the
+// daemon's broker side or the pinned peer.
+func TestBrowserAttacksAreRefused(t *testing.T) {
+	chromium := findChromium(t)
+	bin := buildDaemonBinary(t)
+
+	peer := newTestNode(t).start()
+	d := startDaemonProcess(t, bin, peer)
+	ingressPort := d.ingressPort(t)
+
+	atk := newAttackServer(t, d, ingressPort)
+	front := startRebindFront(t, net.JoinHostPort(rebindAddr, ingressPort), net.JoinHostPort("127.0.0.1", ingressPort), atk)
+	defer front.close()
+
+	// The chain ends on the direct page load, which has no report: it is
+	// done when that load's rejections are logged.
+	last := len(browserAttempts) - 1
+	chainDone := func() bool {
+		return atk.reportedAll() && len(ingressRejections(d.logs)) >= atk.boundary(last-1)+len(browserAttempts[last].want)
+	}
+	out, err := atk.runChromium(t, chromium, chainDone)
+	if !atk.pageServed() {
+		browserUnavailable(t, fmt.Sprintf("chromium loaded no page: %v\n%s", err, out.stderrTail()))
+	}
+	if err != nil {
+		t.Errorf("chromium: %v\n%s", err, out.stderrTail())
+	}
+	t.Logf("chromium ran the attempts in %s", out.elapsed.Round(time.Millisecond))
+
+	// Prove the pipeline past the ingress is alive with two legitimate
+	// frames (the attack body and the form-shaped body, posted without
+	// Origin): both must reach the daemon's broker side and the peer. The
+	// ingress serializes accepted frames and the peer queue is ordered, so
+	// nothing an attempt could have slipped in can still be on its way.
+	barriers := []struct{ id, body string }{
+		{"barrier-json", attackFrame("barrier-json")},
+		{"barrier-form", func() string { n, v := attackFormField("barrier-form"); return n + "=" + v + "\r\n" }()},
+	}
+	for _, b := range barriers {
+		postLegitimateFrame(t, ingressPort, b.body)
+	}
+	for _, b := range barriers {
+		d.waitUpsert(t, b.id)
+		eventually(t, "the peer's upsert of "+b.id, func() bool { return slices.Contains(upsertIDs(peer.upserts()), b.id) })
+	}
+	all := ingressRejections(d.logs)
+	atk.setFinal(len(all))
+
+	// Nothing but the barriers reached the daemon's broker side or the peer.
+	for _, f := range d.all() {
+		if f.Method == methodRemove {
+			t.Errorf("the daemon's broker got a removal: %s", f.Params)
+		}
+	}
+	if got := upsertIDs(d.upserts(t)); !slices.Equal(got, []string{"barrier-json", "barrier-form"}) {
+		t.Errorf("upserts at the daemon's broker = %q, want only the two barriers", got)
+	}
+	if got := upsertIDs(peer.upserts()); !slices.Equal(got, []string{"barrier-json", "barrier-form"}) {
+		t.Errorf("upserts at the peer's broker = %q, want only the two barriers", got)
+	}
+	if n := len(peer.broker.withMethod(methodRemove)); n != 0 {
+		t.Errorf("the peer's broker got %d removal(s)", n)
+	}
+	if n := strings.Count(d.logs.String(), `msg="ingress frame accepted"`); n != len(barriers) {
+		t.Errorf("the daemon accepted %d ingress frames, want only the %d barriers", n, len(barriers))
+	}
+
+	netlog, nlErr := parseNetLog(out.netlog)
+	if nlErr != nil {
+		t.Errorf("chromium's network log: %v", nlErr)
+	}
+	for i, a := range browserAttempts {
+		t.Run(a.name, func(t *testing.T) {
+			got := all[atk.boundary(i-1):atk.boundary(i)]
+			statuses := make([]int, len(got))
+			for j, r := range got {
+				statuses[j] = r.status
+			}
+			t.Logf("%s (%s): the daemon answered %v", a.name, a.models, statuses)
+			if !slices.Equal(statuses, a.want) {
+				t.Errorf("the daemon logged rejections %v, want %v:\n%s", statuses, a.want, rejectionLines(got))
+			}
+			// What the page saw.
+			if a.page == "" {
+				// No page of the attacker's: the browser's network log
+				// below has the status it read.
+			} else if saw, ok := atk.report(a.name); !ok {
+				t.Errorf("the page never reported")
+			} else if !a.saw.MatchString(saw) {
+				t.Errorf("the page saw %q, want %s", saw, a.saw)
+			} else {
+				t.Logf("the page saw: %s", saw)
+			}
+			if a.echoesForm {
+				// The body the browser built from the field is the frame,
+				// in the shape the barrier-form frame proved acceptable.
+				n, v := attackFormField("browser-" + a.name)
+				if got := atk.echo(a.name); got != n+"="+v+"\r\n" {
+					t.Errorf("the form's body is %q, want %q", got, n+"="+v+"\r\n")
+				}
+			}
+			// What the browser sent, by its own network log.
+			if nlErr == nil {
+				checkBrowserRequests(t, a, netlog[a.name], ingressPort)
+			}
+		})
+	}
+}
+
+// checkBrowserRequests checks Chromium's own record of the requests an
+// attempt sent to the ingress against what the daemon answered.
+func checkBrowserRequests(t *testing.T, a browserAttempt, reqs []netlogRequest, ingressPort string) {
+	t.Helper()
+	var desc []string
+	for _, r := range reqs {
+		desc = append(desc, fmt.Sprintf("%s Host=%s Origin=%q Content-Type=%q -> %d", r.method, r.header("Host"), r.header("Origin"), r.header("Content-Type"), r.status))
+	}
+	t.Logf("the browser sent: %s", strings.Join(desc, "; "))
+	if len(reqs) != len(a.want) {
+		t.Fatalf("the browser sent %d request(s) to the ingress, want %d", len(reqs), len(a.want))
+	}
+	for j, r := range reqs {
+		if r.status != a.want[j] {
+			t.Errorf("request %d: the browser read status %d, want %d", j, r.status, a.want[j])
+		}
+		if a.origin != "" && r.header("Origin") != a.origin {
+			t.Errorf("request %d: Origin %q, want %q", j, r.header("Origin"), a.origin)
+		}
+		if a.methods != nil && r.method != a.methods[j] {
+			t.Errorf("request %d: method %s, want %s", j, r.method, a.methods[j])
+		}
+		_, hasOrigin := r.headerOK("Origin")
+		switch a.want[j] {
+		case http.StatusForbidden:
+			if !hasOrigin {
+				t.Errorf("request %d: refused with 403 but sent no Origin", j)
+			}
+		case http.StatusMisdirectedRequest:
+			if hasOrigin {
+				t.Errorf("request %d: carries an Origin, so 421 is not the Host check's answer", j)
+			}
+			if want := net.JoinHostPort(rebindHost, ingressPort); r.header("Host") != want {
+				t.Errorf("request %d: Host %q, want %q", j, r.header("Host"), want)
+			}
+		}
+	}
+}
+
+// findChromium returns the Chromium binary, or skips (fails under CI=true).
+func findChromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	browserUnavailable(t, "no chromium on PATH (Debian: apt-get install -y chromium)")
+	return ""
+}
+
+// browserUnavailable skips the test, or fails it under CI=true, where the
+// browser must be there (.ci/run installs it).
+func browserUnavailable(t *testing.T, reason string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true and the browser test cannot run: %s", reason)
+	}
+	t.Skipf("browser test skipped: %s", reason)
+}
+
+// buildDaemonBinary builds the daemon from this package into a temp dir.
+func buildDaemonBinary(t *testing.T) string {
+	t.Helper()
+	goBin, err := exec.LookPath("go") // go test puts GOROOT/bin first on PATH
+	if err != nil {
+		t.Fatalf("no go command to build the daemon: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "nvpair-workload-manager")
+	cmd := exec.Command(goBin, "build", "-o", bin, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// daemonProcess is the real daemon binary; the test is its broker.
+type daemonProcess struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	logs  *logBuffer
+	mu    sync.Mutex // guards frames
+	// frames are the frames the daemon wrote to its stdout.
+	frames  []rpcFrame
+	outDone chan struct{}
+}
+
+// startDaemonProcess starts the daemon with an ingress on 127.0.0.1 and the
+// peer pinned, tells it about the peer, and waits until the peer is a
+// broadcast target.
+func startDaemonProcess(t *testing.T, bin string, peer *testNode) *daemonProcess {
+	t.Helper()
+	id := devpki.NewUUID()
+	ident, err := devpki.Mint(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := t.TempDir()
+	cluster := filepath.Join(app, "cluster")
+	if err := devpki.WriteIdentity(cluster, ident); err != nil {
+		t.Fatal(err)
+	}
+	if err := devpki.PinIdentity(cluster, peer.ident); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(app, "node-id"), id+"\n")
+	// The peer pins the daemon, so it accepts its broadcasts.
+	if err := devpki.PinIdentity(peer.clusterDir, ident); err != nil {
+		t.Fatal(err)
+	}
+	peer.m.trust.reload()
+
+	d := &daemonProcess{logs: &logBuffer{}, outDone: make(chan struct{})}
+	d.cmd = exec.Command(bin, "--app-dir", app, "--port", "0", "--local-ingress", "127.0.0.1:0", "--log-level", "debug")
+	d.cmd.Stderr = d.logs
+	if d.stdin, err = d.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := d.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go d.collect(t, stdout)
+	t.Cleanup(func() { d.stop(t) })
+
+	d.waitMethod(t, "ready")
+	d.send(t, "discovery:nodes", map[string]any{"nodes": discoveryEntries(peer)})
+	eventually(t, "the peer as the daemon's broadcast target", func() bool {
+		return d.logs.contains(`msg="broadcast targets changed"`, "total=1")
+	})
+	return d
+}
+
+func (d *daemonProcess) collect(t *testing.T, stdout io.Reader) {
+	defer close(d.outDone)
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(nil, 4<<20)
+	for sc.Scan() {
+		var f rpcFrame
+		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
+			t.Errorf("the daemon wrote a line that is not JSON: %q", sc.Text())
+			continue
+		}
+		d.mu.Lock()
+		d.frames = append(d.frames, f)
+		d.mu.Unlock()
+	}
+}
+
+// stop closes the daemon's stdin, its shutdown signal, and waits for a clean
+// exit; it kills the daemon if it does not exit in time.
+func (d *daemonProcess) stop(t *testing.T) {
+	d.stdin.Close()
+	exited := make(chan error, 1)
+	go func() { <-d.outDone; exited <- d.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("daemon exit: %v\n%s", err, d.logs.String())
+		}
+	case <-time.After(waitTimeout):
+		_ = d.cmd.Process.Kill()
+		<-exited
+		t.Errorf("the daemon did not exit after stdin closed")
+	}
+}
+
+func (d *daemonProcess) send(t *testing.T, method string, params any) {
+	t.Helper()
+	p, err := json.Marshal(params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.stdin.Write(append(encodeNotification(method, p), '\n')); err != nil {
+		t.Fatalf("write to the daemon: %v", err)
+	}
+}
+
+func (d *daemonProcess) all() []rpcFrame {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]rpcFrame(nil), d.frames...)
+}
+
+func (d *daemonProcess) waitMethod(t *testing.T, method string) {
+	t.Helper()
+	eventually(t, "a "+method+" frame from the daemon", func() bool {
+		for _, f := range d.all() {
+			if f.Method == method {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// upserts returns the workload objects the daemon sent its broker.
+func (d *daemonProcess) upserts(t *testing.T) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, f := range d.all() {
+		if f.Method != methodUpsert {
+			continue
+		}
+		var p struct {
+			WorkloadInfo map[string]any `json:"workloadInfo"`
+		}
+		if err := json.Unmarshal(f.Params, &p); err != nil {
+			t.Fatalf("upsert params: %v", err)
+		}
+		out = append(out, p.WorkloadInfo)
+	}
+	return out
+}
+
+func (d *daemonProcess) waitUpsert(t *testing.T, id string) {
+	t.Helper()
+	eventually(t, "the daemon's upsert of "+id, func() bool { return slices.Contains(upsertIDs(d.upserts(t)), id) })
+}
+
+var ingressListening = regexp.MustCompile(`msg="local ingress listening" .*addr=127\.0\.0\.1:(\d+)`)
+
+// ingressPort returns the port the daemon's ingress bound.
+func (d *daemonProcess) ingressPort(t *testing.T) string {
+	t.Helper()
+	var port string
+	eventually(t, "the ingress listening", func() bool {
+		m := ingressListening.FindStringSubmatch(d.logs.String())
+		if m != nil {
+			port = m[1]
+		}
+		return m != nil
+	})
+	return port
+}
+
+// ingressRejection is one "ingress request rejected" line of the daemon.
+type ingressRejection struct {
+	status int
+	line   string
+}
+
+var rejectionStatus = regexp.MustCompile(` status=(\d+) `)
+
+func ingressRejections(logs *logBuffer) []ingressRejection {
+	var out []ingressRejection
+	lines := strings.Split(logs.String(), "\n")
+	for _, line := range lines[:len(lines)-1] { // the last is not complete yet
+
+		if !strings.Contains(line, `msg="ingress request rejected"`) {
+			continue
+		}
+		r := ingressRejection{line: line}
+		if m := rejectionStatus.FindStringSubmatch(line); m != nil {
+			r.status, _ = strconv.Atoi(m[1])
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func rejectionLines(rs []ingressRejection) string {
+	var b strings.Builder
+	for _, r := range rs {
+		b.WriteString(r.line + "\n")
+	}
+	return b.String()
+}
+
+// attackFrame is the frame every attempt tries to deliver: a valid
+// workload:started that the ingress would accept (the barrier proves it) and
+// stamp with the node's id.
+func attackFrame(id string) string {
+	b, err := json.Marshal(map[string]any{
+		"jsonrpc": "2.0", "method": methodStarted,
+		"params": map[string]any{"workloadInfo": map[string]any{
+			"id": id, "runId": "run-" + id, "seq": 1, "model": "qwen3.5-9b", "engine": "llamacpp",
+			"state": "running", "createdAt": 1789661457000,
+		}},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}
+
+// attackFormField splits a frame for a text/plain form: the browser sends
+// name + "=" + value + CRLF, which is the frame with an extra "pad" member
+// whose value is "=" (the trailing CRLF is JSON whitespace).
+func attackFormField(id string) (name, value string) {
+	frame := attackFrame(id)
+	padded := frame[:len(frame)-1] + `,"pad":"="}`
+	i := strings.LastIndex(padded, "=")
+	return padded[:i], padded[i+1:]
+}
+
+// postLegitimateFrame posts a frame the way a producer does (no Origin, a
+// loopback Host, application/json) and requires 200.
+func postLegitimateFrame(t *testing.T, port, body string) {
+	t.Helper()
+	resp, err := http.Post("http://127.0.0.1:"+port+peerEventsPath, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("legitimate frame: status %d (%s), want 200; body %s", resp.StatusCode, answer, body)
+	}
+}
+
+// attackServer is the attacker's web server: the attack pages, the chain
+// between them and the /report endpoint.
+type attackServer struct {
+	t           *testing.T
+	d           *daemonProcess
+	ingressPort string
+	port        string // A
+	srv         *http.Server
+
+	mu         sync.Mutex // guards the fields below
+	served     bool
+	next       int      // index of the attempt whose report is due
+	boundaries []int    // rejection count when attempt i's report was answered
+	base       int      // rejection count before the browser started
+	final      int      // rejection count after the barriers
+	reports    []string // what each page saw
+	reported   []bool
+	echoed     map[string]string // attempt -> the body posted to /echo
+}
+
+// newAttackServer listens on 127.0.0.1:<A> and on rebindAddr:<A>, the
+// second being where rebind.test:<A> resolves.
+func newAttackServer(t *testing.T, d *daemonProcess, ingressPort string) *attackServer {
+	t.Helper()
+	a := &attackServer{t: t, d: d, ingressPort: ingressPort,
+		boundaries: make([]int, len(browserAttempts)), reports: make([]string, len(browserAttempts)),
+		reported: make([]bool, len(browserAttempts)), echoed: map[string]string{}}
+	a.srv = &http.Server{Handler: a, ReadHeaderTimeout: waitTimeout}
+	var lns []net.Listener
+	for try := 0; try < 10 && lns == nil; try++ {
+		ln1, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, port, _ := net.SplitHostPort(ln1.Addr().String())
+		ln2, err := net.Listen("tcp", net.JoinHostPort(rebindAddr, port))
+		if err != nil {
+			ln1.Close()
+			continue
+		}
+		a.port, lns = port, []net.Listener{ln1, ln2}
+	}
+	if lns == nil {
+		t.Fatalf("cannot listen on %s and 127.0.0.1 with one port", rebindAddr)
+	}
+	for _, ln := range lns {
+		go func() { _ = a.srv.Serve(ln) }()
+	}
+	t.Cleanup(func() { a.srv.Close() })
+	return a
+}
+
+func (a *attackServer) expand(s string) string {
+	return strings.NewReplacer("{A}", a.port, "{P}", a.ingressPort).Replace(s)
+}
+
+// pageURL is where the chain loads attempt i; past the last page attempt it
+// is the direct page load of the ingress under the rebinding name.
+func (a *attackServer) pageURL(i int) string {
+	at := browserAttempts[i]
+	if at.page == "" {
+		return a.targetURL(i)
+	}
+	return a.expand(at.page) + at.name
+}
+
+func (a *attackServer) targetURL(i int) string {
+	at := browserAttempts[i]
+	return a.expand(at.target) + peerEventsPath + "?attempt=" + at.name
+}
+
+func (a *attackServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/attack/"), strings.HasPrefix(r.URL.Path, "/rebind/"):
+		a.servePage(w, r)
+	case r.URL.Path == "/report":
+		a.serveReport(w, r)
+	case r.URL.Path == "/echo":
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		a.mu.Lock()
+		a.echoed[r.URL.Query().Get("attempt")] = string(body)
+		a.mu.Unlock()
+		fmt.Fprintln(w, "echoed")
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (a *attackServer) attemptIndex(name string) int {
+	for i, at := range browserAttempts {
+		if at.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+const attackPage = `<!doctype html>
+<html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>%[1]s</title></head>
+<body><p id="saw">running</p><script>
+const T = %[2]s, B = %[3]s, FORM_NAME = %[4]s, FORM_VALUE = %[5]s;
+const NAME = %[1]s, REPORT = %[6]s, NEXT = %[7]s, ECHO = %[9]s;
+async function attempt() {
+	%[8]s
+}
+(async () => {
+	let saw;
+	try { saw = await attempt(); } catch (e) { saw = "threw " + e.name + ": " + e.message; }
+	document.getElementById("saw").textContent = saw;
+	try {
+		await fetch(REPORT + "?attempt=" + encodeURIComponent(NAME) + "&saw=" + encodeURIComponent(saw), {mode: "no-cors", cache: "no-store"});
+	} catch (e) {}
+	location.href = NEXT;
+})();
+</script></body></html>
+`
+
+func (a *attackServer) servePage(w http.ResponseWriter, r *http.Request) {
+	i := a.attemptIndex(strings.TrimPrefix(strings.TrimPrefix(r.URL.Path, "/attack/"), "/rebind/"))
+	if i < 0 || i == len(browserAttempts)-1 {
+		http.NotFound(w, r)
+		return
+	}
+	at := browserAttempts[i]
+	a.mu.Lock()
+	a.served = true
+	a.mu.Unlock()
+	target := a.targetURL(i)
+	id := "browser-" + at.name
+	formName, formValue := attackFormField(id)
+	js := func(s string) string { // a JS string literal; json escapes <, > and &
+		b, _ := json.Marshal(s)
+		return string(b)
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	fmt.Fprintf(w, attackPage, js(at.name), js(target), js(attackFrame(id)), js(formName), js(formValue),
+		js("http://127.0.0.1:"+a.port+"/report"), js(a.pageURL(i+1)), at.script,
+		js("http://127.0.0.1:"+a.port+"/echo?attempt="+at.name))
+}
+
+// serveReport records what a page saw, and answers only once the daemon has
+// logged the attempt's rejections, so the next attempt starts after them.
+func (a *attackServer) serveReport(w http.ResponseWriter, r *http.Request) {
+	name, saw := r.URL.Query().Get("attempt"), r.URL.Query().Get("saw")
+	i := a.attemptIndex(name)
+	a.mu.Lock()
+	expected := a.next
+	a.mu.Unlock()
+	if i != expected {
+		a.t.Errorf("report from attempt %q out of order (expected attempt %d)", name, expected)
+		http.Error(w, "out of order", http.StatusBadRequest)
+		return
+	}
+	start := a.boundary(i - 1)
+	need := start + len(browserAttempts[i].want)
+	deadline := time.Now().Add(waitTimeout)
+	count := len(ingressRejections(a.d.logs))
+	for count < need && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+		count = len(ingressRejections(a.d.logs))
+	}
+	a.mu.Lock()
+	a.reports[i], a.reported[i] = saw, true
+	a.boundaries[i] = count
+	a.next = i + 1
+	a.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// reportedAll reports whether every page that reports has done so.
+func (a *attackServer) reportedAll() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.next == len(browserAttempts)-1
+}
+
+func (a *attackServer) echo(name string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.echoed[name]
+}
+
+func (a *attackServer) pageServed() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.served
+}
+
+// boundary returns the number of rejections logged when attempt i was done:
+// before the browser started for i = -1, after the barriers for the last.
+func (a *attackServer) boundary(i int) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case i < 0:
+		return a.base
+	case i == len(browserAttempts)-1:
+		return a.final
+	}
+	// An attempt whose report never came (the chain stopped) is
+	// attributed nothing, so its own check reports the missing rejections.
+	for ; i >= 0; i-- {
+		if a.reported[i] {
+			return a.boundaries[i]
+		}
+	}
+	return a.base
+}
+
+func (a *attackServer) setFinal(n int) {
+	a.mu.Lock()
+	a.final = n
+	a.mu.Unlock()
+}
+
+func (a *attackServer) report(name string) (string, bool) {
+	i := a.attemptIndex(name)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.reports[i], a.reported[i]
+}
+
+// browserRunTimeout bounds the whole chain of attempts in one Chromium.
+const browserRunTimeout = 40 * time.Second
+
+// chromiumRun is what one Chromium run left behind.
+type chromiumRun struct {
+	stderr  string
+	netlog  string // path of Chromium's network log
+	elapsed time.Duration
+}
+
+func (c chromiumRun) stderrTail() string {
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(c.stderr), "\n") {
+		if !strings.Contains(l, "dbus") { // no bus here, and Chromium says so at length
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > 20 {
+		lines = lines[len(lines)-20:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// runChromium loads the first attack page in headless Chromium, waits until
+// done reports that the chain has ended (or Chromium exits, or a deadline),
+// then stops Chromium with SIGTERM, which it answers with a clean shutdown
+// that completes the network log.
+func (a *attackServer) runChromium(t *testing.T, chromium string, done func() bool) (chromiumRun, error) {
+	t.Helper()
+	a.mu.Lock()
+	a.base = len(ingressRejections(a.d.logs))
+	a.mu.Unlock()
+	dir := t.TempDir()
+	run := chromiumRun{netlog: filepath.Join(dir, "netlog.json")}
+	cmd := exec.Command(chromium,
+		"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir="+filepath.Join(dir, "profile"),
+		// rebind.test is the attacker's name; every other name but the
+		// 127.0.0.1 literal fails, so the browser talks to nothing but
+		// the test (MAP * applies to address literals too).
+		"--host-resolver-rules=MAP "+rebindHost+" "+rebindAddr+", MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+		"--log-net-log="+run.netlog,
+		a.pageURL(0))
+	// Chromium starts helper processes: run it in its own process group,
+	// and end what is left of the group once it has exited.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &stderr
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		return run, err
+	}
+	pgid := cmd.Process.Pid
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) })
+
+	var err error
+	running := true
+	deadline := time.Now().Add(browserRunTimeout)
+	for running && err == nil && !done() {
+		select {
+		case werr := <-exited:
+			running = false
+			err = fmt.Errorf("chromium exited before the attempts were done: %v", werr)
+		case <-time.After(10 * time.Millisecond):
+			if time.Now().After(deadline) {
+				err = fmt.Errorf("the attempts were not done after %s", browserRunTimeout)
+			}
+		}
+	}
+	run.elapsed = time.Since(began)
+	if running {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(waitTimeout):
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			<-exited
+		}
+	}
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	run.stderr = stderr.String()
+	return run, err
+}
+
+// rebindFront listens where the rebinding name resolves, on the ingress's
+// port. A connection whose request is for the ingress's path is what the
+// browser sends once the name points at the ingress, and is spliced to it
+// unchanged; any other (the page load, a favicon) is the attacker's.
+type rebindFront struct {
+	ln      net.Listener
+	ingress string
+	page    http.Handler
+	wg      sync.WaitGroup
+}
+
+func startRebindFront(t *testing.T, addr, ingress string, page http.Handler) *rebindFront {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("rebinding front: %v", err)
+	}
+	f := &rebindFront{ln: ln, ingress: ingress, page: page}
+	f.wg.Go(f.serve)
+	return f
+}
+
+func (f *rebindFront) close() {
+	f.ln.Close()
+	f.wg.Wait()
+}
+
+func (f *rebindFront) serve() {
+	for {
+		c, err := f.ln.Accept()
+		if err != nil {
+			return
+		}
+		f.wg.Go(func() { f.handle(c) })
+	}
+}
+
+func (f *rebindFront) handle(c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(waitTimeout))
+	br := bufio.NewReader(c)
+	line, err := peekLine(br)
+	if err != nil {
+		return
+	}
+	if _, target, _ := strings.Cut(line, " "); !strings.HasPrefix(target, peerEventsPath) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		rec := httptest.NewRecorder()
+		f.page.ServeHTTP(rec, req)
+		resp := rec.Result()
+		resp.ContentLength = int64(rec.Body.Len())
+		resp.Close = true // one request per connection, routed by its line
+		_ = resp.Write(c)
+		return
+	}
+	up, err := net.Dial("tcp", f.ingress)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	_ = up.SetDeadline(time.Now().Add(waitTimeout))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = io.Copy(up, br)
+		_ = up.(*net.TCPConn).CloseWrite()
+	}()
+	_, _ = io.Copy(c, up)
+	c.Close()
+	<-done
+}
+
+// peekLine returns the first line the client sent without consuming it.
+func peekLine(br *bufio.Reader) (string, error) {
+	for n := 1; n <= 4096; n++ {
+		b, err := br.Peek(n)
+		if err != nil {
+			return "", err
+		}
+		if b[n-1] == '\n' {
+			return string(b), nil
+		}
+	}
+	return "", errors.New("request line too long")
+}
+
+// netlogRequest is one request the browser sent to the ingress's path, by
+// Chromium's network log.
+type netlogRequest struct {
+	method  string
+	line    string
+	headers []string
+	status  int // the status the browser read; 0 if none
+}
+
+func (r netlogRequest) headerOK(name string) (string, bool) {
+	for _, h := range r.headers {
+		k, v, ok := strings.Cut(h, ":")
+		if ok && strings.EqualFold(strings.TrimSpace(k), name) {
+			return strings.TrimSpace(v), true
+		}
+	}
+	return "", false
+}
+
+func (r netlogRequest) header(name string) string {
+	v, _ := r.headerOK(name)
+	return v
+}
+
+// parseNetLog reads Chromium's --log-net-log file and returns, per attempt
+// (the ?attempt= of the request line), the requests sent to the ingress's
+// path with the status read back.
+func parseNetLog(path string) (map[string][]netlogRequest, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var log struct {
+		Constants struct {
+			LogEventTypes map[string]int `json:"logEventTypes"`
+		} `json:"constants"`
+		Events []struct {
+			Type   int `json:"type"`
+			Source struct {
+				ID int `json:"id"`
+			} `json:"source"`
+			Params json.RawMessage `json:"params"`
+		} `json:"events"`
+	}
+	if err := json.Unmarshal(b, &log); err != nil {
+		// Chromium ended by a signal leaves the log open: one event per
+		// line after the constants, each ending in "},". Close it after
+		// the last whole event.
+		i := bytes.LastIndex(b, []byte("},\n"))
+		if i < 0 {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		fixed := append(b[:i+1:i+1], "]}"...)
+		if err2 := json.Unmarshal(fixed, &log); err2 != nil {
+			return nil, fmt.Errorf("%s: %w (and closed after the last event: %v)", path, err, err2)
+		}
+	}
+	send, ok1 := log.Constants.LogEventTypes["HTTP_TRANSACTION_SEND_REQUEST_HEADERS"]
+	read, ok2 := log.Constants.LogEventTypes["HTTP_TRANSACTION_READ_RESPONSE_HEADERS"]
+	if !ok1 || !ok2 {
+		return nil, errors.New("the network log names no HTTP transaction events")
+	}
+	type ref struct {
+		attempt string
+		i       int
+	}
+	out := map[string][]netlogRequest{}
+	pending := map[int]ref{} // source id -> its request awaiting a response
+	for _, e := range log.Events {
+		switch e.Type {
+		case send:
+			var p struct {
+				Line    string   `json:"line"`
+				Headers []string `json:"headers"`
+			}
+			if json.Unmarshal(e.Params, &p) != nil {
+				continue
+			}
+			method, rest, _ := strings.Cut(p.Line, " ")
+			target, _, _ := strings.Cut(rest, " ")
+			u, err := url.Parse(target)
+			if err != nil || u.Path != peerEventsPath {
+				continue
+			}
+			name := u.Query().Get("attempt")
+			out[name] = append(out[name], netlogRequest{method: method, line: strings.TrimSpace(p.Line), headers: p.Headers})
+			pending[e.Source.ID] = ref{name, len(out[name]) - 1}
+		case read:
+			r, ok := pending[e.Source.ID]
+			if !ok {
+				continue
+			}
+			delete(pending, e.Source.ID)
+			var p struct {
+				Headers []string `json:"headers"`
+			}
+			if json.Unmarshal(e.Params, &p) != nil || len(p.Headers) == 0 {
+				continue
+			}
+			if f := strings.Fields(p.Headers[0]); len(f) >= 2 {
+				out[r.attempt][r.i].status, _ = strconv.Atoi(f[1])
+			}
+		}
+	}
+	return out, nil
+}
+
+func upsertIDs(ws []map[string]any) []string {
+	var ids []string
+	for _, w := range ws {
+		id, _ := w["id"].(string)
+		ids = append(ids, id)
+	}
+	return ids
+}
