@@ -1,0 +1,909 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Tests of ingestLocal's ordering, commitLocal and the removal memory, at the
+// Manager level. Most build a node without starting it and call
+// n.m.ingestLocal / n.m.handleLine directly: the broker writer works as soon
+// as the test broker collects, and every enqueue happens before those calls
+// return, so the peer queue can be read right after them.
+
+// --- ordering ----------------------------------------------------------------
+
+func TestIngestFailedBrokerWriteLeavesNothingTrackedQueuedOrRemembered(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		body string
+	}{
+		{"upsert", ifxLifecycleJSON("job-1", "running", "")},
+		{"removal", ifxRemoveJSON("job-1", "")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, q := ifxNode(t)
+			n.broker.fromD.Close() // the broker stops reading: every write fails
+
+			_, err := n.m.ingestLocal([]byte(tc.body))
+			if !errors.Is(err, errBrokerWrite) {
+				t.Fatalf("ingestLocal with the broker gone = %v, want errBrokerWrite", err)
+			}
+			if got := ifxTrackedCount(n); got != 0 {
+				t.Errorf("re-sync set holds %d entries after a failed broker write, want 0", got)
+			}
+			if got := ifxRememberedCount(n); got != 0 {
+				t.Errorf("removal memory holds %d entries after a failed broker write, want 0", got)
+			}
+			if got := ifxDrain(q); len(got) != 0 {
+				t.Errorf("peer queue holds %d frame(s) after a failed broker write, want none: %s", len(got), ifxDescribe(got))
+			}
+		})
+	}
+}
+
+func TestIngestFailedRemovalKeepsWorkloadTrackedAndQueuesNothing(t *testing.T) {
+	n, q := ifxNode(t)
+	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "running", ""))); err != nil {
+		t.Fatal(err)
+	}
+	if got := ifxDrain(q); len(got) != 1 {
+		t.Fatalf("peer queue after the upsert: %s, want one frame", ifxDescribe(got))
+	}
+	n.broker.fromD.Close()
+
+	_, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", "")))
+	if !errors.Is(err, errBrokerWrite) {
+		t.Fatalf("removal with the broker gone = %v, want errBrokerWrite", err)
+	}
+	if !ifxIsTracked(n, n.id, "job-1") {
+		t.Error("a removal the broker never received untracked the workload: peers would lose a workload the broker still holds")
+	}
+	if ifxRemembers(n, n.id, "job-1") {
+		t.Error("a removal the broker never received was remembered")
+	}
+	if got := ifxDrain(q); len(got) != 0 {
+		t.Errorf("a failed removal queued %s for peers, want nothing", ifxDescribe(got))
+	}
+}
+
+// Concurrent posts for one workload must reach the broker and the peer queue
+// in one order: ingestMu is held from the broker write through commitLocal.
+// Without it, two posts can pass each other between their broker write and
+// their enqueue, and the peers' latest event would not be the broker's.
+//
+// To widen that window: every other post carries an 8 KiB error text, so its
+// commitLocal has a larger frame to encode after its broker write; a
+// goroutine keeps taking and releasing broadcastMu (as the heartbeat and the
+// stdio read loop do), so a post that has written to the broker often waits
+// for broadcastMu, where a later post may overtake it; and the broker's end
+// of the pipe is a raw reader that is always waiting, so a post's broker
+// write is never held up by the parse of the previous line.
+func TestIngestConcurrentPostsForOneWorkloadKeepOneOrderAtBrokerAndPeers(t *testing.T) {
+	const posts = 64
+	const rounds = 6 // each catches a missing ingestMu most of the time; six, all but always
+	big := strings.Repeat("x", 8<<10)
+	for round := 0; round < rounds; round++ {
+		n, q := ifxNode(t)
+		broker := ifxRawBroker(n)
+		stop := make(chan struct{})
+		var hammer sync.WaitGroup
+		hammer.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n.m.broadcastMu.Lock()
+				runtime.Gosched()
+				n.m.broadcastMu.Unlock()
+			}
+		})
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		errs := make(chan error, posts)
+		for seq := 1; seq <= posts; seq++ {
+			extra := []string{fmt.Sprintf(`"seq":%d`, seq)}
+			if seq%2 == 1 {
+				extra = append(extra, `"error":"`+big+`"`)
+			}
+			body := ifxLifecycleJSON("job-1", "running", "", extra...)
+			wg.Go(func() {
+				<-start
+				if _, err := n.m.ingestLocal([]byte(body)); err != nil {
+					errs <- err
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		close(stop)
+		hammer.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("ingestLocal: %v", err)
+		}
+
+		var atBroker []string
+		for _, f := range broker.frames(t) {
+			if f.Method == methodUpsert {
+				atBroker = append(atBroker, ifxInfoField(t, f.Params, "seq"))
+			}
+		}
+		var queued []string
+		for _, f := range ifxDrain(q) {
+			queued = append(queued, ifxInfoField(t, ifxParams(t, f), "seq"))
+		}
+		if len(atBroker) != posts || len(queued) != posts {
+			t.Fatalf("round %d: %d upserts at the broker and %d queued frames, want %d each", round, len(atBroker), len(queued), posts)
+		}
+		if fmt.Sprint(atBroker) != fmt.Sprint(queued) {
+			t.Fatalf("round %d: concurrent posts reached the broker and the peer queue in different orders:\nbroker: %v\npeers:  %v",
+				round, atBroker, queued)
+		}
+	}
+}
+
+// A removal ingested while a re-sync snapshot is in flight must never be
+// followed, in the peer queue, by that snapshot's upsert of the workload: the
+// peers would track again a workload the broker has just removed, until the
+// next heartbeat. commitLocal and queueResync both hold broadcastMu across
+// tracking and enqueueing, so the two are queued wholly one after the other.
+//
+// How the interleaving is forced: the test holds activeMu, then runs
+// queueResync, which takes broadcastMu and blocks on activeMu, its snapshot
+// not yet taken (the test waits until broadcastMu is seen held). It then
+// ingests the removal and waits until the broker has received it, so the
+// removal is past its broker write and inside commitLocal. Only then is
+// activeMu released. With the guard, the removal waits for broadcastMu, so
+// the whole snapshot (which still holds the workload) is queued before the
+// removal. Without it, the removal takes activeMu as soon as the snapshot has
+// released it and is enqueued while the snapshot's frames are still being
+// enqueued one by one; the snapshot holds many workloads in map order, so the
+// removed workload's re-assertion lands after the removal in most rounds,
+// and the test runs many rounds.
+func TestIngestRemovalDuringResyncSnapshotIsNeverFollowedBySnapshotUpsert(t *testing.T) {
+	const fillers = 200
+	const rounds = 20
+	n, q := ifxNode(t)
+	for i := 0; i < fillers; i++ {
+		n.m.handleLine([]byte(ifxStdioLifecycleJSON(fmt.Sprintf("filler-%d", i), "running", n.id, false)))
+	}
+	ifxDrain(q)
+
+	for round := 0; round < rounds; round++ {
+		if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "running", ""))); err != nil {
+			t.Fatal(err)
+		}
+		ifxDrain(q)
+		removalsBefore := len(n.broker.withMethod(methodRemove))
+
+		n.m.activeMu.Lock()
+		resyncDone := make(chan int, 1)
+		go func() { resyncDone <- n.m.queueResync("test") }()
+		eventually(t, "the re-sync snapshot to hold broadcastMu", func() bool {
+			if n.m.broadcastMu.TryLock() {
+				n.m.broadcastMu.Unlock()
+				return false
+			}
+			return true
+		})
+		removeDone := make(chan error, 1)
+		go func() {
+			_, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", "")))
+			removeDone <- err
+		}()
+		n.broker.waitMethod(methodRemove, removalsBefore+1)
+		n.m.activeMu.Unlock()
+		queued := <-resyncDone
+		if err := <-removeDone; err != nil {
+			t.Fatal(err)
+		}
+
+		frames := ifxDrain(q)
+		removalAt, reassertedAt := -1, -1
+		for i, f := range frames {
+			id, isRemoval := ifxFrameWorkload(t, f)
+			if id != "job-1" {
+				continue
+			}
+			if isRemoval {
+				removalAt = i
+				continue
+			}
+			if removalAt >= 0 {
+				t.Fatalf("round %d: the re-sync snapshot's upsert of job-1 was queued at %d, after its removal at %d: peers would track a removed workload",
+					round, i, removalAt)
+			}
+			reassertedAt = i
+		}
+		if removalAt < 0 {
+			t.Fatalf("round %d: the removal was not queued: %d frames", round, len(frames))
+		}
+		// The snapshot held broadcastMu before the removal reached commitLocal,
+		// so it must have been taken with job-1 in it, wholly before the removal.
+		if reassertedAt < 0 || queued != fillers+1 || removalAt != len(frames)-1 {
+			t.Fatalf("round %d: snapshot queued %d frames (job-1 at %d), removal at %d of %d; want all %d re-assertions, then the removal",
+				round, queued, reassertedAt, removalAt, len(frames), fillers+1)
+		}
+	}
+}
+
+// The frame goes up to the broker first, and only then into the re-sync set,
+// the removal memory and the peer queue: peers must never show a workload the
+// origin broker does not hold.
+func TestIngestWritesToBrokerBeforeTrackingOrQueueing(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		body    string
+		tracked bool // job-1 tracked before the frame
+	}{
+		{"upsert", ifxLifecycleJSON("job-1", "running", ""), false},
+		{"removal", ifxRemoveJSON("job-1", ""), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, q := ifxNode(t)
+			if tc.tracked {
+				if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "running", ""))); err != nil {
+					t.Fatal(err)
+				}
+				ifxDrain(q)
+			}
+			gate := ifxGateBroker(n)
+			done := make(chan error, 1)
+			go func() {
+				_, err := n.m.ingestLocal([]byte(tc.body))
+				done <- err
+			}()
+			line := <-gate.entered // the broker write is in progress and held
+			if !bytes.Contains(line, []byte(`"job-1"`)) {
+				t.Fatalf("broker write in progress is %q, want the frame for job-1", line)
+			}
+			if got := ifxDrain(q); len(got) != 0 {
+				t.Errorf("queued for peers before the broker write completed: %s", ifxDescribe(got))
+			}
+			if ifxIsTracked(n, n.id, "job-1") != tc.tracked {
+				t.Errorf("re-sync set changed before the broker write completed (tracked = %v)", !tc.tracked)
+			}
+			if ifxRemembers(n, n.id, "job-1") {
+				t.Error("removal remembered before the broker write completed")
+			}
+			close(gate.release)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if got := ifxDrain(q); len(got) != 1 {
+				t.Errorf("after the broker write: %s queued, want one frame", ifxDescribe(got))
+			}
+			if ifxIsTracked(n, n.id, "job-1") == tc.tracked {
+				t.Errorf("re-sync set not updated after the broker write (tracked = %v)", tc.tracked)
+			}
+		})
+	}
+}
+
+// A stalled broker write holds ingestMu only: the stdio read loop and the
+// re-sync heartbeat, which take broadcastMu, go on.
+func TestIngestStalledBrokerWriteDoesNotBlockStdioFramesOrResync(t *testing.T) {
+	n, q := ifxNode(t)
+	gate := ifxGateBroker(n)
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("ingress-1", "running", "")))
+		done <- err
+	}()
+	<-gate.entered
+
+	stdioDone := make(chan struct{})
+	go func() {
+		n.m.handleLine([]byte(ifxStdioLifecycleJSON("stdio-1", "running", n.id, false)))
+		n.m.queueResync("test")
+		close(stdioDone)
+	}()
+	select {
+	case <-stdioDone:
+	case <-time.After(waitTimeout):
+		t.Fatal("a stdio frame and a re-sync waited for an ingress post's stalled broker write")
+	}
+	got := ifxDrain(q)
+	if len(got) != 2 { // the stdio frame, then its re-assertion
+		t.Fatalf("queued while the ingress write stalls: %s, want stdio-1 and its re-assertion", ifxDescribe(got))
+	}
+	for _, f := range got {
+		if id, _ := ifxFrameWorkload(t, f); id != "stdio-1" {
+			t.Fatalf("queued %s while its broker write stalls", id)
+		}
+	}
+	close(gate.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// --- commitLocal ---------------------------------------------------------------
+
+func TestCommitLocalReportsWhetherTheFrameWasQueued(t *testing.T) {
+	n, q := ifxNode(t)
+	life := ifxParseLocal(t, ifxLifecycleJSON("job-1", "running", n.id))
+	if !n.m.commitLocal(life, fromIngress) {
+		t.Fatal("commitLocal of a new ingress frame reported not queued")
+	}
+	rm := ifxParseLocal(t, ifxRemoveJSON("job-1", n.id))
+	if !n.m.commitLocal(rm, fromIngress) {
+		t.Fatal("commitLocal of an ingress removal reported not queued")
+	}
+	if got := ifxDrain(q); len(got) != 2 {
+		t.Fatalf("queued %s, want the upsert and the removal", ifxDescribe(got))
+	}
+	if n.m.commitLocal(life, fromBroker) {
+		t.Error("commitLocal of a broker replay of a removed ingress workload reported queued")
+	}
+	if got := ifxDrain(q); len(got) != 0 {
+		t.Errorf("a suppressed replay queued %s", ifxDescribe(got))
+	}
+	n.m.bcast.close(time.Second)
+	if n.m.commitLocal(ifxParseLocal(t, ifxLifecycleJSON("job-2", "running", n.id)), fromIngress) {
+		t.Error("commitLocal with the broadcaster closed reported queued")
+	}
+}
+
+func TestIngestRemovalUntracksEveryRunOfTheWorkload(t *testing.T) {
+	n, q := ifxNode(t)
+	for _, run := range []string{"run-a", "run-b"} {
+		if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "running", "", `"runId":"`+run+`"`))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-2", "running", ""))); err != nil {
+		t.Fatal(err)
+	}
+	if got := ifxTrackedCount(n); got != 3 {
+		t.Fatalf("re-sync set holds %d entries, want 3", got)
+	}
+	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
+		t.Fatal(err)
+	}
+	if ifxIsTracked(n, n.id, "job-1") || !ifxIsTracked(n, n.id, "job-2") || ifxTrackedCount(n) != 1 {
+		t.Fatalf("after removing job-1: %d entries, job-1 tracked %v, job-2 tracked %v; want only job-2",
+			ifxTrackedCount(n), ifxIsTracked(n, n.id, "job-1"), ifxIsTracked(n, n.id, "job-2"))
+	}
+	ifxDrain(q)
+	if got := n.m.queueResync("test"); got != 1 {
+		t.Errorf("re-sync after the removal queued %d frames, want job-2's only", got)
+	}
+}
+
+// --- removal memory --------------------------------------------------------------
+
+func TestIngestRemovalMemoryBlocksStaleStdioReplayOfTrackedWorkload(t *testing.T) {
+	n, q := ifxNode(t)
+	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "running", ""))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
+		t.Fatal(err)
+	}
+	ifxDrain(q)
+
+	// The broker's replay of its store, which it sent before it applied the
+	// removal.
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	if ifxIsTracked(n, n.id, "job-1") {
+		t.Error("a stale stdio replay tracked a workload removed through the ingress: it would be re-asserted on every heartbeat")
+	}
+	if got := ifxDrain(q); len(got) != 0 {
+		t.Errorf("a stale stdio replay was queued for peers: %s", ifxDescribe(got))
+	}
+}
+
+func TestIngestRemovalMemoryBlocksReplayOnFreshlyStartedManager(t *testing.T) {
+	n, q := ifxNode(t)
+	n.start()
+
+	// The worker was just (re)started: nothing is tracked. The producer's
+	// removal arrives first, then the broker's replay of its store.
+	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
+		t.Fatal(err)
+	}
+	if got := ifxDrain(q); len(got) != 1 {
+		t.Fatalf("queued %s, want the removal", ifxDescribe(got))
+	}
+	n.sendLifecycle(workload("job-1", "running", n.id))
+	n.sendLifecycle(workload("later-1", "running", n.id)) // the barrier: the read loop handles frames in order
+
+	seen := ifxWaitQueued(t, q, "later-1")
+	for _, f := range seen {
+		if id, _ := ifxFrameWorkload(t, f); id == "job-1" {
+			t.Fatalf("the broker's replay of a removed ingress workload was queued for peers: %s", ifxDescribe(seen))
+		}
+	}
+	if ifxIsTracked(n, n.id, "job-1") {
+		t.Error("the broker's replay of a removed ingress workload was tracked")
+	}
+	if !ifxIsTracked(n, n.id, "later-1") {
+		t.Error("the barrier workload was not tracked")
+	}
+}
+
+func TestIngestRemovalMemoryClearedByNewIngressLifecycleFrame(t *testing.T) {
+	n, q := ifxNode(t)
+	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
+		t.Fatal(err)
+	}
+	if !ifxRemembers(n, n.id, "job-1") {
+		t.Fatal("an ingress removal was not remembered")
+	}
+	// The producer reports the workload anew.
+	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "queued", "", `"seq":2`))); err != nil {
+		t.Fatal(err)
+	}
+	if ifxRemembers(n, n.id, "job-1") || ifxRememberedCount(n) != 0 {
+		t.Error("a new ingress lifecycle frame did not clear the removal memory")
+	}
+	ifxDrain(q)
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	if got := ifxDrain(q); len(got) != 1 {
+		t.Errorf("the broker's frame for a re-reported workload: queued %s, want it", ifxDescribe(got))
+	}
+	if !ifxIsTracked(n, n.id, "job-1") {
+		t.Error("the re-reported workload is not tracked")
+	}
+}
+
+func TestIngestRemovalMemoryExpiresAfterRetentionWindow(t *testing.T) {
+	n, q := ifxNode(t)
+	clock := ifxUseClock(n)
+	retention := 2 * n.m.cfg.ResyncInterval
+	if retention != time.Minute {
+		t.Fatalf("terminal-retention window = %v, want one minute by default", retention)
+	}
+	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
+		t.Fatal(err)
+	}
+	ifxDrain(q)
+
+	clock.advance(retention - time.Millisecond)
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	if got := ifxDrain(q); len(got) != 0 || ifxIsTracked(n, n.id, "job-1") {
+		t.Fatalf("just inside the window a replay was queued (%s) or tracked", ifxDescribe(got))
+	}
+
+	clock.advance(time.Millisecond)
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	if got := ifxDrain(q); len(got) != 1 {
+		t.Errorf("once the window has passed the broker's frame was not queued: %s", ifxDescribe(got))
+	}
+	if !ifxIsTracked(n, n.id, "job-1") {
+		t.Error("once the window has passed the broker's frame was not tracked")
+	}
+	if got := ifxRememberedCount(n); got != 0 {
+		t.Errorf("removal memory holds %d expired entries, want them pruned", got)
+	}
+}
+
+func TestIngestRemovalMemoryCoversOnlyItsOwnOriginAndID(t *testing.T) {
+	n, q := ifxNode(t)
+	other := "0b7c2f4e-7a51-4d3e-9c1f-2e8a5b6d4c3a"
+	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
+		t.Fatal(err)
+	}
+	ifxDrain(q)
+	for _, tc := range []struct{ id, origin string }{
+		{"job-2", n.id},  // another id, this node
+		{"job-1", other}, // the same id from another origin
+	} {
+		n.m.handleLine([]byte(ifxStdioLifecycleJSON(tc.id, "running", tc.origin, false)))
+		if got := ifxDrain(q); len(got) != 1 {
+			t.Errorf("(%s, %s) was not queued: %s", tc.origin, tc.id, ifxDescribe(got))
+		}
+		if !ifxIsTracked(n, tc.origin, tc.id) {
+			t.Errorf("(%s, %s) was not tracked", tc.origin, tc.id)
+		}
+	}
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	if got := ifxDrain(q); len(got) != 0 {
+		t.Errorf("the removed (origin, id) itself was queued: %s", ifxDescribe(got))
+	}
+}
+
+func TestIngestRemovalMemoryNotCreatedByStdioRemoval(t *testing.T) {
+	n, q := ifxNode(t)
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	n.m.handleLine([]byte(encodeNotification(methodRemove, json.RawMessage(`{"workloadId":"job-1","originatedFrom":"`+n.id+`"}`))))
+	if got := ifxDrain(q); len(got) != 2 {
+		t.Fatalf("queued %s, want the stdio upsert and removal", ifxDescribe(got))
+	}
+	if ifxRememberedCount(n) != 0 {
+		t.Fatal("a removal from the broker created removal memory")
+	}
+	// The broker reports the workload again: it is its own store's word.
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	if got := ifxDrain(q); len(got) != 1 || !ifxIsTracked(n, n.id, "job-1") {
+		t.Errorf("after a stdio removal the broker's next frame was not queued (%s) and tracked", ifxDescribe(got))
+	}
+}
+
+func TestIngestRemovalMemoryDoesNotBlockResyncTaggedStdioFrame(t *testing.T) {
+	n, q := ifxNode(t)
+	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
+		t.Fatal(err)
+	}
+	ifxDrain(q)
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, true)))
+	if got := ifxDrain(q); len(got) != 1 {
+		t.Errorf("a resync-tagged frame from the broker was not queued: %s", ifxDescribe(got))
+	}
+	if !ifxIsTracked(n, n.id, "job-1") {
+		t.Error("a resync-tagged frame from the broker was not tracked")
+	}
+}
+
+func TestIngestRemovalMemoryCapForgetsOldestFirst(t *testing.T) {
+	n, q := ifxNode(t)
+	ifxUseClock(n) // nothing expires while the removals are made
+	for i := 0; i <= removalMemoryCapacity; i++ {
+		if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON(fmt.Sprintf("r-%d", i), ""))); err != nil {
+			t.Fatal(err)
+		}
+		if i%512 == 0 {
+			ifxDrain(q) // keep the bounded peer queue from filling
+		}
+	}
+	ifxDrain(q)
+	if got := ifxRememberedCount(n); got != removalMemoryCapacity {
+		t.Fatalf("removal memory holds %d entries after %d removals, want the cap %d", got, removalMemoryCapacity+1, removalMemoryCapacity)
+	}
+	// The 4097th removal forgot the oldest: its replay is tracked again.
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("r-0", "running", n.id, false)))
+	if got := ifxDrain(q); len(got) != 1 || !ifxIsTracked(n, n.id, "r-0") {
+		t.Errorf("the oldest removal, past the cap, still blocks its replay (queued %s)", ifxDescribe(got))
+	}
+	for _, id := range []string{"r-1", fmt.Sprintf("r-%d", removalMemoryCapacity)} {
+		n.m.handleLine([]byte(ifxStdioLifecycleJSON(id, "running", n.id, false)))
+		if got := ifxDrain(q); len(got) != 0 || ifxIsTracked(n, n.id, id) {
+			t.Errorf("%s, still within the cap, did not block its replay (queued %s)", id, ifxDescribe(got))
+		}
+	}
+}
+
+func TestIngestRemovalMemoryRepeatedRemovalKeepsOneRefreshedEntry(t *testing.T) {
+	n, q := ifxNode(t)
+	clock := ifxUseClock(n)
+	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(40 * time.Second)
+	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
+		t.Fatal(err)
+	}
+	if got := ifxRememberedCount(n); got != 1 {
+		t.Fatalf("a repeated removal occupies %d entries, want 1", got)
+	}
+	ifxDrain(q)
+	clock.advance(30 * time.Second) // past the first removal's window, inside the second's
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	if got := ifxDrain(q); len(got) != 0 || ifxIsTracked(n, n.id, "job-1") {
+		t.Errorf("a replay after the first removal's window but inside the repeated one's was queued (%s) or tracked", ifxDescribe(got))
+	}
+}
+
+// --- helpers (this file and ingressframe_test.go) ---------------------------------
+
+// ifxNode builds a node that is not started, with its peer queue captured.
+func ifxNode(t *testing.T, opts ...nodeOption) (*testNode, *broadcaster) {
+	t.Helper()
+	n := newTestNode(t, opts...)
+	return n, ifxCaptureQueue(n)
+}
+
+// ifxCaptureQueue swaps in a broadcaster whose dispatcher never runs, so every
+// frame the manager enqueues stays in the queue for the test to read (the
+// original dispatcher, with no targets, would consume and drop them). Its
+// dispatchDone is closed up front so that a shutdown (bcast.close) does not
+// wait for a dispatcher. Call it before any frame is sent.
+func ifxCaptureQueue(n *testNode) *broadcaster {
+	old := n.m.bcast
+	b := &broadcaster{log: n.m.log, trust: n.m.trust, queue: make(chan outboundFrame, outboundQueueSize),
+		peers: map[string]*peerSender{}, dispatchDone: make(chan struct{})}
+	close(b.dispatchDone)
+	n.m.bcast = b
+	old.close(time.Second)
+	return b
+}
+
+// ifxDrain returns the frames in the queue now, without waiting.
+func ifxDrain(b *broadcaster) []outboundFrame {
+	var out []outboundFrame
+	for {
+		select {
+		case f, ok := <-b.queue:
+			if !ok {
+				return out
+			}
+			out = append(out, f)
+		default:
+			return out
+		}
+	}
+}
+
+// ifxWaitQueued reads frames from the queue until one for workload id arrives
+// and returns every frame read.
+func ifxWaitQueued(t *testing.T, b *broadcaster, id string) []outboundFrame {
+	t.Helper()
+	var out []outboundFrame
+	deadline := time.After(waitTimeout)
+	for {
+		select {
+		case f := <-b.queue:
+			out = append(out, f)
+			if got, _ := ifxFrameWorkload(t, f); got == id {
+				return out
+			}
+		case <-deadline:
+			t.Fatalf("timed out waiting for %s in the peer queue; read %s", id, ifxDescribe(out))
+		}
+	}
+}
+
+// ifxParams returns a queued frame's params, checking its envelope.
+func ifxParams(t *testing.T, f outboundFrame) json.RawMessage {
+	t.Helper()
+	var env rpcFrame
+	if err := json.Unmarshal(f.line, &env); err != nil {
+		t.Fatalf("queued frame is not JSON: %q", f.line)
+	}
+	if env.JSONRPC != "2.0" || env.Method != f.method || env.ID != nil {
+		t.Fatalf("queued frame %q is not a %s notification", f.line, f.method)
+	}
+	return env.Params
+}
+
+// ifxFrameWorkload returns the workload id a queued frame is about and
+// whether it is a removal.
+func ifxFrameWorkload(t *testing.T, f outboundFrame) (string, bool) {
+	t.Helper()
+	p := ifxParams(t, f)
+	if f.method == methodRemove {
+		var r struct {
+			WorkloadID string `json:"workloadId"`
+		}
+		if err := json.Unmarshal(p, &r); err != nil {
+			t.Fatal(err)
+		}
+		return r.WorkloadID, true
+	}
+	return ifxInfoString(t, p, "id"), false
+}
+
+// ifxInfoField returns one field of params.workloadInfo as raw JSON text.
+func ifxInfoField(t *testing.T, params json.RawMessage, name string) string {
+	t.Helper()
+	var p struct {
+		WorkloadInfo map[string]json.RawMessage `json:"workloadInfo"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		t.Fatalf("params %s: %v", params, err)
+	}
+	return string(p.WorkloadInfo[name])
+}
+
+func ifxInfoString(t *testing.T, params json.RawMessage, name string) string {
+	t.Helper()
+	var s string
+	if raw := ifxInfoField(t, params, name); raw != "" {
+		if err := json.Unmarshal([]byte(raw), &s); err != nil {
+			t.Fatalf("workloadInfo.%s = %s, not a string", name, raw)
+		}
+	}
+	return s
+}
+
+func ifxDescribe(fs []outboundFrame) string {
+	if len(fs) == 0 {
+		return "nothing"
+	}
+	var b bytes.Buffer
+	for i, f := range fs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.Write(f.line)
+	}
+	return fmt.Sprintf("%d frame(s): %s", len(fs), b.String())
+}
+
+// ifxLifecycleJSON is an ingress lifecycle body for a workload in state, with
+// originatedFrom only when origin is not empty, and extra workloadInfo
+// members (each `"name":value`).
+func ifxLifecycleJSON(id, state, origin string, extra ...string) string {
+	info := fmt.Sprintf(`"id":%q,"model":"qwen3.5-9b","engine":"llamacpp","state":%q`, id, state)
+	if origin != "" {
+		info += fmt.Sprintf(`,"originatedFrom":%q`, origin)
+	}
+	for _, e := range extra {
+		info += "," + e
+	}
+	return fmt.Sprintf(`{"jsonrpc":"2.0","method":%q,"params":{"workloadInfo":{%s}}}`, methodFor(state), info)
+}
+
+// ifxRemoveJSON is an ingress removal body, with originatedFrom only when
+// origin is not empty.
+func ifxRemoveJSON(id, origin string) string {
+	p := fmt.Sprintf(`"workloadId":%q`, id)
+	if origin != "" {
+		p += fmt.Sprintf(`,"originatedFrom":%q`, origin)
+	}
+	return fmt.Sprintf(`{"jsonrpc":"2.0","method":"workloads:remove","params":{%s}}`, p)
+}
+
+// ifxStdioLifecycleJSON is a lifecycle line from the broker, optionally
+// tagged as a re-assertion.
+func ifxStdioLifecycleJSON(id, state, origin string, resync bool) string {
+	info := fmt.Sprintf(`{"id":%q,"model":"qwen3.5-9b","engine":"llamacpp","state":%q,"originatedFrom":%q}`,
+		id, state, origin)
+	params := `{"workloadInfo":` + info + `}`
+	if resync {
+		params = `{"resync":true,"workloadInfo":` + info + `}`
+	}
+	return string(encodeNotification(methodFor(state), json.RawMessage(params)))
+}
+
+// ifxParseLocal parses a body's params with the shared local-frame
+// validation only.
+func ifxParseLocal(t *testing.T, body string) localFrame {
+	t.Helper()
+	var env rpcFrame
+	if err := json.Unmarshal([]byte(body), &env); err != nil {
+		t.Fatal(err)
+	}
+	f, err := parseLocalFrame(env.Method, env.Params)
+	if err != nil {
+		t.Fatalf("parseLocalFrame(%s): %v", body, err)
+	}
+	return f
+}
+
+func ifxTrackedCount(n *testNode) int {
+	n.m.activeMu.Lock()
+	defer n.m.activeMu.Unlock()
+	return n.m.resync.len()
+}
+
+func ifxIsTracked(n *testNode, origin, id string) bool {
+	n.m.activeMu.Lock()
+	defer n.m.activeMu.Unlock()
+	return len(n.m.resync.byRef[workloadRef{origin, id}]) > 0
+}
+
+func ifxRememberedCount(n *testNode) int {
+	n.m.activeMu.Lock()
+	defer n.m.activeMu.Unlock()
+	return n.m.removed.len()
+}
+
+// ifxRemembers reports whether the removal memory has an entry for (origin,
+// id), expired or not; it prunes nothing.
+func ifxRemembers(n *testNode, origin, id string) bool {
+	n.m.activeMu.Lock()
+	defer n.m.activeMu.Unlock()
+	_, ok := n.m.removed.index[workloadRef{origin, id}]
+	return ok
+}
+
+// ifxClock is a controllable clock for Manager.now.
+type ifxClock struct {
+	mu sync.Mutex // guards now
+	t  time.Time
+}
+
+func (c *ifxClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *ifxClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// ifxUseClock gives the manager a clock that moves only when told. Call it
+// before the node is used.
+func ifxUseClock(n *testNode) *ifxClock {
+	c := &ifxClock{t: time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)}
+	n.m.now = c.now
+	return c
+}
+
+// ifxGate is a broker channel whose writes are held until released: entered
+// receives each write's bytes as it starts.
+type ifxGate struct {
+	w       io.Writer
+	entered chan []byte
+	release chan struct{}
+}
+
+func (g *ifxGate) Write(p []byte) (int, error) {
+	g.entered <- bytes.Clone(p)
+	<-g.release
+	return g.w.Write(p)
+}
+
+// ifxGateBroker routes the manager's broker writes through a gate in front of
+// the test broker.
+func ifxGateBroker(n *testNode) *ifxGate {
+	g := &ifxGate{w: n.broker.dOut, entered: make(chan []byte, 16), release: make(chan struct{})}
+	n.m.out = newBrokerWriter(g)
+	return g
+}
+
+// ifxRaw is the broker's end of a fresh io.Pipe, read raw by a reader that
+// is always waiting: unlike the test broker, it never parses between reads.
+type ifxRaw struct {
+	w    *io.PipeWriter
+	mu   sync.Mutex // guards buf
+	buf  bytes.Buffer
+	done chan struct{}
+}
+
+// ifxRawBroker gives the manager a new broker channel read by an ifxRaw.
+func ifxRawBroker(n *testNode) *ifxRaw {
+	pr, pw := io.Pipe()
+	r := &ifxRaw{w: pw, done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		chunk := make([]byte, 1<<20)
+		for {
+			k, err := pr.Read(chunk)
+			r.mu.Lock()
+			r.buf.Write(chunk[:k])
+			r.mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	n.m.out = newBrokerWriter(pw)
+	n.t.Cleanup(func() { pw.Close() })
+	return r
+}
+
+// frames closes the channel and returns every frame written to it.
+func (r *ifxRaw) frames(t *testing.T) []rpcFrame {
+	t.Helper()
+	r.w.Close()
+	<-r.done
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []rpcFrame
+	for _, line := range bytes.Split(bytes.TrimSuffix(r.buf.Bytes(), []byte("\n")), []byte("\n")) {
+		var f rpcFrame
+		if err := json.Unmarshal(line, &f); err != nil {
+			t.Fatalf("broker line is not JSON: %.200q", line)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// ifxBrokerBarrier writes a marker frame to the broker and waits for it, so
+// every frame written before it has been collected.
+func ifxBrokerBarrier(t *testing.T, n *testNode) {
+	t.Helper()
+	before := len(n.broker.withMethod("test:barrier"))
+	if err := n.m.out.notify("test:barrier", nil); err != nil {
+		t.Fatalf("barrier write: %v", err)
+	}
+	n.broker.waitMethod("test:barrier", before+1)
+}
