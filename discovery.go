@@ -103,14 +103,16 @@ func (m *Manager) applyDiscovery(params json.RawMessage) {
 // current trust, logs what changed, and backfills new targets with the
 // re-sync set. It runs on a discovery snapshot and on every trust change,
 // so a pin that arrives after the snapshot still makes its node a target.
+// discoveryMu is held throughout, so one change and its backfill complete
+// before the next change is derived.
 func (m *Manager) refreshTargets() {
 	m.discoveryMu.Lock()
+	defer m.discoveryMu.Unlock()
 	var targets []peerTarget
 	if m.trust.currentIdentity() != nil { // a node without identity broadcasts nothing
 		targets = selectTargets(m.lastNodes, m.cfg.NodeID, func(p string) bool { _, ok := m.trust.pin(p); return ok }, m.log)
 	}
 	added, removed := m.bcast.setTargets(targets)
-	m.discoveryMu.Unlock()
 	if len(added) == 0 && len(removed) == 0 {
 		return
 	}

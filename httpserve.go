@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -49,6 +50,19 @@ func readCappedBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 		return nil, fmt.Errorf("read body: %w", err)
 	}
 	return b, nil
+}
+
+// maxReasonBytes bounds the reason of a rejection. A reason may quote a
+// value from the request (a state, an origin, a field name, the Host), and
+// neither the log nor the answer may carry the body.
+const maxReasonBytes = 256
+
+// clipReason bounds a reason to maxReasonBytes, on a UTF-8 boundary.
+func clipReason(s string) string {
+	if len(s) <= maxReasonBytes {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxReasonBytes], "") + "... (truncated)"
 }
 
 // answer writes a one-line plain-text answer.

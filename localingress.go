@@ -120,6 +120,7 @@ func (li *localIngress) serve(wg *sync.WaitGroup, ln net.Listener) *http.Server 
 // ServeHTTP answers a producer, logs the answer and counts it.
 func (li *localIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	status, reason, f := li.decide(w, r)
+	reason = clipReason(reason)
 	li.m.ingressResponses.inc(strconv.Itoa(status))
 	log := li.m.log.With("channel", "ingress", "remote", r.RemoteAddr, "httpMethod", r.Method, "path", r.URL.Path)
 	switch {

@@ -49,12 +49,12 @@ const (
 // Manager is the daemon: it relays between the broker, the peers and the
 // optional loopback ingress.
 //
-// Lock order: ingestMu -> broadcastMu -> activeMu. Leaf locks, taken under
-// any of these and never around them: broadcaster.mu, brokerWriter.mu,
-// clusterTrust.mu, dedup.mu. discoveryMu is taken alone (it calls into the
-// broadcaster, then releases before any backfill takes broadcastMu). No lock
-// is held across a network write to a peer: only the peer senders write to
-// peers, and they hold none.
+// Lock order: ingestMu -> broadcastMu -> activeMu, and discoveryMu ->
+// broadcastMu (a target change and its backfill). ingestMu and discoveryMu
+// are never held together. Leaf locks, taken under any of these and never
+// around them: broadcaster.mu, brokerWriter.mu, clusterTrust.mu, dedup.mu.
+// No lock is held across a network write to a peer: only the peer senders
+// write to peers, and they hold none.
 type Manager struct {
 	cfg   Config
 	log   *slog.Logger
@@ -83,7 +83,8 @@ type Manager struct {
 	resync   *resyncSet
 	removed  *removalMemory
 
-	// discoveryMu guards lastNodes and serializes target refreshes.
+	// discoveryMu guards lastNodes and serializes target refreshes, each
+	// with its backfill.
 	discoveryMu sync.Mutex
 	lastNodes   []discoveredNode
 

@@ -54,6 +54,7 @@ func parsePeerFrame(body []byte) (peerEvent, error) {
 func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 	log := m.log.With("channel", "peer", "remote", r.RemoteAddr)
 	reject := func(status int, reason string) {
+		reason = clipReason(reason)
 		log.Warn("peer request rejected", "status", status, "reason", reason)
 		answer(w, status, reason)
 	}
