@@ -1,0 +1,540 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"nvpair-workload-manager/internal/devpki"
+)
+
+// Timeouts of the process management.
+const (
+	readyTimeout = 20 * time.Second // from start to the daemon's discovery:subscribe
+	stopTimeout  = 6 * time.Second  // from closing stdin to the exit, before a kill
+	killTimeout  = 5 * time.Second  // from the kill to the exit
+	startTries   = 3                // a free port can be taken between the pick and the bind
+)
+
+// clusterConfig is what a cluster needs to run its daemons.
+type clusterConfig struct {
+	bin            string // the daemon's binary
+	ingress        string // node 1's --local-ingress; port 0 picks a free one
+	resyncInterval time.Duration
+	logLevel       string
+	logf           func(format string, args ...any) // devcluster's notes (never nil)
+}
+
+// node is one member: its files, its ports, its broker and its current
+// daemon process.
+type node struct {
+	idx        int // 1-based
+	name       string
+	short      string
+	id         string
+	appDir     string
+	clusterDir string
+	logPath    string
+	broker     *broker
+
+	mu          sync.Mutex // guards the fields below
+	port        int        // the inter-node port, kept across restarts
+	ingress     string     // node 1's ingress address, kept across restarts; "" on others
+	wantIngress string     // as configured; port 0 means pick one
+	proc        *process   // the current daemon; nil before the first start
+	up          bool       // the daemon subscribed and has not exited
+}
+
+// process is one run of a daemon.
+type process struct {
+	cmd        *exec.Cmd
+	pid        int
+	subscribed chan struct{} // closed on discovery:subscribe
+	done       chan struct{} // closed when the process was waited for
+	err        error         // the Wait result, set before done is closed
+	expected   sync.Once     // guards markExpected
+	expectedCh chan struct{} // closed when the devcluster stops or kills it itself
+}
+
+func (p *process) markExpected() { p.expected.Do(func() { close(p.expectedCh) }) }
+
+func (p *process) isExpected() bool {
+	select {
+	case <-p.expectedCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// exitEvent reports a daemon that exited without being asked to.
+type exitEvent struct {
+	node *node
+	pid  int
+	err  error
+}
+
+// cluster runs N daemons, each with its broker.
+type cluster struct {
+	cfg   clusterConfig
+	nodes []*node
+
+	discMu sync.Mutex // serializes directory changes and their pushes; taken before any broker lock
+
+	pidMu sync.Mutex
+	pids  []int // every daemon process ever started
+
+	unexpected chan exitEvent // buffered; a daemon that died on its own
+}
+
+func newCluster(cfg clusterConfig, members []devpki.Node, logDir string) *cluster {
+	c := &cluster{cfg: cfg, unexpected: make(chan exitEvent, 64)}
+	for i, m := range members {
+		n := &node{
+			idx:        i + 1,
+			name:       fmt.Sprintf("node%d", i+1),
+			short:      fmt.Sprintf("n%d", i+1),
+			id:         m.ID,
+			appDir:     m.AppDir,
+			clusterDir: m.ClusterDir,
+			logPath:    filepath.Join(logDir, fmt.Sprintf("node%d.log", i+1)),
+		}
+		n.broker = newBroker(m.ID, n.name, retireIntervals*cfg.resyncInterval)
+		n.broker.logf = cfg.logf
+		if i == 0 {
+			n.wantIngress = cfg.ingress
+		}
+		c.nodes = append(c.nodes, n)
+	}
+	return c
+}
+
+// retireIntervals is how many heartbeat intervals a broker waits before it
+// retires a remote live workload nobody re-asserted.
+const retireIntervals = 5
+
+// startAll starts every daemon at once and waits until each has subscribed.
+// On an error every daemon started is stopped again.
+func (c *cluster) startAll() error {
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		wg.Go(func() { errs[i] = c.start(n) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		c.stop()
+		return err
+	}
+	return nil
+}
+
+// start starts n's daemon and waits until it subscribed to discovery. The
+// ports chosen the first time are kept for every restart, so the peers'
+// discovery entries and the producers' address stay valid.
+func (c *cluster) start(n *node) error {
+	for try := 1; ; try++ {
+		fresh, err := n.pickPorts()
+		if err != nil {
+			return err
+		}
+		p, err := c.launch(n)
+		if err != nil {
+			return err
+		}
+		err = c.awaitSubscribed(n, p)
+		if err == nil {
+			return nil
+		}
+		if try == startTries || !fresh || !strings.Contains(err.Error(), "in use") || n.takenGivenIngress(err) {
+			return err
+		}
+		n.mu.Lock()
+		n.port, n.ingress = 0, "" // pick again: something took a port between the pick and the bind
+		n.mu.Unlock()
+	}
+}
+
+// takenGivenIngress reports whether err is about the ingress address the
+// user gave: picking other ports cannot help.
+func (n *node) takenGivenIngress(err error) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, port, _ := net.SplitHostPort(n.wantIngress)
+	return n.ingress != "" && port != "0" && strings.Contains(err.Error(), n.ingress)
+}
+
+// pickPorts chooses n's ports the first time and reports whether it did.
+func (n *node) pickPorts() (bool, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.port != 0 {
+		return false, nil
+	}
+	p, err := freePort("tcp", ":0") // the daemon listens on all interfaces
+	if err != nil {
+		return false, err
+	}
+	n.port = p
+	if n.wantIngress != "" {
+		host, port, err := net.SplitHostPort(n.wantIngress)
+		if err != nil {
+			return false, fmt.Errorf("--ingress %s: %w", n.wantIngress, err)
+		}
+		if port == "0" {
+			ip, err := freePort("tcp", net.JoinHostPort(host, "0"))
+			if err != nil {
+				return false, fmt.Errorf("--ingress %s: %w", n.wantIngress, err)
+			}
+			port = strconv.Itoa(ip)
+		}
+		n.ingress = net.JoinHostPort(host, port)
+	}
+	return true, nil
+}
+
+func freePort(network, addr string) (int, error) {
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		return 0, fmt.Errorf("pick a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (n *node) args(c *cluster) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	a := []string{
+		"--port", strconv.Itoa(n.port),
+		"--app-dir", n.appDir,
+		"--cluster-dir", n.clusterDir,
+		"--resync-interval", c.cfg.resyncInterval.String(),
+	}
+	if c.cfg.logLevel != "" {
+		a = append(a, "--log-level", c.cfg.logLevel)
+	}
+	if n.ingress != "" {
+		a = append(a, "--local-ingress", n.ingress)
+	}
+	return a
+}
+
+// launch starts one daemon process for n, its stderr appended to n's log.
+func (c *cluster) launch(n *node) (*process, error) {
+	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close() // the child has its own copy once started
+	fmt.Fprintf(logf, "--- devcluster: starting %s at %s\n", n.name, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(c.cfg.bin, n.args(c)...)
+	cmd.Stderr = logf
+	cmd.SysProcAttr = childProcAttr()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		stdin.Close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: start %s: %w", n.name, c.cfg.bin, err)
+	}
+	p := &process{cmd: cmd, pid: cmd.Process.Pid, subscribed: make(chan struct{}),
+		done: make(chan struct{}), expectedCh: make(chan struct{})}
+	c.pidMu.Lock()
+	c.pids = append(c.pids, p.pid)
+	c.pidMu.Unlock()
+
+	n.mu.Lock()
+	n.proc = p
+	n.mu.Unlock()
+	n.broker.attach(stdin)
+	go c.supervise(n, p, stdout)
+	return p, nil
+}
+
+// supervise runs n's broker on the daemon's stdout and, once it ends, waits
+// for the process and takes the node out of the directory.
+func (c *cluster) supervise(n *node, p *process, stdout io.Reader) {
+	var once sync.Once
+	err := n.broker.serve(stdout, nil, func() {
+		once.Do(func() {
+			c.nodeUp(n, p)
+			close(p.subscribed)
+		})
+	})
+	if err != nil {
+		c.cfg.logf("%s: reading the daemon's stdout: %v", n.name, err)
+	}
+	p.err = p.cmd.Wait()
+	c.nodeDown(n, p)
+	close(p.done)
+	// A daemon that dies before it subscribed is start's to report.
+	subscribed := false
+	select {
+	case <-p.subscribed:
+		subscribed = true
+	default:
+	}
+	if subscribed && !p.isExpected() {
+		select {
+		case c.unexpected <- exitEvent{n, p.pid, p.err}:
+		default:
+		}
+	}
+}
+
+// awaitSubscribed waits until p subscribed, or fails with the end of its
+// log when it exits first or takes too long.
+func (c *cluster) awaitSubscribed(n *node, p *process) error {
+	t := time.NewTimer(readyTimeout)
+	defer t.Stop()
+	select {
+	case <-p.subscribed:
+		return nil
+	case <-p.done:
+		return fmt.Errorf("%s exited at start (%v): %s", n.name, p.err, logTail(n.logPath, 3))
+	case <-t.C:
+		c.stopProcess(n, p)
+		return fmt.Errorf("%s did not subscribe within %s: %s", n.name, readyTimeout, logTail(n.logPath, 3))
+	}
+}
+
+// nodeUp is called when n's daemon subscribed: its broker pushes the
+// directory and replays its store, then every other member learns of it.
+func (c *cluster) nodeUp(n *node, p *process) {
+	c.discMu.Lock()
+	defer c.discMu.Unlock()
+	n.mu.Lock()
+	n.up = n.proc == p
+	n.mu.Unlock()
+	snap := c.directory()
+	replayed, err := n.broker.subscribed(snap)
+	if err != nil {
+		c.cfg.logf("%s: %v", n.name, err)
+	} else if replayed > 0 {
+		c.cfg.logf("%s: broker replayed %d workloads to the restarted daemon", n.name, replayed)
+	}
+	c.pushLocked(n, snap)
+}
+
+// nodeDown takes n out of the directory once its daemon has exited.
+func (c *cluster) nodeDown(n *node, p *process) {
+	c.discMu.Lock()
+	defer c.discMu.Unlock()
+	n.mu.Lock()
+	current := n.proc == p
+	if current {
+		n.up = false
+	}
+	n.mu.Unlock()
+	if current {
+		n.broker.detach()
+	}
+	c.pushLocked(n, c.directory())
+}
+
+// pushLocked sends snap to every member but except; called with discMu held.
+func (c *cluster) pushLocked(except *node, snap json.RawMessage) {
+	for _, o := range c.nodes {
+		if o != except {
+			o.broker.discovery(snap)
+		}
+	}
+}
+
+// directory is the discovery:nodes snapshot: every member whose daemon is
+// up, as the desktop's discovery would list it. devpki gives a node's
+// certificate the node id as its principal, so hostUuid and clusterUuid are
+// the same UUID.
+func (c *cluster) directory() json.RawMessage {
+	type wl struct {
+		Port int `json:"port"`
+	}
+	type entry struct {
+		HostUUID    string        `json:"hostUuid"`
+		Name        string        `json:"name"`
+		IP          string        `json:"ip"`
+		Addresses   []string      `json:"addresses"`
+		ClusterUUID string        `json:"clusterUuid"`
+		Trusted     bool          `json:"trusted"`
+		Services    map[string]wl `json:"services"`
+		LastSeen    int64         `json:"lastSeen"`
+	}
+	nodes := []entry{}
+	for _, n := range c.nodes {
+		n.mu.Lock()
+		up, port := n.up, n.port
+		n.mu.Unlock()
+		if !up {
+			continue
+		}
+		nodes = append(nodes, entry{HostUUID: n.id, Name: n.name, IP: "127.0.0.1", Addresses: []string{"127.0.0.1"},
+			ClusterUUID: n.id, Trusted: true, Services: map[string]wl{"wl": {port}}, LastSeen: time.Now().Unix()})
+	}
+	b, _ := json.Marshal(map[string]any{"nodes": nodes})
+	return b
+}
+
+// isUp reports whether n's daemon is running and subscribed.
+func (n *node) isUp() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.up
+}
+
+func (n *node) current() *process {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.proc
+}
+
+// ingressAddr is node 1's ingress address ("" when it has none).
+func (n *node) ingressAddr() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ingress
+}
+
+func (n *node) peerPort() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.port
+}
+
+// allUp reports whether every daemon is running.
+func (c *cluster) allUp() bool {
+	for _, n := range c.nodes {
+		if !n.isUp() {
+			return false
+		}
+	}
+	return true
+}
+
+// kill ends n's daemon with SIGKILL (on Windows TerminateProcess) and waits
+// for it: the crash the replay and the heartbeat must heal.
+func (c *cluster) kill(n *node) error {
+	p := n.current()
+	if p == nil {
+		return fmt.Errorf("%s was never started", n.name)
+	}
+	p.markExpected()
+	p.cmd.Process.Kill()
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(killTimeout):
+		return fmt.Errorf("%s (pid %d) did not exit after a kill", n.name, p.pid)
+	}
+}
+
+// stop ends every daemon: stdin closed (their shutdown signal), a deadline,
+// then a kill for what remains. It returns what went wrong: a daemon that
+// had to be killed, or that did not exit with status 0 (contract section 2:
+// stdin EOF is a clean shutdown).
+func (c *cluster) stop() []string {
+	var problems []string
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, n := range c.nodes {
+		if p := n.current(); p != nil {
+			wg.Go(func() {
+				killed, reported := c.stopProcess(n, p)
+				var problem string
+				switch {
+				case reported:
+				case killed:
+					problem = fmt.Sprintf("%s (pid %d) ignored its closed stdin for %s and was killed", n.name, p.pid, stopTimeout)
+				case p.err != nil:
+					problem = fmt.Sprintf("%s (pid %d) exited with %v: %s", n.name, p.pid, p.err, logTail(n.logPath, 3))
+				}
+				if problem != "" {
+					mu.Lock()
+					problems = append(problems, problem)
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	slices.Sort(problems)
+	return problems
+}
+
+// stopProcess closes p's stdin and waits for it, killing it after
+// stopTimeout. It reports whether it had to kill, and whether p had ended
+// before and its end was already reported (or was deliberate).
+func (c *cluster) stopProcess(n *node, p *process) (killed, reported bool) {
+	select {
+	case <-p.done:
+		return false, true
+	default:
+	}
+	p.markExpected()
+	n.mu.Lock()
+	current := n.proc == p
+	n.mu.Unlock()
+	if current {
+		n.broker.detach()
+	}
+	select {
+	case <-p.done:
+		return false, false
+	case <-time.After(stopTimeout):
+	}
+	c.cfg.logf("%s (pid %d) did not exit %s after its stdin closed: killed", n.name, p.pid, stopTimeout)
+	p.cmd.Process.Kill()
+	select {
+	case <-p.done:
+	case <-time.After(killTimeout):
+		c.cfg.logf("%s (pid %d) did not exit after a kill", n.name, p.pid)
+	}
+	return true, false
+}
+
+// allPIDs returns every daemon process id the cluster ever started.
+func (c *cluster) allPIDs() []int {
+	c.pidMu.Lock()
+	defer c.pidMu.Unlock()
+	return append([]int(nil), c.pids...)
+}
+
+// logTail returns the last n non-empty lines of a log, joined by " | ".
+func logTail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "(no log)"
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		if s := strings.TrimSpace(sc.Text()); s != "" && !strings.HasPrefix(s, "--- devcluster:") {
+			lines = append(lines, s)
+		}
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	if len(lines) == 0 {
+		return "(empty log " + path + ")"
+	}
+	return strings.Join(lines, " | ")
+}

@@ -1,0 +1,372 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"nvpair-workload-manager/internal/devpki"
+)
+
+// daemonBin is the daemon, built once for every test by the same code the
+// devcluster uses when no --bin is given, into testTmp, which TestMain
+// removes at the end.
+var daemonBin, testTmp string
+
+func TestMain(m *testing.M) {
+	os.Exit(func() int {
+		tmp, err := os.MkdirTemp("", "devcluster-test-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer os.RemoveAll(tmp)
+		testTmp = tmp
+		root, err := moduleRoot()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "module root:", err)
+			return 1
+		}
+		// Under -race the daemons are built with it too, and a race they
+		// hit makes them exit non-zero, which fails the run.
+		var flags []string
+		if raceEnabled {
+			flags = append(flags, "-race")
+		}
+		if daemonBin, err = buildDaemon(root, tmp, flags...); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return m.Run()
+	}())
+}
+
+// waitTimeout bounds every wait on a condition in these tests.
+const waitTimeout = 20 * time.Second
+
+// eventually waits until cond holds or fails the test after waitTimeout.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", waitTimeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// lockedBuffer is an io.Writer several goroutines may write to.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// origins returns the set of origins a node's store holds jobs from.
+func origins(jobs []job) map[string]int {
+	m := map[string]int{}
+	for _, j := range jobs {
+		m[j.Origin]++
+	}
+	return m
+}
+
+func TestDevclusterSimulateConvergesAndShowsBothPaths(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr lockedBuffer
+	var c *cluster
+	var final []nodeView
+	code := run([]string{"--bin", daemonBin, "--simulate", "--duration", "4s", "--nodes", "3", "--ingress", "127.0.0.1:0"},
+		&stdout, &stderr, nil, false, hooks{
+			created:  func(x *cluster) { c = x },
+			finished: func(x *cluster) { final = x.views() },
+		})
+	out := stdout.String()
+	if code != 0 {
+		t.Fatalf("exit status %d, want 0\nstdout tail:\n%s\nstderr:\n%s", code, tail(out, 30), stderr.String())
+	}
+	if !strings.Contains(out, "converged: yes") {
+		t.Errorf("the summary does not say the views converged:\n%s", tail(out, 30))
+	}
+	if strings.Contains(stderr.String(), "killed") || strings.Contains(stderr.String(), "exited with") {
+		t.Errorf("a daemon did not end cleanly on its closed stdin:\n%s", stderr.String())
+	}
+	if strings.Contains(out, "\x1b") {
+		t.Error("stdout is not a terminal, yet the output carries escape codes")
+	}
+	if len(final) != 3 {
+		t.Fatalf("final views of %d nodes, want 3", len(final))
+	}
+	ingressOrigin := c.nodes[0].id // the ingress stamps node 1's id; node 1 has no broker traffic
+	for _, v := range final {
+		o := origins(v.jobs)
+		if o[ingressOrigin] == 0 {
+			t.Errorf("%s holds no job reported through node 1's ingress: %v", v.name, o)
+		}
+		for _, n := range c.nodes[1:] {
+			if o[n.id] == 0 {
+				t.Errorf("%s holds no job entered through %s's broker: %v", v.name, n.name, o)
+			}
+		}
+		// each node's summary section lists its jobs
+		if !strings.Contains(out, fmt.Sprintf("%s (%s, node id %s): %d jobs", v.name, v.short, v.id, len(v.jobs))) {
+			t.Errorf("the summary has no section for %s with %d jobs", v.name, len(v.jobs))
+		}
+	}
+	assertExited(t, c.allPIDs())
+	if _, err := os.Stat(filepath.Dir(c.nodes[0].appDir)); !os.IsNotExist(err) {
+		t.Errorf("the temporary working directory is still there (%v); it must be removed without --keep", err)
+	}
+}
+
+// testCluster starts a cluster of n nodes the way run does, with a fast
+// heartbeat, and stops it (checking every child exited) when the test ends.
+func testCluster(t *testing.T, n int, resync time.Duration) *cluster {
+	t.Helper()
+	dir := t.TempDir()
+	members, err := devpki.WriteCluster(dir, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var notes lockedBuffer
+	c := newCluster(clusterConfig{bin: daemonBin, ingress: "127.0.0.1:0", resyncInterval: resync,
+		logf: func(f string, a ...any) { fmt.Fprintf(&notes, f+"\n", a...) }}, members, dir)
+	t.Cleanup(func() {
+		for _, problem := range c.stop() {
+			t.Error(problem)
+		}
+		assertExited(t, c.allPIDs())
+		if t.Failed() {
+			t.Logf("devcluster notes:\n%s", notes.String())
+			for _, n := range c.nodes {
+				b, _ := os.ReadFile(n.logPath)
+				t.Logf("%s log:\n%s", n.name, tail(string(b), 25))
+			}
+		}
+	})
+	if err := c.startAll(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// probe is a workload the test enters through a node's broker path.
+func probe(n *node, id, state string, seq int) (string, json.RawMessage) {
+	now := time.Now().UnixMilli()
+	info := workloadInfo{ID: id, Model: "probe-model", Engine: "probe-engine", State: state,
+		OriginatedFrom: n.id, ScheduledOn: n.id, Seq: seq, CreatedAt: now, RequesterID: "e2e"}
+	if state != "queued" {
+		info.StartedAt = &now
+	}
+	if state == "completed" {
+		info.CompletedAt = &now
+	}
+	raw, _ := json.Marshal(info)
+	return lifecycleMethod(state), raw
+}
+
+func enter(t *testing.T, n *node, id, state string, seq int) {
+	t.Helper()
+	method, raw := probe(n, id, state, seq)
+	if err := n.broker.local(method, raw); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// holds reports whether every node in ns holds (origin, id) in state.
+func holds(ns []*node, origin, id, state string) bool {
+	for _, n := range ns {
+		if j, ok := n.broker.get(origin, id); !ok || j.State != state {
+			return false
+		}
+	}
+	return true
+}
+
+func TestDevclusterHealsAKilledAndRestartedNode(t *testing.T) {
+	t.Parallel()
+	const resync = time.Second
+	c := testCluster(t, 3, resync)
+	sim := newSimulator(c)
+	sim.start()
+	t.Cleanup(sim.stop)
+	n1, n2, n3 := c.nodes[0], c.nodes[1], c.nodes[2]
+	all := c.nodes
+
+	// Before the kill: traffic of every path reaches node 2, and two of
+	// node 2's own workloads, one finished and one running, reach everyone.
+	eventually(t, "node 2 to hold jobs of all three origins", func() bool {
+		o := origins(n2.broker.snapshot())
+		return o[n1.id] > 0 && o[n2.id] > 0 && o[n3.id] > 0
+	})
+	enter(t, n2, "probe-done", "queued", 1)
+	enter(t, n2, "probe-done", "completed", 2)
+	enter(t, n2, "probe-live", "running", 1)
+	eventually(t, "node 2's probes to reach every node", func() bool {
+		return holds(all, n2.id, "probe-done", "completed") && holds(all, n2.id, "probe-live", "running")
+	})
+
+	// Removals are never repaired (contract section 7): none may be in
+	// flight when node 2 dies, nor be made while it is down or rejoining.
+	sim.holdRemovals()
+	eventually(t, "every removal so far to have reached every node", func() bool {
+		for _, k := range sim.removedJobs() {
+			for _, n := range all {
+				if _, ok := n.broker.get(k.origin, k.id); ok {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	if err := c.kill(n2); err != nil {
+		t.Fatal(err)
+	}
+	if n2.isUp() {
+		t.Fatal("node 2 is still up after the kill")
+	}
+	// While it is down its broker goes on: the running probe finishes. No
+	// daemon can carry that; only the replay after the restart can.
+	enter(t, n2, "probe-live", "completed", 2)
+	if holds([]*node{n1, n3}, n2.id, "probe-live", "completed") {
+		t.Fatal("the peers learnt of an event entered while node 2's daemon was dead")
+	}
+	// And node 2 misses traffic: node 1 gets an ingress event node 2 lacks.
+	eventually(t, "node 1 to hold an ingress event node 2 missed", func() bool {
+		missed := viewSet(n2.broker.snapshot())
+		for _, j := range n1.broker.snapshot() {
+			if j.Origin == n1.id && !missed[viewKey{j.Origin, j.ID, j.State}] {
+				return true
+			}
+		}
+		return false
+	})
+
+	if err := c.start(n2); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the replay to bring node 2's finished probe to every node", func() bool {
+		return holds(all, n2.id, "probe-live", "completed")
+	})
+	enter(t, n2, "probe-after", "running", 1)
+	eventually(t, "a job entered through the restarted node's broker to reach every node", func() bool {
+		return holds(all, n2.id, "probe-after", "running")
+	})
+
+	sim.stop()
+	deadline := 3*resync + 3*time.Second
+	if ok, why := awaitConvergence(c, deadline, nil); !ok {
+		t.Fatalf("the views did not converge after the restart: %s", why)
+	}
+	if !holds(all, n2.id, "probe-done", "completed") {
+		t.Error("node 2's workload finished before the kill is missing from a view")
+	}
+}
+
+func TestDevclusterStopsEveryDaemonWhenOneFailsToStart(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // node 1's ingress port, taken
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var stdout, stderr lockedBuffer
+	var c *cluster
+	code := run([]string{"--bin", daemonBin, "--nodes", "3", "--ingress", ln.Addr().String(), "--duration", "1s"},
+		&stdout, &stderr, nil, false, hooks{created: func(x *cluster) { c = x }})
+	if code != 1 {
+		t.Fatalf("exit status %d, want 1\nstderr:\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), ln.Addr().String()) {
+		t.Errorf("the error does not name the taken ingress address %s:\n%s", ln.Addr(), stderr.String())
+	}
+	if len(c.allPIDs()) < 3 {
+		t.Errorf("started %d daemons, want at least 3 (the failing one and its peers)", len(c.allPIDs()))
+	}
+	assertExited(t, c.allPIDs())
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func TestDevclusterFailsWhenADaemonDiesOnItsOwn(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr lockedBuffer
+	var c *cluster
+	crashed := make(chan int, 1)
+	code := run([]string{"--bin", daemonBin, "--simulate", "--duration", "60s", "--ingress", "127.0.0.1:0", "--resync-interval", "1s"},
+		&stdout, &stderr, nil, false, hooks{created: func(x *cluster) {
+			c = x
+			go func() {
+				// Once every node is up, node 2 dies without the devcluster asking.
+				for deadline := time.Now().Add(waitTimeout); !c.allUp(); time.Sleep(10 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						crashed <- 0
+						return
+					}
+				}
+				p := c.nodes[1].current()
+				p.cmd.Process.Kill()
+				crashed <- p.pid
+			}()
+		}})
+	if code != 1 {
+		t.Fatalf("exit status %d, want 1 after a daemon died\nstderr:\n%s", code, stderr.String())
+	}
+	pid := <-crashed
+	if !strings.Contains(stderr.String(), fmt.Sprintf("node2 (pid %d) exited on its own", pid)) {
+		t.Errorf("stderr does not report node 2's death:\n%s", stderr.String())
+	}
+	assertExited(t, c.allPIDs())
+}
+
+func TestProducerExampleJobReachesEveryNode(t *testing.T) {
+	t.Parallel()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	goBin, err := goTool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	producer := filepath.Join(t.TempDir(), "producer")
+	build := exec.Command(goBin, "build", "-o", producer, "./examples/producer")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the producer example: %v\n%s", err, out)
+	}
+	c := testCluster(t, 3, time.Second)
+	out, err := exec.Command(producer, "--addr", c.nodes[0].ingressAddr(), "--id", "example-job", "--work", "0").CombinedOutput()
+	if err != nil {
+		t.Fatalf("the producer failed against node 1's ingress: %v\n%s", err, out)
+	}
+	eventually(t, "the example's job to be completed on every node", func() bool {
+		return holds(c.nodes, c.nodes[0].id, "example-job", "completed")
+	})
+}

@@ -1,0 +1,397 @@
+// Command devcluster runs a development cluster of nvpair-workload-manager
+// daemons on one machine: it mints the cluster's identities and pins, builds
+// and starts N daemons on loopback, plays each node's broker (discovery
+// snapshots, the Jobs store, the replay after a restart), shows every
+// node's Jobs list side by side, and with --simulate drives traffic through
+// node 1's ingress and the other nodes' brokers.
+//
+//	go run ./cmd/devcluster --simulate
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"nvpair-workload-manager/internal/devpki"
+)
+
+func main() {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, sigs, isTerminal(os.Stdout), hooks{}))
+}
+
+// config is the parsed command line.
+type config struct {
+	nodes          int
+	dir            string
+	keep           bool
+	bin            string
+	ingress        string
+	simulate       bool
+	duration       time.Duration
+	resyncInterval time.Duration
+	logLevel       string
+}
+
+const usage = `usage: devcluster [flags]
+
+Runs N nvpair-workload-manager daemons on loopback, plays their brokers and
+shows every node's Jobs list side by side. Ctrl-C stops it.
+
+`
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("devcluster", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	fs.IntVar(&c.nodes, "nodes", 3, "number of nodes (1 to 16)")
+	fs.StringVar(&c.dir, "dir", "", "working directory, empty or absent (default: a new temporary directory, removed on exit unless --keep)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the temporary working directory on exit")
+	fs.StringVar(&c.bin, "bin", "", "the daemon's binary (default: go build the module root into the working directory)")
+	fs.StringVar(&c.ingress, "ingress", "127.0.0.1:14324", "node 1's --local-ingress address; port 0 picks a free port")
+	fs.BoolVar(&c.simulate, "simulate", false, "drive simulated traffic through node 1's ingress and the other nodes' brokers")
+	fs.DurationVar(&c.duration, "duration", 0, "end the run after this long and report convergence (0: until Ctrl-C)")
+	fs.DurationVar(&c.resyncInterval, "resync-interval", 2*time.Second, "the daemons' --resync-interval (heartbeat)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "the daemons' --log-level")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case c.nodes < 1 || c.nodes > 16:
+		return c, fmt.Errorf("--nodes %d: must be between 1 and 16", c.nodes)
+	case c.duration < 0:
+		return c, fmt.Errorf("--duration %s: must not be negative", c.duration)
+	case c.resyncInterval < 100*time.Millisecond:
+		return c, fmt.Errorf("--resync-interval %s: must be at least 100ms", c.resyncInterval)
+	}
+	if c.ingress != "" {
+		if _, _, err := net.SplitHostPort(c.ingress); err != nil {
+			return c, fmt.Errorf("--ingress %s: %v", c.ingress, err)
+		}
+	}
+	return c, nil
+}
+
+// hooks let the tests look inside a run.
+type hooks struct {
+	created  func(*cluster) // the cluster exists; no daemon runs yet
+	finished func(*cluster) // the convergence verdict is in; the daemons still run
+}
+
+// run is the whole program; it returns the exit status: 0 when the views
+// converged, 1 when they did not or the cluster failed, 2 for a bad flag.
+func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty bool, h hooks) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "devcluster: %v\n", err)
+		return 2
+	}
+	var noteMu sync.Mutex
+	var notes []string // shown under the view; printed at the end
+	logf := func(format string, args ...any) {
+		noteMu.Lock()
+		defer noteMu.Unlock()
+		line := time.Now().Format("15:04:05 ") + fmt.Sprintf(format, args...)
+		notes = append(notes, line)
+		if len(notes) > 5 {
+			notes = notes[len(notes)-5:]
+		}
+		if !tty {
+			fmt.Fprintln(stderr, "devcluster: "+fmt.Sprintf(format, args...))
+		}
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "devcluster: %v\n", err)
+		return 1
+	}
+
+	dir, cleanup, err := workDir(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	defer func() {
+		if msg := cleanup(); msg != "" {
+			fmt.Fprintln(stdout, msg)
+		}
+	}()
+
+	bin := cfg.bin
+	if bin == "" {
+		root, err := moduleRoot()
+		if err != nil {
+			return fail(fmt.Errorf("%v (or pass --bin PATH)", err))
+		}
+		fmt.Fprintf(stdout, "devcluster: building the daemon from %s\n", root)
+		if bin, err = buildDaemon(root, filepath.Join(dir, "bin")); err != nil {
+			return fail(err)
+		}
+	} else if bin, err = filepath.Abs(bin); err != nil {
+		return fail(err)
+	}
+
+	members, err := devpki.WriteCluster(dir, cfg.nodes)
+	if err != nil {
+		return fail(fmt.Errorf("mint the cluster: %w", err))
+	}
+	c := newCluster(clusterConfig{bin: bin, ingress: cfg.ingress, resyncInterval: cfg.resyncInterval,
+		logLevel: cfg.logLevel, logf: logf}, members, dir)
+	if h.created != nil {
+		h.created(c)
+	}
+	defer c.stop() // on every path; the normal end stops them before its summary
+	if err := c.startAll(); err != nil {
+		if cfg.ingress != "" && strings.Contains(err.Error(), cfg.ingress) && strings.Contains(err.Error(), "in use") {
+			err = fmt.Errorf("%v\n(the ingress port is taken: --ingress 127.0.0.1:0 picks a free one)", err)
+		}
+		return fail(err)
+	}
+	fmt.Fprintf(stdout, "devcluster: %d nodes under %s, heartbeat %s\n", cfg.nodes, dir, cfg.resyncInterval)
+	for _, n := range c.nodes {
+		line := fmt.Sprintf("devcluster: %s pid %d id %s peer port %d log %s", n.name, n.current().pid, n.id, n.peerPort(), n.logPath)
+		if a := n.ingressAddr(); a != "" {
+			line += " ingress http://" + a + "/v1/workloads/events"
+		}
+		fmt.Fprintln(stdout, line)
+	}
+	fmt.Fprintln(stdout, "devcluster: all nodes up")
+
+	var sim *simulator
+	if cfg.simulate {
+		sim = newSimulator(c)
+		sim.start()
+	}
+	stopSim := func() {
+		if sim != nil {
+			sim.stop()
+		}
+	}
+	defer stopSim()
+
+	header := func() []string {
+		lines := []string{fmt.Sprintf("devcluster: %d nodes, heartbeat %s, dir %s (daemon logs: node<i>.log)", cfg.nodes, cfg.resyncInterval, dir)}
+		if a := c.nodes[0].ingressAddr(); a != "" {
+			lines = append(lines, "ingress: http://"+a+"/v1/workloads/events (node1)")
+		}
+		if sim != nil {
+			lines = append(lines, sim.stats.String())
+		}
+		noteMu.Lock()
+		lines = append(lines, notes...)
+		noteMu.Unlock()
+		if cfg.duration > 0 {
+			return append(lines, fmt.Sprintf("ends after %s; Ctrl-C to stop sooner", cfg.duration))
+		}
+		return append(lines, "Ctrl-C to stop")
+	}
+	viewCtx, stopView := context.WithCancel(context.Background())
+	v := &viewer{c: c, out: stdout, tty: tty, header: header, start: time.Now()}
+	if f, ok := stdout.(*os.File); ok && tty {
+		v.width = func() int { return terminalWidth(f) }
+	}
+	viewDone := make(chan struct{})
+	go func() { v.run(viewCtx); close(viewDone) }()
+	endView := sync.OnceFunc(func() { stopView(); <-viewDone })
+	defer endView()
+
+	var timeout <-chan time.Time
+	if cfg.duration > 0 {
+		t := time.NewTimer(cfg.duration)
+		defer t.Stop()
+		timeout = t.C
+	}
+	failed := false
+	retire := time.NewTicker(cfg.resyncInterval)
+	defer retire.Stop()
+wait:
+	for {
+		select {
+		case <-timeout:
+			break wait
+		case s := <-sigs:
+			logf("%v: stopping (again to skip the convergence wait)", s)
+			break wait
+		case ev := <-c.unexpected:
+			logf("%s (pid %d) exited on its own (%v): %s", ev.node.name, ev.pid, ev.err, logTail(ev.node.logPath, 3))
+			failed = true
+			break wait
+		case <-retire.C:
+			for _, n := range c.nodes {
+				for _, j := range n.broker.retire() {
+					logf("%s retired %s/%s: not re-asserted for %d heartbeats", n.name, j.Origin, j.ID, retireIntervals)
+				}
+			}
+		}
+	}
+
+	stopSim()
+	deadline := 3*cfg.resyncInterval + 3*time.Second
+	ok, why := awaitConvergence(c, deadline, sigs)
+	endView()
+	if h.finished != nil {
+		h.finished(c)
+	}
+	for _, problem := range c.stop() {
+		fmt.Fprintf(stderr, "devcluster: %s\n", problem)
+		failed = true
+	}
+	fmt.Fprintln(stdout)
+	summary(stdout, c.views(), ok, why)
+	noteMu.Lock()
+	if tty && len(notes) > 0 {
+		fmt.Fprintln(stdout, "last notes:\n  "+strings.Join(notes, "\n  "))
+	}
+	noteMu.Unlock()
+	if failed || !ok {
+		return 1
+	}
+	return 0
+}
+
+// awaitConvergence waits, until deadline or a signal, for every node to
+// hold the same (origin, id, state) set on two polls in a row.
+func awaitConvergence(c *cluster, deadline time.Duration, sigs <-chan os.Signal) (bool, string) {
+	end := time.NewTimer(deadline)
+	defer end.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	streak := 0
+	var why string
+	for {
+		var ok bool
+		ok, why = converged(c.views())
+		if ok {
+			streak++
+		} else {
+			streak = 0
+		}
+		if streak >= 2 {
+			return true, ""
+		}
+		select {
+		case <-end.C:
+			return false, why + fmt.Sprintf("; not converged within %s", deadline)
+		case <-sigs:
+			return false, why + "; convergence wait skipped"
+		case <-tick.C:
+		}
+	}
+}
+
+// workDir creates the working directory and returns a cleanup that removes
+// it unless it was given or --keep was, and says what it did.
+func workDir(cfg config) (string, func() string, error) {
+	if cfg.dir != "" {
+		dir, err := filepath.Abs(cfg.dir)
+		if err != nil {
+			return "", nil, err
+		}
+		if entries, err := os.ReadDir(dir); err == nil && len(entries) > 0 {
+			return "", nil, fmt.Errorf("--dir %s is not empty", dir)
+		}
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return "", nil, err
+		}
+		return dir, func() string { return "devcluster: kept " + dir }, nil
+	}
+	dir, err := os.MkdirTemp("", "devcluster-")
+	if err != nil {
+		return "", nil, err
+	}
+	if cfg.keep {
+		return dir, func() string { return "devcluster: kept " + dir }, nil
+	}
+	return dir, func() string {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Sprintf("devcluster: remove %s: %v", dir, err)
+		}
+		return ""
+	}, nil
+}
+
+// moduleRoot finds the daemon's module: from this file's location when the
+// source is at hand (go run, go test), else from `go env GOMOD`.
+func moduleRoot() (string, error) {
+	if _, file, _, ok := runtime.Caller(0); ok && filepath.IsAbs(file) {
+		root := filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+		if isDaemonModule(root) {
+			return root, nil
+		}
+	}
+	goBin, err := goTool()
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.Command(goBin, "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	if gomod := strings.TrimSpace(string(out)); gomod != "" && gomod != os.DevNull {
+		if root := filepath.Dir(gomod); isDaemonModule(root) {
+			return root, nil
+		}
+	}
+	return "", errors.New("cannot find the nvpair-workload-manager module: run from its source tree")
+}
+
+func isDaemonModule(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "module" {
+			return f[1] == "nvpair-workload-manager"
+		}
+	}
+	return false
+}
+
+func goTool() (string, error) {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p, nil
+	}
+	p := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(p); err == nil {
+		return p, nil
+	}
+	return "", errors.New("the go command is not on PATH")
+}
+
+// buildDaemon runs `go build` in the module root, with flags, and returns
+// the binary.
+func buildDaemon(root, outDir string, flags ...string) (string, error) {
+	goBin, err := goTool()
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(outDir, "nvpair-workload-manager")
+	if runtime.GOOS == "windows" {
+		bin += ".exe"
+	}
+	cmd := exec.Command(goBin, append(append([]string{"build", "-o", bin}, flags...), ".")...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build in %s: %v\n%s", root, err, out)
+	}
+	return bin, nil
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseFlagsDefaultsAndRefusals(t *testing.T) {
+	c, err := parseFlags(nil, &lockedBuffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.nodes != 3 || c.ingress != "127.0.0.1:14324" || c.resyncInterval != 2*time.Second || c.duration != 0 || c.simulate || c.keep || c.dir != "" || c.bin != "" {
+		t.Errorf("defaults %+v", c)
+	}
+	for _, args := range [][]string{
+		{"--nodes", "0"}, {"--nodes", "17"}, {"--duration", "-1s"}, {"--resync-interval", "10ms"},
+		{"--ingress", "127.0.0.1"}, {"stray"}, {"--no-such-flag"},
+	} {
+		if _, err := parseFlags(args, &lockedBuffer{}); err == nil {
+			t.Errorf("parseFlags(%q) accepted", args)
+		}
+	}
+}
+
+func TestRunRefusesABadFlagWithStatus2AndOneLine(t *testing.T) {
+	var stdout, stderr lockedBuffer
+	if code := run([]string{"--nodes", "0"}, &stdout, &stderr, nil, false, hooks{}); code != 2 {
+		t.Fatalf("exit status %d, want 2", code)
+	}
+	if lines := strings.Split(strings.TrimSpace(stderr.String()), "\n"); len(lines) != 1 || !strings.Contains(lines[0], "--nodes 0") {
+		t.Errorf("stderr %q, want one line naming the flag", stderr.String())
+	}
+}
+
+func TestWorkDirIsRemovedUnlessKeptOrGiven(t *testing.T) {
+	dir, cleanup, err := workDir(config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cleanup()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("temporary %s survived the cleanup (%v)", dir, err)
+	}
+
+	dir, cleanup, err = workDir(config{keep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if msg := cleanup(); !strings.Contains(msg, dir) {
+		t.Errorf("--keep cleanup said %q, want the kept directory", msg)
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Errorf("--keep removed %s", dir)
+	}
+
+	given := filepath.Join(t.TempDir(), "dc")
+	dir, cleanup, err = workDir(config{dir: given})
+	if err != nil || dir != given {
+		t.Fatalf("workDir(--dir %s) = %s, %v", given, dir, err)
+	}
+	cleanup()
+	if _, err := os.Stat(given); err != nil {
+		t.Errorf("a given --dir was removed")
+	}
+	os.WriteFile(filepath.Join(given, "x"), nil, 0o600)
+	if _, _, err := workDir(config{dir: given}); err == nil {
+		t.Error("a non-empty --dir was accepted")
+	}
+}
+
+func TestModuleRootIsTheDaemonModule(t *testing.T) {
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "main.go")); err != nil || !isDaemonModule(root) {
+		t.Errorf("moduleRoot() = %s, not the daemon's module", root)
+	}
+}
+
+func TestAwaitConvergenceEndsOnItsDeadlineOrASecondSignal(t *testing.T) {
+	c := paperCluster(t, 2)
+	c.nodes[0].broker.handle(upsertLine(info(c.nodes[0].id, "only-on-1", "running", 1)), nil, nil)
+
+	start := time.Now()
+	ok, why := awaitConvergence(c, 300*time.Millisecond, nil)
+	if ok || !strings.Contains(why, "node2 differs") || !strings.Contains(why, "not converged within 300ms") {
+		t.Errorf("diverged views: %v %q", ok, why)
+	}
+	if time.Since(start) < 300*time.Millisecond {
+		t.Error("returned before its deadline")
+	}
+
+	sigs := make(chan os.Signal, 1)
+	sigs <- os.Interrupt
+	ok, why = awaitConvergence(c, time.Hour, sigs)
+	if ok || !strings.Contains(why, "skipped") {
+		t.Errorf("after a signal: %v %q, want a skipped wait", ok, why)
+	}
+
+	c.nodes[1].broker.handle(upsertLine(info(c.nodes[0].id, "only-on-1", "running", 1)), nil, nil)
+	if ok, why := awaitConvergence(c, time.Hour, nil); !ok {
+		t.Errorf("equal views not seen as converged: %s", why)
+	}
+}

@@ -1,0 +1,390 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Traffic shape of --simulate, per path (node 1's ingress, and each other
+// node's broker): one event every minStep..maxStep, at most maxLive jobs
+// queued or running, at most keepTerminal finished jobs kept before the
+// oldest is removed, and a share of the finished jobs removed a little later.
+const (
+	minStep        = 200 * time.Millisecond
+	maxStep        = 700 * time.Millisecond
+	maxLive        = 4
+	keepTerminal   = 6
+	keepAtLeast    = 2 // a path never removes its last jobs, so every view shows both paths
+	removeShare    = 0.3
+	ingressTries   = 4
+	ingressBackoff = 100 * time.Millisecond
+)
+
+var (
+	simModels  = []string{"qwen3-8b", "llama3.1-8b", "gemma3-12b", "mistral-7b", "qwen2.5-coder"}
+	simEngines = []string{"llamacpp", "vllm", "sglang", "mlx"}
+)
+
+// workloadInfo is the workload object the simulator reports (contract
+// section 3), in the field order of the contract.
+type workloadInfo struct {
+	ID             string  `json:"id"`
+	Model          string  `json:"model"`
+	Engine         string  `json:"engine"`
+	State          string  `json:"state"`
+	OriginatedFrom string  `json:"originatedFrom,omitempty"` // left out on the ingress: the daemon stamps it
+	ScheduledOn    string  `json:"scheduledOn,omitempty"`
+	RunID          string  `json:"runId,omitempty"`
+	Seq            int     `json:"seq"`
+	CreatedAt      int64   `json:"createdAt"`
+	StartedAt      *int64  `json:"startedAt"`
+	CompletedAt    *int64  `json:"completedAt"`
+	Error          *string `json:"error"`
+	RequesterID    string  `json:"requesterId"`
+}
+
+type simJob struct {
+	info     workloadInfo // as last accepted
+	removeAt time.Time    // when a finished job is to be removed; zero: kept
+	doneAt   time.Time
+}
+
+func (j *simJob) terminal() bool { return j.doneAt != time.Time{} }
+
+// simStats counts what the simulator did, for the view's header.
+type simStats struct {
+	mu            sync.Mutex
+	ingressOK     int
+	ingressRetry  int
+	ingressRefuse int
+	lastProblem   string
+	brokerEvents  int
+}
+
+func (s *simStats) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	line := fmt.Sprintf("traffic: ingress %d accepted, %d retried, %d refused; broker paths %d events",
+		s.ingressOK, s.ingressRetry, s.ingressRefuse, s.brokerEvents)
+	if s.lastProblem != "" {
+		line += "; last problem: " + s.lastProblem
+	}
+	return line
+}
+
+func (s *simStats) add(f func(*simStats)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f(s)
+}
+
+// simulator drives realistic traffic: jobs reported through node 1's
+// ingress over HTTP, and jobs entered through the other nodes' brokers.
+type simulator struct {
+	c      *cluster
+	client *http.Client
+	url    string // node 1's ingress endpoint
+	runID  string // this producer's nonce
+	stats  simStats
+	step   [2]time.Duration // the pause between two events of a path: from, to
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// removalMu is held for reading by a path while it removes a job, so
+	// holdRemovals returns only once no removal is in flight.
+	removalMu    sync.RWMutex
+	removalsHeld bool
+	removedMu    sync.Mutex
+	removed      []jobKey // every workload removed, in order
+}
+
+// holdRemovals stops the removals and returns once none is in flight.
+// Removals are never replayed nor re-asserted (contract section 7): a test
+// that kills a node holds them, so that none can miss the dead node.
+func (s *simulator) holdRemovals() {
+	s.removalMu.Lock()
+	defer s.removalMu.Unlock()
+	s.removalsHeld = true
+}
+
+// removedJobs returns every workload the simulator removed.
+func (s *simulator) removedJobs() []jobKey {
+	s.removedMu.Lock()
+	defer s.removedMu.Unlock()
+	return append([]jobKey(nil), s.removed...)
+}
+
+// simPath is one way work enters the cluster.
+type simPath struct {
+	s      *simulator
+	prefix string // id prefix
+	node   *node  // the broker path's node; nil for the ingress
+	rng    *rand.Rand
+	jobs   []*simJob
+	next   int
+}
+
+func newSimulator(c *cluster) *simulator {
+	s := &simulator{c: c, client: &http.Client{Timeout: 5 * time.Second}, step: [2]time.Duration{minStep, maxStep}}
+	s.runID = fmt.Sprintf("%08x", rand.Uint32())
+	if addr := c.nodes[0].ingressAddr(); addr != "" {
+		s.url = "http://" + addr + "/v1/workloads/events"
+	}
+	return s
+}
+
+// start launches one goroutine per path: node 1's ingress, and the broker
+// of every other node (node 1's broker when it is alone).
+func (s *simulator) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	var paths []*simPath
+	if s.url != "" {
+		paths = append(paths, &simPath{s: s, prefix: "ing"})
+	}
+	brokers := s.c.nodes[1:]
+	if len(brokers) == 0 {
+		brokers = s.c.nodes
+	}
+	for _, n := range brokers {
+		paths = append(paths, &simPath{s: s, prefix: n.short, node: n})
+	}
+	for _, p := range paths {
+		p.rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+		s.wg.Go(func() { p.run(ctx) })
+	}
+}
+
+// stop ends the traffic and waits until no event is in flight.
+func (s *simulator) stop() {
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.wg.Wait()
+}
+
+func (p *simPath) run(ctx context.Context) {
+	for {
+		d := p.s.step[0] + time.Duration(p.rng.Int64N(int64(p.s.step[1]-p.s.step[0])+1))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+		p.step(ctx)
+	}
+}
+
+// step sends one event: a due removal, a new job, or the next state of a
+// live one.
+func (p *simPath) step(ctx context.Context) {
+	now := time.Now()
+	if p.removeDue(ctx, now) {
+		return
+	}
+	var live []*simJob
+	for _, j := range p.jobs {
+		if !j.terminal() {
+			live = append(live, j)
+		}
+	}
+	if len(live) < maxLive && (len(live) == 0 || p.rng.Float64() < 0.4) {
+		p.submit(ctx, now)
+		return
+	}
+	p.advance(ctx, live[p.rng.IntN(len(live))], now)
+}
+
+func (p *simPath) submit(ctx context.Context, now time.Time) {
+	p.next++
+	info := workloadInfo{
+		ID:          fmt.Sprintf("%s-%04d", p.prefix, p.next),
+		Model:       simModels[p.rng.IntN(len(simModels))],
+		Engine:      simEngines[p.rng.IntN(len(simEngines))],
+		State:       "queued",
+		Seq:         1,
+		CreatedAt:   now.UnixMilli(),
+		RequesterID: "devcluster-sim",
+	}
+	if p.node != nil {
+		info.OriginatedFrom, info.ScheduledOn = p.node.id, p.node.id
+	} else {
+		info.RunID = p.s.runID
+	}
+	if p.send(ctx, "workload:submitted", info) {
+		p.jobs = append(p.jobs, &simJob{info: info})
+	}
+}
+
+// advance moves a live job on: queued -> running (sometimes cancelled),
+// running -> completed (sometimes failed or cancelled).
+func (p *simPath) advance(ctx context.Context, j *simJob, now time.Time) {
+	next := j.info
+	next.Seq++
+	ms := now.UnixMilli()
+	r := p.rng.Float64()
+	method := "workload:errored"
+	switch {
+	case j.info.State == "queued" && r < 0.9:
+		method, next.State, next.StartedAt = "workload:started", "running", &ms
+	case j.info.State == "queued":
+		next.State, next.CompletedAt, next.Error = "cancelled", &ms, ptr("cancelled before it started")
+	case r < 0.75:
+		method, next.State, next.CompletedAt = "workload:completed", "completed", &ms
+	case r < 0.9:
+		next.State, next.CompletedAt, next.Error = "failed", &ms, ptr("engine exited: CUDA out of memory")
+	default:
+		next.State, next.CompletedAt, next.Error = "cancelled", &ms, ptr("cancelled by the requester")
+	}
+	if !p.send(ctx, method, next) {
+		return
+	}
+	j.info = next
+	if next.State != "running" {
+		j.doneAt = now
+		if p.rng.Float64() < removeShare {
+			// removed a few steps later: 1.4 to 4.2 s at the default pace
+			j.removeAt = now.Add(2*p.s.step[1] + time.Duration(p.rng.Int64N(int64(4*p.s.step[1]))))
+		}
+	}
+}
+
+func ptr(s string) *string { return &s }
+
+// removeDue removes a finished job that is due, or the oldest finished one
+// when the path keeps too many, and reports whether it sent a removal.
+func (p *simPath) removeDue(ctx context.Context, now time.Time) bool {
+	p.s.removalMu.RLock()
+	defer p.s.removalMu.RUnlock()
+	if p.s.removalsHeld || len(p.jobs) <= keepAtLeast {
+		return false
+	}
+	var oldest *simJob
+	finished := 0
+	for _, j := range p.jobs {
+		if !j.terminal() {
+			continue
+		}
+		finished++
+		if oldest == nil || j.doneAt.Before(oldest.doneAt) {
+			oldest = j
+		}
+		if !j.removeAt.IsZero() && now.After(j.removeAt) {
+			p.remove(ctx, j)
+			return true
+		}
+	}
+	if finished > keepTerminal {
+		p.remove(ctx, oldest)
+		return true
+	}
+	return false
+}
+
+func (p *simPath) remove(ctx context.Context, j *simJob) {
+	var ok bool
+	if p.node != nil {
+		p.node.broker.localRemove(j.info.ID)
+		p.s.stats.add(func(s *simStats) { s.brokerEvents++ })
+		ok = true
+	} else {
+		params, _ := json.Marshal(map[string]string{"workloadId": j.info.ID})
+		ok = p.s.post(ctx, "workloads:remove", params)
+	}
+	if ok {
+		p.jobs = deleteJob(p.jobs, j)
+		origin := p.s.c.nodes[0].id // the ingress stamps node 1's id
+		if p.node != nil {
+			origin = p.node.id
+		}
+		p.s.removedMu.Lock()
+		p.s.removed = append(p.s.removed, jobKey{origin, j.info.ID})
+		p.s.removedMu.Unlock()
+	}
+}
+
+func deleteJob(js []*simJob, j *simJob) []*simJob {
+	for i, x := range js {
+		if x == j {
+			return append(js[:i], js[i+1:]...)
+		}
+	}
+	return js
+}
+
+// send reports one lifecycle event on the path and reports whether it was
+// accepted.
+func (p *simPath) send(ctx context.Context, method string, info workloadInfo) bool {
+	raw, err := json.Marshal(info)
+	if err != nil {
+		return false
+	}
+	if p.node != nil {
+		if err := p.node.broker.local(method, raw); err != nil {
+			p.s.stats.add(func(s *simStats) { s.lastProblem = err.Error() })
+			return false
+		}
+		p.s.stats.add(func(s *simStats) { s.brokerEvents++ })
+		return true
+	}
+	return p.s.post(ctx, method, workloadParams(raw))
+}
+
+// post sends one frame to node 1's ingress as a third-party producer would:
+// application/json, no Origin, retrying a 5xx or a refused connection with
+// backoff until ctx ends; a 4xx is a bug and is counted as refused.
+func (s *simulator) post(ctx context.Context, method string, params json.RawMessage) bool {
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params})
+	backoff := ingressBackoff
+	for try := 1; ; try++ {
+		status, reason, err := s.postOnce(body)
+		switch {
+		case err == nil && status == http.StatusOK:
+			s.stats.add(func(st *simStats) { st.ingressOK++ })
+			return true
+		case err == nil && status >= 400 && status < 500:
+			s.stats.add(func(st *simStats) {
+				st.ingressRefuse++
+				st.lastProblem = fmt.Sprintf("ingress refused %s: %d %s", method, status, reason)
+			})
+			return false
+		}
+		problem := fmt.Sprintf("ingress %s: %d %s", method, status, reason)
+		if err != nil {
+			problem = fmt.Sprintf("ingress %s: %v", method, err)
+		}
+		s.stats.add(func(st *simStats) { st.ingressRetry++; st.lastProblem = problem })
+		if try == ingressTries {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+	}
+}
+
+func (s *simulator) postOnce(body []byte) (int, string, error) {
+	req, err := http.NewRequest(http.MethodPost, s.url, bytes.NewReader(body))
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	reason, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	return resp.StatusCode, strings.TrimSpace(string(reason)), nil
+}

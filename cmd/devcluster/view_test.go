@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"nvpair-workload-manager/internal/devpki"
+)
+
+// paperCluster is a cluster of n nodes whose daemons never start: enough
+// for the view, which reads the brokers' stores.
+func paperCluster(t *testing.T, n int) *cluster {
+	members := make([]devpki.Node, n)
+	for i := range members {
+		members[i] = devpki.Node{ID: devpki.NewUUID(), AppDir: t.TempDir()}
+	}
+	return newCluster(clusterConfig{resyncInterval: time.Second, logf: func(string, ...any) {}}, members, t.TempDir())
+}
+
+func TestViewerPlainPrintsASnapshotOnlyWhenTheJobsChange(t *testing.T) {
+	c := paperCluster(t, 2)
+	var out bytes.Buffer
+	v := &viewer{c: c, out: &out, header: func() []string { return []string{"hdr"} }, start: time.Now()}
+	t0 := time.Now()
+	v.draw(t0)
+	if !strings.Contains(out.String(), "node1 (n1)") || !strings.Contains(out.String(), "node2 (n2)") {
+		t.Fatalf("the first snapshot does not show both nodes:\n%s", out.String())
+	}
+	out.Reset()
+	c.nodes[1].broker.handle(upsertLine(info(c.nodes[1].id, "j1", "running", t0.UnixMilli())), nil, nil)
+	v.draw(t0.Add(time.Second))
+	first := out.String()
+	if !strings.Contains(first, "j1") {
+		t.Fatalf("a new job did not print a snapshot:\n%s", first)
+	}
+	out.Reset()
+	v.draw(t0.Add(5 * time.Second)) // only the ages changed
+	if out.Len() != 0 {
+		t.Errorf("printed a snapshot though no job changed:\n%s", out.String())
+	}
+	c.nodes[1].broker.handle(upsertLine(info(c.nodes[1].id, "j1", "completed", t0.UnixMilli())), nil, nil)
+	v.draw(t0.Add(6 * time.Second))
+	if !strings.Contains(out.String(), "completed") {
+		t.Errorf("a state change did not print a snapshot:\n%s", out.String())
+	}
+	if strings.Contains(first+out.String(), "\x1b") {
+		t.Error("a plain snapshot carries an escape code")
+	}
+}
+
+func TestViewerTerminalRedrawsInPlaceOnEveryTick(t *testing.T) {
+	c := paperCluster(t, 2)
+	var out bytes.Buffer
+	v := &viewer{c: c, out: &out, tty: true, header: func() []string { return []string{"hdr"} }, start: time.Now()}
+	for i := range 2 {
+		out.Reset()
+		v.draw(time.Now())
+		s := out.String()
+		if !strings.HasPrefix(s, "\x1b[H") || !strings.HasSuffix(s, "\x1b[J") {
+			t.Fatalf("draw %d does not go home first and clear below last: %q", i, s)
+		}
+		if !strings.Contains(s, "node2 (n2)") {
+			t.Fatalf("draw %d does not show node 2: %q", i, s)
+		}
+	}
+}
+
+func TestSideBySideShowsEachNodesJobsInItsOwnColumn(t *testing.T) {
+	c := paperCluster(t, 3)
+	now := time.Now()
+	n1, n2 := c.nodes[0], c.nodes[1]
+	n1.up, n2.up = true, true // node 3 is down
+	n1.broker.handle(upsertLine(info(n2.id, "from-n2", "running", now.Add(-5*time.Second).UnixMilli())), nil, nil)
+	n2.broker.handle(upsertLine(info(n1.id, "from-n1", "queued", now.Add(-65*time.Second).UnixMilli())), nil, nil)
+	n2.broker.handle(upsertLine(info(n2.id, "from-n2", "running", now.Add(-5*time.Second).UnixMilli())), nil, nil)
+	lines := sideBySide(c.views(), now, 0)
+	if len(lines) < 4 {
+		t.Fatalf("%d lines, want a title, a header and 2 rows:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	cols := strings.Split(lines[0], " | ")
+	if len(cols) != 3 || !strings.HasPrefix(cols[0], "node1 (n1) up, 1 jobs") ||
+		!strings.HasPrefix(cols[1], "node2 (n2) up, 2 jobs") || !strings.HasPrefix(cols[2], "node3 (n3) DOWN, 0 jobs") {
+		t.Fatalf("title line %q, want the three nodes side by side", lines[0])
+	}
+	// The separators line up on every row that reaches them.
+	sep := strings.Index(lines[0], " | ")
+	for _, l := range lines[1:] {
+		if len(l) > sep && l[sep:sep+3] != " | " {
+			t.Errorf("row %q: column 1 is not %d wide", l, sep)
+		}
+	}
+	for _, want := range []string{"ID", "MODEL", "ENGINE", "STATE", "ORIGIN", "AGE"} {
+		if !strings.Contains(lines[1], want) {
+			t.Errorf("header %q lacks %s", lines[1], want)
+		}
+	}
+	row := strings.Fields(strings.Split(lines[2], "|")[1])
+	if strings.Join(row, " ") != "from-n2 m e running n2 5s" {
+		t.Errorf("node 2's newest row %q, want id, model, engine, state, origin n2, age 5s", row)
+	}
+	if strings.Join(strings.Fields(strings.Split(lines[3], "|")[1]), " ") != "from-n1 m e queued n1 1m05s" {
+		t.Errorf("node 2's second row %q, want the older job from n1 aged 1m05s", lines[3])
+	}
+}
+
+func TestConvergedComparesOriginIDAndStateOnly(t *testing.T) {
+	j := func(origin, id, state, model string) job {
+		return job{Origin: origin, ID: id, State: state, Model: model}
+	}
+	a := []job{j("o1", "x", "running", "m1"), j("o2", "x", "completed", "m1")}
+	cases := []struct {
+		name string
+		b    []job
+		want bool
+	}{
+		{"same set", []job{j("o2", "x", "completed", "m1"), j("o1", "x", "running", "m1")}, true},
+		{"model differs", []job{j("o1", "x", "running", "other"), j("o2", "x", "completed", "m1")}, true},
+		{"state differs", []job{j("o1", "x", "queued", "m1"), j("o2", "x", "completed", "m1")}, false},
+		{"origin differs", []job{j("o1", "x", "running", "m1"), j("o3", "x", "completed", "m1")}, false},
+		{"one missing", []job{j("o1", "x", "running", "m1")}, false},
+		{"one extra", append([]job{j("o9", "y", "queued", "m")}, a...), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, why := converged([]nodeView{{name: "node1", jobs: a}, {name: "node2", jobs: a}, {name: "node3", jobs: tc.b}})
+			if ok != tc.want {
+				t.Fatalf("converged = %v (%s), want %v", ok, why, tc.want)
+			}
+			if !ok && !strings.Contains(why, "node3") {
+				t.Errorf("the reason %q does not name the differing node", why)
+			}
+		})
+	}
+}
+
+func TestAgeRendering(t *testing.T) {
+	now := time.UnixMilli(1_789_661_457_000)
+	for _, tc := range []struct {
+		ago  time.Duration
+		want string
+	}{{0, "0s"}, {59 * time.Second, "59s"}, {65 * time.Second, "1m05s"}, {2*time.Hour + 3*time.Minute, "2h03m"}, {75*24*time.Hour + 5*time.Hour, "75d05h"}, {-time.Second, "0s"}} {
+		if got := age(now, now.Add(-tc.ago).UnixMilli()); got != tc.want {
+			t.Errorf("age(%s) = %q, want %q", tc.ago, got, tc.want)
+		}
+	}
+	if got := age(now, 0); got != "-" {
+		t.Errorf("age without createdAt = %q, want -", got)
+	}
+}
+
+func TestIsTerminalIsFalseForAFileAndAPipe(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if isTerminal(f) || isTerminal(w) {
+		t.Error("a regular file or a pipe was taken for a terminal")
+	}
+}
+
+func TestSideBySideFitsANarrowTerminal(t *testing.T) {
+	c := paperCluster(t, 3)
+	now := time.Now()
+	for _, n := range c.nodes {
+		n.broker.handle(upsertLine(info(c.nodes[0].id, "a-rather-long-job-id", "running", now.UnixMilli())), nil, nil)
+	}
+	full := widest(sideBySide(c.views(), now, 0))
+	for _, tc := range []struct {
+		width        int
+		model, engin bool
+	}{{full, true, true}, {full - 1, true, false}, {full - 40, false, false}, {30, false, false}} {
+		lines := sideBySide(c.views(), now, tc.width)
+		if w := widest(lines); w > tc.width {
+			t.Errorf("width %d: a line is %d wide", tc.width, w)
+		}
+		if got := strings.Contains(lines[1], "MODEL"); got != tc.model {
+			t.Errorf("width %d: MODEL shown %v, want %v", tc.width, got, tc.model)
+		}
+		if got := strings.Contains(lines[1], "ENGINE"); got != tc.engin {
+			t.Errorf("width %d: ENGINE shown %v, want %v", tc.width, got, tc.engin)
+		}
+	}
+}

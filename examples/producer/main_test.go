@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// ingress is a stand-in for the daemon's loopback ingress: it answers with
+// the statuses it is given, then 200, and records what it got.
+type ingress struct {
+	mu       sync.Mutex
+	answers  []int
+	reason   string
+	requests []request
+}
+
+type request struct {
+	method, path, contentType, origin string
+	frame                             struct {
+		JSONRPC string `json:"jsonrpc"`
+		Method  string `json:"method"`
+		Params  struct {
+			WorkloadInfo map[string]any `json:"workloadInfo"`
+		} `json:"params"`
+	}
+}
+
+func (in *ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var req request
+	req.method, req.path, req.contentType, req.origin = r.Method, r.URL.Path, r.Header.Get("Content-Type"), r.Header.Get("Origin")
+	body, _ := io.ReadAll(r.Body)
+	json.Unmarshal(body, &req.frame)
+	in.mu.Lock()
+	in.requests = append(in.requests, req)
+	status := http.StatusOK
+	if len(in.answers) > 0 {
+		status, in.answers = in.answers[0], in.answers[1:]
+	}
+	in.mu.Unlock()
+	w.WriteHeader(status)
+	if status != http.StatusOK {
+		io.WriteString(w, in.reason+"\n")
+	}
+}
+
+func start(t *testing.T, in *ingress) string {
+	srv := httptest.NewServer(in)
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+func TestProducerRetriesA500WithBackoffAndReportsTheLifecycleInOrder(t *testing.T) {
+	in := &ingress{answers: []int{500, 500}, reason: "broker write failed"}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"--addr", start(t, in), "--id", "job-7", "--work", "0", "--backoff", "1ms"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit status %d, want 0; stderr:\n%s", code, stderr.String())
+	}
+	if n := strings.Count(stderr.String(), "retrying in"); n != 2 {
+		t.Errorf("%d retries logged, want 2:\n%s", n, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "retrying in 1ms") || !strings.Contains(stderr.String(), "retrying in 2ms") {
+		t.Errorf("the backoff does not double:\n%s", stderr.String())
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.requests) != 5 {
+		t.Fatalf("%d requests, want 5 (the first event three times, then one each)", len(in.requests))
+	}
+	want := []struct {
+		method, state string
+		seq           float64
+	}{
+		{"workload:submitted", "queued", 1}, {"workload:submitted", "queued", 1}, {"workload:submitted", "queued", 1},
+		{"workload:started", "running", 2}, {"workload:completed", "completed", 3},
+	}
+	var runID any
+	for i, r := range in.requests {
+		w := r.frame.Params.WorkloadInfo
+		if r.method != http.MethodPost || r.path != "/v1/workloads/events" || r.contentType != "application/json" || r.origin != "" {
+			t.Errorf("request %d: %s %s Content-Type %q Origin %q", i, r.method, r.path, r.contentType, r.origin)
+		}
+		if r.frame.JSONRPC != "2.0" || r.frame.Method != want[i].method || w["state"] != want[i].state || w["seq"] != want[i].seq || w["id"] != "job-7" {
+			t.Errorf("request %d: %s %v, want %s state %s seq %v", i, r.frame.Method, w, want[i].method, want[i].state, want[i].seq)
+		}
+		if _, ok := w["originatedFrom"]; ok {
+			t.Errorf("request %d names originatedFrom; the daemon stamps it", i)
+		}
+		if i == 0 {
+			runID = w["runId"]
+		} else if w["runId"] != runID {
+			t.Errorf("request %d runId %v, want the same %v", i, w["runId"], runID)
+		}
+	}
+}
+
+func TestProducerTreatsA4xxAsABugAndPrintsTheReason(t *testing.T) {
+	reason := `workloadInfo.state: "bogus" is not one of queued, running, completed, failed, cancelled`
+	in := &ingress{answers: []int{400}, reason: reason}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"--addr", start(t, in), "--work", "0", "--backoff", "1ms"}, &stdout, &stderr)
+	if code == 0 {
+		t.Fatal("exit status 0 after a 400")
+	}
+	if !strings.Contains(stderr.String(), reason) || !strings.Contains(stderr.String(), "400") {
+		t.Errorf("stderr %q does not carry the status and the daemon's reason", stderr.String())
+	}
+	if strings.Count(strings.TrimSpace(stderr.String()), "\n") != 0 {
+		t.Errorf("stderr is not one line: %q", stderr.String())
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.requests) != 1 {
+		t.Errorf("%d requests, want 1: a 4xx is never retried", len(in.requests))
+	}
+}
+
+func TestProducerGivesUpAfterItsAttempts(t *testing.T) {
+	in := &ingress{answers: []int{500, 503, 500, 500}, reason: "broker write failed"}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"--addr", start(t, in), "--work", "0", "--backoff", "1ms", "--attempts", "3"}, &stdout, &stderr)
+	if code != 1 {
+		t.Fatalf("exit status %d, want 1 after the attempts ran out; stderr:\n%s", code, stderr.String())
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.requests) != 3 || !strings.Contains(stderr.String(), "giving up after 3 attempts") {
+		t.Errorf("%d requests, stderr %q; want 3 and a give-up line", len(in.requests), stderr.String())
+	}
+}
