@@ -53,18 +53,11 @@ func newClusterTrust(dir string, log *slog.Logger) *clusterTrust {
 // watch re-reads the cluster directory until ctx ends and calls onChange
 // after each reload that changed the identity or the pins.
 func (t *clusterTrust) watch(ctx context.Context, every time.Duration, onChange func()) {
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if t.reload() {
-				onChange()
-			}
+	runEvery(ctx, every, func() {
+		if t.reload() {
+			onChange()
 		}
-	}
+	})
 }
 
 // reload reads the identity and the pins and reports whether either changed.

@@ -107,14 +107,7 @@ func (m *Manager) IngressAddr() string {
 }
 
 func (li *localIngress) serve(wg *sync.WaitGroup, ln net.Listener) *http.Server {
-	srv := newHTTPServer(li, ingressIdleTimeout, li.m.log)
-	li.m.log.Info("local ingress listening", "addr", ln.Addr().String())
-	wg.Go(func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			li.m.log.Error("local ingress stopped", "reason", err)
-		}
-	})
-	return srv
+	return li.serveHTTP(wg, ln, li, ingressIdleTimeout, li.m.log)
 }
 
 // ServeHTTP answers a producer, logs the answer and counts it.

@@ -3,12 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 	"unicode/utf8"
 )
 
@@ -59,6 +61,19 @@ func (b *loopbackBinding) boundAddr() string {
 	}
 	host, _, _ := net.SplitHostPort(b.addr)
 	return net.JoinHostPort(host, port)
+}
+
+// serveHTTP serves h on ln in plaintext until the returned server is shut
+// down.
+func (b *loopbackBinding) serveHTTP(wg *sync.WaitGroup, ln net.Listener, h http.Handler, idle time.Duration, log *slog.Logger) *http.Server {
+	srv := newHTTPServer(h, idle, log)
+	log.Info(b.what+" listening", "addr", ln.Addr().String())
+	wg.Go(func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error(b.what+" stopped", "reason", err)
+		}
+	})
+	return srv
 }
 
 // refuseBrowsers returns 403 for a request that carries an Origin header

@@ -388,3 +388,17 @@ func (h *handshakeFailureCounter) Write(p []byte) (int, error) {
 	}
 	return h.next.Write(p)
 }
+
+// runEvery calls fn every interval until ctx ends.
+func runEvery(ctx context.Context, interval time.Duration, fn func()) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			fn()
+		}
+	}
+}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"net"
 	"net/http"
 	"strconv"
@@ -41,14 +40,7 @@ func (m *Manager) MetricsAddr() string {
 }
 
 func (e *metricsEndpoint) serve(wg *sync.WaitGroup, ln net.Listener) *http.Server {
-	srv := newHTTPServer(e, metricsIdleTimeout, e.m.log)
-	e.m.log.Info("metrics endpoint listening", "addr", ln.Addr().String())
-	wg.Go(func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			e.m.log.Error("metrics endpoint stopped", "reason", err)
-		}
-	})
-	return srv
+	return e.serveHTTP(wg, ln, e, metricsIdleTimeout, e.m.log)
 }
 
 func (e *metricsEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -152,14 +152,5 @@ func (m *Manager) queueResync(reason string) int {
 
 // heartbeat re-asserts the re-sync set every interval until ctx ends.
 func (m *Manager) heartbeat(ctx context.Context) {
-	tick := time.NewTicker(m.cfg.ResyncInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			m.queueResync("heartbeat")
-		}
-	}
+	runEvery(ctx, m.cfg.ResyncInterval, func() { m.queueResync("heartbeat") })
 }
