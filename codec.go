@@ -48,6 +48,15 @@ func (f *rpcFrame) isResponse() bool { return f.Method == "" && f.ID != nil }
 
 // encodeNotification renders one notification line without its newline.
 func encodeNotification(method string, params json.RawMessage) []byte {
+	if bytes.ContainsAny(params, "\r\n") {
+		// A frame is one line. JSON allows line breaks only as whitespace
+		// between tokens, and a producer or a peer may send pretty-printed
+		// JSON: compacting drops that whitespace and changes no value.
+		var c bytes.Buffer
+		if err := json.Compact(&c, params); err == nil {
+			params = c.Bytes()
+		}
+	}
 	var b bytes.Buffer
 	b.Grow(len(method) + len(params) + 48)
 	b.WriteString(`{"jsonrpc":"2.0","method":`)

@@ -18,10 +18,16 @@ var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]
 // since its frames would carry an origin no peer could attribute.
 func loadNodeID(appDir string) (string, error) {
 	path := filepath.Join(appDir, "node-id")
-	b, err := os.ReadFile(path)
+	id, err := readNodeID(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return createNodeID(appDir, path)
 	}
+	return id, err
+}
+
+// readNodeID reads and checks an existing node-id file.
+func readNodeID(path string) (string, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("read node id: %w", err)
 	}
@@ -32,24 +38,35 @@ func loadNodeID(appDir string) (string, error) {
 	return id, nil
 }
 
+// createNodeID writes a new id to a temporary file and links it into place,
+// so the node-id file appears complete or not at all: a crash half-way can
+// never leave an empty file that would stop every later start.
 func createNodeID(appDir, path string) (string, error) {
 	if err := os.MkdirAll(appDir, 0o700); err != nil {
 		return "", fmt.Errorf("create app dir: %w", err)
 	}
-	id := newUUID()
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return loadNodeID(appDir) // another process created it first
-	}
+	tmp, err := os.CreateTemp(appDir, "node-id-*.tmp")
 	if err != nil {
 		return "", fmt.Errorf("create node id: %w", err)
 	}
-	if _, err := f.WriteString(id + "\n"); err != nil {
-		f.Close()
-		return "", fmt.Errorf("write node id: %w", err)
+	defer os.Remove(tmp.Name())
+	id := newUUID()
+	_, werr := tmp.WriteString(id + "\n")
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
 	}
-	if err := f.Close(); err != nil {
-		return "", fmt.Errorf("write node id: %w", err)
+	if werr == nil {
+		werr = os.Chmod(tmp.Name(), 0o600)
+	}
+	if werr != nil {
+		return "", fmt.Errorf("write node id: %w", werr)
+	}
+	if err := os.Link(tmp.Name(), path); errors.Is(err, os.ErrExist) {
+		// Another process created it first, or it is a dangling symlink:
+		// read it once, never loop back into creating it.
+		return readNodeID(path)
+	} else if err != nil {
+		return "", fmt.Errorf("create node id: %w", err)
 	}
 	return id, nil
 }

@@ -1,0 +1,450 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"reflect"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"testing/iotest"
+)
+
+// readAllLines drains a lineReader up to io.EOF and returns what each Next
+// call gave, in order: a copy of the line, or the marker "<too long>" for an
+// errLineTooLong.
+func readAllLines(t *testing.T, lr *lineReader) []string {
+	t.Helper()
+	var out []string
+	for i := 0; ; i++ {
+		if i > 1_000_000 {
+			t.Fatal("lineReader never reached EOF")
+		}
+		line, err := lr.Next()
+		switch {
+		case err == nil:
+			out = append(out, string(line))
+		case errors.Is(err, errLineTooLong):
+			if line != nil {
+				t.Fatalf("errLineTooLong came with %d bytes of line", len(line))
+			}
+			out = append(out, "<too long>")
+		case errors.Is(err, io.EOF):
+			return out
+		default:
+			t.Fatalf("Next: unexpected error %v", err)
+		}
+	}
+}
+
+func TestLineReaderAcceptsALineOfExactlyOneMiB(t *testing.T) {
+	for _, eol := range []string{"\n", "\r\n"} {
+		t.Run(fmt.Sprintf("eol=%q", eol), func(t *testing.T) {
+			big := strings.Repeat("a", maxFrameBytes)
+			lr := newLineReader(strings.NewReader(big+eol+"next"+eol), maxFrameBytes)
+			got := readAllLines(t, lr)
+			if len(got) != 2 || got[0] != big || got[1] != "next" {
+				t.Fatalf("got %d lines (first %d bytes), want the 1 MiB line then %q", len(got), len(got[0]), "next")
+			}
+		})
+	}
+}
+
+func TestLineReaderRejectsTwoMiBLineOnceAndReadsTheNextLineIntact(t *testing.T) {
+	huge := strings.Repeat("x", 2*maxFrameBytes)
+	next := `{"jsonrpc":"2.0","method":"after"}`
+	lr := newLineReader(strings.NewReader(huge+"\n"+next+"\n"), maxFrameBytes)
+
+	if _, err := lr.Next(); !errors.Is(err, errLineTooLong) {
+		t.Fatalf("first Next = %v, want errLineTooLong", err)
+	}
+	line, err := lr.Next()
+	if err != nil || string(line) != next {
+		t.Fatalf("second Next = %q, %v; want the next line intact", line, err)
+	}
+	if _, err := lr.Next(); !errors.Is(err, io.EOF) {
+		t.Fatalf("third Next = %v, want io.EOF (errLineTooLong must be reported once)", err)
+	}
+}
+
+func TestLineReaderRejectsAnOverlongFinalLineWithoutNewline(t *testing.T) {
+	lr := newLineReader(strings.NewReader("ok\n"+strings.Repeat("y", 2*maxFrameBytes)), maxFrameBytes)
+	got := readAllLines(t, lr)
+	if want := []string{"ok", "<too long>"}; !slices.Equal(got, want) {
+		t.Fatalf("lines = %q, want %q", got, want)
+	}
+}
+
+func TestLineReaderNeverBuffersAnOverlongLine(t *testing.T) {
+	lr := newLineReader(strings.NewReader(strings.Repeat("z", 8*maxFrameBytes)+"\nend\n"), maxFrameBytes)
+	if _, err := lr.Next(); !errors.Is(err, errLineTooLong) {
+		t.Fatalf("Next = %v, want errLineTooLong", err)
+	}
+	if c := cap(lr.buf); c > 2*maxFrameBytes {
+		t.Fatalf("line buffer grew to %d bytes reading an 8 MiB line; want at most about the limit", c)
+	}
+	if line, err := lr.Next(); err != nil || string(line) != "end" {
+		t.Fatalf("Next after the long line = %q, %v", line, err)
+	}
+}
+
+func TestLineReaderSplitsLines(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		max      int
+		want     []string
+	}{
+		{"CRLF trimmed", "a\r\nb\r\n", 8, []string{"a", "b"}},
+		{"CR inside a line kept", "a\rb\n", 8, []string{"a\rb"}},
+		{"final line without newline returned before EOF", "x\ny", 8, []string{"x", "y"}},
+		{"final line with CR only", "x\r", 8, []string{"x"}},
+		{"empty lines are returned empty", "\n\r\nq\n", 8, []string{"", "", "q"}},
+		{"empty input is EOF at once", "", 8, nil},
+		{"line at the limit", "12345678\n", 8, []string{"12345678"}},
+		{"line at the limit with CRLF", "12345678\r\n", 8, []string{"12345678"}},
+		{"line far over the limit, then a good one", strings.Repeat("9", 40) + "\nok\n", 8, []string{"<too long>", "ok"}},
+		{"two long lines in a row", strings.Repeat("9", 40) + "\n" + strings.Repeat("8", 20) + "\nok", 8, []string{"<too long>", "<too long>", "ok"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, rd := range []struct {
+				name string
+				r    func(string) io.Reader
+			}{
+				{"whole", func(s string) io.Reader { return strings.NewReader(s) }},
+				{"one byte at a time", func(s string) io.Reader { return iotest.OneByteReader(strings.NewReader(s)) }},
+			} {
+				got := readAllLines(t, newLineReader(rd.r(tc.in), tc.max))
+				if !slices.Equal(got, tc.want) {
+					t.Errorf("%s: lines = %q, want %q", rd.name, got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func TestLineReaderReadsManyShortLinesAcrossBufferBoundaries(t *testing.T) {
+	const n = 50000 // about 1.2 MB: many 64 KiB buffer refills, lines split across them
+	var in bytes.Buffer
+	for i := range n {
+		fmt.Fprintf(&in, "line-%d-%s\n", i, strings.Repeat("p", i%17))
+	}
+	lr := newLineReader(&in, maxFrameBytes)
+	for i := range n {
+		line, err := lr.Next()
+		if want := fmt.Sprintf("line-%d-%s", i, strings.Repeat("p", i%17)); err != nil || string(line) != want {
+			t.Fatalf("line %d = %q, %v; want %q", i, line, err, want)
+		}
+	}
+	if _, err := lr.Next(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after %d lines Next = %v, want io.EOF", n, err)
+	}
+}
+
+func TestBrokerWriterNeverInterleavesConcurrentFrames(t *testing.T) {
+	// A writer that takes each Write in small pieces and yields in between,
+	// as a pipe under pressure may: without the brokerWriter's own lock two
+	// frames would interleave.
+	cw := &chunkyWriter{}
+	bw := newBrokerWriter(cw)
+	const writers, perWriter = 32, 50
+	payload := strings.Repeat("w", 300)
+	var wg sync.WaitGroup
+	for g := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perWriter {
+				params, _ := json.Marshal(map[string]any{"g": g, "i": i, "pad": payload})
+				if err := bw.notify("test:frame", params); err != nil {
+					t.Errorf("notify: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(cw.bytes()))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var f struct {
+			JSONRPC string `json:"jsonrpc"`
+			Method  string `json:"method"`
+			Params  struct {
+				G, I int
+				Pad  string
+			} `json:"params"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
+			t.Fatalf("line %d is not one JSON frame (interleaved write?): %v: %.80q", len(seen), err, sc.Text())
+		}
+		if f.JSONRPC != "2.0" || f.Method != "test:frame" || f.Params.Pad != payload {
+			t.Fatalf("frame %d mangled: %.80q", len(seen), sc.Text())
+		}
+		k := fmt.Sprintf("%d/%d", f.Params.G, f.Params.I)
+		if seen[k] {
+			t.Fatalf("frame %s written twice", k)
+		}
+		seen[k] = true
+	}
+	if len(seen) != writers*perWriter {
+		t.Fatalf("decoded %d frames, want %d", len(seen), writers*perWriter)
+	}
+}
+
+func TestBrokerWriterAfterAFailedWriteIsGoneAndNeverWritesAgain(t *testing.T) {
+	fw := &failingWriter{err: syscall.EPIPE}
+	bw := newBrokerWriter(fw)
+	select {
+	case <-bw.gone:
+		t.Fatal("gone closed before any write")
+	default:
+	}
+
+	err := bw.notify("first", json.RawMessage(`{}`))
+	if err == nil || !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("first write = %v, want the writer's EPIPE", err)
+	}
+	select {
+	case <-bw.gone:
+	default:
+		t.Fatal("gone not closed after a failed write")
+	}
+
+	for i := range 3 {
+		if err := bw.notify("later", json.RawMessage(`{}`)); !errors.Is(err, errBrokerGone) {
+			t.Fatalf("write %d after the failure = %v, want errBrokerGone", i, err)
+		}
+	}
+	if err := bw.respond(json.RawMessage(`1`), nil, nil); !errors.Is(err, errBrokerGone) {
+		t.Fatalf("respond after the failure = %v, want errBrokerGone", err)
+	}
+	if n := fw.calls.Load(); n != 1 {
+		t.Fatalf("the writer was called %d times, want 1: later writes must not touch it", n)
+	}
+}
+
+func TestBrokerWriterRespond(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		id     string
+		result any
+		rerr   *rpcError
+		want   string // the whole line, as a JSON value
+	}{
+		{"nil result is result null", `7`, nil, nil, `{"jsonrpc":"2.0","id":7,"result":null}`},
+		{"string id echoed", `"abc"`, nil, nil, `{"jsonrpc":"2.0","id":"abc","result":null}`},
+		{"a result", `2`, map[string]string{"level": "debug"}, nil, `{"jsonrpc":"2.0","id":2,"result":{"level":"debug"}}`},
+		{"an error", `3`, nil, &rpcError{Code: codeMethodNotFound, Message: "method not found"},
+			`{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"method not found"}}`},
+		{"an error wins over a result", `4`, "ignored", &rpcError{Code: codeInvalidParams, Message: "bad level"},
+			`{"jsonrpc":"2.0","id":4,"error":{"code":-32602,"message":"bad level"}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			bw := newBrokerWriter(&buf)
+			if err := bw.respond(json.RawMessage(tc.id), tc.result, tc.rerr); err != nil {
+				t.Fatal(err)
+			}
+			out := buf.String()
+			if strings.Count(out, "\n") != 1 || !strings.HasSuffix(out, "\n") {
+				t.Fatalf("response %q is not exactly one line", out)
+			}
+			assertJSONEqual(t, out, tc.want)
+		})
+	}
+}
+
+func TestEncodeNotificationRoundTripsThroughEncodingJSON(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		method string
+		params json.RawMessage
+	}{
+		{"lifecycle", methodStarted, json.RawMessage(`{"workloadInfo":{"id":"job-1","x":[1,{"y":null}]}}`)},
+		{"no params", "ready", nil},
+		{"empty object", "shutdown", json.RawMessage(`{}`)},
+		{"method needing escapes", "we\"ird\\method\n<&>\u00e9\u2028", json.RawMessage(`{"a":"\u00e9 <b>"}`)},
+		{"array params", "m", json.RawMessage(`[1,"two",{"three":3}]`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			line := encodeNotification(tc.method, tc.params)
+			if bytes.ContainsAny(line, "\n\r") {
+				t.Fatalf("notification contains a line break: %q", line)
+			}
+			var f rpcFrame
+			if err := json.Unmarshal(line, &f); err != nil {
+				t.Fatalf("%q does not decode: %v", line, err)
+			}
+			if f.JSONRPC != "2.0" || f.Method != tc.method || f.ID != nil {
+				t.Fatalf("decoded %+v, want a 2.0 notification of %q", f, tc.method)
+			}
+			if !bytes.Equal(f.Params, tc.params) {
+				t.Fatalf("params = %s, want %s byte for byte", f.Params, tc.params)
+			}
+			var m map[string]json.RawMessage
+			_ = json.Unmarshal(line, &m)
+			if _, ok := m["params"]; ok != (tc.params != nil) {
+				t.Fatalf("params member present = %v, want %v", ok, tc.params != nil)
+			}
+		})
+	}
+}
+
+func TestBrokerWriterWritesEachFrameOnOneLineEvenForMultilineParams(t *testing.T) {
+	// JSON allows line breaks as whitespace between tokens, and producers and
+	// peers may send pretty-printed frames; the broker reads one frame per
+	// line, so a frame must never carry a raw CR or LF.
+	for _, params := range []string{
+		"{\n  \"workloadInfo\": {\n    \"id\": \"job-1\",\n    \"labels\": {\"team\": \"a\"}\n  }\n}",
+		"{\r\n\"a\":\r\n[1,\r2,\n3]}",
+		"{\"s\":\"keeps \\n and \\r escapes\", \"n\": {\n}}",
+	} {
+		var buf bytes.Buffer
+		bw := newBrokerWriter(&buf)
+		if err := bw.notify(methodUpsert, json.RawMessage(params)); err != nil {
+			t.Fatal(err)
+		}
+		out := buf.String()
+		if strings.ContainsAny(strings.TrimSuffix(out, "\n"), "\r\n") {
+			t.Fatalf("params %q written as more than one line: %q", params, out)
+		}
+		var f rpcFrame
+		if err := json.Unmarshal([]byte(out), &f); err != nil {
+			t.Fatalf("frame %q does not decode: %v", out, err)
+		}
+		assertJSONEqual(t, string(f.Params), params)
+	}
+}
+
+func TestBrokerGetsOneFramePerLineForAPrettyPrintedIngressPost(t *testing.T) {
+	n := newTestNode(t)
+	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	eventually(t, "ingress bound", func() bool { return n.m.IngressAddr() != "" })
+	resp, err := http.Post("http://"+n.m.IngressAddr()+peerEventsPath, "application/json",
+		strings.NewReader(prettyFrame(t, workload("job-pretty", "running", ""))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("ingress answered %s", resp.Status)
+	}
+	// testBroker fails the test on any line that is not one JSON frame.
+	var ups []map[string]any
+	eventually(t, "the upsert at the broker", func() bool { ups = n.upserts(); return len(ups) == 1 })
+	if ups[0]["id"] != "job-pretty" || !reflect.DeepEqual(ups[0]["labels"], map[string]any{"team": "a"}) {
+		t.Fatalf("broker got %v, want job-pretty with its nested labels", ups[0])
+	}
+}
+
+func TestBrokerGetsOneFramePerLineForAPrettyPrintedPeerPost(t *testing.T) {
+	a, b := newTestNode(t), newTestNode(t)
+	mesh(t, a, b)
+	cert, err := a.ident.TLSCertificate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		// The test checks B's broker side, not B's certificate.
+		InsecureSkipVerify: true,
+	}}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Post(fmt.Sprintf("https://127.0.0.1:%d%s", b.peerPort(), peerEventsPath), "application/json",
+		strings.NewReader(prettyFrame(t, workload("job-pretty", "running", a.id))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("peer server answered %s", resp.Status)
+	}
+	var ups []map[string]any
+	eventually(t, "the upsert at B's broker", func() bool { ups = b.upserts(); return len(ups) == 1 })
+	if ups[0]["id"] != "job-pretty" || !reflect.DeepEqual(ups[0]["labels"], map[string]any{"team": "a"}) {
+		t.Fatalf("broker got %v, want job-pretty with its nested labels", ups[0])
+	}
+}
+
+// prettyFrame renders a lifecycle frame for w, indented over many lines,
+// with a nested unknown field.
+func prettyFrame(t *testing.T, w map[string]any) string {
+	t.Helper()
+	w["labels"] = map[string]any{"team": "a"}
+	b, err := json.MarshalIndent(map[string]any{
+		"jsonrpc": "2.0", "method": methodFor(w["state"].(string)),
+		"params": map[string]any{"workloadInfo": w},
+	}, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b) + "\n"
+}
+
+// chunkyWriter stores what it is given a few bytes at a time, yielding the
+// processor between pieces. It is safe for concurrent use on its own, so
+// only interleaving, not a data race, shows that a caller did not serialize.
+type chunkyWriter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (c *chunkyWriter) Write(p []byte) (int, error) {
+	for off := 0; off < len(p); off += 7 {
+		end := min(off+7, len(p))
+		c.mu.Lock()
+		c.buf.Write(p[off:end])
+		c.mu.Unlock()
+		runtime.Gosched()
+	}
+	return len(p), nil
+}
+
+func (c *chunkyWriter) bytes() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]byte(nil), c.buf.Bytes()...)
+}
+
+// failingWriter fails every Write with err and counts the calls.
+type failingWriter struct {
+	err   error
+	calls atomic.Int32
+}
+
+func (f *failingWriter) Write([]byte) (int, error) {
+	f.calls.Add(1)
+	return 0, f.err
+}
+
+// assertJSONEqual fails unless got and want are the same JSON value.
+func assertJSONEqual(t *testing.T, got, want string) {
+	t.Helper()
+	var g, w any
+	if err := json.Unmarshal([]byte(got), &g); err != nil {
+		t.Fatalf("%q is not JSON: %v", got, err)
+	}
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		t.Fatalf("want %q is not JSON: %v", want, err)
+	}
+	gb, _ := json.Marshal(g)
+	wb, _ := json.Marshal(w)
+	if !bytes.Equal(gb, wb) {
+		t.Fatalf("got %s, want %s", gb, wb)
+	}
+}

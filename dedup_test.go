@@ -1,0 +1,303 @@
+package main
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestDedupDetectsADuplicate(t *testing.T) {
+	d := newDedup(10)
+	writes := 0
+	write := func() error { writes++; return nil }
+
+	dup, err := d.deliverOnce("k", write)
+	if dup || err != nil || writes != 1 {
+		t.Fatalf("first delivery: duplicate=%v err=%v writes=%d; want a write", dup, err, writes)
+	}
+	for i := range 3 {
+		dup, err = d.deliverOnce("k", write)
+		if !dup || err != nil || writes != 1 {
+			t.Fatalf("delivery %d: duplicate=%v err=%v writes=%d; want a duplicate without a write", i+2, dup, err, writes)
+		}
+	}
+	if dup, _ := d.deliverOnce("other", write); dup || writes != 2 {
+		t.Fatalf("another key: duplicate=%v writes=%d; want a write", dup, writes)
+	}
+}
+
+func TestDedupRecordsAKeyOnlyAfterASuccessfulWrite(t *testing.T) {
+	d := newDedup(10)
+	errBroker := errors.New("broker gone")
+	writes := 0
+
+	dup, err := d.deliverOnce("k", func() error { writes++; return errBroker })
+	if dup || !errors.Is(err, errBroker) {
+		t.Fatalf("failed write: duplicate=%v err=%v; want the write's error", dup, err)
+	}
+	if d.len() != 0 {
+		t.Fatalf("a failed write recorded the key (%d keys)", d.len())
+	}
+	dup, err = d.deliverOnce("k", func() error { writes++; return nil })
+	if dup || err != nil || writes != 2 {
+		t.Fatalf("retry after a failed write: duplicate=%v err=%v writes=%d; want a second write", dup, err, writes)
+	}
+	if dup, _ = d.deliverOnce("k", func() error { writes++; return nil }); !dup || writes != 2 {
+		t.Fatalf("after the successful retry: duplicate=%v writes=%d; want a duplicate", dup, writes)
+	}
+}
+
+func TestDedupConcurrentDeliveriesOfOneKeyWriteOnce(t *testing.T) {
+	const n = 32
+	d := newDedup(100)
+	var writes atomic.Int32
+	write := func() error {
+		writes.Add(1)
+		// Hold the write until every delivery has reached the key: the others
+		// are then waiting on it, not arriving after it finished.
+		if !waitUntil(func() bool { return inflightRefs(d, "k") == n }) {
+			t.Errorf("only %d of %d deliveries reached the key", inflightRefs(d, "k"), n)
+		}
+		return nil
+	}
+	dups := deliverConcurrently(t, d, "k", n, write)
+	if w := writes.Load(); w != 1 {
+		t.Fatalf("%d concurrent deliveries of one key wrote %d times, want 1", n, w)
+	}
+	if dups != n-1 {
+		t.Fatalf("%d deliveries reported duplicate, want %d", dups, n-1)
+	}
+	assertNoInflight(t, d)
+}
+
+func TestDedupConcurrentDeliveriesRetryAfterAFailedWrite(t *testing.T) {
+	// The first write fails while every other delivery of the key waits on
+	// it: exactly one of them writes again, and the rest are duplicates of
+	// that second, successful write.
+	const n = 16
+	d := newDedup(100)
+	var writes atomic.Int32
+	write := func() error {
+		if writes.Add(1) == 1 {
+			if !waitUntil(func() bool { return inflightRefs(d, "k") == n }) {
+				t.Errorf("only %d of %d deliveries reached the key", inflightRefs(d, "k"), n)
+			}
+			return errors.New("broker write failed")
+		}
+		return nil
+	}
+	dups := deliverConcurrently(t, d, "k", n, write)
+	if w := writes.Load(); w != 2 {
+		t.Fatalf("writes = %d, want 2 (the failed one and one retry)", w)
+	}
+	if dups != n-2 {
+		t.Fatalf("duplicates = %d, want %d", dups, n-2)
+	}
+	assertNoInflight(t, d)
+}
+
+func TestDedupDifferentKeysDoNotSerializeEachOther(t *testing.T) {
+	d := newDedup(100)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unblock() // never leave the slow write blocked, even on failure
+	entered := make(chan struct{})
+	slowDone := make(chan error, 1)
+	go func() {
+		_, err := d.deliverOnce("slow", func() error {
+			close(entered)
+			<-release
+			return nil
+		})
+		slowDone <- err
+	}()
+	<-entered
+
+	// While "slow" is inside its write, other keys are delivered at once.
+	for _, k := range []string{"fast-1", "fast-2"} {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if dup, err := d.deliverOnce(k, func() error { return nil }); dup || err != nil {
+				t.Errorf("%s: duplicate=%v err=%v", k, dup, err)
+			}
+		}()
+		eventually(t, k+" delivered while another key's write is blocked", func() bool {
+			select {
+			case <-done:
+				return true
+			default:
+				return false
+			}
+		})
+	}
+	if dup, _ := d.deliverOnce("fast-1", func() error { return nil }); !dup {
+		t.Fatal("fast-1 not recorded")
+	}
+
+	unblock()
+	if err := <-slowDone; err != nil {
+		t.Fatal(err)
+	}
+	assertNoInflight(t, d)
+}
+
+func TestDedupEvictsTheLeastRecentlySeenKey(t *testing.T) {
+	d := newDedup(3)
+	deliver := func(k string) bool {
+		dup, err := d.deliverOnce(k, func() error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dup
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		deliver(k)
+	}
+	if !deliver("a") { // a duplicate that refreshes "a": "b" is now the oldest
+		t.Fatal("a not remembered")
+	}
+	deliver("d") // evicts "b"
+	if d.len() != 3 {
+		t.Fatalf("dedup holds %d keys, want its capacity 3", d.len())
+	}
+	if got := recordedKeys(d); !sameKeys(got, "a", "c", "d") {
+		t.Fatalf("after a,b,c,a,d with capacity 3 the keys are %v, want a, c, d (b least recently seen)", got)
+	}
+	if deliver("b") {
+		t.Fatal("evicted key b still reported as a duplicate")
+	}
+	// "b" came back and pushed out the least recently seen of a, c, d: "c"
+	// (a was refreshed after c was recorded).
+	if got := recordedKeys(d); !sameKeys(got, "a", "d", "b") {
+		t.Fatalf("keys = %v, want a, d, b", got)
+	}
+}
+
+func TestDedupStaysWithinCapacityUnderManyKeys(t *testing.T) {
+	d := newDedup(50)
+	for i := range 1000 {
+		if _, err := d.deliverOnce(itoa(i), func() error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d.len() != 50 || len(d.index) != 50 {
+		t.Fatalf("dedup holds %d keys (%d indexed), want 50", d.len(), len(d.index))
+	}
+	for i := 950; i < 1000; i++ {
+		if dup, _ := d.deliverOnce(itoa(i), func() error { t.Fatalf("recent key %d written again", i); return nil }); !dup {
+			t.Fatalf("recent key %d not a duplicate", i)
+		}
+	}
+	assertNoInflight(t, d)
+}
+
+func TestDedupInflightMapEmptyAfterConcurrentDeliveries(t *testing.T) {
+	d := newDedup(1000)
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				k := itoa(i % 20)
+				_, _ = d.deliverOnce(k, func() error {
+					if (g+i)%3 == 0 {
+						return errors.New("failed")
+					}
+					return nil
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	assertNoInflight(t, d)
+	if d.len() != 20 {
+		t.Fatalf("dedup holds %d keys, want 20", d.len())
+	}
+}
+
+// deliverConcurrently delivers key n times from n goroutines started at
+// once and returns how many deliveries reported a duplicate.
+func deliverConcurrently(t *testing.T, d *dedup, key string, n int, write func() error) int {
+	t.Helper()
+	var wg sync.WaitGroup
+	var dups atomic.Int32
+	start := make(chan struct{})
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			dup, _ := d.deliverOnce(key, write)
+			if dup {
+				dups.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return int(dups.Load())
+}
+
+// waitUntil is eventually for goroutines other than the test's own, which
+// must not call t.Fatal: it reports whether cond held before waitTimeout.
+func waitUntil(cond func() bool) bool {
+	deadline := time.Now().Add(waitTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return true
+}
+
+// inflightRefs returns how many deliveries hold or wait for key.
+func inflightRefs(d *dedup, key string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if kl := d.inflight[key]; kl != nil {
+		return kl.refs
+	}
+	return 0
+}
+
+func assertNoInflight(t *testing.T, d *dedup) {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.inflight) != 0 {
+		t.Fatalf("inflight map holds %d keys after every delivery returned", len(d.inflight))
+	}
+}
+
+// recordedKeys returns the remembered keys, most recently seen first.
+func recordedKeys(d *dedup) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for e := d.order.Front(); e != nil; e = e.Next() {
+		out = append(out, e.Value.(string))
+	}
+	return out
+}
+
+func sameKeys(got []string, want ...string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	set := map[string]bool{}
+	for _, k := range got {
+		set[k] = true
+	}
+	for _, k := range want {
+		if !set[k] {
+			return false
+		}
+	}
+	return true
+}

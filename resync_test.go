@@ -1,0 +1,297 @@
+package main
+
+import (
+	"encoding/json"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+var resyncT0 = time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)
+
+func TestResyncSetTracksTheLatestEventPerRun(t *testing.T) {
+	s := newResyncSet(time.Minute)
+	s.track(ptr(mustLifecycle(t, workload("job-1", "queued", "node-a"), nil)), resyncT0)
+	s.track(ptr(mustLifecycle(t, workload("job-1", "running", "node-a", map[string]any{"seq": 2}), nil)), resyncT0)
+	s.track(ptr(mustLifecycle(t, workload("job-2", "queued", "node-a"), nil)), resyncT0)
+
+	got := snapshotStates(t, s, resyncT0)
+	want := map[string]string{"job-1": "running/" + methodStarted, "job-2": "queued/" + methodSubmitted}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("snapshot = %v, want %v", got, want)
+	}
+	if s.len() != 2 {
+		t.Fatalf("len = %d, want 2", s.len())
+	}
+}
+
+func TestResyncSetKeysOnOriginEngineRunAndID(t *testing.T) {
+	s := newResyncSet(time.Minute)
+	for _, w := range []map[string]any{
+		workload("job-1", "running", "node-a"),
+		workload("job-1", "running", "node-b"),                                                 // other origin
+		workload("job-1", "running", "node-a", map[string]any{"engine": "vllm"}),               // other engine
+		workload("job-1", "running", "node-a", map[string]any{"runId": "run-2"}),               // other run
+		workload("job-1", "running", "node-a", map[string]any{"runId": nil}),                   // no run id
+		workload("job-1", "completed", "node-a", map[string]any{"seq": 9, "scheduledOn": "x"}), // same key as the first
+	} {
+		if !s.track(ptr(mustLifecycle(t, w, nil)), resyncT0) {
+			t.Fatalf("track(%v) refused", w)
+		}
+	}
+	if s.len() != 5 {
+		t.Fatalf("len = %d, want 5 distinct runs", s.len())
+	}
+}
+
+func TestResyncSetKeepsATerminalEntryForTheRetentionWindowThenPrunesIt(t *testing.T) {
+	const retention = 60 * time.Second
+	s := newResyncSet(retention)
+	live := mustLifecycle(t, workload("live", "running", "node-a"), nil)
+	done := mustLifecycle(t, workload("done", "completed", "node-a"), nil)
+	s.track(&live, resyncT0)
+	s.track(&done, resyncT0.Add(10*time.Second))
+	doneAt := resyncT0.Add(10 * time.Second)
+
+	for _, tc := range []struct {
+		at   time.Time
+		want []string
+	}{
+		{doneAt, []string{"done", "live"}},
+		{doneAt.Add(retention / 2), []string{"done", "live"}},
+		{doneAt.Add(retention - time.Nanosecond), []string{"done", "live"}},
+		{doneAt.Add(retention), []string{"live"}},
+		{doneAt.Add(24 * time.Hour), []string{"live"}}, // a live workload never ages out
+	} {
+		if got := snapshotIDs(t, s, tc.at); !reflect.DeepEqual(got, tc.want) {
+			t.Fatalf("snapshot at +%v after the terminal event = %v, want %v", tc.at.Sub(doneAt), got, tc.want)
+		}
+	}
+	if s.len() != 1 || len(s.byRef) != 1 {
+		t.Fatalf("after pruning: %d entries, %d refs; want 1 and 1", s.len(), len(s.byRef))
+	}
+}
+
+func TestResyncSetTerminalStates(t *testing.T) {
+	for _, tc := range []struct {
+		state    string
+		terminal bool
+	}{
+		{"completed", true}, {"failed", true}, {"cancelled", true},
+		{"queued", false}, {"running", false}, {"unknown-state", false},
+	} {
+		t.Run(tc.state, func(t *testing.T) {
+			s := newResyncSet(time.Minute)
+			s.track(ptr(mustLifecycle(t, workload("job", tc.state, "node-a"), nil)), resyncT0)
+			kept := len(snapshotIDs(t, s, resyncT0.Add(time.Hour))) == 1
+			if kept == tc.terminal {
+				t.Fatalf("state %q an hour later: kept=%v, want terminal=%v", tc.state, kept, tc.terminal)
+			}
+		})
+	}
+}
+
+func TestResyncSetIgnoresANonTerminalEventAfterATerminalOne(t *testing.T) {
+	for _, final := range []string{"completed", "failed", "cancelled"} {
+		for _, late := range []string{"queued", "running"} {
+			t.Run(final+"/"+late, func(t *testing.T) {
+				s := newResyncSet(time.Minute)
+				s.track(ptr(mustLifecycle(t, workload("job", "running", "node-a"), nil)), resyncT0)
+				s.track(ptr(mustLifecycle(t, workload("job", final, "node-a"), nil)), resyncT0)
+				if s.track(ptr(mustLifecycle(t, workload("job", late, "node-a"), nil)), resyncT0.Add(time.Second)) {
+					t.Fatalf("a %s event after %s was tracked", late, final)
+				}
+				got := snapshotStates(t, s, resyncT0.Add(time.Second))
+				if got["job"] != final+"/"+methodFor(final) {
+					t.Fatalf("snapshot = %v, want the %s event kept", got, final)
+				}
+				// The stale event did not revive the entry either: it still ages out.
+				if ids := snapshotIDs(t, s, resyncT0.Add(time.Minute)); len(ids) != 0 {
+					t.Fatalf("terminal entry still held after retention: %v", ids)
+				}
+			})
+		}
+	}
+}
+
+func TestResyncSetStaleRuleIsPerRun(t *testing.T) {
+	// A new run (other runId) of a finished workload is live work, not stale.
+	s := newResyncSet(time.Minute)
+	s.track(ptr(mustLifecycle(t, workload("job", "completed", "node-a", map[string]any{"runId": "r1"}), nil)), resyncT0)
+	if !s.track(ptr(mustLifecycle(t, workload("job", "running", "node-a", map[string]any{"runId": "r2"}), nil)), resyncT0) {
+		t.Fatal("a running event of another run was refused")
+	}
+}
+
+func TestResyncSetTerminalAfterTerminalReplacesTheEntry(t *testing.T) {
+	s := newResyncSet(time.Minute)
+	s.track(ptr(mustLifecycle(t, workload("job", "failed", "node-a"), nil)), resyncT0)
+	if !s.track(ptr(mustLifecycle(t, workload("job", "cancelled", "node-a"), nil)), resyncT0.Add(30*time.Second)) {
+		t.Fatal("a terminal event after a terminal one was refused")
+	}
+	if got := snapshotStates(t, s, resyncT0.Add(70*time.Second)); got["job"] != "cancelled/"+methodErrored {
+		t.Fatalf("snapshot = %v, want the cancelled event, retained from its own time", got)
+	}
+}
+
+func TestResyncSetUntrackDropsEveryRunOfTheWorkload(t *testing.T) {
+	s := newResyncSet(time.Minute)
+	for _, w := range []map[string]any{
+		workload("job-1", "running", "node-a", map[string]any{"runId": "r1"}),
+		workload("job-1", "running", "node-a", map[string]any{"runId": "r2"}),
+		workload("job-1", "completed", "node-a", map[string]any{"runId": "r3", "engine": "vllm"}),
+		workload("job-2", "running", "node-a"),
+		workload("job-1", "running", "node-b"),
+	} {
+		s.track(ptr(mustLifecycle(t, w, nil)), resyncT0)
+	}
+	s.untrack(workloadRef{"node-a", "job-1"})
+
+	var got []string
+	for _, e := range s.snapshot(resyncT0) {
+		info := entryInfo(t, e)
+		got = append(got, info["originatedFrom"].(string)+"/"+info["id"].(string))
+	}
+	sort.Strings(got)
+	if want := []string{"node-a/job-2", "node-b/job-1"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("after untrack(node-a, job-1) the set holds %v, want %v", got, want)
+	}
+	if _, ok := s.byRef[workloadRef{"node-a", "job-1"}]; ok {
+		t.Fatal("the removed workload's ref index survived untrack")
+	}
+	s.untrack(workloadRef{"node-a", "never-tracked"}) // a no-op, not a panic
+	if s.len() != 2 {
+		t.Fatalf("len = %d, want 2", s.len())
+	}
+}
+
+func TestWithResyncAddsTheMarkerAndKeepsEveryMember(t *testing.T) {
+	for _, in := range []string{
+		`{}`,
+		` { } `,
+		"\n{\n}\n",
+		`{"a":1}`,
+		`{"workloadInfo":{"id":"j","resync":false},"extra":[1,{"b":null}],"s":"}{,"}`,
+		` {"x":"y"} `,
+	} {
+		out := withResync(json.RawMessage(in))
+		var got map[string]any
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("withResync(%q) = %q: not JSON: %v", in, out, err)
+		}
+		if got["resync"] != true {
+			t.Fatalf("withResync(%q) = %s: resync is %v, want true", in, out, got["resync"])
+		}
+		delete(got, "resync")
+		var want map[string]any
+		if err := json.Unmarshal([]byte(in), &want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("withResync(%q) changed the other members: %v, want %v", in, got, want)
+		}
+	}
+}
+
+func TestResyncSetStoresParamsWithoutAnyResyncMember(t *testing.T) {
+	// Whatever resync member a tracked frame carried, in whatever spelling and
+	// with whatever value, the stored params carry none, so the heartbeat's
+	// marker is the only one and decodes as true.
+	for _, member := range []string{
+		`"resync":true`,
+		`"resync":false`,
+		`"Resync":false`,
+		`"RESYNC":false`,
+		`"reſync":false`,
+		`"re\u0073ync":false`,
+		`"resync":false,"Resync":false`,
+		`"resync":true,"reſync":false`,
+	} {
+		t.Run(member, func(t *testing.T) {
+			params := `{"workloadInfo":{"id":"job-1","model":"m","engine":"e","state":"running","originatedFrom":"node-a","custom":"<&>"},` +
+				member + `,"other":{"resync":false}}`
+			s := newResyncSet(time.Minute)
+			s.track(ptr(mustLifecycleRaw(t, methodStarted, params)), resyncT0)
+			entries := s.snapshot(resyncT0)
+			if len(entries) != 1 {
+				t.Fatalf("%d entries, want 1", len(entries))
+			}
+			var stored map[string]json.RawMessage
+			if err := json.Unmarshal(entries[0].params, &stored); err != nil {
+				t.Fatalf("stored params %s: %v", entries[0].params, err)
+			}
+			for k := range stored {
+				if strings.EqualFold(k, "resync") {
+					t.Fatalf("stored params keep a resync member %q: %s", k, entries[0].params)
+				}
+			}
+
+			out := withResync(entries[0].params)
+			var p lifecycleParams // decodes the way a peer does
+			if err := json.Unmarshal(out, &p); err != nil {
+				t.Fatal(err)
+			}
+			if !p.Resync {
+				t.Fatalf("re-assertion %s decodes with resync false", out)
+			}
+			ev, err := parseLifecycle(methodStarted, out)
+			if err != nil || !ev.resync {
+				t.Fatalf("peer parse of the re-assertion: resync=%v err=%v", ev.resync, err)
+			}
+			var got, want map[string]any
+			_ = json.Unmarshal(out, &got)
+			_ = json.Unmarshal([]byte(`{"workloadInfo":{"id":"job-1","model":"m","engine":"e","state":"running","originatedFrom":"node-a","custom":"<&>"},"other":{"resync":false}}`), &want)
+			delete(got, "resync")
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("re-assertion members = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+func TestResyncSetKeepsParamsWithoutAResyncMemberUnchanged(t *testing.T) {
+	params := `{"workloadInfo": {"id":"job-1","model":"m","engine":"e","state":"running","originatedFrom":"node-a"} , "note":"x"}`
+	s := newResyncSet(time.Minute)
+	s.track(ptr(mustLifecycleRaw(t, methodStarted, params)), resyncT0)
+	if got := string(s.snapshot(resyncT0)[0].params); got != params {
+		t.Fatalf("stored params = %s, want them byte for byte: %s", got, params)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// entryInfo decodes a re-sync entry's workload object.
+func entryInfo(t *testing.T, e resyncEntry) map[string]any {
+	t.Helper()
+	var p struct {
+		WorkloadInfo map[string]any `json:"workloadInfo"`
+	}
+	if err := json.Unmarshal(e.params, &p); err != nil {
+		t.Fatalf("entry params %s: %v", e.params, err)
+	}
+	return p.WorkloadInfo
+}
+
+// snapshotIDs returns the sorted workload ids of a snapshot taken at now.
+func snapshotIDs(t *testing.T, s *resyncSet, now time.Time) []string {
+	t.Helper()
+	var ids []string
+	for _, e := range s.snapshot(now) {
+		ids = append(ids, entryInfo(t, e)["id"].(string))
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// snapshotStates maps each workload id of a snapshot to "state/method".
+func snapshotStates(t *testing.T, s *resyncSet, now time.Time) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, e := range s.snapshot(now) {
+		info := entryInfo(t, e)
+		out[info["id"].(string)] = info["state"].(string) + "/" + e.method
+	}
+	return out
+}
