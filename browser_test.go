@@ -207,11 +207,9 @@ var browserAttempts = []browserAttempt{
 // daemon's broker side or the pinned peer.
 func TestBrowserAttacksAreRefused(t *testing.T) {
 	chromium := findChromium(t)
-	bin := buildDaemonBinary(t)
-
 	peer := newTestNode(t).start()
-	d := startDaemonProcess(t, bin, peer)
-	ingressPort := d.ingressPort(t)
+	d := startDaemonProcess(t, peer)
+	ingressPort := ingressPortOf(t, d)
 
 	atk := newAttackServer(t, d, ingressPort)
 	front := startRebindFront(t, net.JoinHostPort(rebindAddr, ingressPort), net.JoinHostPort("127.0.0.1", ingressPort), atk)
@@ -221,7 +219,7 @@ func TestBrowserAttacksAreRefused(t *testing.T) {
 	// done when that load's rejections are logged.
 	last := len(browserAttempts) - 1
 	chainDone := func() bool {
-		return atk.reportedAll() && len(ingressRejections(d.logs)) >= atk.boundary(last-1)+len(browserAttempts[last].want)
+		return atk.reportedAll() && len(ingressRejections(d.stderr)) >= atk.boundary(last-1)+len(browserAttempts[last].want)
 	}
 	out, err := atk.runChromium(t, chromium, chainDone)
 	if !atk.pageServed() {
@@ -245,10 +243,10 @@ func TestBrowserAttacksAreRefused(t *testing.T) {
 		postLegitimateFrame(t, ingressPort, b.body)
 	}
 	for _, b := range barriers {
-		d.waitUpsert(t, b.id)
+		d.waitUpserts(b.id, 1)
 		eventually(t, "the peer's upsert of "+b.id, func() bool { return slices.Contains(upsertIDs(peer.upserts()), b.id) })
 	}
-	all := ingressRejections(d.logs)
+	all := ingressRejections(d.stderr)
 	atk.setFinal(len(all))
 
 	// Nothing but the barriers reached the daemon's broker side or the peer.
@@ -257,7 +255,7 @@ func TestBrowserAttacksAreRefused(t *testing.T) {
 			t.Errorf("the daemon's broker got a removal: %s", f.Params)
 		}
 	}
-	if got := upsertIDs(d.upserts(t)); !slices.Equal(got, []string{"barrier-json", "barrier-form"}) {
+	if got := upsertIDs(d.upserts()); !slices.Equal(got, []string{"barrier-json", "barrier-form"}) {
 		t.Errorf("upserts at the daemon's broker = %q, want only the two barriers", got)
 	}
 	if got := upsertIDs(peer.upserts()); !slices.Equal(got, []string{"barrier-json", "barrier-form"}) {
@@ -266,7 +264,7 @@ func TestBrowserAttacksAreRefused(t *testing.T) {
 	if n := len(peer.broker.withMethod(methodRemove)); n != 0 {
 		t.Errorf("the peer's broker got %d removal(s)", n)
 	}
-	if n := strings.Count(d.logs.String(), `msg="ingress frame accepted"`); n != len(barriers) {
+	if n := strings.Count(d.stderr.String(), `msg="ingress frame accepted"`); n != len(barriers) {
 		t.Errorf("the daemon accepted %d ingress frames, want only the %d barriers", n, len(barriers))
 	}
 
@@ -373,36 +371,10 @@ func browserUnavailable(t *testing.T, reason string) {
 	t.Skipf("browser test skipped: %s", reason)
 }
 
-// buildDaemonBinary builds the daemon from this package into a temp dir.
-func buildDaemonBinary(t *testing.T) string {
-	t.Helper()
-	goBin, err := exec.LookPath("go") // go test puts GOROOT/bin first on PATH
-	if err != nil {
-		t.Fatalf("no go command to build the daemon: %v", err)
-	}
-	bin := filepath.Join(t.TempDir(), "nvpair-workload-manager")
-	cmd := exec.Command(goBin, "build", "-o", bin, ".")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// daemonProcess is the real daemon binary; the test is its broker.
-type daemonProcess struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	logs  *logBuffer
-	mu    sync.Mutex // guards frames
-	// frames are the frames the daemon wrote to its stdout.
-	frames  []rpcFrame
-	outDone chan struct{}
-}
-
-// startDaemonProcess starts the daemon with an ingress on 127.0.0.1 and the
-// peer pinned, tells it about the peer, and waits until the peer is a
-// broadcast target.
-func startDaemonProcess(t *testing.T, bin string, peer *testNode) *daemonProcess {
+// startDaemonProcess starts the real daemon binary with an ingress on
+// 127.0.0.1 and the peer pinned, tells it about the peer, and waits until
+// the peer is a broadcast target. At cleanup it must exit 0 on stdin EOF.
+func startDaemonProcess(t *testing.T, peer *testNode) *daemonProc {
 	t.Helper()
 	id := devpki.NewUUID()
 	ident, err := devpki.Mint(id)
@@ -424,125 +396,29 @@ func startDaemonProcess(t *testing.T, bin string, peer *testNode) *daemonProcess
 	}
 	peer.m.trust.reload()
 
-	d := &daemonProcess{logs: &logBuffer{}, outDone: make(chan struct{})}
-	d.cmd = exec.Command(bin, "--app-dir", app, "--port", "0", "--local-ingress", "127.0.0.1:0", "--log-level", "debug")
-	d.cmd.Stderr = d.logs
-	if d.stdin, err = d.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := d.cmd.StdoutPipe()
+	d := startDaemon(t, "--app-dir", app, "--port", "0", "--local-ingress", "127.0.0.1:0", "--log-level", "debug")
+	t.Cleanup(func() {
+		d.closeStdin()
+		d.wantCleanExit(d.waitExit(waitTimeout))
+	})
+	d.waitMethod("ready", 1)
+	p, err := json.Marshal(map[string]any{"nodes": discoveryEntries(peer)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go d.collect(t, stdout)
-	t.Cleanup(func() { d.stop(t) })
-
-	d.waitMethod(t, "ready")
-	d.send(t, "discovery:nodes", map[string]any{"nodes": discoveryEntries(peer)})
-	eventually(t, "the peer as the daemon's broadcast target", func() bool {
-		return d.logs.contains(`msg="broadcast targets changed"`, "total=1")
-	})
+	d.send(string(encodeNotification("discovery:nodes", p)))
+	d.waitLog(`msg="broadcast targets changed"`, "total=1")
 	return d
-}
-
-func (d *daemonProcess) collect(t *testing.T, stdout io.Reader) {
-	defer close(d.outDone)
-	sc := bufio.NewScanner(stdout)
-	sc.Buffer(nil, 4<<20)
-	for sc.Scan() {
-		var f rpcFrame
-		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
-			t.Errorf("the daemon wrote a line that is not JSON: %q", sc.Text())
-			continue
-		}
-		d.mu.Lock()
-		d.frames = append(d.frames, f)
-		d.mu.Unlock()
-	}
-}
-
-// stop closes the daemon's stdin, its shutdown signal, and waits for a clean
-// exit; it kills the daemon if it does not exit in time.
-func (d *daemonProcess) stop(t *testing.T) {
-	d.stdin.Close()
-	exited := make(chan error, 1)
-	go func() { <-d.outDone; exited <- d.cmd.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("daemon exit: %v\n%s", err, d.logs.String())
-		}
-	case <-time.After(waitTimeout):
-		_ = d.cmd.Process.Kill()
-		<-exited
-		t.Errorf("the daemon did not exit after stdin closed")
-	}
-}
-
-func (d *daemonProcess) send(t *testing.T, method string, params any) {
-	t.Helper()
-	p, err := json.Marshal(params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.stdin.Write(append(encodeNotification(method, p), '\n')); err != nil {
-		t.Fatalf("write to the daemon: %v", err)
-	}
-}
-
-func (d *daemonProcess) all() []rpcFrame {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]rpcFrame(nil), d.frames...)
-}
-
-func (d *daemonProcess) waitMethod(t *testing.T, method string) {
-	t.Helper()
-	eventually(t, "a "+method+" frame from the daemon", func() bool {
-		for _, f := range d.all() {
-			if f.Method == method {
-				return true
-			}
-		}
-		return false
-	})
-}
-
-// upserts returns the workload objects the daemon sent its broker.
-func (d *daemonProcess) upserts(t *testing.T) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, f := range d.all() {
-		if f.Method != methodUpsert {
-			continue
-		}
-		var p struct {
-			WorkloadInfo map[string]any `json:"workloadInfo"`
-		}
-		if err := json.Unmarshal(f.Params, &p); err != nil {
-			t.Fatalf("upsert params: %v", err)
-		}
-		out = append(out, p.WorkloadInfo)
-	}
-	return out
-}
-
-func (d *daemonProcess) waitUpsert(t *testing.T, id string) {
-	t.Helper()
-	eventually(t, "the daemon's upsert of "+id, func() bool { return slices.Contains(upsertIDs(d.upserts(t)), id) })
 }
 
 var ingressListening = regexp.MustCompile(`msg="local ingress listening" .*addr=127\.0\.0\.1:(\d+)`)
 
-// ingressPort returns the port the daemon's ingress bound.
-func (d *daemonProcess) ingressPort(t *testing.T) string {
+// ingressPortOf returns the port the daemon's ingress bound.
+func ingressPortOf(t *testing.T, d *daemonProc) string {
 	t.Helper()
 	var port string
 	eventually(t, "the ingress listening", func() bool {
-		m := ingressListening.FindStringSubmatch(d.logs.String())
+		m := ingressListening.FindStringSubmatch(d.stderr.String())
 		if m != nil {
 			port = m[1]
 		}
@@ -630,7 +506,7 @@ func postLegitimateFrame(t *testing.T, port, body string) {
 // between them and the /report endpoint.
 type attackServer struct {
 	t           *testing.T
-	d           *daemonProcess
+	d           *daemonProc
 	ingressPort string
 	port        string // A
 	srv         *http.Server
@@ -648,7 +524,7 @@ type attackServer struct {
 
 // newAttackServer listens on 127.0.0.1:<A> and on rebindAddr:<A>, the
 // second being where rebind.test:<A> resolves.
-func newAttackServer(t *testing.T, d *daemonProcess, ingressPort string) *attackServer {
+func newAttackServer(t *testing.T, d *daemonProc, ingressPort string) *attackServer {
 	t.Helper()
 	a := &attackServer{t: t, d: d, ingressPort: ingressPort,
 		boundaries: make([]int, len(browserAttempts)), reports: make([]string, len(browserAttempts)),
@@ -783,10 +659,10 @@ func (a *attackServer) serveReport(w http.ResponseWriter, r *http.Request) {
 	start := a.boundary(i - 1)
 	need := start + len(browserAttempts[i].want)
 	deadline := time.Now().Add(waitTimeout)
-	count := len(ingressRejections(a.d.logs))
+	count := len(ingressRejections(a.d.stderr))
 	for count < need && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
-		count = len(ingressRejections(a.d.logs))
+		count = len(ingressRejections(a.d.stderr))
 	}
 	a.mu.Lock()
 	a.reports[i], a.reported[i] = saw, true
@@ -879,7 +755,7 @@ func (c chromiumRun) stderrTail() string {
 func (a *attackServer) runChromium(t *testing.T, chromium string, done func() bool) (chromiumRun, error) {
 	t.Helper()
 	a.mu.Lock()
-	a.base = len(ingressRejections(a.d.logs))
+	a.base = len(ingressRejections(a.d.stderr))
 	a.mu.Unlock()
 	dir := t.TempDir()
 	run := chromiumRun{netlog: filepath.Join(dir, "netlog.json")}

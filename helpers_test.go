@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -35,42 +36,167 @@ func eventually(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// testBroker plays the broker's side of a local channel: it writes frames
-// to the daemon and records every frame the daemon writes back.
-type testBroker struct {
+// frameLog records every line a daemon writes to its broker, in order, and
+// answers the questions the tests ask of them. The in-process testBroker and
+// the process-level daemonProc both embed it.
+type frameLog struct {
 	t      testing.TB
-	toD    *io.PipeWriter // broker -> daemon
-	fromD  *io.PipeReader // daemon -> broker
-	dIn    *io.PipeReader // the daemon's In
-	dOut   *io.PipeWriter // the daemon's Out
-	mu     sync.Mutex     // guards frames
+	mu     sync.Mutex // guards lines and frames
+	lines  []string
 	frames []rpcFrame
-	done   chan struct{}
+}
+
+// readFrom records lines from r until it ends. A line that is not a JSON
+// frame fails the test: stdout carries only frames.
+func (l *frameLog) readFrom(r io.Reader) {
+	br := bufio.NewReader(r)
+	for {
+		line, err := br.ReadBytes('\n')
+		if len(line) > 0 {
+			line = bytes.TrimSuffix(line, []byte("\n"))
+			var f rpcFrame
+			if jerr := json.Unmarshal(line, &f); jerr != nil {
+				l.t.Errorf("daemon wrote a line that is not a JSON frame: %q", line)
+			}
+			l.mu.Lock()
+			l.lines = append(l.lines, string(line))
+			l.frames = append(l.frames, f)
+			l.mu.Unlock()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// all returns a copy of every frame received so far.
+func (l *frameLog) all() []rpcFrame {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]rpcFrame(nil), l.frames...)
+}
+
+// line returns the raw text of the i-th frame.
+func (l *frameLog) line(i int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lines[i]
+}
+
+// text returns everything received, one frame per line.
+func (l *frameLog) text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
+
+// waitFrames waits until n frames have arrived and returns all of them.
+func (l *frameLog) waitFrames(n int) []rpcFrame {
+	l.t.Helper()
+	eventually(l.t, fmt.Sprintf("%d frame(s) from the daemon", n), func() bool { return len(l.all()) >= n })
+	return l.all()
+}
+
+// withMethod returns the frames received so far with the given method.
+func (l *frameLog) withMethod(method string) []rpcFrame {
+	var out []rpcFrame
+	for _, f := range l.all() {
+		if f.Method == method {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// waitMethod waits until n frames with method have arrived and returns them.
+func (l *frameLog) waitMethod(method string, n int) []rpcFrame {
+	l.t.Helper()
+	eventually(l.t, fmt.Sprintf("%d %s frame(s) from the daemon", n, method), func() bool {
+		return len(l.withMethod(method)) >= n
+	})
+	return l.withMethod(method)
+}
+
+// waitResponseLine waits for the answer to request id (its JSON text) and
+// returns it as written.
+func (l *frameLog) waitResponseLine(id string) string {
+	l.t.Helper()
+	var raw string
+	eventually(l.t, "the answer to request "+id, func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for i, f := range l.frames {
+			if f.isResponse() && string(f.ID) == id {
+				raw = l.lines[i]
+				return true
+			}
+		}
+		return false
+	})
+	return raw
+}
+
+// waitResponse waits for the answer to request id (its JSON text).
+func (l *frameLog) waitResponse(id string) rpcFrame {
+	l.t.Helper()
+	var f rpcFrame
+	if err := json.Unmarshal([]byte(l.waitResponseLine(id)), &f); err != nil {
+		l.t.Fatal(err)
+	}
+	return f
+}
+
+// upserts returns the workload objects of the workloads:upsert frames.
+func (l *frameLog) upserts() []map[string]any {
+	var out []map[string]any
+	for _, f := range l.withMethod(methodUpsert) {
+		var p struct {
+			WorkloadInfo map[string]any `json:"workloadInfo"`
+		}
+		if err := json.Unmarshal(f.Params, &p); err != nil {
+			l.t.Fatalf("upsert params: %v", err)
+		}
+		out = append(out, p.WorkloadInfo)
+	}
+	return out
+}
+
+// upsertCount counts the workloads:upsert frames for workload id so far.
+func (l *frameLog) upsertCount(id string) int {
+	n := 0
+	for _, w := range l.upserts() {
+		if w["id"] == id {
+			n++
+		}
+	}
+	return n
+}
+
+// waitUpserts waits until n workloads:upsert frames for id have arrived.
+func (l *frameLog) waitUpserts(id string, n int) {
+	l.t.Helper()
+	eventually(l.t, fmt.Sprintf("%d workloads:upsert of %s", n, id), func() bool { return l.upsertCount(id) >= n })
+}
+
+// testBroker plays the broker's side of an in-process daemon's local
+// channel: it writes frames to the daemon and records every frame the
+// daemon writes back.
+type testBroker struct {
+	frameLog
+	toD   *io.PipeWriter // broker -> daemon
+	fromD *io.PipeReader // daemon -> broker
+	dIn   *io.PipeReader // the daemon's In
+	dOut  *io.PipeWriter // the daemon's Out
+	done  chan struct{}  // the recorder has stopped
 }
 
 func newTestBroker(t testing.TB) *testBroker {
-	b := &testBroker{t: t, done: make(chan struct{})}
+	b := &testBroker{frameLog: frameLog{t: t}, done: make(chan struct{})}
 	b.dIn, b.toD = io.Pipe()
 	b.fromD, b.dOut = io.Pipe()
-	go b.collect()
+	go func() { defer close(b.done); b.readFrom(b.fromD) }()
 	t.Cleanup(func() { b.toD.Close(); b.fromD.Close() })
 	return b
-}
-
-func (b *testBroker) collect() {
-	defer close(b.done)
-	sc := bufio.NewScanner(b.fromD)
-	sc.Buffer(nil, 4<<20)
-	for sc.Scan() {
-		var f rpcFrame
-		if err := json.Unmarshal(sc.Bytes(), &f); err != nil {
-			b.t.Errorf("daemon wrote a line that is not JSON: %q", sc.Text())
-			continue
-		}
-		b.mu.Lock()
-		b.frames = append(b.frames, f)
-		b.mu.Unlock()
-	}
 }
 
 // send writes one line to the daemon.
@@ -89,49 +215,6 @@ func (b *testBroker) sendFrame(method string, params any) {
 		b.t.Fatal(err)
 	}
 	b.send(string(encodeNotification(method, p)))
-}
-
-// all returns a copy of every frame received so far.
-func (b *testBroker) all() []rpcFrame {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]rpcFrame(nil), b.frames...)
-}
-
-// withMethod returns the frames received so far with the given method.
-func (b *testBroker) withMethod(method string) []rpcFrame {
-	var out []rpcFrame
-	for _, f := range b.all() {
-		if f.Method == method {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// waitMethod waits until n frames with method have arrived and returns them.
-func (b *testBroker) waitMethod(method string, n int) []rpcFrame {
-	b.t.Helper()
-	eventually(b.t, fmt.Sprintf("%d %s frame(s) at the broker", n, method), func() bool {
-		return len(b.withMethod(method)) >= n
-	})
-	return b.withMethod(method)
-}
-
-// waitResponse waits for the answer to request id.
-func (b *testBroker) waitResponse(id string) rpcFrame {
-	b.t.Helper()
-	var got rpcFrame
-	eventually(b.t, "response "+id, func() bool {
-		for _, f := range b.all() {
-			if f.isResponse() && string(f.ID) == id {
-				got = f
-				return true
-			}
-		}
-		return false
-	})
-	return got
 }
 
 // testNode is one in-process daemon with its own cluster directory.
@@ -313,19 +396,7 @@ func (n *testNode) sendRemove(id string) {
 }
 
 // upserts returns the workload objects the node's broker received.
-func (n *testNode) upserts() []map[string]any {
-	var out []map[string]any
-	for _, f := range n.broker.withMethod(methodUpsert) {
-		var p struct {
-			WorkloadInfo map[string]any `json:"workloadInfo"`
-		}
-		if err := json.Unmarshal(f.Params, &p); err != nil {
-			n.t.Fatalf("upsert params: %v", err)
-		}
-		out = append(out, p.WorkloadInfo)
-	}
-	return out
-}
+func (n *testNode) upserts() []map[string]any { return n.broker.upserts() }
 
 // logBuffer collects a daemon's log output for assertions.
 type logBuffer struct {

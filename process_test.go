@@ -208,7 +208,7 @@ func TestProcessAnswersUnknownRequestWithMethodNotFound(t *testing.T) {
 	}
 	// The request was handled after the notification, which is not answered.
 	if n := len(d.all()); n != 3 {
-		t.Fatalf("daemon wrote %d frames, want ready, discovery:subscribe and one answer:\n%s", n, d.stdoutText())
+		t.Fatalf("daemon wrote %d frames, want ready, discovery:subscribe and one answer:\n%s", n, d.text())
 	}
 }
 
@@ -291,7 +291,7 @@ func TestProcessWithIPCAnnouncesOnTheSocket(t *testing.T) {
 	if err != nil || json.Unmarshal(line, &resp) != nil || string(resp.ID) != "1" || resp.Error == nil {
 		t.Fatalf("answer on the socket = %q (%v), want the error answer to id 1", line, err)
 	}
-	if out := d.stdoutText(); out != "" {
+	if out := d.text(); out != "" {
 		t.Fatalf("with --ipc the daemon wrote to stdout: %q", out)
 	}
 	conn.Close() // the broker going away ends the daemon cleanly
@@ -423,16 +423,13 @@ func nodeArgs(node devpki.Node, port int, extra ...string) []string {
 
 // daemonProc is one running daemon and the broker's end of its pipes.
 type daemonProc struct {
-	t      testing.TB
-	cmd    *exec.Cmd
-	port   int        // --port, when startNode chose it
-	stdin  *os.File   // our end of the daemon's stdin
-	stdout *os.File   // our end of the daemon's stdout
-	stderr *logBuffer // the daemon's log
-
-	mu     sync.Mutex // guards lines and frames
-	lines  []string
-	frames []rpcFrame
+	t        testing.TB
+	cmd      *exec.Cmd
+	port     int        // --port, when startNode chose it
+	stdin    *os.File   // our end of the daemon's stdin
+	stdout   *os.File   // our end of the daemon's stdout
+	stderr   *logBuffer // the daemon's log
+	frameLog            // what it wrote to stdout
 
 	readDone chan struct{} // the stdout reader has stopped
 	exited   chan struct{} // the process has been waited for
@@ -461,7 +458,7 @@ func startDaemon(t testing.TB, args ...string) *daemonProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &daemonProc{t: t, stdin: inW, stdout: outR, stderr: &logBuffer{},
+	d := &daemonProc{t: t, stdin: inW, stdout: outR, stderr: &logBuffer{}, frameLog: frameLog{t: t},
 		readDone: make(chan struct{}), exited: make(chan struct{})}
 	d.cmd = exec.Command(bin, args...)
 	d.cmd.Stdin, d.cmd.Stdout, d.cmd.Stderr = inR, outW, d.stderr
@@ -474,7 +471,7 @@ func startDaemon(t testing.TB, args ...string) *daemonProc {
 		t.Fatal(err)
 	}
 	go func() { d.cmd.Wait(); close(d.exited) }()
-	go d.readFrames()
+	go func() { defer close(d.readDone); d.readFrom(d.stdout) }()
 	t.Cleanup(func() {
 		if !d.exitedYet() {
 			d.cmd.Process.Kill()
@@ -488,29 +485,6 @@ func startDaemon(t testing.TB, args ...string) *daemonProc {
 		}
 	})
 	return d
-}
-
-// readFrames records every line the daemon writes to stdout until the pipe
-// ends or the test closes its end.
-func (d *daemonProc) readFrames() {
-	defer close(d.readDone)
-	r := bufio.NewReader(d.stdout)
-	for {
-		line, err := r.ReadBytes('\n')
-		if len(line) > 0 {
-			var f rpcFrame
-			if jerr := json.Unmarshal(line, &f); jerr != nil {
-				d.t.Errorf("daemon wrote a stdout line that is not a JSON frame: %q", line)
-			}
-			d.mu.Lock()
-			d.lines = append(d.lines, string(bytes.TrimSuffix(line, []byte("\n"))))
-			d.frames = append(d.frames, f)
-			d.mu.Unlock()
-		}
-		if err != nil {
-			return
-		}
-	}
 }
 
 // send writes one line to the daemon's stdin.
@@ -553,78 +527,6 @@ func (d *daemonProc) wantCleanExit(st *os.ProcessState) {
 	}
 }
 
-func (d *daemonProc) all() []rpcFrame {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]rpcFrame(nil), d.frames...)
-}
-
-func (d *daemonProc) line(i int) string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.lines[i]
-}
-
-func (d *daemonProc) stdoutText() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return strings.Join(d.lines, "\n")
-}
-
-// waitFrames waits until n frames have arrived and returns all of them.
-func (d *daemonProc) waitFrames(n int) []rpcFrame {
-	d.t.Helper()
-	eventually(d.t, fmt.Sprintf("%d frame(s) on stdout", n), func() bool { return len(d.all()) >= n })
-	return d.all()
-}
-
-func (d *daemonProc) withMethod(method string) []rpcFrame {
-	var out []rpcFrame
-	for _, f := range d.all() {
-		if f.Method == method {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-func (d *daemonProc) waitMethod(method string, n int) []rpcFrame {
-	d.t.Helper()
-	eventually(d.t, fmt.Sprintf("%d %s frame(s) on stdout", n, method), func() bool {
-		return len(d.withMethod(method)) >= n
-	})
-	return d.withMethod(method)
-}
-
-// waitResponseLine waits for the answer to request id (its JSON text) and
-// returns the raw line.
-func (d *daemonProc) waitResponseLine(id string) string {
-	d.t.Helper()
-	var raw string
-	eventually(d.t, "the answer to request "+id, func() bool {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		for i, f := range d.frames {
-			if f.isResponse() && string(f.ID) == id {
-				raw = d.lines[i]
-				return true
-			}
-		}
-		return false
-	})
-	return raw
-}
-
-// waitResponse waits for the answer to request id (its JSON text).
-func (d *daemonProc) waitResponse(id string) rpcFrame {
-	d.t.Helper()
-	var f rpcFrame
-	if err := json.Unmarshal([]byte(d.waitResponseLine(id)), &f); err != nil {
-		d.t.Fatal(err)
-	}
-	return f
-}
-
 // readyNodeID waits for the ready frame and returns its nodeId.
 func (d *daemonProc) readyNodeID() string {
 	d.t.Helper()
@@ -655,27 +557,6 @@ func (d *daemonProc) discover(node devpki.Node, port int) {
 		d.t.Fatal(err)
 	}
 	d.send(string(encodeNotification("discovery:nodes", p)))
-}
-
-// upsertCount counts the workloads:upsert frames for workload id so far.
-func (d *daemonProc) upsertCount(id string) int {
-	n := 0
-	for _, f := range d.withMethod(methodUpsert) {
-		var p struct {
-			WorkloadInfo struct {
-				ID string `json:"id"`
-			} `json:"workloadInfo"`
-		}
-		if json.Unmarshal(f.Params, &p) == nil && p.WorkloadInfo.ID == id {
-			n++
-		}
-	}
-	return n
-}
-
-func (d *daemonProc) waitUpserts(id string, n int) {
-	d.t.Helper()
-	eventually(d.t, fmt.Sprintf("%d workloads:upsert of %s", n, id), func() bool { return d.upsertCount(id) >= n })
 }
 
 // startPair starts two nodes, each with the other as its only broadcast

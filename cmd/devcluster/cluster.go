@@ -31,6 +31,7 @@ const (
 type clusterConfig struct {
 	bin            string // the daemon's binary
 	ingress        string // node 1's --local-ingress; port 0 picks a free one
+	metrics        bool   // give every daemon a --metrics endpoint on a free loopback port
 	resyncInterval time.Duration
 	logLevel       string
 	logf           func(format string, args ...any) // devcluster's notes (never nil)
@@ -52,6 +53,8 @@ type node struct {
 	port        int        // the inter-node port, kept across restarts
 	ingress     string     // node 1's ingress address, kept across restarts; "" on others
 	wantIngress string     // as configured; port 0 means pick one
+	wantMetrics bool       // the daemon gets a --metrics endpoint
+	metrics     string     // the --metrics address, kept across restarts; "" without --metrics
 	proc        *process   // the current daemon; nil before the first start
 	up          bool       // the daemon subscribed and has not exited
 }
@@ -115,6 +118,7 @@ func newCluster(cfg clusterConfig, members []devpki.Node, logDir string) *cluste
 		if i == 0 {
 			n.wantIngress = cfg.ingress
 		}
+		n.wantMetrics = cfg.metrics
 		c.nodes = append(c.nodes, n)
 	}
 	return c
@@ -161,7 +165,7 @@ func (c *cluster) start(n *node) error {
 			return err
 		}
 		n.mu.Lock()
-		n.port, n.ingress = 0, "" // pick again: something took a port between the pick and the bind
+		n.port, n.ingress, n.metrics = 0, "", "" // pick again: something took a port between the pick and the bind
 		n.mu.Unlock()
 	}
 }
@@ -175,19 +179,27 @@ func (n *node) takenGivenIngress(err error) bool {
 	return n.ingress != "" && port != "0" && strings.Contains(err.Error(), n.ingress)
 }
 
-// pickPorts chooses n's ports the first time and reports whether it did.
+// pickPorts chooses those of n's ports not chosen yet (all of them the
+// first time) and reports whether it chose any.
 func (n *node) pickPorts() (bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.port != 0 {
-		return false, nil
+	fresh := false
+	if n.port == 0 {
+		p, err := freePort("tcp", ":0") // the daemon listens on all interfaces
+		if err != nil {
+			return false, err
+		}
+		n.port, fresh = p, true
 	}
-	p, err := freePort("tcp", ":0") // the daemon listens on all interfaces
-	if err != nil {
-		return false, err
+	if n.wantMetrics && n.metrics == "" {
+		p, err := freePort("tcp", "127.0.0.1:0")
+		if err != nil {
+			return false, err
+		}
+		n.metrics, fresh = net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), true
 	}
-	n.port = p
-	if n.wantIngress != "" {
+	if n.wantIngress != "" && n.ingress == "" {
 		host, port, err := net.SplitHostPort(n.wantIngress)
 		if err != nil {
 			return false, fmt.Errorf("--ingress %s: %w", n.wantIngress, err)
@@ -199,9 +211,9 @@ func (n *node) pickPorts() (bool, error) {
 			}
 			port = strconv.Itoa(ip)
 		}
-		n.ingress = net.JoinHostPort(host, port)
+		n.ingress, fresh = net.JoinHostPort(host, port), true
 	}
-	return true, nil
+	return fresh, nil
 }
 
 func freePort(network, addr string) (int, error) {
@@ -227,6 +239,9 @@ func (n *node) args(c *cluster) []string {
 	}
 	if n.ingress != "" {
 		a = append(a, "--local-ingress", n.ingress)
+	}
+	if n.metrics != "" {
+		a = append(a, "--metrics", n.metrics)
 	}
 	return a
 }
@@ -409,6 +424,13 @@ func (n *node) ingressAddr() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.ingress
+}
+
+// metricsAddr is the daemon's --metrics address ("" without --metrics).
+func (n *node) metricsAddr() string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.metrics
 }
 
 func (n *node) peerPort() int {

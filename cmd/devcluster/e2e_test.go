@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -143,14 +146,24 @@ func TestDevclusterSimulateConvergesAndShowsBothPaths(t *testing.T) {
 // heartbeat, and stops it (checking every child exited) when the test ends.
 func testCluster(t *testing.T, n int, resync time.Duration) *cluster {
 	t.Helper()
+	return testClusterWith(t, n, resync, false, nil)
+}
+
+// testClusterWith is testCluster with --metrics on or off and a hook that
+// may set the nodes up before the first start.
+func testClusterWith(t *testing.T, n int, resync time.Duration, metrics bool, before func(*cluster)) *cluster {
+	t.Helper()
 	dir := t.TempDir()
 	members, err := devpki.WriteCluster(dir, n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var notes lockedBuffer
-	c := newCluster(clusterConfig{bin: daemonBin, ingress: "127.0.0.1:0", resyncInterval: resync,
+	c := newCluster(clusterConfig{bin: daemonBin, ingress: "127.0.0.1:0", metrics: metrics, resyncInterval: resync,
 		logf: func(f string, a ...any) { fmt.Fprintf(&notes, f+"\n", a...) }}, members, dir)
+	if before != nil {
+		before(c)
+	}
 	t.Cleanup(func() {
 		for _, problem := range c.stop() {
 			t.Error(problem)
@@ -369,4 +382,139 @@ func TestProducerExampleJobReachesEveryNode(t *testing.T) {
 	eventually(t, "the example's job to be completed on every node", func() bool {
 		return holds(c.nodes, c.nodes[0].id, "example-job", "completed")
 	})
+}
+
+func TestDevclusterMetricsSummaryShowsEveryPeersDeliveriesOnEveryNode(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr lockedBuffer
+	var c *cluster
+	code := run([]string{"--bin", daemonBin, "--simulate", "--duration", "4s", "--nodes", "3", "--ingress", "127.0.0.1:0", "--metrics"},
+		&stdout, &stderr, nil, false, hooks{created: func(x *cluster) { c = x }})
+	out := stdout.String()
+	if code != 0 {
+		t.Fatalf("exit status %d, want 0\nstdout tail:\n%s\nstderr:\n%s", code, tail(out, 30), stderr.String())
+	}
+	if !strings.Contains(out, "converged: yes") {
+		t.Errorf("the summary does not say the views converged:\n%s", tail(out, 30))
+	}
+	seen := map[string]bool{}
+	for _, n := range c.nodes {
+		addr := n.metricsAddr()
+		if addr == "" || seen[addr] || addr == c.nodes[0].ingressAddr() {
+			t.Fatalf("%s's metrics address %q is empty or not its own", n.name, addr)
+		}
+		seen[addr] = true
+		if !regexp.MustCompile(`(?m)^devcluster: ` + n.name + ` pid .* metrics http://` + regexp.QuoteMeta(addr) + `/metrics$`).MatchString(out) {
+			t.Errorf("the startup line of %s does not end with its metrics URL http://%s/metrics:\n%s", n.name, addr, head(out, 6))
+		}
+	}
+	tables, urls := deliveryTables(out)
+	if len(tables) != len(c.nodes) {
+		t.Fatalf("the summary has delivery tables for %d nodes, want %d:\n%s", len(tables), len(c.nodes), tail(out, 30))
+	}
+	for _, n := range c.nodes {
+		if urls[n.short] != n.metricsAddr() {
+			t.Errorf("%s's table names %q, want its metrics address %s", n.name, urls[n.short], n.metricsAddr())
+		}
+		rows := tables[n.short]
+		if len(rows) != len(c.nodes)-1 {
+			t.Errorf("%s's table has %d peer rows, want one per other node: %v", n.name, len(rows), rows)
+		}
+		for _, peer := range c.nodes {
+			if peer == n {
+				continue
+			}
+			row, ok := rows[peer.short]
+			if !ok {
+				t.Errorf("%s's table has no row for %s: %v", n.name, peer.short, rows)
+				continue
+			}
+			if len(row) != len(deliveryFamilies) {
+				t.Errorf("%s's row for %s has %d counters, want %d: %v", n.name, peer.short, len(row), len(deliveryFamilies), row)
+				continue
+			}
+			for i, cell := range row {
+				if _, err := strconv.ParseUint(cell, 10, 64); err != nil {
+					t.Errorf("%s's %s for %s is %q, not a count", n.name, deliveryFamilies[i].column, peer.short, cell)
+				}
+			}
+			if succeeded, _ := strconv.ParseUint(row[0], 10, 64); succeeded == 0 {
+				t.Errorf("%s delivered nothing to %s in a simulated run: %v", n.name, peer.short, row)
+			}
+		}
+	}
+	assertExited(t, c.allPIDs())
+}
+
+func TestDevclusterRepicksATakenMetricsPortAndKeepsItAcrossARestart(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // taken between the pick and the bind
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	taken := ln.Addr().String()
+	c := testClusterWith(t, 1, time.Second, true, func(c *cluster) {
+		c.nodes[0].metrics = taken // as if picked; the peer port is still to pick, so the start is fresh
+	})
+	n := c.nodes[0]
+	addr := n.metricsAddr()
+	if addr == "" || addr == taken {
+		t.Fatalf("metrics address %q after a start whose first bind hit the taken %s", addr, taken)
+	}
+	if log, _ := os.ReadFile(n.logPath); !strings.Contains(string(log), taken) || !strings.Contains(string(log), "in use") {
+		t.Fatalf("the first start did not fail on the taken %s, so the re-pick is untested:\n%s", taken, log)
+	}
+	client := &http.Client{Timeout: scrapeTimeout}
+	defer client.CloseIdleConnections()
+	if _, err := scrapePeerCounters(client, addr); err != nil {
+		t.Fatalf("scrape the re-picked %s: %v", addr, err)
+	}
+
+	if err := c.kill(n); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.start(n); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.metricsAddr(); got != addr {
+		t.Errorf("metrics address %s after a restart, want the kept %s", got, addr)
+	}
+	if _, err := scrapePeerCounters(client, addr); err != nil {
+		t.Errorf("scrape %s after the restart: %v", addr, err)
+	}
+}
+
+// deliveryTables reads the summary's peer deliveries section: per node (n1,
+// ...) its rows, peer -> counters in column order, and its metrics address.
+func deliveryTables(out string) (map[string]map[string][]string, map[string]string) {
+	heading := regexp.MustCompile(`^node\d+ \((n\d+)\) http://(\S+)/metrics$`)
+	tables, urls := map[string]map[string][]string{}, map[string]string{}
+	in, current := false, ""
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(line, "peer deliveries ("):
+			in = true
+		case !in:
+		case strings.HasPrefix(line, "converged: "):
+			return tables, urls
+		case heading.MatchString(line):
+			m := heading.FindStringSubmatch(line)
+			current, urls[m[1]] = m[1], m[2]
+			tables[current] = map[string][]string{}
+		case current != "" && strings.HasPrefix(line, "  "):
+			if f := strings.Fields(line); len(f) > 0 && f[0] != "PEER" {
+				tables[current][f[0]] = f[1:]
+			}
+		}
+	}
+	return tables, urls
+}
+
+func head(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[:n]
+	}
+	return strings.Join(lines, "\n")
 }

@@ -42,6 +42,7 @@ type config struct {
 	bin            string
 	ingress        string
 	simulate       bool
+	metrics        bool
 	duration       time.Duration
 	resyncInterval time.Duration
 	logLevel       string
@@ -65,6 +66,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.bin, "bin", "", "the daemon's binary (default: go build the module root into the working directory)")
 	fs.StringVar(&c.ingress, "ingress", "127.0.0.1:14324", "node 1's --local-ingress address; port 0 picks a free port")
 	fs.BoolVar(&c.simulate, "simulate", false, "drive simulated traffic through node 1's ingress and the other nodes' brokers")
+	fs.BoolVar(&c.metrics, "metrics", false, "give every daemon a --metrics endpoint on a free loopback port; the summary shows each node's per-peer delivery counters")
 	fs.DurationVar(&c.duration, "duration", 0, "end the run after this long and report convergence (0: until Ctrl-C)")
 	fs.DurationVar(&c.resyncInterval, "resync-interval", 2*time.Second, "the daemons' --resync-interval (heartbeat)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "the daemons' --log-level")
@@ -153,7 +155,7 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 	if err != nil {
 		return fail(fmt.Errorf("mint the cluster: %w", err))
 	}
-	c := newCluster(clusterConfig{bin: bin, ingress: cfg.ingress, resyncInterval: cfg.resyncInterval,
+	c := newCluster(clusterConfig{bin: bin, ingress: cfg.ingress, metrics: cfg.metrics, resyncInterval: cfg.resyncInterval,
 		logLevel: cfg.logLevel, logf: logf}, members, dir)
 	if h.created != nil {
 		h.created(c)
@@ -170,6 +172,9 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 		line := fmt.Sprintf("devcluster: %s pid %d id %s peer port %d log %s", n.name, n.current().pid, n.id, n.peerPort(), n.logPath)
 		if a := n.ingressAddr(); a != "" {
 			line += " ingress http://" + a + "/v1/workloads/events"
+		}
+		if a := n.metricsAddr(); a != "" {
+			line += " metrics http://" + a + "/metrics"
 		}
 		fmt.Fprintln(stdout, line)
 	}
@@ -247,6 +252,10 @@ wait:
 	deadline := 3*cfg.resyncInterval + 3*time.Second
 	ok, why := awaitConvergence(c, deadline, sigs)
 	endView()
+	var deliveries []nodeDeliveries
+	if cfg.metrics {
+		deliveries = scrapeDeliveries(c) // while the daemons still run
+	}
 	if h.finished != nil {
 		h.finished(c)
 	}
@@ -255,7 +264,7 @@ wait:
 		failed = true
 	}
 	fmt.Fprintln(stdout)
-	summary(stdout, c.views(), ok, why)
+	summary(stdout, c.views(), deliveries, ok, why)
 	noteMu.Lock()
 	if tty && len(notes) > 0 {
 		fmt.Fprintln(stdout, "last notes:\n  "+strings.Join(notes, "\n  "))

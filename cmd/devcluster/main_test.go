@@ -13,7 +13,7 @@ func TestParseFlagsDefaultsAndRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.nodes != 3 || c.ingress != "127.0.0.1:14324" || c.resyncInterval != 2*time.Second || c.duration != 0 || c.simulate || c.keep || c.dir != "" || c.bin != "" {
+	if c.nodes != 3 || c.metrics || c.ingress != "127.0.0.1:14324" || c.resyncInterval != 2*time.Second || c.duration != 0 || c.simulate || c.keep || c.dir != "" || c.bin != "" {
 		t.Errorf("defaults %+v", c)
 	}
 	for _, args := range [][]string{

@@ -325,8 +325,9 @@ func converged(views []nodeView) (bool, string) {
 	return true, ""
 }
 
-// summary prints, per node, every job it holds, then the verdict.
-func summary(w io.Writer, views []nodeView, ok bool, why string) {
+// summary prints, per node, every job it holds, then with --metrics each
+// node's per-peer delivery counters, then the verdict.
+func summary(w io.Writer, views []nodeView, deliveries []nodeDeliveries, ok bool, why string) {
 	names := shortNames(views)
 	for _, v := range views {
 		fmt.Fprintf(w, "%s (%s, node id %s): %d jobs\n", v.name, v.short, v.id, len(v.jobs))
@@ -340,6 +341,9 @@ func summary(w io.Writer, views []nodeView, ok bool, why string) {
 		for _, j := range js {
 			fmt.Fprintf(w, "  %-6s %-24s %-16s %-10s %s\n", shortOrigin(names, j.Origin), j.ID, j.Model, j.Engine, j.State)
 		}
+	}
+	if deliveries != nil {
+		deliveryReport(w, views, deliveries)
 	}
 	if ok {
 		n := 0

@@ -1,0 +1,271 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// deliveryFamilies are the daemon's per-peer delivery counters the summary
+// shows with --metrics, in column order.
+var deliveryFamilies = []struct{ name, column string }{
+	{"nvpair_wlm_peer_deliveries_succeeded_total", "SUCCEEDED"},
+	{"nvpair_wlm_peer_delivery_failures_total", "FAILURES"},
+	{"nvpair_wlm_peer_delivery_retries_total", "RETRIES"},
+	{"nvpair_wlm_peer_deliveries_dropped_total", "DROPPED"},
+	{"nvpair_wlm_peer_queue_dropped_total", "QUEUE-DROPPED"},
+}
+
+// Bounds of a scrape.
+const (
+	scrapeTimeout  = 3 * time.Second
+	maxScrapeBytes = 4 << 20
+)
+
+// peerCounters are one daemon's delivery counters: peer principal ->
+// family name -> value.
+type peerCounters map[string]map[string]float64
+
+// parsePeerCounters reads the Prometheus text exposition format and returns
+// the samples of deliveryFamilies by their peer label. Comments and other
+// families are skipped, but every sample line must be well formed:
+// name{label="value",...} value [timestamp].
+func parsePeerCounters(r io.Reader) (peerCounters, error) {
+	wanted := make(map[string]bool, len(deliveryFamilies))
+	for _, f := range deliveryFamilies {
+		wanted[f.name] = true
+	}
+	out := peerCounters{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 1<<20)
+	for lineNo := 1; sc.Scan(); lineNo++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		name, labels, value, err := parseSample(line)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %v: %q", lineNo, err, clip(line, 120))
+		}
+		peer, ok := labels["peer"]
+		if !wanted[name] || !ok {
+			continue
+		}
+		if out[peer] == nil {
+			out[peer] = map[string]float64{}
+		}
+		if _, dup := out[peer][name]; dup {
+			return nil, fmt.Errorf("line %d: a second %s sample for peer %q", lineNo, name, peer)
+		}
+		out[peer][name] = value
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// parseSample splits one sample line into its metric name, labels and value.
+func parseSample(line string) (string, map[string]string, float64, error) {
+	end := strings.IndexAny(line, "{ \t")
+	if end <= 0 {
+		return "", nil, 0, errors.New("no metric name and value")
+	}
+	name, rest := line[:end], strings.TrimLeft(line[end:], " \t")
+	labels := map[string]string{}
+	if strings.HasPrefix(rest, "{") {
+		var err error
+		if rest, err = parseLabels(rest[1:], labels); err != nil {
+			return "", nil, 0, err
+		}
+	}
+	fields := strings.Fields(rest)
+	if len(fields) == 0 || len(fields) > 2 {
+		return "", nil, 0, errors.New("want a value and an optional timestamp after the name")
+	}
+	value, err := strconv.ParseFloat(fields[0], 64)
+	if err != nil {
+		return "", nil, 0, fmt.Errorf("value %q: not a number", fields[0])
+	}
+	if len(fields) == 2 {
+		if _, err := strconv.ParseInt(fields[1], 10, 64); err != nil {
+			return "", nil, 0, fmt.Errorf("timestamp %q: not an integer", fields[1])
+		}
+	}
+	return name, labels, value, nil
+}
+
+// parseLabels reads label="value" pairs up to the closing brace into
+// labels and returns what follows the brace. Values may hold \\, \" and \n.
+func parseLabels(s string, labels map[string]string) (string, error) {
+	for {
+		s = strings.TrimLeft(s, " \t")
+		if strings.HasPrefix(s, "}") {
+			return s[1:], nil
+		}
+		eq := strings.IndexByte(s, '=')
+		if eq <= 0 {
+			return "", errors.New("a label without =")
+		}
+		key := strings.TrimSpace(s[:eq])
+		s = strings.TrimLeft(s[eq+1:], " \t")
+		if !strings.HasPrefix(s, `"`) {
+			return "", fmt.Errorf("label %s: value not quoted", key)
+		}
+		var v strings.Builder
+		i, closed := 1, false
+		for i < len(s) && !closed {
+			switch c := s[i]; {
+			case c == '"':
+				closed = true
+			case c == '\\' && i+1 < len(s):
+				i++
+				switch s[i] {
+				case '\\', '"':
+					v.WriteByte(s[i])
+				case 'n':
+					v.WriteByte('\n')
+				default:
+					return "", fmt.Errorf(`label %s: unknown escape \%c`, key, s[i])
+				}
+			default:
+				v.WriteByte(c)
+			}
+			i++
+		}
+		if !closed {
+			return "", fmt.Errorf("label %s: value not closed", key)
+		}
+		if _, dup := labels[key]; dup {
+			return "", fmt.Errorf("label %s twice", key)
+		}
+		labels[key] = v.String()
+		s = strings.TrimLeft(s[i:], " \t")
+		switch {
+		case strings.HasPrefix(s, ","):
+			s = s[1:]
+		case strings.HasPrefix(s, "}"):
+		default:
+			return "", errors.New("labels not closed by }")
+		}
+	}
+}
+
+// scrapePeerCounters GETs http://addr/metrics and parses its delivery
+// counters.
+func scrapePeerCounters(client *http.Client, addr string) (peerCounters, error) {
+	resp, err := client.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+		return nil, fmt.Errorf("%s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	return parsePeerCounters(io.LimitReader(resp.Body, maxScrapeBytes))
+}
+
+// nodeDeliveries is one node's scrape at the end of a run.
+type nodeDeliveries struct {
+	node  string // node1, ...
+	short string // n1, ...
+	addr  string // its --metrics address
+	peers peerCounters
+	err   error
+}
+
+// scrapeDeliveries scrapes every node's metrics endpoint at once.
+func scrapeDeliveries(c *cluster) []nodeDeliveries {
+	client := &http.Client{Timeout: scrapeTimeout}
+	defer client.CloseIdleConnections()
+	out := make([]nodeDeliveries, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		out[i] = nodeDeliveries{node: n.name, short: n.short, addr: n.metricsAddr()}
+		wg.Go(func() {
+			if out[i].addr == "" {
+				out[i].err = errors.New("no metrics endpoint")
+				return
+			}
+			out[i].peers, out[i].err = scrapePeerCounters(client, out[i].addr)
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// deliveryReport prints, per node, a row for each of its peers with the
+// delivery counters. Every other member gets a row, "-" where the daemon
+// has no series for it (it never was a target); a peer that is no member
+// shows its principal's first 8 characters.
+func deliveryReport(w io.Writer, views []nodeView, deliveries []nodeDeliveries) {
+	names := shortNames(views)
+	fmt.Fprintln(w, "peer deliveries (each daemon's /metrics at the end of the run, counted since its last start):")
+	for _, d := range deliveries {
+		fmt.Fprintf(w, "%s (%s) http://%s/metrics\n", d.node, d.short, d.addr)
+		if d.err != nil {
+			fmt.Fprintf(w, "  scrape failed: %v\n", d.err)
+			continue
+		}
+		var principals []string
+		for _, v := range views {
+			if v.short != d.short {
+				principals = append(principals, v.id)
+			}
+		}
+		var strangers []string
+		for p := range d.peers {
+			if _, member := names[p]; !member {
+				strangers = append(strangers, p)
+			}
+		}
+		slices.Sort(strangers)
+		principals = append(principals, strangers...)
+		if len(principals) == 0 {
+			fmt.Fprintln(w, "  (no peers)")
+			continue
+		}
+		rows := [][]string{{"PEER"}}
+		for _, f := range deliveryFamilies {
+			rows[0] = append(rows[0], f.column)
+		}
+		for _, p := range principals {
+			row := []string{shortOrigin(names, p)}
+			for _, f := range deliveryFamilies {
+				cell := "-"
+				if v, ok := d.peers[p][f.name]; ok {
+					cell = strconv.FormatFloat(v, 'f', -1, 64)
+				}
+				row = append(row, cell)
+			}
+			rows = append(rows, row)
+		}
+		widths := make([]int, len(rows[0]))
+		for _, r := range rows {
+			for i, cell := range r {
+				widths[i] = max(widths[i], utf8.RuneCountInString(cell))
+			}
+		}
+		for _, r := range rows {
+			var b strings.Builder
+			for i, cell := range r {
+				b.WriteString("  ")
+				if i == 0 {
+					b.WriteString(pad(cell, widths[i])) // the peer, left-aligned; the counts right-aligned
+				} else {
+					b.WriteString(strings.Repeat(" ", widths[i]-utf8.RuneCountInString(cell)) + cell)
+				}
+			}
+			fmt.Fprintln(w, b.String())
+		}
+	}
+}
