@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"net/http"
-	"strings"
 	"testing"
 )
 
@@ -14,25 +13,6 @@ const curlFrame = `{
   "params": {"workloadInfo": {"id": "job-42", "runId": "job-42", "seq": 1, "model": "qwen3.5-9b", "engine": "llamacpp",
              "state": "running", "createdAt": 1789661457000, "startedAt": 1789661457000,
              "completedAt": null, "error": null, "requesterId": "my-scheduler", "harnessSlot": 3}}}`
-
-// postCurlShaped posts a body the way `curl -X POST -H 'Content-Type:
-// application/json' -d ...` does and returns the status.
-func postCurlShaped(t *testing.T, addr, body string) int {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, "http://"+addr+peerEventsPath, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "curl/8.5.0")
-	req.Header.Set("Accept", "*/*")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
-}
 
 // TestIngressEndToEndAcrossProcesses runs node A with the ingress and node B
 // as its pinned peer, both real processes: a producer's frame reaches A's
@@ -49,7 +29,7 @@ func TestIngressEndToEndAcrossProcesses(t *testing.T) {
 	a.discover(nodes[1], b.port)
 	a.waitLog("broadcast targets changed", "total=1")
 
-	if s := postCurlShaped(t, ingressAddr, curlFrame); s != http.StatusOK {
+	if s, _ := postIngress(t, ingressAddr, curlFrame); s != http.StatusOK {
 		t.Fatalf("curl-shaped post: status %d", s)
 	}
 	var atA struct{ WorkloadInfo map[string]any }
@@ -66,7 +46,7 @@ func TestIngressEndToEndAcrossProcesses(t *testing.T) {
 	a.send(lifecycleLine("clock", "running", nodes[0].ID))
 	b.waitUpserts("clock", 1)
 
-	if s := postCurlShaped(t, ingressAddr, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-42"}}`); s != http.StatusOK {
+	if s, _ := postIngress(t, ingressAddr, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-42"}}`); s != http.StatusOK {
 		t.Fatalf("removal: status %d", s)
 	}
 	for _, d := range []*daemonProc{a, b} {

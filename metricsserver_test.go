@@ -56,44 +56,26 @@ func newMetricsNode(t *testing.T, ingress bool) *testNode {
 	return n
 }
 
-func postJSON(t *testing.T, url, body string, header map[string]string) int {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode
-}
-
 func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 	a, b := newMetricsNode(t, true), newMetricsNode(t, false)
 	mesh(t, a, b)
 	a0, b0 := scrape(t, a), scrape(t, b)
 	delta := func(after, before map[string]float64, series string) float64 { return after[series] - before[series] }
 
-	ingressURL := "http://" + a.m.IngressAddr() + peerEventsPath
+	ingress := a.m.IngressAddr()
 	for i := 1; i <= 3; i++ {
 		w := workload("ing-"+itoa(i), "running", "", map[string]any{"originatedFrom": nil})
-		if s := postJSON(t, ingressURL, `{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":`+mustJSON(t, w)+`}}`, nil); s != 200 {
+		if s, _ := postIngress(t, ingress, `{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":`+mustJSON(t, w)+`}}`); s != 200 {
 			t.Fatalf("ingress post %d: status %d", i, s)
 		}
 	}
-	if s := postJSON(t, ingressURL, `{"jsonrpc":"2.0","method":"workload:started","params":{}}`, nil); s != 400 {
+	if s, _ := postIngress(t, ingress, `{"jsonrpc":"2.0","method":"workload:started","params":{}}`); s != 400 {
 		t.Fatalf("bad frame: status %d", s)
 	}
-	if s := postJSON(t, ingressURL, `{}`, map[string]string{"Origin": "http://evil.example"}); s != 403 {
+	if s, _ := postIngress(t, ingress, `{}`, "Origin", "http://evil.example"); s != 403 {
 		t.Fatalf("browser post: status %d", s)
 	}
-	if s := postJSON(t, ingressURL, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"ing-3"}}`, nil); s != 200 {
+	if s, _ := postIngress(t, ingress, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"ing-3"}}`); s != 200 {
 		t.Fatalf("ingress removal: status %d", s)
 	}
 	a.sendLifecycle(workload("std-1", "running", a.id))
