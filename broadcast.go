@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -282,7 +283,9 @@ func newPeerSender(t peerTarget, stats *peerStats, dialTLS func(context.Context,
 		log:    log.With("peer", t.name, "principal", t.principal),
 		queue:  make(chan outboundFrame, peerQueueSize),
 		client: &http.Client{Transport: transport},
-		url:    "https://" + t.addrs[0] + peerEventsPath,
+		// url.URL escapes an IPv6 zone ("%" -> "%25"); concatenation would
+		// leave an invalid escape and every request to the peer would fail.
+		url:    (&url.URL{Scheme: "https", Host: t.addrs[0], Path: peerEventsPath}).String(),
 		ctx:    ctx,
 		cancel: cancel,
 	}

@@ -1,0 +1,426 @@
+package main
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"nvpair-workload-manager/internal/devpki"
+)
+
+func TestBroadcastDeadPeerDoesNotDelayHealthyPeer(t *testing.T) {
+	a := newTestNode(t)
+	hole, sink := newNetBlackHole(t), newNetSink(t)
+	hole.pinIn(t, a)
+	sink.pinIn(t, a)
+	a.start()
+	netDiscover(a, hole.entry(), sink.entry())
+	a.waitTargets(2)
+
+	start := time.Now()
+	a.sendLifecycle(workload("job-1", "running", a.id))
+	a.sendLifecycle(workload("job-2", "running", a.id))
+	eventually(t, "the dead peer to be dialed", func() bool { return hole.accepted.Load() > 0 })
+	eventually(t, "job-1 and job-2 at the healthy peer", func() bool { return sink.count("job-1") == 1 && sink.count("job-2") == 1 })
+	// The dead peer holds each attempt for peerAttemptTimeout (5 s): a
+	// healthy peer waiting behind it would see job-2 after 15 s.
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("the healthy peer got the frame after the dead one's %s", took)
+	}
+	if took := netBarrier(t, a); took > time.Second {
+		t.Fatalf("the read loop took %s to answer while a peer is dead", took)
+	}
+}
+
+func TestBroadcastPreservesPerPeerOrder(t *testing.T) {
+	a := newTestNode(t)
+	s1, s2 := newNetSink(t), newNetSink(t)
+	s1.pinIn(t, a)
+	s2.pinIn(t, a)
+	a.start()
+	netDiscover(a, s1.entry(), s2.entry())
+	a.waitTargets(2)
+
+	const n = 200
+	var want []string
+	for i := range n {
+		id := fmt.Sprintf("job-%03d", i)
+		want = append(want, id)
+		a.sendLifecycle(workload(id, "running", a.id))
+	}
+	for i, s := range []*netSink{s1, s2} {
+		eventually(t, fmt.Sprintf("%d frames at sink %d", n, i+1), func() bool { return len(s.ids()) >= n })
+		if got := s.ids(); !slices.Equal(got, want) {
+			t.Fatalf("sink %d received the frames out of order or more than once:\n%v", i+1, got)
+		}
+	}
+}
+
+func TestBroadcastFullQueueDropsNewestAndKeepsReadLoopResponsive(t *testing.T) {
+	a := newTestNode(t)
+	sink := newNetSink(t)
+	sink.hold() // the only peer answers nothing until released
+	sink.pinIn(t, a)
+	a.start()
+	netDiscover(a, sink.entry())
+	a.waitTargets(1)
+
+	id := func(i int) string { return fmt.Sprintf("q-%04d", i) }
+	a.sendLifecycle(workload(id(0), "running", a.id))
+	eventually(t, "the first frame in flight at the peer", func() bool { return sink.count(id(0)) >= 1 })
+	// The sender is stuck on frame 0: frames 1..peerQueueSize fill its queue
+	// and every later one is dropped.
+	const extra = 2100
+	var lines bytes.Buffer
+	for i := 1; i <= extra; i++ {
+		lines.Write(netLifecycleBody(t, workload(id(i), "running", a.id), nil))
+		lines.WriteByte('\n')
+	}
+	// Written from another goroutine: a read loop that blocks on the full
+	// queue must fail this test, not hang it.
+	taken := make(chan struct{})
+	go func() {
+		defer close(taken)
+		_, _ = a.broker.toD.Write(lines.Bytes())
+	}()
+	select {
+	case <-taken:
+	case <-time.After(waitTimeout):
+		t.Fatal("the read loop stopped taking frames while the queue was full")
+	}
+	wantDrops := int64(extra - peerQueueSize)
+	eventually(t, fmt.Sprintf("%d drops", wantDrops), func() bool { return netDrops(a) == wantDrops })
+	if took := netBarrier(t, a); took > time.Second {
+		t.Fatalf("the read loop took %s to answer with a full queue", took)
+	}
+	if !a.logs.contains("level=WARN", "queue full", "dropping the newest") {
+		t.Fatalf("no warning about the full queue; logs:\n%s", a.logs)
+	}
+
+	sink.release()
+	// The held frames drain; then the queue takes frames again.
+	eventually(t, "the held frames at the peer", func() bool { return len(slices.Compact(sink.ids())) >= peerQueueSize+1 })
+	a.sendLifecycle(workload("q-after", "running", a.id))
+	eventually(t, "q-after at the peer", func() bool { return sink.count("q-after") == 1 })
+	var want []string
+	for i := 0; i <= peerQueueSize; i++ {
+		want = append(want, id(i))
+	}
+	want = append(want, "q-after")
+	if got := slices.Compact(sink.ids()); !slices.Equal(got, want) {
+		t.Fatalf("the peer received %d frames, first %v, last %v; want q-0000..q-%04d then q-after (the newest dropped)",
+			len(got), got[:min(3, len(got))], got[max(0, len(got)-3):], peerQueueSize)
+	}
+}
+
+func TestBroadcastRetriesServerErrorsButNotRejections(t *testing.T) {
+	a := newTestNode(t)
+	sink := newNetSink(t)
+	cases := []struct {
+		id       string
+		statuses []int // answers to successive attempts; 200 after the list
+		attempts int
+	}{
+		{"r-500-500-200", []int{500, 500}, 3},
+		{"r-400", []int{400}, 1},
+		{"r-404", []int{404}, 1},
+		{"r-403-200", []int{403}, 2}, // the peer may not have re-read its pins yet
+		{"r-429-200", []int{429}, 2},
+		{"r-503-always", []int{503, 503, 503, 503}, peerAttempts},
+	}
+	for _, c := range cases {
+		sink.script(c.id, c.statuses...)
+	}
+	sink.pinIn(t, a)
+	a.start()
+	netDiscover(a, sink.entry())
+	a.waitTargets(1)
+
+	for _, c := range cases {
+		a.sendLifecycle(workload(c.id, "running", a.id))
+	}
+	// Per-peer order: once the next frame is in, every retry before it is done.
+	a.sendLifecycle(workload("r-after", "running", a.id))
+	eventually(t, "r-after at the peer", func() bool { return sink.count("r-after") == 1 })
+	for _, c := range cases {
+		if got := sink.count(c.id); got != c.attempts {
+			t.Errorf("%s: %d attempts, want %d", c.id, got, c.attempts)
+		}
+	}
+	// r-400, r-404 and r-503-always were given up on, each with a warning.
+	if got := strings.Count(a.logs.String(), "peer delivery failed"); got != 3 {
+		t.Errorf("%d warnings about undelivered frames, want 3; logs:\n%s", got, a.logs)
+	}
+}
+
+func TestBroadcastPoolsConnectionsToAPeer(t *testing.T) {
+	a := newTestNode(t)
+	sink := newNetSink(t)
+	sink.pinIn(t, a)
+	a.start()
+	netDiscover(a, sink.entry())
+	a.waitTargets(1)
+
+	const n = 50
+	for i := range n {
+		a.sendLifecycle(workload(fmt.Sprintf("job-%02d", i), "running", a.id))
+	}
+	eventually(t, fmt.Sprintf("%d frames at the peer", n), func() bool { return len(sink.ids()) >= n })
+	if conns, hellos := sink.conns.Load(), sink.hellos.Load(); conns > 2 || hellos > 2 {
+		t.Fatalf("%d frames took %d connections and %d TLS handshakes, want at most 2", n, conns, hellos)
+	}
+}
+
+func TestBroadcastStopsSendingToARemovedTarget(t *testing.T) {
+	a := newTestNode(t)
+	s1, s2 := newNetSink(t), newNetSink(t)
+	s1.pinIn(t, a)
+	s2.pinIn(t, a)
+	a.start()
+	netDiscover(a, s1.entry(), s2.entry())
+	a.waitTargets(2)
+	a.sendLifecycle(workload("job-1", "running", a.id))
+	eventually(t, "job-1 at both peers", func() bool { return s1.count("job-1") == 1 && s2.count("job-1") == 1 })
+
+	netDiscover(a, s2.entry())
+	a.waitTargets(1)
+	// The removed target's sender ends and closes its pooled connection.
+	eventually(t, "the removed target's connections closed", func() bool { return s1.closed.Load() == s1.conns.Load() })
+	a.sendLifecycle(workload("job-2", "running", a.id))
+	a.sendLifecycle(workload("job-3", "running", a.id))
+	eventually(t, "job-2 and job-3 at the kept peer", func() bool { return s2.count("job-2") == 1 && s2.count("job-3") == 1 })
+	if got := s1.ids(); !slices.Equal(got, []string{"job-1"}) {
+		t.Fatalf("the removed target received %v after its removal", got)
+	}
+}
+
+// ---- helpers (net helper) ----
+
+// netSink is a peer written for the tests: a TLS server presenting its own
+// pinned identity that records every request it gets and answers as
+// scripted (200 by default).
+type netSink struct {
+	id     string // hostUuid
+	ident  devpki.Identity
+	addr   string
+	srv    *http.Server
+	conns  atomic.Int32 // connections accepted
+	closed atomic.Int32 // connections closed
+	hellos atomic.Int32 // TLS handshakes started
+
+	mu       sync.Mutex // guards the fields below
+	arrivals []string   // workload id of every request, in arrival order
+	answers  map[string][]int
+	gate     chan struct{} // when set, requests wait until it is closed
+	released bool
+}
+
+func newNetSink(t testing.TB) *netSink {
+	t.Helper()
+	s := &netSink{id: devpki.NewUUID(), answers: map[string][]int{}}
+	s.ident = netMint(t, devpki.NewUUID())
+	cert, err := s.ident.TLSCertificate()
+	netMust(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	netMust(t, err)
+	s.addr = ln.Addr().String()
+	s.srv = &http.Server{
+		Handler: http.HandlerFunc(s.serve),
+		TLSConfig: &tls.Config{
+			Certificates: []tls.Certificate{cert},
+			ClientAuth:   tls.RequestClientCert,
+			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+				s.hellos.Add(1)
+				return nil, nil
+			},
+		},
+		ConnState: func(_ net.Conn, st http.ConnState) {
+			switch st {
+			case http.StateNew:
+				s.conns.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				s.closed.Add(1)
+			}
+		},
+		ErrorLog: netDiscardLog(),
+	}
+	go s.srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { s.release(); s.srv.Close() })
+	return s
+}
+
+func (s *netSink) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var f struct {
+		Params struct {
+			WorkloadInfo struct {
+				ID string `json:"id"`
+			} `json:"workloadInfo"`
+			WorkloadID string `json:"workloadId"`
+		} `json:"params"`
+	}
+	_ = json.Unmarshal(body, &f)
+	id := f.Params.WorkloadInfo.ID + f.Params.WorkloadID
+	s.mu.Lock()
+	attempt := 0
+	for _, a := range s.arrivals {
+		if a == id {
+			attempt++
+		}
+	}
+	s.arrivals = append(s.arrivals, id)
+	status := http.StatusOK
+	if script := s.answers[id]; attempt < len(script) {
+		status = script[attempt]
+	}
+	gate := s.gate
+	s.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	w.WriteHeader(status)
+	io.WriteString(w, "answer\n")
+}
+
+// script sets the answers to the successive attempts for workload id.
+func (s *netSink) script(id string, statuses ...int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.answers[id] = statuses
+}
+
+// hold makes every request wait until release.
+func (s *netSink) hold() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gate = make(chan struct{})
+}
+
+func (s *netSink) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gate != nil && !s.released {
+		close(s.gate)
+		s.released = true
+	}
+}
+
+// ids returns the workload id of every request so far, in arrival order.
+func (s *netSink) ids() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.arrivals)
+}
+
+// count returns how many requests carried workload id.
+func (s *netSink) count(id string) int {
+	n := 0
+	for _, a := range s.ids() {
+		if a == id {
+			n++
+		}
+	}
+	return n
+}
+
+func (s *netSink) pinIn(t testing.TB, n *testNode) {
+	t.Helper()
+	netMust(t, devpki.PinIdentity(n.clusterDir, s.ident))
+}
+
+func (s *netSink) entry() map[string]any {
+	return netAddrEntry(s.id, s.ident.Principal, s.addr)
+}
+
+// netBlackHole accepts TCP connections and never reads or answers.
+type netBlackHole struct {
+	id       string
+	ident    devpki.Identity
+	ln       net.Listener
+	accepted atomic.Int32
+}
+
+func newNetBlackHole(t testing.TB) *netBlackHole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	netMust(t, err)
+	h := &netBlackHole{id: devpki.NewUUID(), ident: netMint(t, devpki.NewUUID()), ln: ln}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			h.accepted.Add(1)
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return h
+}
+
+func (h *netBlackHole) pinIn(t testing.TB, n *testNode) {
+	t.Helper()
+	netMust(t, devpki.PinIdentity(n.clusterDir, h.ident))
+}
+
+func (h *netBlackHole) entry() map[string]any {
+	return netAddrEntry(h.id, h.ident.Principal, h.ln.Addr().String())
+}
+
+// netAddrEntry is a discovery entry for a peer listening at hostPort.
+func netAddrEntry(hostUUID, clusterUUID, hostPort string) map[string]any {
+	host, port, _ := net.SplitHostPort(hostPort)
+	p, _ := net.LookupPort("tcp", port)
+	return map[string]any{
+		"hostUuid": hostUUID, "name": "peer-" + hostUUID[:8], "ip": host, "clusterUuid": clusterUUID,
+		"trusted": true, "services": map[string]any{"wl": map[string]any{"port": p}},
+	}
+}
+
+// netDrops returns how many frames the node's broadcaster dropped, at the
+// outbound queue and at the peer queues, or -1 while its lock is held (a
+// dispatcher stuck under it must fail the wait, not hang the test).
+func netDrops(n *testNode) int64 {
+	b := n.m.bcast
+	if !b.mu.TryLock() {
+		return -1
+	}
+	defer b.mu.Unlock()
+	total := b.queueDrops.total.Load()
+	for _, s := range b.peers {
+		total += s.drops.total.Load()
+	}
+	return total
+}
+
+func netDiscardLog() *log.Logger { return log.New(io.Discard, "", 0) }
