@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -424,3 +425,30 @@ func netDrops(n *testNode) int64 {
 }
 
 func netDiscardLog() *log.Logger { return log.New(io.Discard, "", 0) }
+
+func TestEnqueueDropsTheNewestFrameWhenTheQueueIsFull(t *testing.T) {
+	logs := &logBuffer{}
+	// No dispatcher runs, so the queue fills exactly.
+	b := &broadcaster{
+		log:   slog.New(slog.NewTextHandler(logs, nil)),
+		queue: make(chan outboundFrame, 2),
+		peers: map[string]*peerSender{},
+	}
+	for i, want := range []bool{true, true, false, false} {
+		if got := b.enqueue(outboundFrame{method: methodStarted, line: []byte(itoa(i))}); got != want {
+			t.Fatalf("enqueue %d = %v, want %v", i, got, want)
+		}
+	}
+	if got := []string{string((<-b.queue).line), string((<-b.queue).line)}; got[0] != "0" || got[1] != "1" {
+		t.Fatalf("queue holds %q, want the oldest two frames in order", got)
+	}
+	if b.queued.Load() != 2 || b.dropped.Load() != 2 {
+		t.Fatalf("queued %d dropped %d, want 2 and 2", b.queued.Load(), b.dropped.Load())
+	}
+	if !logs.contains("level=WARN", "outbound queue full, dropping the newest frame", "dropped=1") {
+		t.Fatalf("no rate-limited warning for the drop:\n%s", logs)
+	}
+	if strings.Count(logs.String(), "outbound queue full") != 1 {
+		t.Fatalf("the second drop within the interval was logged again:\n%s", logs)
+	}
+}
