@@ -1,0 +1,435 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"nvpair-workload-manager/internal/devpki"
+)
+
+// daemonOpts configures one daemon process.
+type daemonOpts struct {
+	name           string // names its directory and log file
+	ident          devpki.Identity
+	pins           []devpki.Identity // written to trusted/ before the start
+	ingress        bool              // --local-ingress 127.0.0.1:0
+	metrics        bool              // --metrics on a free loopback port
+	resyncInterval time.Duration     // 0: the daemon's default
+}
+
+// daemon is the real binary, its broker side played by the harness: stdin
+// is written by the harness, stdout is read and drained, stderr is parsed
+// for the figures the table needs and kept in a log file.
+type daemon struct {
+	name        string
+	cmd         *exec.Cmd
+	nodeID      string
+	ingressAddr string
+	metricsAddr string
+
+	inMu  sync.Mutex // serializes writes to stdin: one line per Write
+	stdin io.WriteCloser
+
+	ready   chan struct{}
+	ingress chan string // the ingress address, from its log line
+	exited  chan struct{}
+	waitErr error
+
+	upserts, removes, otherOut atomic.Int64 // frames the daemon wrote to the broker
+	outboundDrops              atomic.Int64 // "outbound queue full": dropped=N, summed (a lower bound)
+	peerDrops                  atomic.Int64 // "peer queue full": dropped=N, summed (a lower bound)
+	peerFailures               atomic.Int64 // "peer delivery failed" lines
+	targets                    atomic.Int64 // total= of the last "broadcast targets changed"
+	errorLines                 atomic.Int64 // level=ERROR lines
+}
+
+// startDaemon writes the daemon's app directory (node-id, identity, pins)
+// under root and starts bin, then waits for its ready frame.
+func startDaemon(bin, root string, o daemonOpts) (*daemon, error) {
+	appDir := filepath.Join(root, o.name)
+	clusterDir := filepath.Join(appDir, "cluster")
+	if err := devpki.WriteIdentity(clusterDir, o.ident); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(appDir, "node-id"), []byte(o.ident.Principal+"\n"), 0o600); err != nil {
+		return nil, err
+	}
+	for _, p := range o.pins {
+		if err := devpki.PinIdentity(clusterDir, p); err != nil {
+			return nil, err
+		}
+	}
+	args := []string{"--port", "0", "--app-dir", appDir, "--cluster-dir", clusterDir, "--log-level", "info"}
+	if o.resyncInterval > 0 {
+		args = append(args, "--resync-interval", o.resyncInterval.String())
+	}
+	if o.ingress {
+		args = append(args, "--local-ingress", "127.0.0.1:0")
+	}
+	d := &daemon{name: o.name, nodeID: o.ident.Principal, ready: make(chan struct{}),
+		ingress: make(chan string, 1), exited: make(chan struct{})}
+	if o.metrics {
+		port, err := freeLoopbackPort()
+		if err != nil {
+			return nil, err
+		}
+		d.metricsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		args = append(args, "--metrics", d.metricsAddr)
+	}
+	logFile, err := os.Create(filepath.Join(root, o.name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	d.cmd = exec.Command(bin, args...)
+	if d.stdin, err = d.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := d.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := d.cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := d.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	var readers sync.WaitGroup
+	readers.Go(func() { d.drainStdout(stdout) })
+	readers.Go(func() { d.parseStderr(stderr, logFile) })
+	go func() {
+		readers.Wait() // Wait must not run before the pipes are read to EOF
+		d.waitErr = d.cmd.Wait()
+		logFile.Close()
+		close(d.exited)
+	}()
+	select {
+	case <-d.ready:
+	case <-d.exited:
+		return nil, fmt.Errorf("%s exited before ready (%v); see %s.log", o.name, d.waitErr, filepath.Join(root, o.name))
+	case <-time.After(30 * time.Second):
+		d.stop()
+		return nil, fmt.Errorf("%s sent no ready frame within 30s", o.name)
+	}
+	if o.ingress {
+		select {
+		case d.ingressAddr = <-d.ingress:
+		case <-time.After(10 * time.Second):
+			d.stop()
+			return nil, fmt.Errorf("%s logged no ingress address", o.name)
+		}
+	}
+	return d, nil
+}
+
+// drainStdout reads the daemon's frames to the broker and counts them.
+func (d *daemon) drainStdout(r io.Reader) {
+	br := bufio.NewReaderSize(r, 256<<10)
+	readyPrefix := []byte(`{"jsonrpc":"2.0","method":"ready"`)
+	readyOnce := sync.Once{}
+	for {
+		line, err := br.ReadSlice('\n')
+		switch {
+		case bytes.Contains(line, []byte(`"method":"workloads:upsert"`)):
+			d.upserts.Add(1)
+		case bytes.Contains(line, []byte(`"method":"workloads:remove"`)):
+			d.removes.Add(1)
+		case bytes.HasPrefix(line, readyPrefix):
+			readyOnce.Do(func() { close(d.ready) })
+		case len(line) > 0:
+			d.otherOut.Add(1)
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			return
+		}
+	}
+}
+
+// parseStderr copies the daemon's log to w and counts what the table needs.
+func (d *daemon) parseStderr(r io.Reader, w io.Writer) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		fmt.Fprintln(w, line)
+		switch {
+		case strings.Contains(line, "outbound queue full"):
+			d.outboundDrops.Add(logInt(line, "dropped"))
+		case strings.Contains(line, "peer queue full"):
+			d.peerDrops.Add(logInt(line, "dropped"))
+		case strings.Contains(line, "peer delivery failed"):
+			d.peerFailures.Add(1)
+		case strings.Contains(line, "broadcast targets changed"):
+			d.targets.Store(logInt(line, "total"))
+		case strings.Contains(line, "local ingress listening"):
+			select {
+			case d.ingress <- logValue(line, "addr"):
+			default:
+			}
+		}
+		if strings.Contains(line, "level=ERROR") {
+			d.errorLines.Add(1)
+		}
+	}
+}
+
+// send writes one frame line to the daemon's stdin.
+func (d *daemon) send(line []byte) error {
+	d.inMu.Lock()
+	defer d.inMu.Unlock()
+	_, err := d.stdin.Write(line)
+	return err
+}
+
+// waitTargets waits until the daemon logged a target set of n.
+func (d *daemon) waitTargets(n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for d.targets.Load() != int64(n) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %d broadcast targets after %s, want %d", d.name, d.targets.Load(), timeout, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+// stop closes stdin (the broker going away: a clean shutdown with the peer
+// queues' drain time) and waits; a daemon still running after 15 s is
+// killed. It returns the exit error, if any.
+func (d *daemon) stop() error {
+	d.inMu.Lock()
+	d.stdin.Close()
+	d.inMu.Unlock()
+	select {
+	case <-d.exited:
+	case <-time.After(15 * time.Second):
+		_ = d.cmd.Process.Kill()
+		<-d.exited
+		return fmt.Errorf("%s did not exit within 15s of stdin EOF; killed", d.name)
+	}
+	return d.waitErr
+}
+
+// procStatus returns the kB figures of /proc/<pid>/status (VmHWM, VmRSS).
+func (d *daemon) procStatus() (map[string]int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	if err != nil {
+		return nil, err
+	}
+	return parseProcStatus(b), nil
+}
+
+// parseProcStatus reads the "Name:   N kB" lines of a /proc status file.
+func parseProcStatus(b []byte) map[string]int64 {
+	out := map[string]int64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) == 2 && f[1] == "kB" {
+			if n, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+				out[name] = n
+			}
+		}
+	}
+	return out
+}
+
+// scrape fetches the daemon's metrics endpoint.
+func (d *daemon) scrape(path string) ([]byte, error) {
+	if d.metricsAddr == "" {
+		return nil, errors.New("no metrics endpoint")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.metricsAddr+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: status %d", path, resp.StatusCode)
+	}
+	return b, nil
+}
+
+// goroutines scrapes the daemon's metrics endpoint for go_goroutines.
+func (d *daemon) goroutines(path string) (int, error) {
+	b, err := d.scrape(path)
+	if err != nil {
+		return 0, err
+	}
+	return promGauge(b, "go_goroutines")
+}
+
+// promGauge returns the value of an unlabelled metric in Prometheus text.
+func promGauge(text []byte, name string) (int, error) {
+	v, n := promSum(text, name)
+	if n == 0 {
+		return 0, fmt.Errorf("no %s in the metrics", name)
+	}
+	return int(v), nil
+}
+
+// promSum adds up every sample of a metric (all label sets) in Prometheus
+// text and returns the sum and the number of samples.
+func promSum(text []byte, name string) (float64, int) {
+	var sum float64
+	var n int
+	for _, line := range strings.Split(string(text), "\n") {
+		if strings.HasPrefix(line, "#") || !strings.HasPrefix(line, name) {
+			continue
+		}
+		rest := line[len(name):]
+		switch {
+		case strings.HasPrefix(rest, "{"):
+			i := strings.LastIndexByte(rest, '}')
+			if i < 0 {
+				continue
+			}
+			rest = rest[i+1:]
+		case strings.HasPrefix(rest, " "):
+		default:
+			continue // another metric with this prefix
+		}
+		f := strings.Fields(rest)
+		if len(f) == 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+			sum += v
+			n++
+		}
+	}
+	return sum, n
+}
+
+// logValue returns key's value in a log/slog text line, unquoted, or "".
+func logValue(line, key string) string {
+	i := strings.Index(line, " "+key+"=")
+	if i < 0 {
+		return ""
+	}
+	v := line[i+len(key)+2:]
+	if strings.HasPrefix(v, `"`) {
+		if s, err := strconv.QuotedPrefix(v); err == nil {
+			u, _ := strconv.Unquote(s)
+			return u
+		}
+		return ""
+	}
+	if j := strings.IndexByte(v, ' '); j >= 0 {
+		v = v[:j]
+	}
+	return v
+}
+
+// logInt is logValue as an integer, 0 when absent or not a number.
+func logInt(line, key string) int64 {
+	n, _ := strconv.ParseInt(logValue(line, key), 10, 64)
+	return n
+}
+
+// freeLoopbackPort returns a loopback port that was free a moment ago.
+func freeLoopbackPort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// supportsFlag reports whether bin accepts flag with value: the daemon
+// parses every flag before --version, and an unknown flag exits 2.
+func supportsFlag(bin, flag, value string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return exec.CommandContext(ctx, bin, flag, value, "--version").Run() == nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times: 100 on
+// every Linux platform Go supports.
+const clockTicks = 100
+
+// procCPU returns the CPU time (user and system) a process has used, from
+// /proc/<pid>/stat. On a shared machine CPU per frame is steadier than a
+// rate: it does not depend on how much of the CPU the process was given.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	return parseProcStatCPU(b)
+}
+
+// parseProcStatCPU reads utime and stime (fields 14 and 15) of a
+// /proc/<pid>/stat line; the command name, field 2, may hold spaces and
+// parentheses, so the fields are counted from its closing parenthesis.
+func parseProcStatCPU(b []byte) (time.Duration, error) {
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, errors.New("malformed stat line")
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, errors.New("short stat line")
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, errors.New("malformed CPU times")
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// cpuMeter measures the CPU a process uses over a stretch of work.
+type cpuMeter struct {
+	pid   int
+	start time.Duration
+	ok    bool
+}
+
+func startCPU(pid int) cpuMeter {
+	c, err := procCPU(pid)
+	return cpuMeter{pid: pid, start: c, ok: err == nil}
+}
+
+// perFrame returns the CPU used since start divided by frames, or 0 when
+// it cannot be measured.
+func (m cpuMeter) perFrame(frames int64) time.Duration {
+	if !m.ok || frames <= 0 {
+		return 0
+	}
+	c, err := procCPU(m.pid)
+	if err != nil {
+		return 0
+	}
+	return (c - m.start) / time.Duration(frames)
+}

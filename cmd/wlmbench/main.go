@@ -1,0 +1,679 @@
+// Command wlmbench measures the nvpair-workload-manager daemon against the
+// best this machine can do, side by side in the same run, and prints one
+// table (issue 6):
+//
+//   - ingress: C keep-alive producers post valid lifecycle frames for T
+//     seconds to the daemon's loopback ingress and to a ceiling server (a
+//     bare net/http handler that decodes the body into a map); then the p99
+//     latency in an open loop at half the daemon's rate;
+//   - fan-out: frames fed on the daemon's stdin (the broker path), delivered
+//     to K pinned-mTLS sinks, against a bare pooled TLS POST loop to the same
+//     sinks; TLS handshakes per peer;
+//   - isolation: the same with one of the K peers black-holed;
+//   - memory: a long ingress run over many workloads, each driven to a
+//     terminal state and most removed: peak RSS and goroutines.
+//
+// It builds the daemon from the module root (or runs --bin) and drives the
+// real binary: the harness is its broker (stdin/stdout pipes, drained), its
+// cluster directory is minted with internal/devpki. Run it from the module
+// root:
+//
+//	go run ./cmd/wlmbench
+//	go run ./cmd/wlmbench -t 2s -trials 1 -mem-frames 100000   # quick
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"nvpair-workload-manager/internal/devpki"
+)
+
+// config holds the flags.
+type config struct {
+	bin         string
+	c           int
+	t           time.Duration
+	trials      int
+	k           int
+	fanFrames   int
+	window      int
+	memFrames   int
+	memLive     int
+	metricsPath string
+	only        string
+	keep        bool
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := flag.NewFlagSet("wlmbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.bin, "bin", "", "daemon binary to run (default: go build the module root)")
+	fs.IntVar(&c.c, "c", 32, "concurrent keep-alive producers")
+	fs.DurationVar(&c.t, "t", 5*time.Second, "duration of one ingress trial")
+	fs.IntVar(&c.trials, "trials", 3, "trials per figure; the table shows medians")
+	fs.IntVar(&c.k, "k", 8, "peers (mTLS sinks) for fan-out and isolation")
+	fs.IntVar(&c.fanFrames, "frames", 10000, "frames per fan-out trial")
+	fs.IntVar(&c.window, "window", 256, "fan-out feed: most frames ahead of the slowest healthy peer (queues hold 1024)")
+	fs.IntVar(&c.memFrames, "mem-frames", 1_000_000, "memory run: ingress frames (5 per workload)")
+	fs.IntVar(&c.memLive, "mem-live", 10_000, "memory run: workloads open at once")
+	fs.StringVar(&c.metricsPath, "metrics-path", "/metrics", "path of the daemon's --metrics endpoint")
+	fs.StringVar(&c.only, "only", "", "comma-separated sections to run: ingress,fanout,isolation,memory (default all)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the temp directory (daemon logs, cluster dirs)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	switch {
+	case c.c < 1, c.trials < 1, c.k < 2, c.fanFrames < 1, c.t <= 0:
+		return c, errors.New("-c, -trials, -frames must be >= 1, -k >= 2, -t > 0")
+	case c.window < 1 || c.window > 1000:
+		return c, errors.New("-window must be between 1 and 1000 (the peer queues hold 1024)")
+	case c.memFrames < memFramesPerWorkload:
+		return c, fmt.Errorf("-mem-frames must be >= %d", memFramesPerWorkload)
+	}
+	for _, s := range c.sections() {
+		if !slices.Contains([]string{"ingress", "fanout", "isolation", "memory"}, s) {
+			return c, fmt.Errorf("-only: unknown section %q", s)
+		}
+	}
+	return c, nil
+}
+
+func (c config) sections() []string {
+	if c.only == "" {
+		return []string{"ingress", "fanout", "isolation", "memory"}
+	}
+	return strings.Split(c.only, ",")
+}
+
+func (c config) runs(section string) bool { return slices.Contains(c.sections(), section) }
+
+func main() {
+	if len(os.Args) > 1 && strings.HasPrefix(os.Args[1], "ceiling-") {
+		os.Exit(ceilingMain(os.Args[1]))
+	}
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "wlmbench:", err)
+		os.Exit(2)
+	}
+	if err := run(cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "wlmbench:", err)
+		os.Exit(1)
+	}
+}
+
+// ceilingMain runs one of the ceilings' own processes, which the harness
+// starts from its own executable.
+func ceilingMain(role string) int {
+	var err error
+	switch role {
+	case "ceiling-ingress":
+		err = serveCeilingMain()
+	case "ceiling-fanout":
+		err = ceilingFanoutMain()
+	default:
+		err = errors.New("unknown role")
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "wlmbench %s: %v\n", role, err)
+		return 1
+	}
+	return 0
+}
+
+// bench is one harness run.
+type bench struct {
+	cfg        config
+	bin        string
+	root       string
+	node       devpki.Identity // the daemons' identity, pinned by the sinks
+	hasMetrics bool
+	tbl        *table
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s  "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}
+
+func run(cfg config, out io.Writer) error {
+	root, err := os.MkdirTemp("", "wlmbench-")
+	if err != nil {
+		return err
+	}
+	if cfg.keep {
+		progress("keeping %s", root)
+	} else {
+		defer os.RemoveAll(root)
+	}
+	b := &bench{cfg: cfg, bin: cfg.bin, root: root, tbl: &table{}}
+	if b.bin == "" {
+		if b.bin, err = buildDaemon(root); err != nil {
+			return err
+		}
+	}
+	if b.node, err = devpki.Mint(devpki.NewUUID()); err != nil {
+		return err
+	}
+	b.hasMetrics = supportsFlag(b.bin, "--metrics", "127.0.0.1:0")
+	load0 := loadAvg()
+	started := time.Now()
+	if cfg.runs("ingress") {
+		if err := b.ingress(); err != nil {
+			return fmt.Errorf("ingress: %w", err)
+		}
+	}
+	if cfg.runs("fanout") || cfg.runs("isolation") {
+		if err := b.fanout(); err != nil {
+			return fmt.Errorf("fan-out: %w", err)
+		}
+	}
+	if cfg.runs("memory") {
+		if err := b.memory(); err != nil {
+			return fmt.Errorf("memory: %w", err)
+		}
+	}
+	fmt.Fprintf(out, "wlmbench %s: daemon %s, %d CPUs, %s, load average %s at start, %s at end, %s in all\n\n",
+		time.Now().Format("2006-01-02 15:04"), filepath.Base(b.bin), runtime.NumCPU(), runtime.Version(),
+		load0, loadAvg(), time.Since(started).Round(time.Second))
+	b.tbl.render(out)
+	fmt.Fprintf(out, "\n%d of %d targets missed\n", b.tbl.misses(), countTargets(b.tbl))
+	return nil
+}
+
+func countTargets(t *table) int {
+	n := 0
+	for _, r := range t.rows {
+		if r.result == pass || r.result == miss {
+			n++
+		}
+	}
+	return n
+}
+
+// buildDaemon builds the module root's main package into dir.
+func buildDaemon(dir string) (string, error) {
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	modRoot := filepath.Dir(strings.TrimSpace(string(gomod)))
+	if strings.TrimSpace(string(gomod)) == "" || strings.TrimSpace(string(gomod)) == os.DevNull {
+		return "", errors.New("not inside the module: run from the repository or pass --bin")
+	}
+	bin := filepath.Join(dir, "nvpair-workload-manager")
+	progress("building the daemon from %s", modRoot)
+	cmd := exec.Command("go", "build", "-o", bin, ".")
+	cmd.Dir = modRoot
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go build: %w", err)
+	}
+	return bin, nil
+}
+
+// loadAvg returns the 1-minute load average, or "?".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "?"
+}
+
+// ingress is the ingress section: throughput against the ceiling, then the
+// latency at half the daemon's rate.
+func (b *bench) ingress() error {
+	cfg := b.cfg
+	// A long heartbeat keeps re-assertions of the growing re-sync set out of
+	// the figures; the memory run keeps the default.
+	d, err := startDaemon(b.bin, b.root, daemonOpts{name: "ingress", ident: b.node, ingress: true, metrics: b.hasMetrics, resyncInterval: time.Hour})
+	if err != nil {
+		return err
+	}
+	defer b.stopDaemon(d)
+	ceil, err := startCeiling()
+	if err != nil {
+		return err
+	}
+	defer ceil.close()
+	client, closeIdle := producerClient(cfg.c)
+	defer closeIdle()
+	dURL, cURL := "http://"+d.ingressAddr+ingressPath, "http://"+ceil.addr+ingressPath
+
+	warm := min(cfg.t/5, 500*time.Millisecond)
+	closedLoop(client, dURL, cfg.c, warm, lifecycleBody("warm"))
+	closedLoop(client, cURL, cfg.c, warm, lifecycleBody("warm"))
+
+	var dRate, cRate, ratio []float64
+	var dCPU, cCPU []time.Duration
+	var dP50, dP99, dMax, cP50, cP99, cMax []time.Duration
+	var failures []string
+	for i := range cfg.trials {
+		var rd, rc loadResult
+		runD := func() {
+			m := startCPU(d.cmd.Process.Pid)
+			rd = closedLoop(client, dURL, cfg.c, cfg.t, lifecycleBody("ing"+strconv.Itoa(i)))
+			dCPU = append(dCPU, m.perFrame(rd.ok))
+		}
+		runC := func() {
+			m := startCPU(ceil.cmd.Process.Pid)
+			rc = closedLoop(client, cURL, cfg.c, cfg.t, lifecycleBody("ing"+strconv.Itoa(i)))
+			cCPU = append(cCPU, m.perFrame(rc.ok))
+		}
+		if i%2 == 0 {
+			runD()
+			runC()
+		} else {
+			runC()
+			runD()
+		}
+		progress("ingress trial %d/%d: daemon %s (%s, %d failed), ceiling %s (%s)", i+1, cfg.trials,
+			fmtRate(rd.rate()), rd.lats, rd.failed, fmtRate(rc.rate()), rc.lats)
+		dRate, cRate = append(dRate, rd.rate()), append(cRate, rc.rate())
+		if rc.rate() > 0 {
+			ratio = append(ratio, rd.rate()/rc.rate())
+		}
+		dP50, dP99, dMax = append(dP50, rd.lats.p50), append(dP99, rd.lats.p99), append(dMax, rd.lats.max)
+		cP50, cP99, cMax = append(cP50, rc.lats.p50), append(cP99, rc.lats.p99), append(cMax, rc.lats.max)
+		failures = appendFailure(failures, "daemon", rd)
+		failures = appendFailure(failures, "ceiling", rc)
+	}
+	dr, cr, mr := median(dRate), median(cRate), median(ratio)
+	b.tbl.add(row{section: "ingress",
+		figure:   fmt.Sprintf("accepted frames/s, C=%d closed loop, median of %d x %s", cfg.c, cfg.trials, cfg.t),
+		measured: fmtRate(dr), baseline: fmtRate(cr), ratio: strconv.FormatFloat(mr, 'f', 2, 64) + "x",
+		target: ">= 0.60x", result: check(mr >= 0.6)})
+	b.tbl.add(cpuRow("ingress", "  server CPU per accepted frame (ratio: ceiling/daemon)", dCPU, cCPU))
+	b.tbl.note("ingress: the ceiling server is a process of its own, like the daemon; the producers run in the harness process")
+	b.tbl.add(row{section: "ingress", figure: "latency p50 / p99 / max at that load (medians)",
+		measured: latencySummary{p50: medianDuration(dP50), p99: medianDuration(dP99), max: medianDuration(dMax)}.String(),
+		baseline: latencySummary{p50: medianDuration(cP50), p99: medianDuration(cP99), max: medianDuration(cMax)}.String()})
+
+	half := dr / 2
+	var hP50, hP99, hMax, hcP99 []time.Duration
+	var hRate []float64
+	for i := range cfg.trials {
+		rh := openLoop(client, dURL, cfg.c, half, cfg.t, lifecycleBody("half"+strconv.Itoa(i)))
+		rhc := openLoop(client, cURL, cfg.c, half, cfg.t, lifecycleBody("half"+strconv.Itoa(i)))
+		progress("ingress half-rate trial %d/%d at %s: daemon %s (%s), ceiling %s", i+1, cfg.trials, fmtRate(half),
+			rh.lats, fmtRate(rh.rate()), rhc.lats)
+		hP50, hP99, hMax, hcP99 = append(hP50, rh.lats.p50), append(hP99, rh.lats.p99), append(hMax, rh.lats.max), append(hcP99, rhc.lats.p99)
+		hRate = append(hRate, rh.rate())
+		failures = appendFailure(failures, "daemon (half rate)", rh)
+	}
+	p99 := medianDuration(hP99)
+	b.tbl.add(row{section: "ingress",
+		figure:   fmt.Sprintf("p99 latency, open loop at 0.5x the daemon's rate (%s)", fmtRate(half)),
+		measured: fmtDur(p99), baseline: fmtDur(medianDuration(hcP99)),
+		target: "<= 5ms", result: check(p99 <= 5*time.Millisecond && p99 > 0)})
+	b.tbl.add(row{section: "ingress", figure: "  p50 / p99 / max at half rate (medians), achieved rate",
+		measured: latencySummary{p50: medianDuration(hP50), p99: p99, max: medianDuration(hMax)}.String() + ", " + fmtRate(median(hRate))})
+	if d.errorLines.Load() > 0 {
+		failures = append(failures, fmt.Sprintf("the ingress daemon logged %d errors", d.errorLines.Load()))
+	}
+	for _, f := range failures {
+		b.tbl.note("ingress: %s", f)
+	}
+	return nil
+}
+
+func appendFailure(fs []string, who string, r loadResult) []string {
+	if r.failed == 0 {
+		return fs
+	}
+	return append(fs, fmt.Sprintf("%s: %d of %d frames not accepted, first: %s", who, r.failed, r.ok+r.failed, r.firstError))
+}
+
+// drops returns a daemon's frames dropped at the enqueue point and at the
+// peer queues: exact from its metrics when it serves them, else as logged
+// (a lower bound: the daemon logs drops at most once per 10s).
+func (b *bench) drops(d *daemon) (outbound, peer int64, how string) {
+	if text, err := d.scrape(b.cfg.metricsPath); err == nil {
+		o, n1 := promSum(text, "nvpair_wlm_outbound_frames_dropped_total")
+		p, n2 := promSum(text, "nvpair_wlm_peer_queue_dropped_total")
+		if n1 > 0 && n2 > 0 {
+			return int64(o), int64(p), "metrics"
+		}
+	}
+	return d.outboundDrops.Load(), d.peerDrops.Load(), "logged, a lower bound"
+}
+
+func (b *bench) stopDaemon(d *daemon) {
+	if err := d.stop(); err != nil {
+		b.tbl.note("%s daemon: unclean exit: %v", d.name, err)
+	}
+}
+
+// fanout is the fan-out and isolation sections: the same sinks serve the
+// ceiling, a daemon broadcasting to all K and a daemon broadcasting to K-1
+// of them plus a black hole; the trials interleave the three.
+func (b *bench) fanout() error {
+	cfg := b.cfg
+	progressCh := make(chan struct{}, 1)
+	sinks := make([]*sink, cfg.k)
+	for i := range sinks {
+		s, err := newSink(b.node.DER, progressCh)
+		if err != nil {
+			return err
+		}
+		defer s.close()
+		sinks[i] = s
+	}
+	idents := func(ss []*sink) ([]devpki.Identity, []int) {
+		var ids []devpki.Identity
+		var ports []int
+		for _, s := range ss {
+			ids, ports = append(ids, s.ident), append(ports, s.port)
+		}
+		return ids, ports
+	}
+	ceiling, err := startCeilingFanout(b.node, sinks)
+	if err != nil {
+		return err
+	}
+	defer ceiling.close()
+
+	ids, ports := idents(sinks)
+	full, err := startDaemon(b.bin, b.root, daemonOpts{name: "fanout", ident: b.node, pins: ids, metrics: b.hasMetrics, resyncInterval: time.Hour})
+	if err != nil {
+		return err
+	}
+	defer b.stopDaemon(full)
+	if err := full.send(discoveryLine(ids, ports)); err != nil {
+		return err
+	}
+	if err := full.waitTargets(cfg.k, 10*time.Second); err != nil {
+		return err
+	}
+
+	var iso *daemon
+	var hole *blackHole
+	healthy := sinks[:cfg.k-1]
+	if cfg.runs("isolation") {
+		if hole, err = newBlackHole(); err != nil {
+			return err
+		}
+		defer hole.close()
+		hids, hports := idents(healthy)
+		hids, hports = append(hids, hole.ident), append(hports, hole.port)
+		if iso, err = startDaemon(b.bin, b.root, daemonOpts{name: "isolation", ident: b.node, pins: hids, metrics: b.hasMetrics, resyncInterval: time.Hour}); err != nil {
+			return err
+		}
+		defer b.stopDaemon(iso)
+		if err := iso.send(discoveryLine(hids, hports)); err != nil {
+			return err
+		}
+		if err := iso.waitTargets(cfg.k, 10*time.Second); err != nil {
+			return err
+		}
+	}
+
+	var fullR, ceilR, isoR []fanResult
+	var fullCPU, ceilCPU []time.Duration
+	run := int64(0)
+	for i := range cfg.trials {
+		steps := []func(){
+			func() {
+				run++
+				m := startCPU(ceiling.cmd.Process.Pid)
+				r := ceiling.run(sinks, run, cfg.fanFrames)
+				ceilCPU = append(ceilCPU, m.perFrame(int64(cfg.fanFrames)))
+				progress("fan-out trial %d/%d: ceiling %s", i+1, cfg.trials, r)
+				ceilR = append(ceilR, r)
+			},
+			func() {
+				run++
+				m := startCPU(full.cmd.Process.Pid)
+				r := feedDaemon(full, sinks, progressCh, run, cfg.fanFrames, cfg.window)
+				fullCPU = append(fullCPU, m.perFrame(int64(cfg.fanFrames)))
+				progress("fan-out trial %d/%d: daemon %s", i+1, cfg.trials, r)
+				fullR = append(fullR, r)
+			},
+		}
+		if iso != nil {
+			steps = append(steps, func() {
+				run++
+				r := feedDaemon(iso, healthy, progressCh, run, cfg.fanFrames, cfg.window)
+				progress("isolation trial %d/%d: daemon, 1 of %d black-holed, at the %d healthy: %s", i+1, cfg.trials, cfg.k, len(healthy), r)
+				isoR = append(isoR, r)
+			})
+		}
+		for j := range steps { // rotate the order so drift hits each alike
+			steps[(i+j)%len(steps)]()
+		}
+	}
+
+	rates := func(rs []fanResult) []float64 {
+		out := make([]float64, len(rs))
+		for i, r := range rs {
+			out[i] = r.rate()
+		}
+		return out
+	}
+	incomplete := func(who string, rs []fanResult) {
+		for i, r := range rs {
+			if !r.complete {
+				b.tbl.note("%s trial %d incomplete: the slowest healthy peer held %d of %d frames", who, i+1, r.delivered, r.frames)
+			}
+		}
+	}
+	allDone := func(rs []fanResult) bool {
+		for _, r := range rs {
+			if !r.complete {
+				return false
+			}
+		}
+		return len(rs) > 0
+	}
+	fr, cr := median(rates(fullR)), median(rates(ceilR))
+	if cfg.runs("fanout") {
+		var worst, ceilWorst int64
+		for _, r := range fullR {
+			worst = max(worst, r.maxHandshakes())
+		}
+		for _, r := range ceilR {
+			ceilWorst = max(ceilWorst, r.maxHandshakes())
+		}
+		b.tbl.add(row{section: "fan-out",
+			figure:   fmt.Sprintf("frames/s delivered to all %d peers, %d frames, median of %d", cfg.k, cfg.fanFrames, cfg.trials),
+			measured: fmtRate(fr), baseline: fmtRate(cr), ratio: fmtRatio(fr, cr),
+			target: ">= 0.50x", result: check(cr > 0 && fr/cr >= 0.5 && allDone(fullR))})
+		b.tbl.add(row{section: "fan-out", figure: fmt.Sprintf("TLS handshakes per peer over %d frames (worst peer, worst trial)", cfg.fanFrames),
+			measured: strconv.FormatInt(worst, 10), baseline: strconv.FormatInt(ceilWorst, 10),
+			target: "<= 2", result: check(worst <= 2 && len(fullR) > 0)})
+		b.tbl.add(cpuRow("fan-out", fmt.Sprintf("  CPU per frame sent to %d peers (ratio: ceiling/daemon)", cfg.k), fullCPU, ceilCPU))
+		incomplete("fan-out (daemon)", fullR)
+		incomplete("fan-out (ceiling)", ceilR)
+		if o, p, how := b.drops(full); o+p > 0 {
+			b.tbl.note("fan-out daemon dropped frames (%s): enqueue point %d, peer queues %d", how, o, p)
+		}
+	}
+	if iso == nil {
+		b.tbl.note("fan-out feeds the daemon's stdin closed-loop, at most %d frames ahead of the slowest peer (the peer queues hold 1024), so delivery is measured rather than drops", cfg.window)
+		return nil
+	}
+
+	// Latency at the healthy peers, paced at half the rate the daemon
+	// sustained without a black hole: how far behind a member's view is in
+	// real use, with and without a dead member.
+	paceRate := fr / 2
+	paceFrames := max(1, int(paceRate*cfg.t.Seconds()))
+	var fullP, isoP []fanResult
+	for i := range cfg.trials {
+		steps := []func(){
+			func() {
+				run++
+				r := feedDaemonPaced(full, sinks, progressCh, run, paceFrames, paceRate)
+				progress("paced trial %d/%d at %s: daemon, none black-holed: %s", i+1, cfg.trials, fmtRate(paceRate), r)
+				fullP = append(fullP, r)
+			},
+			func() {
+				run++
+				r := feedDaemonPaced(iso, healthy, progressCh, run, paceFrames, paceRate)
+				progress("paced trial %d/%d at %s: daemon, 1 of %d black-holed, at the %d healthy: %s", i+1, cfg.trials, fmtRate(paceRate), cfg.k, len(healthy), r)
+				isoP = append(isoP, r)
+			},
+		}
+		steps[i%2]()
+		steps[(i+1)%2]()
+	}
+	ir := median(rates(isoR))
+	iso99, full99 := medianSummary(isoP), medianSummary(fullP)
+	b.tbl.add(row{section: "isolation",
+		figure:   fmt.Sprintf("frames/s at the %d healthy peers, 1 of %d black-holed (closed loop)", len(healthy), cfg.k),
+		measured: fmtRate(ir), baseline: fmtRate(fr) + " none black-holed", ratio: fmtRatio(ir, fr),
+		target: ">= 0.90x", result: check(fr > 0 && ir/fr >= 0.9 && allDone(isoR))})
+	b.tbl.add(row{section: "isolation",
+		figure:   fmt.Sprintf("p99 delivery latency at the healthy peers, paced at %s", fmtRate(paceRate)),
+		measured: fmtDur(iso99.p99), baseline: fmtDur(full99.p99) + " none black-holed",
+		target: "< 1s", result: check(iso99.p99 > 0 && iso99.p99 < time.Second && allDone(isoP))})
+	b.tbl.add(row{section: "isolation", figure: "  p50 / p99 / max paced (medians)",
+		measured: iso99.String(), baseline: full99.String()})
+	o, p, how := b.drops(iso)
+	b.tbl.add(row{section: "isolation", figure: "drops: enqueue point / peer queues (" + how + ")",
+		measured: fmt.Sprintf("%d / %d", o, p),
+		baseline: fmt.Sprintf("of %d fed; %d conns held", cfg.trials*(cfg.fanFrames+paceFrames), hole.accepted.Load())})
+	incomplete("isolation (closed loop)", isoR)
+	incomplete("isolation (paced)", isoP)
+	incomplete("fan-out (paced)", fullP)
+	b.tbl.note("fan-out and isolation rates: the daemon's stdin is fed closed-loop, at most %d frames ahead of the slowest healthy peer (the peer queues hold 1024), so delivery is measured rather than drops", cfg.window)
+	b.tbl.note("isolation latency: %d frames per trial written to stdin at %s (half the fan-out rate), from each frame's due time to the sink's handler", paceFrames, fmtRate(paceRate))
+	b.tbl.note("isolation: the black-holed peer's queue fills (1024) and then drops for that peer only; every healthy peer received every frame unless a trial is noted incomplete")
+	b.tbl.note("the fan-out ceiling is a process of its own posting the same frames from one goroutine per sink over a keep-alive mTLS client; the sinks run in the harness process, on the same cores as the daemon")
+	return nil
+}
+
+// cpuRow shows the median CPU per frame of the daemon and the ceiling.
+func cpuRow(section, figure string, daemon, ceiling []time.Duration) row {
+	d, c := medianDuration(daemon), medianDuration(ceiling)
+	if d == 0 || c == 0 {
+		return row{section: section, figure: figure, measured: "n/a", result: unavailable}
+	}
+	return row{section: section, figure: figure, measured: fmtMicros(d), baseline: fmtMicros(c), ratio: fmtRatio(float64(c), float64(d))}
+}
+
+// medianSummary is the per-statistic median of runs' latency summaries.
+func medianSummary(rs []fanResult) latencySummary {
+	var p50, p99, mx []time.Duration
+	for _, r := range rs {
+		p50, p99, mx = append(p50, r.lats.p50), append(p99, r.lats.p99), append(mx, r.lats.max)
+	}
+	return latencySummary{p50: medianDuration(p50), p99: medianDuration(p99), max: medianDuration(mx)}
+}
+
+// memory is the memory section.
+func (b *bench) memory() error {
+	cfg := b.cfg
+	workloads := cfg.memFrames / memFramesPerWorkload
+	d, err := startDaemon(b.bin, b.root, daemonOpts{name: "memory", ident: b.node, ingress: true, metrics: b.hasMetrics})
+	if err != nil {
+		return err
+	}
+	defer b.stopDaemon(d)
+	var res memResult
+	settle := func() { time.Sleep(time.Second) }
+	settle()
+	if b.hasMetrics {
+		res.goroutinesPre, res.goroutineErr = d.goroutines(cfg.metricsPath)
+	} else {
+		res.goroutineErr = errors.New("the daemon has no --metrics flag")
+	}
+	st, err := d.procStatus()
+	if err != nil {
+		return err
+	}
+	res.rssStartKB = st["VmRSS"]
+	client, closeIdle := producerClient(cfg.c)
+	start := time.Now()
+	progress("memory run: %d frames over %d workloads, %d open at once, %d producers", workloads*memFramesPerWorkload, workloads, cfg.memLive, cfg.c)
+	res.ok, res.failed, res.firstError = memoryLoad(client, "http://"+d.ingressAddr+ingressPath, cfg.c, workloads, cfg.memLive,
+		func(done int64) {
+			if done%100000 == 0 {
+				st, _ := d.procStatus()
+				progress("memory run: %d frames, RSS %d MiB, peak %d MiB", done, st["VmRSS"]>>10, st["VmHWM"]>>10)
+			}
+		})
+	res.elapsed = time.Since(start)
+	closeIdle()
+	// Every accepted frame was written to the broker before its answer.
+	base := d.upserts.Load() + d.removes.Load()
+	deadline := time.Now().Add(5 * time.Second)
+	for d.upserts.Load()+d.removes.Load() < res.ok && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		base = d.upserts.Load() + d.removes.Load()
+	}
+	if base != res.ok {
+		b.tbl.note("memory: the broker side read %d upserts and removals for %d accepted frames", base, res.ok)
+	}
+	if res.goroutineErr == nil {
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			n, err := d.goroutines(cfg.metricsPath)
+			if err != nil {
+				res.goroutineErr = err
+				break
+			}
+			res.goroutinesPost = n
+			if abs(n-res.goroutinesPre) <= 5 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	if st, err = d.procStatus(); err != nil {
+		return err
+	}
+	res.peakKB, res.rssEndKB = st["VmHWM"], st["VmRSS"]
+	progress("memory run: %d accepted, %d failed in %s; peak RSS %d MiB, RSS at end %d MiB",
+		res.ok, res.failed, res.elapsed.Round(time.Millisecond), res.peakKB>>10, res.rssEndKB>>10)
+
+	const limitKB = 128 << 10
+	b.tbl.add(row{section: "memory",
+		figure:   fmt.Sprintf("peak RSS (VmHWM), %d frames over %d workloads, %d open", res.ok+res.failed, workloads, cfg.memLive),
+		measured: mib(res.peakKB), baseline: mib(res.rssStartKB) + " at start, " + mib(res.rssEndKB) + " at end",
+		target: "< 128 MiB", result: check(res.peakKB > 0 && res.peakKB < limitKB && res.failed == 0)})
+	g := row{section: "memory", figure: "goroutines before -> after the run", target: "within +-5"}
+	if res.goroutineErr != nil {
+		g.measured, g.result = "n/a", unavailable
+		b.tbl.note("memory: goroutines not measured: %v", res.goroutineErr)
+	} else {
+		g.measured = fmt.Sprintf("%d -> %d", res.goroutinesPre, res.goroutinesPost)
+		g.ratio = fmt.Sprintf("%+d", res.goroutinesPost-res.goroutinesPre)
+		g.result = check(abs(res.goroutinesPost-res.goroutinesPre) <= 5)
+	}
+	b.tbl.add(g)
+	b.tbl.add(row{section: "memory", figure: "  ingress rate over the memory run",
+		measured: fmtRate(float64(res.ok) / res.elapsed.Seconds())})
+	if res.failed > 0 {
+		b.tbl.note("memory: %d frames not accepted, first: %s", res.failed, res.firstError)
+	}
+	b.tbl.note("memory: the daemon runs with its default --resync-interval (30s); the ingress and fan-out daemons with 1h, so heartbeats of the growing re-sync set stay out of their figures")
+	return nil
+}
+
+func mib(kb int64) string { return strconv.FormatFloat(float64(kb)/1024, 'f', 1, 64) + " MiB" }
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
