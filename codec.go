@@ -69,9 +69,30 @@ func encodeNotification(method string, params json.RawMessage) []byte {
 	return b.Bytes()
 }
 
+// writeJSONString writes s as encoding/json would marshal it. A string
+// with nothing to escape, the common case, is written as it is.
 func writeJSONString(b *bytes.Buffer, s string) {
+	if jsonPlain(s) {
+		b.WriteByte('"')
+		b.WriteString(s)
+		b.WriteByte('"')
+		return
+	}
 	q, _ := json.Marshal(s) // a string always marshals
 	b.Write(q)
+}
+
+// jsonPlain reports whether json.Marshal writes s between quotes unchanged:
+// printable ASCII other than the quote, the backslash and the three HTML
+// characters encoding/json escapes.
+func jsonPlain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
 
 // errLineTooLong is returned, once per over-long line, by lineReader.Next

@@ -199,3 +199,73 @@ func FuzzLineReader(f *testing.F) {
 		}
 	})
 }
+
+// The targets below hold the ingress's fast paths to the slow ones they
+// replace: the member scanner to encoding/json's Decoder, the inline
+// spelling check to the map one, and the resync pre-check to a full decode.
+
+// FuzzObjectMembersMatchesDecoder: the scanner splits every object exactly
+// as the Decoder does, and refuses exactly what it refuses.
+func FuzzObjectMembersMatchesDecoder(f *testing.F) {
+	for _, s := range []string{benchSeedFrame, benchSeedParams, `{}`, ` { "a" : 1 , "b":[1,{"c":"}"}], "\u0041":"x\"y", "ſ":null } `,
+		`{"a":1}{}`, `{"a":1} x`, `[1]`, `{"a":"\xff"}`, "{\"\xffa\":1}", `{"a\\b":-1.5e3,"t":true,"f":false}`, `{"a":{"b":{"c":[[],{}]}}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		got, gerr := objectMembers(raw)
+		want, werr := objectMembersDecoded(raw)
+		if (gerr == nil) != (werr == nil) {
+			t.Fatalf("errors differ: scanner %v, decoder %v", gerr, werr)
+		}
+		if gerr != nil {
+			return
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%d members, decoder %d", len(got), len(want))
+		}
+		for i := range got {
+			if got[i].name != want[i].name || !bytes.Equal(got[i].value, want[i].value) {
+				t.Fatalf("member %d: %q=%s, decoder %q=%s", i, got[i].name, got[i].value, want[i].name, want[i].value)
+			}
+		}
+	})
+}
+
+// FuzzCheckSpellingInlineMatchesMap: the allocation-free spelling check
+// gives the map-based check's answer.
+func FuzzCheckSpellingInlineMatchesMap(f *testing.F) {
+	for _, s := range []string{"id\x00model", "id\x00ID", "reſync", "originatedfrom", "a\x00b\x00A", "ſ\x00S\x00s", "K\x00k"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var ms []jsonMember
+		for _, n := range bytes.Split([]byte(s), []byte{0}) {
+			ms = append(ms, jsonMember{name: string(n), value: []byte("1")})
+		}
+		for _, known := range []map[string]string{workloadFields, paramsFields, envelopeFields} {
+			a, b := checkSpelling("x", ms, known), checkSpellingMap("x", ms, known)
+			if (a == nil) != (b == nil) || (a != nil && a.Error() != b.Error()) {
+				t.Fatalf("inline %v, map %v", a, b)
+			}
+		}
+	})
+}
+
+// FuzzMayHoldResyncIsConservative: when the pre-check says params cannot
+// hold a resync member, encoding/json finds none.
+func FuzzMayHoldResyncIsConservative(f *testing.F) {
+	for _, s := range []string{`{"resync":true}`, `{"ReSyNc":1}`, `{"reſync":1}`, `{"r\u0065sync":1}`, `{"workloadInfo":{}}`, `{"x":"resync"}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(p, &m) != nil || mayHoldResync(p) {
+			return
+		}
+		for k := range m {
+			if strings.EqualFold(k, "resync") {
+				t.Fatalf("mayHoldResync missed %q in %s", k, p)
+			}
+		}
+	})
+}

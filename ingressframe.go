@@ -42,22 +42,26 @@ func foldSet(names ...string) map[string]string {
 // fold orbit (so "ſ" U+017F folds with "s" and "K" U+212A with "k"). Two
 // names fold together exactly when encoding/json could confuse them.
 func foldKey(name string) string {
-	out := make([]byte, 0, len(name))
+	return string(appendFold(make([]byte, 0, len(name)), name))
+}
+
+// appendFold appends foldKey(name) to dst.
+func appendFold(dst []byte, name string) []byte {
 	for i := 0; i < len(name); {
 		c := name[i]
 		if c < utf8.RuneSelf {
 			if 'a' <= c && c <= 'z' {
 				c -= 'a' - 'A'
 			}
-			out = append(out, c)
+			dst = append(dst, c)
 			i++
 			continue
 		}
 		r, n := utf8.DecodeRuneInString(name[i:])
-		out = utf8.AppendRune(out, smallestFold(r))
+		dst = utf8.AppendRune(dst, smallestFold(r))
 		i += n
 	}
-	return string(out)
+	return dst
 }
 
 func smallestFold(r rune) rune {
@@ -78,7 +82,112 @@ type jsonMember struct {
 
 // objectMembers returns the members of a JSON object in order, repeated
 // names included (encoding/json would silently keep the last one).
+//
+// A valid document, the common case, is split by a scanner that relies on
+// json.Valid having checked the grammar; its names are unquoted exactly as
+// encoding/json unquotes them (json.Unmarshal whenever a name has an escape
+// or is not valid UTF-8). Anything json.Valid refuses goes through the
+// decoder, for its error.
 func objectMembers(raw []byte) ([]jsonMember, error) {
+	if !json.Valid(raw) {
+		return objectMembersDecoded(raw)
+	}
+	return validObjectMembers(raw)
+}
+
+// validObjectMembers is objectMembers for raw known to be valid JSON, such
+// as a member value of a document objectMembers accepted.
+func validObjectMembers(raw []byte) ([]jsonMember, error) {
+	i := skipJSONSpace(raw, 0)
+	if i == len(raw) || raw[i] != '{' {
+		return nil, errNotObject
+	}
+	ms := make([]jsonMember, 0, 16)
+	i = skipJSONSpace(raw, i+1)
+	if raw[i] == '}' {
+		return ms, nil
+	}
+	for {
+		end := skipJSONString(raw, i)
+		name, err := unquoteName(raw[i:end])
+		if err != nil {
+			return nil, err
+		}
+		i = skipJSONSpace(raw, end)
+		i = skipJSONSpace(raw, i+1) // the colon
+		vEnd := skipJSONValue(raw, i)
+		ms = append(ms, jsonMember{name: name, value: raw[i:vEnd:vEnd]})
+		i = skipJSONSpace(raw, vEnd)
+		if raw[i] == '}' {
+			return ms, nil
+		}
+		i = skipJSONSpace(raw, i+1) // the comma
+	}
+}
+
+// unquoteName returns a quoted JSON name as encoding/json decodes it.
+func unquoteName(q []byte) (string, error) {
+	body := q[1 : len(q)-1]
+	if bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+		return string(body), nil
+	}
+	var s string
+	err := json.Unmarshal(q, &s)
+	return s, err
+}
+
+func skipJSONSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipJSONString returns the index just past the string that starts at
+// b[i] (a quote) in a valid document.
+func skipJSONString(b []byte, i int) int {
+	for i++; b[i] != '"'; i++ {
+		if b[i] == '\\' {
+			i++
+		}
+	}
+	return i + 1
+}
+
+// skipJSONValue returns the index just past the value that starts at b[i]
+// in a valid document.
+func skipJSONValue(b []byte, i int) int {
+	switch b[i] {
+	case '"':
+		return skipJSONString(b, i)
+	case '{', '[':
+		depth := 0
+		for ; ; i++ {
+			switch b[i] {
+			case '"':
+				i = skipJSONString(b, i) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1
+				}
+			}
+		}
+	default: // a number or a literal
+		for ; i < len(b); i++ {
+			switch b[i] {
+			case ',', '}', ']', ' ', '\t', '\r', '\n':
+				return i
+			}
+		}
+		return i
+	}
+}
+
+// objectMembersDecoded is objectMembers through encoding/json's Decoder,
+// which names the error in a document that is not valid.
+func objectMembersDecoded(raw []byte) ([]jsonMember, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil, errNotObject
@@ -108,6 +217,40 @@ func objectMembers(raw []byte) ([]jsonMember, error) {
 // otherwise, two names that fold together (an exact repeat included), and
 // any spelling of resync.
 func checkSpelling(level string, ms []jsonMember, known map[string]string) error {
+	if len(ms) > maxInlineMembers {
+		return checkSpellingMap(level, ms, known)
+	}
+	// The folded names go into one buffer and are compared pairwise: for
+	// the few members a frame has this allocates nothing, where a map of
+	// folded names allocates each name and the map.
+	var arena [512]byte
+	var spans [maxInlineMembers][2]int
+	folded := arena[:0]
+	for i, m := range ms {
+		start := len(folded)
+		folded = appendFold(folded, m.name)
+		f := folded[start:]
+		spans[i] = [2]int{start, len(folded)}
+		if string(f) == resyncFolded {
+			return fmt.Errorf("%s: %q is reserved for peers' re-assertions", level, m.name)
+		}
+		for j := range i {
+			if bytes.Equal(folded[spans[j][0]:spans[j][1]], f) {
+				return fmt.Errorf("%s: names %q and %q collide", level, ms[j].name, m.name)
+			}
+		}
+		if canon, ok := known[string(f)]; ok && canon != m.name {
+			return fmt.Errorf("%s: %q must be spelt %q", level, m.name, canon)
+		}
+	}
+	return nil
+}
+
+// maxInlineMembers is the most members checkSpelling compares pairwise;
+// a larger object goes through a map.
+const maxInlineMembers = 32
+
+func checkSpellingMap(level string, ms []jsonMember, known map[string]string) error {
 	seen := make(map[string]string, len(ms))
 	for _, m := range ms {
 		f := foldKey(m.name)
@@ -125,9 +268,15 @@ func checkSpelling(level string, ms []jsonMember, known map[string]string) error
 	return nil
 }
 
-// checkedMembers parses an object and checks its names' spelling.
-func checkedMembers(level string, raw []byte, known map[string]string) ([]jsonMember, error) {
-	ms, err := objectMembers(raw)
+// checkedMembers parses an object and checks its names' spelling. valid
+// says raw is already known to be valid JSON (a member value of a checked
+// object), so it need not be validated again.
+func checkedMembers(level string, raw []byte, known map[string]string, valid bool) ([]jsonMember, error) {
+	parse := objectMembers
+	if valid {
+		parse = validObjectMembers
+	}
+	ms, err := parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", level, err)
 	}
@@ -146,6 +295,11 @@ func member(ms []jsonMember, name string) (json.RawMessage, bool) {
 // encodeMembers renders members as a JSON object, in order, values untouched.
 func encodeMembers(ms []jsonMember) json.RawMessage {
 	var b bytes.Buffer
+	n := 2 // the braces
+	for _, m := range ms {
+		n += len(m.name) + len(m.value) + 4 // quotes, colon, comma
+	}
+	b.Grow(n) // exact for plain names: no slack is kept with the frame
 	b.WriteByte('{')
 	for i, m := range ms {
 		if i > 0 {
@@ -197,7 +351,7 @@ func stampOrigin(ms []jsonMember, nodeID string) (json.RawMessage, error) {
 // field spelling, no resync marker, this node's origin only, a known state
 // and a bounded id. It has no side effects.
 func parseIngressFrame(body []byte, nodeID string) (localFrame, error) {
-	env, err := checkedMembers("envelope", body, envelopeFields)
+	env, err := checkedMembers("envelope", body, envelopeFields, false)
 	if err != nil {
 		return localFrame{}, err
 	}
@@ -228,7 +382,7 @@ func parseIngressFrame(body []byte, nodeID string) (localFrame, error) {
 // stampParams checks the spelling of params (and of workloadInfo) and stamps
 // the origin where the frame carries it.
 func stampParams(method string, params json.RawMessage, nodeID string) (json.RawMessage, error) {
-	pm, err := checkedMembers("params", params, paramsFields)
+	pm, err := checkedMembers("params", params, paramsFields, true)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +393,7 @@ func stampParams(method string, params json.RawMessage, nodeID string) (json.Raw
 	if !ok || !isJSONObject(info) {
 		return params, nil // parseLifecycle names the problem
 	}
-	wm, err := checkedMembers("workloadInfo", info, workloadFields)
+	wm, err := checkedMembers("workloadInfo", info, workloadFields, true)
 	if err != nil {
 		return nil, err
 	}

@@ -115,14 +115,20 @@ func (li *localIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	status, reason, f := li.decide(w, r)
 	reason = clipReason(reason)
 	li.m.ingressResponses.inc(strconv.Itoa(status))
-	log := li.m.log.With("channel", "ingress", "remote", r.RemoteAddr, "httpMethod", r.Method, "path", r.URL.Path)
+	// The request's logger is built only for a line that will be written:
+	// With formats its attributes at once, on every accepted frame.
+	log := func() *slog.Logger {
+		return li.m.log.With("channel", "ingress", "remote", r.RemoteAddr, "httpMethod", r.Method, "path", r.URL.Path)
+	}
 	switch {
 	case status == http.StatusOK:
-		log.Debug("ingress frame accepted", "method", f.method, "id", f.workloadID())
+		if li.m.log.Enabled(r.Context(), slog.LevelDebug) {
+			log().Debug("ingress frame accepted", "method", f.method, "id", f.workloadID())
+		}
 	case status >= http.StatusInternalServerError:
-		log.Error("ingress frame not accepted", "status", status, "reason", reason)
+		log().Error("ingress frame not accepted", "status", status, "reason", reason)
 	default:
-		log.Warn("ingress request rejected", "status", status, "reason", reason)
+		log().Warn("ingress request rejected", "status", status, "reason", reason)
 	}
 	answer(w, status, reason)
 }

@@ -652,7 +652,7 @@ func TestLocalIngressEndToEnd(t *testing.T) {
 	ref := workloadRef{a.id, "job-42"}
 	a.m.activeMu.Lock()
 	var tracked []resyncEntry
-	for k := range a.m.resync.byRef[ref] {
+	for _, k := range a.m.resync.byRef[ref] {
 		tracked = append(tracked, *a.m.resync.entries[k])
 	}
 	a.m.activeMu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"time"
 )
@@ -21,14 +22,14 @@ type resyncEntry struct {
 type resyncSet struct {
 	retention time.Duration // how long a terminal entry stays
 	entries   map[workloadKey]*resyncEntry
-	byRef     map[workloadRef]map[workloadKey]struct{} // a removal names a ref, not a run
+	byRef     map[workloadRef][]workloadKey // a removal names a ref, not a run; nearly always one run
 }
 
 func newResyncSet(retention time.Duration) *resyncSet {
 	return &resyncSet{
 		retention: retention,
 		entries:   map[workloadKey]*resyncEntry{},
-		byRef:     map[workloadRef]map[workloadKey]struct{}{},
+		byRef:     map[workloadRef][]workloadKey{},
 	}
 }
 
@@ -47,18 +48,15 @@ func (s *resyncSet) track(ev *lifecycleEvent, now time.Time) bool {
 		e.terminalAt = now
 	}
 	s.entries[k] = e
-	keys := s.byRef[ev.ref()]
-	if keys == nil {
-		keys = map[workloadKey]struct{}{}
-		s.byRef[ev.ref()] = keys
+	if keys := s.byRef[ev.ref()]; !slices.Contains(keys, k) {
+		s.byRef[ev.ref()] = append(keys, k)
 	}
-	keys[k] = struct{}{}
 	return true
 }
 
 // untrack drops every run of the workload.
 func (s *resyncSet) untrack(ref workloadRef) {
-	for k := range s.byRef[ref] {
+	for _, k := range s.byRef[ref] {
 		delete(s.entries, k)
 	}
 	delete(s.byRef, ref)
@@ -67,11 +65,11 @@ func (s *resyncSet) untrack(ref workloadRef) {
 func (s *resyncSet) remove(k workloadKey) {
 	delete(s.entries, k)
 	ref := workloadRef{k.origin, k.id}
-	if keys := s.byRef[ref]; keys != nil {
-		delete(keys, k)
-		if len(keys) == 0 {
-			delete(s.byRef, ref)
-		}
+	keys := slices.DeleteFunc(s.byRef[ref], func(x workloadKey) bool { return x == k })
+	if len(keys) == 0 {
+		delete(s.byRef, ref)
+	} else {
+		s.byRef[ref] = keys
 	}
 }
 
@@ -107,6 +105,9 @@ func withResync(params json.RawMessage) json.RawMessage {
 // withoutResync returns params without any member that encoding/json would
 // decode as the resync marker.
 func withoutResync(params json.RawMessage) json.RawMessage {
+	if !mayHoldResync(params) {
+		return params
+	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(params, &m); err != nil {
 		return params // parseLifecycle already decoded it; unreachable
@@ -153,4 +154,32 @@ func (m *Manager) queueResync(reason string) int {
 // heartbeat re-asserts the re-sync set every interval until ctx ends.
 func (m *Manager) heartbeat(ctx context.Context) {
 	runEvery(ctx, m.cfg.ResyncInterval, func() { m.queueResync("heartbeat") })
+}
+
+// mayHoldResync reports whether params could hold a member that
+// encoding/json decodes as resync: a name with an escape, or one spelt
+// resync in any case, with "ſ" (U+017F, which folds to s) for the s. When
+// it reports false no such member exists and params need no decoding.
+func mayHoldResync(params []byte) bool {
+	if bytes.IndexByte(params, '\\') >= 0 {
+		return true
+	}
+	for i := 0; i+6 <= len(params); i++ {
+		if params[i]|0x20 != 'r' || params[i+1]|0x20 != 'e' {
+			continue
+		}
+		j := i + 2
+		switch {
+		case params[j]|0x20 == 's':
+			j++
+		case j+1 < len(params) && params[j] == 0xc5 && params[j+1] == 0xbf: // ſ
+			j += 2
+		default:
+			continue
+		}
+		if j+3 <= len(params) && params[j]|0x20 == 'y' && params[j+1]|0x20 == 'n' && params[j+2]|0x20 == 'c' {
+			return true
+		}
+	}
+	return false
 }
