@@ -298,3 +298,56 @@ func mustJSON(t testing.TB, v any) string {
 	}
 	return string(b)
 }
+
+// waitRun waits for a node's Run to return and fails if it returned an
+// error; it leaves a value for the node's cleanup.
+func waitRun(t *testing.T, n *testNode, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	select {
+	case err := <-n.done:
+		if err != nil {
+			t.Fatalf("Run returned %v", err)
+		}
+		n.done <- nil
+	case <-time.After(within):
+		t.Fatalf("Run did not return within %v", within)
+	}
+	return time.Since(start)
+}
+
+func TestShutdownDrainsPeerQueuesBeforeExit(t *testing.T) {
+	a, b := newTestNode(t), newTestNode(t)
+	mesh(t, a, b)
+	// B's broker writes stall, so A's frames pile up in A's peer queue.
+	b.m.out.mu.Lock()
+	const frames = 20
+	for i := range frames {
+		a.sendLifecycle(workload("drain-"+itoa(i), "running", a.id))
+	}
+	eventually(t, "A to queue every frame", func() bool { return a.m.bcast.queued.Load() == frames })
+	a.broker.toD.Close() // the broker quits: EOF starts A's shutdown
+	time.AfterFunc(300*time.Millisecond, b.m.out.mu.Unlock)
+	waitRun(t, a, waitTimeout)
+	if got := a.m.bcast.peerStatsSnapshot()[0].succeeded.Load(); got != frames {
+		t.Fatalf("A delivered %d of %d queued frames before exiting", got, frames)
+	}
+	eventually(t, "every frame at B's broker", func() bool { return len(b.broker.withMethod(methodUpsert)) == frames })
+}
+
+func TestShutdownDrainIsBoundedByTheDrainTimeout(t *testing.T) {
+	a := newTestNode(t, func(c *Config) { c.DrainTimeout = 300 * time.Millisecond })
+	b := newTestNode(t)
+	mesh(t, a, b)
+	b.m.out.mu.Lock() // B never answers while A shuts down
+	t.Cleanup(b.m.out.mu.Unlock)
+	a.sendLifecycle(workload("stuck", "running", a.id))
+	eventually(t, "A to queue the frame", func() bool { return a.m.bcast.queued.Load() == 1 })
+	a.broker.toD.Close()
+	if took := waitRun(t, a, waitTimeout); took > 3*time.Second {
+		t.Fatalf("shutdown took %v with a 300ms drain timeout", took)
+	}
+	if !a.logs.contains("shutdown: peer queues not drained in time") {
+		t.Fatal("the abandoned frames were not logged")
+	}
+}
