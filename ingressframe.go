@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"unicode"
 	"unicode/utf8"
 )
@@ -72,145 +71,6 @@ func smallestFold(r rune) rune {
 		}
 		r = next
 	}
-}
-
-// jsonMember is one name/value pair of a JSON object, in document order.
-type jsonMember struct {
-	name  string
-	value json.RawMessage
-}
-
-// objectMembers returns the members of a JSON object in order, repeated
-// names included (encoding/json would silently keep the last one).
-//
-// A valid document, the common case, is split by a scanner that relies on
-// json.Valid having checked the grammar; its names are unquoted exactly as
-// encoding/json unquotes them (json.Unmarshal whenever a name has an escape
-// or is not valid UTF-8). Anything json.Valid refuses goes through the
-// decoder, for its error.
-func objectMembers(raw []byte) ([]jsonMember, error) {
-	if !json.Valid(raw) {
-		return objectMembersDecoded(raw)
-	}
-	return validObjectMembers(raw)
-}
-
-// validObjectMembers is objectMembers for raw known to be valid JSON, such
-// as a member value of a document objectMembers accepted.
-func validObjectMembers(raw []byte) ([]jsonMember, error) {
-	i := skipJSONSpace(raw, 0)
-	if i == len(raw) || raw[i] != '{' {
-		return nil, errNotObject
-	}
-	ms := make([]jsonMember, 0, 16)
-	i = skipJSONSpace(raw, i+1)
-	if raw[i] == '}' {
-		return ms, nil
-	}
-	for {
-		end := skipJSONString(raw, i)
-		name, err := unquoteName(raw[i:end])
-		if err != nil {
-			return nil, err
-		}
-		i = skipJSONSpace(raw, end)
-		i = skipJSONSpace(raw, i+1) // the colon
-		vEnd := skipJSONValue(raw, i)
-		ms = append(ms, jsonMember{name: name, value: raw[i:vEnd:vEnd]})
-		i = skipJSONSpace(raw, vEnd)
-		if raw[i] == '}' {
-			return ms, nil
-		}
-		i = skipJSONSpace(raw, i+1) // the comma
-	}
-}
-
-// unquoteName returns a quoted JSON name as encoding/json decodes it.
-func unquoteName(q []byte) (string, error) {
-	body := q[1 : len(q)-1]
-	if bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
-		return string(body), nil
-	}
-	var s string
-	err := json.Unmarshal(q, &s)
-	return s, err
-}
-
-func skipJSONSpace(b []byte, i int) int {
-	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
-		i++
-	}
-	return i
-}
-
-// skipJSONString returns the index just past the string that starts at
-// b[i] (a quote) in a valid document.
-func skipJSONString(b []byte, i int) int {
-	for i++; b[i] != '"'; i++ {
-		if b[i] == '\\' {
-			i++
-		}
-	}
-	return i + 1
-}
-
-// skipJSONValue returns the index just past the value that starts at b[i]
-// in a valid document.
-func skipJSONValue(b []byte, i int) int {
-	switch b[i] {
-	case '"':
-		return skipJSONString(b, i)
-	case '{', '[':
-		depth := 0
-		for ; ; i++ {
-			switch b[i] {
-			case '"':
-				i = skipJSONString(b, i) - 1
-			case '{', '[':
-				depth++
-			case '}', ']':
-				if depth--; depth == 0 {
-					return i + 1
-				}
-			}
-		}
-	default: // a number or a literal
-		for ; i < len(b); i++ {
-			switch b[i] {
-			case ',', '}', ']', ' ', '\t', '\r', '\n':
-				return i
-			}
-		}
-		return i
-	}
-}
-
-// objectMembersDecoded is objectMembers through encoding/json's Decoder,
-// which names the error in a document that is not valid.
-func objectMembersDecoded(raw []byte) ([]jsonMember, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, errNotObject
-	}
-	var ms []jsonMember
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, err
-		}
-		ms = append(ms, jsonMember{name: tok.(string), value: v})
-	}
-	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, err
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errors.New("data after the JSON object")
-	}
-	return ms, nil
 }
 
 // checkSpelling refuses a name that folds to a known field but is spelt
@@ -281,52 +141,6 @@ func checkedMembers(level string, raw []byte, known map[string]string, valid boo
 		return nil, fmt.Errorf("%s: %w", level, err)
 	}
 	return ms, checkSpelling(level, ms, known)
-}
-
-func member(ms []jsonMember, name string) (json.RawMessage, bool) {
-	for _, m := range ms {
-		if m.name == name {
-			return m.value, true
-		}
-	}
-	return nil, false
-}
-
-// encodeMembers renders members as a JSON object, in order, values untouched.
-func encodeMembers(ms []jsonMember) json.RawMessage {
-	var b bytes.Buffer
-	n := 2 // the braces
-	for _, m := range ms {
-		n += len(m.name) + len(m.value) + 4 // quotes, colon, comma
-	}
-	b.Grow(n) // exact for plain names: no slack is kept with the frame
-	b.WriteByte('{')
-	for i, m := range ms {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		writeJSONString(&b, m.name)
-		b.WriteByte(':')
-		b.Write(m.value)
-	}
-	b.WriteByte('}')
-	return b.Bytes()
-}
-
-// withMember returns ms with name set to value, in place when present.
-func withMember(ms []jsonMember, name string, value json.RawMessage) []jsonMember {
-	out := make([]jsonMember, 0, len(ms)+1)
-	found := false
-	for _, m := range ms {
-		if m.name == name {
-			m.value, found = value, true
-		}
-		out = append(out, m)
-	}
-	if !found {
-		out = append(out, jsonMember{name, value})
-	}
-	return out
 }
 
 // stampOrigin gives an object without an originatedFrom (or with an empty
