@@ -113,17 +113,9 @@ func ceilingFanoutMain() error {
 }
 
 // ceilingFanout is the fan-out ceiling's process, seen from the harness.
-type ceilingFanout struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	out   *bufio.Reader
-}
+type ceilingFanout struct{ *childProc }
 
 func startCeilingFanout(client devpki.Identity, sinks []*sink) (*ceilingFanout, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
 	spec := ceilingFanoutSpec{CertPEM: client.CertPEM, KeyPEM: client.KeyPEM, NodeID: client.Principal}
 	for _, s := range sinks {
 		spec.Sinks = append(spec.Sinks, ceilingSink{Port: s.port, DER: s.ident.DER})
@@ -132,24 +124,15 @@ func startCeilingFanout(client devpki.Identity, sinks []*sink) (*ceilingFanout, 
 	if err != nil {
 		return nil, err
 	}
-	c := &ceilingFanout{cmd: exec.Command(self, "ceiling-fanout")}
-	c.cmd.Stderr = os.Stderr
-	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
-		return nil, err
-	}
-	out, err := c.cmd.StdoutPipe()
+	p, err := startSelf("ceiling-fanout")
 	if err != nil {
 		return nil, err
 	}
-	c.out = bufio.NewReader(out)
-	if err := c.cmd.Start(); err != nil {
+	if _, err := p.stdin.Write(append(line, '\n')); err != nil {
+		p.close()
 		return nil, err
 	}
-	if _, err := c.stdin.Write(append(line, '\n')); err != nil {
-		c.close()
-		return nil, err
-	}
-	return c, nil
+	return &ceilingFanout{p}, nil
 }
 
 // run posts n frames of run to every sink and waits until they hold them.
@@ -169,7 +152,39 @@ func (c *ceilingFanout) run(sinks []*sink, run int64, n int) fanResult {
 	return r
 }
 
-func (c *ceilingFanout) close() {
+// childProc is a ceiling running as a process of its own: the harness's
+// own executable started in another role, spoken to over its stdin and
+// stdout, and ended by closing its stdin.
+type childProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	out   *bufio.Reader
+}
+
+// startSelf starts this executable in the given role.
+func startSelf(role string) (*childProc, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	c := &childProc{cmd: exec.Command(self, role)}
+	c.cmd.Stderr = os.Stderr
+	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	out, err := c.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	c.out = bufio.NewReader(out)
+	if err := c.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", role, err)
+	}
+	return c, nil
+}
+
+// close ends the process: stdin EOF, then a kill after 5 s.
+func (c *childProc) close() {
 	c.stdin.Close()
 	done := make(chan struct{})
 	go func() { _ = c.cmd.Wait(); close(done) }()

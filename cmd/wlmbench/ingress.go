@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -254,45 +252,19 @@ func serveCeilingMain() error {
 
 // ceilingServer is the ceiling server's process, seen from the harness.
 type ceilingServer struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	addr  string
+	*childProc
+	addr string
 }
 
 func startCeiling() (*ceilingServer, error) {
-	self, err := os.Executable()
+	p, err := startSelf("ceiling-ingress")
 	if err != nil {
 		return nil, err
 	}
-	c := &ceilingServer{cmd: exec.Command(self, "ceiling-ingress")}
-	c.cmd.Stderr = os.Stderr
-	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
-		return nil, err
-	}
-	out, err := c.cmd.StdoutPipe()
+	line, err := p.out.ReadString('\n')
 	if err != nil {
-		return nil, err
-	}
-	if err := c.cmd.Start(); err != nil {
-		return nil, err
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		c.close()
+		p.close()
 		return nil, fmt.Errorf("ceiling server: %w", err)
 	}
-	c.addr = strings.TrimSpace(line)
-	return c, nil
-}
-
-func (c *ceilingServer) close() {
-	c.stdin.Close()
-	done := make(chan struct{})
-	go func() { _ = c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-done
-	}
+	return &ceilingServer{childProc: p, addr: strings.TrimSpace(line)}, nil
 }
