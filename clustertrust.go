@@ -27,21 +27,30 @@ const principalURIPrefix = "urn:nvpair:node:"
 
 var errNoIdentity = errors.New("this node has no cluster identity (node.crt/node.key)")
 
-// clusterTrust holds this node's identity and the pinned certificates of the
-// other members, as read from the cluster directory, which the cluster
-// manager writes and this daemon only reads.
+// errKeyMissing is loadIdentity's answer when node.crt is present and
+// node.key is not: an antivirus quarantine or a rotation in progress more
+// often than a node leaving its cluster.
+var errKeyMissing = errors.New("node.key is missing")
+
+// clusterTrust holds this node's identity, the pinned certificates of the
+// other members and the node's membership, as read from the cluster
+// directory, which the cluster manager writes and this daemon only reads.
 type clusterTrust struct {
 	dir string
 	log *slog.Logger
 
-	// mu guards identity, identityDER, pins and invalid. It is a leaf lock:
-	// TLS callbacks take it during handshakes, so nothing else may be
-	// acquired while holding it.
-	mu          sync.RWMutex
-	identity    *tls.Certificate  // nil while the node has no identity
-	identityDER []byte            // identity's leaf, to detect a change
-	pins        map[string][]byte // principal -> pinned certificate DER
-	invalid     map[string]string // pin file name -> why it was ignored
+	// mu guards every field below. It is a leaf lock: TLS callbacks take it
+	// during handshakes, so nothing else may be acquired while holding it.
+	mu            sync.RWMutex
+	loaded        bool              // the first reload has run
+	identity      *tls.Certificate  // the loaded keypair; nil while none is
+	identityDER   []byte            // identity's leaf, to detect a change
+	selfPrincipal string            // identity's principal: its own leaf counts as pinned
+	identityIssue string            // the last identity problem warned about
+	pins          map[string][]byte // principal -> pinned certificate DER
+	invalid       map[string]string // pin file name -> why it was ignored
+	admission     admission         // what admission.json said at the last reload
+	member        membership        // derived from the above at every reload
 
 	serverHandshakes atomic.Uint64 // completed server-side handshakes, for the metrics
 }
@@ -51,7 +60,7 @@ func newClusterTrust(dir string, log *slog.Logger) *clusterTrust {
 }
 
 // watch re-reads the cluster directory until ctx ends and calls onChange
-// after each reload that changed the identity or the pins.
+// after each reload that changed the identity, the pins or the membership.
 func (t *clusterTrust) watch(ctx context.Context, every time.Duration, onChange func()) {
 	runEvery(ctx, every, func() {
 		if t.reload() {
@@ -60,31 +69,74 @@ func (t *clusterTrust) watch(ctx context.Context, every time.Duration, onChange 
 	})
 }
 
-// reload reads the identity and the pins and reports whether either changed.
+// reload reads the identity, the pins and the admission record, derives
+// the membership, and reports whether the identity, the pins or the
+// membership changed. The files are read before mu is taken, so a slow disk
+// never stalls a handshake.
 func (t *clusterTrust) reload() bool {
 	ident, identDER, identErr := loadIdentity(t.dir)
 	pins, invalid, pinsErr := loadPins(filepath.Join(t.dir, "trusted"))
+	adm := loadAdmission(t.dir)
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	changed := false
-	switch {
-	case identErr != nil:
-		// A present but unreadable identity is most likely mid-rotation:
-		// keep serving with the previous one.
-		t.log.Warn("cluster identity unreadable, keeping the previous one", "reason", identErr)
-	case !bytes.Equal(identDER, t.identityDER):
-		changed = true
-		t.identity, t.identityDER = ident, identDER
-		if ident == nil {
-			t.log.Warn("cluster identity absent: serving and broadcasting nothing", "dir", t.dir)
-		} else {
-			t.log.Info("cluster identity loaded", "principal", principalOf(ident.Leaf))
-		}
+	first := !t.loaded
+	t.loaded = true
+	changed := t.applyIdentity(ident, identDER, identErr)
+	changed = t.applyPins(pins, invalid, pinsErr) || changed
+	if adm.problem != "" && adm.problem != t.admission.problem {
+		t.log.Warn("admission record ignored: treated as no admission", "reason", adm.problem)
 	}
-	if pinsErr != nil {
-		t.log.Warn("trusted directory unreadable, keeping the previous pins", "reason", pinsErr)
-		return changed
+	t.admission = adm
+	return t.applyMembership(deriveMembership(t.identity != nil, adm, len(t.pins)), first) || changed
+}
+
+// applyIdentity takes the result of loadIdentity and reports whether the
+// identity changed. Called with mu held.
+//
+// A present but unreadable identity is most likely mid-rotation: the
+// previous one is kept. A missing node.key next to its node.crt keeps a
+// live member's identity too (a quarantined or locked key must not take a
+// node out of its cluster; a cleared admission does that), but leaves a
+// node that is not a member without one.
+func (t *clusterTrust) applyIdentity(ident *tls.Certificate, der []byte, err error) bool {
+	keep := err != nil && (!errors.Is(err, errKeyMissing) || (t.identity != nil && t.member.clustered))
+	if keep {
+		if issue := err.Error(); issue != t.identityIssue {
+			t.identityIssue = issue
+			if t.identity != nil {
+				t.log.Warn("cluster identity unreadable, keeping the previous one", "reason", issue)
+			} else {
+				t.log.Warn("cluster identity unreadable", "reason", issue)
+			}
+		}
+		return false
+	}
+	t.identityIssue = ""
+	if err != nil {
+		ident, der = nil, nil // a missing key on a node that is not a member: no identity
+	}
+	if bytes.Equal(der, t.identityDER) {
+		return false
+	}
+	had := t.identity != nil
+	t.identity, t.identityDER, t.selfPrincipal = ident, der, ""
+	switch {
+	case ident != nil:
+		t.selfPrincipal = principalOf(ident.Leaf)
+		t.log.Info("cluster identity loaded", "principal", t.selfPrincipal)
+	case had:
+		t.log.Warn("cluster identity absent: serving and broadcasting nothing", "dir", t.dir)
+	}
+	return true
+}
+
+// applyPins takes the result of loadPins and reports whether the pins
+// changed. Called with mu held.
+func (t *clusterTrust) applyPins(pins map[string][]byte, invalid map[string]string, err error) bool {
+	if err != nil {
+		t.log.Warn("trusted directory unreadable, keeping the previous pins", "reason", err)
+		return false
 	}
 	for name, why := range invalid {
 		if t.invalid[name] != why {
@@ -92,22 +144,41 @@ func (t *clusterTrust) reload() bool {
 		}
 	}
 	t.invalid = invalid
-	if !maps.EqualFunc(pins, t.pins, bytes.Equal) {
-		changed = true
-		t.log.Info("pinned peers changed", "total", len(pins))
-		t.pins = pins
+	if maps.EqualFunc(pins, t.pins, bytes.Equal) {
+		return false
 	}
-	return changed
+	t.log.Info("pinned peers changed", "total", len(pins))
+	t.pins = pins
+	return true
+}
+
+// applyMembership records the membership and reports whether it changed.
+// It says where the node stands once at startup and again on every
+// transition; a node without identity is warned about at startup, since it
+// is silently unreachable otherwise. Called with mu held.
+func (t *clusterTrust) applyMembership(now membership, first bool) bool {
+	prev := t.member
+	t.member = now
+	switch {
+	case first && t.identity == nil:
+		t.log.Warn("no cluster identity (node.crt/node.key): peers cannot reach this node and it broadcasts nothing", "dir", t.dir)
+	case first:
+		t.log.Info("cluster membership", "clustered", now.clustered, "reason", now.reason)
+	case now.clustered != prev.clustered:
+		t.log.Info("cluster membership changed", "clustered", now.clustered, "reason", now.reason)
+	}
+	return now.clustered != prev.clustered
 }
 
 // loadIdentity returns the node's certificate and its leaf's DER, or nil and
-// no error when node.crt or node.key is absent.
+// no error when node.crt is absent, or errKeyMissing when node.key alone is.
 func loadIdentity(dir string) (*tls.Certificate, []byte, error) {
 	certFile, keyFile := filepath.Join(dir, "node.crt"), filepath.Join(dir, "node.key")
-	for _, f := range []string{certFile, keyFile} {
-		if _, err := os.Stat(f); errors.Is(err, os.ErrNotExist) {
-			return nil, nil, nil
-		}
+	if _, err := os.Stat(certFile); errors.Is(err, os.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if _, err := os.Stat(keyFile); errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("load %s: %w", keyFile, errKeyMissing)
 	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
@@ -189,15 +260,37 @@ func principalOf(cert *x509.Certificate) string {
 	return cert.Subject.CommonName
 }
 
+// currentIdentity returns the identity this node presents: its keypair
+// while it is a clustered member, else nil. An unclustered node presents no
+// certificate and so completes no handshake, on either side.
 func (t *clusterTrust) currentIdentity() *tls.Certificate {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
+	if !t.member.clustered {
+		return nil
+	}
 	return t.identity
 }
 
+// clustered reports whether the node is a clustered member.
+func (t *clusterTrust) clustered() bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.member.clustered
+}
+
+// pin returns the certificate a principal must present. The node's own
+// current leaf counts as pinned (self-trust), so a rotated keypair is
+// followed without a pin file; an unclustered node trusts no one.
 func (t *clusterTrust) pin(principal string) ([]byte, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
+	if !t.member.clustered {
+		return nil, false
+	}
+	if t.identity != nil && principal == t.selfPrincipal {
+		return t.identityDER, true
+	}
 	der, ok := t.pins[principal]
 	return der, ok
 }

@@ -109,7 +109,7 @@ func (m *Manager) refreshTargets() {
 	m.discoveryMu.Lock()
 	defer m.discoveryMu.Unlock()
 	var targets []peerTarget
-	if m.trust.currentIdentity() != nil { // a node without identity broadcasts nothing
+	if m.trust.clustered() { // a node that is not a clustered member broadcasts nothing
 		targets = selectTargets(m.lastNodes, m.cfg.NodeID, func(p string) bool { _, ok := m.trust.pin(p); return ok }, m.log)
 	}
 	added, removed := m.bcast.setTargets(targets)

@@ -251,6 +251,10 @@ func newTestNode(t testing.TB, opts ...nodeOption) *testNode {
 	if err := devpki.WriteIdentity(n.clusterDir, ident); err != nil {
 		t.Fatal(err)
 	}
+	// Admitted, as a real member is: membership does not hang on its pins.
+	if err := devpki.WriteAdmission(n.clusterDir, "test-cluster", 1); err != nil {
+		t.Fatal(err)
+	}
 	cfg := Config{
 		NodeID: id, Version: "test", PeerAddr: "127.0.0.1:0", ClusterDir: n.clusterDir,
 		In: n.broker.dIn, Out: n.broker.dOut,

@@ -23,3 +23,26 @@ func parseLogLevel(s string) (slog.Level, error) {
 
 // levelName is the contract's name for a level.
 func levelName(l slog.Level) string { return strings.ToLower(l.String()) }
+
+// logLevelEnv is the environment variable every PAIR service falls back on
+// when it is started without --log-level.
+const logLevelEnv = "NVPAIR_LOG_LEVEL"
+
+// resolveLogLevel applies PAIR's convention: the flag when given, else
+// NVPAIR_LOG_LEVEL, else info. A bad flag value is an error (the operator
+// typed it on this command line); a bad environment value is only a warning
+// and info, since one mistyped variable in a user's shell must not stop the
+// daemon of every PAIR node started from it.
+func resolveLogLevel(flagValue string, flagGiven bool, envValue string) (lvl slog.Level, warning string, err error) {
+	if flagGiven {
+		lvl, err = parseLogLevel(flagValue)
+		return lvl, "", err
+	}
+	if envValue == "" {
+		return slog.LevelInfo, "", nil
+	}
+	if lvl, err = parseLogLevel(envValue); err != nil {
+		return slog.LevelInfo, fmt.Sprintf("%s: %v; using info", logLevelEnv, err), nil
+	}
+	return lvl, "", nil
+}

@@ -18,9 +18,6 @@ import (
 	"time"
 )
 
-// version is the build version, set with -ldflags "-X main.version=...".
-var version = "0.1.0-dev"
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
@@ -35,7 +32,8 @@ type options struct {
 	metrics        string
 	resyncInterval time.Duration
 	drainTimeout   time.Duration
-	logLevel       slog.Level
+	logLevel       string // the --log-level value, when given
+	logLevelGiven  bool
 	showVersion    bool
 }
 
@@ -48,12 +46,12 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.port, "port", 14320, "inter-node port (mTLS)")
 	fs.StringVar(&o.ipc, "ipc", "", "broker socket (Unix) or named pipe (Windows) instead of stdio")
 	fs.StringVar(&o.clusterDir, "cluster-dir", "", "cluster directory (default <app-dir>/cluster)")
-	fs.StringVar(&o.appDir, "app-dir", "", "application directory (default: parent of --cluster-dir, else <user config dir>/nvpair)")
+	fs.StringVar(&o.appDir, "app-dir", "", "PAIR app data directory (default: parent of --cluster-dir, else the platform's PAIR data dir)")
 	fs.StringVar(&o.localIngress, "local-ingress", "", "loopback HOST:PORT for third-party producers (off by default)")
 	fs.StringVar(&o.metrics, "metrics", "", "loopback HOST:PORT serving GET /metrics (off by default)")
 	fs.DurationVar(&o.resyncInterval, "resync-interval", defaultResyncInterval, "re-sync heartbeat interval")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "how long peer queues may drain at shutdown")
-	level := fs.String("log-level", "info", "error, warn, info or debug")
+	fs.StringVar(&o.logLevel, "log-level", "", "error, warn, info or debug (default: $NVPAIR_LOG_LEVEL, else info)")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -70,19 +68,15 @@ func parseFlags(args []string) (options, error) {
 	if o.drainTimeout <= 0 {
 		return o, fmt.Errorf("--drain-timeout %s: must be positive", o.drainTimeout)
 	}
-	var err error
-	if o.logLevel, err = parseLogLevel(*level); err != nil {
-		return o, fmt.Errorf("--log-level: %w", err)
-	}
-	switch {
-	case o.appDir == "" && o.clusterDir != "":
-		o.appDir = filepath.Dir(filepath.Clean(o.clusterDir))
-	case o.appDir == "":
-		cfg, err := os.UserConfigDir()
-		if err != nil {
-			return o, fmt.Errorf("no --app-dir and no user config directory: %w", err)
+	fs.Visit(func(f *flag.Flag) { o.logLevelGiven = o.logLevelGiven || f.Name == "log-level" })
+	if o.logLevelGiven {
+		if _, err := parseLogLevel(o.logLevel); err != nil {
+			return o, fmt.Errorf("--log-level: %w", err)
 		}
-		o.appDir = filepath.Join(cfg, "nvpair")
+	}
+	var err error
+	if o.appDir, err = resolveAppDir(o.appDir, o.clusterDir); err != nil {
+		return o, fmt.Errorf("no --app-dir or --cluster-dir, and no PAIR data directory: %w", err)
 	}
 	if o.clusterDir == "" {
 		o.clusterDir = filepath.Join(o.appDir, "cluster")
@@ -105,17 +99,28 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "nvpair-workload-manager: %v\n", err)
 		return 2
 	}
+	version := buildVersion()
 	if o.showVersion {
 		fmt.Fprintln(stdout, version)
 		return 0
 	}
+	level, levelWarning, err := resolveLogLevel(o.logLevel, o.logLevelGiven, os.Getenv(logLevelEnv))
+	if err != nil {
+		return fail(err) // unreachable: parseFlags checked the flag
+	}
 	levelVar := new(slog.LevelVar)
-	levelVar.Set(o.logLevel)
+	levelVar.Set(level)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: levelVar}))
+	if levelWarning != "" {
+		log.Warn("log level from the environment ignored", "reason", clipReason(levelWarning))
+	}
 
-	nodeID, err := loadNodeID(o.appDir)
+	node, err := resolveNodeID(o.appDir, o.clusterDir)
 	if err != nil {
 		return fail(err)
+	}
+	if node.notice != "" {
+		log.Warn("node id", "file", node.source, "reason", node.notice)
 	}
 	// A write to a closed stdout pipe must fail with EPIPE, which the
 	// manager treats as the broker going away, instead of killing the
@@ -138,7 +143,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	m, err := NewManager(Config{
-		NodeID:         nodeID,
+		NodeID:         node.id,
+		NodeIDFile:     node.source,
 		Version:        version,
 		PeerAddr:       ":" + strconv.Itoa(o.port),
 		ClusterDir:     o.clusterDir,

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net"
 	"os"
@@ -18,7 +19,9 @@ func TestBadStartupIsOneLineOnStderrAndNonZeroExit(t *testing.T) {
 	takenIngress := listenT(t, "127.0.0.1:0")
 	takenPeer := listenT(t, ":0") // the daemon binds --port on every interface
 	badID := t.TempDir()
-	writeFile(t, filepath.Join(badID, "node-id"), "not-a-uuid\n")
+	writeFile(t, filepath.Join(badID, nodeIDFileName), `{"node_uuid": "not-a-uuid"}`)
+	badIdentity := filepath.Join(t.TempDir(), "cluster")
+	writeFile(t, filepath.Join(badIdentity, identityFileName), `{"created_at": 1789661457000}`)
 
 	for _, tc := range []struct {
 		name string
@@ -39,7 +42,9 @@ func TestBadStartupIsOneLineOnStderrAndNonZeroExit(t *testing.T) {
 		{"ingress not host:port", []string{"--local-ingress", "nonsense"}, []string{"nonsense"}},
 		{"ingress port taken", []string{"--local-ingress", takenIngress}, []string{takenIngress}},
 		{"peer port taken", []string{"--port", portOf(t, takenPeer)}, []string{":" + portOf(t, takenPeer)}},
-		{"node id not a UUID", []string{"--app-dir", badID}, []string{"not a UUID"}},
+		{"node-id.json not a UUID", []string{"--app-dir", badID}, []string{filepath.Join(badID, nodeIDFileName), "not a UUID"}},
+		{"identity.json names no node", []string{"--app-dir", badID, "--cluster-dir", badIdentity}, []string{filepath.Join(badIdentity, identityFileName), "node_uuid"}},
+		{"empty log level", []string{"--log-level", ""}, []string{"--log-level"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A fresh app dir and a free port first, so a case that wrongly
@@ -69,10 +74,48 @@ func TestBadStartupIsOneLineOnStderrAndNonZeroExit(t *testing.T) {
 	}
 }
 
-func TestVersionFlagPrintsVersionAndExitsZero(t *testing.T) {
+func TestVersionFlagPrintsTheStampedVersionAndReadyAnnouncesIt(t *testing.T) {
+	// PAIR stamps its builds with -ldflags "-X main.Version=...".
+	const stamped = "9.8.7-pair.test"
+	bin := filepath.Join(t.TempDir(), "nvpair-workload-manager-stamped")
+	if runtime.GOOS == "windows" {
+		bin += ".exe"
+	}
+	build := exec.Command(goToolPath(), "build", "-ldflags", "-X main.Version="+stamped, "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil || string(out) != stamped+"\n" {
+		t.Fatalf("--version of a stamped build = %q, %v; want %q", out, err, stamped+"\n")
+	}
+	nodes := writeCluster(t, 1)
+	d := startDaemonBinary(t, bin, nil, "--app-dir", nodes[0].AppDir, "--port", "0")
+	var ready struct {
+		Version string `json:"version"`
+	}
+	if err := json.Unmarshal(d.waitMethod("ready", 1)[0].Params, &ready); err != nil || ready.Version != stamped {
+		t.Fatalf("ready.version = %q (%v), want the stamped %q", ready.Version, err, stamped)
+	}
+}
+
+func TestVersionFlagOfAnUnstampedBuildPrintsTheBuildInfoVersion(t *testing.T) {
 	code, stdout, stderr := runBinary(t, "--version")
-	if code != 0 || stdout != version+"\n" || stderr != "" {
-		t.Fatalf("--version: exit %d, stdout %q, stderr %q; want 0, %q, nothing", code, stdout, stderr, version+"\n")
+	v := strings.TrimSuffix(stdout, "\n")
+	if code != 0 || stderr != "" || v == "" || strings.ContainsAny(v, " \n") {
+		t.Fatalf("--version: exit %d, stdout %q, stderr %q; want 0 and one version word", code, stdout, stderr)
+	}
+}
+
+func TestBuildVersionPrefersTheStampedVersion(t *testing.T) {
+	defer func(v string) { Version = v }(Version)
+	Version = ""
+	if got := buildVersion(); got == "" {
+		t.Fatal("an unstamped build has an empty version; want the build info's or dev")
+	}
+	Version = "1.2.3"
+	if got := buildVersion(); got != "1.2.3" {
+		t.Fatalf("buildVersion() = %q with Version stamped 1.2.3", got)
 	}
 }
 
@@ -111,21 +154,19 @@ func TestParseFlagsDerivesDirectories(t *testing.T) {
 	}
 }
 
-func TestParseFlagsDefaultsToUserConfigDir(t *testing.T) {
-	cfg := t.TempDir()
+func TestParseFlagsDefaultsToThePlatformPAIRDataDir(t *testing.T) {
+	base := t.TempDir()
+	var want string
 	switch runtime.GOOS {
 	case "windows":
-		t.Setenv("AppData", cfg)
-	case "darwin", "ios", "plan9":
-		t.Setenv("HOME", cfg)
+		t.Skip("appdir_windows_test.go covers %LOCALAPPDATA%")
+	case "darwin", "ios":
+		t.Setenv("HOME", base)
+		want = filepath.Join(base, "Library", "Application Support", "Nvidia Corporation", "NVIDIA PAIR")
 	default:
-		t.Setenv("XDG_CONFIG_HOME", cfg)
+		t.Setenv("XDG_CONFIG_HOME", base)
+		want = filepath.Join(base, "Nvidia Corporation", "NVIDIA PAIR")
 	}
-	want, err := os.UserConfigDir()
-	if err != nil {
-		t.Skip("no user config directory here:", err)
-	}
-	want = filepath.Join(want, "nvpair")
 	o, err := parseFlags(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -133,9 +174,96 @@ func TestParseFlagsDefaultsToUserConfigDir(t *testing.T) {
 	if o.appDir != want || o.clusterDir != filepath.Join(want, "cluster") {
 		t.Fatalf("app dir %q, cluster dir %q; want %q and its cluster subdir", o.appDir, o.clusterDir, want)
 	}
-	if o.port != 14320 || o.resyncInterval != 30*time.Second || o.logLevel != slog.LevelInfo ||
+	if o.port != 14320 || o.resyncInterval != 30*time.Second || o.logLevelGiven ||
 		o.drainTimeout != defaultDrainTimeout || o.ipc != "" || o.localIngress != "" || o.showVersion {
-		t.Fatalf("defaults = %+v, want port 14320, re-sync 30s, level info, drain %v, no ipc, no ingress", o, defaultDrainTimeout)
+		t.Fatalf("defaults = %+v, want port 14320, re-sync 30s, no level given, drain %v, no ipc, no ingress", o, defaultDrainTimeout)
+	}
+}
+
+func TestParseFlagsDefaultAppDirFollowsHOMEWithoutXDGConfigHome(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the ~/.config fallback is Linux's")
+	}
+	home := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", "")
+	t.Setenv("HOME", home)
+	o, err := parseFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(home, ".config", "Nvidia Corporation", "NVIDIA PAIR"); o.appDir != want {
+		t.Fatalf("app dir %q, want %q", o.appDir, want)
+	}
+}
+
+func TestResolveLogLevelFlagThenEnvironmentThenInfo(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		flag        string
+		given       bool
+		env         string
+		want        slog.Level
+		warn, fails bool
+	}{
+		{"nothing set is info", "", false, "", slog.LevelInfo, false, false},
+		{"the environment when no flag", "", false, "debug", slog.LevelDebug, false, false},
+		{"the environment in any case", "", false, "WARN", slog.LevelWarn, false, false},
+		{"the flag wins over the environment", "error", true, "debug", slog.LevelError, false, false},
+		{"a bad environment value warns and is info", "", false, "loud", slog.LevelInfo, true, false},
+		{"a bad flag value is an error", "loud", true, "debug", 0, false, true},
+		{"an empty flag value is an error", "", true, "", 0, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			lvl, warning, err := resolveLogLevel(tc.flag, tc.given, tc.env)
+			if (err != nil) != tc.fails || (warning != "") != tc.warn {
+				t.Fatalf("resolveLogLevel(%q, %v, %q) = %v, warning %q, err %v", tc.flag, tc.given, tc.env, lvl, warning, err)
+			}
+			if !tc.fails && lvl != tc.want {
+				t.Fatalf("level %v, want %v", lvl, tc.want)
+			}
+			if tc.warn && !strings.Contains(warning, logLevelEnv) {
+				t.Fatalf("warning %q does not name %s", warning, logLevelEnv)
+			}
+		})
+	}
+}
+
+func TestProcessTakesItsLogLevelFromNVPAIRLogLevel(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		env       string
+		args      []string
+		wantDebug bool
+		wantWarn  bool
+	}{
+		{"debug from the environment", "debug", nil, true, false},
+		{"a bad value warns and logs at info", "loud", nil, false, true},
+		{"the flag wins over the environment", "debug", []string{"--log-level", "info"}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := writeCluster(t, 1)
+			args := append([]string{"--app-dir", nodes[0].AppDir, "--port", "0"}, tc.args...)
+			d := startDaemonBinary(t, daemonBinary(t), []string{logLevelEnv + "=" + tc.env}, args...)
+			d.waitMethod("discovery:subscribe", 1)
+			// A request's answer is logged at info after everything startup
+			// logs, so once it is there the startup lines are all in.
+			d.send(`{"jsonrpc":"2.0","id":7,"method":"nonexistent"}`)
+			d.waitResponse("7")
+			d.send(`{"jsonrpc":"2.0","method":"nonexistent/notification"}`) // logged at debug
+			d.send(`{"jsonrpc":"2.0","id":8,"method":"nonexistent"}`)
+			d.waitResponse("8")
+			logs := d.stderr.String()
+			if got := strings.Contains(logs, "level=DEBUG"); got != tc.wantDebug {
+				t.Fatalf("debug lines logged = %v, want %v; log:\n%s", got, tc.wantDebug, logs)
+			}
+			warned := d.stderr.contains("level=WARN", logLevelEnv, "loud")
+			if warned != tc.wantWarn {
+				t.Fatalf("warning about %s logged = %v, want %v; log:\n%s", logLevelEnv, warned, tc.wantWarn, logs)
+			}
+			if !d.stderr.contains("level=INFO", "started") {
+				t.Fatalf("the daemon did not start; log:\n%s", logs)
+			}
+		})
 	}
 }
 
@@ -148,8 +276,8 @@ func TestParseFlagsAcceptsBoundaryValues(t *testing.T) {
 		{[]string{"--port", "65535"}, func(o options) bool { return o.port == 65535 }},
 		{[]string{"--resync-interval", "100ms"}, func(o options) bool { return o.resyncInterval == 100*time.Millisecond }},
 		{[]string{"--drain-timeout", "1ns"}, func(o options) bool { return o.drainTimeout == time.Nanosecond }},
-		{[]string{"--log-level", "debug"}, func(o options) bool { return o.logLevel == slog.LevelDebug }},
-		{[]string{"--log-level", "error"}, func(o options) bool { return o.logLevel == slog.LevelError }},
+		{[]string{"--log-level", "debug"}, func(o options) bool { return o.logLevel == "debug" && o.logLevelGiven }},
+		{[]string{"--log-level", "ERROR"}, func(o options) bool { return o.logLevel == "ERROR" && o.logLevelGiven }},
 		{[]string{"--local-ingress", "127.0.0.1:14324"}, func(o options) bool { return o.localIngress == "127.0.0.1:14324" }},
 	} {
 		args := append([]string{"--app-dir", t.TempDir()}, tc.args...)
@@ -165,11 +293,18 @@ func TestParseFlagsAcceptsBoundaryValues(t *testing.T) {
 // stdout and stderr.
 func runBinary(t testing.TB, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runBinaryEnv(t, nil, args...)
+}
+
+// runBinaryEnv is runBinary with env added to the daemon's environment.
+func runBinaryEnv(t testing.TB, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	bin := daemonBinary(t) // before the clock starts: the first call builds
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	var out, errb bytes.Buffer
 	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	if err != nil {

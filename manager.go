@@ -27,6 +27,7 @@ const (
 // Config is everything a Manager needs. Zero durations take their defaults.
 type Config struct {
 	NodeID         string
+	NodeIDFile     string // where NodeID was read from, for the startup log
 	Version        string
 	PeerAddr       string // the inter-node listener, e.g. ":14320"
 	ClusterDir     string
@@ -180,7 +181,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		listeners = append(listeners, ln)
 	}
 	m.trust.reload()
-	m.log.Info("started", "nodeId", m.cfg.NodeID, "version", m.cfg.Version, "peerAddr", peerLn.Addr().String())
+	m.log.Info("started", "nodeId", m.cfg.NodeID, "nodeIdFile", m.cfg.NodeIDFile, "version", m.cfg.Version, "peerAddr", peerLn.Addr().String())
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -2,56 +2,177 @@ package main
 
 import (
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 )
+
+// The files a PAIR installation resolves a node's id from, in this order.
+// Every PAIR service reads the same files, so the id the daemon announces is
+// the one the broker, the other services and third-party producers use.
+const (
+	identityFileName     = "identity.json" // in the cluster dir, written by the cluster manager
+	nodeIDFileName       = "node-id.json"  // in the app dir; producers read it to learn their node
+	legacyNodeIDFileName = "node-id"       // a bare UUID, written by earlier versions of this daemon
+)
+
+// maxIdentityFileBytes bounds how much of an identity file is read. The
+// document is two members, under 100 bytes; anything far larger is not one,
+// and reading it whole (a file replaced by a device or a huge log) would
+// stall startup.
+const maxIdentityFileBytes = 64 << 10
 
 var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
-// loadNodeID returns the node id stored in <appDir>/node-id, creating the
-// file with a random UUID (mode 0600) when it does not exist. Any other
-// failure is an error: a node that cannot resolve its id must not start,
-// since its frames would carry an origin no peer could attribute.
-func loadNodeID(appDir string) (string, error) {
-	path := filepath.Join(appDir, "node-id")
-	id, err := readNodeID(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return createNodeID(appDir, path)
-	}
-	return id, err
+// nodeIdentityDoc is PAIR's node identity document, the format of both
+// identity.json and node-id.json.
+type nodeIdentityDoc struct {
+	NodeUUID  *string `json:"node_uuid"`
+	CreatedAt int64   `json:"created_at"` // epoch milliseconds
 }
 
-// readNodeID reads and checks an existing node-id file.
-func readNodeID(path string) (string, error) {
-	b, err := os.ReadFile(path)
+// resolvedNodeID is this node's id and where it came from, for the startup
+// log; notice, when set, is a warning to log (the id is still usable).
+type resolvedNodeID struct {
+	id     string
+	source string // the file that named the node, or the one just written
+	notice string
+}
+
+// resolveNodeID returns this node's id as PAIR resolves it: identity.json
+// in the cluster dir first, else node-id.json in the app dir, else a bare
+// node-id file left by earlier versions of this daemon (carried over into
+// node-id.json), else a new UUID persisted as node-id.json. A file that
+// exists but cannot be read or does not name a UUID is an error naming the
+// file, and it is never overwritten: minting over it would fork the node's
+// identity.
+func resolveNodeID(appDir, clusterDir string) (resolvedNodeID, error) {
+	for _, path := range []string{filepath.Join(clusterDir, identityFileName), filepath.Join(appDir, nodeIDFileName)} {
+		id, err := readIdentityDoc(path)
+		if err == nil {
+			return resolvedNodeID{id: id, source: path}, nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return resolvedNodeID{}, err
+		}
+	}
+	docPath := filepath.Join(appDir, nodeIDFileName)
+	legacyPath := filepath.Join(appDir, legacyNodeIDFileName)
+	id, err := readLegacyNodeID(legacyPath)
+	switch {
+	case err == nil:
+		return carryOverLegacyID(appDir, docPath, legacyPath, id), nil
+	case !errors.Is(err, os.ErrNotExist):
+		return resolvedNodeID{}, err
+	}
+	id, err = createNodeIDDoc(appDir, docPath, newUUID(), time.Now())
 	if err != nil {
-		return "", fmt.Errorf("read node id: %w", err)
+		return resolvedNodeID{}, err
+	}
+	return resolvedNodeID{id: id, source: docPath}, nil
+}
+
+// carryOverLegacyID writes the id of an earlier version's node-id file into
+// node-id.json, so producers find it where PAIR keeps it. A failed write is
+// a notice, not an error: the id is known, and the daemon serves with it.
+func carryOverLegacyID(appDir, docPath, legacyPath, id string) resolvedNodeID {
+	created := time.Now()
+	if st, err := os.Stat(legacyPath); err == nil {
+		created = st.ModTime()
+	}
+	written, err := createNodeIDDoc(appDir, docPath, id, created)
+	switch {
+	case err != nil:
+		return resolvedNodeID{id: id, source: legacyPath, notice: fmt.Sprintf("could not carry the node id over into %s: %v", docPath, err)}
+	case written != id:
+		// Another process wrote node-id.json first: PAIR reads that one, so
+		// it is the node's id from now on.
+		return resolvedNodeID{id: written, source: docPath, notice: fmt.Sprintf("%s names %s, not %s from %s; using %s", docPath, written, id, legacyPath, docPath)}
+	}
+	return resolvedNodeID{id: id, source: docPath, notice: fmt.Sprintf("node id carried over from %s into %s", legacyPath, docPath)}
+}
+
+// readBounded reads a small file, refusing one over maxIdentityFileBytes.
+// A missing file is an error wrapping os.ErrNotExist.
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxIdentityFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxIdentityFileBytes {
+		return nil, fmt.Errorf("larger than %d bytes", maxIdentityFileBytes)
+	}
+	return b, nil
+}
+
+// readIdentityDoc returns the UUID an identity document names. An absent
+// file is an error wrapping os.ErrNotExist; every other failure names the
+// file and says what is wrong with it.
+func readIdentityDoc(path string) (string, error) {
+	b, err := readBounded(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	if err != nil {
+		return "", fmt.Errorf("node identity %s: unreadable: %w", path, err)
+	}
+	var doc nodeIdentityDoc
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return "", fmt.Errorf("node identity %s: not a JSON identity document: %v", path, err)
+	}
+	if doc.NodeUUID == nil || *doc.NodeUUID == "" {
+		return "", fmt.Errorf("node identity %s: names no node_uuid", path)
+	}
+	if !uuidPattern.MatchString(*doc.NodeUUID) {
+		return "", fmt.Errorf("node identity %s: node_uuid %q is not a UUID", path, clipReason(*doc.NodeUUID))
+	}
+	return *doc.NodeUUID, nil
+}
+
+// readLegacyNodeID reads the bare-UUID node-id file of earlier versions.
+func readLegacyNodeID(path string) (string, error) {
+	b, err := readBounded(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	if err != nil {
+		return "", fmt.Errorf("node id %s: unreadable: %w", path, err)
 	}
 	id := strings.TrimSpace(string(b))
 	if !uuidPattern.MatchString(id) {
-		return "", fmt.Errorf("node id in %s is not a UUID", path)
+		return "", fmt.Errorf("node id %s: not a UUID", path)
 	}
 	return id, nil
 }
 
-// createNodeID writes a new id to a temporary file and links it into place,
-// so the node-id file appears complete or not at all: a crash half-way can
-// never leave an empty file that would stop every later start.
-func createNodeID(appDir, path string) (string, error) {
+// createNodeIDDoc persists id as node-id.json and returns the id the file
+// names afterwards. The document is written to a temporary file and linked
+// into place, so it appears complete or not at all (a crash half-way never
+// leaves an empty file that would stop every later start), and a link, unlike
+// a rename, never replaces a node-id.json another process wrote first: both
+// processes then use that one.
+func createNodeIDDoc(appDir, path, id string, created time.Time) (string, error) {
 	if err := os.MkdirAll(appDir, 0o700); err != nil {
-		return "", fmt.Errorf("create app dir: %w", err)
+		return "", fmt.Errorf("create app dir %s: %w", appDir, err)
 	}
-	tmp, err := os.CreateTemp(appDir, "node-id-*.tmp")
+	doc, _ := json.Marshal(nodeIdentityDoc{NodeUUID: &id, CreatedAt: created.UnixMilli()})
+	tmp, err := os.CreateTemp(appDir, nodeIDFileName+"-*.tmp")
 	if err != nil {
-		return "", fmt.Errorf("create node id: %w", err)
+		return "", fmt.Errorf("write %s: %w", path, err)
 	}
 	defer os.Remove(tmp.Name())
-	id := newUUID()
-	_, werr := tmp.WriteString(id + "\n")
+	_, werr := tmp.Write(append(doc, '\n'))
 	if cerr := tmp.Close(); werr == nil {
 		werr = cerr
 	}
@@ -59,14 +180,14 @@ func createNodeID(appDir, path string) (string, error) {
 		werr = os.Chmod(tmp.Name(), 0o600)
 	}
 	if werr != nil {
-		return "", fmt.Errorf("write node id: %w", werr)
+		return "", fmt.Errorf("write %s: %w", path, werr)
 	}
 	if err := os.Link(tmp.Name(), path); errors.Is(err, os.ErrExist) {
 		// Another process created it first, or it is a dangling symlink:
 		// read it once, never loop back into creating it.
-		return readNodeID(path)
+		return readIdentityDoc(path)
 	} else if err != nil {
-		return "", fmt.Errorf("create node id: %w", err)
+		return "", fmt.Errorf("write %s: %w", path, err)
 	}
 	return id, nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,113 +16,227 @@ import (
 
 var uuidV4Pattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 
-func TestLoadNodeIDCreatesAV4UUIDWithMode0600(t *testing.T) {
-	appDir := filepath.Join(t.TempDir(), "not", "yet", "there")
-	id, err := loadNodeID(appDir)
+// pairDirs returns an app dir and its cluster dir, laid out as PAIR does.
+func pairDirs(t *testing.T) (appDir, clusterDir string) {
+	appDir = filepath.Join(t.TempDir(), pairVendorDir, pairProductDir)
+	return appDir, filepath.Join(appDir, "cluster")
+}
+
+// identityDoc is a node identity document naming id.
+func identityDoc(id string) string {
+	return `{"node_uuid": "` + id + `", "created_at": 1789661457000}`
+}
+
+// readNodeIDDoc decodes <appDir>/node-id.json.
+func readNodeIDDoc(t *testing.T, appDir string) (uuid string, createdAt int64) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(appDir, nodeIDFileName))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !uuidV4Pattern.MatchString(id) {
-		t.Fatalf("created id %q is not a lowercase version 4 UUID", id)
+	var doc struct {
+		NodeUUID  string `json:"node_uuid"`
+		CreatedAt int64  `json:"created_at"`
 	}
-	path := filepath.Join(appDir, "node-id")
-	b, err := os.ReadFile(path)
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("node-id.json %q: %v", b, err)
+	}
+	return doc.NodeUUID, doc.CreatedAt
+}
+
+func mustResolve(t *testing.T, appDir, clusterDir string) resolvedNodeID {
+	t.Helper()
+	got, err := resolveNodeID(appDir, clusterDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.TrimSpace(string(b)) != id || strings.Count(string(b), "\n") > 1 {
-		t.Fatalf("node-id file holds %q, want the id %q on one line", b, id)
+	return got
+}
+
+func TestResolveNodeIDMintsNodeIDJSONWithMode0600(t *testing.T) {
+	appDir, clusterDir := pairDirs(t) // neither exists yet
+	before := time.Now().UnixMilli()
+	got := mustResolve(t, appDir, clusterDir)
+	if !uuidV4Pattern.MatchString(got.id) {
+		t.Fatalf("minted id %q is not a lowercase version 4 UUID", got.id)
+	}
+	uuid, created := readNodeIDDoc(t, appDir)
+	if uuid != got.id {
+		t.Fatalf("node-id.json names %q, the daemon uses %q", uuid, got.id)
+	}
+	if created < before || created > time.Now().UnixMilli() {
+		t.Fatalf("created_at %d is not the time of minting (epoch ms)", created)
 	}
 	if runtime.GOOS != "windows" {
-		st, err := os.Stat(path)
+		st, err := os.Stat(filepath.Join(appDir, nodeIDFileName))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if perm := st.Mode().Perm(); perm != 0o600 {
-			t.Fatalf("node-id mode = %v, want 0600", perm)
+			t.Fatalf("node-id.json mode = %v, want 0600", perm)
 		}
 	}
-
-	again, err := loadNodeID(appDir)
-	if err != nil || again != id {
-		t.Fatalf("second load = %q, %v; want the same id %q", again, err, id)
+	if again := mustResolve(t, appDir, clusterDir); again.id != got.id {
+		t.Fatalf("second resolve = %q, want the same id %q", again.id, got.id)
+	}
+	if _, err := os.Stat(filepath.Join(clusterDir, identityFileName)); err == nil {
+		t.Fatal("minting wrote identity.json: the cluster dir is the cluster manager's")
+	}
+	if entries, _ := os.ReadDir(appDir); len(entries) != 1 {
+		t.Fatalf("app dir holds %d entries after minting, want node-id.json alone (no temp file left)", len(entries))
 	}
 }
 
-func TestLoadNodeIDCreatesDistinctIDs(t *testing.T) {
+func TestResolveNodeIDMintsDistinctIDs(t *testing.T) {
 	seen := map[string]bool{}
 	for range 20 {
-		id, err := loadNodeID(t.TempDir())
-		if err != nil {
+		appDir, clusterDir := pairDirs(t)
+		got := mustResolve(t, appDir, clusterDir)
+		if seen[got.id] {
+			t.Fatalf("id %s minted twice", got.id)
+		}
+		seen[got.id] = true
+	}
+}
+
+func TestResolveNodeIDPrefersIdentityJSONAndWritesNoNodeIDJSON(t *testing.T) {
+	const fromIdentity, fromNodeID = "11111111-2222-4333-8444-555555555555", "66666666-7777-4888-9999-aaaaaaaaaaaa"
+	appDir, clusterDir := pairDirs(t)
+	writeFile(t, filepath.Join(clusterDir, identityFileName), identityDoc(fromIdentity))
+	if got := mustResolve(t, appDir, clusterDir); got.id != fromIdentity {
+		t.Fatalf("resolved %q, want identity.json's %q", got.id, fromIdentity)
+	}
+	if _, err := os.Stat(filepath.Join(appDir, nodeIDFileName)); err == nil {
+		t.Fatal("node-id.json written although identity.json names the node")
+	}
+	writeFile(t, filepath.Join(appDir, nodeIDFileName), identityDoc(fromNodeID))
+	if got := mustResolve(t, appDir, clusterDir); got.id != fromIdentity {
+		t.Fatalf("with both files resolved %q, want identity.json's %q", got.id, fromIdentity)
+	}
+}
+
+func TestResolveNodeIDReadsNodeIDJSON(t *testing.T) {
+	const id = "3F2504E0-4F89-41D3-9A0C-0305E82C3301"
+	for _, content := range []string{
+		identityDoc(id),
+		`{"node_uuid":"` + id + `"}`,
+		"\n  {\"created_at\": 5, \"node_uuid\": \"" + id + "\", \"extra\": [1]}\n",
+	} {
+		appDir, clusterDir := pairDirs(t)
+		writeFile(t, filepath.Join(appDir, nodeIDFileName), content)
+		if got := mustResolve(t, appDir, clusterDir); got.id != id {
+			t.Errorf("node-id.json %q: resolved %q, want %q", content, got.id, id)
+		}
+		if b, _ := os.ReadFile(filepath.Join(appDir, nodeIDFileName)); string(b) != content {
+			t.Errorf("resolving rewrote node-id.json %q to %q", content, b)
+		}
+	}
+}
+
+func TestResolveNodeIDCarriesLegacyNodeIDOverIntoNodeIDJSON(t *testing.T) {
+	const id = "3f2504e0-4f89-41d3-9a0c-0305e82c3301"
+	appDir, clusterDir := pairDirs(t)
+	writeFile(t, filepath.Join(appDir, legacyNodeIDFileName), "  "+id+"\r\n")
+	got := mustResolve(t, appDir, clusterDir)
+	if got.id != id {
+		t.Fatalf("resolved %q, want the legacy file's %q", got.id, id)
+	}
+	if uuid, _ := readNodeIDDoc(t, appDir); uuid != id {
+		t.Fatalf("node-id.json names %q after the carry-over, want %q", uuid, id)
+	}
+	if got.notice == "" || !strings.Contains(got.notice, "carried over") {
+		t.Fatalf("the carry-over is not reported: notice %q", got.notice)
+	}
+	// From now on node-id.json is what counts, even if the legacy file changes.
+	writeFile(t, filepath.Join(appDir, legacyNodeIDFileName), "66666666-7777-4888-9999-aaaaaaaaaaaa")
+	if again := mustResolve(t, appDir, clusterDir); again.id != id {
+		t.Fatalf("second resolve = %q, want node-id.json's %q", again.id, id)
+	}
+}
+
+func TestResolveNodeIDRefusesABrokenIdentityFileWithoutTouchingIt(t *testing.T) {
+	const valid = "3f2504e0-4f89-41d3-9a0c-0305e82c3301"
+	for _, file := range []string{identityFileName, nodeIDFileName, legacyNodeIDFileName} {
+		for _, tc := range []struct {
+			name, content, want string
+		}{
+			{"empty", "", ""},
+			{"not JSON", "not json at all", ""},
+			{"no node_uuid", `{"created_at": 1}`, ""},
+			{"empty node_uuid", `{"node_uuid": "", "created_at": 1}`, ""},
+			{"node_uuid not a string", `{"node_uuid": 42}`, ""},
+			{"not a UUID", `{"node_uuid": "not-a-uuid"}`, ""},
+			{"UUID one digit short", `{"node_uuid": "3f2504e0-4f89-41d3-9a0c-0305e82c330"}`, ""},
+			{"braced UUID", `{"node_uuid": "{` + valid + `}"}`, ""},
+			{"bare legacy text", "not-a-uuid\n", ""},
+			{"larger than any identity document", `{"node_uuid": "` + valid + `", "pad": "` + strings.Repeat("x", maxIdentityFileBytes) + `"}`, ""},
+		} {
+			if file == legacyNodeIDFileName && strings.HasPrefix(tc.content, "{") && tc.name != "larger than any identity document" {
+				continue // the legacy file is a bare UUID: JSON shapes do not apply
+			}
+			t.Run(file+"/"+tc.name, func(t *testing.T) {
+				appDir, clusterDir := pairDirs(t)
+				path := filepath.Join(appDir, file)
+				if file == identityFileName {
+					path = filepath.Join(clusterDir, file)
+				}
+				writeFile(t, path, tc.content)
+				got, err := resolveNodeID(appDir, clusterDir)
+				if err == nil {
+					t.Fatalf("%s %q accepted as %q", file, clip(tc.content), got.id)
+				}
+				if msg := err.Error(); !strings.Contains(msg, path) || strings.Contains(msg, "\n") {
+					t.Fatalf("error %q is not one line naming %s", msg, path)
+				}
+				if b, _ := os.ReadFile(path); string(b) != tc.content {
+					t.Fatalf("the refused %s was rewritten", file)
+				}
+				if file != nodeIDFileName {
+					if _, err := os.Stat(filepath.Join(appDir, nodeIDFileName)); err == nil {
+						t.Fatal("a node id was minted over a broken identity file")
+					}
+				}
+			})
+		}
+	}
+}
+
+// clip shortens a test value for a failure message.
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
+
+func TestResolveNodeIDRefusesAnUnreadablePath(t *testing.T) {
+	for _, file := range []string{identityFileName, nodeIDFileName} {
+		appDir, clusterDir := pairDirs(t)
+		dir := appDir
+		if file == identityFileName {
+			dir = clusterDir
+		}
+		if err := os.MkdirAll(filepath.Join(dir, file), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if seen[id] {
-			t.Fatalf("id %s created twice", id)
-		}
-		seen[id] = true
-	}
-}
-
-func TestLoadNodeIDReadsAnExistingID(t *testing.T) {
-	const id = "3F2504E0-4F89-41D3-9A0C-0305E82C3301"
-	for _, content := range []string{id, id + "\n", "  " + id + "  \r\n", "\n\t" + id + "\n\n"} {
-		appDir := t.TempDir()
-		writeFile(t, filepath.Join(appDir, "node-id"), content)
-		got, err := loadNodeID(appDir)
-		if err != nil || got != id {
-			t.Errorf("node-id %q: loaded %q, %v; want %q", content, got, err, id)
-		}
-		if b, _ := os.ReadFile(filepath.Join(appDir, "node-id")); string(b) != content {
-			t.Errorf("loading rewrote node-id %q to %q", content, b)
+		if got, err := resolveNodeID(appDir, clusterDir); err == nil {
+			t.Fatalf("%s that is a directory resolved to %q", file, got.id)
 		}
 	}
 }
 
-func TestLoadNodeIDRefusesAFileThatIsNotAUUID(t *testing.T) {
-	for _, content := range []string{
-		"",
-		"\n",
-		"not-a-uuid",
-		"3f2504e0-4f89-41d3-9a0c-0305e82c330",   // one digit short
-		"3f2504e0-4f89-41d3-9a0c-0305e82c33011", // one digit long
-		"3f2504e04f8941d39a0c0305e82c3301",      // no dashes
-		"{3f2504e0-4f89-41d3-9a0c-0305e82c3301}",
-		"3f2504e0-4f89-41d3-9a0c-0305e82c3301\n3f2504e0-4f89-41d3-9a0c-0305e82c3302",
-		"g f2504e0-4f89-41d3-9a0c-0305e82c3301",
-	} {
-		appDir := t.TempDir()
-		writeFile(t, filepath.Join(appDir, "node-id"), content)
-		if id, err := loadNodeID(appDir); err == nil {
-			t.Errorf("node-id %q accepted as %q", content, id)
-		}
-		if b, _ := os.ReadFile(filepath.Join(appDir, "node-id")); string(b) != content {
-			t.Errorf("a refused node-id %q was overwritten with %q", content, b)
-		}
-	}
-}
-
-func TestLoadNodeIDRefusesAnUnreadablePath(t *testing.T) {
-	appDir := t.TempDir()
-	if err := os.Mkdir(filepath.Join(appDir, "node-id"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if id, err := loadNodeID(appDir); err == nil {
-		t.Fatalf("node-id that is a directory resolved to %q", id)
-	}
-}
-
-func TestLoadNodeIDRefusesAnAppDirThatCannotBeCreated(t *testing.T) {
+func TestResolveNodeIDRefusesAnAppDirThatCannotBeCreated(t *testing.T) {
 	parent := t.TempDir()
 	blocker := filepath.Join(parent, "file")
 	writeFile(t, blocker, "x")
-	if id, err := loadNodeID(filepath.Join(blocker, "app")); err == nil {
-		t.Fatalf("app dir under a regular file resolved to %q", id)
+	if got, err := resolveNodeID(filepath.Join(blocker, "app"), filepath.Join(blocker, "app", "cluster")); err == nil {
+		t.Fatalf("app dir under a regular file resolved to %q", got.id)
 	}
 }
 
-func TestLoadNodeIDRefusesADanglingSymlinkWithoutLooping(t *testing.T) {
+func TestResolveNodeIDRefusesADanglingSymlinkWithoutLooping(t *testing.T) {
 	// A dangling symlink is "not there" to a read and "already there" to an
-	// exclusive create: loading must end in an error, not go back and forth
+	// exclusive create: resolving must end in an error, not go back and forth
 	// between the two. The check runs in a child process because an endless
 	// recursion is a fatal stack overflow that no test could recover from.
 	if runtime.GOOS == "windows" {
@@ -130,21 +245,21 @@ func TestLoadNodeIDRefusesADanglingSymlinkWithoutLooping(t *testing.T) {
 	if os.Getenv("NVPAIR_NODEID_DANGLING_CHILD") == "1" {
 		debug.SetMaxStack(32 << 20) // an unbounded recursion dies in well under a second
 		dir := t.TempDir()
-		if err := os.Symlink(filepath.Join(dir, "missing"), filepath.Join(dir, "node-id")); err != nil {
+		if err := os.Symlink(filepath.Join(dir, "missing"), filepath.Join(dir, nodeIDFileName)); err != nil {
 			t.Fatal(err)
 		}
-		if id, err := loadNodeID(dir); err == nil {
-			t.Fatalf("a dangling node-id symlink resolved to %q", id)
+		if got, err := resolveNodeID(dir, filepath.Join(dir, "cluster")); err == nil {
+			t.Fatalf("a dangling node-id.json symlink resolved to %q", got.id)
 		}
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestLoadNodeIDRefusesADanglingSymlinkWithoutLooping$", "-test.count=1")
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestResolveNodeIDRefusesADanglingSymlinkWithoutLooping$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "NVPAIR_NODEID_DANGLING_CHILD=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		lines := strings.SplitN(string(out), "\n", 6)
-		t.Fatalf("loadNodeID on a dangling node-id symlink: child %v:\n%s", err, strings.Join(lines[:min(5, len(lines))], "\n"))
+		t.Fatalf("resolveNodeID on a dangling node-id.json symlink: child %v:\n%s", err, strings.Join(lines[:min(5, len(lines))], "\n"))
 	}
 }

@@ -45,8 +45,9 @@ func TestProcessAnnouncesReadyThenSubscribes(t *testing.T) {
 	if err := json.Unmarshal(frames[0].Params, &ready); err != nil {
 		t.Fatalf("ready params: %v", err)
 	}
-	if ready.Version != version || ready.NodeID != nodes[0].ID {
-		t.Fatalf("ready = %+v, want version %q and nodeId %s", ready, version, nodes[0].ID)
+	_, versionOut, _ := runBinary(t, "--version")
+	if want := strings.TrimSpace(versionOut); ready.Version != want || ready.NodeID != nodes[0].ID {
+		t.Fatalf("ready = %+v, want version %q (as --version prints it) and nodeId %s", ready, want, nodes[0].ID)
 	}
 	if frames[1].Method != "discovery:subscribe" {
 		t.Fatalf("second frame = %s, want discovery:subscribe", d.line(1))
@@ -386,15 +387,11 @@ func daemonBinary(t testing.TB) string {
 		if binDir, binErr = os.MkdirTemp("", "nvpair-wm-bin-"); binErr != nil {
 			return
 		}
-		goTool, err := exec.LookPath("go")
-		if err != nil {
-			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
 		out := filepath.Join(binDir, "nvpair-workload-manager")
 		if runtime.GOOS == "windows" {
 			out += ".exe"
 		}
-		if b, err := exec.Command(goTool, "build", "-o", out, ".").CombinedOutput(); err != nil {
+		if b, err := exec.Command(goToolPath(), "build", "-o", out, ".").CombinedOutput(); err != nil {
 			binErr = fmt.Errorf("go build: %v\n%s", err, b)
 			return
 		}
@@ -404,6 +401,14 @@ func daemonBinary(t testing.TB) string {
 		t.Fatal(binErr)
 	}
 	return binPath
+}
+
+// goToolPath is the go command that builds the daemon under test.
+func goToolPath() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
 // writeCluster mints n nodes, pinned to each other, under a temp dir.
@@ -449,7 +454,13 @@ func startNode(t testing.TB, node devpki.Node, extra ...string) *daemonProc {
 // is still running, and its log is shown when the test failed.
 func startDaemon(t testing.TB, args ...string) *daemonProc {
 	t.Helper()
-	bin := daemonBinary(t)
+	return startDaemonBinary(t, daemonBinary(t), nil, args...)
+}
+
+// startDaemonBinary is startDaemon for a given binary, with env added to
+// the environment it inherits.
+func startDaemonBinary(t testing.TB, bin string, env []string, args ...string) *daemonProc {
+	t.Helper()
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -461,6 +472,7 @@ func startDaemon(t testing.TB, args ...string) *daemonProc {
 	d := &daemonProc{t: t, stdin: inW, stdout: outR, stderr: &logBuffer{}, frameLog: frameLog{t: t},
 		readDone: make(chan struct{}), exited: make(chan struct{})}
 	d.cmd = exec.Command(bin, args...)
+	d.cmd.Env = append(os.Environ(), env...)
 	d.cmd.Stdin, d.cmd.Stdout, d.cmd.Stderr = inR, outW, d.stderr
 	err = d.cmd.Start()
 	inR.Close() // the child holds its own copies

@@ -57,7 +57,7 @@ type daemon struct {
 	errorLines                 atomic.Int64 // level=ERROR lines
 }
 
-// startDaemon writes the daemon's app directory (node-id, identity, pins)
+// startDaemon writes the daemon's app directory (node-id.json, identity, pins)
 // under root and starts bin, then waits for its ready frame.
 func startDaemon(bin, root string, o daemonOpts) (*daemon, error) {
 	appDir := filepath.Join(root, o.name)
@@ -65,7 +65,7 @@ func startDaemon(bin, root string, o daemonOpts) (*daemon, error) {
 	if err := devpki.WriteIdentity(clusterDir, o.ident); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(appDir, "node-id"), []byte(o.ident.Principal+"\n"), 0o600); err != nil {
+	if err := devpki.WriteNodeID(appDir, o.ident.Principal); err != nil {
 		return nil, err
 	}
 	for _, p := range o.pins {

@@ -135,14 +135,16 @@ func PinIdentity(clusterDir string, id Identity) error {
 
 // Node is one member of a minted cluster.
 type Node struct {
-	ID         string // the node id written to <AppDir>/node-id; equal to the principal
+	ID         string // the node id written to <AppDir>/node-id.json; equal to the principal
 	AppDir     string
 	ClusterDir string // <AppDir>/cluster
 	Identity   Identity
 }
 
 // WriteCluster mints n nodes under root, each with its own app directory
-// (root/node<i>), node-id file, identity and a pin for every other node.
+// (root/node<i>), node-id.json, identity, admission record and a pin for
+// every other node,
+// laid out as a PAIR installation lays out its app dir.
 func WriteCluster(root string, n int) ([]Node, error) {
 	nodes := make([]Node, n)
 	for i := range nodes {
@@ -156,7 +158,10 @@ func WriteCluster(root string, n int) ([]Node, error) {
 		if err := WriteIdentity(nodes[i].ClusterDir, ident); err != nil {
 			return nil, err
 		}
-		if err := writeAtomic(filepath.Join(app, "node-id"), []byte(id+"\n"), 0o600); err != nil {
+		if err := WriteNodeID(app, id); err != nil {
+			return nil, err
+		}
+		if err := WriteAdmission(nodes[i].ClusterDir, "devpki-cluster", 1); err != nil {
 			return nil, err
 		}
 	}
@@ -171,6 +176,32 @@ func WriteCluster(root string, n int) ([]Node, error) {
 		}
 	}
 	return nodes, nil
+}
+
+// WriteAdmission writes <clusterDir>/admission.json, the cluster admission
+// record that makes a node with an identity a clustered member.
+func WriteAdmission(clusterDir, clusterID string, epoch int64) error {
+	b, err := json.Marshal(map[string]any{"clusterId": clusterID, "epoch": epoch, "retired": false, "admittedAt": time.Now().UnixMilli()})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(clusterDir, 0o700); err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(clusterDir, "admission.json"), b, 0o600)
+}
+
+// WriteNodeID writes <appDir>/node-id.json naming id, in the format PAIR
+// uses: {"node_uuid": "<uuid>", "created_at": <epoch ms>}.
+func WriteNodeID(appDir, id string) error {
+	b, err := json.Marshal(map[string]any{"node_uuid": id, "created_at": time.Now().UnixMilli()})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(appDir, 0o700); err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(appDir, "node-id.json"), append(b, '\n'), 0o600)
 }
 
 // writeAtomic writes through a .tmp file and a rename, the way the cluster
