@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -611,4 +612,49 @@ func sameJSON(t testing.TB, a, b json.RawMessage) bool {
 		return v
 	}
 	return reflect.DeepEqual(decode(a), decode(b))
+}
+
+// loggedValue waits for a log line holding msg and returns the value of
+// key in it (slog's text format: key=value, the value quoted when it holds
+// a space). The daemon reports what it bound this way ("started" peerAddr,
+// "local ingress listening" addr), so a test never has to guess a port.
+func (d *daemonProc) loggedValue(msg, key string) string {
+	d.t.Helper()
+	var v string
+	eventually(d.t, fmt.Sprintf("a %q log line with %s", msg, key), func() bool {
+		for _, line := range strings.Split(d.stderr.String(), "\n") {
+			if !strings.Contains(line, "msg="+strconv.Quote(msg)) && !strings.Contains(line, "msg="+msg+" ") {
+				continue
+			}
+			_, rest, ok := strings.Cut(line, " "+key+"=")
+			if !ok {
+				continue
+			}
+			if strings.HasPrefix(rest, `"`) {
+				if q, err := strconv.QuotedPrefix(rest); err == nil {
+					v, _ = strconv.Unquote(q)
+					return true
+				}
+				continue
+			}
+			v, _, _ = strings.Cut(rest, " ")
+			return true
+		}
+		return false
+	})
+	return v
+}
+
+// boundPeerPort is the inter-node port the daemon bound, from its log.
+func (d *daemonProc) boundPeerPort() int {
+	d.t.Helper()
+	_, port, err := net.SplitHostPort(d.loggedValue("started", "peerAddr"))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return p
 }
