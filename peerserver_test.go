@@ -330,7 +330,7 @@ func TestPeerEventAfterFailedBrokerWriteIsDeliveredOnRetry(t *testing.T) {
 			// The broker is back (a working channel): the sender's retry
 			// must be written, once.
 			rec := &netLineRecorder{}
-			m.out = newBrokerWriter(rec)
+			m.out = newBrokerWriter(rec, m.cfg.BrokerLineMax)
 			for i, wantDup := range []bool{false, true} {
 				dup, err := m.relayPeerEvent(ev)
 				if err != nil || dup != wantDup {
