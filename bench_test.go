@@ -156,7 +156,7 @@ func BenchmarkEncodeNotification(b *testing.B) {
 }
 
 func BenchmarkBrokerWriterNotify(b *testing.B) {
-	w := newBrokerWriter(io.Discard)
+	w := newBrokerWriter(io.Discard, defaultBrokerLineMax)
 	params := json.RawMessage(benchSeedParams)
 	b.ReportAllocs()
 	for b.Loop() {

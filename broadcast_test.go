@@ -136,6 +136,7 @@ func TestBroadcastRetriesServerErrorsButNotRejections(t *testing.T) {
 		{"r-500-500-200", []int{500, 500}, 3},
 		{"r-400", []int{400}, 1},
 		{"r-404", []int{404}, 1},
+		{"r-413", []int{413}, 1},     // a body or a broker line over the peer's limit
 		{"r-403-200", []int{403}, 2}, // the peer may not have re-read its pins yet
 		{"r-429-200", []int{429}, 2},
 		{"r-503-always", []int{503, 503, 503, 503}, peerAttempts},
@@ -159,9 +160,9 @@ func TestBroadcastRetriesServerErrorsButNotRejections(t *testing.T) {
 			t.Errorf("%s: %d attempts, want %d", c.id, got, c.attempts)
 		}
 	}
-	// r-400, r-404 and r-503-always were given up on, each with a warning.
-	if got := strings.Count(a.logs.String(), "peer delivery failed"); got != 3 {
-		t.Errorf("%d warnings about undelivered frames, want 3; logs:\n%s", got, a.logs)
+	// r-400, r-404, r-413 and r-503-always were given up on, each with a warning.
+	if got := strings.Count(a.logs.String(), "peer delivery failed"); got != 4 {
+		t.Errorf("%d warnings about undelivered frames, want 4; logs:\n%s", got, a.logs)
 	}
 }
 

@@ -151,6 +151,50 @@ func trimEOL(b []byte) []byte {
 // broker is the daemon's parent, and a pipe that failed once does not heal.
 var errBrokerGone = errors.New("broker channel closed")
 
+// The broker reads the daemon's lines with a bounded buffer, and one line
+// longer than that buffer stops it reading the daemon at all. A line written
+// to the broker, its terminating newline included, is at most the line limit
+// (Config.BrokerLineMax, --broker-line-max).
+const (
+	// defaultBrokerLineMax is the line buffer of PAIR's broker: 256 KiB.
+	defaultBrokerLineMax = 256 << 10
+	// minBrokerLineMax leaves room for every frame of the daemon's own
+	// (ready, discovery:subscribe, the answers to the broker's requests)
+	// with a wide margin: they are all under 1 KiB.
+	minBrokerLineMax = 4 << 10
+	// maxBrokerLineMax is past the longest line the daemon can build: a
+	// frame comes from a body of at most maxFrameBytes, and re-encoding a
+	// string at most sextuples it (one byte to a \u escape). A larger limit
+	// could never refuse anything.
+	maxBrokerLineMax = 16 << 20
+)
+
+// checkBrokerLineMax reports whether n is a usable line limit.
+func checkBrokerLineMax(n int) error {
+	if n < minBrokerLineMax || n > maxBrokerLineMax {
+		return fmt.Errorf("must be between %d and %d bytes", minBrokerLineMax, maxBrokerLineMax)
+	}
+	return nil
+}
+
+// errLineOverLimit is what writeLine returns, wrapped in a
+// *lineOverLimitError, for a frame whose line would exceed the line limit.
+// Nothing is written and the broker channel stays usable: only that frame
+// is refused.
+var errLineOverLimit = errors.New("line over the broker's line limit")
+
+// lineOverLimitError says how long the refused line would have been.
+type lineOverLimitError struct {
+	size  int // the line with its newline
+	limit int
+}
+
+func (e *lineOverLimitError) Error() string {
+	return fmt.Sprintf("frame would be a %d-byte line to the broker, over its %d-byte line limit (--broker-line-max)", e.size, e.limit)
+}
+
+func (e *lineOverLimitError) Unwrap() error { return errLineOverLimit }
+
 // brokerWriter serializes frames onto the broker's side of the local channel.
 type brokerWriter struct {
 	// mu guards w and err and is held across the write itself so that two
@@ -163,16 +207,27 @@ type brokerWriter struct {
 	// shutdown signal.
 	gone     chan struct{}
 	goneOnce sync.Once
+	// lineMax bounds a line, its newline included; it never changes.
+	lineMax int
 
 	writes, failures atomic.Uint64 // for the metrics
+	refused          atomic.Uint64 // lines over lineMax, never written
 }
 
-func newBrokerWriter(w io.Writer) *brokerWriter {
-	return &brokerWriter{w: w, gone: make(chan struct{})}
+// newBrokerWriter returns a writer to w whose lines, newline included, are
+// at most lineMax bytes.
+func newBrokerWriter(w io.Writer, lineMax int) *brokerWriter {
+	return &brokerWriter{w: w, gone: make(chan struct{}), lineMax: lineMax}
 }
 
-// writeLine writes one frame and its newline in a single Write call.
+// writeLine writes one frame and its newline in a single Write call. A line
+// over the limit is not written: the error wraps errLineOverLimit, and the
+// channel is not marked gone.
 func (bw *brokerWriter) writeLine(line []byte) error {
+	if size := len(line) + 1; size > bw.lineMax {
+		bw.refused.Add(1)
+		return &lineOverLimitError{size: size, limit: bw.lineMax}
+	}
 	buf := make([]byte, 0, len(line)+1)
 	buf = append(append(buf, line...), '\n')
 	bw.mu.Lock()

@@ -155,7 +155,7 @@ func TestBrokerWriterNeverInterleavesConcurrentFrames(t *testing.T) {
 	// as a pipe under pressure may: without the brokerWriter's own lock two
 	// frames would interleave.
 	cw := &chunkyWriter{}
-	bw := newBrokerWriter(cw)
+	bw := newBrokerWriter(cw, defaultBrokerLineMax)
 	const writers, perWriter = 32, 50
 	payload := strings.Repeat("w", 300)
 	var wg sync.WaitGroup
@@ -205,7 +205,7 @@ func TestBrokerWriterNeverInterleavesConcurrentFrames(t *testing.T) {
 
 func TestBrokerWriterAfterAFailedWriteIsGoneAndNeverWritesAgain(t *testing.T) {
 	fw := &failingWriter{err: syscall.EPIPE}
-	bw := newBrokerWriter(fw)
+	bw := newBrokerWriter(fw, defaultBrokerLineMax)
 	select {
 	case <-bw.gone:
 		t.Fatal("gone closed before any write")
@@ -235,6 +235,89 @@ func TestBrokerWriterAfterAFailedWriteIsGoneAndNeverWritesAgain(t *testing.T) {
 	}
 }
 
+// paddedNotification returns the params of a notification of method whose
+// line, newline included, is exactly size bytes.
+func paddedNotification(t testing.TB, method string, size int) json.RawMessage {
+	t.Helper()
+	empty := len(encodeNotification(method, json.RawMessage(`{"pad":""}`))) + 1
+	if size < empty {
+		t.Fatalf("a %s line is at least %d bytes, more than %d", method, empty, size)
+	}
+	params := json.RawMessage(`{"pad":"` + strings.Repeat("p", size-empty) + `"}`)
+	if got := len(encodeNotification(method, params)) + 1; got != size {
+		t.Fatalf("padded line is %d bytes, want %d", got, size)
+	}
+	return params
+}
+
+func TestBrokerWriterWritesALineAtTheLimitAndRefusesOneByteMore(t *testing.T) {
+	const limit = minBrokerLineMax
+	var buf bytes.Buffer
+	bw := newBrokerWriter(&buf, limit)
+
+	// A line of exactly the limit, its newline included, is written.
+	if err := bw.notify("test:at-limit", paddedNotification(t, "test:at-limit", limit)); err != nil {
+		t.Fatalf("a %d-byte line with a %d-byte limit: %v", limit, limit, err)
+	}
+	if buf.Len() != limit {
+		t.Fatalf("wrote %d bytes, want the %d-byte line", buf.Len(), limit)
+	}
+
+	// One byte more is refused: nothing written, the sentinel returned with
+	// the size and the limit, the channel not marked gone.
+	err := bw.notify("test:over-limit", paddedNotification(t, "test:over-limit", limit+1))
+	if !errors.Is(err, errLineOverLimit) {
+		t.Fatalf("a %d-byte line with a %d-byte limit = %v, want errLineOverLimit", limit+1, limit, err)
+	}
+	if want := fmt.Sprintf("a %d-byte line to the broker, over its %d-byte line limit", limit+1, limit); !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q does not say %q", err, want)
+	}
+	if buf.Len() != limit {
+		t.Fatalf("the refused line wrote %d bytes", buf.Len()-limit)
+	}
+	select {
+	case <-bw.gone:
+		t.Fatal("a refused line marked the broker gone")
+	default:
+	}
+
+	// Later writes still go through.
+	if err := bw.notify("test:after", json.RawMessage(`{}`)); err != nil {
+		t.Fatalf("write after a refused line: %v", err)
+	}
+	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "test:at-limit") || !strings.Contains(lines[1], "test:after") {
+		t.Fatalf("broker got %d lines, want the one at the limit and the one after", len(lines))
+	}
+	if r, w, f := bw.refused.Load(), bw.writes.Load(), bw.failures.Load(); r != 1 || w != 2 || f != 0 {
+		t.Fatalf("refused %d, writes %d, failures %d; want 1, 2, 0", r, w, f)
+	}
+}
+
+// The limit counts the newline because a broker reading with a bounded
+// line buffer needs room for it: a Go broker's bufio.Scanner with a buffer
+// of the limit reads a line at the limit and gives up on one byte more.
+func TestBrokerLineLimitIsWhatAScannerWithThatBufferReads(t *testing.T) {
+	for _, tc := range []struct {
+		size int
+		ok   bool
+	}{{defaultBrokerLineMax, true}, {defaultBrokerLineMax + 1, false}} {
+		var buf bytes.Buffer
+		bw := newBrokerWriter(&buf, tc.size) // a writer that takes the line
+		if err := bw.notify(methodUpsert, paddedNotification(t, methodUpsert, tc.size)); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(&buf)
+		sc.Buffer(nil, defaultBrokerLineMax)
+		if got := sc.Scan(); got != tc.ok {
+			t.Fatalf("a %d-byte line through a %d-byte scanner: read %v (%v), want %v", tc.size, defaultBrokerLineMax, got, sc.Err(), tc.ok)
+		}
+		if w := newBrokerWriter(io.Discard, defaultBrokerLineMax); (w.notify(methodUpsert, paddedNotification(t, methodUpsert, tc.size)) == nil) != tc.ok {
+			t.Fatalf("the broker writer with the default limit disagrees with the scanner on a %d-byte line", tc.size)
+		}
+	}
+}
+
 func TestBrokerWriterRespond(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -253,7 +336,7 @@ func TestBrokerWriterRespond(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			bw := newBrokerWriter(&buf)
+			bw := newBrokerWriter(&buf, defaultBrokerLineMax)
 			if err := bw.respond(json.RawMessage(tc.id), tc.result, tc.rerr); err != nil {
 				t.Fatal(err)
 			}
@@ -312,7 +395,7 @@ func TestBrokerWriterWritesEachFrameOnOneLineEvenForMultilineParams(t *testing.T
 		"{\"s\":\"keeps \\n and \\r escapes\", \"n\": {\n}}",
 	} {
 		var buf bytes.Buffer
-		bw := newBrokerWriter(&buf)
+		bw := newBrokerWriter(&buf, defaultBrokerLineMax)
 		if err := bw.notify(methodUpsert, json.RawMessage(params)); err != nil {
 			t.Fatal(err)
 		}

@@ -237,6 +237,10 @@ func withResyncInterval(d time.Duration) nodeOption {
 	return func(c *Config) { c.ResyncInterval = d }
 }
 
+func withBrokerLineMax(n int) nodeOption {
+	return func(c *Config) { c.BrokerLineMax = n }
+}
+
 // newTestNode mints an identity and builds a Manager; start runs it.
 func newTestNode(t testing.TB, opts ...nodeOption) *testNode {
 	t.Helper()
@@ -373,6 +377,32 @@ func workload(id, state, origin string, overrides ...map[string]any) map[string]
 		}
 	}
 	return w
+}
+
+// longErrorBytes is the length of longErrorFrame's error text: 300 KiB,
+// over the broker's default 256 KiB line limit and under the 1 MiB cap on a
+// request body.
+const longErrorBytes = 300 << 10
+
+// longErrorWorkload is a failed workload whose error text is longErrorBytes
+// long, so its line to the broker is over the default line limit. An empty
+// origin leaves originatedFrom out, as a producer on the ingress may.
+func longErrorWorkload(id, origin string) map[string]any {
+	w := workload(id, "failed", origin, map[string]any{"error": strings.Repeat("e", longErrorBytes)})
+	if origin == "" {
+		delete(w, "originatedFrom")
+	}
+	return w
+}
+
+// longErrorFrame is the workload:errored notification of longErrorWorkload.
+func longErrorFrame(t testing.TB, id, origin string) []byte {
+	t.Helper()
+	p, err := json.Marshal(map[string]any{"workloadInfo": longErrorWorkload(id, origin)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return encodeNotification(methodErrored, p)
 }
 
 // methodFor returns the lifecycle method that carries a state.

@@ -844,7 +844,7 @@ func (g *ifxGate) Write(p []byte) (int, error) {
 // the test broker.
 func ifxGateBroker(n *testNode) *ifxGate {
 	g := &ifxGate{w: n.broker.dOut, entered: make(chan []byte, 16), release: make(chan struct{})}
-	n.m.out = newBrokerWriter(g)
+	n.m.out = newBrokerWriter(g, n.m.cfg.BrokerLineMax)
 	return g
 }
 
@@ -874,7 +874,7 @@ func ifxRawBroker(n *testNode) *ifxRaw {
 			}
 		}
 	}()
-	n.m.out = newBrokerWriter(pw)
+	n.m.out = newBrokerWriter(pw, n.m.cfg.BrokerLineMax)
 	n.t.Cleanup(func() { pw.Close() })
 	return r
 }

@@ -24,7 +24,9 @@ const ingressIdleTimeout = 60 * time.Second
 // broker starts the daemon without --local-ingress.
 const ingressConfigFile = "workload-ingress.json"
 
-// Errors ingestLocal returns, mapped to the producer's answer.
+// Errors ingestLocal returns, mapped to the producer's answer. A frame
+// whose line to the broker would be over its line limit is
+// errLineOverLimit: 413, final.
 var (
 	errBadFrame    = errors.New("bad frame")          // 400: the producer's mistake
 	errBrokerWrite = errors.New("broker unavailable") // 500: the producer may retry
@@ -154,6 +156,8 @@ func (li *localIngress) decide(w http.ResponseWriter, r *http.Request) (int, str
 	}
 	f, err := li.m.ingestLocal(body)
 	switch {
+	case errors.Is(err, errLineOverLimit):
+		return http.StatusRequestEntityTooLarge, err.Error(), f
 	case errors.Is(err, errBrokerWrite):
 		return http.StatusInternalServerError, err.Error(), f
 	case err != nil:
@@ -189,8 +193,10 @@ func isJSONMediaType(ct string) bool {
 // write it up to the broker and only then commit it (track, remember,
 // queue). A failed broker write leaves nothing tracked, queued or
 // remembered, so peers never show a workload the origin broker does not
-// hold and the producer can retry. ingestMu keeps concurrent posts for one
-// workload in one order at the broker and in the peer queue.
+// hold and the producer can retry; so does a frame the broker writer
+// refuses as over the line limit, which is returned as it is. ingestMu
+// keeps concurrent posts for one workload in one order at the broker and
+// in the peer queue.
 func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
 	f, err := parseIngressFrame(body, m.cfg.NodeID)
 	if err != nil {
@@ -203,6 +209,9 @@ func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
 		err = m.emitRemove(f.removal.ref)
 	} else {
 		err = m.emitUpsert(f.life.raw)
+	}
+	if errors.Is(err, errLineOverLimit) {
+		return f, err
 	}
 	if err != nil {
 		return f, fmt.Errorf("%w: %v", errBrokerWrite, err)

@@ -787,6 +787,92 @@ func TestLocalIngressBrokerDownIs500(t *testing.T) {
 	}
 }
 
+// A frame whose line to the broker would be over the broker's line limit
+// (256 KiB by default) is refused before anything is written, tracked,
+// remembered or queued: 413, with the limit in the reason, logged once at
+// warn and counted. The 1 MiB body cap is not that limit.
+func TestLocalIngressRefusesAFrameOverTheBrokerLineLimitWith413(t *testing.T) {
+	n := newMetricsNode(t, true).start()
+	addr := n.m.IngressAddr()
+	ref := workloadRef{n.id, "over-limit"}
+	before := scrape(t, n)
+
+	// A removal remembered for the workload: an accepted lifecycle frame
+	// for it would clear the memory.
+	if got, text := postIngress(t, addr, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"over-limit"}}`); got != http.StatusOK {
+		t.Fatalf("removal: status %d (%q), want 200", got, text)
+	}
+	queued := n.m.bcast.queued.Load()
+
+	body := longErrorFrame(t, "over-limit", "")
+	got, text := postIngress(t, addr, string(body))
+	if got != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a %d-byte frame with a %d-byte error: status %d (%q), want 413", len(body), longErrorBytes, got, text)
+	}
+	if want := "over its 262144-byte line limit (--broker-line-max)"; !strings.Contains(text, want) {
+		t.Fatalf("reason %q does not give the limit (%q)", text, want)
+	}
+
+	// A frame accepted after it: every earlier frame has been decided.
+	if got, text := postIngress(t, addr, liFrame("after-over-limit")); got != http.StatusOK {
+		t.Fatalf("next frame: status %d (%q), want 200", got, text)
+	}
+	n.broker.waitUpserts("after-over-limit", 1)
+	if c := n.broker.upsertCount("over-limit"); c != 0 {
+		t.Fatalf("the refused frame reached the broker %d time(s)", c)
+	}
+	for _, line := range strings.Split(n.broker.text(), "\n") {
+		if len(line)+1 > defaultBrokerLineMax {
+			t.Fatalf("the broker got a %d-byte line, over its %d-byte limit", len(line)+1, defaultBrokerLineMax)
+		}
+	}
+	n.m.activeMu.Lock()
+	tracked := len(n.m.resync.byRef[ref])
+	remembered := n.m.removed.holds(ref, n.m.now())
+	n.m.activeMu.Unlock()
+	if tracked != 0 || !remembered {
+		t.Fatalf("after the refused frame: %d re-sync entries (want 0), removal remembered %v (want true)", tracked, remembered)
+	}
+	if q := n.m.bcast.queued.Load() - queued; q != 1 {
+		t.Fatalf("%d frames queued for the peers since the removal, want 1 (the frame after)", q)
+	}
+	if c := strings.Count(n.logs.String(), "status=413"); c != 1 || !n.logs.contains("level=WARN", `msg="ingress request rejected"`, "status=413", "262144-byte line limit") {
+		t.Fatalf("want one warning for the 413 giving the limit, got %d; logs:\n%s", c, n.logs)
+	}
+	after := scrape(t, n)
+	for series, want := range map[string]float64{
+		`nvpair_wlm_broker_lines_refused_total`:          1,
+		`nvpair_wlm_ingress_responses_total{code="413"}`: 1,
+	} {
+		if d := after[series] - before[series]; d != want {
+			t.Errorf("%s moved by %v, want %v", series, d, want)
+		}
+	}
+}
+
+// The line limit is the broker's, set with --broker-line-max: raised to
+// 1 MiB, the same frame is accepted and reaches the broker whole.
+func TestLocalIngressAcceptsTheSameFrameUnderARaisedBrokerLineLimit(t *testing.T) {
+	n := newTestNode(t, withBrokerLineMax(1<<20))
+	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	if got, text := postIngress(t, n.m.IngressAddr(), string(longErrorFrame(t, "long-error", ""))); got != http.StatusOK {
+		t.Fatalf("status %d (%q), want 200", got, text)
+	}
+	n.broker.waitUpserts("long-error", 1)
+	if e, _ := n.upserts()[0]["error"].(string); len(e) != longErrorBytes {
+		t.Fatalf("the broker got a %d-byte error text, want %d", len(e), longErrorBytes)
+	}
+	n.m.activeMu.Lock()
+	tracked := len(n.m.resync.byRef[workloadRef{n.id, "long-error"}])
+	n.m.activeMu.Unlock()
+	if tracked != 1 {
+		t.Fatalf("%d re-sync entries for the accepted frame, want 1", tracked)
+	}
+}
+
 func TestLocalIngressLogsRejectionsWithoutTheBody(t *testing.T) {
 	n := liStartNode(t)
 	addr := n.m.IngressAddr()

@@ -32,6 +32,7 @@ type options struct {
 	metrics        string
 	resyncInterval time.Duration
 	drainTimeout   time.Duration
+	brokerLineMax  int
 	logLevel       string // the --log-level value, when given
 	logLevelGiven  bool
 	showVersion    bool
@@ -51,6 +52,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.metrics, "metrics", "", "loopback HOST:PORT serving GET /metrics (off by default)")
 	fs.DurationVar(&o.resyncInterval, "resync-interval", defaultResyncInterval, "re-sync heartbeat interval")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "how long peer queues may drain at shutdown")
+	lineMax := fs.String("broker-line-max", strconv.Itoa(defaultBrokerLineMax), "longest line written to the broker, newline included, in bytes")
 	fs.StringVar(&o.logLevel, "log-level", "", "error, warn, info or debug (default: $NVPAIR_LOG_LEVEL, else info)")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -68,13 +70,19 @@ func parseFlags(args []string) (options, error) {
 	if o.drainTimeout <= 0 {
 		return o, fmt.Errorf("--drain-timeout %s: must be positive", o.drainTimeout)
 	}
+	var err error
+	if o.brokerLineMax, err = strconv.Atoi(*lineMax); err != nil {
+		return o, fmt.Errorf("--broker-line-max %q: must be a number of bytes between %d and %d", *lineMax, minBrokerLineMax, maxBrokerLineMax)
+	}
+	if err := checkBrokerLineMax(o.brokerLineMax); err != nil {
+		return o, fmt.Errorf("--broker-line-max %d: %w", o.brokerLineMax, err)
+	}
 	fs.Visit(func(f *flag.Flag) { o.logLevelGiven = o.logLevelGiven || f.Name == "log-level" })
 	if o.logLevelGiven {
 		if _, err := parseLogLevel(o.logLevel); err != nil {
 			return o, fmt.Errorf("--log-level: %w", err)
 		}
 	}
-	var err error
 	if o.appDir, err = resolveAppDir(o.appDir, o.clusterDir); err != nil {
 		return o, fmt.Errorf("no --app-dir or --cluster-dir, and no PAIR data directory: %w", err)
 	}
@@ -92,7 +100,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	o, err := parseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(stderr, "usage: nvpair-workload-manager [--port N] [--ipc PATH] [--cluster-dir DIR] [--app-dir DIR] [--local-ingress HOST:PORT] [--metrics HOST:PORT] [--resync-interval D] [--drain-timeout D] [--log-level LEVEL] [--version]")
+		fmt.Fprintln(stderr, "usage: nvpair-workload-manager [--port N] [--ipc PATH] [--cluster-dir DIR] [--app-dir DIR] [--local-ingress HOST:PORT] [--metrics HOST:PORT] [--resync-interval D] [--drain-timeout D] [--broker-line-max BYTES] [--log-level LEVEL] [--version]")
 		return 0
 	}
 	if err != nil {
@@ -150,6 +158,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		ClusterDir:     o.clusterDir,
 		ResyncInterval: o.resyncInterval,
 		DrainTimeout:   o.drainTimeout,
+		BrokerLineMax:  o.brokerLineMax,
 		In:             in,
 		Out:            out,
 		Logger:         log,

@@ -35,6 +35,10 @@ func TestBadStartupIsOneLineOnStderrAndNonZeroExit(t *testing.T) {
 		{"resync interval not a duration", []string{"--resync-interval", "xyz"}, []string{"resync-interval"}},
 		{"unknown log level", []string{"--log-level", "verbose"}, []string{"verbose"}},
 		{"drain timeout zero", []string{"--drain-timeout", "0"}, []string{"--drain-timeout"}},
+		{"broker line max not a number", []string{"--broker-line-max", "abc"}, []string{`--broker-line-max "abc"`, "4096", "16777216"}},
+		{"broker line max too small", []string{"--broker-line-max", "100"}, []string{"--broker-line-max 100", "between 4096 and 16777216 bytes"}},
+		{"broker line max negative", []string{"--broker-line-max", "-1"}, []string{"--broker-line-max -1", "between 4096 and 16777216 bytes"}},
+		{"broker line max too large", []string{"--broker-line-max", "16777217"}, []string{"--broker-line-max 16777217", "between 4096 and 16777216 bytes"}},
 		{"unknown flag", []string{"--bogus"}, []string{"bogus"}},
 		{"stray argument", []string{"stray"}, []string{`"stray"`}},
 		{"ingress on every interface", []string{"--local-ingress", "0.0.0.0:14324"}, []string{"0.0.0.0:14324", "loopback"}},
@@ -175,8 +179,8 @@ func TestParseFlagsDefaultsToThePlatformPAIRDataDir(t *testing.T) {
 		t.Fatalf("app dir %q, cluster dir %q; want %q and its cluster subdir", o.appDir, o.clusterDir, want)
 	}
 	if o.port != 14320 || o.resyncInterval != 30*time.Second || o.logLevelGiven ||
-		o.drainTimeout != defaultDrainTimeout || o.ipc != "" || o.localIngress != "" || o.showVersion {
-		t.Fatalf("defaults = %+v, want port 14320, re-sync 30s, no level given, drain %v, no ipc, no ingress", o, defaultDrainTimeout)
+		o.drainTimeout != defaultDrainTimeout || o.brokerLineMax != 262144 || o.ipc != "" || o.localIngress != "" || o.showVersion {
+		t.Fatalf("defaults = %+v, want port 14320, re-sync 30s, no level given, drain %v, broker lines up to 256 KiB, no ipc, no ingress", o, defaultDrainTimeout)
 	}
 }
 
@@ -276,6 +280,8 @@ func TestParseFlagsAcceptsBoundaryValues(t *testing.T) {
 		{[]string{"--port", "65535"}, func(o options) bool { return o.port == 65535 }},
 		{[]string{"--resync-interval", "100ms"}, func(o options) bool { return o.resyncInterval == 100*time.Millisecond }},
 		{[]string{"--drain-timeout", "1ns"}, func(o options) bool { return o.drainTimeout == time.Nanosecond }},
+		{[]string{"--broker-line-max", "4096"}, func(o options) bool { return o.brokerLineMax == 4096 }},
+		{[]string{"--broker-line-max", "16777216"}, func(o options) bool { return o.brokerLineMax == 16777216 }},
 		{[]string{"--log-level", "debug"}, func(o options) bool { return o.logLevel == "debug" && o.logLevelGiven }},
 		{[]string{"--log-level", "ERROR"}, func(o options) bool { return o.logLevel == "ERROR" && o.logLevelGiven }},
 		{[]string{"--local-ingress", "127.0.0.1:14324"}, func(o options) bool { return o.localIngress == "127.0.0.1:14324" }},

@@ -24,7 +24,8 @@ const (
 	serverShutdownGrace   = time.Second
 )
 
-// Config is everything a Manager needs. Zero durations take their defaults.
+// Config is everything a Manager needs. Zero durations and a zero
+// BrokerLineMax take their defaults.
 type Config struct {
 	NodeID         string
 	NodeIDFile     string // where NodeID was read from, for the startup log
@@ -33,6 +34,7 @@ type Config struct {
 	ClusterDir     string
 	ResyncInterval time.Duration
 	DrainTimeout   time.Duration // how long peer queues may drain at shutdown
+	BrokerLineMax  int           // longest line to the broker, newline included; 0: 256 KiB
 	In             io.Reader     // frames from the broker
 	Out            io.Writer     // frames to the broker
 	Logger         *slog.Logger
@@ -119,6 +121,12 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = defaultDrainTimeout
 	}
+	if cfg.BrokerLineMax == 0 {
+		cfg.BrokerLineMax = defaultBrokerLineMax
+	}
+	if err := checkBrokerLineMax(cfg.BrokerLineMax); err != nil {
+		return nil, fmt.Errorf("broker line limit %d: %w", cfg.BrokerLineMax, err)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -127,7 +135,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	return &Manager{
 		cfg:         cfg,
 		log:         cfg.Logger,
-		out:         newBrokerWriter(cfg.Out),
+		out:         newBrokerWriter(cfg.Out, cfg.BrokerLineMax),
 		trust:       trust,
 		dedup:       newDedup(dedupCapacity),
 		bcast:       newBroadcaster(cfg.Logger, trust),

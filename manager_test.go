@@ -351,3 +351,32 @@ func TestShutdownDrainIsBoundedByTheDrainTimeout(t *testing.T) {
 		t.Fatal("the abandoned frames were not logged")
 	}
 }
+
+func TestNewManagerDefaultsTheBrokerLineLimitAndRefusesAnUnusableOne(t *testing.T) {
+	for _, tc := range []struct {
+		lineMax, want int // want 0: refused
+	}{
+		{0, defaultBrokerLineMax},
+		{minBrokerLineMax, minBrokerLineMax},
+		{maxBrokerLineMax, maxBrokerLineMax},
+		{minBrokerLineMax - 1, 0},
+		{maxBrokerLineMax + 1, 0},
+		{-1, 0},
+	} {
+		m, err := NewManager(Config{NodeID: devpki.NewUUID(), In: strings.NewReader(""), Out: &bytes.Buffer{},
+			ClusterDir: t.TempDir(), BrokerLineMax: tc.lineMax})
+		if tc.want == 0 {
+			if err == nil || !strings.Contains(err.Error(), "broker line limit "+itoa(tc.lineMax)) {
+				t.Errorf("BrokerLineMax %d: NewManager = %v, want an error naming the limit", tc.lineMax, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("BrokerLineMax %d: %v", tc.lineMax, err)
+		}
+		m.bcast.close(time.Second)
+		if m.cfg.BrokerLineMax != tc.want || m.out.lineMax != tc.want {
+			t.Errorf("BrokerLineMax %d: config %d, writer %d; want %d", tc.lineMax, m.cfg.BrokerLineMax, m.out.lineMax, tc.want)
+		}
+	}
+}

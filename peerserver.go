@@ -92,6 +92,11 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 	}
 	m.framesReceived.inc("peer", knownMethod(ev.method()))
 	duplicate, err := m.relayPeerEvent(ev)
+	if errors.Is(err, errLineOverLimit) {
+		// Final for the sender: the same frame would be refused again.
+		reject(http.StatusRequestEntityTooLarge, err.Error())
+		return
+	}
 	if err != nil {
 		log.Error("broker write failed", "status", http.StatusInternalServerError, "reason", err)
 		answer(w, http.StatusInternalServerError, "broker unavailable")
@@ -101,9 +106,11 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 	answer(w, http.StatusOK, "ok")
 }
 
-// relayPeerEvent hands a peer's event to the broker once. A re-assertion
-// bypasses the lifecycle dedup: it is how a peer heals a missed delivery, so
-// it must reach the broker even when the event itself was seen before.
+// relayPeerEvent hands a peer's event to the broker once. A write that
+// failed, or that the broker writer refused as over the line limit
+// (errLineOverLimit), records nothing in the dedup. A re-assertion bypasses
+// the lifecycle dedup: it is how a peer heals a missed delivery, so it must
+// reach the broker even when the event itself was seen before.
 func (m *Manager) relayPeerEvent(ev peerEvent) (duplicate bool, err error) {
 	if ev.removal != nil {
 		return m.dedup.deliverOnce(ev.removal.dedupKey(), func() error { return m.emitRemove(ev.removal.ref) })

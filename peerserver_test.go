@@ -150,6 +150,56 @@ func TestPeerServerAnswers413ToBodiesOver1MiB(t *testing.T) {
 	}
 }
 
+// A peer frame whose line to the broker would be over the broker's line
+// limit (256 KiB by default) is refused with 413, which the sender does not
+// retry. Nothing reaches the broker, and the dedup records nothing: the
+// same frame again is refused again, not taken as already seen.
+func TestPeerServerAnswers413ToAFrameOverTheBrokerLineLimit(t *testing.T) {
+	h := newNetPeerHarness(t)
+	origin := h.client.Principal
+	for _, c := range []struct {
+		name string
+		body []byte
+	}{
+		{"lifecycle", longErrorFrame(t, "peer-over-limit", origin)},
+		{"re-assertion (bypasses the dedup)", netLifecycleBody(t, longErrorWorkload("peer-over-limit", origin), map[string]any{"resync": true})},
+		{"removal", netRemoveBody(t, strings.Repeat("r", longErrorBytes), origin)},
+	} {
+		for attempt := 1; attempt <= 2; attempt++ {
+			if st := netPost(t, h.c, h.addr, c.body); st != http.StatusRequestEntityTooLarge {
+				t.Fatalf("%s, attempt %d: POST of %d bytes = %d, want 413", c.name, attempt, len(c.body), st)
+			}
+		}
+		if n := h.n.m.dedup.len(); n != 0 {
+			t.Fatalf("%s: the dedup recorded %d key(s) for a refused frame", c.name, n)
+		}
+	}
+	h.barrier(t)
+	if ids := netUpsertIDs(h.n); ids["peer-over-limit"] != 0 || len(h.n.broker.withMethod(methodRemove)) != 0 {
+		t.Fatalf("a refused frame reached the broker: upserts %v, %d removal(s)", ids, len(h.n.broker.withMethod(methodRemove)))
+	}
+	if n := h.n.m.out.refused.Load(); n != 6 {
+		t.Fatalf("%d lines refused, want 6", n)
+	}
+	logs := h.n.logs.String()
+	if c := strings.Count(logs, "status=413"); c != 6 || strings.Contains(logs, "status=500") ||
+		!h.n.logs.contains("level=WARN", `msg="peer request rejected"`, "status=413", "over its 262144-byte line limit (--broker-line-max)") {
+		t.Fatalf("want six warnings for the 413s giving the limit, got %d; logs:\n%s", c, logs)
+	}
+}
+
+// Raised to 1 MiB with --broker-line-max, the same frame is written.
+func TestPeerServerWritesTheSameFrameUnderARaisedBrokerLineLimit(t *testing.T) {
+	h := newNetPeerHarness(t, withBrokerLineMax(1<<20))
+	if st := netPost(t, h.c, h.addr, longErrorFrame(t, "peer-long-error", h.client.Principal)); st != http.StatusOK {
+		t.Fatalf("POST = %d, want 200", st)
+	}
+	h.n.broker.waitUpserts("peer-long-error", 1)
+	if e, _ := h.n.upserts()[0]["error"].(string); len(e) != longErrorBytes {
+		t.Fatalf("the broker got a %d-byte error text, want %d", len(e), longErrorBytes)
+	}
+}
+
 func TestPeerServerRelaysWorkloadInfoUnchanged(t *testing.T) {
 	h := newNetPeerHarness(t)
 	raw := `{ "id" : "job-raw",  "model":"qwen3.5-9b","engine":"vendor/engine v2","state":"running",` +
@@ -330,7 +380,7 @@ func TestPeerEventAfterFailedBrokerWriteIsDeliveredOnRetry(t *testing.T) {
 			// The broker is back (a working channel): the sender's retry
 			// must be written, once.
 			rec := &netLineRecorder{}
-			m.out = newBrokerWriter(rec)
+			m.out = newBrokerWriter(rec, m.cfg.BrokerLineMax)
 			for i, wantDup := range []bool{false, true} {
 				dup, err := m.relayPeerEvent(ev)
 				if err != nil || dup != wantDup {

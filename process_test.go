@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -241,6 +242,56 @@ func TestProcessAcceptsOneMiBLine(t *testing.T) {
 	d.send(head + strings.Repeat("y", maxFrameBytes-len(head)-len(tail)) + tail)
 	if got := d.waitResponse("5"); got.Error != nil || !sameJSON(t, got.Result, json.RawMessage(`{"level":"info"}`)) {
 		t.Fatalf("a 1 MiB request answered %+v, want {\"level\":\"info\"}", got)
+	}
+}
+
+// PAIR's broker reads the daemon's stdout with a 256 KiB line buffer. By
+// default a producer's frame that would be a longer line is refused with
+// 413 and the daemon keeps working; --broker-line-max raises the limit.
+func TestProcessBrokerLineMaxSetsTheLimitOfLinesToTheBroker(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		limit int
+		want  int
+	}{
+		{"default", nil, 262144, http.StatusRequestEntityTooLarge},
+		{"--broker-line-max 1048576", []string{"--broker-line-max", "1048576"}, 1048576, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := writeCluster(t, 1)
+			ingress := "127.0.0.1:" + itoa(freePort(t))
+			d := startNode(t, nodes[0], append([]string{"--local-ingress", ingress}, tc.extra...)...)
+			d.waitMethod("discovery:subscribe", 1) // the ingress is bound
+			got, text := postIngress(t, ingress, string(longErrorFrame(t, "proc-long-error", "")))
+			if got != tc.want {
+				t.Fatalf("a frame with a %d-byte error: status %d (%q), want %d", longErrorBytes, got, text, tc.want)
+			}
+			if got == http.StatusRequestEntityTooLarge && !strings.Contains(text, itoa(tc.limit)+"-byte line limit (--broker-line-max)") {
+				t.Fatalf("reason %q does not give the %d-byte limit", text, tc.limit)
+			}
+			// A frame accepted after it: the daemon still works, and every
+			// earlier line has been read.
+			if got, text := postIngress(t, ingress, liFrame("proc-after")); got != http.StatusOK {
+				t.Fatalf("next frame: status %d (%q), want 200", got, text)
+			}
+			d.waitUpserts("proc-after", 1)
+			want := 0
+			if tc.want == http.StatusOK {
+				want = 1
+			}
+			if n := d.upsertCount("proc-long-error"); n != want {
+				t.Fatalf("the broker got the long frame %d time(s), want %d", n, want)
+			}
+			for _, line := range strings.Split(d.text(), "\n") {
+				if len(line)+1 > tc.limit {
+					t.Fatalf("the daemon wrote a %d-byte line, over the %d-byte limit", len(line)+1, tc.limit)
+				}
+			}
+			if d.exitedYet() {
+				t.Fatal("the daemon exited")
+			}
+		})
 	}
 }
 
