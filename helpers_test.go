@@ -27,13 +27,23 @@ const waitTimeout = 10 * time.Second
 // eventually waits until cond holds or fails the test after waitTimeout.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
+	if !holdsWithin(waitTimeout, cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// holdsWithin waits until cond holds and reports whether it did before the
+// timeout. Unlike eventually it does not fail the test, so a goroutine other
+// than the test's may wait with it.
+func holdsWithin(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			return false
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	return true
 }
 
 // frameLog records every line a daemon writes to its broker, in order, and
@@ -507,4 +517,31 @@ var typeViolations = []struct{ name, member, reason string }{
 	{"id a lone low surrogate", `"id":"job-\udc00"`, "workloadInfo.id must be valid UTF-8 with no lone surrogates"},
 	{"id a raw invalid byte", "\"id\":\"job-\xff\"", "frame is not valid UTF-8"},
 	{"an unknown member with a raw invalid byte", "\"note\":\"\xff\"", "frame is not valid UTF-8"},
+}
+
+// resyncHeld returns the workload object the re-sync set holds for the one
+// run of (origin, id), or nil when it holds none.
+func resyncHeld(t testing.TB, n *testNode, origin, id string) map[string]any {
+	t.Helper()
+	n.m.activeMu.Lock()
+	var params json.RawMessage
+	keys := n.m.resync.byRef[workloadRef{origin, id}]
+	if len(keys) > 1 {
+		n.m.activeMu.Unlock()
+		t.Fatalf("the re-sync set holds %d runs of %s, want at most one", len(keys), id)
+	}
+	if len(keys) == 1 {
+		params = n.m.resync.entries[keys[0]].params
+	}
+	n.m.activeMu.Unlock()
+	if params == nil {
+		return nil
+	}
+	var p struct {
+		WorkloadInfo map[string]any `json:"workloadInfo"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		t.Fatalf("re-sync entry params %s: %v", params, err)
+	}
+	return p.WorkloadInfo
 }
