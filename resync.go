@@ -14,11 +14,12 @@ type resyncEntry struct {
 	method     string
 	params     json.RawMessage // without any resync marker
 	terminalAt time.Time       // zero while the workload is live
-	// What a later frame is compared with (see supersedes): the held state's
-	// rank, a byte where the state would be a string kept per entry, and the
-	// held seq when the frame carried one.
-	rank   lifecycleRank
+	// What a later frame is compared with (see supersedes): the held seq
+	// when the frame carried one, and the held state as its rank, which is
+	// all the comparison needs and a byte where the state's string would
+	// be a second reference kept per entry.
 	seq    int64
+	rank   lifecycleRank
 	hasSeq bool
 }
 
