@@ -143,7 +143,7 @@ func BenchmarkDedupDeliverOnce(b *testing.B) {
 
 func benchDedupKey(i int) string {
 	ev := lifecycleEvent{info: workloadInfo{OriginatedFrom: benchNodeID, Engine: "llamacpp", RunID: "run-" + strconv.Itoa(i),
-		ID: "job-" + strconv.Itoa(i), State: "running", Seq: json.RawMessage("1")}}
+		ID: "job-" + strconv.Itoa(i), State: "running", seqNum: 1, hasSeq: true}}
 	return ev.dedupKey()
 }
 

@@ -9,6 +9,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 )
 
 // maxFrameBytes bounds one frame on every channel: a stdio line, a peer
@@ -93,6 +94,20 @@ func jsonPlain(s string) bool {
 		}
 	}
 	return true
+}
+
+// errFrameNotUTF8 refuses a frame with a byte that is not UTF-8 anywhere in
+// it. encoding/json reads such a byte as U+FFFD without an error, but the
+// frame travels as the text it arrived as: relayed, it would put bytes that
+// are not UTF-8 on the broker's stdout, which the broker cannot decode.
+var errFrameNotUTF8 = errors.New("frame is not valid UTF-8")
+
+// checkFrameUTF8 refuses a frame that is not valid UTF-8 throughout.
+func checkFrameUTF8(frame []byte) error {
+	if !utf8.Valid(frame) {
+		return errFrameNotUTF8
+	}
+	return nil
 }
 
 // errLineTooLong is returned, once per over-long line, by lineReader.Next

@@ -27,13 +27,23 @@ const waitTimeout = 10 * time.Second
 // eventually waits until cond holds or fails the test after waitTimeout.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
+	if !holdsWithin(waitTimeout, cond) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// holdsWithin waits until cond holds and reports whether it did before the
+// timeout. Unlike eventually it does not fail the test, so a goroutine other
+// than the test's may wait with it.
+func holdsWithin(timeout time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			return false
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+	return true
 }
 
 // frameLog records every line a daemon writes to its broker, in order, and
@@ -488,4 +498,84 @@ func writeFile(t testing.TB, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// workloadJSON renders a workload object as JSON text: id "job-1", a model,
+// an engine, state running and originatedFrom (only when origin is not
+// empty), each left out when members names it, then members, each a raw
+// `"name":value`, so a test can send what json.Marshal would not: a repeated
+// name, a raw byte, a lone surrogate escape.
+func workloadJSON(origin string, members ...string) string {
+	base := []string{`"id":"job-1"`, `"model":"qwen3.5-9b"`, `"engine":"llamacpp"`, `"state":"running"`}
+	if origin != "" {
+		base = append(base, `"originatedFrom":"`+origin+`"`)
+	}
+	var out []string
+	for _, b := range base {
+		name := b[:strings.Index(b, ":")+1]
+		given := false
+		for _, m := range members {
+			given = given || strings.HasPrefix(m, name)
+		}
+		if !given {
+			out = append(out, b)
+		}
+	}
+	return "{" + strings.Join(append(out, members...), ",") + "}"
+}
+
+// lifecycleFrameJSON is a workload:started notification carrying info.
+func lifecycleFrameJSON(info string) string {
+	return `{"jsonrpc":"2.0","method":"` + methodStarted + `","params":{"workloadInfo":` + info + `}}`
+}
+
+// typeViolations are workload object members the broker cannot decode, each
+// with the reason the daemon gives. The ingress, the peer port and the
+// broker's own channel must all refuse them; the last cases are a raw
+// invalid byte, refused for the whole frame before any field is read.
+var typeViolations = []struct{ name, member, reason string }{
+	{"createdAt an RFC 3339 string", `"createdAt":"2026-01-01T00:00:00Z"`, "workloadInfo.createdAt must be an integer (epoch milliseconds)"},
+	{"createdAt a fraction", `"createdAt":1789661457000.5`, "workloadInfo.createdAt must be an integer (epoch milliseconds)"},
+	{"createdAt null", `"createdAt":null`, "workloadInfo.createdAt must be an integer (epoch milliseconds)"},
+	{"startedAt a word", `"startedAt":"yesterday"`, "workloadInfo.startedAt must be an integer (epoch milliseconds) or null"},
+	{"completedAt a boolean", `"completedAt":true`, "workloadInfo.completedAt must be an integer (epoch milliseconds) or null"},
+	{"error a number", `"error":12`, "workloadInfo.error must be a string or null"},
+	{"requesterId an object", `"requesterId":{"a":1}`, "workloadInfo.requesterId must be a string or null"},
+	{"runId a number", `"runId":5`, "workloadInfo.runId must be a string or null"},
+	{"scheduledOn an array", `"scheduledOn":[]`, "workloadInfo.scheduledOn must be a string or null"},
+	{"seq negative", `"seq":-1`, "workloadInfo.seq must be an integer from 0 to 9223372036854775807"},
+	{"seq a fraction", `"seq":1.5`, "workloadInfo.seq must be an integer from 0 to 9223372036854775807"},
+	{"seq a string", `"seq":"3"`, "workloadInfo.seq must be an integer from 0 to 9223372036854775807"},
+	{"seq null", `"seq":null`, "workloadInfo.seq must be an integer from 0 to 9223372036854775807"},
+	{"id a lone high surrogate", `"id":"job-\ud800"`, "workloadInfo.id must be valid UTF-8 with no lone surrogates"},
+	{"id a lone low surrogate", `"id":"job-\udc00"`, "workloadInfo.id must be valid UTF-8 with no lone surrogates"},
+	{"id a raw invalid byte", "\"id\":\"job-\xff\"", "frame is not valid UTF-8"},
+	{"an unknown member with a raw invalid byte", "\"note\":\"\xff\"", "frame is not valid UTF-8"},
+}
+
+// resyncHeld returns the workload object the re-sync set holds for the one
+// run of (origin, id), or nil when it holds none.
+func resyncHeld(t testing.TB, n *testNode, origin, id string) map[string]any {
+	t.Helper()
+	n.m.activeMu.Lock()
+	var params json.RawMessage
+	keys := n.m.resync.byRef[workloadRef{origin, id}]
+	if len(keys) > 1 {
+		n.m.activeMu.Unlock()
+		t.Fatalf("the re-sync set holds %d runs of %s, want at most one", len(keys), id)
+	}
+	if len(keys) == 1 {
+		params = n.m.resync.entries[keys[0]].params
+	}
+	n.m.activeMu.Unlock()
+	if params == nil {
+		return nil
+	}
+	var p struct {
+		WorkloadInfo map[string]any `json:"workloadInfo"`
+	}
+	if err := json.Unmarshal(params, &p); err != nil {
+		t.Fatalf("re-sync entry params %s: %v", params, err)
+	}
+	return p.WorkloadInfo
 }

@@ -161,10 +161,14 @@ func stampOrigin(ms []jsonMember, nodeID string) (json.RawMessage, error) {
 
 // parseIngressFrame validates a producer's request body and returns it as a
 // local-origin frame with its origin stamped. On top of the local-frame
-// validation every path shares, it enforces the ingress's own rules: exact
-// field spelling, no resync marker, this node's origin only, a known state
-// and a bounded id. It has no side effects.
+// validation every path shares (the typed checks included), it enforces the
+// ingress's own rules: a body that is UTF-8 throughout, exact field
+// spelling, no resync marker, this node's origin only, a known state and a
+// bounded id. It has no side effects.
 func parseIngressFrame(body []byte, nodeID string) (localFrame, error) {
+	if err := checkFrameUTF8(body); err != nil {
+		return localFrame{}, err
+	}
 	env, err := checkedMembers("envelope", body, envelopeFields, false)
 	if err != nil {
 		return localFrame{}, err

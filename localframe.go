@@ -80,7 +80,7 @@ func (m *Manager) trackLocal(f *localFrame, src frameSource) bool {
 		return false
 	}
 	if !m.resync.track(&f.life, now) {
-		m.log.Debug("stale event for a finished workload not tracked", "method", f.method, "id", ref.id)
+		m.log.Debug("stale event not tracked: the re-sync set holds a later one", "method", f.method, "id", ref.id)
 	}
 	return true
 }

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -706,6 +707,116 @@ func TestLocalIngressEndToEnd(t *testing.T) {
 		if w["id"] != "job-42" {
 			t.Fatalf("upserts at B's broker: %v, want only job-42's", b.upserts())
 		}
+	}
+}
+
+// A real producer posts each frame on its own goroutine, so one job's frames
+// reach the ingress out of order. Every frame is accepted, written up and
+// relayed as it comes; the re-sync set keeps each job's latest state, and
+// the heartbeat re-asserts it, so the peer's broker ends on that state
+// whatever order the frames came in.
+func TestLocalIngressOutOfOrderProducerFramesConvergeAtThePeer(t *testing.T) {
+	a, b := newTestNode(t, withResyncInterval(50*time.Millisecond)), newTestNode(t)
+	// Terminal entries age out after two intervals of a's clock: held still,
+	// only the heartbeat's ticker runs.
+	ifxUseClock(a)
+	if err := a.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	mesh(t, a, b)
+	addr := a.m.IngressAddr()
+
+	// Frames shaped like the gpu-lease producer's: the id is the run id, no
+	// originatedFrom (the ingress stamps it), scheduledOn null until placed.
+	frame := func(id, state string, members ...string) string {
+		info := []string{`"id":"` + id + `"`, `"runId":"` + id + `"`, `"model":"qwen3.5-9b"`, `"engine":"gpu-lease"`,
+			`"state":"` + state + `"`, `"createdAt":1789661457000`, `"requesterId":"offload-harness/sess-1"`}
+		return `{"jsonrpc":"2.0","method":"` + methodFor(state) + `","params":{"workloadInfo":{` +
+			strings.Join(append(info, members...), ",") + `}}}`
+	}
+	const jobA, jobB, jobC = "led-1789661457000-3", "led-1789661457000-4", "led-1789661457000-5"
+	jobs := []struct {
+		id     string
+		frames []string // in the order they reach the ingress
+		final  string
+	}{
+		{jobA, []string{ // with seq, terminal first
+			frame(jobA, "completed", `"seq":3`, `"scheduledOn":null`, `"startedAt":1789661458000`, `"completedAt":1789661459000`, `"error":null`),
+			frame(jobA, "running", `"seq":2`, `"scheduledOn":null`, `"startedAt":1789661458000`, `"completedAt":null`, `"error":null`),
+			frame(jobA, "queued", `"seq":1`, `"scheduledOn":null`, `"startedAt":null`, `"completedAt":null`, `"error":null`),
+		}, "completed"},
+		{jobB, []string{ // without seq, placed on the peer, running first
+			frame(jobB, "running", `"scheduledOn":"`+b.id+`"`, `"startedAt":1789661458000`, `"completedAt":null`, `"error":null`),
+			frame(jobB, "queued", `"scheduledOn":"`+b.id+`"`, `"startedAt":null`, `"completedAt":null`, `"error":null`),
+		}, "running"},
+		{jobC, []string{ // failed before it started
+			frame(jobC, "failed", `"seq":2`, `"scheduledOn":null`, `"startedAt":null`, `"completedAt":1789661459000`, `"error":"CUDA out of memory"`),
+		}, "failed"},
+	}
+
+	// Each frame is posted on its own goroutine, all jobs at once; a job's
+	// k-th frame waits only until its k-1 earlier ones have reached the
+	// broker, so the arrival order is the one listed.
+	reachedBroker := func(id string) int {
+		n := 0
+		for _, f := range a.broker.withMethod(methodUpsert) {
+			if bytes.Contains(f.Params, []byte(`"id":"`+id+`"`)) {
+				n++
+			}
+		}
+		return n
+	}
+	type result struct {
+		what   string
+		status int
+		text   string
+		err    error
+	}
+	results := make(chan result, 8)
+	posts := 0
+	for _, j := range jobs {
+		for k, body := range j.frames {
+			posts++
+			what := fmt.Sprintf("%s frame %d", j.id, k)
+			go func() {
+				if !holdsWithin(waitTimeout, func() bool { return reachedBroker(j.id) >= k }) {
+					results <- result{what: what, err: errors.New("the earlier frames never reached the broker")}
+					return
+				}
+				status, text, err := liDo(addr, liRequest{header: http.Header{"Content-Type": {"application/json"}}, body: body})
+				results <- result{what, status, text, err}
+			}()
+		}
+	}
+	for range posts {
+		r := <-results
+		if r.err != nil || r.status != http.StatusOK {
+			t.Fatalf("%s: status %d (%q), err %v; want 200", r.what, r.status, r.text, r.err)
+		}
+	}
+
+	for _, j := range jobs {
+		if held := resyncHeld(t, a, a.id, j.id); held["state"] != j.final {
+			t.Errorf("a's re-sync set holds %s as %v, want %s", j.id, held["state"], j.final)
+		}
+	}
+	// b's broker gets every frame in a's arrival order, then the heartbeat's
+	// re-assertions: once the last direct frame is in, a later upsert of the
+	// final state can only be a re-assertion.
+	for _, j := range jobs {
+		lastDirect := j.frames[len(j.frames)-1]
+		lastDirectState := lastDirect[strings.Index(lastDirect, `"state":"`)+len(`"state":"`):]
+		lastDirectState = lastDirectState[:strings.Index(lastDirectState, `"`)]
+		eventually(t, j.id+" re-asserted as "+j.final+" at b's broker after its last frame", func() bool {
+			var states []string
+			for _, w := range b.upserts() {
+				if w["id"] == j.id {
+					states = append(states, w["state"].(string))
+				}
+			}
+			direct := slices.Index(states, lastDirectState)
+			return direct >= 0 && direct < len(states)-1 && states[len(states)-1] == j.final
+		})
 	}
 }
 

@@ -291,6 +291,10 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 	if len(strings.TrimSpace(string(line))) == 0 {
 		return false
 	}
+	if err := checkFrameUTF8(line); err != nil {
+		m.log.Warn("local frame skipped", "reason", err)
+		return false
+	}
 	var f rpcFrame
 	if err := json.Unmarshal(line, &f); err != nil {
 		m.log.Warn("local frame skipped", "reason", fmt.Sprintf("not JSON: %v", err))

@@ -29,6 +29,9 @@ func (e peerEvent) method() string {
 // parsePeerFrame validates a request body from a peer. It has no side
 // effects.
 func parsePeerFrame(body []byte) (peerEvent, error) {
+	if err := checkFrameUTF8(body); err != nil {
+		return peerEvent{}, err
+	}
 	var f rpcFrame
 	if err := json.Unmarshal(body, &f); err != nil {
 		return peerEvent{}, fmt.Errorf("not a JSON-RPC frame: %w", err)

@@ -545,6 +545,20 @@ func netPost(t testing.TB, c *http.Client, addr string, body []byte) int {
 	return st
 }
 
+// netPostAnswer posts body to the peer endpoint at addr and returns the
+// status and the answer's text.
+func netPostAnswer(t testing.TB, c *http.Client, addr string, body []byte) (int, string) {
+	t.Helper()
+	resp, err := c.Post("https://"+addr+peerEventsPath, "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("POST to %s: %v", addr, err)
+	}
+	defer resp.Body.Close()
+	text, err := io.ReadAll(resp.Body)
+	netMust(t, err)
+	return resp.StatusCode, strings.TrimSpace(string(text))
+}
+
 // netPostTraced is netPost that also reports whether the request went on a
 // reused connection.
 func netPostTraced(t testing.TB, c *http.Client, addr string, body []byte) (status int, reused bool) {

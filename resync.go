@@ -14,6 +14,13 @@ type resyncEntry struct {
 	method     string
 	params     json.RawMessage // without any resync marker
 	terminalAt time.Time       // zero while the workload is live
+	// What a later frame is compared with (see supersedes): the held seq
+	// when the frame carried one, and the held state as its rank, which is
+	// all the comparison needs and a byte where the state's string would
+	// be a second reference kept per entry.
+	seq    int64
+	rank   lifecycleRank
+	hasSeq bool
 }
 
 // resyncSet holds the latest event per local-origin workload run, so the
@@ -33,17 +40,19 @@ func newResyncSet(retention time.Duration) *resyncSet {
 	}
 }
 
-// track records ev as its run's latest event. A non-terminal event for a run
-// already held terminal is stale (a late or replayed delivery) and is not
-// recorded, so a finished workload is never re-asserted as live.
+// track records ev as its run's latest event, unless the entry held is
+// later (see supersedes): the heartbeat re-asserts what the set holds, so a
+// frame that arrived late must not move it back. It reports whether ev was
+// recorded; one that was not is still relayed by the caller.
 func (s *resyncSet) track(ev *lifecycleEvent, now time.Time) bool {
 	k := ev.key()
-	if old, ok := s.entries[k]; ok && !old.terminalAt.IsZero() && !ev.terminal() {
+	if old, ok := s.entries[k]; ok && !supersedes(ev, old) {
 		return false
 	}
 	// The stored params never carry a resync member, whatever its value or
 	// spelling: the heartbeat adds its own marker, and a second one would win.
-	e := &resyncEntry{method: ev.method, params: withoutResync(ev.params)}
+	e := &resyncEntry{method: ev.method, params: withoutResync(ev.params),
+		rank: rankOf(ev.info.State), seq: ev.info.seqNum, hasSeq: ev.info.hasSeq}
 	if ev.terminal() {
 		e.terminalAt = now
 	}
@@ -52,6 +61,65 @@ func (s *resyncSet) track(ev *lifecycleEvent, now time.Time) bool {
 		s.byRef[ev.ref()] = append(keys, k)
 	}
 	return true
+}
+
+// supersedes reports whether ev may replace the entry held for its run.
+//
+// A producer may post each frame on its own goroutine, so one run's frames
+// can reach the daemon in any order: its terminal frame before its running
+// one, its running frame before its queued one. The peers' brokers keep the
+// last frame they were sent, and the heartbeat re-asserts the set to them
+// until the run ends, so the set must end up holding the run's latest state
+// whatever the arrival order, or the cluster would show a finished job as
+// running, or a running one as queued, for good.
+//
+//   - A terminal frame always replaces: nothing follows the end of a run
+//     (and a second terminal frame, a correction, is the later word).
+//   - A non-terminal frame never replaces a terminal entry: it is a late or
+//     replayed delivery, and a finished workload must not be re-asserted as
+//     live.
+//   - Between live frames, the producer's seq, when both carry one, is its
+//     own order of events and decides: a lower seq is older. An equal seq
+//     replaces, as a resent frame always did.
+//   - Otherwise the lifecycle order decides: a queued frame does not replace
+//     a running entry. A state outside queued and running has no rank (the
+//     stdio and peer paths allow any state, and nothing says where it
+//     falls), so it neither replaces by rank nor is refused by it.
+func supersedes(ev *lifecycleEvent, held *resyncEntry) bool {
+	switch {
+	case ev.terminal():
+		return true
+	case !held.terminalAt.IsZero():
+		return false
+	case ev.info.hasSeq && held.hasSeq:
+		return ev.info.seqNum >= held.seq
+	}
+	return !rankOf(ev.info.State).before(held.rank)
+}
+
+// lifecycleRank orders the live states: queued comes before running.
+type lifecycleRank uint8
+
+const (
+	rankNone    lifecycleRank = iota // terminal or unknown: not ordered
+	rankQueued                       // queued
+	rankRunning                      // running
+)
+
+func rankOf(state string) lifecycleRank {
+	switch state {
+	case "queued":
+		return rankQueued
+	case "running":
+		return rankRunning
+	}
+	return rankNone
+}
+
+// before reports whether a state of rank r comes before one of rank other in
+// a run's life; a state without a rank comes before none and after none.
+func (r lifecycleRank) before(other lifecycleRank) bool {
+	return r != rankNone && other != rankNone && r < other
 }
 
 // untrack drops every run of the workload.

@@ -295,3 +295,102 @@ func snapshotStates(t *testing.T, s *resyncSet, now time.Time) map[string]string
 	}
 	return out
 }
+
+// A producer posts each frame on its own goroutine, so one run's frames
+// arrive in any order. The re-sync set never regresses a run: a terminal
+// entry is never replaced by a live frame; between live frames the higher
+// seq wins when both carry one, and otherwise a queued frame does not
+// replace a running entry. A state outside queued and running has no rank.
+func TestResyncSetConvergesOnOutOfOrderFrames(t *testing.T) {
+	type frame struct {
+		state string
+		seq   int // 0: no seq
+	}
+	for _, tc := range []struct {
+		name     string
+		frames   []frame
+		recorded []bool // whether track recorded each frame
+		want     frame  // the entry held at the end
+	}{
+		{"queued then running", []frame{{"queued", 0}, {"running", 0}}, []bool{true, true}, frame{"running", 0}},
+		{"running then queued keeps running", []frame{{"running", 0}, {"queued", 0}}, []bool{true, false}, frame{"running", 0}},
+		{"seq 3 then seq 2 keeps 3", []frame{{"running", 3}, {"running", 2}}, []bool{true, false}, frame{"running", 3}},
+		{"seq decides over rank: queued seq 3 then running seq 2 keeps queued", []frame{{"queued", 3}, {"running", 2}}, []bool{true, false}, frame{"queued", 3}},
+		{"a higher seq of a lower rank is recorded (a requeue)", []frame{{"running", 2}, {"queued", 3}}, []bool{true, true}, frame{"queued", 3}},
+		{"an equal seq is recorded, as a resent frame", []frame{{"running", 2}, {"queued", 2}}, []bool{true, true}, frame{"queued", 2}},
+		{"without seq on the new frame the rank decides", []frame{{"running", 3}, {"queued", 0}}, []bool{true, false}, frame{"running", 3}},
+		{"without seq on the held entry the rank decides", []frame{{"running", 0}, {"queued", 5}}, []bool{true, false}, frame{"running", 0}},
+		{"terminal then queued stays terminal", []frame{{"completed", 0}, {"queued", 0}}, []bool{true, false}, frame{"completed", 0}},
+		{"terminal then running with a higher seq stays terminal", []frame{{"failed", 1}, {"running", 5}}, []bool{true, false}, frame{"failed", 1}},
+		{"terminal, running, queued stays terminal", []frame{{"cancelled", 3}, {"running", 2}, {"queued", 1}}, []bool{true, false, false}, frame{"cancelled", 3}},
+		{"a terminal frame with a lower seq still ends the run", []frame{{"running", 5}, {"completed", 2}}, []bool{true, true}, frame{"completed", 2}},
+		{"unknown state after running: no rank", []frame{{"running", 0}, {"paused", 0}}, []bool{true, true}, frame{"paused", 0}},
+		{"queued after an unknown state: no rank", []frame{{"paused", 0}, {"queued", 0}}, []bool{true, true}, frame{"queued", 0}},
+		{"an unknown state still follows seq", []frame{{"paused", 3}, {"queued", 2}}, []bool{true, false}, frame{"paused", 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newResyncSet(time.Minute)
+			for i, f := range tc.frames {
+				override := map[string]any{"seq": f.seq}
+				if f.seq == 0 {
+					override["seq"] = nil
+				}
+				got := s.track(ptr(mustLifecycle(t, workload("job", f.state, "node-a", override), nil)), resyncT0)
+				if got != tc.recorded[i] {
+					t.Fatalf("frame %d (%s seq %d): recorded = %v, want %v", i, f.state, f.seq, got, tc.recorded[i])
+				}
+			}
+			entries := s.snapshot(resyncT0)
+			if len(entries) != 1 {
+				t.Fatalf("%d entries, want 1", len(entries))
+			}
+			info := entryInfo(t, entries[0])
+			seq, _ := info["seq"].(float64)
+			if info["state"] != tc.want.state || int(seq) != tc.want.seq || entries[0].method != methodFor(tc.want.state) {
+				t.Fatalf("held %s (%v seq %v), want %s seq %d", entries[0].method, info["state"], info["seq"], tc.want.state, tc.want.seq)
+			}
+		})
+	}
+}
+
+// A frame the re-sync set does not record is still the producer's or the
+// broker's word for now: it is written to the broker and relayed to the
+// peers as always; only the re-assertions keep the later state.
+func TestOutOfOrderFrameIsRelayedButTheHeartbeatReassertsTheLaterState(t *testing.T) {
+	n, q := ifxNode(t)
+	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "running", ""))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "queued", ""))); err != nil {
+		t.Fatal(err)
+	}
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-2", "running", n.id, false)))
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-2", "queued", n.id, false)))
+
+	ifxBrokerBarrier(t, n)
+	var atBroker []string
+	for _, w := range n.upserts() {
+		atBroker = append(atBroker, w["id"].(string)+"/"+w["state"].(string))
+	}
+	if want := []string{"job-1/running", "job-1/queued"}; !reflect.DeepEqual(atBroker, want) {
+		t.Fatalf("upserts at the broker = %v, want %v", atBroker, want)
+	}
+	var relayed []string
+	for _, f := range ifxDrain(q) {
+		relayed = append(relayed, ifxInfoString(t, ifxParams(t, f), "id")+"/"+ifxInfoString(t, ifxParams(t, f), "state"))
+	}
+	if want := []string{"job-1/running", "job-1/queued", "job-2/running", "job-2/queued"}; !reflect.DeepEqual(relayed, want) {
+		t.Fatalf("relayed to peers = %v, want %v", relayed, want)
+	}
+	for _, id := range []string{"job-1", "job-2"} {
+		if held := resyncHeld(t, n, n.id, id); held["state"] != "running" {
+			t.Errorf("the re-sync set holds %s as %v, want running", id, held["state"])
+		}
+	}
+	n.m.queueResync("test")
+	for _, f := range ifxDrain(q) {
+		if id, state := ifxInfoString(t, ifxParams(t, f), "id"), ifxInfoString(t, ifxParams(t, f), "state"); state != "running" {
+			t.Errorf("the heartbeat re-asserted %s as %s, want running", id, state)
+		}
+	}
+}

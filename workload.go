@@ -44,14 +44,18 @@ func isTerminalState(s string) bool { return workloadStates[s] }
 // workloadInfo holds the fields of a workload object that the daemon reads.
 // It is never re-encoded: the object travels as the raw JSON it arrived as.
 type workloadInfo struct {
-	ID             string          `json:"id"`
-	Model          string          `json:"model"`
-	Engine         string          `json:"engine"`
-	State          string          `json:"state"`
-	OriginatedFrom string          `json:"originatedFrom"`
-	ScheduledOn    string          `json:"scheduledOn"`
-	RunID          string          `json:"runId"`
-	Seq            json.RawMessage `json:"seq"`
+	ID             string `json:"id"`
+	Model          string `json:"model"`
+	Engine         string `json:"engine"`
+	State          string `json:"state"`
+	OriginatedFrom string `json:"originatedFrom"`
+	ScheduledOn    string `json:"scheduledOn"`
+	RunID          string `json:"runId"`
+
+	// seqNum is the producer's event counter when hasSeq; the typed check
+	// reads it (checkWorkloadTypes), not encoding/json.
+	seqNum int64
+	hasSeq bool
 }
 
 // workloadKey identifies one run of a workload in the re-sync set.
@@ -80,7 +84,11 @@ func (e *lifecycleEvent) terminal() bool { return isTerminalState(e.info.State) 
 // dedupKey is the key peers deduplicate a lifecycle event on.
 func (e *lifecycleEvent) dedupKey() string {
 	i := &e.info
-	return joinKey("L", i.OriginatedFrom, i.Engine, i.RunID, i.ID, i.State, i.ScheduledOn, string(i.Seq))
+	seq := ""
+	if i.hasSeq {
+		seq = strconv.FormatInt(i.seqNum, 10)
+	}
+	return joinKey("L", i.OriginatedFrom, i.Engine, i.RunID, i.ID, i.State, i.ScheduledOn, seq)
 }
 
 // removalEvent is a validated workloads:remove frame.
@@ -111,7 +119,9 @@ type lifecycleParams struct {
 }
 
 // parseLifecycle validates a lifecycle frame's params: a workload object
-// with every required field present and non-empty. It has no side effects.
+// whose known members have the types the broker decodes (workloadtypes.go),
+// with every required field present and non-empty. The stdio path, the
+// ingress and the peer port all go through it. It has no side effects.
 func parseLifecycle(method string, params json.RawMessage) (lifecycleEvent, error) {
 	if !isLifecycleMethod(method) {
 		return lifecycleEvent{}, fmt.Errorf("unknown method %q", method)
@@ -129,10 +139,16 @@ func parseLifecycle(method string, params json.RawMessage) (lifecycleEvent, erro
 	if !isJSONObject(p.WorkloadInfo) {
 		return lifecycleEvent{}, fmt.Errorf("params.workloadInfo: %w", errNotObject)
 	}
+	// The object is valid JSON: encoding/json has just decoded params.
+	seq, hasSeq, err := checkWorkloadTypes(p.WorkloadInfo)
+	if err != nil {
+		return lifecycleEvent{}, err
+	}
 	ev := lifecycleEvent{method: method, raw: p.WorkloadInfo, params: params, resync: p.Resync}
 	if err := json.Unmarshal(p.WorkloadInfo, &ev.info); err != nil {
 		return lifecycleEvent{}, fmt.Errorf("workloadInfo: %w", err)
 	}
+	ev.info.seqNum, ev.info.hasSeq = seq, hasSeq
 	if err := ev.info.validate(); err != nil {
 		return lifecycleEvent{}, err
 	}
@@ -148,9 +164,6 @@ func (i *workloadInfo) validate() error {
 			return fmt.Errorf("workloadInfo.%s is missing or empty", f.name)
 		}
 	}
-	if len(i.Seq) > 0 && !isJSONNumberOrNull(i.Seq) {
-		return errors.New("workloadInfo.seq must be a number")
-	}
 	return nil
 }
 
@@ -160,11 +173,15 @@ type removeParams struct {
 	OriginatedFrom string  `json:"originatedFrom"`
 }
 
-// parseRemove validates a workloads:remove frame's params. It has no side
-// effects.
+// parseRemove validates a workloads:remove frame's params: the typed checks
+// of workloadtypes.go, then a non-empty workloadId and originatedFrom. It
+// has no side effects.
 func parseRemove(params json.RawMessage) (removalEvent, error) {
 	if !isJSONObject(params) {
 		return removalEvent{}, fmt.Errorf("params: %w", errNotObject)
+	}
+	if err := checkRemovalTypes(params); err != nil {
+		return removalEvent{}, err
 	}
 	var p removeParams
 	if err := json.Unmarshal(params, &p); err != nil {
@@ -182,14 +199,4 @@ func parseRemove(params json.RawMessage) (removalEvent, error) {
 func isJSONObject(b json.RawMessage) bool {
 	b = bytes.TrimLeft(b, " \t\r\n")
 	return len(b) > 0 && b[0] == '{'
-}
-
-func isJSONNumberOrNull(b json.RawMessage) bool {
-	b = bytes.TrimSpace(b)
-	if string(b) == "null" {
-		return true
-	}
-	// b is a value encoding/json decoded, so valid JSON: one that starts
-	// like a number is a number (json.Number would also take a quoted one).
-	return len(b) > 0 && (b[0] == '-' || ('0' <= b[0] && b[0] <= '9'))
 }

@@ -64,23 +64,28 @@ func TestParseLifecycleRejectsMalformedFrames(t *testing.T) {
 	}
 }
 
-func TestParseLifecycleSeqMustBeANumberOrNull(t *testing.T) {
+func TestParseLifecycleSeqMustBeANonNegativeInt64(t *testing.T) {
 	for _, tc := range []struct {
-		seq string // raw JSON, "" = absent
-		ok  bool
+		seq  string // raw JSON, "" = absent
+		ok   bool
+		want int64
 	}{
-		{"", true},
-		{"3", true},
-		{"0", true},
-		{"12345678901234567890", true},
-		{"1.5e3", true},
-		{"-1", true},
-		{"null", true},
-		{`"3"`, false},
-		{`""`, false},
-		{`true`, false},
-		{`[3]`, false},
-		{`{"n":3}`, false},
+		{"", true, 0},
+		{"3", true, 3},
+		{"0", true, 0},
+		{"9223372036854775807", true, 9223372036854775807},
+		{"9223372036854775808", false, 0},
+		{"12345678901234567890", false, 0},
+		{"1.5e3", false, 0},
+		{"1e3", false, 0},
+		{"1.0", false, 0},
+		{"-1", false, 0},
+		{"null", false, 0}, // null is not an integer
+		{`"3"`, false, 0},
+		{`""`, false, 0},
+		{`true`, false, 0},
+		{`[3]`, false, 0},
+		{`{"n":3}`, false, 0},
 	} {
 		t.Run("seq="+tc.seq, func(t *testing.T) {
 			info := `{"id":"j","model":"m","engine":"e","state":"running","originatedFrom":"o"`
@@ -88,12 +93,15 @@ func TestParseLifecycleSeqMustBeANumberOrNull(t *testing.T) {
 				info += `,"seq":` + tc.seq
 			}
 			info += `}`
-			_, err := parseLifecycle(methodStarted, json.RawMessage(`{"workloadInfo":`+info+`}`))
+			ev, err := parseLifecycle(methodStarted, json.RawMessage(`{"workloadInfo":`+info+`}`))
 			if tc.ok && err != nil {
 				t.Fatalf("seq %s rejected: %v", tc.seq, err)
 			}
 			if !tc.ok && (err == nil || !strings.Contains(err.Error(), "seq")) {
 				t.Fatalf("seq %s: error = %v, want a rejection naming seq", tc.seq, err)
+			}
+			if tc.ok && (ev.info.hasSeq != (tc.seq != "") || ev.info.seqNum != tc.want) {
+				t.Fatalf("seq %s parsed as hasSeq=%v seqNum=%d, want %d", tc.seq, ev.info.hasSeq, ev.info.seqNum, tc.want)
 			}
 		})
 	}
@@ -134,7 +142,7 @@ func TestParseLifecycleKeepsTheWorkloadObjectByteForByte(t *testing.T) {
 	if string(ev.params) != params {
 		t.Fatalf("ev.params = %s, want the input params byte for byte", ev.params)
 	}
-	if ev.info.ID != "job-é<&>" || ev.info.Engine != "vllm" || ev.info.RunID != "r1" || string(ev.info.Seq) != "7" {
+	if ev.info.ID != "job-é<&>" || ev.info.Engine != "vllm" || ev.info.RunID != "r1" || !ev.info.hasSeq || ev.info.seqNum != 7 {
 		t.Fatalf("decoded info = %+v", ev.info)
 	}
 	if ev.resync {
@@ -229,7 +237,7 @@ func TestDedupKeyDistinguishesEveryTupleMember(t *testing.T) {
 		"no scheduledOn":            with(map[string]any{"scheduledOn": nil}),
 		"other seq":                 with(map[string]any{"seq": 2}),
 		"no seq":                    with(map[string]any{"seq": nil}),
-		"seq null":                  with(map[string]any{"seq": json.RawMessage("null")}),
+		"seq 0":                     with(map[string]any{"seq": 0}),
 		"seq 10":                    with(map[string]any{"seq": 10}),
 		"runId+id split 1":          with(map[string]any{"runId": "a|b", "id": "c"}),
 		"runId+id split 2":          with(map[string]any{"runId": "a", "id": "b|c"}),
@@ -247,6 +255,10 @@ func TestDedupKeyDistinguishesEveryTupleMember(t *testing.T) {
 		// Decode straight into the struct: some cases have an empty id, which
 		// parseLifecycle would refuse, but the key must still be injective.
 		if err := json.Unmarshal(b, &ev.info); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var err error
+		if ev.info.seqNum, ev.info.hasSeq, err = checkWorkloadTypes(b); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		k := ev.dedupKey()

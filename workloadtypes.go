@@ -1,0 +1,263 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"unicode/utf8"
+)
+
+// The broker and the stock peers decode the workload object into typed
+// fields, and refuse a frame that does not decode so. encoding/json, which
+// the daemon reads the object with, would let such a frame through: it
+// decodes only the fields the daemon reads, so a createdAt that is a string
+// is never looked at, and it turns invalid UTF-8 and lone surrogates into
+// U+FFFD without an error. So the daemon checks the members' types itself,
+// on the raw JSON text, before it decodes the object, and what it accepts is
+// exactly what they can decode: a frame it takes is one they can store.
+//
+// encoding/json matches member names without regard to case (Unicode simple
+// folding) and keeps the last of two members that match one field, so every
+// member whose name folds to a known field is checked, repeats included: a
+// check on the exact name alone would pass a bad value sent as "CreatedAt",
+// or a good one followed by a bad repeat. Members the daemon does not know
+// are not checked: they pass through untouched.
+
+// memberType is what a known member may hold.
+type memberType uint8
+
+const (
+	typeString          memberType = iota // a string; null is refused
+	typeStringOrNull                      // a string or null
+	typeEpochMillis                       // an integer (epoch milliseconds); null is refused
+	typeEpochMillisNull                   // an integer (epoch milliseconds) or null
+	typeSeq                               // an integer from 0 to the int64 maximum
+)
+
+// expectation says, for an error, what a member of type t must be.
+func (t memberType) expectation() string {
+	switch t {
+	case typeString:
+		return "a string"
+	case typeStringOrNull:
+		return "a string or null"
+	case typeEpochMillis:
+		return "an integer (epoch milliseconds)"
+	case typeEpochMillisNull:
+		return "an integer (epoch milliseconds) or null"
+	default:
+		return "an integer from 0 to " + strconv.FormatInt(maxSeq, 10)
+	}
+}
+
+// maxSeq is the largest seq: the broker keeps it as a signed 64-bit integer.
+const maxSeq = 1<<63 - 1
+
+// typedField is a known member and the type it must have.
+type typedField struct {
+	name string // its canonical spelling, for errors
+	typ  memberType
+}
+
+// typedFields maps the folded form of each name to its field.
+func typedFields(fields ...typedField) map[string]typedField {
+	m := make(map[string]typedField, len(fields))
+	for _, f := range fields {
+		m[foldKey(f.name)] = f
+	}
+	return m
+}
+
+var (
+	// workloadTypedFields are the members of a workload object the broker
+	// decodes, with their types (contract, section 3).
+	workloadTypedFields = typedFields(
+		typedField{"id", typeString},
+		typedField{"model", typeString},
+		typedField{"engine", typeString},
+		typedField{"state", typeString},
+		typedField{"originatedFrom", typeString},
+		typedField{"runId", typeStringOrNull},
+		typedField{"scheduledOn", typeStringOrNull},
+		typedField{"createdAt", typeEpochMillis},
+		typedField{"startedAt", typeEpochMillisNull},
+		typedField{"completedAt", typeEpochMillisNull},
+		typedField{"error", typeStringOrNull},
+		typedField{"requesterId", typeStringOrNull},
+		typedField{"seq", typeSeq},
+	)
+	// removalTypedFields are the members of a workloads:remove frame's params
+	// the broker decodes.
+	removalTypedFields = typedFields(
+		typedField{"workloadId", typeString},
+		typedField{"originatedFrom", typeString},
+	)
+)
+
+// checkWorkloadTypes checks the type of every known member of a workload
+// object, given as valid JSON, and returns its seq when it has one (the last
+// member that folds to seq, the one encoding/json would decode).
+func checkWorkloadTypes(info []byte) (seq int64, hasSeq bool, err error) {
+	ms, err := validObjectMembers(info)
+	if err != nil {
+		return 0, false, fmt.Errorf("workloadInfo: %w", err)
+	}
+	for _, m := range ms {
+		f, known := lookupTypedField(workloadTypedFields, m.name)
+		if !known {
+			continue
+		}
+		if err := checkMemberType("workloadInfo", f, m); err != nil {
+			return 0, false, err
+		}
+		if f.typ == typeSeq {
+			seq, hasSeq = parseJSONInteger(m.value)
+		}
+	}
+	return seq, hasSeq, nil
+}
+
+// checkRemovalTypes checks the type of every known member of a removal's
+// params.
+func checkRemovalTypes(params []byte) error {
+	ms, err := objectMembers(params)
+	if err != nil {
+		return fmt.Errorf("params: %w", err)
+	}
+	for _, m := range ms {
+		if f, known := lookupTypedField(removalTypedFields, m.name); known {
+			if err := checkMemberType("params", f, m); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// lookupTypedField finds the field a member name would be decoded as.
+func lookupTypedField(fields map[string]typedField, name string) (typedField, bool) {
+	var buf [64]byte // a known name folds well within it: no allocation
+	f, ok := fields[string(appendFold(buf[:0], name))]
+	return f, ok
+}
+
+// checkMemberType refuses a member whose value the broker cannot decode as
+// its field's type. The error names the field and the type it must have;
+// a member sent under another spelling is named as sent too.
+func checkMemberType(level string, f typedField, m jsonMember) error {
+	var what string
+	switch {
+	case !hasMemberType(f.typ, m.value):
+		what = "must be " + f.typ.expectation()
+	case isJSONStringValue(m.value) && !isWellFormedJSONString(m.value):
+		what = "must be valid UTF-8 with no lone surrogates"
+	default:
+		return nil
+	}
+	if m.name != f.name {
+		return fmt.Errorf("%s.%s %s (sent as %q)", level, f.name, what, m.name)
+	}
+	return fmt.Errorf("%s.%s %s", level, f.name, what)
+}
+
+// hasMemberType reports whether v, valid JSON, is a value of type t.
+func hasMemberType(t memberType, v []byte) bool {
+	switch t {
+	case typeString:
+		return isJSONStringValue(v)
+	case typeStringOrNull:
+		return isJSONStringValue(v) || isJSONNull(v)
+	case typeEpochMillis:
+		return isJSONInteger(v)
+	case typeEpochMillisNull:
+		return isJSONNull(v) || isJSONInteger(v)
+	default:
+		return isSeq(v)
+	}
+}
+
+// isJSONStringValue reports whether v, valid JSON, is a string.
+func isJSONStringValue(v []byte) bool { return len(v) > 0 && v[0] == '"' }
+
+// isJSONNull reports whether v, valid JSON, is null.
+func isJSONNull(v []byte) bool { return string(v) == "null" }
+
+// isJSONInteger reports whether v is an integer the broker can hold: number
+// text with no fraction and no exponent, in the int64 range.
+func isJSONInteger(v []byte) bool {
+	_, ok := parseJSONInteger(v)
+	return ok
+}
+
+// isSeq reports whether v is a seq: an integer from 0 to the int64 maximum.
+func isSeq(v []byte) bool {
+	n, ok := parseJSONInteger(v)
+	return ok && n >= 0
+}
+
+// parseJSONInteger reads an integer the broker can hold: number text of the
+// form -?(0|[1-9][0-9]*) in the int64 range. v is valid JSON, so base-10
+// ParseInt takes exactly that (JSON has no sign + and no leading zeros) and
+// refuses a fraction or an exponent: 1e3 and 1.0 are refused although they
+// are whole, since the broker decodes the field as an integer.
+func parseJSONInteger(v []byte) (int64, bool) {
+	n, err := strconv.ParseInt(string(v), 10, 64)
+	return n, err == nil
+}
+
+// isWellFormedJSONString reports whether a quoted JSON string decodes to
+// text without a substitution: its raw bytes are valid UTF-8 and every \u
+// escape of a surrogate is a high one followed by an escaped low one.
+// encoding/json turns a violation into U+FFFD without an error, so this is
+// decided on the raw text.
+func isWellFormedJSONString(q []byte) bool {
+	if len(q) < 2 {
+		return false
+	}
+	s := q[1 : len(q)-1]
+	for i := 0; i < len(s); {
+		switch c := s[i]; {
+		case c == '\\':
+			if i+1 < len(s) && s[i+1] != 'u' {
+				i += 2
+				continue
+			}
+			r, ok := escapedRune(s, i)
+			if !ok {
+				return false
+			}
+			i += 6
+			if isLowSurrogate(r) {
+				return false
+			}
+			if isHighSurrogate(r) {
+				low, ok := escapedRune(s, i)
+				if !ok || !isLowSurrogate(low) {
+					return false
+				}
+				i += 6
+			}
+		case c < utf8.RuneSelf:
+			i++
+		default:
+			r, n := utf8.DecodeRune(s[i:])
+			if r == utf8.RuneError && n == 1 { // also an encoded surrogate
+				return false
+			}
+			i += n
+		}
+	}
+	return true
+}
+
+// escapedRune reads the \uXXXX escape at s[i].
+func escapedRune(s []byte, i int) (rune, bool) {
+	if i+6 > len(s) || s[i] != '\\' || s[i+1] != 'u' {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(s[i+2:i+6]), 16, 16)
+	return rune(n), err == nil
+}
+
+func isHighSurrogate(r rune) bool { return 0xd800 <= r && r < 0xdc00 }
+
+func isLowSurrogate(r rune) bool { return 0xdc00 <= r && r < 0xe000 }
