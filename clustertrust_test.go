@@ -86,7 +86,7 @@ func TestPinFileIsValidOnlyWhenNameNodeUUIDAndPrincipalAgree(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			dir := netMemberDir(t)
+			dir, _ := netMemberDir(t)
 			// A valid pin beside every case: an invalid file must not
 			// disturb the pins around it.
 			control := netMint(t, devpki.NewUUID())
@@ -175,7 +175,7 @@ func TestUnreadableTrustedDirectoryKeepsPreviousPins(t *testing.T) {
 			if c.skipForRoot && os.Geteuid() == 0 {
 				t.Skip("root reads a directory whatever its mode")
 			}
-			dir := netMemberDir(t)
+			dir, _ := netMemberDir(t)
 			trusted := filepath.Join(dir, "trusted")
 			peer := netMint(t, devpki.NewUUID())
 			if err := devpki.PinIdentity(dir, peer); err != nil {
@@ -257,10 +257,7 @@ func TestTrustReloadReportsChangeOnlyWhenPinsOrIdentityChange(t *testing.T) {
 }
 
 func TestTrustKeepsPreviousIdentityWhileNodeCertIsUnreadable(t *testing.T) {
-	dir := t.TempDir()
-	self := netMint(t, devpki.NewUUID())
-	netMust(t, devpki.WriteIdentity(dir, self))
-	netMust(t, devpki.WriteAdmission(dir, "test-cluster", 1))
+	dir, self := netMemberDir(t)
 	logs := &logBuffer{}
 	tr := newClusterTrust(dir, netLogger(logs))
 	tr.reload()
@@ -434,14 +431,14 @@ func netLogger(l *logBuffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-// netMemberDir returns a cluster directory of an admitted member: an
-// identity and an active admission record, no pins.
-func netMemberDir(t testing.TB) string {
+// netMemberDir returns a cluster directory of an admitted member, an
+// identity and an active admission record, no pins, and the identity.
+func netMemberDir(t testing.TB) (string, devpki.Identity) {
 	t.Helper()
-	dir := t.TempDir()
-	netMust(t, devpki.WriteIdentity(dir, netMint(t, devpki.NewUUID())))
+	dir, self := t.TempDir(), netMint(t, devpki.NewUUID())
+	netMust(t, devpki.WriteIdentity(dir, self))
 	netMust(t, devpki.WriteAdmission(dir, "test-cluster", 1))
-	return dir
+	return dir, self
 }
 
 // netDeleteIdentity removes a not yet started node's node.crt and node.key.

@@ -135,7 +135,7 @@ func TestClearedAdmissionDemotesAMember(t *testing.T) {
 }
 
 func TestMissingNodeKeyKeepsALiveMembersIdentity(t *testing.T) {
-	dir := netMemberDir(t)
+	dir, _ := netMemberDir(t)
 	logs := &logBuffer{}
 	tr := newClusterTrust(dir, netLogger(logs))
 	tr.reload()
@@ -165,10 +165,7 @@ func TestMissingNodeKeyKeepsALiveMembersIdentity(t *testing.T) {
 }
 
 func TestSelfTrustFollowsARotatedKeypair(t *testing.T) {
-	dir := t.TempDir()
-	self := netMint(t, devpki.NewUUID())
-	netMust(t, devpki.WriteIdentity(dir, self))
-	netMust(t, devpki.WriteAdmission(dir, "test-cluster", 1))
+	dir, self := netMemberDir(t)
 	netMust(t, devpki.PinIdentity(dir, self)) // a stale self pin must not outrank the live leaf
 	tr := newClusterTrust(dir, netLogger(&logBuffer{}))
 	tr.reload()
