@@ -1,16 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -65,6 +60,9 @@ type outboundFrame struct {
 type broadcaster struct {
 	log   *slog.Logger
 	trust *clusterTrust
+	// heartbeat is where each peer sender reads its passes, every interval.
+	heartbeat heartbeatSource
+	interval  time.Duration
 	// queue is the single ordered enqueue point; only the dispatcher reads it.
 	queue chan outboundFrame
 
@@ -85,10 +83,12 @@ type broadcaster struct {
 	senders      sync.WaitGroup
 }
 
-func newBroadcaster(log *slog.Logger, trust *clusterTrust) *broadcaster {
+func newBroadcaster(log *slog.Logger, trust *clusterTrust, heartbeat heartbeatSource, interval time.Duration) *broadcaster {
 	b := &broadcaster{
 		log:          log,
 		trust:        trust,
+		heartbeat:    heartbeat,
+		interval:     interval,
 		queue:        make(chan outboundFrame, outboundQueueSize),
 		peers:        map[string]*peerSender{},
 		dispatchDone: make(chan struct{}),
@@ -165,7 +165,9 @@ func (b *broadcaster) setTargets(targets []peerTarget) (added, removed []peerTar
 				}
 				b.stats[t.principal] = st
 			}
-			s := newPeerSender(t, st, b.dialTLS(t), b.log)
+			hb := newHeartbeatStream(b.heartbeat, b.interval, st)
+			hb.begin(time.Now()) // the backfill: see heartbeatStream.begin
+			s := newPeerSender(t, st, b.dialTLS(t), hb, b.log)
 			b.peers[id] = s
 			b.senders.Add(1)
 			go func() {
@@ -247,160 +249,6 @@ func (b *broadcaster) close(drain time.Duration) {
 	b.mu.Unlock()
 	b.log.Warn("shutdown: peer queues not drained in time", "abandoned", pending, "drain", drain)
 	<-done
-}
-
-// peerStats counts one peer's deliveries, for the metrics.
-type peerStats struct {
-	peer                                                      string
-	succeeded, failedAttempts, retries, dropped, queueDropped atomic.Uint64
-	latency                                                   *histogram
-}
-
-// peerSender delivers one peer's queue in order over pooled connections.
-type peerSender struct {
-	target peerTarget
-	stats  *peerStats
-	log    *slog.Logger
-	queue  chan outboundFrame
-	client *http.Client
-	url    string
-	ctx    context.Context
-	cancel context.CancelFunc
-	drops  dropLogger
-}
-
-func newPeerSender(t peerTarget, stats *peerStats, dialTLS func(context.Context, string, string) (net.Conn, error), log *slog.Logger) *peerSender {
-	ctx, cancel := context.WithCancel(context.Background())
-	transport := &http.Transport{
-		DialTLSContext:      dialTLS,
-		MaxIdleConns:        peerMaxIdleConns,
-		MaxIdleConnsPerHost: peerMaxIdleConns,
-		IdleConnTimeout:     peerClientIdleTimeout,
-	}
-	return &peerSender{
-		target: t,
-		stats:  stats,
-		log:    log.With("peer", t.name, "principal", t.principal),
-		queue:  make(chan outboundFrame, peerQueueSize),
-		client: &http.Client{Transport: transport},
-		// url.URL escapes an IPv6 zone ("%" -> "%25"); concatenation would
-		// leave an invalid escape and every request to the peer would fail.
-		url:    (&url.URL{Scheme: "https", Host: t.addrs[0], Path: peerEventsPath}).String(),
-		ctx:    ctx,
-		cancel: cancel,
-	}
-}
-
-// dialInOrder dials the candidate addresses in order and returns the first
-// connection that succeeds. The peer is authenticated by its pin, not by the
-// name in the URL, so any of its addresses will do.
-func dialInOrder(addrs []string) func(ctx context.Context, network, _ string) (net.Conn, error) {
-	d := &net.Dialer{Timeout: peerDialTimeout, KeepAlive: 30 * time.Second}
-	return func(ctx context.Context, network, _ string) (net.Conn, error) {
-		var errs []error
-		for _, a := range addrs {
-			c, err := d.DialContext(ctx, network, a)
-			if err == nil {
-				return c, nil
-			}
-			errs = append(errs, err)
-			if ctx.Err() != nil {
-				break
-			}
-		}
-		return nil, errors.Join(errs...)
-	}
-}
-
-// offer hands a frame to the sender without blocking; a full queue drops the
-// frame for this peer only. Called by the dispatcher under broadcaster.mu.
-func (s *peerSender) offer(f outboundFrame) {
-	select {
-	case s.queue <- f:
-	default:
-		s.stats.queueDropped.Add(1)
-		s.drops.note(s.log, "peer queue full, dropping the newest frame for this peer", "method", f.method)
-	}
-}
-
-func (s *peerSender) stop() {
-	s.cancel()
-}
-
-// run delivers the queue until it is closed or the sender is stopped.
-func (s *peerSender) run() {
-	defer s.client.CloseIdleConnections()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case f, ok := <-s.queue:
-			if !ok {
-				return
-			}
-			if err := s.deliver(f); err != nil && s.ctx.Err() == nil {
-				s.stats.dropped.Add(1)
-				s.log.Warn("peer delivery failed, frame dropped for this peer", "method", f.method, "reason", err)
-			}
-		}
-	}
-}
-
-// errPermanent marks a peer answer that a retry cannot change.
-var errPermanent = errors.New("rejected by peer")
-
-// deliver sends one frame with bounded exponential-backoff retries.
-func (s *peerSender) deliver(f outboundFrame) error {
-	var err error
-	for attempt := 0; attempt < peerAttempts; attempt++ {
-		if attempt > 0 {
-			select {
-			case <-s.ctx.Done():
-				return s.ctx.Err()
-			case <-time.After(peerRetryBaseDelay << (attempt - 1)):
-			}
-			s.stats.retries.Add(1)
-		}
-		if err = s.post(f); err == nil {
-			s.stats.succeeded.Add(1)
-			s.stats.latency.observe(time.Since(f.queuedAt))
-			s.log.Debug("delivered to peer", "method", f.method)
-			return nil
-		}
-		s.stats.failedAttempts.Add(1)
-		if errors.Is(err, errPermanent) || s.ctx.Err() != nil {
-			return err
-		}
-	}
-	return fmt.Errorf("after %d attempts: %w", peerAttempts, err)
-}
-
-// post makes one delivery attempt within peerAttemptTimeout.
-func (s *peerSender) post(f outboundFrame) error {
-	ctx, cancel := context.WithTimeout(s.ctx, peerAttemptTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(f.line))
-	if err != nil {
-		return fmt.Errorf("%w: %v", errPermanent, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return err
-	}
-	// Draining the body lets the connection go back to the pool.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, peerResponseDrainCap))
-	resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusOK:
-		return nil
-	case resp.StatusCode >= 500, resp.StatusCode == http.StatusTooManyRequests,
-		// The peer may not have re-read its pins yet: worth another try.
-		resp.StatusCode == http.StatusForbidden:
-		return fmt.Errorf("status %d", resp.StatusCode)
-	default:
-		return fmt.Errorf("%w: status %d", errPermanent, resp.StatusCode)
-	}
 }
 
 // dropLogger logs the first drop and then at most one summary per

@@ -116,10 +116,9 @@ func (m *Manager) refreshTargets() {
 	if len(added) == 0 && len(removed) == 0 {
 		return
 	}
+	// A new target's sender starts a heartbeat pass at once: that is its
+	// backfill with the whole re-sync set.
 	m.log.Info("broadcast targets changed", "added", targetNames(added), "removed", targetNames(removed), "total", len(targets))
-	if len(added) > 0 {
-		m.queueResync("backfill")
-	}
 }
 
 func targetNames(ts []peerTarget) []string {

@@ -565,7 +565,7 @@ func resyncHeld(t testing.TB, n *testNode, origin, id string) map[string]any {
 		t.Fatalf("the re-sync set holds %d runs of %s, want at most one", len(keys), id)
 	}
 	if len(keys) == 1 {
-		params = n.m.resync.entries[keys[0]].params
+		params = n.m.resync.entries[keys[0]].params()
 	}
 	n.m.activeMu.Unlock()
 	if params == nil {
@@ -578,4 +578,20 @@ func resyncHeld(t testing.TB, n *testNode, origin, id string) map[string]any {
 		t.Fatalf("re-sync entry params %s: %v", params, err)
 	}
 	return p.WorkloadInfo
+}
+
+// passLines runs one whole heartbeat pass over m's re-sync set, as a peer
+// sender does, and returns the re-assertion lines in pass order.
+func passLines(m *Manager) [][]byte {
+	c := &resyncCursor{}
+	defer m.closeCursor(c)
+	beginPass(c, m.generation())
+	var out [][]byte
+	for {
+		lines, _, done := m.take(c, 64, maxFrameBytes)
+		out = append(out, lines...)
+		if done {
+			return out
+		}
+	}
 }

@@ -153,146 +153,8 @@ func TestIngestConcurrentPostsForOneWorkloadKeepOneOrderAtBrokerAndPeers(t *test
 	}
 }
 
-// A removal ingested while a re-sync snapshot is in flight must never be
-// followed, in the peer queue, by that snapshot's upsert of the workload: the
-// peers would track again a workload the broker has just removed, until the
-// next heartbeat. commitLocal and queueResync both hold broadcastMu across
-// tracking and enqueueing, so the two are queued wholly one after the other.
-//
-// How the interleaving is forced: the test holds activeMu, then runs
-// queueResync, which takes broadcastMu and blocks on activeMu, its snapshot
-// not yet taken (the test waits until broadcastMu is seen held). It then
-// ingests the removal and waits until the broker has received it, so the
-// removal is past its broker write and inside commitLocal. Only then is
-// activeMu released. With the guard, the removal waits for broadcastMu, so
-// the whole snapshot (which still holds the workload) is queued before the
-// removal. Without it, the removal takes activeMu as soon as the snapshot has
-// released it and is enqueued while the snapshot's frames are still being
-// enqueued one by one; the snapshot holds many workloads in map order, so the
-// removed workload's re-assertion lands after the removal in most rounds,
-// and the test runs many rounds.
-func TestIngestRemovalDuringResyncSnapshotIsNeverFollowedBySnapshotUpsert(t *testing.T) {
-	const fillers = 200
-	const rounds = 20
-	n, q := ifxNode(t)
-	for i := 0; i < fillers; i++ {
-		n.m.handleLine([]byte(ifxStdioLifecycleJSON(fmt.Sprintf("filler-%d", i), "running", n.id, false)))
-	}
-	ifxDrain(q)
-
-	for round := 0; round < rounds; round++ {
-		if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "running", ""))); err != nil {
-			t.Fatal(err)
-		}
-		ifxDrain(q)
-		removalsBefore := len(n.broker.withMethod(methodRemove))
-
-		n.m.activeMu.Lock()
-		resyncDone := make(chan int, 1)
-		go func() { resyncDone <- n.m.queueResync("test") }()
-		eventually(t, "the re-sync snapshot to hold broadcastMu", func() bool {
-			if n.m.broadcastMu.TryLock() {
-				n.m.broadcastMu.Unlock()
-				return false
-			}
-			return true
-		})
-		removeDone := make(chan error, 1)
-		go func() {
-			_, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", "")))
-			removeDone <- err
-		}()
-		n.broker.waitMethod(methodRemove, removalsBefore+1)
-		n.m.activeMu.Unlock()
-		queued := <-resyncDone
-		if err := <-removeDone; err != nil {
-			t.Fatal(err)
-		}
-
-		frames := ifxDrain(q)
-		removalAt, reassertedAt := -1, -1
-		for i, f := range frames {
-			id, isRemoval := ifxFrameWorkload(t, f)
-			if id != "job-1" {
-				continue
-			}
-			if isRemoval {
-				removalAt = i
-				continue
-			}
-			if removalAt >= 0 {
-				t.Fatalf("round %d: the re-sync snapshot's upsert of job-1 was queued at %d, after its removal at %d: peers would track a removed workload",
-					round, i, removalAt)
-			}
-			reassertedAt = i
-		}
-		if removalAt < 0 {
-			t.Fatalf("round %d: the removal was not queued: %d frames", round, len(frames))
-		}
-		// The snapshot held broadcastMu before the removal reached commitLocal,
-		// so it must have been taken with job-1 in it, wholly before the removal.
-		if reassertedAt < 0 || queued != fillers+1 || removalAt != len(frames)-1 {
-			t.Fatalf("round %d: snapshot queued %d frames (job-1 at %d), removal at %d of %d; want all %d re-assertions, then the removal",
-				round, queued, reassertedAt, removalAt, len(frames), fillers+1)
-		}
-	}
-}
-
-// The frame goes up to the broker first, and only then into the re-sync set,
-// the removal memory and the peer queue: peers must never show a workload the
-// origin broker does not hold.
-func TestIngestWritesToBrokerBeforeTrackingOrQueueing(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		body    string
-		tracked bool // job-1 tracked before the frame
-	}{
-		{"upsert", ifxLifecycleJSON("job-1", "running", ""), false},
-		{"removal", ifxRemoveJSON("job-1", ""), true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			n, q := ifxNode(t)
-			if tc.tracked {
-				if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "running", ""))); err != nil {
-					t.Fatal(err)
-				}
-				ifxDrain(q)
-			}
-			gate := ifxGateBroker(n)
-			done := make(chan error, 1)
-			go func() {
-				_, err := n.m.ingestLocal([]byte(tc.body))
-				done <- err
-			}()
-			line := <-gate.entered // the broker write is in progress and held
-			if !bytes.Contains(line, []byte(`"job-1"`)) {
-				t.Fatalf("broker write in progress is %q, want the frame for job-1", line)
-			}
-			if got := ifxDrain(q); len(got) != 0 {
-				t.Errorf("queued for peers before the broker write completed: %s", ifxDescribe(got))
-			}
-			if ifxIsTracked(n, n.id, "job-1") != tc.tracked {
-				t.Errorf("re-sync set changed before the broker write completed (tracked = %v)", !tc.tracked)
-			}
-			if ifxRemembers(n, n.id, "job-1") {
-				t.Error("removal remembered before the broker write completed")
-			}
-			close(gate.release)
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
-			if got := ifxDrain(q); len(got) != 1 {
-				t.Errorf("after the broker write: %s queued, want one frame", ifxDescribe(got))
-			}
-			if ifxIsTracked(n, n.id, "job-1") == tc.tracked {
-				t.Errorf("re-sync set not updated after the broker write (tracked = %v)", tc.tracked)
-			}
-		})
-	}
-}
-
-// A stalled broker write holds ingestMu only: the stdio read loop and the
-// re-sync heartbeat, which take broadcastMu, go on.
+// A stalled broker write holds ingestMu only: the stdio read loop, which
+// takes broadcastMu, and a heartbeat pass, which takes activeMu, go on.
 func TestIngestStalledBrokerWriteDoesNotBlockStdioFramesOrResync(t *testing.T) {
 	n, q := ifxNode(t)
 	gate := ifxGateBroker(n)
@@ -304,9 +166,10 @@ func TestIngestStalledBrokerWriteDoesNotBlockStdioFramesOrResync(t *testing.T) {
 	<-gate.entered
 
 	stdioDone := make(chan struct{})
+	var reasserted [][]byte
 	go func() {
 		n.m.handleLine([]byte(ifxStdioLifecycleJSON("stdio-1", "running", n.id, false)))
-		n.m.queueResync("test")
+		reasserted = passLines(n.m)
 		close(stdioDone)
 	}()
 	select {
@@ -315,8 +178,8 @@ func TestIngestStalledBrokerWriteDoesNotBlockStdioFramesOrResync(t *testing.T) {
 		t.Fatal("a stdio frame and a re-sync waited for an ingress post's stalled broker write")
 	}
 	got := ifxDrain(q)
-	if len(got) != 2 { // the stdio frame, then its re-assertion
-		t.Fatalf("queued while the ingress write stalls: %s, want stdio-1 and its re-assertion", ifxDescribe(got))
+	if len(got) != 1 || len(reasserted) != 1 || !bytes.Contains(reasserted[0], []byte(`"stdio-1"`)) {
+		t.Fatalf("while the ingress write stalls: queued %s and a heartbeat pass of %d, want stdio-1 in each", ifxDescribe(got), len(reasserted))
 	}
 	for _, f := range got {
 		if id, _ := ifxFrameWorkload(t, f); id != "stdio-1" {
@@ -377,8 +240,8 @@ func TestIngestRemovalUntracksEveryRunOfTheWorkload(t *testing.T) {
 			ifxTrackedCount(n), ifxIsTracked(n, n.id, "job-1"), ifxIsTracked(n, n.id, "job-2"))
 	}
 	ifxDrain(q)
-	if got := n.m.queueResync("test"); got != 1 {
-		t.Errorf("re-sync after the removal queued %d frames, want job-2's only", got)
+	if got := len(passLines(n.m)); got != 1 {
+		t.Errorf("a heartbeat pass after the removal re-asserts %d frames, want job-2's only", got)
 	}
 }
 

@@ -453,7 +453,7 @@ func TestIngressFramePassesHarnessFrameThroughWithProducerFields(t *testing.T) {
 	n.m.activeMu.Lock()
 	var stored json.RawMessage
 	for _, e := range n.m.resync.entries {
-		stored = e.params
+		stored = e.params()
 	}
 	n.m.activeMu.Unlock()
 	if stored == nil {

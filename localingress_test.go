@@ -657,8 +657,8 @@ func TestLocalIngressEndToEnd(t *testing.T) {
 		tracked = append(tracked, *a.m.resync.entries[k])
 	}
 	a.m.activeMu.Unlock()
-	if len(tracked) != 1 || !strings.Contains(string(tracked[0].params), `"batch":"params-extra"`) ||
-		!strings.Contains(string(tracked[0].params), `"producerNote":"wi-extra"`) {
+	if len(tracked) != 1 || !strings.Contains(string(tracked[0].params()), `"batch":"params-extra"`) ||
+		!strings.Contains(string(tracked[0].params()), `"producerNote":"wi-extra"`) {
 		t.Fatalf("re-sync set for job-42 = %+v, want one entry keeping the producer's fields", tracked)
 	}
 

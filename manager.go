@@ -97,7 +97,6 @@ type Manager struct {
 	// Metrics the Manager itself owns; the components keep their own.
 	framesReceived          *counterVec // source, method
 	ingressResponses        *counterVec // code
-	resyncQueued            atomic.Uint64
 	serverHandshakeFailures atomic.Uint64
 
 	shutdownOnce sync.Once
@@ -132,13 +131,12 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	trust := newClusterTrust(cfg.ClusterDir, cfg.Logger)
 	retention := 2 * cfg.ResyncInterval
-	return &Manager{
+	m := &Manager{
 		cfg:         cfg,
 		log:         cfg.Logger,
 		out:         newBrokerWriter(cfg.Out, cfg.BrokerLineMax),
 		trust:       trust,
 		dedup:       newDedup(dedupCapacity),
-		bcast:       newBroadcaster(cfg.Logger, trust),
 		now:         time.Now,
 		resync:      newResyncSet(retention),
 		removed:     newRemovalMemory(retention, removalMemoryCapacity),
@@ -146,7 +144,11 @@ func NewManager(cfg Config) (*Manager, error) {
 
 		framesReceived:   newCounterVec(),
 		ingressResponses: newCounterVec(),
-	}, nil
+	}
+	// Each peer sender reads its heartbeat passes from this Manager's
+	// re-sync set.
+	m.bcast = newBroadcaster(cfg.Logger, trust, m, cfg.ResyncInterval)
+	return m, nil
 }
 
 // PeerAddr returns the inter-node listener's address once Run has bound it.
@@ -200,7 +202,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	if m.announce() == nil {
 		wg.Go(func() { m.trust.watch(ctx, trustReloadInterval, m.refreshTargets) })
-		wg.Go(func() { m.heartbeat(ctx) })
+		wg.Go(func() { runEvery(ctx, m.cfg.ResyncInterval, m.pruneResync) })
 		readDone := make(chan struct{})
 		go func() { m.readLoop(); close(readDone) }()
 		select {

@@ -182,21 +182,27 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	t.single("nvpair_wlm_dedup_hits_total", "counter", "Peer frames not written to the broker because they were already seen.", float64(m.dedup.hits.Load()))
 	t.single("nvpair_wlm_outbound_frames_queued_total", "counter", "Frames queued for the peers at the ordered enqueue point.", float64(m.bcast.queued.Load()))
 	t.single("nvpair_wlm_outbound_frames_dropped_total", "counter", "Frames dropped because the outbound queue was full.", float64(m.bcast.dropped.Load()))
-	t.single("nvpair_wlm_heartbeat_frames_queued_total", "counter", "Re-assertion frames queued by the heartbeat and the backfill.", float64(m.resyncQueued.Load()))
 
 	stats := m.bcast.peerStatsSnapshot()
 	perPeer := []struct {
-		name, help string
-		get        func(*peerStats) uint64
+		name, kind, help string
+		get              func(*peerStats) uint64
 	}{
-		{"nvpair_wlm_peer_deliveries_succeeded_total", "Frames delivered to a peer.", func(s *peerStats) uint64 { return s.succeeded.Load() }},
-		{"nvpair_wlm_peer_delivery_failures_total", "Failed delivery attempts to a peer.", func(s *peerStats) uint64 { return s.failedAttempts.Load() }},
-		{"nvpair_wlm_peer_delivery_retries_total", "Delivery attempts to a peer that were retries.", func(s *peerStats) uint64 { return s.retries.Load() }},
-		{"nvpair_wlm_peer_deliveries_dropped_total", "Frames given up for a peer after their last attempt.", func(s *peerStats) uint64 { return s.dropped.Load() }},
-		{"nvpair_wlm_peer_queue_dropped_total", "Frames dropped for a peer because its queue was full.", func(s *peerStats) uint64 { return s.queueDropped.Load() }},
+		{"nvpair_wlm_peer_deliveries_succeeded_total", "counter", "Frames delivered to a peer.", func(s *peerStats) uint64 { return s.succeeded.Load() }},
+		{"nvpair_wlm_peer_delivery_failures_total", "counter", "Failed delivery attempts to a peer.", func(s *peerStats) uint64 { return s.failedAttempts.Load() }},
+		{"nvpair_wlm_peer_delivery_retries_total", "counter", "Delivery attempts to a peer that were retries.", func(s *peerStats) uint64 { return s.retries.Load() }},
+		{"nvpair_wlm_peer_deliveries_dropped_total", "counter", "Frames given up for a peer after their last attempt.", func(s *peerStats) uint64 { return s.dropped.Load() }},
+		{"nvpair_wlm_peer_queue_dropped_total", "counter", "Frames dropped for a peer because its queue was full.", func(s *peerStats) uint64 { return s.queueDropped.Load() }},
+		{"nvpair_wlm_heartbeat_passes_started_total", "counter", "Heartbeat passes over the re-sync set started for a peer (the first is its backfill).", func(s *peerStats) uint64 { return s.passesStarted.Load() }},
+		{"nvpair_wlm_heartbeat_passes_completed_total", "counter", "Heartbeat passes that reached the end of the re-sync set for a peer.", func(s *peerStats) uint64 { return s.passesCompleted.Load() }},
+		{"nvpair_wlm_heartbeat_passes_overrun_total", "counter", "Heartbeat passes for a peer that took longer than the re-sync interval.", func(s *peerStats) uint64 { return s.passesOverrun.Load() }},
+		{"nvpair_wlm_heartbeat_reasserted_total", "counter", "Re-assertions delivered to a peer.", func(s *peerStats) uint64 { return s.reasserted.Load() }},
+		{"nvpair_wlm_heartbeat_reassert_failures_total", "counter", "Re-assertions a peer did not accept; the next pass repeats them.", func(s *peerStats) uint64 { return s.reassertFailures.Load() }},
+		{"nvpair_wlm_heartbeat_pass_progress_entries", "gauge", "Entries the heartbeat pass under way (or the last one) has visited for a peer.", func(s *peerStats) uint64 { return s.passProgress.Load() }},
+		{"nvpair_wlm_heartbeat_pass_size_entries", "gauge", "Entries the re-sync set held when a peer's current (or last) heartbeat pass started.", func(s *peerStats) uint64 { return s.passSize.Load() }},
 	}
 	for _, f := range perPeer {
-		t.family(f.name, "counter", f.help)
+		t.family(f.name, f.kind, f.help)
 		for _, s := range stats {
 			t.sample(f.name, []string{"peer"}, []string{s.peer}, float64(f.get(s)))
 		}

@@ -85,9 +85,15 @@ func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 	eventually(t, "A's deliveries counted", func() bool {
 		return delta(scrape(t, a), a0, `nvpair_wlm_peer_deliveries_succeeded_total{peer="`+b.id+`"}`) == 7
 	})
-	resync := a.m.queueResync("test")
-	eventually(t, "re-assertions delivered", func() bool {
-		return delta(scrape(t, a), a0, `nvpair_wlm_peer_deliveries_succeeded_total{peer="`+b.id+`"}`) == float64(7+resync)
+	// B leaves the target set and comes back: its new sender's first
+	// heartbeat pass, the backfill, re-asserts the whole re-sync set.
+	a.discover()
+	a.waitTargets(0)
+	a.discover(b)
+	a.waitTargets(1)
+	const resync = 4 // ing-1, ing-2, std-1, std-2
+	eventually(t, "the backfill's re-assertions delivered", func() bool {
+		return delta(scrape(t, a), a0, `nvpair_wlm_heartbeat_reasserted_total{peer="`+b.id+`"}`) == resync
 	})
 
 	// A TLS handshake that fails at B's server: plaintext on the TLS port.
@@ -113,10 +119,12 @@ func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 		`nvpair_wlm_ingress_responses_total{code="400"}`:                                 1,
 		`nvpair_wlm_ingress_responses_total{code="403"}`:                                 1,
 		`nvpair_wlm_broker_writes_total`:                                                 4,
-		`nvpair_wlm_outbound_frames_queued_total`:                                        float64(7 + resync),
-		`nvpair_wlm_heartbeat_frames_queued_total`:                                       float64(resync),
-		`nvpair_wlm_peer_delivery_latency_seconds_count{peer="` + b.id + `"}`:            float64(7 + resync),
-		`nvpair_wlm_peer_delivery_latency_seconds_bucket{peer="` + b.id + `",le="+Inf"}`: float64(7 + resync),
+		`nvpair_wlm_outbound_frames_queued_total`:                                        7,
+		`nvpair_wlm_peer_deliveries_succeeded_total{peer="` + b.id + `"}`:                7,
+		`nvpair_wlm_heartbeat_reasserted_total{peer="` + b.id + `"}`:                     resync,
+		`nvpair_wlm_heartbeat_reassert_failures_total{peer="` + b.id + `"}`:              0,
+		`nvpair_wlm_peer_delivery_latency_seconds_count{peer="` + b.id + `"}`:            7,
+		`nvpair_wlm_peer_delivery_latency_seconds_bucket{peer="` + b.id + `",le="+Inf"}`: 7,
 		`nvpair_wlm_peer_delivery_failures_total{peer="` + b.id + `"}`:                   0,
 		`nvpair_wlm_peer_deliveries_dropped_total{peer="` + b.id + `"}`:                  0,
 		`nvpair_wlm_outbound_frames_dropped_total`:                                       0,
@@ -126,12 +134,12 @@ func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 			t.Errorf("A: %s moved by %v, want %v", series, got, want)
 		}
 	}
-	if resync != 4 { // ing-1, ing-2, std-1, std-2
-		t.Errorf("re-sync set queued %d frames, want 4", resync)
-	}
 	gaugesA := map[string]float64{
 		`nvpair_wlm_targets`: 1, `nvpair_wlm_pinned_peers`: 1,
 		`nvpair_wlm_resync_set_size`: 4, `nvpair_wlm_removal_memory_size`: 1,
+		`nvpair_wlm_heartbeat_pass_size_entries{peer="` + b.id + `"}`:     4,
+		`nvpair_wlm_heartbeat_pass_progress_entries{peer="` + b.id + `"}`: 4,
+		`nvpair_wlm_clustered`:                  1,
 		`nvpair_wlm_build_info{version="test"}`: 1,
 	}
 	for series, want := range gaugesA {

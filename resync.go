@@ -2,18 +2,23 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
 // resyncEntry is the latest event of one local-origin workload run.
 type resyncEntry struct {
+	key workloadKey
+	// line is the entry's re-assertion, the notification with "resync": true
+	// in its params, encoded once when the entry changes rather than on
+	// every pass to every peer. Its bytes are never modified afterwards, so
+	// a sender may hold it without a lock.
+	line       []byte
 	method     string
-	params     json.RawMessage // without any resync marker
-	terminalAt time.Time       // zero while the workload is live
+	terminalAt time.Time // zero while the workload is live
 	// What a later frame is compared with (see supersedes): the held seq
 	// when the frame carried one, and the held state as its rank, which is
 	// all the comparison needs and a byte where the state's string would
@@ -21,15 +26,63 @@ type resyncEntry struct {
 	seq    int64
 	rank   lifecycleRank
 	hasSeq bool
+	// gen is the set's generation when the entry last changed: a pass that
+	// started before it skips the entry, which every peer was just sent as
+	// a fresh frame.
+	gen uint64
+	// prev and next link the entries in pass order: the order they were
+	// first tracked in. An update keeps its place, so a heartbeat pass,
+	// which walks this list, visits every entry once whatever changes
+	// meanwhile, and no entry can be skipped pass after pass.
+	prev, next *resyncEntry
+}
+
+// params returns the entry's params as they were tracked (any resync
+// member removed), without the marker the re-assertion line adds.
+func (e *resyncEntry) params() json.RawMessage {
+	// The method is a lifecycle method, which needs no escaping, so the
+	// first occurrence of the marker is the one withResync wrote.
+	marker := []byte(`,"params":{"resync":true`)
+	rest := e.line[bytes.Index(e.line, marker)+len(marker) : len(e.line)-1]
+	return append([]byte{'{'}, bytes.TrimPrefix(rest, []byte(","))...)
+}
+
+// resyncCursor is one peer's place in its current heartbeat pass. next is
+// guarded by the lock of the set it was opened on, which moves it when the
+// entry it points at goes; the other fields belong to the peer's sender.
+type resyncCursor struct {
+	next     *resyncEntry // the next entry the pass visits; nil at its end
+	startGen uint64       // the set's generation when the pass started
+	pending  bool         // the pass has started but not yet taken its place
+}
+
+// expiry is a terminal entry's deadline, in the order entries ended.
+type expiry struct {
+	key workloadKey
+	at  time.Time // the entry's terminalAt when it was queued
 }
 
 // resyncSet holds the latest event per local-origin workload run, so the
 // heartbeat can re-assert it to peers that missed a delivery. It is guarded
-// by Manager.activeMu.
+// by Manager.activeMu. Every operation is O(1) amortized except a removal
+// (O(runs of the workload + open cursors)): nothing walks the whole set
+// under the lock, so the read loop and the ingress never wait on the
+// heartbeat for more than a bounded slice of work.
 type resyncSet struct {
-	retention time.Duration // how long a terminal entry stays
-	entries   map[workloadKey]*resyncEntry
-	byRef     map[workloadRef][]workloadKey // a removal names a ref, not a run; nearly always one run
+	retention  time.Duration // how long a terminal entry stays
+	entries    map[workloadKey]*resyncEntry
+	byRef      map[workloadRef][]workloadKey // a removal names a ref, not a run; nearly always one run
+	head, tail *resyncEntry                  // pass order
+	cursors    map[*resyncCursor]struct{}    // one per peer sender
+	// gen counts the changes to the set. It is written under the set's
+	// lock and read without it, when a peer sender starts a pass.
+	gen atomic.Uint64
+	// expiries holds terminal entries' deadlines oldest first, from
+	// expiryHead on; an entry that changed since it was queued is skipped
+	// when its item comes up. Entries end in time order, so pruning pops
+	// from the front only.
+	expiries   []expiry
+	expiryHead int
 }
 
 func newResyncSet(retention time.Duration) *resyncSet {
@@ -37,6 +90,7 @@ func newResyncSet(retention time.Duration) *resyncSet {
 		retention: retention,
 		entries:   map[workloadKey]*resyncEntry{},
 		byRef:     map[workloadRef][]workloadKey{},
+		cursors:   map[*resyncCursor]struct{}{},
 	}
 }
 
@@ -45,20 +99,28 @@ func newResyncSet(retention time.Duration) *resyncSet {
 // frame that arrived late must not move it back. It reports whether ev was
 // recorded; one that was not is still relayed by the caller.
 func (s *resyncSet) track(ev *lifecycleEvent, now time.Time) bool {
+	s.prune(now)
 	k := ev.key()
-	if old, ok := s.entries[k]; ok && !supersedes(ev, old) {
+	e, held := s.entries[k]
+	if held && !supersedes(ev, e) {
 		return false
+	}
+	if !held {
+		e = &resyncEntry{key: k}
+		s.entries[k] = e
+		s.link(e)
+		ref := ev.ref()
+		s.byRef[ref] = append(s.byRef[ref], k)
 	}
 	// The stored params never carry a resync member, whatever its value or
 	// spelling: the heartbeat adds its own marker, and a second one would win.
-	e := &resyncEntry{method: ev.method, params: withoutResync(ev.params),
-		rank: rankOf(ev.info.State), seq: ev.info.seqNum, hasSeq: ev.info.hasSeq}
+	e.line = encodeNotification(ev.method, withResync(withoutResync(ev.params)))
+	e.method, e.rank, e.seq, e.hasSeq = ev.method, rankOf(ev.info.State), ev.info.seqNum, ev.info.hasSeq
+	e.gen = s.gen.Add(1)
+	e.terminalAt = time.Time{}
 	if ev.terminal() {
 		e.terminalAt = now
-	}
-	s.entries[k] = e
-	if keys := s.byRef[ev.ref()]; !slices.Contains(keys, k) {
-		s.byRef[ev.ref()] = append(keys, k)
+		s.expiries = append(s.expiries, expiry{k, now})
 	}
 	return true
 }
@@ -125,12 +187,20 @@ func (r lifecycleRank) before(other lifecycleRank) bool {
 // untrack drops every run of the workload.
 func (s *resyncSet) untrack(ref workloadRef) {
 	for _, k := range s.byRef[ref] {
-		delete(s.entries, k)
+		if e := s.entries[k]; e != nil {
+			s.unlink(e)
+			delete(s.entries, k)
+		}
 	}
 	delete(s.byRef, ref)
 }
 
 func (s *resyncSet) remove(k workloadKey) {
+	e := s.entries[k]
+	if e == nil {
+		return
+	}
+	s.unlink(e)
 	delete(s.entries, k)
 	ref := workloadRef{k.origin, k.id}
 	keys := slices.DeleteFunc(s.byRef[ref], func(x workloadKey) bool { return x == k })
@@ -141,21 +211,104 @@ func (s *resyncSet) remove(k workloadKey) {
 	}
 }
 
-// snapshot drops terminal entries past their retention and returns the rest
-// as re-assertion frames.
-func (s *resyncSet) snapshot(now time.Time) []resyncEntry {
-	out := make([]resyncEntry, 0, len(s.entries))
-	for k, e := range s.entries {
-		if !e.terminalAt.IsZero() && now.Sub(e.terminalAt) >= s.retention {
-			s.remove(k)
-			continue
-		}
-		out = append(out, *e)
+// link appends e at the end of the pass order.
+func (s *resyncSet) link(e *resyncEntry) {
+	e.prev, e.next = s.tail, nil
+	if s.tail == nil {
+		s.head = e
+	} else {
+		s.tail.next = e
 	}
-	return out
+	s.tail = e
+}
+
+// unlink takes e out of the pass order; a cursor that was about to visit
+// it moves on to the entry after it.
+func (s *resyncSet) unlink(e *resyncEntry) {
+	for c := range s.cursors {
+		if c.next == e {
+			c.next = e.next
+		}
+	}
+	if e.prev == nil {
+		s.head = e.next
+	} else {
+		e.prev.next = e.next
+	}
+	if e.next == nil {
+		s.tail = e.prev
+	} else {
+		e.next.prev = e.prev
+	}
+	e.prev, e.next = nil, nil
+}
+
+// prune drops the terminal entries whose retention has passed. Each
+// deadline is popped once, so the work is amortized O(1) per entry that
+// ended.
+func (s *resyncSet) prune(now time.Time) {
+	for s.expiryHead < len(s.expiries) {
+		x := s.expiries[s.expiryHead]
+		if now.Sub(x.at) < s.retention {
+			break
+		}
+		s.expiries[s.expiryHead] = expiry{}
+		s.expiryHead++
+		if e := s.entries[x.key]; e != nil && e.terminalAt.Equal(x.at) {
+			s.remove(x.key)
+		}
+	}
+	// Reclaim the popped front once it is most of the slice: amortized O(1).
+	if s.expiryHead > 64 && s.expiryHead*2 > len(s.expiries) {
+		s.expiries = append(s.expiries[:0], s.expiries[s.expiryHead:]...)
+		s.expiryHead = 0
+	}
 }
 
 func (s *resyncSet) len() int { return len(s.entries) }
+
+// closeCursor forgets a cursor; the set no longer moves it.
+func (s *resyncSet) closeCursor(c *resyncCursor) { delete(s.cursors, c) }
+
+// generation returns the set's change count; it needs no lock.
+func (s *resyncSet) generation() uint64 { return s.gen.Load() }
+
+// beginPass starts a pass on c as of generation gen: the pass visits every
+// entry in pass order except those changed after gen, which were queued to
+// every peer as fresh frames after the pass began. It needs no lock: c takes
+// its place in the set at its first take.
+func beginPass(c *resyncCursor, gen uint64) { c.startGen, c.pending = gen, true }
+
+// take returns the re-assertion lines of up to maxFrames entries from c's
+// place on, at most maxBytes in all (but always at least one line, so an
+// entry larger than maxBytes is not stuck), advances c past them and
+// reports whether the pass has reached the end of the set. Expired
+// terminal entries are pruned first, so a pass never re-asserts one. size
+// is the set's size when the pass took its place, else 0.
+func (s *resyncSet) take(c *resyncCursor, now time.Time, maxFrames, maxBytes int) (lines [][]byte, size int, done bool) {
+	s.prune(now)
+	if c.pending {
+		// The cursor is registered here, under the lock, rather than when
+		// its sender is created under broadcaster.mu, which must stay a leaf.
+		s.cursors[c] = struct{}{}
+		c.next, c.pending, size = s.head, false, len(s.entries)
+	}
+	bytes := 0
+	for c.next != nil && len(lines) < maxFrames {
+		e := c.next
+		if e.gen > c.startGen {
+			c.next = e.next
+			continue
+		}
+		if len(lines) > 0 && bytes+len(e.line) > maxBytes {
+			break
+		}
+		lines = append(lines, e.line)
+		bytes += len(e.line)
+		c.next = e.next
+	}
+	return lines, size, c.next == nil
+}
 
 // withResync returns params with "resync": true added: the marker that lets
 // a re-assertion through the peers' dedup.
@@ -195,33 +348,6 @@ func withoutResync(params json.RawMessage) json.RawMessage {
 		return params
 	}
 	return b
-}
-
-// queueResync queues the whole re-sync set as re-assertions, under one hold
-// of broadcastMu so that no removal can be queued between the snapshot and
-// its frames. It returns how many frames were queued.
-func (m *Manager) queueResync(reason string) int {
-	m.broadcastMu.Lock()
-	defer m.broadcastMu.Unlock()
-	m.activeMu.Lock()
-	entries := m.resync.snapshot(m.now())
-	m.activeMu.Unlock()
-	queued := 0
-	for _, e := range entries {
-		if m.bcast.enqueue(outboundFrame{method: e.method, line: encodeNotification(e.method, withResync(e.params))}) {
-			queued++
-		}
-	}
-	m.resyncQueued.Add(uint64(queued))
-	if len(entries) > 0 {
-		m.log.Debug("re-sync set queued", "reason", reason, "frames", queued, "held", len(entries))
-	}
-	return queued
-}
-
-// heartbeat re-asserts the re-sync set every interval until ctx ends.
-func (m *Manager) heartbeat(ctx context.Context) {
-	runEvery(ctx, m.cfg.ResyncInterval, func() { m.queueResync("heartbeat") })
 }
 
 // mayHoldResync reports whether params could hold a member that

@@ -219,16 +219,16 @@ func TestResyncSetStoresParamsWithoutAnyResyncMember(t *testing.T) {
 				t.Fatalf("%d entries, want 1", len(entries))
 			}
 			var stored map[string]json.RawMessage
-			if err := json.Unmarshal(entries[0].params, &stored); err != nil {
-				t.Fatalf("stored params %s: %v", entries[0].params, err)
+			if err := json.Unmarshal(entries[0].params(), &stored); err != nil {
+				t.Fatalf("stored params %s: %v", entries[0].params(), err)
 			}
 			for k := range stored {
 				if strings.EqualFold(k, "resync") {
-					t.Fatalf("stored params keep a resync member %q: %s", k, entries[0].params)
+					t.Fatalf("stored params keep a resync member %q: %s", k, entries[0].params())
 				}
 			}
 
-			out := withResync(entries[0].params)
+			out := withResync(entries[0].params())
 			var p lifecycleParams // decodes the way a peer does
 			if err := json.Unmarshal(out, &p); err != nil {
 				t.Fatal(err)
@@ -255,21 +255,32 @@ func TestResyncSetKeepsParamsWithoutAResyncMemberUnchanged(t *testing.T) {
 	params := `{"workloadInfo": {"id":"job-1","model":"m","engine":"e","state":"running","originatedFrom":"node-a"} , "note":"x"}`
 	s := newResyncSet(time.Minute)
 	s.track(ptr(mustLifecycleRaw(t, methodStarted, params)), resyncT0)
-	if got := string(s.snapshot(resyncT0)[0].params); got != params {
+	if got := string(s.snapshot(resyncT0)[0].params()); got != params {
 		t.Fatalf("stored params = %s, want them byte for byte: %s", got, params)
 	}
 }
 
 func ptr[T any](v T) *T { return &v }
 
+// snapshot returns the entries a heartbeat pass at now visits, in pass
+// order: what is left once expired terminal entries are pruned.
+func (s *resyncSet) snapshot(now time.Time) []*resyncEntry {
+	s.prune(now)
+	var out []*resyncEntry
+	for e := s.head; e != nil; e = e.next {
+		out = append(out, e)
+	}
+	return out
+}
+
 // entryInfo decodes a re-sync entry's workload object.
-func entryInfo(t *testing.T, e resyncEntry) map[string]any {
+func entryInfo(t *testing.T, e *resyncEntry) map[string]any {
 	t.Helper()
 	var p struct {
 		WorkloadInfo map[string]any `json:"workloadInfo"`
 	}
-	if err := json.Unmarshal(e.params, &p); err != nil {
-		t.Fatalf("entry params %s: %v", e.params, err)
+	if err := json.Unmarshal(e.params(), &p); err != nil {
+		t.Fatalf("entry params %s: %v", e.params(), err)
 	}
 	return p.WorkloadInfo
 }
@@ -387,8 +398,8 @@ func TestOutOfOrderFrameIsRelayedButTheHeartbeatReassertsTheLaterState(t *testin
 			t.Errorf("the re-sync set holds %s as %v, want running", id, held["state"])
 		}
 	}
-	n.m.queueResync("test")
-	for _, f := range ifxDrain(q) {
+	for _, line := range passLines(n.m) {
+		f := outboundFrame{method: methodStarted, line: line}
 		if id, state := ifxInfoString(t, ifxParams(t, f), "id"), ifxInfoString(t, ifxParams(t, f), "state"); state != "running" {
 			t.Errorf("the heartbeat re-asserted %s as %s, want running", id, state)
 		}

@@ -1,0 +1,106 @@
+package main
+
+import "time"
+
+// heartbeatSource is where a peer sender reads its heartbeat passes from:
+// the Manager's re-sync set, behind activeMu. Each take holds the lock for
+// a bounded slice of work (at most one batch of entries, plus the expired
+// entries it prunes), never for the whole set, so the read loop and the
+// ingress wait on the heartbeat for microseconds, not for the set's size.
+type heartbeatSource interface {
+	closeCursor(c *resyncCursor)
+	generation() uint64
+	take(c *resyncCursor, maxFrames, maxBytes int) (lines [][]byte, size int, done bool)
+}
+
+// The Manager is the heartbeat source of its broadcaster.
+func (m *Manager) closeCursor(c *resyncCursor) {
+	m.activeMu.Lock()
+	defer m.activeMu.Unlock()
+	m.resync.closeCursor(c)
+}
+
+func (m *Manager) generation() uint64 { return m.resync.generation() }
+
+func (m *Manager) take(c *resyncCursor, maxFrames, maxBytes int) ([][]byte, int, bool) {
+	m.activeMu.Lock()
+	defer m.activeMu.Unlock()
+	return m.resync.take(c, m.now(), maxFrames, maxBytes)
+}
+
+// pruneResync drops expired terminal entries while no pass runs (a node
+// without peers still frees them).
+func (m *Manager) pruneResync() {
+	m.activeMu.Lock()
+	defer m.activeMu.Unlock()
+	m.resync.prune(m.now())
+}
+
+// heartbeatStream is one peer's schedule of passes over the re-sync set.
+//
+// A pass walks the set in its stable order (first tracked first) from a
+// cursor the set keeps valid across changes, so it visits every entry once,
+// whatever is tracked or removed meanwhile, and no entry can be skipped pass
+// after pass. The sender interleaves the pass with fresh frames, which
+// always go first, so a re-assertion never costs a fresh frame its place in
+// the queue and delays it by at most the one delivery in flight. A pass
+// that cannot finish within the interval carries on where it is; the next
+// one starts when it ends, never piled up.
+//
+// A stream is used by its sender's goroutine only.
+type heartbeatStream struct {
+	src      heartbeatSource
+	interval time.Duration
+	stats    *peerStats
+	cursor   *resyncCursor
+	active   bool
+	started  time.Time // of the pass under way, or of the last one
+	next     time.Time // when the next pass may start
+}
+
+func newHeartbeatStream(src heartbeatSource, interval time.Duration, stats *peerStats) *heartbeatStream {
+	return &heartbeatStream{src: src, interval: interval, stats: stats, cursor: &resyncCursor{}}
+}
+
+func (h *heartbeatStream) close() { h.src.closeCursor(h.cursor) }
+
+// begin starts a pass at now. It takes no lock, so a new target's first
+// pass, its backfill, starts while its sender is created: whatever is
+// tracked after that reaches the new peer as a fresh frame, and the pass
+// does not send it twice.
+func (h *heartbeatStream) begin(now time.Time) {
+	h.active, h.started = true, now
+	beginPass(h.cursor, h.src.generation())
+	h.stats.passesStarted.Add(1)
+	h.stats.passProgress.Store(0)
+}
+
+// nextLines returns the next re-assertions of the pass under way, at most
+// maxFrames lines and maxBytes in all, and ends the pass when the set is
+// exhausted.
+func (h *heartbeatStream) nextLines(maxFrames, maxBytes int) [][]byte {
+	lines, size, done := h.src.take(h.cursor, maxFrames, maxBytes)
+	if size > 0 {
+		h.stats.passSize.Store(uint64(size))
+	}
+	h.stats.passProgress.Add(uint64(len(lines)))
+	if done {
+		h.finish(time.Now())
+	}
+	return lines
+}
+
+// finish ends the pass and schedules the next one interval after this one
+// started, or at once when this one overran its interval.
+func (h *heartbeatStream) finish(now time.Time) {
+	h.active = false
+	h.stats.passesCompleted.Add(1)
+	h.next = h.started.Add(h.interval)
+	if now.After(h.next) {
+		h.stats.passesOverrun.Add(1)
+		h.next = now
+	}
+}
+
+// untilDue is how long until the next pass may start.
+func (h *heartbeatStream) untilDue() time.Duration { return time.Until(h.next) }
