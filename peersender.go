@@ -232,4 +232,3 @@ func (s *peerSender) post(f outboundFrame) error {
 		return fmt.Errorf("%w: status %d", errPermanent, resp.StatusCode)
 	}
 }
-
