@@ -52,7 +52,14 @@ func parsePeerFrame(body []byte) (peerEvent, error) {
 // servePeer handles POST /v1/workloads/events from another member. The
 // client certificate is checked against the pins on every request, so a pin
 // removed while a connection stays open takes effect on its next request.
+// A request is a single frame, or a batch of them when its Content-Type says
+// so (peerbatch.go); the checks that need no body apply to both alike.
 func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
+	// Every answer advertises the batches this node takes, refusals
+	// included: a sender learns what a peer accepts from whatever answer it
+	// last had from it, and a sender that never sees the header keeps
+	// sending single frames, which is all a stock daemon understands.
+	w.Header().Set(peerBatchHeader, peerBatchAdvert)
 	log := m.log.With("channel", "peer", "remote", r.RemoteAddr)
 	reject := func(status int, reason string) {
 		reason = clipReason(reason)
@@ -75,6 +82,10 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		reject(http.StatusMethodNotAllowed, "method must be POST")
+		return
+	}
+	if isPeerBatch(r) {
+		m.servePeerBatch(w, r, log, reject)
 		return
 	}
 	body, err := readCappedBody(w, r)
