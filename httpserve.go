@@ -32,19 +32,38 @@ func newHTTPServer(h http.Handler, idle time.Duration, log *slog.Logger) *http.S
 	}
 }
 
-// errBodyTooLarge is what readCappedBody returns for a body over the cap.
-var errBodyTooLarge = fmt.Errorf("body larger than %d bytes", maxFrameBytes)
+// errBodyTooLarge is what readCappedBody and readBodyUpTo return, wrapped
+// in a *bodyTooLargeError that names the cap, for a body over the cap.
+var errBodyTooLarge = errors.New("body over the size limit")
 
-// readCappedBody reads at most maxFrameBytes of the request body. A body
-// over the cap is errBodyTooLarge, whether or not it declared its length.
+// bodyTooLargeError says what the cap was, so the answer can tell the
+// sender.
+type bodyTooLargeError struct{ limit int64 }
+
+func (e *bodyTooLargeError) Error() string { return fmt.Sprintf("body larger than %d bytes", e.limit) }
+
+func (e *bodyTooLargeError) Unwrap() error { return errBodyTooLarge }
+
+// readCappedBody reads at most maxFrameBytes of the request body, the cap on
+// a single frame. A body over the cap is errBodyTooLarge, whether or not it
+// declared its length.
 func readCappedBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	if r.ContentLength > maxFrameBytes {
-		return nil, errBodyTooLarge
+	return readBodyUpTo(w, r, maxFrameBytes)
+}
+
+// readBodyUpTo is readCappedBody with the cap given: the peer port's batches
+// have their own (peerBatchMaxBytes). A declared length over the cap is
+// refused before anything is read; an undeclared one (chunked) is cut off
+// at the cap by http.MaxBytesReader, so no more than limit bytes are ever
+// buffered.
+func readBodyUpTo(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.ContentLength > limit {
+		return nil, &bodyTooLargeError{limit}
 	}
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxFrameBytes))
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		return nil, errBodyTooLarge
+		return nil, &bodyTooLargeError{limit}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read body: %w", err)

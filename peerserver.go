@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 )
@@ -54,7 +55,14 @@ func parsePeerFrame(body []byte) (peerEvent, error) {
 // servePeer handles POST /v1/workloads/events from another member. The
 // client certificate is checked against the pins on every request, so a pin
 // removed while a connection stays open takes effect on its next request.
+// A request is a single frame, or a batch of them when its Content-Type says
+// so (peerbatch.go); the checks that need no body apply to both alike.
 func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
+	// Every answer advertises the batches this node takes, refusals
+	// included: a sender learns what a peer accepts from whatever answer it
+	// last had from it, and a sender that never sees the header keeps
+	// sending single frames, which is all a stock daemon understands.
+	w.Header().Set(peerBatchHeader, peerBatchAdvert)
 	log := m.log.With("channel", "peer", "remote", r.RemoteAddr)
 	reject := func(status int, reason string) {
 		reason = clipReason(reason)
@@ -79,6 +87,10 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusMethodNotAllowed, "method must be POST")
 		return
 	}
+	if isPeerBatch(r) {
+		m.servePeerBatch(w, r, log, reject)
+		return
+	}
 	body, err := readCappedBody(w, r)
 	if errors.Is(err, errBodyTooLarge) {
 		reject(http.StatusRequestEntityTooLarge, err.Error())
@@ -88,25 +100,52 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusBadRequest, err.Error())
 		return
 	}
+	switch status, reason := m.handlePeerFrame(log, body); status {
+	case http.StatusOK:
+		// Written or already seen: the sender needs no more than that.
+		answer(w, http.StatusOK, "ok")
+	case http.StatusInternalServerError:
+		// Already logged, with the write's error, by handlePeerFrame.
+		answer(w, status, reason)
+	default:
+		reject(status, reason)
+	}
+}
+
+// reasonAlreadySeen is handlePeerFrame's reason for a duplicate.
+const reasonAlreadySeen = "already seen"
+
+// handlePeerFrame takes one frame from a peer, the body of a single request
+// or one element of a batch, so that both are handled by the same code: the
+// same validation, the same frames-received count, the same dedup with its
+// per-key lock and its re-assertion bypass, the same broker write. It
+// answers 200 when the frame was written (reason "") or already seen
+// (reasonAlreadySeen); 400 when it is not a valid frame; 413 when its line
+// to the broker would be over the line limit, which is final for the
+// sender; 500 when the broker write failed, which the sender may retry.
+// The reason is not clipped: the caller clips what it logs and answers. A
+// failed write is logged here, at error, because only here is its cause
+// known; rejections are left to the caller, which may summarise them.
+func (m *Manager) handlePeerFrame(log *slog.Logger, body []byte) (status int, reason string) {
 	ev, err := parsePeerFrame(body)
 	if err != nil {
-		reject(http.StatusBadRequest, err.Error())
-		return
+		return http.StatusBadRequest, err.Error()
 	}
 	m.framesReceived.inc("peer", knownMethod(ev.method()))
 	duplicate, err := m.relayPeerEvent(ev)
 	if errors.Is(err, errLineOverLimit) {
 		// Final for the sender: the same frame would be refused again.
-		reject(http.StatusRequestEntityTooLarge, err.Error())
-		return
+		return http.StatusRequestEntityTooLarge, err.Error()
 	}
 	if err != nil {
 		log.Error("broker write failed", "status", http.StatusInternalServerError, "reason", err)
-		answer(w, http.StatusInternalServerError, "broker unavailable")
-		return
+		return http.StatusInternalServerError, "broker unavailable"
 	}
 	log.Debug("peer frame accepted", "duplicate", duplicate)
-	answer(w, http.StatusOK, "ok")
+	if duplicate {
+		return http.StatusOK, reasonAlreadySeen
+	}
+	return http.StatusOK, ""
 }
 
 // relayPeerEvent hands a peer's event to the broker once. A write that
