@@ -98,6 +98,8 @@ type Manager struct {
 	framesReceived          *counterVec // source, method
 	ingressResponses        *counterVec // code
 	serverHandshakeFailures atomic.Uint64
+	batchesReceived         atomic.Uint64 // batches processed on the peer port
+	batchFramesReceived     atomic.Uint64 // their elements
 
 	shutdownOnce sync.Once
 	shutdownReq  chan struct{} // closed by a shutdown request from the broker

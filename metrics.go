@@ -193,6 +193,8 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 		{"nvpair_wlm_peer_delivery_retries_total", "counter", "Delivery attempts to a peer that were retries.", func(s *peerStats) uint64 { return s.retries.Load() }},
 		{"nvpair_wlm_peer_deliveries_dropped_total", "counter", "Frames given up for a peer after their last attempt.", func(s *peerStats) uint64 { return s.dropped.Load() }},
 		{"nvpair_wlm_peer_queue_dropped_total", "counter", "Frames dropped for a peer because its queue was full.", func(s *peerStats) uint64 { return s.queueDropped.Load() }},
+		{"nvpair_wlm_peer_batches_sent_total", "counter", "Batch requests sent to a peer that advertised batches.", func(s *peerStats) uint64 { return s.batchesSent.Load() }},
+		{"nvpair_wlm_peer_batch_frames_sent_total", "counter", "Frames sent to a peer inside batches (fresh frames and re-assertions).", func(s *peerStats) uint64 { return s.batchFramesSent.Load() }},
 		{"nvpair_wlm_heartbeat_passes_started_total", "counter", "Heartbeat passes over the re-sync set started for a peer (the first is its backfill).", func(s *peerStats) uint64 { return s.passesStarted.Load() }},
 		{"nvpair_wlm_heartbeat_passes_completed_total", "counter", "Heartbeat passes that reached the end of the re-sync set for a peer.", func(s *peerStats) uint64 { return s.passesCompleted.Load() }},
 		{"nvpair_wlm_heartbeat_passes_overrun_total", "counter", "Heartbeat passes for a peer that took longer than the re-sync interval.", func(s *peerStats) uint64 { return s.passesOverrun.Load() }},
@@ -212,6 +214,8 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 		t.histogram("nvpair_wlm_peer_delivery_latency_seconds", "peer", s.peer, s.latency)
 	}
 
+	t.single("nvpair_wlm_peer_batches_received_total", "counter", "Batch requests processed on the peer port.", float64(m.batchesReceived.Load()))
+	t.single("nvpair_wlm_peer_batch_frames_received_total", "counter", "Elements of the batches processed on the peer port.", float64(m.batchFramesReceived.Load()))
 	t.single("nvpair_wlm_targets", "gauge", "Current broadcast targets.", float64(m.bcast.targetCount()))
 	t.single("nvpair_wlm_pinned_peers", "gauge", "Peers with a valid pin in the cluster directory.", float64(m.trust.pinCount()))
 	t.single("nvpair_wlm_clustered", "gauge", "1 while this node is a clustered member (identity and an active admission or a pin), else 0.", boolGauge(m.trust.clustered()))

@@ -204,6 +204,8 @@ func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *sl
 		reject(http.StatusBadRequest, err.Error())
 		return
 	}
+	m.batchesReceived.Add(1)
+	m.batchFramesReceived.Add(uint64(len(elems)))
 	results := runPeerBatch(elems, func(b []byte) (int, string) { return m.handlePeerFrame(log, b) })
 	logPeerBatch(log, results)
 	b, err := json.Marshal(peerBatchAnswer{Results: results})

@@ -24,6 +24,7 @@ type peerStats struct {
 	passesStarted, passesCompleted, passesOverrun atomic.Uint64
 	reasserted, reassertFailures                  atomic.Uint64 // re-assertions delivered, and not
 	passProgress, passSize                        atomic.Uint64 // entries visited in the pass under way, of the set's size at its start
+	batchesSent, batchFramesSent                  atomic.Uint64
 }
 
 // peerSender delivers one peer's fresh frames in order over pooled
@@ -40,6 +41,14 @@ type peerSender struct {
 	cancel    context.CancelFunc
 	drops     dropLogger
 	hbErrors  dropLogger // failed re-assertions, logged at most once per dropLogInterval
+
+	// What the peer's last answer advertised (noteAdvert): the most frames
+	// and bytes a batch to it may have, both 0 when it takes no batches.
+	// Like carry, only the sender's goroutine uses them.
+	batchFrames, batchBytes int
+	// carry is a fresh frame taken from the queue that did not fit in the
+	// batch being gathered; it goes first in the next one.
+	carry *outboundFrame
 }
 
 func newPeerSender(t peerTarget, stats *peerStats, dialTLS func(context.Context, string, string) (net.Conn, error), hb *heartbeatStream, log *slog.Logger) *peerSender {
@@ -110,6 +119,11 @@ func (s *peerSender) run() {
 	for {
 		// Fresh frames first, always: a re-assertion never delays one by
 		// more than the delivery in flight.
+		if f := s.carry; f != nil {
+			s.carry = nil
+			s.deliverFresh(*f)
+			continue
+		}
 		select {
 		case <-s.ctx.Done():
 			return
@@ -122,7 +136,7 @@ func (s *peerSender) run() {
 		default:
 		}
 		if s.heartbeat.active {
-			s.reassert(s.heartbeat.nextLines(1, maxFrameBytes))
+			s.reassert(s.heartbeat.nextLines(s.heartbeatBounds()))
 			continue
 		}
 		if !s.idleUntilNextPass() {
@@ -150,9 +164,21 @@ func (s *peerSender) idleUntilNextPass() bool {
 	return true
 }
 
-// deliverFresh delivers a fresh frame with retries; a frame that cannot be
-// delivered is dropped for this peer with a warning.
+// deliverFresh delivers a fresh frame, with the frames queued behind it in
+// one batch when the peer takes batches.
 func (s *peerSender) deliverFresh(f outboundFrame) {
+	if s.batching() {
+		if frames := s.gatherFresh(f); len(frames) > 1 {
+			s.deliverFreshBatch(frames)
+			return
+		}
+	}
+	s.deliverOne(f)
+}
+
+// deliverOne delivers one fresh frame with retries; a frame that cannot be
+// delivered is dropped for this peer with a warning.
+func (s *peerSender) deliverOne(f outboundFrame) {
 	if err := s.deliver(f); err != nil && s.ctx.Err() == nil {
 		s.stats.dropped.Add(1)
 		s.log.Warn("peer delivery failed, frame dropped for this peer", "method", f.method, "reason", err)
@@ -163,6 +189,10 @@ func (s *peerSender) deliverFresh(f outboundFrame) {
 // repairs what this one could not deliver, and a retry would hold back the
 // fresh frames queued meanwhile.
 func (s *peerSender) reassert(lines [][]byte) {
+	if len(lines) > 1 {
+		s.reassertBatch(lines)
+		return
+	}
 	for _, l := range lines {
 		if err := s.post(outboundFrame{line: l}); err != nil {
 			if s.ctx.Err() != nil {
@@ -205,30 +235,50 @@ func (s *peerSender) deliver(f outboundFrame) error {
 	return fmt.Errorf("after %d attempts: %w", peerAttempts, err)
 }
 
-// post makes one delivery attempt within peerAttemptTimeout.
+// post makes one single-frame delivery attempt within peerAttemptTimeout.
 func (s *peerSender) post(f outboundFrame) error {
-	ctx, cancel := context.WithTimeout(s.ctx, peerAttemptTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(f.line))
-	if err != nil {
-		return fmt.Errorf("%w: %v", errPermanent, err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := s.client.Do(req)
+	status, _, err := s.exchange(f.line, "application/json", 0)
 	if err != nil {
 		return err
 	}
-	// Draining the body lets the connection go back to the pool.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, peerResponseDrainCap))
-	resp.Body.Close()
 	switch {
-	case resp.StatusCode == http.StatusOK:
+	case status == http.StatusOK:
 		return nil
-	case resp.StatusCode >= 500, resp.StatusCode == http.StatusTooManyRequests,
-		// The peer may not have re-read its pins yet: worth another try.
-		resp.StatusCode == http.StatusForbidden:
-		return fmt.Errorf("status %d", resp.StatusCode)
+	case retryableStatus(status):
+		return fmt.Errorf("status %d", status)
 	default:
-		return fmt.Errorf("%w: status %d", errPermanent, resp.StatusCode)
+		return fmt.Errorf("%w: status %d", errPermanent, status)
 	}
+}
+
+// retryableStatus reports whether an answer may change on another try:
+// server errors, 429, and 403 (the peer may not have re-read its pins yet).
+func retryableStatus(status int) bool {
+	return status >= 500 || status == http.StatusTooManyRequests || status == http.StatusForbidden
+}
+
+// exchange makes one request within peerAttemptTimeout and returns the
+// answer's status and up to keep bytes of its body. Every answer updates
+// what the sender knows of the peer's batch advertisement. The rest of the
+// body is drained, up to a bound, so the connection goes back to the pool.
+func (s *peerSender) exchange(body []byte, contentType string, keep int64) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, peerAttemptTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: %v", errPermanent, err)
+	}
+	req.Header.Set("Content-Type", contentType)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	s.noteAdvert(resp.Header.Get(peerBatchHeader))
+	kept, err := io.ReadAll(io.LimitReader(resp.Body, keep))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, peerResponseDrainCap))
+	if err != nil {
+		return 0, nil, fmt.Errorf("read answer: %w", err)
+	}
+	return resp.StatusCode, kept, nil
 }

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// The sending side of batched delivery (spec 3.3.1): a peer whose answers
+// advertise batches is sent its backlog, fresh frames and re-assertions
+// alike, several frames to a request, within its bounds and this node's. A
+// peer that never advertised, the stock daemon among them, is only ever sent
+// single frames, byte for byte what it was always sent.
+
+// peerBatchAnswerCap bounds how much of a batch answer is read: one result
+// per element, each reason clipped to 256 bytes, for at most
+// peerBatchMaxFrames elements, with room to spare.
+const peerBatchAnswerCap = 1 << 20
+
+var (
+	// errNotBatching is a batch answer without the advertisement: the peer
+	// does not know batches (it was replaced by a stock daemon), so none of
+	// its answer can be trusted and the frames are resent singly.
+	errNotBatching = errors.New("peer answered a batch without advertising batches")
+	// errBatchTooLarge is a 413 to a batch: the batch was too big, not its
+	// frames, which are resent singly.
+	errBatchTooLarge = errors.New("peer refused the batch as too large")
+)
+
+// noteAdvert records a peer's advertisement from one of its answers: the
+// bounds a batch to it may have, the smaller of its and this node's, or
+// none when the answer carried no valid advertisement. Only the sender's
+// goroutine calls it.
+func (s *peerSender) noteAdvert(h string) {
+	frames, size, ok := parseBatchAdvert(h)
+	if !ok {
+		s.batchFrames, s.batchBytes = 0, 0
+		return
+	}
+	s.batchFrames, s.batchBytes = min(frames, peerBatchMaxFrames), min(size, peerBatchMaxBytes)
+}
+
+// batching reports whether the peer's last answer advertised batches.
+func (s *peerSender) batching() bool { return s.batchFrames > 1 }
+
+// heartbeatBounds is how many re-assertions, and how many bytes of them, go
+// in one request to this peer: a batch's worth when it takes batches, else
+// one.
+func (s *peerSender) heartbeatBounds() (frames, size int) {
+	if s.batching() {
+		return s.batchFrames, s.batchBytes
+	}
+	return 1, maxFrameBytes
+}
+
+// gatherFresh returns first and the frames queued behind it, as many as one
+// batch to this peer may hold; a frame that would overflow the batch is
+// kept for the next one. It never waits.
+func (s *peerSender) gatherFresh(first outboundFrame) []outboundFrame {
+	frames, size := []outboundFrame{first}, len(first.line)+1
+	for len(frames) < s.batchFrames {
+		select {
+		case f, ok := <-s.queue:
+			if !ok {
+				return frames // closed: run sees it on its next receive
+			}
+			if size+len(f.line)+1 > s.batchBytes {
+				s.carry = &f
+				return frames
+			}
+			frames, size = append(frames, f), size+len(f.line)+1
+		default:
+			return frames
+		}
+	}
+	return frames
+}
+
+// deliverFreshBatch delivers frames in order with bounded retries: each
+// element the peer accepted is done, each it rejected is dropped, and the
+// failed ones (with those it did not attempt after a failure) are retried,
+// still in order. When the peer stops taking batches, or refuses this one
+// as too large, what is left goes singly.
+func (s *peerSender) deliverFreshBatch(frames []outboundFrame) {
+	pending := frames
+	var err error
+	for attempt := 0; attempt < peerAttempts && len(pending) > 0; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-time.After(peerRetryBaseDelay << (attempt - 1)):
+			}
+			s.stats.retries.Add(1)
+		}
+		if !s.batching() || len(pending) == 1 {
+			break
+		}
+		var results []peerBatchResult
+		results, err = s.postBatch(linesOf(pending))
+		switch {
+		case errors.Is(err, errNotBatching), errors.Is(err, errBatchTooLarge):
+			s.deliverSingly(pending)
+			return
+		case errors.Is(err, errPermanent):
+			s.dropFresh(pending, err)
+			return
+		case err != nil:
+			s.stats.failedAttempts.Add(1)
+			if s.ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		pending = s.settle(pending, results)
+	}
+	if len(pending) > 0 && s.ctx.Err() == nil {
+		if err == nil {
+			s.deliverSingly(pending) // the peer stopped taking batches
+			return
+		}
+		s.dropFresh(pending, fmt.Errorf("after %d attempts: %w", peerAttempts, err))
+	}
+}
+
+// settle applies a batch answer: it counts what was delivered, drops what
+// was rejected, and returns what is to be retried, in order.
+func (s *peerSender) settle(sent []outboundFrame, results []peerBatchResult) (retry []outboundFrame) {
+	for i, r := range results {
+		f := sent[i]
+		switch {
+		case r.Status == http.StatusOK:
+			s.stats.succeeded.Add(1)
+			s.stats.latency.observe(time.Since(f.queuedAt))
+		case retryableStatus(r.Status):
+			s.stats.failedAttempts.Add(1)
+			retry = append(retry, f)
+		default:
+			s.dropFresh([]outboundFrame{f}, fmt.Errorf("%w: status %d: %s", errPermanent, r.Status, r.Reason))
+		}
+	}
+	return retry
+}
+
+// deliverSingly delivers frames one request each, in order.
+func (s *peerSender) deliverSingly(frames []outboundFrame) {
+	for _, f := range frames {
+		if s.ctx.Err() != nil {
+			return
+		}
+		s.deliverOne(f)
+	}
+}
+
+// dropFresh gives frames up for this peer, with a rate-limited warning.
+func (s *peerSender) dropFresh(frames []outboundFrame, err error) {
+	s.stats.dropped.Add(uint64(len(frames)))
+	s.drops.note(s.log, "peer delivery failed, frames dropped for this peer", "frames", len(frames), "reason", clipReason(err.Error()))
+}
+
+// postBatch makes one batch attempt and returns its per-element results.
+// A transport error, a retryable status for the whole batch, or an answer
+// that does not hold one result per element is an error worth retrying.
+func (s *peerSender) postBatch(lines [][]byte) ([]peerBatchResult, error) {
+	var body bytes.Buffer
+	for _, l := range lines {
+		body.Write(l)
+		body.WriteByte('\n')
+	}
+	s.stats.batchesSent.Add(1)
+	s.stats.batchFramesSent.Add(uint64(len(lines)))
+	status, answer, err := s.exchange(body.Bytes(), peerBatchContentType, peerBatchAnswerCap)
+	switch {
+	case err != nil:
+		return nil, err
+	case !s.batching():
+		return nil, errNotBatching
+	case status == http.StatusRequestEntityTooLarge:
+		return nil, errBatchTooLarge
+	case retryableStatus(status):
+		return nil, fmt.Errorf("batch: status %d", status)
+	case status != http.StatusOK:
+		return nil, fmt.Errorf("%w: batch: status %d", errPermanent, status)
+	}
+	var a peerBatchAnswer
+	if err := json.Unmarshal(answer, &a); err != nil || len(a.Results) != len(lines) {
+		return nil, fmt.Errorf("batch answer holds %d results for %d frames", len(a.Results), len(lines))
+	}
+	return a.Results, nil
+}
+
+// reassertBatch sends re-assertions in one batch, once: the next pass
+// repairs what this one could not deliver.
+func (s *peerSender) reassertBatch(lines [][]byte) {
+	results, err := s.postBatch(lines)
+	if err != nil {
+		if s.ctx.Err() == nil {
+			s.stats.reassertFailures.Add(uint64(len(lines)))
+			s.hbErrors.note(s.log, "peer re-assertions failed; the next pass repeats them", "frames", len(lines), "reason", clipReason(err.Error()))
+		}
+		return
+	}
+	for _, r := range results {
+		if r.Status == http.StatusOK {
+			s.stats.reasserted.Add(1)
+		} else {
+			s.stats.reassertFailures.Add(1)
+		}
+	}
+}
+
+func linesOf(frames []outboundFrame) [][]byte {
+	out := make([][]byte, len(frames))
+	for i, f := range frames {
+		out[i] = f.line
+	}
+	return out
+}
