@@ -1,0 +1,349 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"nvpair-workload-manager/internal/devpki"
+)
+
+// hbEvent is one frame a recording peer received: "fresh", "resync" or
+// "remove", and the workload id.
+type hbEvent struct{ kind, id string }
+
+// hbSink is a pinned peer that records every frame it receives in arrival
+// order. A batching sink advertises batches and takes them, as this daemon
+// does; a single-frame sink advertises nothing and takes one frame per
+// request, as the stock daemon does. delay holds each request, so a
+// heartbeat pass is slow enough to be caught in the middle.
+type hbSink struct {
+	id       string
+	ident    devpki.Identity
+	addr     string
+	batching bool
+	delay    time.Duration
+
+	mu       sync.Mutex // guards events, batches and failOnce
+	events   []hbEvent
+	batches  int             // requests that carried more than one frame
+	refused  int             // multi-frame requests a single-frame sink refused
+	failOnce map[string]bool // fresh frames answered 500 the first time
+}
+
+func newHBSink(t *testing.T, batching bool, delay time.Duration) *hbSink {
+	t.Helper()
+	s := &hbSink{id: devpki.NewUUID(), ident: netMint(t, devpki.NewUUID()), batching: batching, delay: delay, failOnce: map[string]bool{}}
+	cert, err := s.ident.TLSCertificate()
+	netMust(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	netMust(t, err)
+	s.addr = ln.Addr().String()
+	srv := &http.Server{
+		Handler:   http.HandlerFunc(s.serve),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert},
+		ErrorLog:  netDiscardLog(),
+	}
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+	return s
+}
+
+func (s *hbSink) serve(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	if s.delay > 0 {
+		time.Sleep(s.delay) // a slow peer, by design of the test
+	}
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	isBatch := mt == peerBatchContentType
+	if s.batching {
+		w.Header().Set(peerBatchHeader, peerBatchAdvert)
+	}
+	if isBatch && !s.batching {
+		s.mu.Lock()
+		s.refused++
+		s.mu.Unlock()
+		http.Error(w, "not a JSON-RPC frame", http.StatusBadRequest) // what a stock daemon answers
+		return
+	}
+	if !isBatch {
+		if status := s.record(body); status != http.StatusOK {
+			http.Error(w, "failed", status)
+			return
+		}
+		io.WriteString(w, "ok\n")
+		return
+	}
+	var results []peerBatchResult
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(make([]byte, 0, 64<<10), peerBatchMaxBytes)
+	failed := false
+	for sc.Scan() {
+		switch {
+		case failed:
+			results = append(results, peerBatchResult{Status: http.StatusServiceUnavailable, Reason: reasonNotAttempted})
+		default:
+			st := s.record(sc.Bytes())
+			failed = st >= 500
+			results = append(results, peerBatchResult{Status: st})
+		}
+	}
+	s.mu.Lock()
+	s.batches++
+	s.mu.Unlock()
+	b, _ := json.Marshal(peerBatchAnswer{Results: results})
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(b)
+}
+
+// record notes one frame and returns the status to answer it with.
+func (s *hbSink) record(frame []byte) int {
+	var f struct {
+		Method string `json:"method"`
+		Params struct {
+			Resync       bool `json:"resync"`
+			WorkloadInfo struct {
+				ID string `json:"id"`
+			} `json:"workloadInfo"`
+			WorkloadID string `json:"workloadId"`
+		} `json:"params"`
+	}
+	if err := json.Unmarshal(frame, &f); err != nil {
+		return http.StatusBadRequest
+	}
+	ev := hbEvent{"fresh", f.Params.WorkloadInfo.ID}
+	switch {
+	case f.Method == methodRemove:
+		ev = hbEvent{"remove", f.Params.WorkloadID}
+	case f.Params.Resync:
+		ev.kind = "resync"
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ev.kind == "fresh" && s.failOnce[ev.id] {
+		delete(s.failOnce, ev.id)
+		return http.StatusInternalServerError
+	}
+	s.events = append(s.events, ev)
+	return http.StatusOK
+}
+
+func (s *hbSink) snapshot() []hbEvent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.events)
+}
+
+// count returns how many events of kind the sink received for id ("" for
+// any id).
+func (s *hbSink) count(kind, id string) int {
+	n := 0
+	for _, e := range s.snapshot() {
+		if e.kind == kind && (id == "" || e.id == id) {
+			n++
+		}
+	}
+	return n
+}
+
+// join pins the sink in n and makes it n's broadcast target.
+func (s *hbSink) join(t *testing.T, n *testNode) {
+	t.Helper()
+	netMust(t, devpki.PinIdentity(n.clusterDir, s.ident))
+	n.m.trust.reload()
+	netDiscover(n, netAddrEntry(s.id, s.ident.Principal, s.addr))
+	n.waitTargets(1)
+}
+
+// trackRunning enters count running workloads hb-<i> through n's broker,
+// in that order, and waits until the read loop has taken them all.
+func trackRunning(t *testing.T, n *testNode, count int) []string {
+	t.Helper()
+	ids := make([]string, count)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("hb-%05d", i)
+		n.sendLifecycle(workload(ids[i], "running", n.id))
+	}
+	netBarrier(t, n)
+	return ids
+}
+
+// passesCompleted is how many heartbeat passes n's sender to sink finished.
+func passesCompleted(n *testNode, sink *hbSink) uint64 {
+	for _, st := range n.m.bcast.peerStatsSnapshot() {
+		if st.peer == sink.ident.Principal {
+			return st.passesCompleted.Load()
+		}
+	}
+	return 0
+}
+
+func TestHeartbeatNeverReassertsAWorkloadAfterItsRemovalWasSent(t *testing.T) {
+	// A slow single-frame peer keeps a pass in flight for seconds while
+	// every workload is removed, in pass order: one of the removals hits
+	// the entry the pass is about to visit.
+	n := newTestNode(t, withResyncInterval(100*time.Millisecond))
+	n.start()
+	sink := newHBSink(t, false, time.Millisecond)
+	const live = 800 // under the queues' 1024: no removal may be dropped
+	ids := trackRunning(t, n, live)
+	sink.join(t, n)
+	eventually(t, "a pass in flight", func() bool { return sink.count("resync", "") > 20 })
+	for _, id := range ids {
+		n.sendRemove(id)
+	}
+	eventually(t, "every removal at the peer", func() bool { return sink.count("remove", "") == live })
+	after := passesCompleted(n, sink)
+	eventually(t, "a whole pass after the removals", func() bool { return passesCompleted(n, sink) >= after+2 })
+
+	removedAt := map[string]int{}
+	for i, e := range sink.snapshot() {
+		switch e.kind {
+		case "remove":
+			removedAt[e.id] = i
+		case "resync":
+			if at, removed := removedAt[e.id]; removed {
+				t.Fatalf("%s re-asserted at %d, after its removal reached the peer at %d", e.id, i, at)
+			}
+		}
+	}
+}
+
+func TestHeartbeatPassCarriesOnPastItsIntervalAndReachesEveryWorkload(t *testing.T) {
+	// More live workloads than the queues hold, and a peer slow enough
+	// that one pass takes several intervals: every workload is still
+	// re-asserted, and fresh frames sent meanwhile all arrive, once each.
+	n := newTestNode(t, withResyncInterval(50*time.Millisecond))
+	n.start()
+	sink := newHBSink(t, false, 0)
+	live := peerQueueSize + outboundQueueSize + 500
+	ids := trackRunning(t, n, live)
+	sink.join(t, n)
+	var fresh []string
+	for i := range 200 {
+		id := fmt.Sprintf("fresh-%03d", i)
+		fresh = append(fresh, id)
+		n.sendLifecycle(workload(id, "running", n.id))
+	}
+	eventually(t, "every fresh frame at the peer", func() bool { return sink.count("fresh", "") == len(fresh) })
+	eventually(t, "every live workload re-asserted", func() bool {
+		seen := map[string]bool{}
+		for _, e := range sink.snapshot() {
+			if e.kind == "resync" {
+				seen[e.id] = true
+			}
+		}
+		for _, id := range ids {
+			if !seen[id] {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range fresh {
+		if c := sink.count("fresh", id); c != 1 {
+			t.Fatalf("fresh frame %s arrived %d times, want once", id, c)
+		}
+	}
+	if d := n.m.bcast.dropped.Load(); d != 0 {
+		t.Fatalf("%d fresh frames dropped at the enqueue point while the heartbeat ran", d)
+	}
+}
+
+func TestMixedClusterBatchingAndSingleFramePeersReceiveEveryFrameInOrder(t *testing.T) {
+	n := newTestNode(t)
+	n.start()
+	batching, single := newHBSink(t, true, time.Millisecond), newHBSink(t, false, time.Millisecond)
+	for _, s := range []*hbSink{batching, single} {
+		netMust(t, devpki.PinIdentity(n.clusterDir, s.ident))
+	}
+	n.m.trust.reload()
+	netDiscover(n, netAddrEntry(batching.id, batching.ident.Principal, batching.addr), netAddrEntry(single.id, single.ident.Principal, single.addr))
+	n.waitTargets(2)
+	// The first answer carries the advertisement; what queues behind the
+	// frame in flight then goes in batches to the peer that takes them.
+	var want []string
+	for i := range 600 {
+		id := fmt.Sprintf("mix-%03d", i)
+		want = append(want, id)
+		n.sendLifecycle(workload(id, "running", n.id))
+	}
+	for _, s := range []*hbSink{batching, single} {
+		eventually(t, "every frame at each peer", func() bool { return s.count("fresh", "") >= len(want) })
+		var got []string
+		for _, e := range s.snapshot() {
+			if e.kind == "fresh" {
+				got = append(got, e.id)
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("a peer received the frames out of order or more than once (batching %v)", s.batching)
+		}
+	}
+	if batching.batches == 0 {
+		t.Fatal("the peer that advertised batches was never sent one")
+	}
+	if single.batches != 0 || single.refused != 0 {
+		t.Fatalf("the single-frame peer was sent %d batches", single.batches+single.refused)
+	}
+}
+
+func TestBatchElementThatFailsIsRetriedInOrderWithWhatFollowedIt(t *testing.T) {
+	n := newTestNode(t)
+	n.start()
+	sink := newHBSink(t, true, 2*time.Millisecond)
+	sink.failOnce["retry-010"] = true
+	sink.join(t, n)
+	var want []string
+	for i := range 40 {
+		id := fmt.Sprintf("retry-%03d", i)
+		want = append(want, id)
+		n.sendLifecycle(workload(id, "running", n.id))
+	}
+	eventually(t, "every frame at the peer", func() bool { return sink.count("fresh", "") >= len(want) })
+	var got []string
+	for _, e := range sink.snapshot() {
+		if e.kind == "fresh" {
+			got = append(got, e.id)
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("after a failed element the peer holds %v, want every frame once, in order", got)
+	}
+}
+
+func TestFreshFrameOvertakesAHeartbeatPassInFlight(t *testing.T) {
+	// One pass only (the backfill; the interval is long), slow enough to be
+	// caught in the middle: a fresh frame sent then waits for the one
+	// re-assertion in flight, not for the rest of the pass.
+	n := newTestNode(t, withResyncInterval(time.Hour))
+	n.start()
+	sink := newHBSink(t, false, 2*time.Millisecond)
+	const live = 500
+	trackRunning(t, n, live)
+	sink.join(t, n)
+	eventually(t, "the backfill pass in flight", func() bool { return sink.count("resync", "") >= 20 })
+	n.sendLifecycle(workload("urgent", "completed", n.id))
+	eventually(t, "the fresh frame at the peer", func() bool { return sink.count("fresh", "urgent") == 1 })
+	before := 0
+	for _, e := range sink.snapshot() {
+		if e.kind == "fresh" {
+			break
+		}
+		before++
+	}
+	if before >= live {
+		t.Fatalf("the fresh frame arrived after all %d re-assertions of the pass: it waited for the whole pass", before)
+	}
+	eventually(t, "the pass to carry on after the fresh frame", func() bool { return sink.count("resync", "") >= live })
+}
