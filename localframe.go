@@ -79,8 +79,13 @@ func (m *Manager) trackLocal(f *localFrame, src frameSource) bool {
 		m.log.Debug("replayed frame for a removed ingress workload ignored", "method", f.method, "id", ref.id)
 		return false
 	}
-	if !m.resync.track(&f.life, now) {
+	switch m.resync.track(&f.life, now, src == fromIngress) {
+	case stale:
 		m.log.Debug("stale event not tracked: the re-sync set holds a later one", "method", f.method, "id", ref.id)
+	case full:
+		m.resyncUntracked.Add(1)
+		m.untrackedLog.note(m.log, "re-sync set full (--max-live-workloads): a new workload is relayed once but not re-asserted",
+			"limit", m.resync.limit, "method", f.method, "id", clipReason(ref.id))
 	}
 	return true
 }

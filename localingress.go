@@ -155,7 +155,11 @@ func (li *localIngress) decide(w http.ResponseWriter, r *http.Request) (int, str
 		return http.StatusBadRequest, err.Error(), localFrame{}
 	}
 	f, err := li.m.ingestLocal(body)
+	var atLimit *errAtLimit
 	switch {
+	case errors.As(err, &atLimit):
+		w.Header().Set("Retry-After", strconv.Itoa(atLimit.retryAfterSeconds()))
+		return http.StatusServiceUnavailable, err.Error(), f
 	case errors.Is(err, errLineOverLimit):
 		return http.StatusRequestEntityTooLarge, err.Error(), f
 	case errors.Is(err, errBrokerWrite):
@@ -205,6 +209,14 @@ func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
 	m.framesReceived.inc("ingress", f.method)
 	m.ingestMu.Lock()
 	defer m.ingestMu.Unlock()
+	// The limit is checked before the broker write, so a refused frame
+	// leaves nothing anywhere. Ingress posts are serialized by ingestMu;
+	// only a broker frame can take the last slot between this check and
+	// the commit, and the commit then tracks anyway (the frame is already
+	// written): the set exceeds its limit by at most that one entry.
+	if err := m.checkLiveLimit(&f); err != nil {
+		return f, err
+	}
 	if f.isRemoval() {
 		err = m.emitRemove(f.removal.ref)
 	} else {
@@ -218,4 +230,35 @@ func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
 	}
 	m.commitLocal(f, fromIngress)
 	return f, nil
+}
+
+// errAtLimit is an ingress frame refused because it would start a new
+// workload while the re-sync set is at --max-live-workloads: 503, with
+// the time until a slot may free as Retry-After.
+type errAtLimit struct {
+	limit int
+	after time.Duration
+}
+
+func (e *errAtLimit) Error() string {
+	return fmt.Sprintf("this node holds %d workloads, its limit (--max-live-workloads); retry after %d s", e.limit, e.retryAfterSeconds())
+}
+
+func (e *errAtLimit) retryAfterSeconds() int {
+	return max(1, int((e.after+time.Second-1)/time.Second))
+}
+
+// checkLiveLimit refuses a lifecycle frame that would start a new workload
+// while the re-sync set is full.
+func (m *Manager) checkLiveLimit(f *localFrame) error {
+	if f.isRemoval() {
+		return nil
+	}
+	m.activeMu.Lock()
+	full, after := m.resync.atLimit(&f.life, m.now())
+	m.activeMu.Unlock()
+	if full {
+		return &errAtLimit{limit: m.resync.limit, after: after}
+	}
+	return nil
 }

@@ -33,6 +33,7 @@ type options struct {
 	resyncInterval time.Duration
 	drainTimeout   time.Duration
 	brokerLineMax  int
+	maxLive        int
 	logLevel       string // the --log-level value, when given
 	logLevelGiven  bool
 	showVersion    bool
@@ -53,6 +54,7 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.resyncInterval, "resync-interval", defaultResyncInterval, "re-sync heartbeat interval")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "how long peer queues may drain at shutdown")
 	lineMax := fs.String("broker-line-max", strconv.Itoa(defaultBrokerLineMax), "longest line written to the broker, newline included, in bytes")
+	fs.IntVar(&o.maxLive, "max-live-workloads", defaultMaxLiveWorkloads, "most workloads the re-sync set holds (live, and terminal within their retention)")
 	fs.StringVar(&o.logLevel, "log-level", "", "error, warn, info or debug (default: $NVPAIR_LOG_LEVEL, else info)")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -77,6 +79,9 @@ func parseFlags(args []string) (options, error) {
 	if err := checkBrokerLineMax(o.brokerLineMax); err != nil {
 		return o, fmt.Errorf("--broker-line-max %d: %w", o.brokerLineMax, err)
 	}
+	if o.maxLive < 1 || o.maxLive > maxMaxLiveWorkloads {
+		return o, fmt.Errorf("--max-live-workloads %d: must be between 1 and %d", o.maxLive, maxMaxLiveWorkloads)
+	}
 	fs.Visit(func(f *flag.Flag) { o.logLevelGiven = o.logLevelGiven || f.Name == "log-level" })
 	if o.logLevelGiven {
 		if _, err := parseLogLevel(o.logLevel); err != nil {
@@ -100,7 +105,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	o, err := parseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(stderr, "usage: nvpair-workload-manager [--port N] [--ipc PATH] [--cluster-dir DIR] [--app-dir DIR] [--local-ingress HOST:PORT] [--metrics HOST:PORT] [--resync-interval D] [--drain-timeout D] [--broker-line-max BYTES] [--log-level LEVEL] [--version]")
+		fmt.Fprintln(stderr, "usage: nvpair-workload-manager [--port N] [--ipc PATH] [--cluster-dir DIR] [--app-dir DIR] [--local-ingress HOST:PORT] [--metrics HOST:PORT] [--resync-interval D] [--drain-timeout D] [--broker-line-max BYTES] [--max-live-workloads N] [--log-level LEVEL] [--version]")
 		return 0
 	}
 	if err != nil {
@@ -151,18 +156,19 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	m, err := NewManager(Config{
-		NodeID:         node.id,
-		NodeIDFile:     node.source,
-		Version:        version,
-		PeerAddr:       ":" + strconv.Itoa(o.port),
-		ClusterDir:     o.clusterDir,
-		ResyncInterval: o.resyncInterval,
-		DrainTimeout:   o.drainTimeout,
-		BrokerLineMax:  o.brokerLineMax,
-		In:             in,
-		Out:            out,
-		Logger:         log,
-		LogLevel:       levelVar,
+		NodeID:           node.id,
+		NodeIDFile:       node.source,
+		Version:          version,
+		PeerAddr:         ":" + strconv.Itoa(o.port),
+		ClusterDir:       o.clusterDir,
+		ResyncInterval:   o.resyncInterval,
+		DrainTimeout:     o.drainTimeout,
+		BrokerLineMax:    o.brokerLineMax,
+		MaxLiveWorkloads: o.maxLive,
+		In:               in,
+		Out:              out,
+		Logger:           log,
+		LogLevel:         levelVar,
 	})
 	if err != nil {
 		return fail(err)

@@ -49,6 +49,8 @@ func TestBadStartupIsOneLineOnStderrAndNonZeroExit(t *testing.T) {
 		{"node-id.json not a UUID", []string{"--app-dir", badID}, []string{filepath.Join(badID, nodeIDFileName), "not a UUID"}},
 		{"identity.json names no node", []string{"--app-dir", badID, "--cluster-dir", badIdentity}, []string{filepath.Join(badIdentity, identityFileName), "node_uuid"}},
 		{"empty log level", []string{"--log-level", ""}, []string{"--log-level"}},
+		{"live workload limit zero", []string{"--max-live-workloads", "0"}, []string{"--max-live-workloads 0"}},
+		{"live workload limit too large", []string{"--max-live-workloads", "10000001"}, []string{"--max-live-workloads 10000001"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A fresh app dir and a free port first, so a case that wrongly

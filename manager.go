@@ -20,8 +20,16 @@ import (
 // Defaults for the settings a Config may leave zero.
 const (
 	defaultResyncInterval = 30 * time.Second
-	defaultDrainTimeout   = 2 * time.Second
-	serverShutdownGrace   = time.Second
+	// defaultMaxLiveWorkloads bounds the re-sync set. An entry costs about
+	// its re-assertion line plus 200 bytes, so 100,000 typical workloads
+	// hold some 60 MB, and a heartbeat pass over them takes a batching
+	// peer a few seconds of a 30 s interval.
+	defaultMaxLiveWorkloads = 100_000
+	// maxMaxLiveWorkloads is the largest --max-live-workloads accepted: a
+	// set that size holds gigabytes, past any node this daemon serves.
+	maxMaxLiveWorkloads = 10_000_000
+	defaultDrainTimeout = 2 * time.Second
+	serverShutdownGrace = time.Second
 )
 
 // Config is everything a Manager needs. Zero durations and a zero
@@ -35,10 +43,13 @@ type Config struct {
 	ResyncInterval time.Duration
 	DrainTimeout   time.Duration // how long peer queues may drain at shutdown
 	BrokerLineMax  int           // longest line to the broker, newline included; 0: 256 KiB
-	In             io.Reader     // frames from the broker
-	Out            io.Writer     // frames to the broker
-	Logger         *slog.Logger
-	LogLevel       *slog.LevelVar // changed by log/set-level; may be nil
+	// MaxLiveWorkloads bounds the re-sync set (live workloads and terminal
+	// ones within their retention); 0: defaultMaxLiveWorkloads.
+	MaxLiveWorkloads int
+	In               io.Reader // frames from the broker
+	Out              io.Writer // frames to the broker
+	Logger           *slog.Logger
+	LogLevel         *slog.LevelVar // changed by log/set-level; may be nil
 }
 
 // frameSource says where a local-origin frame entered the daemon.
@@ -98,6 +109,8 @@ type Manager struct {
 	framesReceived          *counterVec // source, method
 	ingressResponses        *counterVec // code
 	serverHandshakeFailures atomic.Uint64
+	resyncUntracked         atomic.Uint64 // broker frames not tracked: the re-sync set was full
+	untrackedLog            dropLogger
 	batchesReceived         atomic.Uint64 // batches processed on the peer port
 	batchFramesReceived     atomic.Uint64 // their elements
 
@@ -122,6 +135,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = defaultDrainTimeout
 	}
+	if cfg.MaxLiveWorkloads <= 0 {
+		cfg.MaxLiveWorkloads = defaultMaxLiveWorkloads
+	}
 	if cfg.BrokerLineMax == 0 {
 		cfg.BrokerLineMax = defaultBrokerLineMax
 	}
@@ -140,7 +156,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		trust:       trust,
 		dedup:       newDedup(dedupCapacity),
 		now:         time.Now,
-		resync:      newResyncSet(retention),
+		resync:      newResyncSet(retention, cfg.MaxLiveWorkloads),
 		removed:     newRemovalMemory(retention, removalMemoryCapacity),
 		shutdownReq: make(chan struct{}),
 

@@ -70,6 +70,7 @@ type expiry struct {
 // heartbeat for more than a bounded slice of work.
 type resyncSet struct {
 	retention  time.Duration // how long a terminal entry stays
+	limit      int           // the most entries, live and terminal (--max-live-workloads)
 	entries    map[workloadKey]*resyncEntry
 	byRef      map[workloadRef][]workloadKey // a removal names a ref, not a run; nearly always one run
 	head, tail *resyncEntry                  // pass order
@@ -85,25 +86,40 @@ type resyncSet struct {
 	expiryHead int
 }
 
-func newResyncSet(retention time.Duration) *resyncSet {
+func newResyncSet(retention time.Duration, limit int) *resyncSet {
 	return &resyncSet{
 		retention: retention,
+		limit:     limit,
 		entries:   map[workloadKey]*resyncEntry{},
 		byRef:     map[workloadRef][]workloadKey{},
 		cursors:   map[*resyncCursor]struct{}{},
 	}
 }
 
+// trackOutcome says what track did with a frame.
+type trackOutcome int
+
+const (
+	tracked trackOutcome = iota // recorded as its run's latest event
+	stale                       // the entry held is later (see supersedes)
+	full                        // a new run, and the set is at its limit
+)
+
 // track records ev as its run's latest event, unless the entry held is
 // later (see supersedes): the heartbeat re-asserts what the set holds, so a
-// frame that arrived late must not move it back. It reports whether ev was
-// recorded; one that was not is still relayed by the caller.
-func (s *resyncSet) track(ev *lifecycleEvent, now time.Time) bool {
+// frame that arrived late must not move it back. A new run is not recorded
+// while the set holds limit entries, unless overLimit: the ingress checks
+// the limit before its broker write (atFull) and may not refuse afterwards.
+// A frame that was not recorded is still relayed by the caller.
+func (s *resyncSet) track(ev *lifecycleEvent, now time.Time, overLimit bool) trackOutcome {
 	s.prune(now)
 	k := ev.key()
 	e, held := s.entries[k]
-	if held && !supersedes(ev, e) {
-		return false
+	switch {
+	case held && !supersedes(ev, e):
+		return stale
+	case !held && !overLimit && len(s.entries) >= s.limit:
+		return full
 	}
 	if !held {
 		e = &resyncEntry{key: k}
@@ -122,7 +138,24 @@ func (s *resyncSet) track(ev *lifecycleEvent, now time.Time) bool {
 		e.terminalAt = now
 		s.expiries = append(s.expiries, expiry{k, now})
 	}
-	return true
+	return tracked
+}
+
+// atLimit reports whether ev would start a new run while the set is at its
+// limit, and if so how long until a slot may free: until the oldest
+// terminal entry ages out, or one interval when every entry is live (only a
+// terminal frame or a removal frees a slot then). The wait is advice for a
+// Retry-After, so a queued deadline whose entry has since changed is not
+// looked past.
+func (s *resyncSet) atLimit(ev *lifecycleEvent, now time.Time) (bool, time.Duration) {
+	s.prune(now)
+	if _, held := s.entries[ev.key()]; held || len(s.entries) < s.limit {
+		return false, 0
+	}
+	if s.expiryHead < len(s.expiries) {
+		return true, s.expiries[s.expiryHead].at.Add(s.retention).Sub(now)
+	}
+	return true, s.retention / 2
 }
 
 // supersedes reports whether ev may replace the entry held for its run.

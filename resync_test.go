@@ -12,10 +12,10 @@ import (
 var resyncT0 = time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)
 
 func TestResyncSetTracksTheLatestEventPerRun(t *testing.T) {
-	s := newResyncSet(time.Minute)
-	s.track(ptr(mustLifecycle(t, workload("job-1", "queued", "node-a"), nil)), resyncT0)
-	s.track(ptr(mustLifecycle(t, workload("job-1", "running", "node-a", map[string]any{"seq": 2}), nil)), resyncT0)
-	s.track(ptr(mustLifecycle(t, workload("job-2", "queued", "node-a"), nil)), resyncT0)
+	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads)
+	s.trackT(ptr(mustLifecycle(t, workload("job-1", "queued", "node-a"), nil)), resyncT0)
+	s.trackT(ptr(mustLifecycle(t, workload("job-1", "running", "node-a", map[string]any{"seq": 2}), nil)), resyncT0)
+	s.trackT(ptr(mustLifecycle(t, workload("job-2", "queued", "node-a"), nil)), resyncT0)
 
 	got := snapshotStates(t, s, resyncT0)
 	want := map[string]string{"job-1": "running/" + methodStarted, "job-2": "queued/" + methodSubmitted}
@@ -28,7 +28,7 @@ func TestResyncSetTracksTheLatestEventPerRun(t *testing.T) {
 }
 
 func TestResyncSetKeysOnOriginEngineRunAndID(t *testing.T) {
-	s := newResyncSet(time.Minute)
+	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads)
 	for _, w := range []map[string]any{
 		workload("job-1", "running", "node-a"),
 		workload("job-1", "running", "node-b"),                                                 // other origin
@@ -37,7 +37,7 @@ func TestResyncSetKeysOnOriginEngineRunAndID(t *testing.T) {
 		workload("job-1", "running", "node-a", map[string]any{"runId": nil}),                   // no run id
 		workload("job-1", "completed", "node-a", map[string]any{"seq": 9, "scheduledOn": "x"}), // same key as the first
 	} {
-		if !s.track(ptr(mustLifecycle(t, w, nil)), resyncT0) {
+		if !s.trackT(ptr(mustLifecycle(t, w, nil)), resyncT0) {
 			t.Fatalf("track(%v) refused", w)
 		}
 	}
@@ -48,11 +48,11 @@ func TestResyncSetKeysOnOriginEngineRunAndID(t *testing.T) {
 
 func TestResyncSetKeepsATerminalEntryForTheRetentionWindowThenPrunesIt(t *testing.T) {
 	const retention = 60 * time.Second
-	s := newResyncSet(retention)
+	s := newResyncSet(retention, defaultMaxLiveWorkloads)
 	live := mustLifecycle(t, workload("live", "running", "node-a"), nil)
 	done := mustLifecycle(t, workload("done", "completed", "node-a"), nil)
-	s.track(&live, resyncT0)
-	s.track(&done, resyncT0.Add(10*time.Second))
+	s.trackT(&live, resyncT0)
+	s.trackT(&done, resyncT0.Add(10*time.Second))
 	doneAt := resyncT0.Add(10 * time.Second)
 
 	for _, tc := range []struct {
@@ -83,8 +83,8 @@ func TestResyncSetTerminalStates(t *testing.T) {
 		{"queued", false}, {"running", false}, {"unknown-state", false},
 	} {
 		t.Run(tc.state, func(t *testing.T) {
-			s := newResyncSet(time.Minute)
-			s.track(ptr(mustLifecycle(t, workload("job", tc.state, "node-a"), nil)), resyncT0)
+			s := newResyncSet(time.Minute, defaultMaxLiveWorkloads)
+			s.trackT(ptr(mustLifecycle(t, workload("job", tc.state, "node-a"), nil)), resyncT0)
 			kept := len(snapshotIDs(t, s, resyncT0.Add(time.Hour))) == 1
 			if kept == tc.terminal {
 				t.Fatalf("state %q an hour later: kept=%v, want terminal=%v", tc.state, kept, tc.terminal)
@@ -97,10 +97,10 @@ func TestResyncSetIgnoresANonTerminalEventAfterATerminalOne(t *testing.T) {
 	for _, final := range []string{"completed", "failed", "cancelled"} {
 		for _, late := range []string{"queued", "running"} {
 			t.Run(final+"/"+late, func(t *testing.T) {
-				s := newResyncSet(time.Minute)
-				s.track(ptr(mustLifecycle(t, workload("job", "running", "node-a"), nil)), resyncT0)
-				s.track(ptr(mustLifecycle(t, workload("job", final, "node-a"), nil)), resyncT0)
-				if s.track(ptr(mustLifecycle(t, workload("job", late, "node-a"), nil)), resyncT0.Add(time.Second)) {
+				s := newResyncSet(time.Minute, defaultMaxLiveWorkloads)
+				s.trackT(ptr(mustLifecycle(t, workload("job", "running", "node-a"), nil)), resyncT0)
+				s.trackT(ptr(mustLifecycle(t, workload("job", final, "node-a"), nil)), resyncT0)
+				if s.trackT(ptr(mustLifecycle(t, workload("job", late, "node-a"), nil)), resyncT0.Add(time.Second)) {
 					t.Fatalf("a %s event after %s was tracked", late, final)
 				}
 				got := snapshotStates(t, s, resyncT0.Add(time.Second))
@@ -118,17 +118,17 @@ func TestResyncSetIgnoresANonTerminalEventAfterATerminalOne(t *testing.T) {
 
 func TestResyncSetStaleRuleIsPerRun(t *testing.T) {
 	// A new run (other runId) of a finished workload is live work, not stale.
-	s := newResyncSet(time.Minute)
-	s.track(ptr(mustLifecycle(t, workload("job", "completed", "node-a", map[string]any{"runId": "r1"}), nil)), resyncT0)
-	if !s.track(ptr(mustLifecycle(t, workload("job", "running", "node-a", map[string]any{"runId": "r2"}), nil)), resyncT0) {
+	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads)
+	s.trackT(ptr(mustLifecycle(t, workload("job", "completed", "node-a", map[string]any{"runId": "r1"}), nil)), resyncT0)
+	if !s.trackT(ptr(mustLifecycle(t, workload("job", "running", "node-a", map[string]any{"runId": "r2"}), nil)), resyncT0) {
 		t.Fatal("a running event of another run was refused")
 	}
 }
 
 func TestResyncSetTerminalAfterTerminalReplacesTheEntry(t *testing.T) {
-	s := newResyncSet(time.Minute)
-	s.track(ptr(mustLifecycle(t, workload("job", "failed", "node-a"), nil)), resyncT0)
-	if !s.track(ptr(mustLifecycle(t, workload("job", "cancelled", "node-a"), nil)), resyncT0.Add(30*time.Second)) {
+	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads)
+	s.trackT(ptr(mustLifecycle(t, workload("job", "failed", "node-a"), nil)), resyncT0)
+	if !s.trackT(ptr(mustLifecycle(t, workload("job", "cancelled", "node-a"), nil)), resyncT0.Add(30*time.Second)) {
 		t.Fatal("a terminal event after a terminal one was refused")
 	}
 	if got := snapshotStates(t, s, resyncT0.Add(70*time.Second)); got["job"] != "cancelled/"+methodErrored {
@@ -137,7 +137,7 @@ func TestResyncSetTerminalAfterTerminalReplacesTheEntry(t *testing.T) {
 }
 
 func TestResyncSetUntrackDropsEveryRunOfTheWorkload(t *testing.T) {
-	s := newResyncSet(time.Minute)
+	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads)
 	for _, w := range []map[string]any{
 		workload("job-1", "running", "node-a", map[string]any{"runId": "r1"}),
 		workload("job-1", "running", "node-a", map[string]any{"runId": "r2"}),
@@ -145,7 +145,7 @@ func TestResyncSetUntrackDropsEveryRunOfTheWorkload(t *testing.T) {
 		workload("job-2", "running", "node-a"),
 		workload("job-1", "running", "node-b"),
 	} {
-		s.track(ptr(mustLifecycle(t, w, nil)), resyncT0)
+		s.trackT(ptr(mustLifecycle(t, w, nil)), resyncT0)
 	}
 	s.untrack(workloadRef{"node-a", "job-1"})
 
@@ -212,8 +212,8 @@ func TestResyncSetStoresParamsWithoutAnyResyncMember(t *testing.T) {
 		t.Run(member, func(t *testing.T) {
 			params := `{"workloadInfo":{"id":"job-1","model":"m","engine":"e","state":"running","originatedFrom":"node-a","custom":"<&>"},` +
 				member + `,"other":{"resync":false}}`
-			s := newResyncSet(time.Minute)
-			s.track(ptr(mustLifecycleRaw(t, methodStarted, params)), resyncT0)
+			s := newResyncSet(time.Minute, defaultMaxLiveWorkloads)
+			s.trackT(ptr(mustLifecycleRaw(t, methodStarted, params)), resyncT0)
 			entries := s.snapshot(resyncT0)
 			if len(entries) != 1 {
 				t.Fatalf("%d entries, want 1", len(entries))
@@ -253,8 +253,8 @@ func TestResyncSetStoresParamsWithoutAnyResyncMember(t *testing.T) {
 
 func TestResyncSetKeepsParamsWithoutAResyncMemberUnchanged(t *testing.T) {
 	params := `{"workloadInfo": {"id":"job-1","model":"m","engine":"e","state":"running","originatedFrom":"node-a"} , "note":"x"}`
-	s := newResyncSet(time.Minute)
-	s.track(ptr(mustLifecycleRaw(t, methodStarted, params)), resyncT0)
+	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads)
+	s.trackT(ptr(mustLifecycleRaw(t, methodStarted, params)), resyncT0)
 	if got := string(s.snapshot(resyncT0)[0].params()); got != params {
 		t.Fatalf("stored params = %s, want them byte for byte: %s", got, params)
 	}
@@ -340,13 +340,13 @@ func TestResyncSetConvergesOnOutOfOrderFrames(t *testing.T) {
 		{"an unknown state still follows seq", []frame{{"paused", 3}, {"queued", 2}}, []bool{true, false}, frame{"paused", 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newResyncSet(time.Minute)
+			s := newResyncSet(time.Minute, defaultMaxLiveWorkloads)
 			for i, f := range tc.frames {
 				override := map[string]any{"seq": f.seq}
 				if f.seq == 0 {
 					override["seq"] = nil
 				}
-				got := s.track(ptr(mustLifecycle(t, workload("job", f.state, "node-a", override), nil)), resyncT0)
+				got := s.trackT(ptr(mustLifecycle(t, workload("job", f.state, "node-a", override), nil)), resyncT0)
 				if got != tc.recorded[i] {
 					t.Fatalf("frame %d (%s seq %d): recorded = %v, want %v", i, f.state, f.seq, got, tc.recorded[i])
 				}
@@ -404,4 +404,10 @@ func TestOutOfOrderFrameIsRelayedButTheHeartbeatReassertsTheLaterState(t *testin
 			t.Errorf("the heartbeat re-asserted %s as %s, want running", id, state)
 		}
 	}
+}
+
+// trackT tracks ev under no limit pressure and reports whether it was
+// recorded.
+func (s *resyncSet) trackT(ev *lifecycleEvent, now time.Time) bool {
+	return s.track(ev, now, false) == tracked
 }
