@@ -90,11 +90,25 @@ func (h *heartbeatStream) nextLines(maxFrames, maxBytes int) [][]byte {
 	return lines
 }
 
-// finish ends the pass and schedules the next one interval after this one
-// started, or at once when this one overran its interval.
+// abandon ends the pass before the end of the set: the peer failed a
+// re-assertion, and the rest would most likely fail too. Carrying on would
+// turn a peer that refuses connections into a tight loop of failed dials,
+// one per entry; the next pass, on the usual schedule, repeats them all.
+func (h *heartbeatStream) abandon(now time.Time) {
+	h.stats.passesAbandoned.Add(1)
+	h.end(now)
+}
+
+// finish ends a pass that reached the end of the set.
 func (h *heartbeatStream) finish(now time.Time) {
-	h.active = false
 	h.stats.passesCompleted.Add(1)
+	h.end(now)
+}
+
+// end schedules the next pass interval after this one started, or at once
+// when this one overran its interval.
+func (h *heartbeatStream) end(now time.Time) {
+	h.active = false
 	h.next = h.started.Add(h.interval)
 	if now.After(h.next) {
 		h.stats.passesOverrun.Add(1)

@@ -39,6 +39,19 @@ type hbSink struct {
 	batches  int             // requests that carried more than one frame
 	refused  int             // multi-frame requests a single-frame sink refused
 	failOnce map[string]bool // fresh frames answered 500 the first time
+	// failResync answers every re-assertion 500; rejectResync answers the
+	// re-assertion of that id 400. tries counts re-assertions received,
+	// whatever their answer.
+	failResync   bool
+	rejectResync string
+	tries        int
+}
+
+// resyncTries is how many re-assertions the sink was sent.
+func (s *hbSink) resyncTries() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tries
 }
 
 func newHBSink(t *testing.T, batching bool, delay time.Duration) *hbSink {
@@ -130,6 +143,15 @@ func (s *hbSink) record(frame []byte) int {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if ev.kind == "resync" {
+		s.tries++
+		switch {
+		case s.failResync:
+			return http.StatusInternalServerError
+		case s.rejectResync == ev.id:
+			return http.StatusBadRequest
+		}
+	}
 	if ev.kind == "fresh" && s.failOnce[ev.id] {
 		delete(s.failOnce, ev.id)
 		return http.StatusInternalServerError
@@ -346,4 +368,41 @@ func TestFreshFrameOvertakesAHeartbeatPassInFlight(t *testing.T) {
 		t.Fatalf("the fresh frame arrived after all %d re-assertions of the pass: it waited for the whole pass", before)
 	}
 	eventually(t, "the pass to carry on after the fresh frame", func() bool { return sink.count("resync", "") >= live })
+}
+
+func TestHeartbeatPassToAFailingPeerEndsAtTheFirstFailure(t *testing.T) {
+	// A peer that fails re-assertions (down, overloaded) is tried once per
+	// interval, not once per entry: the pass ends at the first failure.
+	n := newTestNode(t, withResyncInterval(time.Hour))
+	n.start()
+	sink := newHBSink(t, false, 0)
+	sink.failResync = true
+	trackRunning(t, n, 50)
+	sink.join(t, n)
+	stats := func() *peerStats {
+		for _, st := range n.m.bcast.peerStatsSnapshot() {
+			if st.peer == sink.ident.Principal {
+				return st
+			}
+		}
+		return &peerStats{}
+	}
+	eventually(t, "the backfill pass to end", func() bool { return stats().passesAbandoned.Load() == 1 })
+	if got := sink.resyncTries(); got != 1 {
+		t.Fatalf("the failing peer was sent %d re-assertions in one pass, want 1", got)
+	}
+	// Fresh frames still go.
+	n.sendLifecycle(workload("after", "running", n.id))
+	eventually(t, "a fresh frame at the peer", func() bool { return sink.count("fresh", "after") == 1 })
+}
+
+func TestHeartbeatPassGoesOnPastAnEntryThePeerRejects(t *testing.T) {
+	// A rejection (4xx) is about one entry: the pass carries on.
+	n := newTestNode(t, withResyncInterval(time.Hour))
+	n.start()
+	sink := newHBSink(t, false, 0)
+	sink.rejectResync = "hb-00001"
+	trackRunning(t, n, 5)
+	sink.join(t, n)
+	eventually(t, "the entries after the rejected one re-asserted", func() bool { return sink.count("resync", "hb-00004") == 1 })
 }

@@ -193,23 +193,30 @@ func (s *peerSender) postBatch(lines [][]byte) ([]peerBatchResult, error) {
 }
 
 // reassertBatch sends re-assertions in one batch, once: the next pass
-// repairs what this one could not deliver.
-func (s *peerSender) reassertBatch(lines [][]byte) {
+// repairs what this one could not deliver. It reports whether the peer
+// took the batch; a rejected element (a 4xx) does not count against it.
+func (s *peerSender) reassertBatch(lines [][]byte) bool {
 	results, err := s.postBatch(lines)
 	if err != nil {
 		if s.ctx.Err() == nil {
 			s.stats.reassertFailures.Add(uint64(len(lines)))
 			s.hbErrors.note(s.log, "peer re-assertions failed; the next pass repeats them", "frames", len(lines), "reason", clipReason(err.Error()))
 		}
-		return
+		return false
 	}
+	ok := true
 	for _, r := range results {
-		if r.Status == http.StatusOK {
+		switch {
+		case r.Status == http.StatusOK:
 			s.stats.reasserted.Add(1)
-		} else {
+		case retryableStatus(r.Status):
+			s.stats.reassertFailures.Add(1)
+			ok = false
+		default:
 			s.stats.reassertFailures.Add(1)
 		}
 	}
+	return ok
 }
 
 func linesOf(frames []outboundFrame) [][]byte {

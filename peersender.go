@@ -22,6 +22,7 @@ type peerStats struct {
 	latency                                                   *histogram
 
 	passesStarted, passesCompleted, passesOverrun atomic.Uint64
+	passesAbandoned                               atomic.Uint64 // ended at a failed re-assertion
 	reasserted, reassertFailures                  atomic.Uint64 // re-assertions delivered, and not
 	passProgress, passSize                        atomic.Uint64 // entries visited in the pass under way, of the set's size at its start
 	batchesSent, batchFramesSent                  atomic.Uint64
@@ -136,7 +137,9 @@ func (s *peerSender) run() {
 		default:
 		}
 		if s.heartbeat.active {
-			s.reassert(s.heartbeat.nextLines(s.heartbeatBounds()))
+			if !s.reassert(s.heartbeat.nextLines(s.heartbeatBounds())) && s.heartbeat.active {
+				s.heartbeat.abandon(time.Now())
+			}
 			continue
 		}
 		if !s.idleUntilNextPass() {
@@ -187,23 +190,25 @@ func (s *peerSender) deliverOne(f outboundFrame) {
 
 // reassert sends re-assertions once each, without retries: the next pass
 // repairs what this one could not deliver, and a retry would hold back the
-// fresh frames queued meanwhile.
-func (s *peerSender) reassert(lines [][]byte) {
+// fresh frames queued meanwhile. It reports whether the peer took them.
+func (s *peerSender) reassert(lines [][]byte) bool {
 	if len(lines) > 1 {
-		s.reassertBatch(lines)
-		return
+		return s.reassertBatch(lines)
 	}
 	for _, l := range lines {
 		if err := s.post(outboundFrame{line: l}); err != nil {
-			if s.ctx.Err() != nil {
-				return
+			if s.ctx.Err() == nil {
+				s.stats.reassertFailures.Add(1)
+				s.hbErrors.note(s.log, "peer re-assertion failed; the next pass repeats it", "reason", clipReason(err.Error()))
 			}
-			s.stats.reassertFailures.Add(1)
-			s.hbErrors.note(s.log, "peer re-assertion failed; the next pass repeats it", "reason", err.Error())
-			continue
+			// A rejection is about this entry (a peer refuses it as too
+			// large, say): the rest of the pass goes on. Any other failure
+			// is about the peer.
+			return errors.Is(err, errPermanent)
 		}
 		s.stats.reasserted.Add(1)
 	}
+	return true
 }
 
 // errPermanent marks a peer answer that a retry cannot change.
