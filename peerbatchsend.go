@@ -158,7 +158,7 @@ func (s *peerSender) deliverSingly(frames []outboundFrame) {
 // dropFresh gives frames up for this peer, with a rate-limited warning.
 func (s *peerSender) dropFresh(frames []outboundFrame, err error) {
 	s.stats.dropped.Add(uint64(len(frames)))
-	s.drops.note(s.log, "peer delivery failed, frames dropped for this peer", "frames", len(frames), "reason", clipReason(err.Error()))
+	s.failDrops.note(s.log, "peer delivery failed, frames dropped for this peer", "frames", len(frames), "reason", clipReason(err.Error()))
 }
 
 // postBatch makes one batch attempt and returns its per-element results.

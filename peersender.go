@@ -40,8 +40,9 @@ type peerSender struct {
 	url       string
 	ctx       context.Context
 	cancel    context.CancelFunc
-	drops     dropLogger
-	hbErrors  dropLogger // failed re-assertions, logged at most once per dropLogInterval
+	drops     dropLogger // queue-full drops, logged at most once per dropLogInterval
+	failDrops dropLogger // frames of a batch given up, likewise
+	hbErrors  dropLogger // failed re-assertions, likewise
 
 	// What the peer's last answer advertised (noteAdvert): the most frames
 	// and bytes a batch to it may have, both 0 when it takes no batches.
