@@ -28,12 +28,15 @@ func (m *Manager) take(c *resyncCursor, maxFrames, maxBytes int) ([][]byte, int,
 	return m.resync.take(c, m.now(), maxFrames, maxBytes)
 }
 
-// pruneResync drops expired terminal entries while no pass runs (a node
-// without peers still frees them).
+// pruneResync drops expired terminal entries even while no pass runs (a
+// node without peers still frees them), a budget at a time with activeMu
+// released in between.
 func (m *Manager) pruneResync() {
-	m.activeMu.Lock()
-	defer m.activeMu.Unlock()
-	m.resync.prune(m.now())
+	for more := true; more; {
+		m.activeMu.Lock()
+		more = m.resync.prune(m.now())
+		m.activeMu.Unlock()
+	}
 }
 
 // heartbeatStream is one peer's schedule of passes over the re-sync set.

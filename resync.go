@@ -276,11 +276,22 @@ func (s *resyncSet) unlink(e *resyncEntry) {
 	e.prev, e.next = nil, nil
 }
 
-// prune drops the terminal entries whose retention has passed. Each
-// deadline is popped once, so the work is amortized O(1) per entry that
-// ended.
-func (s *resyncSet) prune(now time.Time) {
-	for s.expiryHead < len(s.expiries) {
+// pruneBudget is the most expired entries one prune drops. Entries that
+// ended together expire together, and dropping 100,000 of them at once
+// would hold the lock for milliseconds; a budget keeps every hold short,
+// and the callers (each track, each take, and the Manager's periodic
+// prune, which loops with the lock released between rounds) catch up.
+const pruneBudget = 256
+
+// prune drops up to pruneBudget terminal entries whose retention has
+// passed and reports whether more are due. Each deadline is popped once, so
+// the work is amortized O(1) per entry that ended.
+func (s *resyncSet) prune(now time.Time) (more bool) {
+	for n := 0; s.expiryHead < len(s.expiries); n++ {
+		if n == pruneBudget {
+			more = true
+			break
+		}
 		x := s.expiries[s.expiryHead]
 		if now.Sub(x.at) < s.retention {
 			break
@@ -296,6 +307,7 @@ func (s *resyncSet) prune(now time.Time) {
 		s.expiries = append(s.expiries[:0], s.expiries[s.expiryHead:]...)
 		s.expiryHead = 0
 	}
+	return more
 }
 
 func (s *resyncSet) len() int { return len(s.entries) }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"sort"
 	"strings"
@@ -265,7 +266,8 @@ func ptr[T any](v T) *T { return &v }
 // snapshot returns the entries a heartbeat pass at now visits, in pass
 // order: what is left once expired terminal entries are pruned.
 func (s *resyncSet) snapshot(now time.Time) []*resyncEntry {
-	s.prune(now)
+	for s.prune(now) {
+	}
 	var out []*resyncEntry
 	for e := s.head; e != nil; e = e.next {
 		out = append(out, e)
@@ -410,4 +412,23 @@ func TestOutOfOrderFrameIsRelayedButTheHeartbeatReassertsTheLaterState(t *testin
 // recorded.
 func (s *resyncSet) trackT(ev *lifecycleEvent, now time.Time) bool {
 	return s.track(ev, now, false) == tracked
+}
+
+func TestResyncSetPrunesABudgetAtATimeAndCatchesUp(t *testing.T) {
+	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads)
+	const ended = 3*pruneBudget + 10
+	for i := range ended {
+		s.trackT(ptr(mustLifecycle(t, workload(fmt.Sprintf("job-%d", i), "completed", "node-a"), nil)), resyncT0)
+	}
+	later := resyncT0.Add(2 * time.Minute)
+	rounds := 0
+	for s.prune(later) {
+		rounds++
+		if want := ended - rounds*pruneBudget; s.len() != want {
+			t.Fatalf("after round %d the set holds %d, want %d: one prune drops at most %d", rounds, s.len(), want, pruneBudget)
+		}
+	}
+	if s.len() != 0 || rounds != 3 {
+		t.Fatalf("after %d rounds the set holds %d entries, want 0 after 3", rounds, s.len())
+	}
 }
