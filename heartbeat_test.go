@@ -351,7 +351,7 @@ func TestFreshFrameOvertakesAHeartbeatPassInFlight(t *testing.T) {
 	n := newTestNode(t, withResyncInterval(time.Hour))
 	n.start()
 	sink := newHBSink(t, false, 2*time.Millisecond)
-	const live = 500
+	const live = 1000 // two seconds of pass: ample time for the fresh frame to overtake it
 	trackRunning(t, n, live)
 	sink.join(t, n)
 	eventually(t, "the backfill pass in flight", func() bool { return sink.count("resync", "") >= 20 })
