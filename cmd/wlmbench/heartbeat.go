@@ -1200,17 +1200,20 @@ func (b *bench) hbRSS() error {
 		st1, _ := d.procStatus()
 		t0 := sinceEpoch()
 		for _, s := range sinks {
-			s.reset(id, live, 0, t0, cfg.hbInterval, 2)
+			s.reset(id, live, 0, t0, cfg.hbInterval, cfg.hbRSSFor)
 		}
 		if err := d.send(discoveryLine(pins, ports)); err != nil {
 			b.stopDaemon(d)
 			return err
 		}
-		time.Sleep(2 * cfg.hbInterval)
-		st2, err := d.procStatus()
-		if err != nil {
-			b.stopDaemon(d)
-			return err
+		var st2 map[string]int64
+		for i := range cfg.hbRSSFor {
+			time.Sleep(cfg.hbInterval)
+			if st2, err = d.procStatus(); err != nil {
+				b.stopDaemon(d)
+				return err
+			}
+			progress("hb rss L=%d: RSS %s after %d intervals of passes (peak %s)", live, mib(st2["VmRSS"]), i+1, mib(st2["VmHWM"]))
 		}
 		var setSize float64
 		if text, err := d.scrape(cfg.metricsPath); err == nil {
@@ -1223,10 +1226,10 @@ func (b *bench) hbRSS() error {
 		}
 		b.stopDaemon(d)
 		limitKB := int64(64<<10) + int64(live)
-		progress("hb rss L=%d: loaded in %s; RSS %s at start, %s loaded, %s after 2 intervals with %d batching peers (peak %s); worst window per peer %v",
-			live, load.Round(time.Millisecond), mib(st0["VmRSS"]), mib(st1["VmRSS"]), mib(st2["VmRSS"]), k, mib(st2["VmHWM"]), cov)
+		progress("hb rss L=%d: loaded in %s; RSS %s at start, %s loaded, %s after %d intervals with %d batching peers (peak %s); worst window per peer %v",
+			live, load.Round(time.Millisecond), mib(st0["VmRSS"]), mib(st1["VmRSS"]), mib(st2["VmRSS"]), cfg.hbRSSFor, k, mib(st2["VmHWM"]), cov)
 		b.tbl.add(row{section: "hb memory",
-			figure:   fmt.Sprintf("RSS, L=%s live workloads (set %.0f), 2 intervals of passes to %d batching peers", fmtCount(live), setSize, k),
+			figure:   fmt.Sprintf("RSS, L=%s live workloads (set %.0f), %d intervals of passes to %d batching peers", fmtCount(live), setSize, cfg.hbRSSFor, k),
 			measured: mib(st2["VmRSS"]),
 			baseline: fmt.Sprintf("peak %s; %s loaded, before passes", mib(st2["VmHWM"]), mib(st1["VmRSS"])),
 			ratio:    fmt.Sprintf("%.0f B/wl", float64(st2["VmRSS"]-st0["VmRSS"])*1024/float64(max(live, 1))),

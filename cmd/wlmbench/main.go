@@ -73,6 +73,7 @@ type config struct {
 	hbFanN      []int
 	hbFanFrames int
 	hbRSS       []int
+	hbRSSFor    int
 	hbParts     string
 }
 
@@ -134,6 +135,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Var(countsFlag{&c.hbFanN}, "hb-fan-n", "heartbeat: peers N for fan-out with batching peers against the ceiling")
 	fs.IntVar(&c.hbFanFrames, "hb-fan-frames", 10000, "heartbeat: frames per fan-out trial")
 	fs.Var(countsFlag{&c.hbRSS}, "hb-rss", "heartbeat: live workloads for the RSS figures")
+	fs.IntVar(&c.hbRSSFor, "hb-rss-intervals", 2, "heartbeat: intervals of passes before the RSS is read (logged after each)")
 	fs.StringVar(&c.hbParts, "hb-parts", "coverage,fanout,rss", "heartbeat: parts to run: coverage (with fresh frames and lock hold), fanout, rss")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -145,8 +147,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-window must be between 1 and 1000 (the peer queues hold 1024)")
 	case c.memFrames < memFramesPerWorkload:
 		return c, fmt.Errorf("-mem-frames must be >= %d", memFramesPerWorkload)
-	case c.hbInterval < 100*time.Millisecond || c.hbWindows < 1 || c.hbFresh <= 0 || c.hbPing <= 0 || c.hbIdle <= 0 || c.hbFanFrames < 1:
-		return c, errors.New("-hb-interval must be >= 100ms, -hb-windows and -hb-fan-frames >= 1, -hb-fresh, -hb-ping and -hb-idle > 0")
+	case c.hbInterval < 100*time.Millisecond || c.hbWindows < 1 || c.hbFresh <= 0 || c.hbPing <= 0 || c.hbIdle <= 0 || c.hbFanFrames < 1 || c.hbRSSFor < 1:
+		return c, errors.New("-hb-interval must be >= 100ms, -hb-windows, -hb-fan-frames and -hb-rss-intervals >= 1, -hb-fresh, -hb-ping and -hb-idle > 0")
 	case slices.Min(c.hbPeers) < 1 || slices.Min(c.hbFanN) < 1 || slices.Min(c.hbLive) < 1 || slices.Min(c.hbRSS) < 1:
 		return c, errors.New("-hb-peers, -hb-fan-n, -hb-live and -hb-rss take counts >= 1")
 	}
