@@ -24,6 +24,8 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -457,4 +459,210 @@ func newBenchSink(b *testing.B, daemonClusterDir string, daemonDER []byte) *benc
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	b.Cleanup(func() { srv.Close() })
 	return s
+}
+
+// The heartbeat's hot pieces (issue 11): tracking into a large re-sync
+// set, a pass's take of one batch, and how long a local frame waits on the
+// set's lock while peer senders take passes from it.
+
+// benchSetSize is the re-sync set the heartbeat benchmarks hold: the
+// default --max-live-workloads.
+const benchSetSize = defaultMaxLiveWorkloads
+
+var benchResyncNow = time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)
+
+// benchResyncEvents returns n running workloads shaped like the seed frame,
+// each its own run.
+func benchResyncEvents(b *testing.B, n int) []lifecycleEvent {
+	b.Helper()
+	evs := make([]lifecycleEvent, n)
+	for i := range evs {
+		id := strconv.Itoa(i)
+		p := `{"workloadInfo":{"id":"job-` + id + `","runId":"job-` + id + `","seq":1,"model":"qwen3.5-9b","engine":"llamacpp",` +
+			`"state":"running","createdAt":1789661457000,"startedAt":1789661457000,"completedAt":null,"error":null,` +
+			`"requesterId":"my-scheduler","originatedFrom":"` + benchNodeID + `"}}`
+		ev, err := parseLifecycle(methodStarted, json.RawMessage(p))
+		if err != nil {
+			b.Fatal(err)
+		}
+		evs[i] = ev
+	}
+	return evs
+}
+
+// benchResyncSet returns a set holding n running workloads, and the heap
+// it retains per entry: measured around parsing and tracking them, with the
+// events dropped afterwards, as the daemon drops a frame once tracked.
+func benchResyncSet(b *testing.B, n int) (*resyncSet, float64) {
+	b.Helper()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := newResyncSet(time.Minute, n)
+	for _, ev := range benchResyncEvents(b, n) {
+		if s.track(&ev, benchResyncNow, false) != tracked {
+			b.Fatal("a new workload was not tracked")
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	return s, float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+}
+
+// BenchmarkResyncTrack tracks frames into a set of 100,000 workloads:
+// update, a new event of a held run (the line is re-encoded); churn, a new
+// run tracked and an old one removed per op, with 8 peers' pass cursors
+// open (a removal moves the cursors that point at it).
+func BenchmarkResyncTrack(b *testing.B) {
+	b.Run("update", func(b *testing.B) {
+		s, perEntry := benchResyncSet(b, benchSetSize)
+		evs := benchResyncEvents(b, 4096)
+		b.ReportAllocs()
+		b.ResetTimer()
+		i := 0
+		for b.Loop() {
+			if s.track(&evs[i%len(evs)], benchResyncNow, false) != tracked {
+				b.Fatal("an update was not tracked")
+			}
+			i++
+		}
+		b.ReportMetric(perEntry, "heapB/entry") // after the loop: ResetTimer drops reported metrics
+	})
+	b.Run("churn", func(b *testing.B) {
+		const extra = 4096
+		evs := benchResyncEvents(b, benchSetSize+extra)
+		s := newResyncSet(time.Minute, benchSetSize+1)
+		for i := range benchSetSize {
+			s.track(&evs[i], benchResyncNow, false)
+		}
+		for range 8 {
+			c := &resyncCursor{}
+			beginPass(c, s.generation())
+			s.take(c, benchResyncNow, 1, peerBatchMaxBytes)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		j := 0
+		for b.Loop() {
+			s.untrack(evs[j%len(evs)].ref())
+			if s.track(&evs[(j+benchSetSize)%len(evs)], benchResyncNow, false) != tracked {
+				b.Fatal("a new workload was not tracked")
+			}
+			j++
+		}
+		if s.len() != benchSetSize {
+			b.Fatalf("the set holds %d, want %d", s.len(), benchSetSize)
+		}
+	})
+}
+
+// BenchmarkHeartbeatTake takes one request's worth of a pass from a set of
+// 100,000 workloads, starting a new pass at the end of each: 256 entries
+// for a batching peer, 1 for a single-frame peer. The Manager holds
+// activeMu for exactly one take, so ns/op is the heartbeat's lock hold.
+func BenchmarkHeartbeatTake(b *testing.B) {
+	for _, n := range []int{peerBatchMaxFrames, 1} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			s, _ := benchResyncSet(b, benchSetSize)
+			c := &resyncCursor{}
+			beginPass(c, s.generation())
+			b.ReportAllocs()
+			b.ResetTimer()
+			taken := 0
+			for b.Loop() {
+				lines, _, done := s.take(c, benchResyncNow, n, peerBatchMaxBytes)
+				taken += len(lines)
+				if done {
+					beginPass(c, s.generation())
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(max(taken, 1)), "ns/entry")
+		})
+	}
+}
+
+// BenchmarkTrackWhileTaking times commitLocal, the stdio path's step under
+// broadcastMu and activeMu, on a Manager holding 100,000 workloads, with
+// no pass running (idle) and while 8 peer senders' passes take batches of
+// 256 from the set, each pausing 500us between takes as a sender does for
+// its request. Each op also times, just before, taking activeMu alone: the
+// wait on the lock the heartbeat takes. It reports both figures' p99 and
+// max. Max figures include the goroutine being descheduled or assisting the
+// GC, which the idle run shows on its own; BenchmarkHeartbeatTake is how
+// long one take holds the lock.
+func BenchmarkTrackWhileTaking(b *testing.B) {
+	for _, takers := range []int{0, 8} {
+		name := "idle"
+		if takers > 0 {
+			name = strconv.Itoa(takers) + "takers"
+		}
+		b.Run(name, func(b *testing.B) {
+			m := benchManager(b, io.Discard)
+			evs := benchResyncEvents(b, benchSetSize)
+			m.activeMu.Lock()
+			for i := range evs {
+				m.resync.track(&evs[i], m.now(), false)
+			}
+			m.activeMu.Unlock()
+			frames := make([]localFrame, 4096)
+			for i := range frames {
+				f, err := parseLocalFrame(methodStarted, evs[i].params)
+				if err != nil {
+					b.Fatal(err)
+				}
+				frames[i] = f
+			}
+			evs = nil
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for range takers {
+				wg.Go(func() {
+					c := &resyncCursor{}
+					beginPass(c, m.generation())
+					for {
+						select {
+						case <-stop:
+							m.closeCursor(c)
+							return
+						default:
+						}
+						if _, _, done := m.take(c, peerBatchMaxFrames, peerBatchMaxBytes); done {
+							beginPass(c, m.generation())
+						}
+						time.Sleep(500 * time.Microsecond)
+					}
+				})
+			}
+			commits := make([]time.Duration, 0, 1<<20)
+			waits := make([]time.Duration, 0, 1<<20)
+			b.ReportAllocs()
+			b.ResetTimer()
+			i := 0
+			for b.Loop() {
+				t0 := time.Now()
+				m.activeMu.Lock()
+				t1 := time.Now()
+				m.activeMu.Unlock()
+				m.commitLocal(frames[i%len(frames)], fromBroker)
+				if len(commits) < cap(commits) {
+					waits = append(waits, t1.Sub(t0))
+					commits = append(commits, time.Since(t1))
+				}
+				i++
+			}
+			b.StopTimer()
+			close(stop)
+			wg.Wait()
+			report := func(ds []time.Duration, unit string) {
+				if len(ds) == 0 {
+					return
+				}
+				slices.Sort(ds)
+				b.ReportMetric(float64(ds[len(ds)*99/100]), unit+"-p99-ns")
+				b.ReportMetric(float64(ds[len(ds)-1]), unit+"-max-ns")
+			}
+			report(waits, "lockwait")
+			report(commits, "commit")
+		})
+	}
 }

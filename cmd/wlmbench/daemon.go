@@ -29,6 +29,7 @@ type daemonOpts struct {
 	ingress        bool              // --local-ingress 127.0.0.1:0
 	metrics        bool              // --metrics on a free loopback port
 	resyncInterval time.Duration     // 0: the daemon's default
+	maxLive        int               // --max-live-workloads; 0: the daemon's default
 }
 
 // daemon is the real binary, its broker side played by the harness: stdin
@@ -45,7 +46,8 @@ type daemon struct {
 	stdin io.WriteCloser
 
 	ready   chan struct{}
-	ingress chan string // the ingress address, from its log line
+	ingress chan string  // the ingress address, from its log line
+	pings   *pingTracker // the answers to the harness's stdin requests
 	exited  chan struct{}
 	waitErr error
 
@@ -77,11 +79,14 @@ func startDaemon(bin, root string, o daemonOpts) (*daemon, error) {
 	if o.resyncInterval > 0 {
 		args = append(args, "--resync-interval", o.resyncInterval.String())
 	}
+	if o.maxLive > 0 {
+		args = append(args, "--max-live-workloads", strconv.Itoa(o.maxLive))
+	}
 	if o.ingress {
 		args = append(args, "--local-ingress", "127.0.0.1:0")
 	}
 	d := &daemon{name: o.name, nodeID: o.ident.Principal, ready: make(chan struct{}),
-		ingress: make(chan string, 1), exited: make(chan struct{})}
+		ingress: make(chan string, 1), pings: newPingTracker(), exited: make(chan struct{})}
 	if o.metrics {
 		port, err := freeLoopbackPort()
 		if err != nil {
@@ -141,10 +146,13 @@ func startDaemon(bin, root string, o daemonOpts) (*daemon, error) {
 func (d *daemon) drainStdout(r io.Reader) {
 	br := bufio.NewReaderSize(r, 256<<10)
 	readyPrefix := []byte(`{"jsonrpc":"2.0","method":"ready"`)
+	responsePrefix := []byte(`{"jsonrpc":"2.0","id":`)
 	readyOnce := sync.Once{}
 	for {
 		line, err := br.ReadSlice('\n')
 		switch {
+		case bytes.HasPrefix(line, responsePrefix):
+			d.pings.answeredLine(line, time.Now())
 		case bytes.Contains(line, []byte(`"method":"workloads:upsert"`)):
 			d.upserts.Add(1)
 		case bytes.Contains(line, []byte(`"method":"workloads:remove"`)):

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"net/http"
 	"strconv"
@@ -35,6 +36,10 @@ type sink struct {
 	srv        *http.Server
 	handshakes atomic.Int64
 	progress   chan struct{} // poked after each new frame of the run
+	// batching makes the sink advertise batches and take them, as this
+	// daemon's peer port does (spec 3.3.1); unset, it is a stock peer: no
+	// advertisement, one frame per request.
+	batching atomic.Bool
 
 	mu     sync.Mutex // guards run, seen, lats, unique
 	run    int64
@@ -46,15 +51,27 @@ type sink struct {
 }
 
 func newSink(clientDER []byte, progress chan struct{}) (*sink, error) {
-	ident, err := devpki.Mint(devpki.NewUUID())
+	s := &sink{progress: progress}
+	var err error
+	s.ident, s.port, s.srv, err = serveSink(clientDER, http.HandlerFunc(s.serve), func() { s.handshakes.Add(1) })
 	if err != nil {
 		return nil, err
+	}
+	return s, nil
+}
+
+// serveSink starts a peer stand-in's HTTPS server on a loopback port: its
+// own minted certificate, accepting only the client certificate clientDER.
+// onHello, when set, is called once per handshake, full or resumed.
+func serveSink(clientDER []byte, h http.Handler, onHello func()) (devpki.Identity, int, *http.Server, error) {
+	ident, err := devpki.Mint(devpki.NewUUID())
+	if err != nil {
+		return ident, 0, nil, err
 	}
 	cert, err := ident.TLSCertificate()
 	if err != nil {
-		return nil, err
+		return ident, 0, nil, err
 	}
-	s := &sink{ident: ident, progress: progress}
 	cfg := &tls.Config{
 		MinVersion:   tls.VersionTLS12,
 		Certificates: []tls.Certificate{cert},
@@ -67,38 +84,97 @@ func newSink(clientDER []byte, progress chan struct{}) (*sink, error) {
 		},
 		// Called once per ClientHello: one per handshake, full or resumed.
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			s.handshakes.Add(1)
+			if onHello != nil {
+				onHello()
+			}
 			return nil, nil
 		},
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return ident, 0, nil, err
 	}
-	s.port = ln.Addr().(*net.TCPAddr).Port
-	s.srv = &http.Server{TLSConfig: cfg, Handler: http.HandlerFunc(s.serve),
+	srv := &http.Server{TLSConfig: cfg, Handler: h,
 		ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
-	go func() { _ = s.srv.ServeTLS(ln, "", "") }()
-	return s, nil
+	go func() { _ = srv.ServeTLS(ln, "", "") }()
+	return ident, ln.Addr().(*net.TCPAddr).Port, srv, nil
 }
 
 var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
+	serveFrames(w, r, s.batching.Load(), func(frame []byte, now int64) { s.record(frame, now) })
+}
+
+// batchAdvert is what a batching sink advertises: this daemon's own bounds.
+const batchAdvert = "max-frames=256, max-bytes=1048576"
+
+// serveFrames answers one request to a sink: a single frame, or when the
+// sink batches, an NDJSON batch answered with one result per element, as
+// the daemon's peer port does (spec 3.3.1). Every frame goes to record with
+// the time the body was read. A sink that does not batch advertises
+// nothing and refuses a batch with 400, as a stock daemon refuses a body of
+// several lines.
+func serveFrames(w http.ResponseWriter, r *http.Request, batching bool, record func(frame []byte, now int64)) {
 	buf := bodyPool.Get().(*bytes.Buffer)
+	defer bodyPool.Put(buf)
 	buf.Reset()
 	_, err := buf.ReadFrom(io.LimitReader(r.Body, 1<<20))
 	now := sinceEpoch()
-	if err == nil {
-		s.record(buf.Bytes(), now)
+	if batching {
+		w.Header().Set("Nvpair-Wl-Batch", batchAdvert)
 	}
-	bodyPool.Put(buf)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	_, _ = io.WriteString(w, "ok\n")
+	if !isBatch(r) {
+		record(buf.Bytes(), now)
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, "ok\n")
+		return
+	}
+	if !batching {
+		http.Error(w, "one frame per request", http.StatusBadRequest)
+		return
+	}
+	n := 0
+	for rest := bytes.TrimSuffix(buf.Bytes(), []byte("\n")); ; n++ {
+		line, more, found := bytes.Cut(rest, []byte("\n"))
+		record(line, now)
+		if !found {
+			break
+		}
+		rest = more
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(batchAnswer(n + 1))
+}
+
+// isBatch reports whether a request is a batch, by its media type.
+func isBatch(r *http.Request) bool {
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return err == nil && mt == "application/x-ndjson"
+}
+
+// batchAnswers holds the answers that accept every element of a batch of
+// n elements, built once per n.
+var batchAnswers sync.Map // int -> []byte
+
+func batchAnswer(n int) []byte {
+	if b, ok := batchAnswers.Load(n); ok {
+		return b.([]byte)
+	}
+	b := []byte(`{"results":[`)
+	for i := range n {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"status":200}`...)
+	}
+	b = append(b, "]}\n"...)
+	batchAnswers.Store(n, b)
+	return b
 }
 
 // record counts a frame by its benchRun and benchSeq members and keeps its

@@ -11,7 +11,12 @@
 //     sinks; TLS handshakes per peer;
 //   - isolation: the same with one of the K peers black-holed;
 //   - memory: a long ingress run over many workloads, each driven to a
-//     terminal state and most removed: peak RSS and goroutines.
+//     terminal state and most removed: peak RSS and goroutines;
+//   - heartbeat (issue 11): per-peer heartbeat passes over L live workloads
+//     to K batching or single-frame sinks: coverage per interval, fresh
+//     frames lost and their p99 against L=0, the stdin and ingress round
+//     trips while passes run, fan-out to batching peers against the
+//     one-POST-per-frame ceiling, RSS at large L (heartbeat.go).
 //
 // It builds the daemon from the module root (or runs --bin) and drives the
 // real binary: the harness is its broker (stdin/stdout pipes, drained), its
@@ -20,6 +25,7 @@
 //
 //	go run ./cmd/wlmbench
 //	go run ./cmd/wlmbench -t 2s -trials 1 -mem-frames 100000   # quick
+//	go run ./cmd/wlmbench -only heartbeat -hb-live 1k,10k -hb-peers 4 -hb-fan-n 8 -hb-rss 100k -trials 1   # quick heartbeat
 package main
 
 import (
@@ -53,6 +59,51 @@ type config struct {
 	metricsPath string
 	only        string
 	keep        bool
+
+	// The heartbeat section.
+	hbInterval  time.Duration
+	hbLive      []int
+	hbPeers     []int
+	hbModes     string
+	hbWindows   int
+	hbTargets   bool
+	hbFresh     float64
+	hbPing      float64
+	hbIdle      time.Duration
+	hbFanN      []int
+	hbFanFrames int
+	hbRSS       []int
+	hbRSSFor    int
+	hbParts     string
+}
+
+// sectionNames are the harness's sections, in the order they run.
+var sectionNames = []string{"ingress", "fanout", "isolation", "memory", "heartbeat"}
+
+// countsFlag is a flag holding a comma-separated list of counts (1k = 1000).
+type countsFlag struct{ dst *[]int }
+
+func (f countsFlag) String() string {
+	if f.dst == nil {
+		return ""
+	}
+	var parts []string
+	for _, n := range *f.dst {
+		parts = append(parts, fmtCount(n))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (f countsFlag) Set(s string) error {
+	ns, err := parseCounts(s)
+	if err != nil {
+		return err
+	}
+	if len(ns) == 0 {
+		return errors.New("empty list")
+	}
+	*f.dst = ns
+	return nil
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -69,8 +120,23 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.memFrames, "mem-frames", 1_000_000, "memory run: ingress frames (5 per workload)")
 	fs.IntVar(&c.memLive, "mem-live", 10_000, "memory run: workloads open at once")
 	fs.StringVar(&c.metricsPath, "metrics-path", "/metrics", "path of the daemon's --metrics endpoint")
-	fs.StringVar(&c.only, "only", "", "comma-separated sections to run: ingress,fanout,isolation,memory (default all)")
+	fs.StringVar(&c.only, "only", "", "comma-separated sections to run: "+strings.Join(sectionNames, ",")+" (default all)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temp directory (daemon logs, cluster dirs)")
+	c.hbLive, c.hbPeers, c.hbFanN, c.hbRSS = []int{1000, 10000, 100000}, []int{4, 8}, []int{1, 8, 32}, []int{100000, 300000}
+	fs.DurationVar(&c.hbInterval, "hb-interval", 5*time.Second, "heartbeat: the daemons' --resync-interval")
+	fs.Var(countsFlag{&c.hbLive}, "hb-live", "heartbeat: live workloads L in the re-sync set, a comma-separated list (1k = 1000)")
+	fs.Var(countsFlag{&c.hbPeers}, "hb-peers", "heartbeat: peers K, a comma-separated list")
+	fs.StringVar(&c.hbModes, "hb-modes", "batching,single", "heartbeat: peer kinds, batching and/or single (one frame per POST)")
+	fs.IntVar(&c.hbWindows, "hb-windows", 3, "heartbeat: intervals measured per run")
+	fs.BoolVar(&c.hbTargets, "hb-targets", true, "heartbeat: also run the issue's coverage targets, scaled to -hb-interval (10k single-frame, 100k batching at 30s)")
+	fs.Float64Var(&c.hbFresh, "hb-fresh", 200, "heartbeat: fresh frames per second on stdin during the windows")
+	fs.Float64Var(&c.hbPing, "hb-ping", 50, "heartbeat: stdin requests and ingress posts per second, each, for the lock-hold figures")
+	fs.DurationVar(&c.hbIdle, "hb-idle", 3*time.Second, "heartbeat: how long the idle baseline of the round trips runs, before the peers attach")
+	fs.Var(countsFlag{&c.hbFanN}, "hb-fan-n", "heartbeat: peers N for fan-out with batching peers against the ceiling")
+	fs.IntVar(&c.hbFanFrames, "hb-fan-frames", 10000, "heartbeat: frames per fan-out trial")
+	fs.Var(countsFlag{&c.hbRSS}, "hb-rss", "heartbeat: live workloads for the RSS figures")
+	fs.IntVar(&c.hbRSSFor, "hb-rss-intervals", 2, "heartbeat: intervals of passes before the RSS is read (logged after each)")
+	fs.StringVar(&c.hbParts, "hb-parts", "coverage,fanout,rss", "heartbeat: parts to run: coverage (with fresh frames and lock hold), fanout, rss")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -81,10 +147,24 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-window must be between 1 and 1000 (the peer queues hold 1024)")
 	case c.memFrames < memFramesPerWorkload:
 		return c, fmt.Errorf("-mem-frames must be >= %d", memFramesPerWorkload)
+	case c.hbInterval < 100*time.Millisecond || c.hbWindows < 1 || c.hbFresh <= 0 || c.hbPing <= 0 || c.hbIdle <= 0 || c.hbFanFrames < 1 || c.hbRSSFor < 1:
+		return c, errors.New("-hb-interval must be >= 100ms, -hb-windows, -hb-fan-frames and -hb-rss-intervals >= 1, -hb-fresh, -hb-ping and -hb-idle > 0")
+	case slices.Min(c.hbPeers) < 1 || slices.Min(c.hbFanN) < 1 || slices.Min(c.hbLive) < 1 || slices.Min(c.hbRSS) < 1:
+		return c, errors.New("-hb-peers, -hb-fan-n, -hb-live and -hb-rss take counts >= 1")
 	}
 	for _, s := range c.sections() {
-		if !slices.Contains([]string{"ingress", "fanout", "isolation", "memory"}, s) {
+		if !slices.Contains(sectionNames, s) {
 			return c, fmt.Errorf("-only: unknown section %q", s)
+		}
+	}
+	for _, m := range strings.Split(c.hbModes, ",") {
+		if m != "batching" && m != "single" {
+			return c, fmt.Errorf("-hb-modes: unknown peer kind %q", m)
+		}
+	}
+	for _, p := range c.hbPartList() {
+		if !slices.Contains([]string{"coverage", "fanout", "rss"}, p) {
+			return c, fmt.Errorf("-hb-parts: unknown part %q", p)
 		}
 	}
 	return c, nil
@@ -92,9 +172,23 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 
 func (c config) sections() []string {
 	if c.only == "" {
-		return []string{"ingress", "fanout", "isolation", "memory"}
+		return sectionNames
 	}
 	return strings.Split(c.only, ",")
+}
+
+func (c config) hbPartList() []string { return strings.Split(c.hbParts, ",") }
+
+func (c config) hbModeList() []hbMode {
+	var out []hbMode
+	for _, m := range strings.Split(c.hbModes, ",") {
+		if m == "batching" {
+			out = append(out, modeBatching)
+		} else {
+			out = append(out, modeSingle)
+		}
+	}
+	return out
 }
 
 func (c config) runs(section string) bool { return slices.Contains(c.sections(), section) }
@@ -185,6 +279,11 @@ func run(cfg config, out io.Writer) error {
 	if cfg.runs("memory") {
 		if err := b.memory(); err != nil {
 			return fmt.Errorf("memory: %w", err)
+		}
+	}
+	if cfg.runs("heartbeat") {
+		if err := b.heartbeat(); err != nil {
+			return fmt.Errorf("heartbeat: %w", err)
 		}
 	}
 	fmt.Fprintf(out, "wlmbench %s: daemon %s, %d CPUs, %s, load average %s at start, %s at end, %s in all\n\n",
