@@ -406,3 +406,50 @@ func TestHeartbeatPassGoesOnPastAnEntryThePeerRejects(t *testing.T) {
 	sink.join(t, n)
 	eventually(t, "the entries after the rejected one re-asserted", func() bool { return sink.count("resync", "hb-00004") == 1 })
 }
+
+// fakeSource is a heartbeat source of size entries, for the stream's own
+// arithmetic.
+type fakeSource struct{ size, taken int }
+
+func (f *fakeSource) closeCursor(*resyncCursor) {}
+func (f *fakeSource) generation() uint64        { return 0 }
+func (f *fakeSource) take(_ *resyncCursor, maxFrames, _ int) ([][]byte, int, bool) {
+	size := 0
+	if f.taken == 0 {
+		size = f.size
+	}
+	n := min(maxFrames, f.size-f.taken)
+	f.taken += n
+	return make([][]byte, n), size, f.taken == f.size
+}
+
+func TestHeartbeatPacesEveryPassButTheBackfillOverHalfTheInterval(t *testing.T) {
+	src := &fakeSource{size: 100}
+	h := newHeartbeatStream(src, 2*time.Second, &peerStats{})
+	t0 := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
+
+	h.begin(t0) // the backfill
+	h.nextLines(50, maxFrameBytes)
+	if w := h.paceWait(t0); w != 0 {
+		t.Fatalf("the backfill pass waits %v, want none: a new peer gets the whole set at once", w)
+	}
+	h.nextLines(50, maxFrameBytes)
+	if h.active {
+		t.Fatal("the pass did not end with the set")
+	}
+
+	src.taken = 0
+	h.begin(t0.Add(2 * time.Second))
+	if w := h.paceWait(t0.Add(2 * time.Second)); w != 0 {
+		t.Fatalf("a paced pass waits %v before its first slice, want none", w)
+	}
+	h.nextLines(50, maxFrameBytes)
+	// Half the set sent: the rest is due over the second half of the
+	// pass's span, interval/passSpread = 1 s.
+	if w := h.paceWait(t0.Add(2 * time.Second)); w != 500*time.Millisecond {
+		t.Fatalf("after half the set at once, the pass waits %v, want 500ms", w)
+	}
+	if w := h.paceWait(t0.Add(2*time.Second + 600*time.Millisecond)); w > 0 {
+		t.Fatalf("a pass behind its pace waits %v, want none", w)
+	}
+}

@@ -47,11 +47,11 @@ func (s *peerSender) noteAdvert(h string) {
 func (s *peerSender) batching() bool { return s.batchFrames > 1 }
 
 // heartbeatBounds is how many re-assertions, and how many bytes of them, go
-// in one request to this peer: a batch's worth when it takes batches, else
-// one.
+// in one request to this peer: a heartbeat slice when it takes batches,
+// else one.
 func (s *peerSender) heartbeatBounds() (frames, size int) {
 	if s.batching() {
-		return s.batchFrames, s.batchBytes
+		return min(s.batchFrames, heartbeatSlice), s.batchBytes
 	}
 	return 1, maxFrameBytes
 }

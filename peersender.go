@@ -138,22 +138,28 @@ func (s *peerSender) run() {
 		default:
 		}
 		if s.heartbeat.active {
+			if wait := s.heartbeat.paceWait(time.Now()); wait > 0 {
+				if !s.idle(wait, func(time.Time) {}) {
+					return
+				}
+				continue
+			}
 			if !s.reassert(s.heartbeat.nextLines(s.heartbeatBounds())) && s.heartbeat.active {
 				s.heartbeat.abandon(time.Now())
 			}
 			continue
 		}
-		if !s.idleUntilNextPass() {
+		if !s.idle(s.heartbeat.untilDue(), s.heartbeat.begin) {
 			return
 		}
 	}
 }
 
-// idleUntilNextPass waits for a fresh frame, which it delivers, or for the
-// next pass, which it starts. It reports false when the sender is to stop.
-func (s *peerSender) idleUntilNextPass() bool {
-	due := time.NewTimer(s.heartbeat.untilDue())
-	defer due.Stop()
+// idle waits up to d for a fresh frame, which it delivers; when d passes
+// first it calls onTimeout. It reports false when the sender is to stop.
+func (s *peerSender) idle(d time.Duration, onTimeout func(time.Time)) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
 	select {
 	case <-s.ctx.Done():
 		return false
@@ -162,8 +168,8 @@ func (s *peerSender) idleUntilNextPass() bool {
 			return false
 		}
 		s.deliverFresh(f)
-	case now := <-due.C:
-		s.heartbeat.begin(now)
+	case now := <-t.C:
+		onTimeout(now)
 	}
 	return true
 }
