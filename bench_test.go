@@ -498,7 +498,7 @@ func benchResyncSet(b *testing.B, n int) (*resyncSet, float64) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	s := newResyncSet(time.Minute, n)
+	s := newResyncSet(time.Minute, n, benchNodeID)
 	for _, ev := range benchResyncEvents(b, n) {
 		if s.track(&ev, benchResyncNow, false) != tracked {
 			b.Fatal("a new workload was not tracked")
@@ -531,7 +531,7 @@ func BenchmarkResyncTrack(b *testing.B) {
 	b.Run("churn", func(b *testing.B) {
 		const extra = 4096
 		evs := benchResyncEvents(b, benchSetSize+extra)
-		s := newResyncSet(time.Minute, benchSetSize+1)
+		s := newResyncSet(time.Minute, benchSetSize+1, benchNodeID)
 		for i := range benchSetSize {
 			s.track(&evs[i], benchResyncNow, false)
 		}

@@ -559,7 +559,7 @@ func resyncHeld(t testing.TB, n *testNode, origin, id string) map[string]any {
 	t.Helper()
 	n.m.activeMu.Lock()
 	var params json.RawMessage
-	keys := n.m.resync.byRef[workloadRef{origin, id}]
+	keys := n.m.resync.runsOf(workloadRef{origin, id})
 	if len(keys) > 1 {
 		n.m.activeMu.Unlock()
 		t.Fatalf("the re-sync set holds %d runs of %s, want at most one", len(keys), id)

@@ -645,7 +645,7 @@ func ifxTrackedCount(n *testNode) int {
 func ifxIsTracked(n *testNode, origin, id string) bool {
 	n.m.activeMu.Lock()
 	defer n.m.activeMu.Unlock()
-	return len(n.m.resync.byRef[workloadRef{origin, id}]) > 0
+	return len(n.m.resync.runsOf(workloadRef{origin, id})) > 0
 }
 
 func ifxRememberedCount(n *testNode) int {

@@ -653,7 +653,7 @@ func TestLocalIngressEndToEnd(t *testing.T) {
 	ref := workloadRef{a.id, "job-42"}
 	a.m.activeMu.Lock()
 	var tracked []resyncEntry
-	for _, k := range a.m.resync.byRef[ref] {
+	for _, k := range a.m.resync.runsOf(ref) {
 		tracked = append(tracked, *a.m.resync.entries[k])
 	}
 	a.m.activeMu.Unlock()
@@ -691,7 +691,7 @@ func TestLocalIngressEndToEnd(t *testing.T) {
 		}
 	}
 	a.m.activeMu.Lock()
-	left := len(a.m.resync.byRef[ref])
+	left := len(a.m.resync.runsOf(ref))
 	a.m.activeMu.Unlock()
 	if left != 0 {
 		t.Fatalf("job-42 still tracked after its removal (%d entries)", left)
@@ -938,7 +938,7 @@ func TestLocalIngressRefusesAFrameOverTheBrokerLineLimitWith413(t *testing.T) {
 		}
 	}
 	n.m.activeMu.Lock()
-	tracked := len(n.m.resync.byRef[ref])
+	tracked := len(n.m.resync.runsOf(ref))
 	remembered := n.m.removed.holds(ref, n.m.now())
 	n.m.activeMu.Unlock()
 	if tracked != 0 || !remembered {
@@ -977,7 +977,7 @@ func TestLocalIngressAcceptsTheSameFrameUnderARaisedBrokerLineLimit(t *testing.T
 		t.Fatalf("the broker got a %d-byte error text, want %d", len(e), longErrorBytes)
 	}
 	n.m.activeMu.Lock()
-	tracked := len(n.m.resync.byRef[workloadRef{n.id, "long-error"}])
+	tracked := len(n.m.resync.runsOf(workloadRef{n.id, "long-error"}))
 	n.m.activeMu.Unlock()
 	if tracked != 1 {
 		t.Fatalf("%d re-sync entries for the accepted frame, want 1", tracked)

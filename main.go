@@ -128,6 +128,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		log.Warn("log level from the environment ignored", "reason", clipReason(levelWarning))
 	}
 
+	memLimit := applyMemoryLimit(o.maxLive)
+	log.Debug("memory limit", "bytes", memLimit)
 	node, err := resolveNodeID(o.appDir, o.clusterDir)
 	if err != nil {
 		return fail(err)

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -345,4 +346,17 @@ func portOf(t testing.TB, addr string) string {
 		t.Fatal(err)
 	}
 	return port
+}
+
+func TestMemoryLimitFollowsTheLiveWorkloadBoundUnlessGOMEMLIMITIsSet(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(-1))
+	t.Setenv("GOMEMLIMIT", "")
+	if got, want := applyMemoryLimit(100_000), int64(64<<20+1024*100_000); got != want || debug.SetMemoryLimit(-1) != want {
+		t.Fatalf("limit %d, want 64 MiB + 1 KiB per workload = %d", got, want)
+	}
+	t.Setenv("GOMEMLIMIT", "1GiB")
+	debug.SetMemoryLimit(1 << 30) // what the runtime read from GOMEMLIMIT at start
+	if got := applyMemoryLimit(100_000); got != 1<<30 {
+		t.Fatalf("with GOMEMLIMIT set the limit became %d, want the operator's %d", got, 1<<30)
+	}
 }

@@ -156,7 +156,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		trust:       trust,
 		dedup:       newDedup(dedupCapacity),
 		now:         time.Now,
-		resync:      newResyncSet(retention, cfg.MaxLiveWorkloads),
+		resync:      newResyncSet(retention, cfg.MaxLiveWorkloads, cfg.NodeID),
 		removed:     newRemovalMemory(retention, removalMemoryCapacity),
 		shutdownReq: make(chan struct{}),
 

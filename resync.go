@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -30,6 +29,10 @@ type resyncEntry struct {
 	// started before it skips the entry, which every peer was just sent as
 	// a fresh frame.
 	gen uint64
+	// sibling links the runs of one workload (one byRef entry): nearly
+	// always there is one, so a chain costs a pointer where a slice of
+	// keys cost a slice header and a backing array per workload.
+	sibling *resyncEntry
 	// prev and next link the entries in pass order: the order they were
 	// first tracked in. An update keeps its place, so a heartbeat pass,
 	// which walks this list, visits every entry once whatever changes
@@ -72,9 +75,10 @@ type resyncSet struct {
 	retention  time.Duration // how long a terminal entry stays
 	limit      int           // the most entries, live and terminal (--max-live-workloads)
 	entries    map[workloadKey]*resyncEntry
-	byRef      map[workloadRef][]workloadKey // a removal names a ref, not a run; nearly always one run
-	head, tail *resyncEntry                  // pass order
-	cursors    map[*resyncCursor]struct{}    // one per peer sender
+	byRef      map[workloadRef]*resyncEntry // a removal names a ref, not a run: the first of its runs
+	self       string                       // this node's id: every key's origin shares its bytes
+	head, tail *resyncEntry                 // pass order
+	cursors    map[*resyncCursor]struct{}   // one per peer sender
 	// gen counts the changes to the set. It is written under the set's
 	// lock and read without it, when a peer sender starts a pass.
 	gen atomic.Uint64
@@ -86,12 +90,13 @@ type resyncSet struct {
 	expiryHead int
 }
 
-func newResyncSet(retention time.Duration, limit int) *resyncSet {
+func newResyncSet(retention time.Duration, limit int, self string) *resyncSet {
 	return &resyncSet{
 		retention: retention,
 		limit:     limit,
+		self:      self,
 		entries:   map[workloadKey]*resyncEntry{},
-		byRef:     map[workloadRef][]workloadKey{},
+		byRef:     map[workloadRef]*resyncEntry{},
 		cursors:   map[*resyncCursor]struct{}{},
 	}
 }
@@ -122,11 +127,17 @@ func (s *resyncSet) track(ev *lifecycleEvent, now time.Time, overLimit bool) tra
 		return full
 	}
 	if !held {
+		if k.origin == s.self {
+			// Every local workload's origin is this node: sharing one
+			// string saves an allocation per entry.
+			k.origin = s.self
+		}
 		e = &resyncEntry{key: k}
 		s.entries[k] = e
 		s.link(e)
-		ref := ev.ref()
-		s.byRef[ref] = append(s.byRef[ref], k)
+		ref := workloadRef{k.origin, k.id}
+		e.sibling = s.byRef[ref]
+		s.byRef[ref] = e
 	}
 	// The stored params never carry a resync member, whatever its value or
 	// spelling: the heartbeat adds its own marker, and a second one would win.
@@ -219,11 +230,9 @@ func (r lifecycleRank) before(other lifecycleRank) bool {
 
 // untrack drops every run of the workload.
 func (s *resyncSet) untrack(ref workloadRef) {
-	for _, k := range s.byRef[ref] {
-		if e := s.entries[k]; e != nil {
-			s.unlink(e)
-			delete(s.entries, k)
-		}
+	for e := s.byRef[ref]; e != nil; e = e.sibling {
+		s.unlink(e)
+		delete(s.entries, e.key)
 	}
 	delete(s.byRef, ref)
 }
@@ -236,12 +245,29 @@ func (s *resyncSet) remove(k workloadKey) {
 	s.unlink(e)
 	delete(s.entries, k)
 	ref := workloadRef{k.origin, k.id}
-	keys := slices.DeleteFunc(s.byRef[ref], func(x workloadKey) bool { return x == k })
-	if len(keys) == 0 {
+	switch first := s.byRef[ref]; {
+	case first == e && e.sibling == nil:
 		delete(s.byRef, ref)
-	} else {
-		s.byRef[ref] = keys
+	case first == e:
+		s.byRef[ref] = e.sibling
+	default:
+		for p := first; p != nil; p = p.sibling {
+			if p.sibling == e {
+				p.sibling = e.sibling
+				break
+			}
+		}
 	}
+	e.sibling = nil
+}
+
+// runsOf returns the keys of the workload's runs.
+func (s *resyncSet) runsOf(ref workloadRef) []workloadKey {
+	var keys []workloadKey
+	for e := s.byRef[ref]; e != nil; e = e.sibling {
+		keys = append(keys, e.key)
+	}
+	return keys
 }
 
 // link appends e at the end of the pass order.
