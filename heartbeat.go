@@ -57,7 +57,7 @@ type heartbeatStream struct {
 	stats    *peerStats
 	cursor   *resyncCursor
 	active   bool
-	paced    bool      // the pass is spread over passSpread of the interval
+	paced    bool      // the pass is spread over passShare of the interval
 	started  time.Time // of the pass under way, or of the last one
 	next     time.Time // when the next pass may start
 	size     int       // the set's size when the pass took its place
@@ -65,13 +65,14 @@ type heartbeatStream struct {
 	passes   int       // passes this stream (this sender) has begun
 }
 
-// passSpread is the share of the interval a paced pass is spread over.
-// A pass sent flat out at the start of each interval takes the CPU from
-// the read loop, the ingress and the fresh frames for as long as it runs
-// (at 100,000 workloads and 8 peers, most of every interval); spread over
-// half of it, the same work is a steady trickle, with the other half left
-// for a pass that runs slow to finish within its interval.
-const passSpread = 2
+// passShare is the share of the interval a paced pass is spread over, in
+// percent. A pass sent flat out at the start of each interval takes the
+// CPU from the read loop, the ingress and the fresh frames for as long as
+// it runs (at 100,000 workloads and 8 peers, most of every interval);
+// spread over most of the interval, the same work is a steady trickle at
+// its lowest rate, with the rest of the interval left for a pass that runs
+// slow to finish within it.
+const passShare = 80
 
 // heartbeatSlice is the most re-assertions one request carries to a
 // batching peer: a fresh frame waits for at most the one request in
@@ -143,12 +144,13 @@ func (h *heartbeatStream) end(now time.Time) {
 }
 
 // paceWait is how long the pass under way should wait before its next
-// slice, so that it visits the set at an even pace over interval/passSpread.
+// slice, so that it visits the set at an even pace over passShare percent
+// of the interval.
 func (h *heartbeatStream) paceWait(now time.Time) time.Duration {
 	if !h.paced || h.size == 0 {
 		return 0
 	}
-	span := h.interval / passSpread
+	span := h.interval * passShare / 100
 	due := h.started.Add(time.Duration(float64(span) * float64(h.visited) / float64(h.size)))
 	return due.Sub(now)
 }

@@ -423,9 +423,9 @@ func (f *fakeSource) take(_ *resyncCursor, maxFrames, _ int) ([][]byte, int, boo
 	return make([][]byte, n), size, f.taken == f.size
 }
 
-func TestHeartbeatPacesEveryPassButTheBackfillOverHalfTheInterval(t *testing.T) {
+func TestHeartbeatPacesEveryPassButTheBackfillOverMostOfTheInterval(t *testing.T) {
 	src := &fakeSource{size: 100}
-	h := newHeartbeatStream(src, 2*time.Second, &peerStats{})
+	h := newHeartbeatStream(src, 2500*time.Millisecond, &peerStats{})
 	t0 := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
 
 	h.begin(t0) // the backfill
@@ -445,11 +445,11 @@ func TestHeartbeatPacesEveryPassButTheBackfillOverHalfTheInterval(t *testing.T) 
 	}
 	h.nextLines(50, maxFrameBytes)
 	// Half the set sent: the rest is due over the second half of the
-	// pass's span, interval/passSpread = 1 s.
-	if w := h.paceWait(t0.Add(2 * time.Second)); w != 500*time.Millisecond {
-		t.Fatalf("after half the set at once, the pass waits %v, want 500ms", w)
+	// pass's span, passShare of the interval = 2 s.
+	if w := h.paceWait(t0.Add(2 * time.Second)); w != time.Second {
+		t.Fatalf("after half the set at once, the pass waits %v, want 1s", w)
 	}
-	if w := h.paceWait(t0.Add(2*time.Second + 600*time.Millisecond)); w > 0 {
+	if w := h.paceWait(t0.Add(2*time.Second + 1100*time.Millisecond)); w > 0 {
 		t.Fatalf("a pass behind its pace waits %v, want none", w)
 	}
 }
