@@ -166,6 +166,24 @@ func (s *hbSink) snapshot() []hbEvent {
 	return slices.Clone(s.events)
 }
 
+// freshIDs returns the ids of the fresh frames received, in arrival order.
+func (s *hbSink) freshIDs() []string {
+	var ids []string
+	for _, e := range s.snapshot() {
+		if e.kind == "fresh" {
+			ids = append(ids, e.id)
+		}
+	}
+	return ids
+}
+
+// batchCounts returns the multi-frame requests taken and refused.
+func (s *hbSink) batchCounts() (taken, refused int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.batches, s.refused
+}
+
 // count returns how many events of kind the sink received for id ("" for
 // any id).
 func (s *hbSink) count(kind, id string) int {
@@ -302,21 +320,15 @@ func TestMixedClusterBatchingAndSingleFramePeersReceiveEveryFrameInOrder(t *test
 	}
 	for _, s := range []*hbSink{batching, single} {
 		eventually(t, "every frame at each peer", func() bool { return s.count("fresh", "") >= len(want) })
-		var got []string
-		for _, e := range s.snapshot() {
-			if e.kind == "fresh" {
-				got = append(got, e.id)
-			}
-		}
-		if !slices.Equal(got, want) {
+		if got := s.freshIDs(); !slices.Equal(got, want) {
 			t.Fatalf("a peer received the frames out of order or more than once (batching %v)", s.batching)
 		}
 	}
-	if batching.batches == 0 {
+	if b, _ := batching.batchCounts(); b == 0 {
 		t.Fatal("the peer that advertised batches was never sent one")
 	}
-	if single.batches != 0 || single.refused != 0 {
-		t.Fatalf("the single-frame peer was sent %d batches", single.batches+single.refused)
+	if b, refused := single.batchCounts(); b != 0 || refused != 0 {
+		t.Fatalf("the single-frame peer was sent %d batches", b+refused)
 	}
 }
 
@@ -333,13 +345,7 @@ func TestBatchElementThatFailsIsRetriedInOrderWithWhatFollowedIt(t *testing.T) {
 		n.sendLifecycle(workload(id, "running", n.id))
 	}
 	eventually(t, "every frame at the peer", func() bool { return sink.count("fresh", "") >= len(want) })
-	var got []string
-	for _, e := range sink.snapshot() {
-		if e.kind == "fresh" {
-			got = append(got, e.id)
-		}
-	}
-	if !slices.Equal(got, want) {
+	if got := sink.freshIDs(); !slices.Equal(got, want) {
 		t.Fatalf("after a failed element the peer holds %v, want every frame once, in order", got)
 	}
 }
