@@ -100,11 +100,11 @@ func (m *Manager) applyDiscovery(params json.RawMessage) {
 }
 
 // refreshTargets derives the target set from the last snapshot and the
-// current trust, logs what changed, and backfills new targets with the
-// re-sync set. It runs on a discovery snapshot and on every trust change,
-// so a pin that arrives after the snapshot still makes its node a target.
-// discoveryMu is held throughout, so one change and its backfill complete
-// before the next change is derived.
+// current trust and logs what changed; a new target's sender backfills it
+// with the re-sync set. It runs on a discovery snapshot and on every trust
+// change, so a pin that arrives after the snapshot still makes its node a
+// target. discoveryMu is held throughout, so one change completes before
+// the next is derived.
 func (m *Manager) refreshTargets() {
 	m.discoveryMu.Lock()
 	defer m.discoveryMu.Unlock()

@@ -41,10 +41,11 @@ func parseLocalFrame(method string, params json.RawMessage) (localFrame, error) 
 }
 
 // commitLocal is the only place that tracks a local-origin frame and queues
-// it for the peers. Both happen under one hold of broadcastMu, so that a
-// re-sync snapshot, which takes broadcastMu too, is queued wholly before or
-// wholly after this frame: it can never queue a workload after its removal.
-// It reports whether the frame was queued.
+// it for the peers. Both happen under one hold of broadcastMu, tracking
+// first, so the frames reach the peer queues in the order they were tracked,
+// and a removal has left the re-sync set before it is queued: no heartbeat
+// pass can read the workload after that (spec 5.1). It reports whether the
+// frame was queued.
 func (m *Manager) commitLocal(f localFrame, src frameSource) bool {
 	line := encodeNotification(f.method, f.params)
 	m.broadcastMu.Lock()

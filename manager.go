@@ -64,11 +64,12 @@ const (
 // optional loopback ingress.
 //
 // Lock order: ingestMu -> broadcastMu -> activeMu, and discoveryMu ->
-// broadcastMu (a target change and its backfill). ingestMu and discoveryMu
-// are never held together. Leaf locks, taken under any of these and never
+// broadcaster.mu (a target change). ingestMu and discoveryMu are never held
+// together. The peer senders take activeMu alone, for one bounded slice of
+// a heartbeat pass at a time. Leaf locks, taken under any of these and never
 // around them: broadcaster.mu, brokerWriter.mu, clusterTrust.mu, dedup.mu.
 // No lock is held across a network write to a peer: only the peer senders
-// write to peers, and they hold none.
+// write to peers, and they hold none while they do.
 type Manager struct {
 	cfg   Config
 	log   *slog.Logger
@@ -81,24 +82,23 @@ type Manager struct {
 	// ingestMu keeps concurrent ingress posts in one order at the broker and
 	// in the peer queue: it is held from the broker write through
 	// commitLocal. Only the ingress takes it. It is not broadcastMu because
-	// the broker write can block, and the stdio read loop and the heartbeat
-	// take broadcastMu.
+	// the broker write can block, and the stdio read loop takes broadcastMu.
 	ingestMu sync.Mutex
 
 	// broadcastMu makes tracking a local-origin frame and queueing it one
-	// step, for the stdio path, the ingress, the heartbeat and the backfill
-	// alike, so a re-sync snapshot can never queue a workload after its
-	// removal was queued.
+	// step, for the stdio path and the ingress alike, so frames are queued
+	// in the order they were tracked.
 	broadcastMu sync.Mutex
 
-	// activeMu guards resync and removed. It is only taken under
-	// broadcastMu, except by readers that need no ordering (metrics, tests).
+	// activeMu guards resync (its entries and the cursors' places in it)
+	// and removed. Writers take it under broadcastMu; the peer senders take
+	// it alone for one slice of a pass, and readers that need no ordering
+	// (metrics, tests) alone too.
 	activeMu sync.Mutex
 	resync   *resyncSet
 	removed  *removalMemory
 
-	// discoveryMu guards lastNodes and serializes target refreshes, each
-	// with its backfill.
+	// discoveryMu guards lastNodes and serializes target refreshes.
 	discoveryMu sync.Mutex
 	lastNodes   []discoveredNode
 
