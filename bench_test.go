@@ -570,8 +570,8 @@ func BenchmarkHeartbeatTake(b *testing.B) {
 			b.ResetTimer()
 			taken := 0
 			for b.Loop() {
-				lines, _, done := s.take(c, benchResyncNow, n, peerBatchMaxBytes)
-				taken += len(lines)
+				r, _, done := s.take(c, benchResyncNow, n, peerBatchMaxBytes)
+				taken += len(r.lines)
 				if done {
 					beginPass(c, s.generation())
 				}

@@ -49,8 +49,9 @@ func (t peerTarget) id() string {
 // outboundFrame is one local-origin frame on its way to the peers.
 type outboundFrame struct {
 	method   string
-	line     []byte    // the JSON-RPC notification, the peer request body
-	queuedAt time.Time // set by enqueue, for the delivery latency
+	line     []byte      // the JSON-RPC notification, the peer request body
+	ref      workloadRef // the workload it names, for the lanes' order (peerlanes.go)
+	queuedAt time.Time   // set by enqueue, for the delivery latency
 }
 
 // broadcaster owns the outbound path: one ordered, bounded enqueue point, a
@@ -73,6 +74,10 @@ type broadcaster struct {
 	closed bool
 	peers  map[string]*peerSender
 	stats  map[string]*peerStats // by principal; kept when a peer leaves
+
+	// undispatched counts the frames enqueued and not yet offered to every
+	// peer (see laneOrder.freshIdle).
+	undispatched atomic.Int64
 
 	// Counters for the metrics.
 	queued, dropped               atomic.Uint64 // at the enqueue point
@@ -109,6 +114,7 @@ func (b *broadcaster) enqueue(f outboundFrame) bool {
 	}
 	select {
 	case b.queue <- f:
+		b.undispatched.Add(1)
 		b.queued.Add(1)
 		return true
 	default:
@@ -126,6 +132,7 @@ func (b *broadcaster) dispatch() {
 		for _, s := range b.peers {
 			s.offer(f)
 		}
+		b.undispatched.Add(-1) // after every offer: see laneOrder.freshIdle
 		b.mu.Unlock()
 	}
 	b.mu.Lock()
@@ -167,7 +174,7 @@ func (b *broadcaster) setTargets(targets []peerTarget) (added, removed []peerTar
 			}
 			hb := newHeartbeatStream(b.heartbeat, b.interval, st)
 			hb.begin(time.Now()) // the backfill: see heartbeatStream.begin
-			s := newPeerSender(t, st, b.dialTLS(t), hb, b.log)
+			s := newPeerSender(t, st, b.dialTLS(t), hb, newLaneOrder(&b.undispatched), b.log)
 			b.peers[id] = s
 			b.senders.Add(1)
 			go func() {

@@ -1,6 +1,9 @@
 package main
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // heartbeatSource is where a peer sender reads its heartbeat passes from:
 // the Manager's re-sync set, behind activeMu. Each take holds the lock for
@@ -10,7 +13,7 @@ import "time"
 type heartbeatSource interface {
 	closeCursor(c *resyncCursor)
 	generation() uint64
-	take(c *resyncCursor, maxFrames, maxBytes int) (lines [][]byte, size int, done bool)
+	take(c *resyncCursor, maxFrames, maxBytes int) (r reassertions, size int, done bool)
 }
 
 // The Manager is the heartbeat source of its broadcaster.
@@ -22,7 +25,7 @@ func (m *Manager) closeCursor(c *resyncCursor) {
 
 func (m *Manager) generation() uint64 { return m.resync.generation() }
 
-func (m *Manager) take(c *resyncCursor, maxFrames, maxBytes int) ([][]byte, int, bool) {
+func (m *Manager) take(c *resyncCursor, maxFrames, maxBytes int) (reassertions, int, bool) {
 	m.activeMu.Lock()
 	defer m.activeMu.Unlock()
 	return m.resync.take(c, m.now(), maxFrames, maxBytes)
@@ -45,12 +48,14 @@ func (m *Manager) pruneResync() {
 // cursor the set keeps valid across changes, so it visits every entry once,
 // whatever is tracked or removed meanwhile, and no entry can be skipped pass
 // after pass. The sender interleaves the pass with fresh frames, which
-// always go first, so a re-assertion never costs a fresh frame its place in
-// the queue and delays it by at most the one delivery in flight. A pass
-// that cannot finish within the interval carries on where it is; the next
-// one starts when it ends, never piled up.
+// go on a lane of their own and never queue behind it (peerlanes.go), so a
+// re-assertion never costs a fresh frame its place in the queue and delays
+// it at most by the one request in flight, and only when that request
+// carries the frame's workload. A pass that cannot finish within the
+// interval carries on where it is; the next one starts when it ends, never
+// piled up.
 //
-// A stream is used by its sender's goroutine only.
+// A stream is used by its sender's heartbeat lane only.
 type heartbeatStream struct {
 	src      heartbeatSource
 	interval time.Duration
@@ -75,8 +80,9 @@ type heartbeatStream struct {
 const passShare = 80
 
 // heartbeatSlice is the most re-assertions one request carries to a
-// batching peer: a fresh frame waits for at most the one request in
-// flight, so the slice, not the peer's 256-frame batch, bounds that wait.
+// batching peer. It bounds how long a fresh frame for a workload in that
+// request waits for it, and how long a take holds activeMu (about 4 µs for
+// 64 entries), where the peer's 256-frame batch would bound neither well.
 const heartbeatSlice = 64
 
 func newHeartbeatStream(src heartbeatSource, interval time.Duration, stats *peerStats) *heartbeatStream {
@@ -103,18 +109,18 @@ func (h *heartbeatStream) begin(now time.Time) {
 // nextLines returns the next re-assertions of the pass under way, at most
 // maxFrames lines and maxBytes in all, and ends the pass when the set is
 // exhausted.
-func (h *heartbeatStream) nextLines(maxFrames, maxBytes int) [][]byte {
-	lines, size, done := h.src.take(h.cursor, maxFrames, maxBytes)
+func (h *heartbeatStream) nextLines(maxFrames, maxBytes int) reassertions {
+	r, size, done := h.src.take(h.cursor, maxFrames, maxBytes)
 	if size > 0 {
 		h.size = size
 		h.stats.passSize.Store(uint64(size))
 	}
-	h.visited += len(lines)
-	h.stats.passProgress.Add(uint64(len(lines)))
+	h.visited += len(r.lines)
+	h.stats.passProgress.Add(uint64(len(r.lines)))
 	if done {
 		h.finish(time.Now())
 	}
-	return lines
+	return r
 }
 
 // abandon ends the pass before the end of the set: the peer failed a
@@ -157,3 +163,51 @@ func (h *heartbeatStream) paceWait(now time.Time) time.Duration {
 
 // untilDue is how long until the next pass may start.
 func (h *heartbeatStream) untilDue() time.Duration { return time.Until(h.next) }
+
+// runHeartbeat is a peer sender's heartbeat lane: it runs the passes, each
+// slice once the fresh lane is idle and with its workloads published as in
+// flight (peerlanes.go), until the lane's context ends.
+func (s *peerSender) runHeartbeat() {
+	h, ctx := s.heartbeat, s.hbCtx
+	for {
+		if !h.active {
+			if !sleepCtx(ctx, h.untilDue()) {
+				return
+			}
+			h.begin(time.Now())
+			continue
+		}
+		if wait := h.paceWait(time.Now()); wait > 0 {
+			if !sleepCtx(ctx, wait) {
+				return
+			}
+			continue
+		}
+		if !s.lanes.awaitFreshIdle(ctx) {
+			return
+		}
+		frames, size := s.heartbeatBounds()
+		r := s.lanes.takeInFlight(func() reassertions { return h.nextLines(frames, size) })
+		ok := s.reassert(r.lines)
+		s.lanes.endInFlight()
+		if !ok && h.active {
+			h.abandon(time.Now())
+		}
+	}
+}
+
+// sleepCtx waits for d, or less when ctx ends first; it reports whether ctx
+// is still live.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

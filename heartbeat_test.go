@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/tls"
 	"encoding/json"
@@ -45,6 +44,40 @@ type hbSink struct {
 	failResync   bool
 	rejectResync string
 	tries        int
+
+	// hold, when set, is a frame kind and id: the first request carrying
+	// that frame is held for holdFor before any of its frames is recorded,
+	// and holding is closed when the hold begins. Frames that arrive on
+	// another connection meanwhile are recorded first: a request caught in
+	// flight.
+	hold     hbEvent
+	holdFor  time.Duration
+	holding  chan struct{}
+	holdDone bool
+}
+
+// holdFirst makes the sink hold the first request that carries ev for d.
+// It returns a channel closed when that request arrives.
+func (s *hbSink) holdFirst(ev hbEvent, d time.Duration) <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hold, s.holdFor, s.holding = ev, d, make(chan struct{})
+	return s.holding
+}
+
+// holdIfFirst holds the request when it is the first that carries the
+// frame the sink was told to hold.
+func (s *hbSink) holdIfFirst(frames [][]byte) {
+	s.mu.Lock()
+	if s.holding == nil || s.holdDone || !slices.ContainsFunc(frames, func(f []byte) bool { ev, _ := parseHBEvent(f); return ev == s.hold }) {
+		s.mu.Unlock()
+		return
+	}
+	s.holdDone = true
+	close(s.holding)
+	d := s.holdFor
+	s.mu.Unlock()
+	time.Sleep(d) // the request in flight, by design of the test
 }
 
 // resyncTries is how many re-assertions the sink was sent.
@@ -89,6 +122,11 @@ func (s *hbSink) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not a JSON-RPC frame", http.StatusBadRequest) // what a stock daemon answers
 		return
 	}
+	frames := [][]byte{body}
+	if isBatch {
+		frames = bytes.Split(bytes.TrimSuffix(body, []byte("\n")), []byte("\n"))
+	}
+	s.holdIfFirst(frames)
 	if !isBatch {
 		if status := s.record(body); status != http.StatusOK {
 			http.Error(w, "failed", status)
@@ -98,15 +136,13 @@ func (s *hbSink) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var results []peerBatchResult
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(make([]byte, 0, 64<<10), peerBatchMaxBytes)
 	failed := false
-	for sc.Scan() {
+	for _, f := range frames {
 		switch {
 		case failed:
 			results = append(results, peerBatchResult{Status: http.StatusServiceUnavailable, Reason: reasonNotAttempted})
 		default:
-			st := s.record(sc.Bytes())
+			st := s.record(f)
 			failed = st >= 500
 			results = append(results, peerBatchResult{Status: st})
 		}
@@ -119,8 +155,8 @@ func (s *hbSink) serve(w http.ResponseWriter, r *http.Request) {
 	w.Write(b)
 }
 
-// record notes one frame and returns the status to answer it with.
-func (s *hbSink) record(frame []byte) int {
+// parseHBEvent reads what kind of frame frame is, and for which id.
+func parseHBEvent(frame []byte) (hbEvent, bool) {
 	var f struct {
 		Method string `json:"method"`
 		Params struct {
@@ -132,7 +168,7 @@ func (s *hbSink) record(frame []byte) int {
 		} `json:"params"`
 	}
 	if err := json.Unmarshal(frame, &f); err != nil {
-		return http.StatusBadRequest
+		return hbEvent{}, false
 	}
 	ev := hbEvent{"fresh", f.Params.WorkloadInfo.ID}
 	switch {
@@ -140,6 +176,15 @@ func (s *hbSink) record(frame []byte) int {
 		ev = hbEvent{"remove", f.Params.WorkloadID}
 	case f.Params.Resync:
 		ev.kind = "resync"
+	}
+	return ev, true
+}
+
+// record notes one frame and returns the status to answer it with.
+func (s *hbSink) record(frame []byte) int {
+	ev, ok := parseHBEvent(frame)
+	if !ok {
+		return http.StatusBadRequest
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -246,17 +291,7 @@ func TestHeartbeatNeverReassertsAWorkloadAfterItsRemovalWasSent(t *testing.T) {
 	after := passesCompleted(n, sink)
 	eventually(t, "a whole pass after the removals", func() bool { return passesCompleted(n, sink) >= after+2 })
 
-	removedAt := map[string]int{}
-	for i, e := range sink.snapshot() {
-		switch e.kind {
-		case "remove":
-			removedAt[e.id] = i
-		case "resync":
-			if at, removed := removedAt[e.id]; removed {
-				t.Fatalf("%s re-asserted at %d, after its removal reached the peer at %d", e.id, i, at)
-			}
-		}
-	}
+	requireNoReassertionAfterRemoval(t, sink.snapshot())
 }
 
 func TestHeartbeatPassCarriesOnPastItsIntervalAndReachesEveryWorkload(t *testing.T) {
@@ -376,6 +411,52 @@ func TestFreshFrameOvertakesAHeartbeatPassInFlight(t *testing.T) {
 	eventually(t, "the pass to carry on after the fresh frame", func() bool { return sink.count("resync", "") >= live })
 }
 
+func TestFreshFrameForAWorkloadInTheHeartbeatRequestInFlightWaitsForIt(t *testing.T) {
+	// The two lanes deliver on two connections: a removal of a workload
+	// whose re-assertion is in flight must not overtake it, or the peer
+	// would apply the re-assertion last and show the workload again.
+	n := newTestNode(t, withResyncInterval(time.Hour))
+	n.start()
+	sink := newHBSink(t, true, 0)
+	holding := sink.holdFirst(hbEvent{"resync", "hb-00001"}, 500*time.Millisecond)
+	trackRunning(t, n, 3)
+	sink.join(t, n)
+	waitClosed(t, "the re-assertion of hb-00001 in flight", holding)
+	n.sendRemove("hb-00001")
+	eventually(t, "the removal at the peer", func() bool { return sink.count("remove", "hb-00001") == 1 })
+	requireNoReassertionAfterRemoval(t, sink.snapshot())
+	if sink.count("resync", "hb-00001") != 1 {
+		t.Fatalf("the re-assertion in flight never reached the peer: %v", sink.snapshot())
+	}
+}
+
+func TestReassertionNeverOvertakesAFreshFrameQueuedBeforeIt(t *testing.T) {
+	// A fresh frame is held in flight and a newer one for the same
+	// workload waits behind it while passes begin every 50 ms: the
+	// heartbeat lane must not re-assert the newer state ahead of both, or
+	// the peer would see the workload go running, queued, running.
+	n := newTestNode(t, withResyncInterval(50*time.Millisecond))
+	n.start()
+	sink := newHBSink(t, false, 0)
+	sink.join(t, n)
+	holding := sink.holdFirst(hbEvent{"fresh", "x"}, 500*time.Millisecond)
+	n.sendLifecycle(workload("x", "queued", n.id, map[string]any{"seq": 1}))
+	waitClosed(t, "the queued frame in flight", holding)
+	n.sendLifecycle(workload("x", "running", n.id, map[string]any{"seq": 2}))
+	eventually(t, "both fresh frames and a re-assertion at the peer", func() bool {
+		return sink.count("fresh", "x") == 2 && sink.count("resync", "x") >= 1
+	})
+	var got []string
+	for _, e := range sink.snapshot() {
+		if e.id == "x" {
+			got = append(got, e.kind)
+		}
+	}
+	if got[0] != "fresh" || got[1] != "fresh" {
+		t.Fatalf("frames for x in arrival order %v: a re-assertion overtook a fresh frame queued before it", got)
+	}
+}
+
 func TestHeartbeatPassToAFailingPeerEndsAtTheFirstFailure(t *testing.T) {
 	// A peer that fails re-assertions (down, overloaded) is tried once per
 	// interval, not once per entry: the pass ends at the first failure.
@@ -419,14 +500,14 @@ type fakeSource struct{ size, taken int }
 
 func (f *fakeSource) closeCursor(*resyncCursor) {}
 func (f *fakeSource) generation() uint64        { return 0 }
-func (f *fakeSource) take(_ *resyncCursor, maxFrames, _ int) ([][]byte, int, bool) {
+func (f *fakeSource) take(_ *resyncCursor, maxFrames, _ int) (reassertions, int, bool) {
 	size := 0
 	if f.taken == 0 {
 		size = f.size
 	}
 	n := min(maxFrames, f.size-f.taken)
 	f.taken += n
-	return make([][]byte, n), size, f.taken == f.size
+	return reassertions{lines: make([][]byte, n), refs: make([]workloadRef, n)}, size, f.taken == f.size
 }
 
 func TestHeartbeatPacesEveryPassButTheBackfillOverMostOfTheInterval(t *testing.T) {
@@ -458,4 +539,34 @@ func TestHeartbeatPacesEveryPassButTheBackfillOverMostOfTheInterval(t *testing.T
 	if w := h.paceWait(t0.Add(2*time.Second + 1100*time.Millisecond)); w > 0 {
 		t.Fatalf("a pass behind its pace waits %v, want none", w)
 	}
+}
+
+// requireNoReassertionAfterRemoval fails when a workload was re-asserted to
+// the peer after its removal reached it.
+func requireNoReassertionAfterRemoval(t *testing.T, events []hbEvent) {
+	t.Helper()
+	removedAt := map[string]int{}
+	for i, e := range events {
+		switch e.kind {
+		case "remove":
+			removedAt[e.id] = i
+		case "resync":
+			if at, removed := removedAt[e.id]; removed {
+				t.Fatalf("%s re-asserted at %d, after its removal reached the peer at %d", e.id, i, at)
+			}
+		}
+	}
+}
+
+// waitClosed waits for ch to be closed, within the tests' usual deadline.
+func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
+	t.Helper()
+	eventually(t, what, func() bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	})
 }

@@ -588,8 +588,8 @@ func passLines(m *Manager) [][]byte {
 	beginPass(c, m.generation())
 	var out [][]byte
 	for {
-		lines, _, done := m.take(c, 64, maxFrameBytes)
-		out = append(out, lines...)
+		r, _, done := m.take(c, 64, maxFrameBytes)
+		out = append(out, r.lines...)
 		if done {
 			return out
 		}

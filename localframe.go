@@ -16,6 +16,14 @@ type localFrame struct {
 
 func (f *localFrame) isRemoval() bool { return f.method == methodRemove }
 
+// ref is the workload the frame is about.
+func (f *localFrame) ref() workloadRef {
+	if f.isRemoval() {
+		return f.removal.ref
+	}
+	return f.life.ref()
+}
+
 // workloadID is the id the frame is about, for logs.
 func (f *localFrame) workloadID() string {
 	if f.isRemoval() {
@@ -56,7 +64,7 @@ func (m *Manager) commitLocal(f localFrame, src frameSource) bool {
 	if !send {
 		return false
 	}
-	return m.bcast.enqueue(outboundFrame{method: f.method, line: line})
+	return m.bcast.enqueue(outboundFrame{method: f.method, line: line, ref: f.ref()})
 }
 
 // trackLocal updates the re-sync set and the removal memory for a frame and

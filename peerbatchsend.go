@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,26 +33,36 @@ var (
 
 // noteAdvert records a peer's advertisement from one of its answers: the
 // bounds a batch to it may have, the smaller of its and this node's, or
-// none when the answer carried no valid advertisement. Only the sender's
-// goroutine calls it.
+// none when the answer carried no valid advertisement. Either lane calls it.
 func (s *peerSender) noteAdvert(h string) {
 	frames, size, ok := parseBatchAdvert(h)
 	if !ok {
-		s.batchFrames, s.batchBytes = 0, 0
+		s.advert.Store(0)
 		return
 	}
-	s.batchFrames, s.batchBytes = min(frames, peerBatchMaxFrames), min(size, peerBatchMaxBytes)
+	frames, size = min(frames, peerBatchMaxFrames), min(size, peerBatchMaxBytes)
+	s.advert.Store(uint64(frames)<<32 | uint64(size))
+}
+
+// batchBounds is the most frames and bytes a batch to this peer may have,
+// as its last answer advertised; both 0 when it takes no batches.
+func (s *peerSender) batchBounds() (frames, size int) {
+	a := s.advert.Load()
+	return int(a >> 32), int(a & (1<<32 - 1))
 }
 
 // batching reports whether the peer's last answer advertised batches.
-func (s *peerSender) batching() bool { return s.batchFrames > 1 }
+func (s *peerSender) batching() bool {
+	frames, _ := s.batchBounds()
+	return frames > 1
+}
 
 // heartbeatBounds is how many re-assertions, and how many bytes of them, go
 // in one request to this peer: a heartbeat slice when it takes batches,
 // else one.
 func (s *peerSender) heartbeatBounds() (frames, size int) {
-	if s.batching() {
-		return min(s.batchFrames, heartbeatSlice), s.batchBytes
+	if frames, size := s.batchBounds(); frames > 1 {
+		return min(frames, heartbeatSlice), size
 	}
 	return 1, maxFrameBytes
 }
@@ -60,14 +71,15 @@ func (s *peerSender) heartbeatBounds() (frames, size int) {
 // batch to this peer may hold; a frame that would overflow the batch is
 // kept for the next one. It never waits.
 func (s *peerSender) gatherFresh(first outboundFrame) []outboundFrame {
+	maxFrames, maxBytes := s.batchBounds()
 	frames, size := []outboundFrame{first}, len(first.line)+1
-	for len(frames) < s.batchFrames {
+	for len(frames) < maxFrames {
 		select {
 		case f, ok := <-s.queue:
 			if !ok {
 				return frames // closed: run sees it on its next receive
 			}
-			if size+len(f.line)+1 > s.batchBytes {
+			if size+len(f.line)+1 > maxBytes {
 				s.carry = &f
 				return frames
 			}
@@ -100,7 +112,7 @@ func (s *peerSender) deliverFreshBatch(frames []outboundFrame) {
 			break
 		}
 		var results []peerBatchResult
-		results, err = s.postBatch(linesOf(pending))
+		results, err = s.postBatch(s.ctx, linesOf(pending))
 		switch {
 		case errors.Is(err, errNotBatching), errors.Is(err, errBatchTooLarge):
 			s.deliverSingly(pending)
@@ -164,7 +176,7 @@ func (s *peerSender) dropFresh(frames []outboundFrame, err error) {
 // postBatch makes one batch attempt and returns its per-element results.
 // A transport error, a retryable status for the whole batch, or an answer
 // that does not hold one result per element is an error worth retrying.
-func (s *peerSender) postBatch(lines [][]byte) ([]peerBatchResult, error) {
+func (s *peerSender) postBatch(ctx context.Context, lines [][]byte) ([]peerBatchResult, error) {
 	var body bytes.Buffer
 	for _, l := range lines {
 		body.Write(l)
@@ -172,7 +184,7 @@ func (s *peerSender) postBatch(lines [][]byte) ([]peerBatchResult, error) {
 	}
 	s.stats.batchesSent.Add(1)
 	s.stats.batchFramesSent.Add(uint64(len(lines)))
-	status, answer, err := s.exchange(body.Bytes(), peerBatchContentType, peerBatchAnswerCap)
+	status, answer, err := s.exchange(ctx, body.Bytes(), peerBatchContentType, peerBatchAnswerCap)
 	switch {
 	case err != nil:
 		return nil, err
@@ -196,9 +208,9 @@ func (s *peerSender) postBatch(lines [][]byte) ([]peerBatchResult, error) {
 // repairs what this one could not deliver. It reports whether the peer
 // took the batch; a rejected element (a 4xx) does not count against it.
 func (s *peerSender) reassertBatch(lines [][]byte) bool {
-	results, err := s.postBatch(lines)
+	results, err := s.postBatch(s.hbCtx, lines)
 	if err != nil {
-		if s.ctx.Err() == nil {
+		if s.hbCtx.Err() == nil {
 			s.stats.reassertFailures.Add(uint64(len(lines)))
 			s.hbErrors.note(s.log, "peer re-assertions failed; the next pass repeats them", "frames", len(lines), "reason", clipReason(err.Error()))
 		}

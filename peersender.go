@@ -28,33 +28,41 @@ type peerStats struct {
 	batchesSent, batchFramesSent                  atomic.Uint64
 }
 
-// peerSender delivers one peer's fresh frames in order over pooled
-// connections, and between them its heartbeat passes.
+// peerSender delivers one peer's fresh frames in order on its fresh lane,
+// and its heartbeat passes on its heartbeat lane, each lane on a pooled
+// connection of its own (peerlanes.go says how the two keep their order).
 type peerSender struct {
 	target    peerTarget
 	stats     *peerStats
 	log       *slog.Logger
 	queue     chan outboundFrame
-	heartbeat *heartbeatStream
+	heartbeat *heartbeatStream // used by the heartbeat lane only
+	lanes     *laneOrder
 	client    *http.Client
 	url       string
-	ctx       context.Context
+	ctx       context.Context // the sender's: ends at stop
 	cancel    context.CancelFunc
+	hbCtx     context.Context // the heartbeat lane's: also ends when the fresh lane does
+	hbCancel  context.CancelFunc
 	drops     dropLogger // queue-full drops, logged at most once per dropLogInterval
 	failDrops dropLogger // frames of a batch given up, likewise
 	hbErrors  dropLogger // failed re-assertions, likewise
 
-	// What the peer's last answer advertised (noteAdvert): the most frames
-	// and bytes a batch to it may have, both 0 when it takes no batches.
-	// Like carry, only the sender's goroutine uses them.
-	batchFrames, batchBytes int
+	// advert is what the peer's last answer on either lane advertised
+	// (noteAdvert): the most frames a batch to it may have in the high 32
+	// bits and the most bytes in the low 32, 0 when it takes no batches.
+	// One word, so that a lane never reads the frames of one answer with
+	// the bytes of another.
+	advert atomic.Uint64
 	// carry is a fresh frame taken from the queue that did not fit in the
-	// batch being gathered; it goes first in the next one.
+	// batch being gathered; it goes first in the next one. Only the fresh
+	// lane uses it.
 	carry *outboundFrame
 }
 
-func newPeerSender(t peerTarget, stats *peerStats, dialTLS func(context.Context, string, string) (net.Conn, error), hb *heartbeatStream, log *slog.Logger) *peerSender {
+func newPeerSender(t peerTarget, stats *peerStats, dialTLS func(context.Context, string, string) (net.Conn, error), hb *heartbeatStream, lanes *laneOrder, log *slog.Logger) *peerSender {
 	ctx, cancel := context.WithCancel(context.Background())
+	hbCtx, hbCancel := context.WithCancel(ctx)
 	transport := &http.Transport{
 		DialTLSContext:      dialTLS,
 		MaxIdleConns:        peerMaxIdleConns,
@@ -67,12 +75,15 @@ func newPeerSender(t peerTarget, stats *peerStats, dialTLS func(context.Context,
 		log:       log.With("peer", t.name, "principal", t.principal),
 		queue:     make(chan outboundFrame, peerQueueSize),
 		heartbeat: hb,
+		lanes:     lanes,
 		client:    &http.Client{Transport: transport},
 		// url.URL escapes an IPv6 zone ("%" -> "%25"); concatenation would
 		// leave an invalid escape and every request to the peer would fail.
-		url:    (&url.URL{Scheme: "https", Host: t.addrs[0], Path: peerEventsPath}).String(),
-		ctx:    ctx,
-		cancel: cancel,
+		url:      (&url.URL{Scheme: "https", Host: t.addrs[0], Path: peerEventsPath}).String(),
+		ctx:      ctx,
+		cancel:   cancel,
+		hbCtx:    hbCtx,
+		hbCancel: hbCancel,
 	}
 }
 
@@ -100,9 +111,11 @@ func dialInOrder(addrs []string) func(ctx context.Context, network, _ string) (n
 // offer hands a frame to the sender without blocking; a full queue drops the
 // frame for this peer only. Called by the dispatcher under broadcaster.mu.
 func (s *peerSender) offer(f outboundFrame) {
+	s.lanes.queued() // before the send: the fresh lane may settle it at once
 	select {
 	case s.queue <- f:
 	default:
+		s.lanes.settled(1)
 		s.stats.queueDropped.Add(1)
 		s.drops.note(s.log, "peer queue full, dropping the newest frame for this peer", "method", f.method)
 	}
@@ -112,15 +125,20 @@ func (s *peerSender) stop() {
 	s.cancel()
 }
 
-// run delivers the queue until it is closed or the sender is stopped, and
-// the heartbeat passes while the queue is empty. The first pass, begun when
-// the sender was created, is the new target's backfill.
+// run is the fresh lane: it delivers the queue until it is closed or the
+// sender is stopped. It starts the heartbeat lane and stops it when it
+// ends; the lane's first pass, begun when the sender was created, is the
+// new target's backfill.
 func (s *peerSender) run() {
 	defer s.client.CloseIdleConnections()
-	defer s.heartbeat.close()
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		defer s.heartbeat.close()
+		s.runHeartbeat()
+	}()
+	defer func() { s.hbCancel(); <-hbDone }()
 	for {
-		// Fresh frames first, always: a re-assertion never delays one by
-		// more than the delivery in flight.
 		if f := s.carry; f != nil {
 			s.carry = nil
 			s.deliverFresh(*f)
@@ -134,54 +152,25 @@ func (s *peerSender) run() {
 				return
 			}
 			s.deliverFresh(f)
-			continue
-		default:
-		}
-		if s.heartbeat.active {
-			if wait := s.heartbeat.paceWait(time.Now()); wait > 0 {
-				if !s.idle(wait, func(time.Time) {}) {
-					return
-				}
-				continue
-			}
-			if !s.reassert(s.heartbeat.nextLines(s.heartbeatBounds())) && s.heartbeat.active {
-				s.heartbeat.abandon(time.Now())
-			}
-			continue
-		}
-		if !s.idle(s.heartbeat.untilDue(), s.heartbeat.begin) {
-			return
 		}
 	}
-}
-
-// idle waits up to d for a fresh frame, which it delivers; when d passes
-// first it calls onTimeout. It reports false when the sender is to stop.
-func (s *peerSender) idle(d time.Duration, onTimeout func(time.Time)) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-s.ctx.Done():
-		return false
-	case f, ok := <-s.queue:
-		if !ok {
-			return false
-		}
-		s.deliverFresh(f)
-	case now := <-t.C:
-		onTimeout(now)
-	}
-	return true
 }
 
 // deliverFresh delivers a fresh frame, with the frames queued behind it in
-// one batch when the peer takes batches.
+// one batch when the peer takes batches, once no heartbeat request in
+// flight names one of their workloads.
 func (s *peerSender) deliverFresh(f outboundFrame) {
+	frames := []outboundFrame{f}
 	if s.batching() {
-		if frames := s.gatherFresh(f); len(frames) > 1 {
-			s.deliverFreshBatch(frames)
-			return
-		}
+		frames = s.gatherFresh(f)
+	}
+	defer s.lanes.settled(len(frames))
+	if !s.lanes.awaitNoConflict(s.ctx, frames) {
+		return
+	}
+	if len(frames) > 1 {
+		s.deliverFreshBatch(frames)
+		return
 	}
 	s.deliverOne(f)
 }
@@ -196,15 +185,15 @@ func (s *peerSender) deliverOne(f outboundFrame) {
 }
 
 // reassert sends re-assertions once each, without retries: the next pass
-// repairs what this one could not deliver, and a retry would hold back the
-// fresh frames queued meanwhile. It reports whether the peer took them.
+// repairs what this one could not deliver. It reports whether the peer
+// took them.
 func (s *peerSender) reassert(lines [][]byte) bool {
 	if len(lines) > 1 {
 		return s.reassertBatch(lines)
 	}
 	for _, l := range lines {
-		if err := s.post(outboundFrame{line: l}); err != nil {
-			if s.ctx.Err() == nil {
+		if err := s.post(s.hbCtx, outboundFrame{line: l}); err != nil {
+			if s.hbCtx.Err() == nil {
 				s.stats.reassertFailures.Add(1)
 				s.hbErrors.note(s.log, "peer re-assertion failed; the next pass repeats it", "reason", clipReason(err.Error()))
 			}
@@ -233,7 +222,7 @@ func (s *peerSender) deliver(f outboundFrame) error {
 			}
 			s.stats.retries.Add(1)
 		}
-		if err = s.post(f); err == nil {
+		if err = s.post(s.ctx, f); err == nil {
 			s.stats.succeeded.Add(1)
 			s.stats.latency.observe(time.Since(f.queuedAt))
 			s.log.Debug("delivered to peer", "method", f.method)
@@ -248,8 +237,8 @@ func (s *peerSender) deliver(f outboundFrame) error {
 }
 
 // post makes one single-frame delivery attempt within peerAttemptTimeout.
-func (s *peerSender) post(f outboundFrame) error {
-	status, _, err := s.exchange(f.line, "application/json", 0)
+func (s *peerSender) post(ctx context.Context, f outboundFrame) error {
+	status, _, err := s.exchange(ctx, f.line, "application/json", 0)
 	if err != nil {
 		return err
 	}
@@ -273,8 +262,8 @@ func retryableStatus(status int) bool {
 // answer's status and up to keep bytes of its body. Every answer updates
 // what the sender knows of the peer's batch advertisement. The rest of the
 // body is drained, up to a bound, so the connection goes back to the pool.
-func (s *peerSender) exchange(body []byte, contentType string, keep int64) (int, []byte, error) {
-	ctx, cancel := context.WithTimeout(s.ctx, peerAttemptTimeout)
+func (s *peerSender) exchange(ctx context.Context, body []byte, contentType string, keep int64) (int, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, peerAttemptTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {

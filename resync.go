@@ -356,7 +356,7 @@ func beginPass(c *resyncCursor, gen uint64) { c.startGen, c.pending = gen, true 
 // reports whether the pass has reached the end of the set. Expired
 // terminal entries are pruned first, so a pass never re-asserts one. size
 // is the set's size when the pass took its place, else 0.
-func (s *resyncSet) take(c *resyncCursor, now time.Time, maxFrames, maxBytes int) (lines [][]byte, size int, done bool) {
+func (s *resyncSet) take(c *resyncCursor, now time.Time, maxFrames, maxBytes int) (r reassertions, size int, done bool) {
 	s.prune(now)
 	if c.pending {
 		// The cursor is registered here, under the lock, rather than when
@@ -365,20 +365,28 @@ func (s *resyncSet) take(c *resyncCursor, now time.Time, maxFrames, maxBytes int
 		c.next, c.pending, size = s.head, false, len(s.entries)
 	}
 	bytes := 0
-	for c.next != nil && len(lines) < maxFrames {
+	for c.next != nil && len(r.lines) < maxFrames {
 		e := c.next
 		if e.gen > c.startGen {
 			c.next = e.next
 			continue
 		}
-		if len(lines) > 0 && bytes+len(e.line) > maxBytes {
+		if len(r.lines) > 0 && bytes+len(e.line) > maxBytes {
 			break
 		}
-		lines = append(lines, e.line)
+		r.lines = append(r.lines, e.line)
+		r.refs = append(r.refs, workloadRef{e.key.origin, e.key.id})
 		bytes += len(e.line)
 		c.next = e.next
 	}
-	return lines, size, c.next == nil
+	return r, size, c.next == nil
+}
+
+// reassertions is one slice of a heartbeat pass: the lines to send, and
+// the workload each names, in the same order.
+type reassertions struct {
+	lines [][]byte
+	refs  []workloadRef
 }
 
 // withResync returns params with "resync": true added: the marker that lets

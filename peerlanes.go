@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// A peer sender delivers on two lanes, each with its own connection: the
+// fresh lane sends the peer's queue in order, and the heartbeat lane sends
+// the passes. A fresh frame therefore never waits behind a heartbeat
+// request in flight, except one that carries its own workload. laneOrder
+// holds the two rules that keep the lanes in the order a single connection
+// would have given (spec 5.1):
+//
+//  1. The heartbeat lane takes re-assertions only while the fresh lane is
+//     idle: every frame queued for the peer so far has been delivered or
+//     given up. A re-assertion therefore never overtakes a fresh frame
+//     tracked before it was taken. (A frame tracked after the pass began is
+//     skipped by the pass, and a removed workload has left the set, so a
+//     frame that arrives between this check and the take cannot be
+//     overtaken either.)
+//  2. A fresh request that names a workload in the heartbeat request in
+//     flight waits for that request to end. The workloads in flight are
+//     published under mu in the same hold as the take, so a frame tracked
+//     after the take always finds them. A workload is thus never re-asserted
+//     to a peer after its removal or a newer frame reached it.
+type laneOrder struct {
+	// mu guards inflight and done. Lock order: mu is taken before
+	// Manager.activeMu (the heartbeat lane takes its slice under mu) and
+	// nothing else is acquired under it; no network I/O happens under it.
+	mu       sync.Mutex
+	inflight map[workloadRef]struct{} // the workloads of the heartbeat request in flight; nil when none
+	done     chan struct{}            // closed when that request ends
+
+	// pending counts the frames handed to the fresh lane's queue that it
+	// has not yet delivered or given up; idle is poked when it drops to 0.
+	pending atomic.Int64
+	idle    chan struct{}
+	// undispatched is the broadcaster's count of frames enqueued but not
+	// yet offered to every peer: a frame on its way to this lane's queue.
+	undispatched *atomic.Int64
+}
+
+func newLaneOrder(undispatched *atomic.Int64) *laneOrder {
+	return &laneOrder{idle: make(chan struct{}, 1), undispatched: undispatched}
+}
+
+// queued counts a frame handed to the fresh lane's queue.
+func (o *laneOrder) queued() { o.pending.Add(1) }
+
+// settled counts n frames the fresh lane delivered or gave up, and wakes
+// the heartbeat lane when none is left.
+func (o *laneOrder) settled(n int) {
+	if o.pending.Add(-int64(n)) == 0 {
+		select {
+		case o.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// freshIdle reports whether every frame enqueued so far has been offered
+// to this peer and settled by its fresh lane. undispatched is read first:
+// the dispatcher counts a frame into pending before it counts it out of
+// undispatched, so the reverse order could miss a frame between the two.
+func (o *laneOrder) freshIdle() bool {
+	return o.undispatched.Load() == 0 && o.pending.Load() == 0
+}
+
+// awaitFreshIdle waits until the fresh lane is idle (rule 1); it reports
+// false when ctx ends first. A frame on its way through the dispatcher is
+// always counted into pending before the wait can miss it, and the lane
+// pokes idle when it settles the last one.
+func (o *laneOrder) awaitFreshIdle(ctx context.Context) bool {
+	for !o.freshIdle() {
+		select {
+		case <-o.idle:
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// takeInFlight takes the heartbeat lane's next slice with take and
+// publishes its workloads as in flight, in one hold of mu (rule 2).
+func (o *laneOrder) takeInFlight(take func() reassertions) reassertions {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r := take()
+	if len(r.refs) > 0 {
+		o.inflight = make(map[workloadRef]struct{}, len(r.refs))
+		for _, ref := range r.refs {
+			o.inflight[ref] = struct{}{}
+		}
+		o.done = make(chan struct{})
+	}
+	return r
+}
+
+// endInFlight marks the heartbeat request in flight as ended.
+func (o *laneOrder) endInFlight() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.inflight != nil {
+		close(o.done)
+		o.inflight, o.done = nil, nil
+	}
+}
+
+// awaitNoConflict waits until no heartbeat request in flight names one of
+// the workloads of frames (rule 2); it reports false when ctx ends first.
+// It returns at once in the usual case, no request in flight or none of
+// these workloads in it.
+func (o *laneOrder) awaitNoConflict(ctx context.Context, frames []outboundFrame) bool {
+	for {
+		done := o.conflict(frames)
+		if done == nil {
+			return true
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// conflict returns the done channel of the heartbeat request in flight when
+// it names a workload of frames, else nil.
+func (o *laneOrder) conflict(frames []outboundFrame) <-chan struct{} {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.inflight == nil {
+		return nil
+	}
+	for _, f := range frames {
+		if _, ok := o.inflight[f.ref]; ok {
+			return o.done
+		}
+	}
+	return nil
+}
