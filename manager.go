@@ -65,10 +65,11 @@ const (
 //
 // Lock order: ingestMu -> broadcastMu -> activeMu, and discoveryMu ->
 // broadcaster.mu (a target change). ingestMu and discoveryMu are never held
-// together. The peer senders take activeMu alone, for one bounded slice of
-// a heartbeat pass at a time. Leaf locks, taken under any of these and never
-// around them: broadcaster.mu, brokerWriter.mu, clusterTrust.mu, dedup.mu.
-// No lock is held across a network write to a peer: only the peer senders
+// together. A peer's heartbeat lane takes activeMu under its laneOrder.mu
+// (laneOrder.mu -> activeMu), for one bounded slice of a pass at a time.
+// Leaf locks, taken under any of these and never around them:
+// broadcaster.mu, brokerWriter.mu, clusterTrust.mu, dedup.mu. No lock is
+// held across a network write to a peer: only the peer senders' lanes
 // write to peers, and they hold none while they do.
 type Manager struct {
 	cfg   Config
