@@ -44,7 +44,8 @@ var (
 // form and text types).
 type localIngress struct {
 	*loopbackBinding
-	m *Manager
+	m       *Manager
+	rejects *sourceLog // its refusals and failures, rate-limited per source
 }
 
 // EnableLocalIngress turns the loopback ingress on at addr. It must be
@@ -59,11 +60,11 @@ func (m *Manager) EnableLocalIngress(addr string) error {
 }
 
 func newLocalIngress(m *Manager, addr string) (*localIngress, error) {
-	b, err := newLoopbackBinding("local ingress", addr)
+	b, err := newLoopbackBinding("local ingress", addr, m.conns.ingress)
 	if err != nil {
 		return nil, err
 	}
-	return &localIngress{loopbackBinding: b, m: m}, nil
+	return &localIngress{loopbackBinding: b, m: m, rejects: newSourceLog()}, nil
 }
 
 // resolveIngressAddr returns the ingress address: the flag's when given,
@@ -119,18 +120,20 @@ func (li *localIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	li.m.ingressResponses.inc(strconv.Itoa(status))
 	// The request's logger is built only for a line that will be written:
 	// With formats its attributes at once, on every accepted frame.
+	// The method and path come from the request: clipped, like every
+	// value a client chooses.
 	log := func() *slog.Logger {
-		return li.m.log.With("channel", "ingress", "remote", r.RemoteAddr, "httpMethod", r.Method, "path", r.URL.Path)
+		return li.m.log.With("channel", "ingress", "remote", r.RemoteAddr, "httpMethod", clipReason(r.Method), "path", clipReason(r.URL.Path))
 	}
 	switch {
 	case status == http.StatusOK:
 		if li.m.log.Enabled(r.Context(), slog.LevelDebug) {
-			log().Debug("ingress frame accepted", "method", f.method, "id", f.workloadID())
+			log().Debug("ingress frame accepted", "method", f.method, "id", clipReason(f.workloadID()))
 		}
 	case status >= http.StatusInternalServerError:
-		log().Error("ingress frame not accepted", "status", status, "reason", reason)
+		li.rejects.log(log(), slog.LevelError, r.RemoteAddr, status, "ingress frame not accepted", "status", status, "reason", reason)
 	default:
-		log().Warn("ingress request rejected", "status", status, "reason", reason)
+		li.rejects.log(log(), slog.LevelWarn, r.RemoteAddr, status, "ingress request rejected", "status", status, "reason", reason)
 	}
 	answer(w, status, reason)
 }

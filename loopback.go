@@ -18,19 +18,20 @@ import (
 // loopback (the ingress, the metrics endpoint) and, once bound, its port,
 // which the Host check requires.
 type loopbackBinding struct {
-	what string // names the listener in errors
-	addr string // as configured
+	what  string       // names the listener in errors
+	addr  string       // as configured
+	conns *connLimiter // caps its connections
 
 	mu   sync.Mutex // guards port
 	port string
 }
 
 // newLoopbackBinding refuses an address that is not loopback.
-func newLoopbackBinding(what, addr string) (*loopbackBinding, error) {
+func newLoopbackBinding(what, addr string, conns *connLimiter) (*loopbackBinding, error) {
 	if err := checkLoopbackBind(addr); err != nil {
 		return nil, fmt.Errorf("%s %s: %w", what, addr, err)
 	}
-	return &loopbackBinding{what: what, addr: addr}, nil
+	return &loopbackBinding{what: what, addr: addr, conns: conns}, nil
 }
 
 // listen binds the address. A taken port is an error that fails startup.
@@ -43,7 +44,7 @@ func (b *loopbackBinding) listen() (net.Listener, error) {
 	b.mu.Lock()
 	b.port = port
 	b.mu.Unlock()
-	return ln, nil
+	return b.conns.listen(ln), nil
 }
 
 func (b *loopbackBinding) boundPort() string {
@@ -67,6 +68,7 @@ func (b *loopbackBinding) boundAddr() string {
 // down.
 func (b *loopbackBinding) serveHTTP(wg *sync.WaitGroup, ln net.Listener, h http.Handler, idle time.Duration, log *slog.Logger) *http.Server {
 	srv := newHTTPServer(h, idle, log)
+	srv.ConnState = b.conns.connState
 	log.Info(b.what+" listening", "addr", ln.Addr().String())
 	wg.Go(func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

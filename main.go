@@ -34,6 +34,7 @@ type options struct {
 	drainTimeout   time.Duration
 	brokerLineMax  int
 	maxLive        int
+	conns          ConnLimits
 	logLevel       string // the --log-level value, when given
 	logLevelGiven  bool
 	showVersion    bool
@@ -55,6 +56,10 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "how long peer queues may drain at shutdown")
 	lineMax := fs.String("broker-line-max", strconv.Itoa(defaultBrokerLineMax), "longest line written to the broker, newline included, in bytes")
 	fs.IntVar(&o.maxLive, "max-live-workloads", defaultMaxLiveWorkloads, "most workloads the re-sync set holds (live, and terminal within their retention)")
+	fs.IntVar(&o.conns.Peer, "peer-max-conns", defaultPeerMaxConns, "most connections the peer port holds")
+	fs.IntVar(&o.conns.PeerPerSource, "peer-max-conns-per-source", defaultPeerMaxConnsPerSource, "most connections the peer port holds from one address")
+	fs.IntVar(&o.conns.Ingress, "ingress-max-conns", defaultIngressMaxConns, "most connections the local ingress holds")
+	fs.IntVar(&o.conns.Metrics, "metrics-max-conns", defaultMetricsMaxConns, "most connections the metrics endpoint holds")
 	fs.StringVar(&o.logLevel, "log-level", "", "error, warn, info or debug (default: $NVPAIR_LOG_LEVEL, else info)")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -82,6 +87,9 @@ func parseFlags(args []string) (options, error) {
 	if o.maxLive < 1 || o.maxLive > maxMaxLiveWorkloads {
 		return o, fmt.Errorf("--max-live-workloads %d: must be between 1 and %d", o.maxLive, maxMaxLiveWorkloads)
 	}
+	if err := checkConnLimits(o.conns); err != nil {
+		return o, err
+	}
 	fs.Visit(func(f *flag.Flag) { o.logLevelGiven = o.logLevelGiven || f.Name == "log-level" })
 	if o.logLevelGiven {
 		if _, err := parseLogLevel(o.logLevel); err != nil {
@@ -105,7 +113,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	o, err := parseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(stderr, "usage: nvpair-workload-manager [--port N] [--ipc PATH] [--cluster-dir DIR] [--app-dir DIR] [--local-ingress HOST:PORT] [--metrics HOST:PORT] [--resync-interval D] [--drain-timeout D] [--broker-line-max BYTES] [--max-live-workloads N] [--log-level LEVEL] [--version]")
+		fmt.Fprintln(stderr, "usage: nvpair-workload-manager [--port N] [--ipc PATH] [--cluster-dir DIR] [--app-dir DIR] [--local-ingress HOST:PORT] [--metrics HOST:PORT] [--resync-interval D] [--drain-timeout D] [--broker-line-max BYTES] [--max-live-workloads N] [--peer-max-conns N] [--peer-max-conns-per-source N] [--ingress-max-conns N] [--metrics-max-conns N] [--log-level LEVEL] [--version]")
 		return 0
 	}
 	if err != nil {
@@ -167,6 +175,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		DrainTimeout:     o.drainTimeout,
 		BrokerLineMax:    o.brokerLineMax,
 		MaxLiveWorkloads: o.maxLive,
+		Conns:            o.conns,
 		In:               in,
 		Out:              out,
 		Logger:           log,

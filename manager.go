@@ -46,8 +46,9 @@ type Config struct {
 	// MaxLiveWorkloads bounds the re-sync set (live workloads and terminal
 	// ones within their retention); 0: defaultMaxLiveWorkloads.
 	MaxLiveWorkloads int
-	In               io.Reader // frames from the broker
-	Out              io.Writer // frames to the broker
+	Conns            ConnLimits // the listeners' connection caps
+	In               io.Reader  // frames from the broker
+	Out              io.Writer  // frames to the broker
 	Logger           *slog.Logger
 	LogLevel         *slog.LevelVar // changed by log/set-level; may be nil
 }
@@ -107,8 +108,10 @@ type Manager struct {
 	metrics *metricsEndpoint // set by EnableMetrics before Run
 
 	// Metrics the Manager itself owns; the components keep their own.
-	framesReceived          *counterVec // source, method
-	ingressResponses        *counterVec // code
+	framesReceived          *counterVec    // source, method
+	ingressResponses        *counterVec    // code
+	conns                   listenerLimits // the listeners' connection caps
+	peerRejects             *sourceLog     // the peer port's refusals, rate-limited per source
 	serverHandshakeFailures atomic.Uint64
 	resyncUntracked         atomic.Uint64 // broker frames not tracked: the re-sync set was full
 	untrackedLog            dropLogger
@@ -163,6 +166,8 @@ func NewManager(cfg Config) (*Manager, error) {
 
 		framesReceived:   newCounterVec(),
 		ingressResponses: newCounterVec(),
+		conns:            newListenerLimits(cfg.Conns),
+		peerRejects:      newSourceLog(),
 	}
 	// Each peer sender reads its heartbeat passes from this Manager's
 	// re-sync set.
@@ -186,6 +191,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", m.cfg.PeerAddr, err)
 	}
+	peerLn = m.conns.peer.listen(peerLn)
 	m.addrMu.Lock()
 	m.peerAddr = peerLn.Addr()
 	m.addrMu.Unlock()
@@ -276,6 +282,7 @@ func (m *Manager) servePeers(wg *sync.WaitGroup, ln net.Listener) *http.Server {
 	srv := newHTTPServer(http.HandlerFunc(m.servePeer), peerServerIdleTimeout, m.log)
 	srv.ErrorLog = log.New(&handshakeFailureCounter{n: &m.serverHandshakeFailures, next: srv.ErrorLog.Writer()}, "", 0)
 	srv.TLSConfig = m.trust.serverTLSConfig()
+	srv.ConnState = m.conns.peer.connState
 	wg.Go(func() {
 		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			m.log.Error("peer server stopped", "reason", err)

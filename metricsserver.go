@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -17,17 +18,18 @@ const metricsIdleTimeout = ingressIdleTimeout
 // numbers are harmless, but a page must not read them either.
 type metricsEndpoint struct {
 	*loopbackBinding
-	m *Manager
+	m       *Manager
+	rejects *sourceLog // its refusals, rate-limited per source
 }
 
 // EnableMetrics turns the metrics endpoint on at addr. It must be called
 // before Run, which binds it. A non-loopback address is refused.
 func (m *Manager) EnableMetrics(addr string) error {
-	b, err := newLoopbackBinding("metrics endpoint", addr)
+	b, err := newLoopbackBinding("metrics endpoint", addr, m.conns.metrics)
 	if err != nil {
 		return err
 	}
-	m.metrics = &metricsEndpoint{loopbackBinding: b, m: m}
+	m.metrics = &metricsEndpoint{loopbackBinding: b, m: m, rejects: newSourceLog()}
 	return nil
 }
 
@@ -54,7 +56,8 @@ func (e *metricsEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		status, reason = http.StatusMethodNotAllowed, "method must be GET or HEAD"
 	}
 	if status != 0 {
-		e.m.log.Warn("metrics request rejected", "status", status, "reason", reason)
+		reason = clipReason(reason) // it may quote the Host
+		e.rejects.log(e.m.log, slog.LevelWarn, r.RemoteAddr, status, "metrics request rejected", "status", status, "reason", reason)
 		answer(w, status, reason)
 		return
 	}

@@ -66,15 +66,22 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 	log := m.log.With("channel", "peer", "remote", r.RemoteAddr)
 	reject := func(status int, reason string) {
 		reason = clipReason(reason)
-		log.Warn("peer request rejected", "status", status, "reason", reason)
+		m.peerRejects.log(log, slog.LevelWarn, r.RemoteAddr, status, "peer request rejected", "status", status, "reason", reason)
 		answer(w, status, reason)
 	}
+	// A client that is not a pinned peer gets its 403 and loses the
+	// connection: keeping it open would let it hold a slot of the peer
+	// port's cap for the idle timeout without ever authenticating.
+	refuse := func(reason string) {
+		w.Header().Set("Connection", "close")
+		reject(http.StatusForbidden, reason)
+	}
 	if r.TLS == nil {
-		reject(http.StatusForbidden, "TLS required")
+		refuse("TLS required")
 		return
 	}
 	if err := m.trust.authorize(r.TLS.PeerCertificates); err != nil {
-		reject(http.StatusForbidden, err.Error())
+		refuse(err.Error())
 		return
 	}
 	log = log.With("peer", principalOf(r.TLS.PeerCertificates[0]))

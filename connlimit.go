@@ -1,0 +1,301 @@
+package main
+
+import (
+	"container/list"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Connection caps (spec 7, "Connections"). Every listener of the daemon
+// holds at most a fixed number of connections, so that all of them together
+// stay far below the process's descriptor limit whatever a client does; the
+// peer port also caps each source address, so one host cannot take the
+// slots of the others.
+//
+// A connection over a cap is closed at once, before anything is read from
+// it, with one exception that keeps a flood from locking out real clients:
+// when the listener is full, the connection that has waited longest
+// without a request in progress (new and not yet past its headers, or
+// idle between requests) is closed to make room, as a server with a fixed
+// pool of connection slots reclaims keep-alive connections under load. A
+// client that holds connections open without using them therefore holds
+// them only until newer clients need the room; a client whose requests are
+// in progress keeps its connections.
+//
+// A connection must also start its first request within connFirstRequest
+// of being accepted, TLS handshake included: a client that never completes
+// the handshake, or never sends a request, is closed then, well before the
+// header timeout and the idle timeout would.
+
+// Defaults, sized for a small cluster: the three listeners together stay
+// under 1,700 descriptors, far below the usual 1,024-soft/many-thousand
+// hard limits once raised, and a cluster of a few dozen nodes never needs
+// more than a few connections per peer (two lanes each way).
+const (
+	defaultPeerMaxConns          = 1024
+	defaultPeerMaxConnsPerSource = 64
+	defaultIngressMaxConns       = 512
+	defaultMetricsMaxConns       = 64
+	// connFirstRequest bounds the handshake plus the first request's
+	// headers: on a LAN or loopback both take milliseconds.
+	connFirstRequest = 3 * time.Second
+)
+
+// ConnLimits are the listeners' connection caps (Config.Conns); a zero
+// field takes its default.
+type ConnLimits struct {
+	Peer, PeerPerSource, Ingress, Metrics int
+}
+
+// maxConnCap bounds every connection flag: far beyond what any listener
+// of a small cluster needs, and below the descriptor limit Linux allows.
+const maxConnCap = 1 << 20
+
+// checkConnLimits refuses a connection flag out of range, in one line that
+// names the flag.
+func checkConnLimits(c ConnLimits) error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"--peer-max-conns", c.Peer}, {"--peer-max-conns-per-source", c.PeerPerSource}, {"--ingress-max-conns", c.Ingress}, {"--metrics-max-conns", c.Metrics}} {
+		if f.v < 1 || f.v > maxConnCap {
+			return fmt.Errorf("%s %d: must be between 1 and %d", f.name, f.v, maxConnCap)
+		}
+	}
+	return nil
+}
+
+// listenerLimits are the Manager's three limiters.
+type listenerLimits struct {
+	peer, ingress, metrics *connLimiter
+}
+
+func newListenerLimits(c ConnLimits) listenerLimits {
+	orDefault := func(v, d int) int {
+		if v <= 0 {
+			return d
+		}
+		return v
+	}
+	return listenerLimits{
+		peer:    newConnLimiter("peer", orDefault(c.Peer, defaultPeerMaxConns), orDefault(c.PeerPerSource, defaultPeerMaxConnsPerSource)),
+		ingress: newConnLimiter("ingress", orDefault(c.Ingress, defaultIngressMaxConns), 0),
+		metrics: newConnLimiter("metrics", orDefault(c.Metrics, defaultMetricsMaxConns), 0),
+	}
+}
+
+// writeMetrics renders the connection caps and what they refused.
+func (ls listenerLimits) writeMetrics(t *metricsText) {
+	all := []*connLimiter{ls.peer, ls.ingress, ls.metrics}
+	series := []struct {
+		name, kind, help string
+		get              func(*connLimiter) float64
+	}{
+		{"nvpair_wlm_connections_open", "gauge", "Connections a listener holds (peer, ingress, metrics).", func(l *connLimiter) float64 { return float64(l.openConns()) }},
+		{"nvpair_wlm_connections_limit", "gauge", "The most connections a listener holds (--peer-max-conns, --ingress-max-conns, --metrics-max-conns).", func(l *connLimiter) float64 { return float64(l.max) }},
+		{"nvpair_wlm_connections_per_source_limit", "gauge", "The most connections a listener holds from one source address (--peer-max-conns-per-source); 0: no per-source cap.", func(l *connLimiter) float64 { return float64(l.perSource) }},
+		{"nvpair_wlm_connections_closed_for_room_total", "counter", "Connections without a request in progress closed to make room for a new one at the cap.", func(l *connLimiter) float64 { return float64(l.evicted.Load()) }},
+		{"nvpair_wlm_connections_unstarted_total", "counter", "Connections closed because no request started within 3 s of the accept (TLS handshake included).", func(l *connLimiter) float64 { return float64(l.unstarted.Load()) }},
+	}
+	for _, s := range series {
+		t.family(s.name, s.kind, s.help)
+		for _, l := range all {
+			t.sample(s.name, []string{"listener"}, []string{l.name}, s.get(l))
+		}
+	}
+	const refused = "nvpair_wlm_connections_refused_total"
+	t.family(refused, "counter", "Connections closed at the accept, before anything was read, by reason: full (the cap, with none to close for room) or per_source (the source's cap).")
+	for _, l := range all {
+		t.sample(refused, []string{"listener", "reason"}, []string{l.name, "full"}, float64(l.refusedFull.Load()))
+		t.sample(refused, []string{"listener", "reason"}, []string{l.name, "per_source"}, float64(l.refusedSource.Load()))
+	}
+}
+
+// connLimiter caps one listener's connections.
+type connLimiter struct {
+	name      string // the listener, as the metrics label it
+	max       int
+	perSource int // 0: no per-source cap (a loopback listener, where every client is one address)
+	// firstRequest is connFirstRequest; tests shorten it.
+	firstRequest time.Duration
+
+	// mu guards open, bySource and waiting. A leaf lock: connections are
+	// closed after it is released.
+	mu       sync.Mutex
+	open     int
+	bySource map[string]int // connections per source address; only sources with one
+	// waiting holds the connections without a request in progress, the one
+	// that has waited longest at the front: the first to close for room.
+	waiting *list.List // of *limitedConn
+
+	refusedFull, refusedSource, evicted, unstarted atomic.Uint64
+}
+
+func newConnLimiter(name string, max, perSource int) *connLimiter {
+	return &connLimiter{name: name, max: max, perSource: perSource, firstRequest: connFirstRequest, bySource: map[string]int{}, waiting: list.New()}
+}
+
+// limitedConn is an admitted connection: it gives its slot back when it is
+// closed, by the server, by its first-request timer, or for room.
+type limitedConn struct {
+	net.Conn
+	lim     *connLimiter
+	source  string
+	started *time.Timer // closes the connection unless a request starts in time
+	// Guarded by lim.mu: whether the connection still counts against the
+	// caps, and its place in lim.waiting while no request is in progress.
+	slotted bool
+	waitEl  *list.Element
+}
+
+func (c *limitedConn) Close() error {
+	c.started.Stop()
+	c.lim.release(c)
+	return c.Conn.Close()
+}
+
+// listen wraps ln so that its connections are capped.
+func (l *connLimiter) listen(ln net.Listener) net.Listener {
+	return &limitListener{Listener: ln, lim: l}
+}
+
+type limitListener struct {
+	net.Listener
+	lim *connLimiter
+}
+
+// Accept returns the next connection admitted under the caps; a refused
+// one is closed at once and the listener goes on accepting.
+func (ln *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := ln.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if lc := ln.lim.admit(c); lc != nil {
+			return lc, nil
+		}
+	}
+}
+
+// admit takes c under the caps, making room by closing the longest-waiting
+// connection when the listener is full, or closes c and returns nil.
+func (l *connLimiter) admit(c net.Conn) *limitedConn {
+	source := sourceOf(c.RemoteAddr())
+	l.mu.Lock()
+	if l.perSource > 0 && l.bySource[source] >= l.perSource {
+		l.mu.Unlock()
+		l.refusedSource.Add(1)
+		c.Close()
+		return nil
+	}
+	var victim *limitedConn
+	if l.open >= l.max {
+		front := l.waiting.Front()
+		if front == nil {
+			l.mu.Unlock()
+			l.refusedFull.Add(1)
+			c.Close()
+			return nil
+		}
+		// The victim's slot is handed to c here, so a burst cannot
+		// overshoot the cap while the victim's Close runs.
+		victim = front.Value.(*limitedConn)
+		l.dropLocked(victim)
+	}
+	lc := &limitedConn{Conn: c, lim: l, source: source, slotted: true}
+	l.open++
+	l.bySource[source]++
+	lc.waitEl = l.waiting.PushBack(lc)
+	lc.started = time.AfterFunc(l.firstRequest, func() {
+		// Not lc.Close: that would read lc.started, which this goroutine
+		// has no ordering with.
+		l.unstarted.Add(1)
+		l.release(lc)
+		lc.Conn.Close()
+	})
+	l.mu.Unlock()
+	if victim != nil {
+		l.evicted.Add(1)
+		victim.Close()
+	}
+	return lc
+}
+
+// release gives a closed connection's slot back, once.
+func (l *connLimiter) release(c *limitedConn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c.slotted {
+		l.dropLocked(c)
+	}
+}
+
+// dropLocked takes c out of the counts and the waiting list. Called with
+// mu held, for a connection that is slotted.
+func (l *connLimiter) dropLocked(c *limitedConn) {
+	c.slotted = false
+	if c.waitEl != nil {
+		l.waiting.Remove(c.waitEl)
+		c.waitEl = nil
+	}
+	l.open--
+	if n := l.bySource[c.source] - 1; n > 0 {
+		l.bySource[c.source] = n
+	} else {
+		delete(l.bySource, c.source)
+	}
+}
+
+// connState is the server's http.Server.ConnState hook: a connection with
+// a request in progress cannot be closed for room, and one that has
+// started a request has met its first-request deadline.
+func (l *connLimiter) connState(c net.Conn, state http.ConnState) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	lc, ok := c.(*limitedConn)
+	if !ok {
+		return
+	}
+	switch state {
+	case http.StateActive:
+		lc.started.Stop()
+		l.mu.Lock()
+		if lc.waitEl != nil {
+			l.waiting.Remove(lc.waitEl)
+			lc.waitEl = nil
+		}
+		l.mu.Unlock()
+	case http.StateIdle:
+		l.mu.Lock()
+		if lc.slotted && lc.waitEl == nil {
+			lc.waitEl = l.waiting.PushBack(lc)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// sourceOf is the address a connection comes from, without its port.
+func sourceOf(a net.Addr) string {
+	if tcp, ok := a.(*net.TCPAddr); ok {
+		return tcp.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
+}
+
+// openConns is the listener's connection count, for the metrics.
+func (l *connLimiter) openConns() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open
+}

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// limitedServer is a plaintext HTTP server behind a connLimiter whose
+// handler holds each request until release is closed, so a test controls
+// which connections have a request in progress.
+type limitedServer struct {
+	lim      *connLimiter
+	addr     string
+	release  chan struct{}
+	inFlight sync.WaitGroup
+}
+
+func startLimitedServer(t *testing.T, max, perSource int, firstRequest time.Duration) *limitedServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	netMust(t, err)
+	s := &limitedServer{lim: newConnLimiter("test", max, perSource), addr: ln.Addr().String(), release: make(chan struct{})}
+	s.lim.firstRequest = firstRequest
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/hold" {
+				<-s.release
+			}
+			io.WriteString(w, "ok\n")
+		}),
+		ConnState: s.lim.connState,
+		ErrorLog:  netDiscardLog(),
+	}
+	go srv.Serve(s.lim.listen(ln))
+	t.Cleanup(func() {
+		select {
+		case <-s.release:
+		default:
+			close(s.release)
+		}
+		srv.Close()
+	})
+	return s
+}
+
+// rawConn dials the server from local (nil: the default source address).
+func (s *limitedServer) rawConn(t *testing.T, local net.Addr) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: local, Timeout: 2 * time.Second}
+	c, err := d.Dial("tcp", s.addr)
+	netMust(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// get sends one GET on c and returns the status line, or the read error.
+func get(c net.Conn, path string) (string, error) {
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		return "", err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return strings.TrimSpace(line), err
+}
+
+// closedByServer reports whether the server closed c, waiting up to the
+// deadline for the close to arrive.
+func closedByServer(c net.Conn, within time.Duration) bool {
+	c.SetReadDeadline(time.Now().Add(within))
+	_, err := c.Read(make([]byte, 1))
+	return err == io.EOF || (err != nil && !isTimeout(err))
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
+
+func TestConnectionOverTheCapIsClosedAtOnceWhenEveryConnectionIsBusy(t *testing.T) {
+	s := startLimitedServer(t, 3, 0, time.Minute)
+	for range 3 {
+		c := s.rawConn(t, nil)
+		go get(c, "/hold")
+	}
+	eventually(t, "three requests in progress", func() bool {
+		s.lim.mu.Lock()
+		defer s.lim.mu.Unlock()
+		return s.lim.open == 3 && s.lim.waiting.Len() == 0
+	})
+	extra := s.rawConn(t, nil)
+	if !closedByServer(extra, 2*time.Second) {
+		t.Fatal("the connection over the cap was not closed")
+	}
+	if got := s.lim.refusedFull.Load(); got != 1 {
+		t.Fatalf("refused (full) = %d, want 1", got)
+	}
+	if n := s.lim.openConns(); n != 3 {
+		t.Fatalf("%d connections open, want the cap, 3", n)
+	}
+}
+
+func TestAtTheCapTheLongestWaitingIdleConnectionMakesRoomForANewClient(t *testing.T) {
+	// A flood of connections that send nothing fills the listener: a real
+	// client still gets its answer, and the oldest of the flood goes.
+	s := startLimitedServer(t, 4, 0, time.Minute)
+	var flood []net.Conn
+	for range 4 {
+		flood = append(flood, s.rawConn(t, nil))
+	}
+	eventually(t, "the flood admitted", func() bool { return s.lim.openConns() == 4 })
+	status, err := get(s.rawConn(t, nil), "/")
+	if err != nil || status != "HTTP/1.1 200 OK" {
+		t.Fatalf("the client at the cap got %q, %v; want 200", status, err)
+	}
+	if !closedByServer(flood[0], 2*time.Second) {
+		t.Fatal("the longest-waiting connection of the flood was not closed for room")
+	}
+	if got := s.lim.evicted.Load(); got != 1 {
+		t.Fatalf("closed for room = %d, want 1", got)
+	}
+	if n := s.lim.openConns(); n > 4 {
+		t.Fatalf("%d connections open, over the cap of 4", n)
+	}
+}
+
+func TestOneSourceIsCappedAndOtherSourcesAreNot(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("needs a second loopback address (127.0.0.2), which only Linux routes by default")
+	}
+	s := startLimitedServer(t, 10, 2, time.Minute)
+	s.rawConn(t, nil)
+	s.rawConn(t, nil)
+	eventually(t, "two connections from 127.0.0.1", func() bool { return s.lim.openConns() == 2 })
+	if !closedByServer(s.rawConn(t, nil), 2*time.Second) {
+		t.Fatal("a third connection from one source was not closed")
+	}
+	if got := s.lim.refusedSource.Load(); got != 1 {
+		t.Fatalf("refused (per source) = %d, want 1", got)
+	}
+	other := &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}
+	if status, err := get(s.rawConn(t, other), "/"); err != nil || status != "HTTP/1.1 200 OK" {
+		t.Fatalf("another source got %q, %v; want 200", status, err)
+	}
+}
+
+func TestAConnectionThatStartsNoRequestIsClosedAtTheFirstRequestDeadline(t *testing.T) {
+	s := startLimitedServer(t, 10, 0, 200*time.Millisecond)
+	silent := s.rawConn(t, nil)
+	busy := s.rawConn(t, nil)
+	if status, err := get(busy, "/"); err != nil || status != "HTTP/1.1 200 OK" {
+		t.Fatalf("GET = %q, %v", status, err)
+	}
+	if !closedByServer(silent, 3*time.Second) {
+		t.Fatal("a connection that sent nothing was kept past its first-request deadline")
+	}
+	if got := s.lim.unstarted.Load(); got != 1 {
+		t.Fatalf("unstarted = %d, want 1 (the busy connection started its request in time)", got)
+	}
+	eventually(t, "the silent connection's slot given back", func() bool { return s.lim.openConns() == 1 })
+}
+
+func TestConnectionSlotsAreGivenBackWhenConnectionsClose(t *testing.T) {
+	s := startLimitedServer(t, 2, 0, time.Minute)
+	for range 20 {
+		c := s.rawConn(t, nil)
+		if status, err := get(c, "/"); err != nil || status != "HTTP/1.1 200 OK" {
+			t.Fatalf("GET = %q, %v", status, err)
+		}
+		c.Close()
+		eventually(t, "the slot given back", func() bool { return s.lim.openConns() == 0 })
+	}
+	if got := s.lim.refusedFull.Load() + s.lim.evicted.Load(); got != 0 {
+		t.Fatalf("%d connections refused or closed for room, want none: each closed before the next", got)
+	}
+}
