@@ -18,6 +18,30 @@ import (
 	"nvpair-workload-manager/internal/devpki"
 )
 
+func TestPeerServerClosesTheConnectionOfAClientWithoutAPin(t *testing.T) {
+	// A refused client must not keep its connection: it would hold a slot
+	// of the peer port's cap for the idle timeout without authenticating.
+	h := newNetPeerHarness(t)
+	stranger := netMint(t, devpki.NewUUID())
+	bad := netPeerClient(t, &stranger, h.n.ident.DER)
+	body := netLifecycleBody(t, workload("job-stranger", "running", stranger.Principal), nil)
+	for i := range 2 {
+		st, reused := netPostTraced(t, bad, h.addr, body)
+		if st != http.StatusForbidden {
+			t.Fatalf("POST %d = %d, want 403", i, st)
+		}
+		if reused {
+			t.Fatalf("POST %d went over the connection of the refused one before it: the server kept it open", i)
+		}
+	}
+	// A pinned peer keeps its connection.
+	good := netPeerClient(t, &h.client, h.n.ident.DER)
+	netPostTraced(t, good, h.addr, netLifecycleBody(t, workload("job-a", "running", h.client.Principal), nil))
+	if st, reused := netPostTraced(t, good, h.addr, netLifecycleBody(t, workload("job-b", "running", h.client.Principal), nil)); st != http.StatusOK || !reused {
+		t.Fatalf("a pinned peer's second POST = %d, reused %v; want 200 over the kept connection", st, reused)
+	}
+}
+
 func TestPeerServerAnswers403ToClientsWithoutTheirPinnedCertificate(t *testing.T) {
 	cases := []struct {
 		name   string
