@@ -110,7 +110,7 @@ func (m *Manager) IngressAddr() string {
 }
 
 func (li *localIngress) serve(wg *sync.WaitGroup, ln net.Listener) *http.Server {
-	return li.serveHTTP(wg, ln, li, ingressIdleTimeout, li.m.log)
+	return li.serveHTTP(wg, ln, li.m.bodies.guard(li, maxFrameBytes), ingressIdleTimeout, li.m.log)
 }
 
 // ServeHTTP answers a producer, logs the answer and counts it.
