@@ -203,6 +203,7 @@ func isJSONMediaType(ct string) bool {
 // in the peer queue.
 func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
 	f, err := parseIngressFrame(body, m.cfg.NodeID)
+	m.refusedOverBound(err, "ingress")
 	if err != nil {
 		return f, fmt.Errorf("%w: %v", errBadFrame, err)
 	}

@@ -112,6 +112,8 @@ type Manager struct {
 	serverHandshakeFailures atomic.Uint64
 	resyncUntracked         atomic.Uint64 // broker frames not tracked: the re-sync set was full
 	untrackedLog            dropLogger
+	fieldBoundRefusals      *counterVec   // source: frames refused for a field over its bound
+	fieldBoundLog           dropLogger    // the local channel's such refusals
 	batchesReceived         atomic.Uint64 // batches processed on the peer port
 	batchFramesReceived     atomic.Uint64 // their elements
 
@@ -161,8 +163,9 @@ func NewManager(cfg Config) (*Manager, error) {
 		removed:     newRemovalMemory(retention, removalMemoryCapacity),
 		shutdownReq: make(chan struct{}),
 
-		framesReceived:   newCounterVec(),
-		ingressResponses: newCounterVec(),
+		framesReceived:     newCounterVec(),
+		ingressResponses:   newCounterVec(),
+		fieldBoundRefusals: newCounterVec(),
 	}
 	// Each peer sender reads its heartbeat passes from this Manager's
 	// re-sync set.
@@ -367,6 +370,12 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 // the peers. A malformed frame is logged and dropped, never broadcast.
 func (m *Manager) handleLocal(method string, params json.RawMessage) {
 	f, err := parseLocalFrame(method, params)
+	if m.refusedOverBound(err, "stdio") {
+		// A broker that sends one such frame may send thousands: the
+		// warning is rate-limited (fieldbounds.go).
+		m.fieldBoundLog.note(m.log, "local frame dropped: a field over its bound", "method", method, "reason", clipReason(err.Error()))
+		return
+	}
 	if err != nil {
 		m.log.Warn("local frame dropped", "method", method, "reason", err)
 		return

@@ -128,6 +128,7 @@ const reasonAlreadySeen = "already seen"
 // known; rejections are left to the caller, which may summarise them.
 func (m *Manager) handlePeerFrame(log *slog.Logger, body []byte) (status int, reason string) {
 	ev, err := parsePeerFrame(body)
+	m.refusedOverBound(err, "peer")
 	if err != nil {
 		return http.StatusBadRequest, err.Error()
 	}
