@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -345,4 +346,57 @@ func TestLocalChannelDropsAFrameWithAFieldOverItsBoundWithARateLimitedWarning(t 
 // ifxStdioRemoveJSON is a removal line from the broker.
 func ifxStdioRemoveJSON(id, origin string) string {
 	return `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"` + id + `","originatedFrom":"` + origin + `"}}`
+}
+
+// --- dedup memory -------------------------------------------------------------
+
+// maxLengthFrame is a completed workload whose every bounded field is at its
+// bound and distinct for i.
+func maxLengthFrame(i int, origin string) string {
+	v := func(tag string) string {
+		s := tag + "-" + itoa(i) + "-"
+		return s + strings.Repeat("x", maxKeyFieldBytes-len(s))
+	}
+	members := []string{fieldOf("id", v("id")), fieldOf("runId", v("run")), fieldOf("engine", v("engine")),
+		fieldOf("model", v("model")), fieldOf("scheduledOn", v("sched")), fieldOf("requesterId", v("req")),
+		fieldOf("state", "completed"), `"seq":` + itoa(i+1)}
+	if origin == "" {
+		origin = v("origin")
+	}
+	return lifecycleFrameJSON(workloadJSON(origin, members...))
+}
+
+// The dedup holds a fixed-size digest per key, so filled past its capacity
+// with frames whose every key field is at its bound it holds no more than
+// its documented bound in bytes. Were the fields kept, the same fill would
+// hold some 18 MB.
+func TestDedupMemoryIsBoundedInBytesWithMaximumLengthFields(t *testing.T) {
+	const frames = dedupCapacity + dedupCapacity/2
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	d := newDedup(dedupCapacity)
+	for i := range frames {
+		f, err := parsePeerFrame([]byte(maxLengthFrame(i, "")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dup, err := d.deliverOnce(f.life.dedupKey(), func() error { return nil }); dup || err != nil {
+			t.Fatalf("frame %d: duplicate=%v err=%v, want a write", i, dup, err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	runtime.KeepAlive(d)
+	if d.len() != dedupCapacity {
+		t.Fatalf("the dedup holds %d keys, want its capacity %d", d.len(), dedupCapacity)
+	}
+	if d.bytes() != dedupMaxBytes {
+		t.Fatalf("the dedup's byte estimate is %d when full, want %d", d.bytes(), dedupMaxBytes)
+	}
+	t.Logf("%d keys hold %d heap bytes (%.0f a key); the bound is %d", d.len(), held, float64(held)/float64(d.len()), dedupMaxBytes)
+	if held > dedupMaxBytes {
+		t.Fatalf("%d keys of maximum-length fields hold %d heap bytes, over the dedup's bound of %d", d.len(), held, dedupMaxBytes)
+	}
 }

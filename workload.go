@@ -2,11 +2,12 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 )
 
 // The lifecycle methods a workload's events travel as, on every channel.
@@ -82,13 +83,13 @@ func (e *lifecycleEvent) ref() workloadRef { return workloadRef{e.info.Originate
 func (e *lifecycleEvent) terminal() bool { return isTerminalState(e.info.State) }
 
 // dedupKey is the key peers deduplicate a lifecycle event on.
-func (e *lifecycleEvent) dedupKey() string {
+func (e *lifecycleEvent) dedupKey() dedupDigest {
 	i := &e.info
 	seq := ""
 	if i.hasSeq {
 		seq = strconv.FormatInt(i.seqNum, 10)
 	}
-	return joinKey("L", i.OriginatedFrom, i.Engine, i.RunID, i.ID, i.State, i.ScheduledOn, seq)
+	return digestKey("L", i.OriginatedFrom, i.Engine, i.RunID, i.ID, i.State, i.ScheduledOn, seq)
 }
 
 // removalEvent is a validated workloads:remove frame.
@@ -97,17 +98,27 @@ type removalEvent struct {
 	params json.RawMessage
 }
 
-func (r *removalEvent) dedupKey() string { return joinKey("R", r.ref.origin, r.ref.id) }
+func (r *removalEvent) dedupKey() dedupDigest { return digestKey("R", r.ref.origin, r.ref.id) }
 
-// joinKey length-prefixes each part so that no two tuples share a key.
-func joinKey(parts ...string) string {
-	var b strings.Builder
+// digestKey is the SHA-256 of the parts, each preceded by its length as
+// eight big-endian bytes, so that no two tuples share an encoding and no
+// two share a digest short of a SHA-256 collision. The dedup stores the
+// digest, 32 bytes whatever the parts hold.
+func digestKey(parts ...string) dedupDigest {
+	n := 0
 	for _, p := range parts {
-		b.WriteString(strconv.Itoa(len(p)))
-		b.WriteByte(':')
-		b.WriteString(p)
+		n += 8 + len(p)
 	}
-	return b.String()
+	var stack [1024]byte // the bounded fields of a key fit: no allocation
+	b := stack[:0]
+	if n > len(stack) {
+		b = make([]byte, 0, n)
+	}
+	for _, p := range parts {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(p)))
+		b = append(b, p...)
+	}
+	return sha256.Sum256(b)
 }
 
 var errNotObject = errors.New("must be a JSON object")
