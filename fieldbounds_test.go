@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"runtime"
 	"slices"
@@ -398,5 +399,154 @@ func TestDedupMemoryIsBoundedInBytesWithMaximumLengthFields(t *testing.T) {
 	t.Logf("%d keys hold %d heap bytes (%.0f a key); the bound is %d", d.len(), held, float64(held)/float64(d.len()), dedupMaxBytes)
 	if held > dedupMaxBytes {
 		t.Fatalf("%d keys of maximum-length fields hold %d heap bytes, over the dedup's bound of %d", d.len(), held, dedupMaxBytes)
+	}
+}
+
+// --- one encoding per id --------------------------------------------------------
+
+// idTokens are workload ids as JSON string tokens written in ways a
+// re-encoding would change: escapes json.Marshal would not write, and raw
+// characters it would escape.
+var idTokens = []struct{ name, token string }{
+	{"escapes", `"a\u00e9\/b"`},
+	{"HTML characters raw", `"x<y>&z"`},
+	{"a tab escaped", `"tab\there"`},
+	{"an emoji raw", `"job-😀"`},
+	{"an emoji as a surrogate pair", `"pair-\ud83d\ude00"`},
+	{"U+2028 raw", "\"line\u2028sep\""},
+}
+
+// escapeFirst writes s as a JSON string token whose first character is a
+// \u escape: the same string, other bytes.
+func escapeFirst(s string) string {
+	return fmt.Sprintf(`"\u%04x%s"`, s[0], s[1:])
+}
+
+func TestPeerRemovalReachesTheBrokerInTheTokensItsUpsertCarried(t *testing.T) {
+	h := newNetPeerHarness(t)
+	origin := escapeFirst(h.client.Principal)
+	for _, tc := range idTokens {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(h.n.broker.withMethod(methodRemove))
+			info := `{"id":` + tc.token + `,"model":"m","engine":"e","state":"running","originatedFrom":` + origin + `}`
+			if status, reason := netPostAnswer(t, h.c, h.addr, []byte(lifecycleFrameJSON(info))); status != http.StatusOK {
+				t.Fatalf("upsert: %d (%q)", status, reason)
+			}
+			rm := `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":` + tc.token + `,"originatedFrom":` + origin + `}}`
+			if status, reason := netPostAnswer(t, h.c, h.addr, []byte(rm)); status != http.StatusOK {
+				t.Fatalf("removal: %d (%q)", status, reason)
+			}
+			removals := h.n.broker.waitMethod(methodRemove, before+1)
+			upserts := h.n.broker.withMethod(methodUpsert)
+			wantUpsert := `{"workloadInfo":` + info + `}`
+			if got := string(upserts[len(upserts)-1].Params); got != wantUpsert {
+				t.Fatalf("the broker's upsert params are %s, want %s", got, wantUpsert)
+			}
+			wantRemove := `{"originatedFrom":` + origin + `,"workloadId":` + tc.token + `}`
+			if got := string(removals[before].Params); got != wantRemove {
+				t.Fatalf("the broker's removal params are %s, want %s: the tokens of the upsert", got, wantRemove)
+			}
+		})
+	}
+}
+
+func TestIngressRemovalReachesTheBrokerInTheTokenItsUpsertCarried(t *testing.T) {
+	n, _ := ifxNode(t)
+	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	addr := n.m.IngressAddr()
+	for i, tc := range idTokens {
+		t.Run(tc.name, func(t *testing.T) {
+			up := `{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":{"id":` + tc.token +
+				`,"model":"m","engine":"e","state":"running"}}}`
+			if status, reason := postIngress(t, addr, up); status != http.StatusOK {
+				t.Fatalf("upsert: %d (%q)", status, reason)
+			}
+			rm := `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":` + tc.token + `}}`
+			if status, reason := postIngress(t, addr, rm); status != http.StatusOK {
+				t.Fatalf("removal: %d (%q)", status, reason)
+			}
+			removals := n.broker.waitMethod(methodRemove, i+1)
+			upserts := n.broker.withMethod(methodUpsert)
+			if got := string(ifxObjectAt(t, ifxObjectAt(t, upserts[i].Params, "workloadInfo"), "id")); got != tc.token {
+				t.Fatalf("the broker's upsert names %s, want %s", got, tc.token)
+			}
+			if got := string(ifxObjectAt(t, removals[i].Params, "workloadId")); got != tc.token {
+				t.Fatalf("the broker's removal names %s, want %s as its upsert did", got, tc.token)
+			}
+		})
+	}
+}
+
+// For an id with nothing to escape, the common case, the removal's line is
+// what json.Marshal of a map wrote before: byte for byte as ever.
+func TestRemovalOfAPlainIdReachesTheBrokerByteForByteAsBefore(t *testing.T) {
+	for _, ref := range []workloadRef{{"3d0b8c4e-1f2a-4b6c-9d8e-7f6a5b4c3d2e", "job-42"}, {"node-a", "led-1789661457000-1"}} {
+		params, err := json.Marshal(map[string]string{"workloadId": ref.id, "originatedFrom": ref.origin})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := parseRemove(json.RawMessage(`{ "workloadId" : "` + ref.id + `", "originatedFrom": "` + ref.origin + `", "reason":"x" }`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(r.brokerParams()); got != string(params) {
+			t.Fatalf("removal params %s, want %s as before", got, params)
+		}
+	}
+}
+
+// A peer's params may repeat a field in another spelling: the token kept is
+// the member encoding/json decodes, so the removal the broker gets and the
+// workload the daemon untracks are one and the same.
+func TestRemovalKeepsTheTokenOfTheMemberEncodingJSONDecodes(t *testing.T) {
+	for _, params := range []string{
+		`{"workloadId":"first","WorkloadID":"a\u00e9","originatedFrom":"node-a"}`,
+		`{"WORKLOADID":"first","workloadId":"a\u00e9","ORIGINATEDFROM":"x","originatedFrom":"node-a"}`,
+		`{"originatedfrom":"node-a","workloadid":"a\u00e9"}`,
+	} {
+		var dec struct {
+			WorkloadID     string `json:"workloadId"`
+			OriginatedFrom string `json:"originatedFrom"`
+		}
+		if err := json.Unmarshal([]byte(params), &dec); err != nil {
+			t.Fatal(err)
+		}
+		r, err := parseRemove(json.RawMessage(params))
+		if err != nil {
+			t.Fatalf("%s: %v", params, err)
+		}
+		if r.ref != (workloadRef{dec.OriginatedFrom, dec.WorkloadID}) || string(r.idToken) != `"a\u00e9"` || string(r.originToken) != `"node-a"` {
+			t.Fatalf("%s: ref %+v, tokens %s %s; encoding/json decodes %+v", params, r.ref, r.idToken, r.originToken, dec)
+		}
+	}
+}
+
+// The peer port refuses a removal whose ids the broker could not decode
+// unchanged, as the ingress does (workloadtypes_test.go): relayed, a lone
+// surrogate would reach the broker as U+FFFD, a raw byte as text that is not
+// UTF-8.
+func TestPeerPortRefusesARemovalWhoseIdsAreNotWellFormed(t *testing.T) {
+	h := newNetPeerHarness(t)
+	const text = "must be valid UTF-8 with no lone surrogates"
+	for _, tc := range []struct{ name, params, reason string }{
+		{"workloadId a lone high surrogate", `{"workloadId":"job-\ud800","originatedFrom":"node-a"}`, "params.workloadId " + text},
+		{"workloadId a lone low surrogate", `{"workloadId":"job-\udc00","originatedFrom":"node-a"}`, "params.workloadId " + text},
+		{"originatedFrom a lone surrogate", `{"workloadId":"job-1","originatedFrom":"node-\udbff"}`, "params.originatedFrom " + text},
+		{"workloadId a raw invalid byte", "{\"workloadId\":\"job-\xff\",\"originatedFrom\":\"node-a\"}", "frame is not valid UTF-8"},
+		{"a variant spelling with a lone surrogate", `{"workloadId":"job-1","WorkloadId":"\ud800","originatedFrom":"node-a"}`, "params.workloadId " + text},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := `{"jsonrpc":"2.0","method":"workloads:remove","params":` + tc.params + `}`
+			if status, reason := netPostAnswer(t, h.c, h.addr, []byte(body)); status != http.StatusBadRequest || !strings.Contains(reason, tc.reason) {
+				t.Fatalf("status %d (%q), want 400 naming %q", status, reason, tc.reason)
+			}
+		})
+	}
+	h.barrier(t)
+	if rm := h.n.broker.withMethod(methodRemove); len(rm) != 0 {
+		t.Fatalf("a refused removal reached the broker: %v", rm)
 	}
 }

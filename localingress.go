@@ -219,7 +219,7 @@ func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
 		return f, err
 	}
 	if f.isRemoval() {
-		err = m.emitRemove(f.removal.ref)
+		err = m.emitRemove(&f.removal)
 	} else {
 		err = m.emitUpsert(f.life.raw)
 	}

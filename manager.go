@@ -408,13 +408,10 @@ func (m *Manager) emitUpsert(info json.RawMessage) error {
 	return m.out.notify(methodUpsert, params)
 }
 
-// emitRemove writes a removal up to the broker as workloads:remove.
-func (m *Manager) emitRemove(ref workloadRef) error {
-	params, err := json.Marshal(map[string]string{"workloadId": ref.id, "originatedFrom": ref.origin})
-	if err != nil {
-		return err
-	}
-	return m.out.notify(methodRemove, params)
+// emitRemove writes a removal up to the broker as workloads:remove, naming
+// the workload in the tokens it arrived with (removalEvent.brokerParams).
+func (m *Manager) emitRemove(r *removalEvent) error {
+	return m.out.notify(methodRemove, r.brokerParams())
 }
 
 // handshakeFailureCounter counts the "TLS handshake error" lines that

@@ -94,11 +94,30 @@ func (e *lifecycleEvent) dedupKey() dedupDigest {
 
 // removalEvent is a validated workloads:remove frame.
 type removalEvent struct {
-	ref    workloadRef
-	params json.RawMessage
+	ref workloadRef
+	// idToken and originToken are the JSON string tokens of workloadId and
+	// originatedFrom exactly as they arrived. The removal the broker gets
+	// is built from them, not from ref re-encoded, so it names the
+	// workload in the very bytes the upsert named it in (an escape such as
+	// \u00e9 or \/ stays an escape).
+	idToken, originToken json.RawMessage
+	params               json.RawMessage
 }
 
 func (r *removalEvent) dedupKey() dedupDigest { return digestKey("R", r.ref.origin, r.ref.id) }
+
+// brokerParams renders the removal's params for the broker from the tokens
+// as they arrived, in the order json.Marshal of a map wrote them before,
+// so a removal that needs no escaping reaches the broker byte for byte as
+// it always did.
+func (r *removalEvent) brokerParams() json.RawMessage {
+	b := make([]byte, 0, len(r.idToken)+len(r.originToken)+32)
+	b = append(b, `{"originatedFrom":`...)
+	b = append(b, r.originToken...)
+	b = append(b, `,"workloadId":`...)
+	b = append(b, r.idToken...)
+	return append(b, '}')
+}
 
 // digestKey is the SHA-256 of the parts, each preceded by its length as
 // eight big-endian bytes, so that no two tuples share an encoding and no
@@ -178,33 +197,35 @@ func (i *workloadInfo) validate() error {
 	return nil
 }
 
-// removeParams is the params object of a workloads:remove frame.
-type removeParams struct {
-	WorkloadID     *string `json:"workloadId"`
-	OriginatedFrom string  `json:"originatedFrom"`
-}
-
 // parseRemove validates a workloads:remove frame's params: the typed checks
-// of workloadtypes.go, then a non-empty workloadId and originatedFrom. It
-// has no side effects.
+// of workloadtypes.go, then a non-empty workloadId and originatedFrom. The
+// ref is decoded from the very tokens the removal keeps, the last member
+// that folds to each field, as encoding/json would decode it. It has no
+// side effects.
 func parseRemove(params json.RawMessage) (removalEvent, error) {
 	if !isJSONObject(params) {
 		return removalEvent{}, fmt.Errorf("params: %w", errNotObject)
 	}
-	if err := checkRemovalTypes(params); err != nil {
+	tok, err := checkRemovalTypes(params)
+	if err != nil {
 		return removalEvent{}, err
 	}
-	var p removeParams
-	if err := json.Unmarshal(params, &p); err != nil {
-		return removalEvent{}, fmt.Errorf("params: %w", err)
+	// The tokens are well-formed strings (checkRemovalTypes): decoding them
+	// cannot fail, and substitutes nothing.
+	var id, origin string
+	if tok.workloadID != nil {
+		_ = json.Unmarshal(tok.workloadID, &id)
 	}
-	if p.WorkloadID == nil || *p.WorkloadID == "" {
+	if tok.originatedFrom != nil {
+		_ = json.Unmarshal(tok.originatedFrom, &origin)
+	}
+	if id == "" {
 		return removalEvent{}, errors.New("params.workloadId is missing or empty")
 	}
-	if p.OriginatedFrom == "" {
+	if origin == "" {
 		return removalEvent{}, errors.New("params.originatedFrom is missing or empty")
 	}
-	return removalEvent{ref: workloadRef{p.OriginatedFrom, *p.WorkloadID}, params: params}, nil
+	return removalEvent{ref: workloadRef{origin, id}, idToken: tok.workloadID, originToken: tok.originatedFrom, params: params}, nil
 }
 
 func isJSONObject(b json.RawMessage) bool {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"unicode/utf8"
@@ -129,21 +130,36 @@ func checkWorkloadTypes(info []byte) (seq int64, hasSeq bool, err error) {
 	return seq, hasSeq, nil
 }
 
+// removalTokens are the raw JSON string tokens of a removal's workloadId
+// and originatedFrom, each the last member whose name folds to the field:
+// the one encoding/json decodes. nil when the member is absent.
+type removalTokens struct {
+	workloadID, originatedFrom json.RawMessage
+}
+
 // checkRemovalTypes checks the type of every known member of a removal's
-// params.
-func checkRemovalTypes(params []byte) error {
+// params and returns the tokens of its two fields, as they arrived.
+func checkRemovalTypes(params []byte) (removalTokens, error) {
+	var tok removalTokens
 	ms, err := objectMembers(params)
 	if err != nil {
-		return fmt.Errorf("params: %w", err)
+		return tok, fmt.Errorf("params: %w", err)
 	}
 	for _, m := range ms {
-		if f, known := lookupTypedField(removalTypedFields, m.name); known {
-			if err := checkMemberType("params", f, m); err != nil {
-				return err
-			}
+		f, known := lookupTypedField(removalTypedFields, m.name)
+		if !known {
+			continue
+		}
+		if err := checkMemberType("params", f, m); err != nil {
+			return tok, err
+		}
+		if f.name == "workloadId" {
+			tok.workloadID = m.value
+		} else {
+			tok.originatedFrom = m.value
 		}
 	}
-	return nil
+	return tok, nil
 }
 
 // lookupTypedField finds the field a member name would be decoded as.
