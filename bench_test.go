@@ -127,7 +127,7 @@ func BenchmarkDedupDeliverOnce(b *testing.B) {
 	b.Run("miss", func(b *testing.B) {
 		// More keys than the capacity, cycled: every lookup misses and,
 		// once the LRU is full, every record evicts the oldest key.
-		keys := make([]string, 4*dedupCapacity)
+		keys := make([]dedupDigest, 4*dedupCapacity)
 		for i := range keys {
 			keys[i] = benchDedupKey(i)
 		}
@@ -143,7 +143,7 @@ func BenchmarkDedupDeliverOnce(b *testing.B) {
 	})
 }
 
-func benchDedupKey(i int) string {
+func benchDedupKey(i int) dedupDigest {
 	ev := lifecycleEvent{info: workloadInfo{OriginatedFrom: benchNodeID, Engine: "llamacpp", RunID: "run-" + strconv.Itoa(i),
 		ID: "job-" + strconv.Itoa(i), State: "running", seqNum: 1, hasSeq: true}}
 	return ev.dedupKey()

@@ -13,17 +13,17 @@ func TestDedupDetectsADuplicate(t *testing.T) {
 	writes := 0
 	write := func() error { writes++; return nil }
 
-	dup, err := d.deliverOnce("k", write)
+	dup, err := d.deliverOnce(testDigest("k"), write)
 	if dup || err != nil || writes != 1 {
 		t.Fatalf("first delivery: duplicate=%v err=%v writes=%d; want a write", dup, err, writes)
 	}
 	for i := range 3 {
-		dup, err = d.deliverOnce("k", write)
+		dup, err = d.deliverOnce(testDigest("k"), write)
 		if !dup || err != nil || writes != 1 {
 			t.Fatalf("delivery %d: duplicate=%v err=%v writes=%d; want a duplicate without a write", i+2, dup, err, writes)
 		}
 	}
-	if dup, _ := d.deliverOnce("other", write); dup || writes != 2 {
+	if dup, _ := d.deliverOnce(testDigest("other"), write); dup || writes != 2 {
 		t.Fatalf("another key: duplicate=%v writes=%d; want a write", dup, writes)
 	}
 }
@@ -33,18 +33,18 @@ func TestDedupRecordsAKeyOnlyAfterASuccessfulWrite(t *testing.T) {
 	errBroker := errors.New("broker gone")
 	writes := 0
 
-	dup, err := d.deliverOnce("k", func() error { writes++; return errBroker })
+	dup, err := d.deliverOnce(testDigest("k"), func() error { writes++; return errBroker })
 	if dup || !errors.Is(err, errBroker) {
 		t.Fatalf("failed write: duplicate=%v err=%v; want the write's error", dup, err)
 	}
 	if d.len() != 0 {
 		t.Fatalf("a failed write recorded the key (%d keys)", d.len())
 	}
-	dup, err = d.deliverOnce("k", func() error { writes++; return nil })
+	dup, err = d.deliverOnce(testDigest("k"), func() error { writes++; return nil })
 	if dup || err != nil || writes != 2 {
 		t.Fatalf("retry after a failed write: duplicate=%v err=%v writes=%d; want a second write", dup, err, writes)
 	}
-	if dup, _ = d.deliverOnce("k", func() error { writes++; return nil }); !dup || writes != 2 {
+	if dup, _ = d.deliverOnce(testDigest("k"), func() error { writes++; return nil }); !dup || writes != 2 {
 		t.Fatalf("after the successful retry: duplicate=%v writes=%d; want a duplicate", dup, writes)
 	}
 }
@@ -107,7 +107,7 @@ func TestDedupDifferentKeysDoNotSerializeEachOther(t *testing.T) {
 	entered := make(chan struct{})
 	slowDone := make(chan error, 1)
 	go func() {
-		_, err := d.deliverOnce("slow", func() error {
+		_, err := d.deliverOnce(testDigest("slow"), func() error {
 			close(entered)
 			<-release
 			return nil
@@ -121,7 +121,7 @@ func TestDedupDifferentKeysDoNotSerializeEachOther(t *testing.T) {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			if dup, err := d.deliverOnce(k, func() error { return nil }); dup || err != nil {
+			if dup, err := d.deliverOnce(testDigest(k), func() error { return nil }); dup || err != nil {
 				t.Errorf("%s: duplicate=%v err=%v", k, dup, err)
 			}
 		}()
@@ -134,7 +134,7 @@ func TestDedupDifferentKeysDoNotSerializeEachOther(t *testing.T) {
 			}
 		})
 	}
-	if dup, _ := d.deliverOnce("fast-1", func() error { return nil }); !dup {
+	if dup, _ := d.deliverOnce(testDigest("fast-1"), func() error { return nil }); !dup {
 		t.Fatal("fast-1 not recorded")
 	}
 
@@ -148,7 +148,7 @@ func TestDedupDifferentKeysDoNotSerializeEachOther(t *testing.T) {
 func TestDedupEvictsTheLeastRecentlySeenKey(t *testing.T) {
 	d := newDedup(3)
 	deliver := func(k string) bool {
-		dup, err := d.deliverOnce(k, func() error { return nil })
+		dup, err := d.deliverOnce(testDigest(k), func() error { return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,7 +164,7 @@ func TestDedupEvictsTheLeastRecentlySeenKey(t *testing.T) {
 	if d.len() != 3 {
 		t.Fatalf("dedup holds %d keys, want its capacity 3", d.len())
 	}
-	if got := recordedKeys(d); !sameKeys(got, "a", "c", "d") {
+	if got := recordedKeys(d, "a", "b", "c", "d"); !sameKeys(got, "a", "c", "d") {
 		t.Fatalf("after a,b,c,a,d with capacity 3 the keys are %v, want a, c, d (b least recently seen)", got)
 	}
 	if deliver("b") {
@@ -172,7 +172,7 @@ func TestDedupEvictsTheLeastRecentlySeenKey(t *testing.T) {
 	}
 	// "b" came back and pushed out the least recently seen of a, c, d: "c"
 	// (a was refreshed after c was recorded).
-	if got := recordedKeys(d); !sameKeys(got, "a", "d", "b") {
+	if got := recordedKeys(d, "a", "b", "c", "d"); !sameKeys(got, "a", "d", "b") {
 		t.Fatalf("keys = %v, want a, d, b", got)
 	}
 }
@@ -180,7 +180,7 @@ func TestDedupEvictsTheLeastRecentlySeenKey(t *testing.T) {
 func TestDedupStaysWithinCapacityUnderManyKeys(t *testing.T) {
 	d := newDedup(50)
 	for i := range 1000 {
-		if _, err := d.deliverOnce(itoa(i), func() error { return nil }); err != nil {
+		if _, err := d.deliverOnce(testDigest(itoa(i)), func() error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -188,7 +188,7 @@ func TestDedupStaysWithinCapacityUnderManyKeys(t *testing.T) {
 		t.Fatalf("dedup holds %d keys (%d indexed), want 50", d.len(), len(d.index))
 	}
 	for i := 950; i < 1000; i++ {
-		if dup, _ := d.deliverOnce(itoa(i), func() error { t.Fatalf("recent key %d written again", i); return nil }); !dup {
+		if dup, _ := d.deliverOnce(testDigest(itoa(i)), func() error { t.Fatalf("recent key %d written again", i); return nil }); !dup {
 			t.Fatalf("recent key %d not a duplicate", i)
 		}
 	}
@@ -204,7 +204,7 @@ func TestDedupInflightMapEmptyAfterConcurrentDeliveries(t *testing.T) {
 			defer wg.Done()
 			for i := range 200 {
 				k := itoa(i % 20)
-				_, _ = d.deliverOnce(k, func() error {
+				_, _ = d.deliverOnce(testDigest(k), func() error {
 					if (g+i)%3 == 0 {
 						return errors.New("failed")
 					}
@@ -232,7 +232,7 @@ func deliverConcurrently(t *testing.T, d *dedup, key string, n int, write func()
 		go func() {
 			defer wg.Done()
 			<-start
-			dup, _ := d.deliverOnce(key, write)
+			dup, _ := d.deliverOnce(testDigest(key), write)
 			if dup {
 				dups.Add(1)
 			}
@@ -260,7 +260,7 @@ func waitUntil(cond func() bool) bool {
 func inflightRefs(d *dedup, key string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if kl := d.inflight[key]; kl != nil {
+	if kl := d.inflight[testDigest(key)]; kl != nil {
 		return kl.refs
 	}
 	return 0
@@ -275,13 +275,25 @@ func assertNoInflight(t *testing.T, d *dedup) {
 	}
 }
 
-// recordedKeys returns the remembered keys, most recently seen first.
-func recordedKeys(d *dedup) []string {
+// testDigest is the digest a test delivers for the key named name.
+func testDigest(name string) dedupDigest { return digestKey("test", name) }
+
+// recordedKeys returns the remembered keys, most recently seen first, by
+// their names among names ("?" for a digest of none of them).
+func recordedKeys(d *dedup, names ...string) []string {
+	byDigest := map[dedupDigest]string{}
+	for _, n := range names {
+		byDigest[testDigest(n)] = n
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []string
 	for e := d.order.Front(); e != nil; e = e.Next() {
-		out = append(out, e.Value.(string))
+		name, ok := byDigest[e.Value.(dedupDigest)]
+		if !ok {
+			name = "?"
+		}
+		out = append(out, name)
 	}
 	return out
 }

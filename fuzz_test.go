@@ -37,7 +37,7 @@ func FuzzIngressFrame(f *testing.F) {
 			if p.Params.OriginatedFrom != "" && p.Params.OriginatedFrom != fuzzNodeID {
 				t.Fatalf("accepted a removal that encoding/json decodes as from %q", p.Params.OriginatedFrom)
 			}
-			if fr.removal.ref.origin != fuzzNodeID || len(fr.removal.ref.id) > maxWorkloadIDBytes {
+			if fr.removal.ref.origin != fuzzNodeID || len(fr.removal.ref.id) > maxKeyFieldBytes {
 				t.Fatalf("accepted removal %+v", fr.removal.ref)
 			}
 		} else {
@@ -60,7 +60,7 @@ func FuzzIngressFrame(f *testing.F) {
 			if _, ok := workloadStates[fr.life.info.State]; !ok {
 				t.Fatalf("accepted state %q", fr.life.info.State)
 			}
-			if fr.life.info.OriginatedFrom != fuzzNodeID || len(fr.life.info.ID) > maxWorkloadIDBytes {
+			if fr.life.info.OriginatedFrom != fuzzNodeID || len(fr.life.info.ID) > maxKeyFieldBytes {
 				t.Fatalf("accepted workload %+v", fr.life.info)
 			}
 		}

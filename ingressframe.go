@@ -9,9 +9,13 @@ import (
 	"unicode/utf8"
 )
 
-// maxWorkloadIDBytes bounds an ingress workload id (workloadInfo.id,
-// workloadId).
-const maxWorkloadIDBytes = 256
+// maxIngressErrorBytes bounds a producer's error text (workloadInfo.error,
+// its decoded value). A producer reports a failure, not a log: 4 KiB holds
+// any message worth a Jobs list. The broker's own frames and the peers'
+// are not held to it (the broker may carry a long error text), and error
+// is in no dedup or re-sync key, so nothing longer is ever cut: a frame
+// either travels whole or is refused.
+const maxIngressErrorBytes = 4 << 10
 
 // The names the ingress knows at each level it checks. encoding/json matches
 // names case-insensitively, so a name that folds to one of these but is
@@ -164,7 +168,7 @@ func stampOrigin(ms []jsonMember, nodeID string) (json.RawMessage, error) {
 // validation every path shares (the typed checks included), it enforces the
 // ingress's own rules: a body that is UTF-8 throughout, exact field
 // spelling, no resync marker, this node's origin only, a known state and a
-// bounded id. It has no side effects.
+// bounded error text. It has no side effects.
 func parseIngressFrame(body []byte, nodeID string) (localFrame, error) {
 	if err := checkFrameUTF8(body); err != nil {
 		return localFrame{}, err
@@ -215,6 +219,12 @@ func stampParams(method string, params json.RawMessage, nodeID string) (json.Raw
 	if err != nil {
 		return nil, err
 	}
+	// The spelling is checked: error is the one member that can be it.
+	if v, ok := member(wm, "error"); ok {
+		if err := checkStringBound("workloadInfo", "error", maxIngressErrorBytes, v); err != nil {
+			return nil, err
+		}
+	}
 	stamped, err := stampOrigin(wm, nodeID)
 	if err != nil {
 		return nil, err
@@ -224,12 +234,13 @@ func stampParams(method string, params json.RawMessage, nodeID string) (json.Raw
 
 // checkIngressValues validates the decoded frame again, so the ingress rules
 // hold even for a spelling the name check missed: the origin is this node,
-// the state is one of the five, the id is bounded and no resync marker was
-// decoded.
+// the state is one of the five and no resync marker was decoded. The id's
+// bound is not the ingress's own: every path holds it (maxKeyFieldBytes),
+// in every spelling, in the parse step before this.
 func checkIngressValues(f *localFrame, nodeID string) error {
-	origin, id := f.removal.ref.origin, f.removal.ref.id
+	origin := f.removal.ref.origin
 	if !f.isRemoval() {
-		origin, id = f.life.info.OriginatedFrom, f.life.info.ID
+		origin = f.life.info.OriginatedFrom
 		if _, known := workloadStates[f.life.info.State]; !known {
 			return fmt.Errorf("state %q: must be queued, running, completed, failed or cancelled", f.life.info.State)
 		}
@@ -239,9 +250,6 @@ func checkIngressValues(f *localFrame, nodeID string) error {
 	}
 	if origin != nodeID {
 		return fmt.Errorf("originatedFrom %q is not this node", origin)
-	}
-	if len(id) > maxWorkloadIDBytes {
-		return fmt.Errorf("workload id is %d bytes, more than %d", len(id), maxWorkloadIDBytes)
 	}
 	return nil
 }

@@ -206,6 +206,7 @@ func isJSONMediaType(ct string) bool {
 // in the peer queue.
 func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
 	f, err := parseIngressFrame(body, m.cfg.NodeID)
+	m.refusedOverBound(err, "ingress")
 	if err != nil {
 		return f, fmt.Errorf("%w: %v", errBadFrame, err)
 	}
@@ -221,7 +222,7 @@ func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
 		return f, err
 	}
 	if f.isRemoval() {
-		err = m.emitRemove(f.removal.ref)
+		err = m.emitRemove(&f.removal)
 	} else {
 		err = m.emitUpsert(f.life.raw)
 	}

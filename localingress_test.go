@@ -915,10 +915,10 @@ func TestLocalIngressRefusesAFrameOverTheBrokerLineLimitWith413(t *testing.T) {
 	}
 	queued := n.m.bcast.queued.Load()
 
-	body := longErrorFrame(t, "over-limit", "")
+	body := longNoteFrame(t, "over-limit", "")
 	got, text := postIngress(t, addr, string(body))
 	if got != http.StatusRequestEntityTooLarge {
-		t.Fatalf("a %d-byte frame with a %d-byte error: status %d (%q), want 413", len(body), longErrorBytes, got, text)
+		t.Fatalf("a %d-byte frame with a %d-byte note: status %d (%q), want 413", len(body), longErrorBytes, got, text)
 	}
 	if want := "over its 262144-byte line limit (--broker-line-max)"; !strings.Contains(text, want) {
 		t.Fatalf("reason %q does not give the limit (%q)", text, want)
@@ -969,12 +969,12 @@ func TestLocalIngressAcceptsTheSameFrameUnderARaisedBrokerLineLimit(t *testing.T
 		t.Fatal(err)
 	}
 	n.start()
-	if got, text := postIngress(t, n.m.IngressAddr(), string(longErrorFrame(t, "long-error", ""))); got != http.StatusOK {
+	if got, text := postIngress(t, n.m.IngressAddr(), string(longNoteFrame(t, "long-error", ""))); got != http.StatusOK {
 		t.Fatalf("status %d (%q), want 200", got, text)
 	}
 	n.broker.waitUpserts("long-error", 1)
-	if e, _ := n.upserts()[0]["error"].(string); len(e) != longErrorBytes {
-		t.Fatalf("the broker got a %d-byte error text, want %d", len(e), longErrorBytes)
+	if e, _ := n.upserts()[0]["note"].(string); len(e) != longErrorBytes {
+		t.Fatalf("the broker got a %d-byte note, want %d", len(e), longErrorBytes)
 	}
 	n.m.activeMu.Lock()
 	tracked := len(n.m.resync.runsOf(workloadRef{n.id, "long-error"}))

@@ -116,6 +116,8 @@ type Manager struct {
 	serverHandshakeFailures atomic.Uint64
 	resyncUntracked         atomic.Uint64 // broker frames not tracked: the re-sync set was full
 	untrackedLog            dropLogger
+	fieldBoundRefusals      *counterVec   // source: frames refused for a field over its bound
+	fieldBoundLog           dropLogger    // the local channel's such refusals
 	batchesReceived         atomic.Uint64 // batches processed on the peer port
 	batchFramesReceived     atomic.Uint64 // their elements
 
@@ -165,11 +167,12 @@ func NewManager(cfg Config) (*Manager, error) {
 		removed:     newRemovalMemory(retention, removalMemoryCapacity),
 		shutdownReq: make(chan struct{}),
 
-		framesReceived:   newCounterVec(),
-		ingressResponses: newCounterVec(),
-		conns:            newListenerLimits(cfg.Conns),
-		peerRejects:      newSourceLog(),
-		bodies:           newBodyBudget(requestBodyBudget),
+		framesReceived:     newCounterVec(),
+		ingressResponses:   newCounterVec(),
+		fieldBoundRefusals: newCounterVec(),
+		conns:              newListenerLimits(cfg.Conns),
+		peerRejects:        newSourceLog(),
+		bodies:             newBodyBudget(requestBodyBudget),
 	}
 	// Each peer sender reads its heartbeat passes from this Manager's
 	// re-sync set.
@@ -376,6 +379,12 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 // the peers. A malformed frame is logged and dropped, never broadcast.
 func (m *Manager) handleLocal(method string, params json.RawMessage) {
 	f, err := parseLocalFrame(method, params)
+	if m.refusedOverBound(err, "stdio") {
+		// A broker that sends one such frame may send thousands: the
+		// warning is rate-limited (fieldbounds.go).
+		m.fieldBoundLog.note(m.log, "local frame dropped: a field over its bound", "method", method, "reason", clipReason(err.Error()))
+		return
+	}
 	if err != nil {
 		m.log.Warn("local frame dropped", "method", method, "reason", err)
 		return
@@ -408,13 +417,10 @@ func (m *Manager) emitUpsert(info json.RawMessage) error {
 	return m.out.notify(methodUpsert, params)
 }
 
-// emitRemove writes a removal up to the broker as workloads:remove.
-func (m *Manager) emitRemove(ref workloadRef) error {
-	params, err := json.Marshal(map[string]string{"workloadId": ref.id, "originatedFrom": ref.origin})
-	if err != nil {
-		return err
-	}
-	return m.out.notify(methodRemove, params)
+// emitRemove writes a removal up to the broker as workloads:remove, naming
+// the workload in the tokens it arrived with (removalEvent.brokerParams).
+func (m *Manager) emitRemove(r *removalEvent) error {
+	return m.out.notify(methodRemove, r.brokerParams())
 }
 
 // handshakeFailureCounter counts the "TLS handshake error" lines that

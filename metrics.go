@@ -180,6 +180,12 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	t.single("nvpair_wlm_broker_write_failures_total", "counter", "Writes to the broker that failed.", float64(m.out.failures.Load()))
 	t.single("nvpair_wlm_broker_lines_refused_total", "counter", "Frames not written to the broker because their line would exceed its line limit (--broker-line-max).", float64(m.out.refused.Load()))
 	t.single("nvpair_wlm_dedup_hits_total", "counter", "Peer frames not written to the broker because they were already seen.", float64(m.dedup.hits.Load()))
+	t.single("nvpair_wlm_dedup_keys", "gauge", fmt.Sprintf("Keys the peer dedup remembers (at most %d).", dedupCapacity), float64(m.dedup.len()))
+	t.single("nvpair_wlm_dedup_bytes", "gauge", fmt.Sprintf("Estimated heap bytes of the peer dedup's keys: %d per key, whatever the frames carried (at most %d).", dedupEntryBytes, dedupMaxBytes), float64(m.dedup.bytes()))
+	t.family("nvpair_wlm_field_bound_refusals_total", "counter", "Frames refused because a field was over its bound, by source (stdio, peer, ingress).")
+	for _, c := range m.fieldBoundRefusals.snapshot() {
+		t.sample("nvpair_wlm_field_bound_refusals_total", []string{"source"}, c.values, float64(c.n.Load()))
+	}
 	t.single("nvpair_wlm_outbound_frames_queued_total", "counter", "Frames queued for the peers at the ordered enqueue point.", float64(m.bcast.queued.Load()))
 	t.single("nvpair_wlm_outbound_frames_dropped_total", "counter", "Frames dropped because the outbound queue was full.", float64(m.bcast.dropped.Load()))
 

@@ -135,6 +135,7 @@ const reasonAlreadySeen = "already seen"
 // known; rejections are left to the caller, which may summarise them.
 func (m *Manager) handlePeerFrame(log *slog.Logger, body []byte) (status int, reason string) {
 	ev, err := parsePeerFrame(body)
+	m.refusedOverBound(err, "peer")
 	if err != nil {
 		return http.StatusBadRequest, err.Error()
 	}
@@ -162,7 +163,7 @@ func (m *Manager) handlePeerFrame(log *slog.Logger, body []byte) (status int, re
 // reach the broker even when the event itself was seen before.
 func (m *Manager) relayPeerEvent(ev peerEvent) (duplicate bool, err error) {
 	if ev.removal != nil {
-		return m.dedup.deliverOnce(ev.removal.dedupKey(), func() error { return m.emitRemove(ev.removal.ref) })
+		return m.dedup.deliverOnce(ev.removal.dedupKey(), func() error { return m.emitRemove(ev.removal) })
 	}
 	if ev.life.resync {
 		return false, m.emitUpsert(ev.life.raw)

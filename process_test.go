@@ -263,9 +263,9 @@ func TestProcessBrokerLineMaxSetsTheLimitOfLinesToTheBroker(t *testing.T) {
 			ingress := "127.0.0.1:" + itoa(freePort(t))
 			d := startNode(t, nodes[0], append([]string{"--local-ingress", ingress}, tc.extra...)...)
 			d.waitMethod("discovery:subscribe", 1) // the ingress is bound
-			got, text := postIngress(t, ingress, string(longErrorFrame(t, "proc-long-error", "")))
+			got, text := postIngress(t, ingress, string(longNoteFrame(t, "proc-long-error", "")))
 			if got != tc.want {
-				t.Fatalf("a frame with a %d-byte error: status %d (%q), want %d", longErrorBytes, got, text, tc.want)
+				t.Fatalf("a frame with a %d-byte note: status %d (%q), want %d", longErrorBytes, got, text, tc.want)
 			}
 			if got == http.StatusRequestEntityTooLarge && !strings.Contains(text, itoa(tc.limit)+"-byte line limit (--broker-line-max)") {
 				t.Fatalf("reason %q does not give the %d-byte limit", text, tc.limit)

@@ -2,11 +2,12 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 )
 
 // The lifecycle methods a workload's events travel as, on every channel.
@@ -82,32 +83,61 @@ func (e *lifecycleEvent) ref() workloadRef { return workloadRef{e.info.Originate
 func (e *lifecycleEvent) terminal() bool { return isTerminalState(e.info.State) }
 
 // dedupKey is the key peers deduplicate a lifecycle event on.
-func (e *lifecycleEvent) dedupKey() string {
+func (e *lifecycleEvent) dedupKey() dedupDigest {
 	i := &e.info
 	seq := ""
 	if i.hasSeq {
 		seq = strconv.FormatInt(i.seqNum, 10)
 	}
-	return joinKey("L", i.OriginatedFrom, i.Engine, i.RunID, i.ID, i.State, i.ScheduledOn, seq)
+	return digestKey("L", i.OriginatedFrom, i.Engine, i.RunID, i.ID, i.State, i.ScheduledOn, seq)
 }
 
 // removalEvent is a validated workloads:remove frame.
 type removalEvent struct {
-	ref    workloadRef
-	params json.RawMessage
+	ref workloadRef
+	// idToken and originToken are the JSON string tokens of workloadId and
+	// originatedFrom exactly as they arrived. The removal the broker gets
+	// is built from them, not from ref re-encoded, so it names the
+	// workload in the very bytes the upsert named it in (an escape such as
+	// \u00e9 or \/ stays an escape).
+	idToken, originToken json.RawMessage
+	params               json.RawMessage
 }
 
-func (r *removalEvent) dedupKey() string { return joinKey("R", r.ref.origin, r.ref.id) }
+func (r *removalEvent) dedupKey() dedupDigest { return digestKey("R", r.ref.origin, r.ref.id) }
 
-// joinKey length-prefixes each part so that no two tuples share a key.
-func joinKey(parts ...string) string {
-	var b strings.Builder
+// brokerParams renders the removal's params for the broker from the tokens
+// as they arrived, in the order json.Marshal of a map wrote them before,
+// so a removal that needs no escaping reaches the broker byte for byte as
+// it always did.
+func (r *removalEvent) brokerParams() json.RawMessage {
+	b := make([]byte, 0, len(r.idToken)+len(r.originToken)+32)
+	b = append(b, `{"originatedFrom":`...)
+	b = append(b, r.originToken...)
+	b = append(b, `,"workloadId":`...)
+	b = append(b, r.idToken...)
+	return append(b, '}')
+}
+
+// digestKey is the SHA-256 of the parts, each preceded by its length as
+// eight big-endian bytes, so that no two tuples share an encoding and no
+// two share a digest short of a SHA-256 collision. The dedup stores the
+// digest, 32 bytes whatever the parts hold.
+func digestKey(parts ...string) dedupDigest {
+	n := 0
 	for _, p := range parts {
-		b.WriteString(strconv.Itoa(len(p)))
-		b.WriteByte(':')
-		b.WriteString(p)
+		n += 8 + len(p)
 	}
-	return b.String()
+	var stack [1024]byte // the bounded fields of a key fit: no allocation
+	b := stack[:0]
+	if n > len(stack) {
+		b = make([]byte, 0, n)
+	}
+	for _, p := range parts {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(p)))
+		b = append(b, p...)
+	}
+	return sha256.Sum256(b)
 }
 
 var errNotObject = errors.New("must be a JSON object")
@@ -167,33 +197,35 @@ func (i *workloadInfo) validate() error {
 	return nil
 }
 
-// removeParams is the params object of a workloads:remove frame.
-type removeParams struct {
-	WorkloadID     *string `json:"workloadId"`
-	OriginatedFrom string  `json:"originatedFrom"`
-}
-
 // parseRemove validates a workloads:remove frame's params: the typed checks
-// of workloadtypes.go, then a non-empty workloadId and originatedFrom. It
-// has no side effects.
+// of workloadtypes.go, then a non-empty workloadId and originatedFrom. The
+// ref is decoded from the very tokens the removal keeps, the last member
+// that folds to each field, as encoding/json would decode it. It has no
+// side effects.
 func parseRemove(params json.RawMessage) (removalEvent, error) {
 	if !isJSONObject(params) {
 		return removalEvent{}, fmt.Errorf("params: %w", errNotObject)
 	}
-	if err := checkRemovalTypes(params); err != nil {
+	tok, err := checkRemovalTypes(params)
+	if err != nil {
 		return removalEvent{}, err
 	}
-	var p removeParams
-	if err := json.Unmarshal(params, &p); err != nil {
-		return removalEvent{}, fmt.Errorf("params: %w", err)
+	// The tokens are well-formed strings (checkRemovalTypes): decoding them
+	// cannot fail, and substitutes nothing.
+	var id, origin string
+	if tok.workloadID != nil {
+		_ = json.Unmarshal(tok.workloadID, &id)
 	}
-	if p.WorkloadID == nil || *p.WorkloadID == "" {
+	if tok.originatedFrom != nil {
+		_ = json.Unmarshal(tok.originatedFrom, &origin)
+	}
+	if id == "" {
 		return removalEvent{}, errors.New("params.workloadId is missing or empty")
 	}
-	if p.OriginatedFrom == "" {
+	if origin == "" {
 		return removalEvent{}, errors.New("params.originatedFrom is missing or empty")
 	}
-	return removalEvent{ref: workloadRef{p.OriginatedFrom, *p.WorkloadID}, params: params}, nil
+	return removalEvent{ref: workloadRef{origin, id}, idToken: tok.workloadID, originToken: tok.originatedFrom, params: params}, nil
 }
 
 func isJSONObject(b json.RawMessage) bool {

@@ -248,7 +248,7 @@ func TestDedupKeyDistinguishesEveryTupleMember(t *testing.T) {
 		"engine+runId colon 1":      with(map[string]any{"engine": "e:1", "runId": "x"}),
 		"engine+runId colon 2":      with(map[string]any{"engine": "e", "runId": "1:x"}),
 	}
-	keys := map[string]string{} // key -> case name
+	keys := map[dedupDigest]string{} // key -> case name
 	for name, w := range cases {
 		b, _ := json.Marshal(w)
 		ev := lifecycleEvent{}
@@ -263,7 +263,7 @@ func TestDedupKeyDistinguishesEveryTupleMember(t *testing.T) {
 		}
 		k := ev.dedupKey()
 		if other, dup := keys[k]; dup {
-			t.Errorf("cases %q and %q share the dedup key %q", name, other, k)
+			t.Errorf("cases %q and %q share the dedup key %x", name, other, k)
 		}
 		keys[k] = name
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"unicode/utf8"
@@ -52,10 +53,12 @@ func (t memberType) expectation() string {
 // maxSeq is the largest seq: the broker keeps it as a signed 64-bit integer.
 const maxSeq = 1<<63 - 1
 
-// typedField is a known member and the type it must have.
+// typedField is a known member, the type it must have and, for a string,
+// the most bytes its decoded value may hold (0: no bound).
 type typedField struct {
-	name string // its canonical spelling, for errors
-	typ  memberType
+	name     string // its canonical spelling, for errors
+	typ      memberType
+	maxBytes int
 }
 
 // typedFields maps the folded form of each name to its field.
@@ -67,29 +70,40 @@ func typedFields(fields ...typedField) map[string]typedField {
 	return m
 }
 
+// maxKeyFieldBytes bounds, in bytes of its decoded UTF-8 value, every string
+// field that identifies a workload or an event of one: the fields the dedup
+// key, the re-sync set's key and the removal memory are made of, and the
+// model and requester beside them. A bound on these keeps every structure
+// keyed by them bounded in bytes, not only in entries, whatever a peer or a
+// producer sends; 256 bytes is far more than any id, node UUID or engine
+// name the cluster uses.
+const maxKeyFieldBytes = 256
+
 var (
 	// workloadTypedFields are the members of a workload object the broker
 	// decodes, with their types (contract, section 3).
 	workloadTypedFields = typedFields(
-		typedField{"id", typeString},
-		typedField{"model", typeString},
-		typedField{"engine", typeString},
-		typedField{"state", typeString},
-		typedField{"originatedFrom", typeString},
-		typedField{"runId", typeStringOrNull},
-		typedField{"scheduledOn", typeStringOrNull},
-		typedField{"createdAt", typeEpochMillis},
-		typedField{"startedAt", typeEpochMillisNull},
-		typedField{"completedAt", typeEpochMillisNull},
-		typedField{"error", typeStringOrNull},
-		typedField{"requesterId", typeStringOrNull},
-		typedField{"seq", typeSeq},
+		typedField{"id", typeString, maxKeyFieldBytes},
+		typedField{"model", typeString, maxKeyFieldBytes},
+		typedField{"engine", typeString, maxKeyFieldBytes},
+		typedField{"state", typeString, 0},
+		typedField{"originatedFrom", typeString, maxKeyFieldBytes},
+		typedField{"runId", typeStringOrNull, maxKeyFieldBytes},
+		typedField{"scheduledOn", typeStringOrNull, maxKeyFieldBytes},
+		typedField{"createdAt", typeEpochMillis, 0},
+		typedField{"startedAt", typeEpochMillisNull, 0},
+		typedField{"completedAt", typeEpochMillisNull, 0},
+		// error is bounded on the ingress only (ingressframe.go): the broker
+		// and the stock peers send long error texts, and error is in no key.
+		typedField{"error", typeStringOrNull, 0},
+		typedField{"requesterId", typeStringOrNull, maxKeyFieldBytes},
+		typedField{"seq", typeSeq, 0},
 	)
 	// removalTypedFields are the members of a workloads:remove frame's params
 	// the broker decodes.
 	removalTypedFields = typedFields(
-		typedField{"workloadId", typeString},
-		typedField{"originatedFrom", typeString},
+		typedField{"workloadId", typeString, maxKeyFieldBytes},
+		typedField{"originatedFrom", typeString, maxKeyFieldBytes},
 	)
 )
 
@@ -116,21 +130,36 @@ func checkWorkloadTypes(info []byte) (seq int64, hasSeq bool, err error) {
 	return seq, hasSeq, nil
 }
 
+// removalTokens are the raw JSON string tokens of a removal's workloadId
+// and originatedFrom, each the last member whose name folds to the field:
+// the one encoding/json decodes. nil when the member is absent.
+type removalTokens struct {
+	workloadID, originatedFrom json.RawMessage
+}
+
 // checkRemovalTypes checks the type of every known member of a removal's
-// params.
-func checkRemovalTypes(params []byte) error {
+// params and returns the tokens of its two fields, as they arrived.
+func checkRemovalTypes(params []byte) (removalTokens, error) {
+	var tok removalTokens
 	ms, err := objectMembers(params)
 	if err != nil {
-		return fmt.Errorf("params: %w", err)
+		return tok, fmt.Errorf("params: %w", err)
 	}
 	for _, m := range ms {
-		if f, known := lookupTypedField(removalTypedFields, m.name); known {
-			if err := checkMemberType("params", f, m); err != nil {
-				return err
-			}
+		f, known := lookupTypedField(removalTypedFields, m.name)
+		if !known {
+			continue
+		}
+		if err := checkMemberType("params", f, m); err != nil {
+			return tok, err
+		}
+		if f.name == "workloadId" {
+			tok.workloadID = m.value
+		} else {
+			tok.originatedFrom = m.value
 		}
 	}
-	return nil
+	return tok, nil
 }
 
 // lookupTypedField finds the field a member name would be decoded as.
@@ -141,8 +170,9 @@ func lookupTypedField(fields map[string]typedField, name string) (typedField, bo
 }
 
 // checkMemberType refuses a member whose value the broker cannot decode as
-// its field's type. The error names the field and the type it must have;
-// a member sent under another spelling is named as sent too.
+// its field's type, or a string over its field's bound. The error names the
+// field and the type it must have, or the bound; a member sent under
+// another spelling is named as sent too.
 func checkMemberType(level string, f typedField, m jsonMember) error {
 	var what string
 	switch {
@@ -151,12 +181,84 @@ func checkMemberType(level string, f typedField, m jsonMember) error {
 	case isJSONStringValue(m.value) && !isWellFormedJSONString(m.value):
 		what = "must be valid UTF-8 with no lone surrogates"
 	default:
+		if err := checkStringBound(level, f.name, f.maxBytes, m.value); err != nil {
+			if m.name != f.name {
+				err.sentAs = m.name
+			}
+			return err
+		}
 		return nil
 	}
 	if m.name != f.name {
 		return fmt.Errorf("%s.%s %s (sent as %q)", level, f.name, what, m.name)
 	}
 	return fmt.Errorf("%s.%s %s", level, f.name, what)
+}
+
+// fieldTooLongError refuses a string member over its field's bound. It is
+// a type of its own so that each path can count these refusals
+// (nvpair_wlm_field_bound_refusals_total).
+type fieldTooLongError struct {
+	field  string // with its level: "workloadInfo.engine"
+	sentAs string // the member's name when it was not the field's spelling
+	size   int    // the decoded value's bytes
+	limit  int
+}
+
+func (e *fieldTooLongError) Error() string {
+	msg := fmt.Sprintf("%s is %d bytes, over its %d-byte bound", e.field, e.size, e.limit)
+	if e.sentAs != "" {
+		msg += fmt.Sprintf(" (sent as %q)", e.sentAs)
+	}
+	return msg
+}
+
+// checkStringBound refuses v, a well-formed JSON value, when it is a string
+// whose decoded value is over limit bytes; limit 0 bounds nothing. The
+// bound is on the decoded value, the string every structure keyed by it
+// holds, not on its escaped text: "\u00e9" is the two bytes of é.
+func checkStringBound(level, field string, limit int, v []byte) *fieldTooLongError {
+	if limit == 0 || !isJSONStringValue(v) {
+		return nil
+	}
+	// Escapes only shrink on decoding, so a token whose text fits needs no
+	// closer look.
+	if len(v)-2 <= limit {
+		return nil
+	}
+	if n := decodedJSONStringLen(v); n > limit {
+		return &fieldTooLongError{field: level + "." + field, size: n, limit: limit}
+	}
+	return nil
+}
+
+// decodedJSONStringLen returns the bytes of the UTF-8 text a well-formed
+// quoted JSON string decodes to (isWellFormedJSONString), without
+// decoding it.
+func decodedJSONStringLen(q []byte) int {
+	s := q[1 : len(q)-1]
+	n := 0
+	for i := 0; i < len(s); {
+		if s[i] != '\\' {
+			n++
+			i++
+			continue
+		}
+		if s[i+1] != 'u' {
+			n++ // \" \\ \/ \b \f \n \r \t: one byte each
+			i += 2
+			continue
+		}
+		r, _ := escapedRune(s, i)
+		i += 6
+		if isHighSurrogate(r) {
+			n += 4 // with the escaped low surrogate that must follow
+			i += 6
+			continue
+		}
+		n += utf8.RuneLen(r)
+	}
+	return n
 }
 
 // hasMemberType reports whether v, valid JSON, is a value of type t.
