@@ -68,12 +68,32 @@ func newClusterTrust(dir string, log *slog.Logger) *clusterTrust {
 
 // watch re-reads the cluster directory until ctx ends and calls onChange
 // after each reload that changed the identity, the pins or the membership.
+// It returns as soon as ctx ends, even while a reload is under way: see
+// reloadUnlessDone.
 func (t *clusterTrust) watch(ctx context.Context, every time.Duration, onChange func()) {
 	runEvery(ctx, every, func() {
-		if t.reload() {
+		if changed, finished := t.reloadUnlessDone(ctx); finished && changed {
 			onChange()
 		}
 	})
+}
+
+// reloadUnlessDone runs reload on a goroutine of its own and returns its
+// answer with finished true, or finished false as soon as ctx ends first.
+// The reads are bounded (only regular files, at most maxClusterFileBytes
+// each), but a file system can still hold a read for as long as it likes
+// (an unresponsive network mount), and shutdown must not wait for it. An
+// abandoned reload ends when its read does, and applies what it read; no
+// one acts on its answer.
+func (t *clusterTrust) reloadUnlessDone(ctx context.Context) (changed, finished bool) {
+	answer := make(chan bool, 1) // buffered: an abandoned reload never blocks on it
+	go func() { answer <- t.reload() }()
+	select {
+	case changed := <-answer:
+		return changed, true
+	case <-ctx.Done():
+		return false, false
+	}
 }
 
 // reload reads the identity, the pins and the admission record, derives
