@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -128,15 +129,24 @@ func TestReadRegularFileRefusesWhatIsNotARegularFileOfAtMost64KiB(t *testing.T) 
 
 // TestReadRegularFileCutsAFileLongerThanItsStatSaysAtTheBound reads a
 // regular file whose Stat size (0) says nothing of its length: the bound is
-// the limited read, not the size Stat reports.
+// the limited read, not the size Stat reports, and no more than the bound
+// is ever held in memory.
 func TestReadRegularFileCutsAFileLongerThanItsStatSaysAtTheBound(t *testing.T) {
 	const path = "/proc/kallsyms" // regular, size 0, megabytes long
 	fi, err := os.Stat(path)
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
 		t.Skipf("%s is not a regular file of size 0 here", path)
 	}
-	if _, _, err := readRegularFile(path); !errors.Is(err, errFileTooLarge) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, _, err = readRegularFile(path)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, errFileTooLarge) {
 		t.Fatalf("readRegularFile(%s) error = %v, want %v", path, err, errFileTooLarge)
+	}
+	// io.ReadAll grows its buffer by doubling: about twice the bound.
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 8*maxClusterFileBytes {
+		t.Fatalf("reading %s allocated %d bytes, want at most %d: the read was not cut at the bound", path, allocated, 8*maxClusterFileBytes)
 	}
 }
 
