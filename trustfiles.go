@@ -28,21 +28,28 @@ const settleWindow = 2 * time.Second
 type fileStamp struct {
 	info    os.FileInfo // nil when the file could not be opened: it is read again
 	settled bool        // read at least settleWindow after its last change
+	absent  bool        // there was no file: it stays unchanged while there is none
 }
 
-// stampOf stamps a file opened at readAt. A file that is not regular is
-// settled at once: its content is never read, only its type counts.
+// stampOf stamps a file opened at readAt. A file that is not regular, or
+// larger than maxClusterFileBytes, is settled at once: its content is never
+// read, and its type and size, which the stamp holds, decide its refusal.
 func stampOf(fi os.FileInfo, readAt time.Time) fileStamp {
 	if fi == nil {
 		return fileStamp{}
 	}
-	return fileStamp{info: fi, settled: !fi.Mode().IsRegular() || readAt.Sub(fi.ModTime()) >= settleWindow}
+	refusedUnread := !fi.Mode().IsRegular() || fi.Size() > maxClusterFileBytes
+	return fileStamp{info: fi, settled: refusedUnread || readAt.Sub(fi.ModTime()) >= settleWindow}
 }
 
 // unchangedAt reports whether path still names the file the stamp was
 // taken from, unchanged since, so that what was read from it still holds.
 // It costs one stat.
 func (s fileStamp) unchangedAt(path string) bool {
+	if s.absent {
+		_, err := os.Stat(path)
+		return errors.Is(err, os.ErrNotExist)
+	}
 	if s.info == nil || !s.settled {
 		return false
 	}
@@ -63,8 +70,10 @@ type trustFiles struct {
 	read func(path string) ([]byte, os.FileInfo, error)
 	now  func() time.Time
 
+	crt, key  cachedFile // node.crt, node.key
 	ident     identityRead
-	admission admissionRead
+	admission cachedFile          // admission.json
+	adm       admission           // what it was decoded into
 	pins      map[string]*pinRead // by file name in trusted/
 	pass      uint64              // the current loadPins pass, to find the files that left
 
@@ -75,21 +84,21 @@ type trustFiles struct {
 	reloads    atomic.Uint64 // reload passes completed
 }
 
-// identityRead is the last loadIdentity result and the stamps of the files
-// it came from.
-type identityRead struct {
-	known    bool
-	crt, key fileStamp
-	cert     *tls.Certificate
-	der      []byte
-	err      error
-}
-
-// admissionRead is the last admission.json result and its file's stamp.
-type admissionRead struct {
+// cachedFile is one small file's last read: its stamp and what the read
+// gave.
+type cachedFile struct {
 	known bool
 	stamp fileStamp
-	adm   admission
+	b     []byte
+	err   error
+}
+
+// identityRead is the last loadIdentity result.
+type identityRead struct {
+	known bool
+	cert  *tls.Certificate
+	der   []byte
+	err   error
 }
 
 // pinRead is what one pin file held when it was last read: a pin, or the
@@ -118,26 +127,38 @@ func (f *trustFiles) readFile(path string) ([]byte, fileStamp, error) {
 	case errors.Is(err, errFileTooLarge):
 		f.tooLarge.Add(1)
 	}
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fileStamp{absent: true}, err
+	}
 	return b, stampOf(fi, at), err
+}
+
+// refresh reads path into c again unless the file is unchanged since c's
+// read, and reports whether it read.
+func (f *trustFiles) refresh(c *cachedFile, path string) bool {
+	if c.known && c.stamp.unchangedAt(path) {
+		return false
+	}
+	b, stamp, err := f.readFile(path)
+	*c = cachedFile{known: true, stamp: stamp, b: b, err: err}
+	return true
 }
 
 // loadIdentity returns the node's certificate and its leaf's DER, or nil and
 // no error when node.crt is absent, or errKeyMissing when node.key alone is.
-// node.crt and node.key are read again only when one of them changed.
+// Each file is read again only when it changed, and node.key only when
+// node.crt could be read.
 func (f *trustFiles) loadIdentity() (*tls.Certificate, []byte, error) {
 	certFile, keyFile := filepath.Join(f.dir, "node.crt"), filepath.Join(f.dir, "node.key")
-	if f.ident.known && f.ident.crt.unchangedAt(certFile) && f.ident.key.unchangedAt(keyFile) {
+	reread := f.refresh(&f.crt, certFile)
+	if f.crt.err == nil {
+		reread = f.refresh(&f.key, keyFile) || reread
+	}
+	if f.ident.known && !reread {
 		return f.ident.cert, f.ident.der, f.ident.err
 	}
-	crtPEM, crtStamp, crtErr := f.readFile(certFile)
-	var keyPEM []byte
-	var keyStamp fileStamp
-	var keyErr error
-	if crtErr == nil {
-		keyPEM, keyStamp, keyErr = f.readFile(keyFile)
-	}
-	cert, der, err := identityFrom(certFile, crtPEM, crtErr, keyFile, keyPEM, keyErr)
-	f.ident = identityRead{known: true, crt: crtStamp, key: keyStamp, cert: cert, der: der, err: err}
+	cert, der, err := identityFrom(certFile, f.crt.b, f.crt.err, keyFile, f.key.b, f.key.err)
+	f.ident = identityRead{known: true, cert: cert, der: der, err: err}
 	return cert, der, err
 }
 
@@ -166,13 +187,10 @@ func identityFrom(certFile string, crtPEM []byte, crtErr error, keyFile string, 
 // changed.
 func (f *trustFiles) loadAdmission() admission {
 	path := filepath.Join(f.dir, admissionFileName)
-	if f.admission.known && f.admission.stamp.unchangedAt(path) {
-		return f.admission.adm
+	if f.refresh(&f.admission, path) {
+		f.adm = admissionFrom(path, f.admission.b, f.admission.err)
 	}
-	b, stamp, err := f.readFile(path)
-	adm := admissionFrom(path, b, err)
-	f.admission = admissionRead{known: true, stamp: stamp, adm: adm}
-	return adm
+	return f.adm
 }
 
 // loadPins lists trusted/ and reads the pin files that appeared or changed

@@ -261,6 +261,9 @@ func TestIdentityFilesAreReadOnlyWhenRegularFilesOfAtMost64KiB(t *testing.T) {
 			if n := strings.Count(logs.String(), c.warning); n != 1 {
 				t.Fatalf("%d warnings %q over three reloads, want 1; logs:\n%s", n, c.warning, logs)
 			}
+			if n := tr.files.notRegular.Load() + tr.files.tooLarge.Load(); n != 1 {
+				t.Fatalf("%d refusals counted over three reloads, want 1 (once per file and change)", n)
+			}
 		})
 	}
 }
@@ -323,6 +326,10 @@ func TestUnchangedClusterDirectoryIsNotReadAgain(t *testing.T) {
 		}, 2, true},
 		{"admission.json is rewritten", func() { netMust(t, devpki.WriteAdmission(dir, "test-cluster", 2)); ageAll() }, 1, false},
 		{"nothing changed again", func() {}, 0, false},
+		{"admission.json is removed", func() { netMust(t, os.Remove(filepath.Join(dir, admissionFileName))) }, 1, false},
+		{"admission.json is still absent", func() {}, 0, false},
+		{"node.key is removed", func() { netMust(t, os.Remove(filepath.Join(dir, "node.key"))) }, 1, false},
+		{"node.key is still absent", func() {}, 0, false},
 	}
 	for _, s := range steps {
 		s.do()
