@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,6 +37,15 @@ type clusterTrust struct {
 	dir string
 	log *slog.Logger
 
+	// readMu serializes reloads and guards files, the cache of what they
+	// read. Only reload takes it, never under another lock, and it takes mu
+	// under it to apply what it read (order readMu -> mu). It is held across
+	// the file reads, which are bounded (regular files of at most
+	// maxClusterFileBytes, only those that changed); no handshake or request
+	// ever waits on it.
+	readMu sync.Mutex
+	files  *trustFiles
+
 	// mu guards every field below. It is a leaf lock: TLS callbacks take it
 	// during handshakes, so nothing else may be acquired while holding it.
 	mu            sync.RWMutex
@@ -56,34 +63,58 @@ type clusterTrust struct {
 }
 
 func newClusterTrust(dir string, log *slog.Logger) *clusterTrust {
-	return &clusterTrust{dir: dir, log: log, pins: map[string][]byte{}, invalid: map[string]string{}}
+	return &clusterTrust{dir: dir, log: log, files: newTrustFiles(dir), pins: map[string][]byte{}, invalid: map[string]string{}}
 }
 
 // watch re-reads the cluster directory until ctx ends and calls onChange
 // after each reload that changed the identity, the pins or the membership.
+// It returns as soon as ctx ends, even while a reload is under way: see
+// reloadUnlessDone.
 func (t *clusterTrust) watch(ctx context.Context, every time.Duration, onChange func()) {
 	runEvery(ctx, every, func() {
-		if t.reload() {
+		if changed, finished := t.reloadUnlessDone(ctx); finished && changed {
 			onChange()
 		}
 	})
 }
 
+// reloadUnlessDone runs reload on a goroutine of its own and returns its
+// answer with finished true, or finished false as soon as ctx ends first.
+// The reads are bounded (only regular files, at most maxClusterFileBytes
+// each), but a file system can still hold a read for as long as it likes
+// (an unresponsive network mount), and shutdown must not wait for it. An
+// abandoned reload ends when its read does, and applies what it read; no
+// one acts on its answer.
+func (t *clusterTrust) reloadUnlessDone(ctx context.Context) (changed, finished bool) {
+	answer := make(chan bool, 1) // buffered: an abandoned reload never blocks on it
+	go func() { answer <- t.reload() }()
+	select {
+	case changed := <-answer:
+		return changed, true
+	case <-ctx.Done():
+		return false, false
+	}
+}
+
 // reload reads the identity, the pins and the admission record, derives
 // the membership, and reports whether the identity, the pins or the
-// membership changed. The files are read before mu is taken, so a slow disk
+// membership changed. Only the files that changed since the last reload are
+// read (trustFiles), and they are read before mu is taken, so a slow disk
 // never stalls a handshake.
 func (t *clusterTrust) reload() bool {
-	ident, identDER, identErr := loadIdentity(t.dir)
-	pins, invalid, pinsErr := loadPins(filepath.Join(t.dir, "trusted"))
-	adm := loadAdmission(t.dir)
+	t.readMu.Lock()
+	defer t.readMu.Unlock()
+	defer t.files.reloads.Add(1)
+	ident, identDER, identErr := t.files.loadIdentity()
+	pins, invalid, pinsChanged, pinsErr := t.files.loadPins()
+	adm := t.files.loadAdmission()
 
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	first := !t.loaded
 	t.loaded = true
 	changed := t.applyIdentity(ident, identDER, identErr)
-	changed = t.applyPins(pins, invalid, pinsErr) || changed
+	changed = t.applyPins(pins, invalid, pinsChanged, pinsErr) || changed
 	if adm.problem != "" && adm.problem != t.admission.problem {
 		t.log.Warn("admission record ignored: treated as no admission", "reason", adm.problem)
 	}
@@ -132,10 +163,14 @@ func (t *clusterTrust) applyIdentity(ident *tls.Certificate, der []byte, err err
 }
 
 // applyPins takes the result of loadPins and reports whether the pins
-// changed. Called with mu held.
-func (t *clusterTrust) applyPins(pins map[string][]byte, invalid map[string]string, err error) bool {
+// changed. Nothing is compared when no pin file changed, so an idle reload
+// does no work here. Called with mu held.
+func (t *clusterTrust) applyPins(pins map[string][]byte, invalid map[string]string, filesChanged bool, err error) bool {
 	if err != nil {
 		t.log.Warn("trusted directory unreadable, keeping the previous pins", "reason", err)
+		return false
+	}
+	if !filesChanged {
 		return false
 	}
 	for name, why := range invalid {
@@ -170,62 +205,15 @@ func (t *clusterTrust) applyMembership(now membership, first bool) bool {
 	return now.clustered != prev.clustered
 }
 
-// loadIdentity returns the node's certificate and its leaf's DER, or nil and
-// no error when node.crt is absent, or errKeyMissing when node.key alone is.
-func loadIdentity(dir string) (*tls.Certificate, []byte, error) {
-	certFile, keyFile := filepath.Join(dir, "node.crt"), filepath.Join(dir, "node.key")
-	if _, err := os.Stat(certFile); errors.Is(err, os.ErrNotExist) {
-		return nil, nil, nil
-	}
-	if _, err := os.Stat(keyFile); errors.Is(err, os.ErrNotExist) {
-		return nil, nil, fmt.Errorf("load %s: %w", keyFile, errKeyMissing)
-	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, nil, fmt.Errorf("load %s: %w", certFile, err)
-	}
-	return &cert, cert.Leaf.Raw, nil
-}
-
 // pinFile is the JSON document the cluster manager writes per trusted peer.
 type pinFile struct {
 	NodeUUID string `json:"nodeUuid"`
 	CertPEM  string `json:"certPem"`
 }
 
-// loadPins reads every valid pin in dir. A missing directory trusts no one;
-// any other error is returned so the caller keeps its previous pins.
-func loadPins(dir string) (pins map[string][]byte, invalid map[string]string, err error) {
-	pins, invalid = map[string][]byte{}, map[string]string{}
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return pins, invalid, nil
-	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("read %s: %w", dir, err)
-	}
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".json") {
-			continue // also skips the cluster manager's .tmp files
-		}
-		principal, der, err := readPin(filepath.Join(dir, name))
-		if err != nil {
-			invalid[name] = err.Error()
-			continue
-		}
-		pins[principal] = der
-	}
-	return pins, invalid, nil
-}
-
-// readPin returns a pin's principal and certificate when its file name, its
-// nodeUuid and its certificate's principal all name the same UUID.
-func readPin(path string) (string, []byte, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", nil, err
-	}
+// decodePin returns the pin a file named name.json holds, when its name,
+// its nodeUuid and its certificate's principal all name the same UUID.
+func decodePin(name string, b []byte) (string, []byte, error) {
 	var p pinFile
 	if err := json.Unmarshal(b, &p); err != nil {
 		return "", nil, fmt.Errorf("not a pin document: %w", err)
@@ -238,7 +226,6 @@ func readPin(path string) (string, []byte, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("certPem: %w", err)
 	}
-	name := strings.TrimSuffix(filepath.Base(path), ".json")
 	principal := principalOf(cert)
 	if p.NodeUUID == "" || name != p.NodeUUID || principal != p.NodeUUID {
 		return "", nil, fmt.Errorf("file name %q, nodeUuid %q and certificate principal %q disagree", name, p.NodeUUID, principal)

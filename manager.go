@@ -220,7 +220,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		}
 		listeners = append(listeners, ln)
 	}
-	m.trust.reload()
+	// The first reload is abandoned, like every later one, if a signal
+	// comes while the file system holds it (clusterTrust.reloadUnlessDone).
+	m.trust.reloadUnlessDone(ctx)
 	m.log.Info("started", "nodeId", m.cfg.NodeID, "nodeIdFile", m.cfg.NodeIDFile, "version", m.cfg.Version, "peerAddr", peerLn.Addr().String())
 
 	ctx, cancel := context.WithCancel(ctx)

@@ -35,6 +35,12 @@ type admission struct {
 func loadAdmission(dir string) admission {
 	path := filepath.Join(dir, admissionFileName)
 	b, err := readBounded(path)
+	return admissionFrom(path, b, err)
+}
+
+// admissionFrom decodes admission.json as read from path (b, or the read's
+// failure err), by the rules of loadAdmission.
+func admissionFrom(path string, b []byte, err error) admission {
 	if errors.Is(err, os.ErrNotExist) {
 		return admission{}
 	}

@@ -27,7 +27,7 @@ func TestAdmissionIsActiveOnlyWithAClusterAPositiveEpochAndNotRetired(t *testing
 		{"not JSON", `{"clusterId": "c-1", epoch`, false, true},
 		{"epoch not a number", `{"clusterId": "c-1", "epoch": "3"}`, false, true},
 		{"not an object", `["c-1", 3]`, false, true},
-		{"larger than any admission record", `{"clusterId": "` + strings.Repeat("c", maxIdentityFileBytes) + `", "epoch": 3}`, false, true},
+		{"larger than any admission record", `{"clusterId": "` + strings.Repeat("c", maxClusterFileBytes) + `", "epoch": 3}`, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

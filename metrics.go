@@ -226,6 +226,7 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	t.single("nvpair_wlm_targets", "gauge", "Current broadcast targets.", float64(m.bcast.targetCount()))
 	t.single("nvpair_wlm_pinned_peers", "gauge", "Peers with a valid pin in the cluster directory.", float64(m.trust.pinCount()))
 	t.single("nvpair_wlm_clustered", "gauge", "1 while this node is a clustered member (identity and an active admission or a pin), else 0.", boolGauge(m.trust.clustered()))
+	m.trust.files.writeMetrics(&t)
 	t.family("nvpair_wlm_tls_handshakes_total", "counter", "Completed TLS handshakes on the inter-node channel, by side.")
 	t.sample("nvpair_wlm_tls_handshakes_total", []string{"side"}, []string{"server"}, float64(m.trust.serverHandshakes.Load()))
 	t.sample("nvpair_wlm_tls_handshakes_total", []string{"side"}, []string{"client"}, float64(m.bcast.handshakes.Load()))

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -21,12 +20,6 @@ const (
 	nodeIDFileName       = "node-id.json"  // in the app dir; producers read it to learn their node
 	legacyNodeIDFileName = "node-id"       // a bare UUID, written by earlier versions of this daemon
 )
-
-// maxIdentityFileBytes bounds how much of an identity file is read. The
-// document is two members, under 100 bytes; anything far larger is not one,
-// and reading it whole (a file replaced by a device or a huge log) would
-// stall startup.
-const maxIdentityFileBytes = 64 << 10
 
 var uuidPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
 
@@ -96,24 +89,6 @@ func carryOverLegacyID(appDir, docPath, legacyPath, id string) resolvedNodeID {
 		return resolvedNodeID{id: written, source: docPath, notice: fmt.Sprintf("%s names %s, not %s from %s; using %s", docPath, written, id, legacyPath, docPath)}
 	}
 	return resolvedNodeID{id: id, source: docPath, notice: fmt.Sprintf("node id carried over from %s into %s", legacyPath, docPath)}
-}
-
-// readBounded reads a small file, refusing one over maxIdentityFileBytes.
-// A missing file is an error wrapping os.ErrNotExist.
-func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxIdentityFileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxIdentityFileBytes {
-		return nil, fmt.Errorf("larger than %d bytes", maxIdentityFileBytes)
-	}
-	return b, nil
 }
 
 // readIdentityDoc returns the UUID an identity document names. An absent

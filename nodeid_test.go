@@ -169,7 +169,7 @@ func TestResolveNodeIDRefusesABrokenIdentityFileWithoutTouchingIt(t *testing.T) 
 			{"UUID one digit short", `{"node_uuid": "3f2504e0-4f89-41d3-9a0c-0305e82c330"}`, ""},
 			{"braced UUID", `{"node_uuid": "{` + valid + `}"}`, ""},
 			{"bare legacy text", "not-a-uuid\n", ""},
-			{"larger than any identity document", `{"node_uuid": "` + valid + `", "pad": "` + strings.Repeat("x", maxIdentityFileBytes) + `"}`, ""},
+			{"larger than any identity document", `{"node_uuid": "` + valid + `", "pad": "` + strings.Repeat("x", maxClusterFileBytes) + `"}`, ""},
 		} {
 			if file == legacyNodeIDFileName && strings.HasPrefix(tc.content, "{") && tc.name != "larger than any identity document" {
 				continue // the legacy file is a bare UUID: JSON shapes do not apply

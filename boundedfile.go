@@ -1,0 +1,86 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+)
+
+// maxClusterFileBytes bounds every file the daemon reads from its cluster
+// and app directories: node.crt, node.key, admission.json, the pins in
+// trusted/, identity.json and node-id.json. Each is a few kilobytes at
+// most (a pin is one certificate, about 1 KiB); anything far larger is not
+// one of them, and reading it whole (a file replaced by a device or a huge
+// log) would grow the daemon without bound.
+const maxClusterFileBytes = 64 << 10
+
+// errNotRegularFile and errFileTooLarge are the two reasons a present file
+// is refused without being parsed; the trust reload counts them apart.
+var (
+	errNotRegularFile = errors.New("not a regular file")
+	errFileTooLarge   = fmt.Errorf("larger than %d bytes", maxClusterFileBytes)
+)
+
+// readBounded reads a small file, refusing one that is not a regular file
+// or is over maxClusterFileBytes. A missing file is an error wrapping
+// os.ErrNotExist.
+func readBounded(path string) ([]byte, error) {
+	b, _, err := readRegularFile(path)
+	return b, err
+}
+
+// readRegularFile reads path when it is a regular file (a symlink is
+// followed to one) of at most maxClusterFileBytes, and returns its content
+// and what Stat said of the opened file. The check is made on the opened
+// file, not on the path, so a file swapped in between the check and the
+// read cannot slip past it; and the open does not block, so a named pipe is
+// refused rather than waited on. The FileInfo is returned whenever the file
+// was opened, refused or not, so the caller can tell later whether it
+// changed.
+func readRegularFile(path string) ([]byte, os.FileInfo, error) {
+	f, err := openForRead(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fi, fmt.Errorf("%w: %s", errNotRegularFile, fileKind(fi.Mode()))
+	}
+	// The size Stat reports is only a hint (a file may grow while it is
+	// read): the limited read below is the bound.
+	if fi.Size() > maxClusterFileBytes {
+		return nil, fi, errFileTooLarge
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxClusterFileBytes+1))
+	if err != nil {
+		return nil, fi, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(b) > maxClusterFileBytes {
+		return nil, fi, errFileTooLarge
+	}
+	return b, fi, nil
+}
+
+// fileKind names the type of a file that is not regular, for a warning.
+func fileKind(mode fs.FileMode) string {
+	switch t := mode.Type(); {
+	case t&fs.ModeDir != 0:
+		return "a directory"
+	case t&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case t&fs.ModeCharDevice != 0:
+		return "a character device"
+	case t&fs.ModeDevice != 0:
+		return "a device"
+	case t&fs.ModeSocket != 0:
+		return "a socket"
+	default:
+		return "an irregular file"
+	}
+}

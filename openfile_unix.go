@@ -1,0 +1,16 @@
+//go:build unix
+
+package main
+
+import (
+	"os"
+	"syscall"
+)
+
+// openForRead opens path read-only without blocking: a named pipe opened
+// for reading blocks until a writer appears, and O_NONBLOCK makes that open
+// return at once so the caller can see, with Stat on the opened file, that
+// it is not a regular file. A regular file ignores the flag.
+func openForRead(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+}
