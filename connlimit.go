@@ -32,10 +32,12 @@ import (
 // the handshake, or never sends a request, is closed then, well before the
 // header timeout and the idle timeout would.
 
-// Defaults, sized for a small cluster: the three listeners together stay
-// under 1,700 descriptors, far below the usual 1,024-soft/many-thousand
-// hard limits once raised, and a cluster of a few dozen nodes never needs
-// more than a few connections per peer (two lanes each way).
+// Defaults, sized for a small cluster: a few dozen peers need a few
+// connections each (two lanes each way), local producers a handful. The
+// three listeners together hold at most 1,600 descriptors, well within the
+// hard descriptor limit the Go runtime raises the daemon's soft limit to
+// at startup (4,096 on a stock Linux, far more under systemd), with room
+// for the peer clients, the pins and the pipes.
 const (
 	defaultPeerMaxConns          = 1024
 	defaultPeerMaxConnsPerSource = 64
@@ -52,8 +54,8 @@ type ConnLimits struct {
 	Peer, PeerPerSource, Ingress, Metrics int
 }
 
-// maxConnCap bounds every connection flag: far beyond what any listener
-// of a small cluster needs, and below the descriptor limit Linux allows.
+// maxConnCap bounds every connection flag, a sanity check on a typo: far
+// beyond what any listener of a small cluster needs.
 const maxConnCap = 1 << 20
 
 // checkConnLimits refuses a connection flag out of range, in one line that
