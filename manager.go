@@ -103,6 +103,10 @@ type Manager struct {
 	discoveryMu sync.Mutex
 	lastNodes   []discoveredNode
 
+	// origins binds each principal to the nodes the last discovery snapshot
+	// lists it for, read by the peer port without a lock (peerorigin.go).
+	origins *originGuard
+
 	ingress *localIngress    // set by EnableLocalIngress before Run
 	metrics *metricsEndpoint // set by EnableMetrics before Run
 
@@ -160,6 +164,8 @@ func NewManager(cfg Config) (*Manager, error) {
 		resync:      newResyncSet(retention, cfg.MaxLiveWorkloads, cfg.NodeID),
 		removed:     newRemovalMemory(retention, removalMemoryCapacity),
 		shutdownReq: make(chan struct{}),
+
+		origins: &originGuard{},
 
 		framesReceived:   newCounterVec(),
 		ingressResponses: newCounterVec(),
