@@ -106,6 +106,9 @@ type Manager struct {
 	// origins binds each principal to the nodes the last discovery snapshot
 	// lists it for, read by the peer port without a lock (peerorigin.go).
 	origins *originGuard
+	// peerWaiters and ingressWaiters bound the requests of each channel
+	// that wait on the broker write at once (brokerwaiters.go).
+	peerWaiters, ingressWaiters *brokerWaiters
 
 	ingress *localIngress    // set by EnableLocalIngress before Run
 	metrics *metricsEndpoint // set by EnableMetrics before Run
@@ -165,7 +168,9 @@ func NewManager(cfg Config) (*Manager, error) {
 		removed:     newRemovalMemory(retention, removalMemoryCapacity),
 		shutdownReq: make(chan struct{}),
 
-		origins: &originGuard{},
+		origins:        &originGuard{},
+		peerWaiters:    newBrokerWaiters("peer", brokerWaitersMax),
+		ingressWaiters: newBrokerWaiters("ingress", brokerWaitersMax),
 
 		framesReceived:   newCounterVec(),
 		ingressResponses: newCounterVec(),

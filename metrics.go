@@ -235,6 +235,7 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	t.single("nvpair_wlm_resync_untracked_total", "counter", "Broker frames for a new workload relayed but not tracked because the re-sync set was full.", float64(m.resyncUntracked.Load()))
 	t.single("nvpair_wlm_removal_memory_size", "gauge", "Ingress removals remembered against a replay.", float64(removedSize))
 	m.origins.writeMetrics(&t)
+	writeBrokerWaitersMetrics(&t, m.peerWaiters, m.ingressWaiters)
 	t.single("go_goroutines", "gauge", "Number of goroutines that currently exist.", float64(runtime.NumGoroutine()))
 	_, err := w.Write(t.b.Bytes())
 	return err

@@ -204,9 +204,16 @@ func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *sl
 		reject(http.StatusBadRequest, err.Error())
 		return
 	}
+	// A batch is one request waiting on the broker, whatever its length: it
+	// takes one slot for all its elements, which it writes one at a time.
+	if !m.peerWaiters.tryAcquire() {
+		m.peerWaiters.refuse(w, log)
+		return
+	}
 	m.batchesReceived.Add(1)
 	m.batchFramesReceived.Add(uint64(len(elems)))
 	results := runPeerBatch(elems, func(b []byte) (int, string) { return m.handlePeerFrame(log, principal, b) })
+	m.peerWaiters.release()
 	logPeerBatch(log, results)
 	b, err := json.Marshal(peerBatchAnswer{Results: results})
 	if err != nil {

@@ -109,7 +109,14 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusBadRequest, err.Error())
 		return
 	}
+	// The slot is taken once the body is in, so a client slow to send one
+	// never holds it, and given back before the answer is written.
+	if !m.peerWaiters.tryAcquire() {
+		m.peerWaiters.refuse(w, log)
+		return
+	}
 	status, reason := m.handlePeerFrame(log, principal, body)
+	m.peerWaiters.release()
 	switch {
 	case status == http.StatusOK:
 		// Written or already seen: the sender needs no more than that.
