@@ -137,10 +137,10 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 	post := func(channel string) busyAnswer {
 		id := fmt.Sprintf("%s-%d", channel, seq.Add(1))
 		if channel == "ingress" {
-			return doBusyAnswer(t, local, "http://"+ingress+peerEventsPath, "application/json",
+			return doBusyAnswer(t, time.Minute, local, "http://"+ingress+peerEventsPath, "application/json",
 				[]byte(ifxLifecycleJSON(id, "running", "", `"seq":1`, `"pad":"`+pad+`"`)))
 		}
-		return doBusyAnswer(t, peer, "https://"+aPeer+peerEventsPath, "application/json",
+		return doBusyAnswer(t, time.Minute, peer, "https://"+aPeer+peerEventsPath, "application/json",
 			netLifecycleBody(t, workload(id, "running", nb.ID, map[string]any{"pad": pad}), nil))
 	}
 	// burst posts n requests on each channel at once and returns their
@@ -148,6 +148,9 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 	burst := func(n int) (chan busyAnswer, *sync.WaitGroup) {
 		out := make(chan busyAnswer, 2*n)
 		var wg sync.WaitGroup
+		// However the test ends, the broker reads again and every request
+		// is answered before the daemon is stopped.
+		t.Cleanup(func() { gate.resume(); wg.Wait() })
 		for range n {
 			for _, ch := range []string{"peer", "ingress"} {
 				wg.Go(func() {
@@ -179,8 +182,14 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 	// Every request not waiting is answered: 200 for those written before
 	// the pipe filled, 503 for the rest.
 	got := map[int]int{}
+	deadline := time.After(waitTimeout)
 	for range 2*first - 2*brokerWaitersMax {
-		a := <-answers1
+		var a busyAnswer
+		select {
+		case a = <-answers1:
+		case <-deadline:
+			t.Fatalf("while stalled, only %v of the %d requests not waiting were answered: the rest hang", got, 2*first-2*brokerWaitersMax)
+		}
 		got[a.status]++
 		if a.status == http.StatusServiceUnavailable && (a.retryAfter == "" || !a.connectionClosing) {
 			t.Fatalf("refusal %+v lacks Retry-After or Connection: close", a)
@@ -193,6 +202,9 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 	// A second wave while the broker still does not read: all refused, and
 	// A holds no more than it did.
 	answers2, wg2 := burst(2 * brokerWaitersMax)
+	if !holdsWithin(waitTimeout, func() bool { return len(answers2) == cap(answers2) }) {
+		t.Fatalf("while stalled at the bound, only %d of %d more requests were answered: the rest hang", len(answers2), cap(answers2))
+	}
 	wg2.Wait()
 	close(answers2)
 	for a := range answers2 {
