@@ -6,11 +6,9 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/tls"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,16 +22,6 @@ import (
 // the real binary and attack it as a client on the same machine would. They
 // need Linux: /proc for the descriptor count, and loopback addresses other
 // than 127.0.0.1 to flood from.
-
-// openFDs is the number of descriptors a process holds.
-func openFDs(t *testing.T, pid int) int {
-	t.Helper()
-	entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		t.Fatalf("count descriptors: %v", err)
-	}
-	return len(entries)
-}
 
 // flood opens n connections to addr from the loopback sources given, in
 // turn, and keeps them open (sending nothing) until the test ends. It
@@ -77,7 +65,7 @@ func TestAdversarialConnectionFloodLeavesRoomForRealClients(t *testing.T) {
 	a.discover(nodes[1], b.port)
 	b.discover(nodes[0], a.port)
 	b.waitLog("broadcast targets changed", "total=1")
-	idleFDs := openFDs(t, a.cmd.Process.Pid)
+	idleFDs := openFDs(t, a)
 
 	// The flood: a few thousand connections that never send a request, to
 	// every listener. On the peer port they come from four addresses other
@@ -116,7 +104,7 @@ func TestAdversarialConnectionFloodLeavesRoomForRealClients(t *testing.T) {
 		}
 	}
 
-	fds := openFDs(t, a.cmd.Process.Pid)
+	fds := openFDs(t, a)
 	limit := idleFDs + peerCap + ingressCap + metricsCap + 16
 	t.Logf("descriptors: %d idle, %d during the flood (caps %d + %d + %d)", idleFDs, fds, peerCap, ingressCap, metricsCap)
 	if fds > limit {

@@ -268,6 +268,12 @@ type dropLogger struct {
 }
 
 func (d *dropLogger) note(log *slog.Logger, msg string, args ...any) {
+	d.noteCounted(log, "dropped", msg, args...)
+}
+
+// noteCounted is note with the count logged under countKey, for events
+// that are not drops.
+func (d *dropLogger) noteCounted(log *slog.Logger, countKey, msg string, args ...any) {
 	d.total.Add(1)
 	d.mu.Lock()
 	d.pending++
@@ -278,5 +284,5 @@ func (d *dropLogger) note(log *slog.Logger, msg string, args ...any) {
 	n := d.pending
 	d.pending, d.last = 0, time.Now()
 	d.mu.Unlock()
-	log.Warn(msg, append(args, "dropped", n)...)
+	log.Warn(msg, append(args, countKey, n)...)
 }

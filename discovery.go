@@ -93,6 +93,9 @@ func (m *Manager) applyDiscovery(params json.RawMessage) {
 		m.log.Warn("discovery snapshot dropped", "reason", err)
 		return
 	}
+	// The origin index is built before any lock is taken, and swapped in
+	// whole: the peer port reads it without one.
+	m.origins.index.Store(newOriginIndex(nodes))
 	m.discoveryMu.Lock()
 	m.lastNodes = nodes
 	m.discoveryMu.Unlock()

@@ -44,6 +44,11 @@ type hbSink struct {
 	failResync   bool
 	rejectResync string
 	tries        int
+	// refuseOrigin answers every frame of that id 403 for its origin, as
+	// the peer port refuses a peer that speaks for another node;
+	// originTries counts them by kind.
+	refuseOrigin string
+	originTries  map[string]int
 
 	// hold, when set, is a frame kind and id: the first request carrying
 	// that frame is held for holdFor before any of its frames is recorded,
@@ -129,7 +134,7 @@ func (s *hbSink) serve(w http.ResponseWriter, r *http.Request) {
 	s.holdIfFirst(frames)
 	if !isBatch {
 		if status := s.record(body); status != http.StatusOK {
-			http.Error(w, "failed", status)
+			http.Error(w, sinkReason(status), status)
 			return
 		}
 		io.WriteString(w, "ok\n")
@@ -144,7 +149,11 @@ func (s *hbSink) serve(w http.ResponseWriter, r *http.Request) {
 		default:
 			st := s.record(f)
 			failed = st >= 500
-			results = append(results, peerBatchResult{Status: st})
+			res := peerBatchResult{Status: st}
+			if st != http.StatusOK {
+				res.Reason = sinkReason(st)
+			}
+			results = append(results, res)
 		}
 	}
 	s.mu.Lock()
@@ -188,6 +197,13 @@ func (s *hbSink) record(frame []byte) int {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.refuseOrigin != "" && ev.id == s.refuseOrigin {
+		if s.originTries == nil {
+			s.originTries = map[string]int{}
+		}
+		s.originTries[ev.kind]++
+		return http.StatusForbidden
+	}
 	if ev.kind == "resync" {
 		s.tries++
 		switch {
@@ -203,6 +219,22 @@ func (s *hbSink) record(frame []byte) int {
 	}
 	s.events = append(s.events, ev)
 	return http.StatusOK
+}
+
+// sinkReason is the reason the sink gives with a status: a 403 is always
+// a refusal for origin.
+func sinkReason(status int) string {
+	if status == http.StatusForbidden {
+		return originRefusalPrefix + "the sink refuses this workload"
+	}
+	return "failed"
+}
+
+// originRefusals is how many frames of kind the sink refused for origin.
+func (s *hbSink) originRefusals(kind string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.originTries[kind]
 }
 
 func (s *hbSink) snapshot() []hbEvent {

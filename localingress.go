@@ -130,6 +130,8 @@ func (li *localIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if li.m.log.Enabled(r.Context(), slog.LevelDebug) {
 			log().Debug("ingress frame accepted", "method", f.method, "id", clipReason(f.workloadID()))
 		}
+	case isBrokerBusy(status, reason):
+		li.m.ingressWaiters.noteRefusal(li.m.log)
 	case status >= http.StatusInternalServerError:
 		li.rejects.log(log(), slog.LevelError, r.RemoteAddr, status, "ingress frame not accepted", "status", status, "reason", reason)
 	default:
@@ -159,7 +161,11 @@ func (li *localIngress) decide(w http.ResponseWriter, r *http.Request) (int, str
 	}
 	f, err := li.m.ingestLocal(body)
 	var atLimit *errAtLimit
+	var busy *errBrokerBusy
 	switch {
+	case errors.As(err, &busy):
+		setBrokerBusyHeaders(w)
+		return http.StatusServiceUnavailable, err.Error(), f
 	case errors.As(err, &atLimit):
 		w.Header().Set("Retry-After", strconv.Itoa(atLimit.retryAfterSeconds()))
 		return http.StatusServiceUnavailable, err.Error(), f
@@ -203,13 +209,20 @@ func isJSONMediaType(ct string) bool {
 // hold and the producer can retry; so does a frame the broker writer
 // refuses as over the line limit, which is returned as it is. ingestMu
 // keeps concurrent posts for one workload in one order at the broker and
-// in the peer queue.
+// in the peer queue. A post waiting for ingestMu waits on the broker as
+// surely as the one writing, so the slot that bounds the ingress's waiters
+// is taken before ingestMu, and a post that finds none is refused with
+// *errBrokerBusy before it waits for anything.
 func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
 	f, err := parseIngressFrame(body, m.cfg.NodeID)
 	m.refusedOverBound(err, "ingress")
 	if err != nil {
 		return f, fmt.Errorf("%w: %v", errBadFrame, err)
 	}
+	if !m.ingressWaiters.tryAcquire() {
+		return f, m.ingressWaiters.busy()
+	}
+	defer m.ingressWaiters.release()
 	m.framesReceived.inc("ingress", f.method)
 	m.ingestMu.Lock()
 	defer m.ingestMu.Unlock()

@@ -104,6 +104,13 @@ type Manager struct {
 	discoveryMu sync.Mutex
 	lastNodes   []discoveredNode
 
+	// origins binds each principal to the nodes the last discovery snapshot
+	// lists it for, read by the peer port without a lock (peerorigin.go).
+	origins *originGuard
+	// peerWaiters and ingressWaiters bound the requests of each channel
+	// that wait on the broker write at once (brokerwaiters.go).
+	peerWaiters, ingressWaiters *brokerWaiters
+
 	ingress *localIngress    // set by EnableLocalIngress before Run
 	metrics *metricsEndpoint // set by EnableMetrics before Run
 
@@ -166,6 +173,10 @@ func NewManager(cfg Config) (*Manager, error) {
 		resync:      newResyncSet(retention, cfg.MaxLiveWorkloads, cfg.NodeID),
 		removed:     newRemovalMemory(retention, removalMemoryCapacity),
 		shutdownReq: make(chan struct{}),
+
+		origins:        &originGuard{},
+		peerWaiters:    newBrokerWaiters("peer", brokerWaitersMax),
+		ingressWaiters: newBrokerWaiters("ingress", brokerWaitersMax),
 
 		framesReceived:     newCounterVec(),
 		ingressResponses:   newCounterVec(),

@@ -243,6 +243,8 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	t.single("nvpair_wlm_removal_memory_size", "gauge", "Ingress removals remembered against a replay.", float64(removedSize))
 	m.conns.writeMetrics(&t)
 	m.bodies.writeMetrics(&t)
+	m.origins.writeMetrics(&t)
+	writeBrokerWaitersMetrics(&t, m.peerWaiters, m.ingressWaiters)
 	t.single("go_goroutines", "gauge", "Number of goroutines that currently exist.", float64(runtime.NumGoroutine()))
 	_, err := w.Write(t.b.Bytes())
 	return err

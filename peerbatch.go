@@ -185,7 +185,7 @@ func runPeerBatch(elems [][]byte, handle func([]byte) (status int, reason string
 // looked at, so a batch over them is refused whole and nothing of it is
 // written. A batch that was processed is answered 200 with one result per
 // element, whatever those results are.
-func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *slog.Logger, reject func(status int, reason string)) {
+func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *slog.Logger, principal string, reject func(status int, reason string)) {
 	body, err := readBodyUpTo(w, r, peerBatchMaxBytes)
 	if errors.Is(err, errBodyTooLarge) {
 		reject(http.StatusRequestEntityTooLarge, "batch "+err.Error())
@@ -204,9 +204,16 @@ func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *sl
 		reject(http.StatusBadRequest, err.Error())
 		return
 	}
+	// A batch is one request waiting on the broker, whatever its length: it
+	// takes one slot for all its elements, which it writes one at a time.
+	if !m.peerWaiters.tryAcquire() {
+		m.peerWaiters.refuse(w, log)
+		return
+	}
 	m.batchesReceived.Add(1)
 	m.batchFramesReceived.Add(uint64(len(elems)))
-	results := runPeerBatch(elems, func(b []byte) (int, string) { return m.handlePeerFrame(log, b) })
+	results := runPeerBatch(elems, func(b []byte) (int, string) { return m.handlePeerFrame(log, principal, b) })
+	m.peerWaiters.release()
 	logPeerBatch(log, results)
 	b, err := json.Marshal(peerBatchAnswer{Results: results})
 	if err != nil {
@@ -224,14 +231,19 @@ func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *sl
 // logPeerBatch logs a batch in one line, never one per element: a sender
 // with a bad element in every batch would otherwise fill the log 256 lines
 // at a time. Rejected and unattempted elements make it a warning naming the
-// first of them; a failed broker write was already logged at error.
+// first of them; a failed broker write was already logged at error, and a
+// refusal for origin, rate-limited, by handlePeerFrame: alone, those
+// leave the batch's line at debug.
 func logPeerBatch(log *slog.Logger, results []peerBatchResult) {
-	var ok, rejected, notAttempted int
+	var ok, rejected, notAttempted, originRefused int
 	first := -1
 	for i, res := range results {
 		switch {
 		case res.Status == http.StatusOK:
 			ok++
+		case isOriginRefusal(res.Status, res.Reason):
+			originRefused++
+			continue
 		case res.Status == http.StatusServiceUnavailable:
 			notAttempted++
 		case res.Status < http.StatusInternalServerError:
@@ -242,10 +254,10 @@ func logPeerBatch(log *slog.Logger, results []peerBatchResult) {
 		}
 	}
 	if first < 0 {
-		log.Debug("peer batch accepted", "elements", len(results))
+		log.Debug("peer batch accepted", "elements", len(results), "originRefused", originRefused)
 		return
 	}
 	log.Warn("peer batch elements rejected", "elements", len(results), "ok", ok,
-		"rejected", rejected, "notAttempted", notAttempted, "firstIndex", first,
+		"rejected", rejected, "notAttempted", notAttempted, "originRefused", originRefused, "firstIndex", first,
 		"status", results[first].Status, "reason", results[first].Reason)
 }

@@ -147,7 +147,7 @@ func (s *peerSender) settle(sent []outboundFrame, results []peerBatchResult) (re
 		case r.Status == http.StatusOK:
 			s.stats.succeeded.Add(1)
 			s.stats.latency.observe(time.Since(f.queuedAt))
-		case retryableStatus(r.Status):
+		case retryableAnswer(r.Status, r.Reason):
 			s.stats.failedAttempts.Add(1)
 			retry = append(retry, f)
 		default:
@@ -221,7 +221,7 @@ func (s *peerSender) reassertBatch(lines [][]byte) bool {
 		switch {
 		case r.Status == http.StatusOK:
 			s.stats.reasserted.Add(1)
-		case retryableStatus(r.Status):
+		case retryableAnswer(r.Status, r.Reason):
 			s.stats.reassertFailures.Add(1)
 			ok = false
 		default:

@@ -237,15 +237,18 @@ func (s *peerSender) deliver(f outboundFrame) error {
 }
 
 // post makes one single-frame delivery attempt within peerAttemptTimeout.
+// It keeps the start of the answer's text, enough to tell a refusal for
+// origin, which is final, from a 403 that a peer's next pin reload may
+// change.
 func (s *peerSender) post(ctx context.Context, f outboundFrame) error {
-	status, _, err := s.exchange(ctx, f.line, "application/json", 0)
+	status, text, err := s.exchange(ctx, f.line, "application/json", int64(len(originRefusalPrefix)))
 	if err != nil {
 		return err
 	}
 	switch {
 	case status == http.StatusOK:
 		return nil
-	case retryableStatus(status):
+	case retryableAnswer(status, string(text)):
 		return fmt.Errorf("status %d", status)
 	default:
 		return fmt.Errorf("%w: status %d", errPermanent, status)
@@ -253,7 +256,8 @@ func (s *peerSender) post(ctx context.Context, f outboundFrame) error {
 }
 
 // retryableStatus reports whether an answer may change on another try:
-// server errors, 429, and 403 (the peer may not have re-read its pins yet).
+// server errors, 429, and 403 (the peer may not have re-read its pins yet),
+// except a 403 that refused the frame for its origin (retryableAnswer).
 func retryableStatus(status int) bool {
 	return status >= 500 || status == http.StatusTooManyRequests || status == http.StatusForbidden
 }

@@ -27,6 +27,14 @@ func (e peerEvent) method() string {
 	return e.life.method
 }
 
+// origin is the node the event says it came from.
+func (e peerEvent) origin() string {
+	if e.removal != nil {
+		return e.removal.ref.origin
+	}
+	return e.life.info.OriginatedFrom
+}
+
 // parsePeerFrame validates a request body from a peer. It has no side
 // effects.
 func parsePeerFrame(body []byte) (peerEvent, error) {
@@ -84,7 +92,8 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 		refuse(err.Error())
 		return
 	}
-	log = log.With("peer", principalOf(r.TLS.PeerCertificates[0]))
+	principal := principalOf(r.TLS.PeerCertificates[0])
+	log = log.With("peer", principal)
 	if r.URL.Path != peerEventsPath {
 		reject(http.StatusNotFound, "no such endpoint")
 		return
@@ -95,7 +104,7 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if isPeerBatch(r) {
-		m.servePeerBatch(w, r, log, reject)
+		m.servePeerBatch(w, r, log, principal, reject)
 		return
 	}
 	body, err := readCappedBody(w, r)
@@ -107,13 +116,22 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusBadRequest, err.Error())
 		return
 	}
-	switch status, reason := m.handlePeerFrame(log, body); status {
-	case http.StatusOK:
+	// The slot is taken once the body is in, so a client slow to send one
+	// never holds it, and given back before the answer is written.
+	if !m.peerWaiters.tryAcquire() {
+		m.peerWaiters.refuse(w, log)
+		return
+	}
+	status, reason := m.handlePeerFrame(log, principal, body)
+	m.peerWaiters.release()
+	switch {
+	case status == http.StatusOK:
 		// Written or already seen: the sender needs no more than that.
 		answer(w, http.StatusOK, "ok")
-	case http.StatusInternalServerError:
-		// Already logged, with the write's error, by handlePeerFrame.
-		answer(w, status, reason)
+	case status == http.StatusInternalServerError, isOriginRefusal(status, reason):
+		// Already logged by handlePeerFrame: a failed write with its error,
+		// a refusal for origin at most once per interval.
+		answer(w, status, clipReason(reason))
 	default:
 		reject(status, reason)
 	}
@@ -127,17 +145,23 @@ const reasonAlreadySeen = "already seen"
 // same validation, the same frames-received count, the same dedup with its
 // per-key lock and its re-assertion bypass, the same broker write. It
 // answers 200 when the frame was written (reason "") or already seen
-// (reasonAlreadySeen); 400 when it is not a valid frame; 413 when its line
-// to the broker would be over the line limit, which is final for the
-// sender; 500 when the broker write failed, which the sender may retry.
-// The reason is not clipped: the caller clips what it logs and answers. A
-// failed write is logged here, at error, because only here is its cause
-// known; rejections are left to the caller, which may summarise them.
-func (m *Manager) handlePeerFrame(log *slog.Logger, body []byte) (status int, reason string) {
+// (reasonAlreadySeen); 400 when it is not a valid frame; 403 when principal
+// may not send an event of that origin (peerorigin.go), final for a sender
+// that reads the reason; 413 when its line to the broker would be over the
+// line limit, which is final for the sender; 500 when the broker write
+// failed, which the sender may retry. The reason is not clipped: the
+// caller clips what it logs and answers. A failed write is logged here, at
+// error, because only here is its cause known, and so is a refusal for
+// origin, rate-limited; other rejections are left to the caller, which may
+// summarise them.
+func (m *Manager) handlePeerFrame(log *slog.Logger, principal string, body []byte) (status int, reason string) {
 	ev, err := parsePeerFrame(body)
 	m.refusedOverBound(err, "peer")
 	if err != nil {
 		return http.StatusBadRequest, err.Error()
+	}
+	if status, reason := m.checkPeerOrigin(log, principal, ev); status != 0 {
+		return status, reason
 	}
 	m.framesReceived.inc("peer", knownMethod(ev.method()))
 	duplicate, err := m.relayPeerEvent(ev)

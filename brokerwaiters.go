@@ -1,0 +1,129 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// Broker stalls are bounded (spec 7). The broker writer blocks while the
+// broker does not read its stdout: the broker is the daemon's parent and
+// there is nowhere else to put its frames. Every peer or ingress request
+// that reached its broker write then holds a goroutine and a connection
+// until the broker reads again, and without a bound a stalled broker lets
+// any number of them pile up. So each of the two channels lets at most
+// brokerWaitersMax requests wait on the broker at once; one more is
+// answered 503 with Retry-After at once, its connection closed, nothing
+// written, deduplicated or tracked. The stdio read loop's own writes (its
+// answers to the broker's requests) are not requests and are never refused.
+
+// brokerWaitersMax is how many requests of one channel (the peer port, the
+// ingress) may wait on the broker at once. 64 is well above what a healthy
+// broker ever leaves waiting (a write takes microseconds) and keeps a stall
+// to some 128 goroutines and connections, a few megabytes, whatever the
+// senders do. Each channel has its own, so a flood on one cannot refuse the
+// other while the broker reads.
+const brokerWaitersMax = 64
+
+// brokerBusyRetryAfter is the Retry-After of a refusal, in seconds: a
+// stall the broker ends is over within a write, and a sender retrying
+// sooner than a second would only be refused again.
+const brokerBusyRetryAfter = 1
+
+// brokerWaiters is a counting semaphore of the requests of one channel
+// that wait on the broker: a slot is taken before anything else the
+// request waits for on the way to the broker write (the ingress's
+// ingestMu, the dedup's per-key lock, the writer's mutex) and given back
+// when the request is done with the broker. Taking a slot never waits.
+type brokerWaiters struct {
+	channel string        // "peer" or "ingress", for the metrics and the reason
+	slots   chan struct{} // one element per request waiting; capacity is the bound
+	refused atomic.Uint64 // requests answered 503 because every slot was taken
+	log     dropLogger    // refusals, at most one line per dropLogInterval
+}
+
+func newBrokerWaiters(channel string, limit int) *brokerWaiters {
+	return &brokerWaiters{channel: channel, slots: make(chan struct{}, limit)}
+}
+
+// tryAcquire takes a slot when one is free and reports whether it did; a
+// request that gets none is counted as refused and must be answered with
+// errBrokerBusy.
+func (b *brokerWaiters) tryAcquire() bool {
+	select {
+	case b.slots <- struct{}{}:
+		return true
+	default:
+		b.refused.Add(1)
+		return false
+	}
+}
+
+// release gives back a slot taken by tryAcquire.
+func (b *brokerWaiters) release() { <-b.slots }
+
+// waiting is how many requests hold a slot now.
+func (b *brokerWaiters) waiting() int { return len(b.slots) }
+
+// errBrokerBusy is a request refused because its channel's slots were all
+// taken: 503 with Retry-After.
+type errBrokerBusy struct {
+	channel string
+	limit   int
+}
+
+// reasonBrokerBusyPrefix starts the reason of every such refusal.
+const reasonBrokerBusyPrefix = "broker busy: "
+
+func (e *errBrokerBusy) Error() string {
+	return fmt.Sprintf(reasonBrokerBusyPrefix+"%d %s requests already wait on the broker write; retry after %d s", e.limit, e.channel, brokerBusyRetryAfter)
+}
+
+func (b *brokerWaiters) busy() *errBrokerBusy {
+	return &errBrokerBusy{channel: b.channel, limit: cap(b.slots)}
+}
+
+// isBrokerBusy reports whether an answer is a refusal for a stalled broker.
+func isBrokerBusy(status int, reason string) bool {
+	return status == http.StatusServiceUnavailable && strings.HasPrefix(reason, reasonBrokerBusyPrefix)
+}
+
+// noteRefusal logs a refusal for a stalled broker at most once per
+// interval, with the count since the last line: while the broker does not
+// read, every request beyond the bound is refused, and one line each would
+// flood the log.
+func (b *brokerWaiters) noteRefusal(log *slog.Logger) {
+	b.log.noteCounted(log, "refused", "requests refused: the broker is not reading", "channel", b.channel, "limit", cap(b.slots))
+}
+
+// refuse answers a request that found no slot: 503, Retry-After, and the
+// connection closed, so a refused client holds no connection either.
+func (b *brokerWaiters) refuse(w http.ResponseWriter, log *slog.Logger) {
+	b.noteRefusal(log)
+	setBrokerBusyHeaders(w)
+	answer(w, http.StatusServiceUnavailable, b.busy().Error())
+}
+
+// setBrokerBusyHeaders sets what every refusal for a stalled broker
+// carries besides its status.
+func setBrokerBusyHeaders(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", strconv.Itoa(brokerBusyRetryAfter))
+	w.Header().Set("Connection", "close")
+}
+
+// writeBrokerWaitersMetrics renders the waiters and the refusals of both
+// channels.
+func writeBrokerWaitersMetrics(t *metricsText, channels ...*brokerWaiters) {
+	t.family("nvpair_wlm_broker_waiters", "gauge", "Peer or ingress requests waiting on the broker write now, by channel; at most nvpair_wlm_broker_waiters_limit each.")
+	for _, b := range channels {
+		t.sample("nvpair_wlm_broker_waiters", []string{"channel"}, []string{b.channel}, float64(b.waiting()))
+	}
+	t.single("nvpair_wlm_broker_waiters_limit", "gauge", "The most requests of one channel that may wait on the broker write at once.", float64(cap(channels[0].slots)))
+	t.family("nvpair_wlm_broker_busy_refusals_total", "counter", "Peer or ingress requests answered 503 with Retry-After because their channel already had the most requests waiting on the broker write, by channel.")
+	for _, b := range channels {
+		t.sample("nvpair_wlm_broker_busy_refusals_total", []string{"channel"}, []string{b.channel}, float64(b.refused.Load()))
+	}
+}

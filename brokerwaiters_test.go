@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"nvpair-workload-manager/internal/devpki"
+)
+
+// gatedWriter holds every write of a relayed frame (workloads:upsert,
+// workloads:remove) until open is called, as a broker that stops reading
+// its stdout holds the daemon's writes: the writer blocks with the broker
+// writer's mutex held. The daemon's own frames (ready, answers) pass.
+type gatedWriter struct {
+	w    io.Writer
+	gate chan struct{}
+	once sync.Once
+}
+
+func (g *gatedWriter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(`"method":"`+methodUpsert+`"`)) || bytes.Contains(p, []byte(`"method":"`+methodRemove+`"`)) {
+		<-g.gate
+	}
+	return g.w.Write(p)
+}
+
+func (g *gatedWriter) open() { g.once.Do(func() { close(g.gate) }) }
+
+// withGatedBroker makes the node's broker stop reading relayed frames
+// until the returned writer is opened; it is opened at cleanup anyway.
+func withGatedBroker(t *testing.T) (nodeOption, *gatedWriter) {
+	g := &gatedWriter{gate: make(chan struct{})}
+	t.Cleanup(g.open)
+	return func(c *Config) { g.w = c.Out; c.Out = g }, g
+}
+
+// busyAnswer is what a request got back.
+type busyAnswer struct {
+	status            int
+	text, retryAfter  string
+	connectionClosing bool
+}
+
+func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingBehind(t *testing.T) {
+	type channel struct {
+		name    string
+		waiters func(m *Manager) *brokerWaiters
+		// post sends the frame for id on this channel and returns the
+		// answer, or a zero answer when none came within.
+		post func(t *testing.T, id string, within time.Duration) busyAnswer
+		// other posts on the other channel, which must not be refused.
+		other func(t *testing.T, id string, within time.Duration) busyAnswer
+	}
+	opt, gate := withGatedBroker(t)
+	h := newNetPeerHarnessWith(t, func(n *testNode) {
+		if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+	}, opt)
+	ingressPost := func(t *testing.T, id string, within time.Duration) busyAnswer {
+		return doBusyAnswer(t, within, http.DefaultClient, "http://"+h.n.m.IngressAddr()+peerEventsPath, "application/json",
+			[]byte(ifxLifecycleJSON(id, "running", "")))
+	}
+	peerPost := func(t *testing.T, id string, within time.Duration) busyAnswer {
+		return doBusyAnswer(t, within, h.c, "https://"+h.addr+peerEventsPath, "application/json",
+			netLifecycleBody(t, workload(id, "running", h.client.Principal), nil))
+	}
+	peerBatch := func(t *testing.T, id string, within time.Duration) busyAnswer {
+		return doBusyAnswer(t, within, h.c, "https://"+h.addr+peerEventsPath, peerBatchContentType,
+			append(netLifecycleBody(t, workload(id, "running", h.client.Principal), nil), '\n'))
+	}
+	channels := []channel{
+		{"ingress", func(m *Manager) *brokerWaiters { return m.ingressWaiters }, ingressPost, peerPost},
+		{"peer", func(m *Manager) *brokerWaiters { return m.peerWaiters }, peerPost, ingressPost},
+		{"peer batch", func(m *Manager) *brokerWaiters { return m.peerWaiters }, peerBatch, ingressPost},
+	}
+	for _, c := range channels {
+		t.Run(c.name, func(t *testing.T) {
+			gate = gateAgain(t, h.n, gate)
+			waiters := c.waiters(h.n.m)
+			var wg sync.WaitGroup
+			// However this case ends, its requests are let through and
+			// waited for before the next case.
+			t.Cleanup(func() { gate.open(); wg.Wait() })
+			answers := make(chan busyAnswer, brokerWaitersMax+1)
+			for i := range brokerWaitersMax {
+				wg.Go(func() { answers <- c.post(t, c.name+"-waiting-"+itoa(i), waitTimeout) })
+			}
+			eventually(t, "every slot taken", func() bool { return waiters.waiting() == brokerWaitersMax })
+
+			refusedBefore := waiters.refused.Load()
+			// At once: a refusal that waited would hold what the bound saves.
+			a := c.post(t, c.name+"-refused", 2*time.Second)
+			if a.status != http.StatusServiceUnavailable || a.retryAfter != "1" || !a.connectionClosing || !strings.HasPrefix(a.text, reasonBrokerBusyPrefix) {
+				t.Fatalf("request over the bound: %+v, want 503, Retry-After: 1, Connection: close, a reason naming the bound", a)
+			}
+			if got := waiters.refused.Load() - refusedBefore; got != 1 {
+				t.Fatalf("refusals counted: %d, want 1", got)
+			}
+			// The other channel has slots of its own.
+			wg.Go(func() { answers <- c.other(t, c.name+"-other", waitTimeout) })
+			otherWaiters := h.n.m.peerWaiters
+			if waiters == h.n.m.peerWaiters {
+				otherWaiters = h.n.m.ingressWaiters
+			}
+			eventually(t, "the other channel's request waiting, not refused", func() bool { return otherWaiters.waiting() == 1 })
+
+			gate.open()
+			wg.Wait()
+			close(answers)
+			for a := range answers {
+				if a.status != http.StatusOK {
+					t.Fatalf("a waiting request got %+v once the broker read again, want 200", a)
+				}
+			}
+			// Nothing of the refused request was kept: not tracked, not in
+			// the dedup, so the same frame now goes through as new.
+			if resyncHeldID(h.n, c.name+"-refused") {
+				t.Fatal("the refused frame was tracked")
+			}
+			if a := c.post(t, c.name+"-refused", waitTimeout); a.status != http.StatusOK {
+				t.Fatalf("the refused frame, sent again once the broker reads: %+v, want 200", a)
+			}
+			eventually(t, "the refused frame at the broker once sent again", func() bool { return netUpsertIDs(h.n)[c.name+"-refused"] == 1 })
+		})
+	}
+}
+
+// gateAgain gives n a closed gate for the next case when g was opened.
+func gateAgain(t *testing.T, n *testNode, g *gatedWriter) *gatedWriter {
+	select {
+	case <-g.gate:
+	default:
+		return g
+	}
+	next := &gatedWriter{w: g.w, gate: make(chan struct{})}
+	t.Cleanup(next.open)
+	n.m.out.mu.Lock()
+	n.m.out.w = next
+	n.m.out.mu.Unlock()
+	return next
+}
+
+// resyncHeldID reports whether n's re-sync set holds a run of id.
+func resyncHeldID(n *testNode, id string) bool {
+	for _, l := range passLines(n.m) {
+		if bytes.Contains(l, []byte(`"id":"`+id+`"`)) {
+			return true
+		}
+	}
+	return false
+}
+
+// doBusyAnswer posts body to url and returns the answer, or a zero answer
+// (with the error logged) when none came within.
+func doBusyAnswer(t *testing.T, within time.Duration, c *http.Client, url, contentType string, body []byte) busyAnswer {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Error(err)
+		return busyAnswer{}
+	}
+	req.Header.Set("Content-Type", contentType)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Logf("POST %s: %v", url, err)
+		return busyAnswer{}
+	}
+	defer resp.Body.Close()
+	text, _ := io.ReadAll(resp.Body)
+	return busyAnswer{status: resp.StatusCode, text: strings.TrimSpace(string(text)), retryAfter: resp.Header.Get("Retry-After"), connectionClosing: resp.Close}
+}
+
+// newNetPeerHarnessWith is newNetPeerHarness with before run on the node
+// before it starts (to enable its ingress, say).
+func newNetPeerHarnessWith(t *testing.T, before func(*testNode), opts ...nodeOption) *netPeerHarness {
+	t.Helper()
+	n := newTestNode(t, opts...)
+	client := netMint(t, devpki.NewUUID())
+	netMust(t, devpki.PinIdentity(n.clusterDir, client))
+	before(n)
+	n.start()
+	return &netPeerHarness{n: n, client: client, c: netPeerClient(t, &client, n.ident.DER), addr: n.m.PeerAddr().String()}
+}

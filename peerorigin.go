@@ -1,0 +1,146 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+)
+
+// A peer speaks only for itself (spec 3.3, "Origin rule"). A pinned
+// certificate proves which principal is at the other end of a connection,
+// not which node an event came from: without this rule one pinned peer
+// could upsert workloads in any member's name, this node's own included,
+// and remove them, and a removal of this node's own workload would reach
+// the broker while this node's re-sync set kept re-asserting it. So the
+// peer port refuses a frame whose originatedFrom is this node, and, once
+// the latest discovery snapshot says which node a principal is, a frame
+// from that principal naming any other node.
+
+// originRefusalPrefix starts the reason of every refusal for origin, in a
+// single frame's answer and in a batch element's result alike. A sender of
+// this project reads it to tell a refusal that no retry can change from the
+// 403 of a peer that has not re-read its pins yet (isOriginRefusal).
+const originRefusalPrefix = "origin refused: "
+
+// originIndex is what one discovery snapshot says about the principals it
+// lists: the nodes (hostUuid) each is listed for. It is built once per
+// snapshot and never changed, so the peer port reads it without a lock.
+type originIndex struct {
+	known map[string]struct{}        // principals (clusterUuid) the snapshot lists
+	bound map[principalHost]struct{} // the (principal, hostUuid) pairs it lists
+}
+
+type principalHost struct{ principal, host string }
+
+// newOriginIndex indexes a snapshot's entries that name both a principal
+// and a node. A principal listed for two nodes is bound to both: the
+// directory vouches for each, and picking one would refuse the other's
+// frames for as long as the snapshot stands.
+func newOriginIndex(nodes []discoveredNode) *originIndex {
+	x := &originIndex{known: map[string]struct{}{}, bound: map[principalHost]struct{}{}}
+	for _, n := range nodes {
+		if n.ClusterUUID == "" || n.HostUUID == "" {
+			continue
+		}
+		x.known[n.ClusterUUID] = struct{}{}
+		x.bound[principalHost{n.ClusterUUID, n.HostUUID}] = struct{}{}
+	}
+	return x
+}
+
+// mayClaim reports whether principal may send events whose origin is node:
+// yes when the snapshot does not list the principal (or there is no
+// snapshot yet), else only for a node it is listed for. Two map lookups,
+// whatever the size of the cluster.
+func (x *originIndex) mayClaim(principal, node string) bool {
+	if x == nil {
+		return true
+	}
+	if _, listed := x.known[principal]; !listed {
+		return true
+	}
+	_, ok := x.bound[principalHost{principal, node}]
+	return ok
+}
+
+// originGuard holds the latest snapshot's index and the refusals' log and
+// count. The index is swapped whole on each snapshot (an atomic pointer),
+// so a peer request never takes discoveryMu, which a target change holds.
+type originGuard struct {
+	index                     atomic.Pointer[originIndex]
+	refusedSelf, refusedOther atomic.Uint64 // by claim, for the metrics
+	log                       dropLogger    // refusals, at most one line per dropLogInterval
+}
+
+// Labels of nvpair_wlm_peer_origin_refused_total.
+const (
+	claimSelf  = "self"  // the frame named this node as its origin
+	claimOther = "other" // it named a node its principal is not listed for
+)
+
+// originRefusal returns why a frame from principal naming origin is
+// refused, or "" when it is not. self is this node's id. The values quoted
+// come from the request and are clipped.
+func (g *originGuard) originRefusal(self, principal, origin string) (claim, reason string) {
+	if origin == self {
+		return claimSelf, originRefusalPrefix + fmt.Sprintf("originatedFrom %q is this node: a peer speaks only for itself", clipField(origin))
+	}
+	if !g.index.Load().mayClaim(principal, origin) {
+		return claimOther, originRefusalPrefix + fmt.Sprintf("originatedFrom %q is not the node discovery lists for principal %q: a peer speaks only for itself", clipField(origin), clipField(principal))
+	}
+	return "", ""
+}
+
+// checkPeerOrigin refuses an event a peer may not send: 403 and the reason,
+// counted, and logged at most once per interval with the count since the
+// last line; 0 when it may. The log is
+// rate-limited because a misbehaving peer can send thousands a second, and
+// one line with a count says as much.
+func (m *Manager) checkPeerOrigin(log *slog.Logger, principal string, ev peerEvent) (status int, reason string) {
+	claim, reason := m.origins.originRefusal(m.cfg.NodeID, principal, ev.origin())
+	if claim == "" {
+		return 0, ""
+	}
+	if claim == claimSelf {
+		m.origins.refusedSelf.Add(1)
+	} else {
+		m.origins.refusedOther.Add(1)
+	}
+	m.origins.log.noteCounted(log, "refused", "peer frames refused for their origin", "claim", claim, "reason", clipReason(reason))
+	return http.StatusForbidden, reason
+}
+
+// isOriginRefusal reports whether a peer's answer (a single frame's, or a
+// batch element's result) refused the frame for its origin: final, since
+// the same frame would be refused again.
+func isOriginRefusal(status int, reason string) bool {
+	return status == http.StatusForbidden && strings.HasPrefix(reason, originRefusalPrefix)
+}
+
+// retryableAnswer is retryableStatus, but for an answer whose reason is
+// known: a refusal for origin is final although it is a 403.
+func retryableAnswer(status int, reason string) bool {
+	return retryableStatus(status) && !isOriginRefusal(status, reason)
+}
+
+// maxQuotedField bounds a value quoted in a refusal's reason, so the
+// reason keeps its ending whatever the request held.
+const maxQuotedField = 96
+
+// clipField shortens a value from a request for quoting.
+func clipField(s string) string {
+	if len(s) <= maxQuotedField {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxQuotedField], "") + "..."
+}
+
+// writeMetrics renders the refusals for origin.
+func (g *originGuard) writeMetrics(t *metricsText) {
+	const name = "nvpair_wlm_peer_origin_refused_total"
+	t.family(name, "counter", "Peer frames refused (403) because their originatedFrom is this node (claim=self) or a node discovery does not list for the sending principal (claim=other).")
+	t.sample(name, []string{"claim"}, []string{claimOther}, float64(g.refusedOther.Load()))
+	t.sample(name, []string{"claim"}, []string{claimSelf}, float64(g.refusedSelf.Load()))
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// originDiscover sends h's node a discovery snapshot of entries
+// (clusterUuid, hostUuid) and waits until its read loop has applied it.
+func originDiscover(t *testing.T, h *netPeerHarness, pairs ...[2]string) {
+	t.Helper()
+	var nodes []map[string]any
+	for _, p := range pairs {
+		nodes = append(nodes, map[string]any{"clusterUuid": p[0], "hostUuid": p[1], "name": "n-" + p[1], "ip": "127.0.0.1"})
+	}
+	h.n.broker.sendFrame("discovery:nodes", map[string]any{"nodes": nodes})
+	netBarrier(t, h.n)
+}
+
+func TestAPeerFrameNamingThisNodeAsItsOriginIsRefused403AndNothingReachesTheBroker(t *testing.T) {
+	h := newNetPeerHarness(t)
+	self := h.n.id
+	cases := []struct {
+		name string
+		body []byte
+	}{
+		{"lifecycle frame", netLifecycleBody(t, workload("mine", "running", self), nil)},
+		{"re-assertion", netLifecycleBody(t, workload("mine", "running", self), map[string]any{"resync": true})},
+		{"removal", netRemoveBody(t, "mine", self)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st, text := netPostAnswer(t, h.c, h.addr, c.body)
+			if st != http.StatusForbidden || !strings.HasPrefix(text, originRefusalPrefix) || !strings.Contains(text, "is this node") {
+				t.Fatalf("POST = %d %q, want 403 %q...", st, text, originRefusalPrefix)
+			}
+		})
+	}
+	h.barrier(t)
+	if got := netRelayed(h); len(got) != 0 {
+		t.Fatalf("a frame in this node's name reached the broker: %v", got)
+	}
+	if got := h.n.m.origins.refusedSelf.Load(); got != uint64(len(cases)) {
+		t.Fatalf("refusals counted = %d, want %d", got, len(cases))
+	}
+	// One warning for the three, not one each: a peer can send thousands.
+	if n := strings.Count(h.n.logs.String(), "peer frames refused for their origin"); n != 1 {
+		t.Fatalf("%d warnings for %d refusals in one interval, want 1; logs:\n%s", n, len(cases), h.n.logs)
+	}
+}
+
+func TestOnceDiscoveryListsAPrincipalItMaySpeakOnlyForItsOwnNodes(t *testing.T) {
+	h := newNetPeerHarness(t)
+	p := h.client.Principal
+	post := func(id, origin string) (int, string) {
+		return netPostAnswer(t, h.c, h.addr, netLifecycleBody(t, workload(id, "running", origin), nil))
+	}
+	remove := func(id, origin string) int {
+		st, _ := netPostAnswer(t, h.c, h.addr, netRemoveBody(t, id, origin))
+		return st
+	}
+	steps := []struct {
+		name      string
+		discovery [][2]string // nil: no snapshot sent at this step
+		origin    string
+		want      int
+	}{
+		{"before any snapshot, any other node", nil, "host-other", http.StatusOK},
+		{"a snapshot that does not list the principal", [][2]string{{"someone-else", "host-x"}}, "host-other", http.StatusOK},
+		{"listed: its own node", [][2]string{{p, "host-p"}, {"someone-else", "host-x"}}, "host-p", http.StatusOK},
+		{"listed: another member", nil, "host-x", http.StatusForbidden},
+		{"listed: a node discovery does not know", nil, "host-unknown", http.StatusForbidden},
+		{"listed for two hosts: the first", [][2]string{{p, "host-p"}, {p, "host-p2"}}, "host-p", http.StatusOK},
+		{"listed for two hosts: the second", nil, "host-p2", http.StatusOK},
+		{"listed for two hosts: a third", nil, "host-x", http.StatusForbidden},
+		{"no longer listed: accepted as before", [][2]string{{"someone-else", "host-x"}}, "host-x", http.StatusOK},
+	}
+	var wantRelayed []string
+	for i, s := range steps {
+		if s.discovery != nil {
+			originDiscover(t, h, s.discovery...)
+		}
+		id := "w" + itoa(i)
+		st, text := post(id, s.origin)
+		if st != s.want {
+			t.Fatalf("%s: POST naming %s = %d %q, want %d", s.name, s.origin, st, text, s.want)
+		}
+		if rst := remove(id, s.origin); rst != s.want {
+			t.Fatalf("%s: removal naming %s = %d, want %d", s.name, s.origin, rst, s.want)
+		}
+		if st == http.StatusOK {
+			wantRelayed = append(wantRelayed, "upsert:"+id, "remove:"+id)
+			continue
+		}
+		if !strings.HasPrefix(text, originRefusalPrefix) || !strings.Contains(text, p) {
+			t.Fatalf("%s: reason %q, want it to start %q and name the principal", s.name, text, originRefusalPrefix)
+		}
+	}
+	h.barrier(t)
+	if got := netRelayed(h); strings.Join(got, " ") != strings.Join(wantRelayed, " ") {
+		t.Fatalf("relayed\n got %v\nwant %v", got, wantRelayed)
+	}
+	if got := h.n.m.origins.refusedOther.Load(); got != 6 {
+		t.Fatalf("refusals (claim=other) counted = %d, want 6", got)
+	}
+}
+
+func TestABatchElementRefusedForItsOriginGetsItsOwn403AndTheRestAreAppliedInOrder(t *testing.T) {
+	h := newNetPeerHarness(t)
+	p := h.client.Principal
+	originDiscover(t, h, [2]string{p, p})
+	ok := func(id string) []byte { return netLifecycleBody(t, workload(id, "running", p), nil) }
+	a := netPostBatch(t, h.c, h.addr,
+		ok("b1"),
+		netLifecycleBody(t, workload("mine", "running", h.n.id), nil),
+		ok("b2"),
+		netRemoveBody(t, "theirs", "host-other"),
+		ok("b3"),
+	)
+	if a.status != http.StatusOK || len(a.results) != 5 {
+		t.Fatalf("batch = %d %q, want 200 with 5 results", a.status, a.text)
+	}
+	for i, want := range []int{200, 403, 200, 403, 200} {
+		r := a.results[i]
+		if r.Status != want || (want == 403) != isOriginRefusal(r.Status, r.Reason) {
+			t.Fatalf("element %d: %+v, want %d", i, r, want)
+		}
+	}
+	h.barrier(t)
+	if got := netRelayed(h); strings.Join(got, " ") != "upsert:b1 upsert:b2 upsert:b3" {
+		t.Fatalf("relayed: %v", got)
+	}
+	if strings.Contains(h.n.logs.String(), "peer batch elements rejected") {
+		t.Fatalf("refusals for origin, logged rate-limited already, made the batch a warning too; logs:\n%s", h.n.logs)
+	}
+}
+
+func TestAFreshFrameRefusedForItsOriginIsGivenUpWithoutRetries(t *testing.T) {
+	for _, batching := range []bool{false, true} {
+		t.Run(map[bool]string{false: "single-frame peer", true: "batching peer"}[batching], func(t *testing.T) {
+			n := newTestNode(t, withResyncInterval(time.Hour))
+			n.start()
+			sink := newHBSink(t, batching, 0)
+			sink.refuseOrigin = "spoofed"
+			sink.join(t, n)
+			n.sendLifecycle(workload("warm-up", "running", n.id)) // the sender learns the advertisement
+			eventually(t, "the warm-up at the peer", func() bool { return sink.count("fresh", "warm-up") == 1 })
+			n.sendLifecycle(workload("spoofed", "running", n.id))
+			n.sendLifecycle(workload("after", "running", n.id))
+			eventually(t, "the frame after it at the peer", func() bool { return sink.count("fresh", "after") == 1 })
+			eventually(t, "the refused frame given up", func() bool { return peerStatsOf(n, sink).dropped.Load() == 1 })
+			if got := sink.originRefusals("fresh"); got != 1 {
+				t.Fatalf("the peer was sent the refused frame %d times, want once: a refusal for origin is final", got)
+			}
+		})
+	}
+}
+
+func TestAHeartbeatPassGoesOnPastAnEntryRefusedForItsOrigin(t *testing.T) {
+	for _, batching := range []bool{false, true} {
+		t.Run(map[bool]string{false: "single-frame peer", true: "batching peer"}[batching], func(t *testing.T) {
+			n := newTestNode(t, withResyncInterval(time.Hour))
+			n.start()
+			sink := newHBSink(t, batching, 0)
+			sink.refuseOrigin = "hb-00001"
+			// More entries than one request to a batching peer carries, so
+			// the refused entry is not in the pass's last request.
+			ids := trackRunning(t, n, 3*heartbeatSlice)
+			last := ids[len(ids)-1]
+			sink.join(t, n)
+			eventually(t, "the last entry re-asserted", func() bool { return sink.count("resync", last) == 1 })
+			if got := peerStatsOf(n, sink).passesAbandoned.Load(); got != 0 {
+				t.Fatalf("%d passes abandoned at an entry refused for its origin, want 0", got)
+			}
+			if got, refused := sink.count("resync", ""), sink.originRefusals("resync"); got != len(ids)-1 || refused != 1 {
+				t.Fatalf("%d re-assertions, %d refused; want every other entry once and the refused one tried once", got, refused)
+			}
+		})
+	}
+}
+
+// peerStatsOf is n's sender statistics for sink.
+func peerStatsOf(n *testNode, sink *hbSink) *peerStats {
+	for _, st := range n.m.bcast.peerStatsSnapshot() {
+		if st.peer == sink.ident.Principal {
+			return st
+		}
+	}
+	return &peerStats{}
+}
