@@ -247,6 +247,12 @@ func withResyncInterval(d time.Duration) nodeOption {
 	return func(c *Config) { c.ResyncInterval = d }
 }
 
+// withConnLimits sets the listeners' connection caps: a test whose many
+// connections all come from 127.0.0.1 raises the per-source cap.
+func withConnLimits(c ConnLimits) nodeOption {
+	return func(cfg *Config) { cfg.Conns = c }
+}
+
 func withBrokerLineMax(n int) nodeOption {
 	return func(c *Config) { c.BrokerLineMax = n }
 }
