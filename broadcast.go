@@ -106,18 +106,50 @@ func newBroadcaster(log *slog.Logger, trust *clusterTrust, heartbeat heartbeatSo
 // full the newest frame, this one, is dropped with a warning; the heartbeat
 // repairs what a dropped lifecycle frame would have told the peers.
 func (b *broadcaster) enqueue(f outboundFrame) bool {
+	b.reserve()
+	return b.enqueueReserved(f)
+}
+
+// reserve counts a frame as undispatched before it is tracked, so that no
+// heartbeat lane finds the fresh lanes idle between the frame's track and
+// its enqueue (see laneOrder). Every reserve is followed by enqueueReserved
+// or unreserve.
+func (b *broadcaster) reserve() { b.undispatched.Add(1) }
+
+// unreserve takes back the reservation of a frame that is not to be queued.
+func (b *broadcaster) unreserve() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.dispatchedLocked()
+}
+
+// dispatchedLocked counts one reserved frame out of undispatched and, when
+// it was the last, wakes every heartbeat lane waiting for its fresh lane to
+// go idle: their own fresh lanes may have settled while it was counted.
+// Called with mu held.
+func (b *broadcaster) dispatchedLocked() {
+	if b.undispatched.Add(-1) == 0 {
+		for _, s := range b.peers {
+			s.lanes.wake()
+		}
+	}
+}
+
+// enqueueReserved is enqueue for a frame reserved by reserve.
+func (b *broadcaster) enqueueReserved(f outboundFrame) bool {
 	f.queuedAt = time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
+		b.dispatchedLocked()
 		return false
 	}
 	select {
 	case b.queue <- f:
-		b.undispatched.Add(1)
 		b.queued.Add(1)
 		return true
 	default:
+		b.dispatchedLocked()
 		b.dropped.Add(1)
 		b.queueDrops.note(b.log, "outbound queue full, dropping the newest frame", "method", f.method)
 		return false
@@ -132,7 +164,7 @@ func (b *broadcaster) dispatch() {
 		for _, s := range b.peers {
 			s.offer(f)
 		}
-		b.undispatched.Add(-1) // after every offer: see laneOrder.freshIdle
+		b.dispatchedLocked() // after every offer: see laneOrder.freshIdle
 		b.mu.Unlock()
 	}
 	b.mu.Lock()

@@ -58,13 +58,17 @@ func (m *Manager) commitLocal(f localFrame, src frameSource) bool {
 	line := encodeNotification(f.method, f.params)
 	m.broadcastMu.Lock()
 	defer m.broadcastMu.Unlock()
+	// Reserved before the track: from the track on, the heartbeat lanes see
+	// a frame on its way and take no slice until it is delivered.
+	m.bcast.reserve()
 	m.activeMu.Lock()
 	send := m.trackLocal(&f, src)
 	m.activeMu.Unlock()
 	if !send {
+		m.bcast.unreserve()
 		return false
 	}
-	return m.bcast.enqueue(outboundFrame{method: f.method, line: line, ref: f.ref()})
+	return m.bcast.enqueueReserved(outboundFrame{method: f.method, line: line, ref: f.ref()})
 }
 
 // trackLocal updates the re-sync set and the removal memory for a frame and

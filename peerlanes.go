@@ -14,12 +14,16 @@ import (
 // would have given (spec 5.1):
 //
 //  1. The heartbeat lane takes re-assertions only while the fresh lane is
-//     idle: every frame queued for the peer so far has been delivered or
+//     idle: every frame committed so far (counted from before its track,
+//     broadcaster.reserve) has been offered to the peer and delivered or
 //     given up. A re-assertion therefore never overtakes a fresh frame
 //     tracked before it was taken. (A frame tracked after the pass began is
 //     skipped by the pass, and a removed workload has left the set, so a
 //     frame that arrives between this check and the take cannot be
-//     overtaken either.)
+//     overtaken either. One exception: a frame the set refuses as stale
+//     changes no entry, so a re-assertion of the newer state it holds may
+//     reach the peer ahead of that older frame, as it could before the
+//     lanes when the older frame arrived while the slice was in flight.)
 //  2. A fresh request that names a workload in the heartbeat request in
 //     flight waits for that request to end. The workloads in flight are
 //     published under mu in the same hold as the take, so a frame tracked
@@ -53,10 +57,17 @@ func (o *laneOrder) queued() { o.pending.Add(1) }
 // the heartbeat lane when none is left.
 func (o *laneOrder) settled(n int) {
 	if o.pending.Add(-int64(n)) == 0 {
-		select {
-		case o.idle <- struct{}{}:
-		default:
-		}
+		o.wake()
+	}
+}
+
+// wake pokes the heartbeat lane to look at the fresh lane again: the
+// broadcaster calls it when its last undispatched frame is gone, which
+// settled does not see.
+func (o *laneOrder) wake() {
+	select {
+	case o.idle <- struct{}{}:
+	default:
 	}
 }
 
@@ -69,9 +80,9 @@ func (o *laneOrder) freshIdle() bool {
 }
 
 // awaitFreshIdle waits until the fresh lane is idle (rule 1); it reports
-// false when ctx ends first. A frame on its way through the dispatcher is
-// always counted into pending before the wait can miss it, and the lane
-// pokes idle when it settles the last one.
+// false when ctx ends first. Whichever count reaches 0 last pokes idle: the
+// fresh lane when it settles its last frame, the broadcaster when its last
+// undispatched frame is gone.
 func (o *laneOrder) awaitFreshIdle(ctx context.Context) bool {
 	for !o.freshIdle() {
 		select {
