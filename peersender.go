@@ -241,7 +241,8 @@ func (s *peerSender) deliver(f outboundFrame) error {
 // origin, which is final, from a 403 that a peer's next pin reload may
 // change.
 func (s *peerSender) post(ctx context.Context, f outboundFrame) error {
-	status, text, err := s.exchange(ctx, f.line, "application/json", int64(len(originRefusalPrefix)))
+	open := func() io.Reader { return bytes.NewReader(f.line) }
+	status, text, err := s.exchange(ctx, open, int64(len(f.line)), "application/json", int64(len(originRefusalPrefix)))
 	if err != nil {
 		return err
 	}
@@ -266,13 +267,18 @@ func retryableStatus(status int) bool {
 // answer's status and up to keep bytes of its body. Every answer updates
 // what the sender knows of the peer's batch advertisement. The rest of the
 // body is drained, up to a bound, so the connection goes back to the pool.
-func (s *peerSender) exchange(ctx context.Context, body []byte, contentType string, keep int64) (int, []byte, error) {
+//
+// The body is given as a function that opens it, size bytes long, so the
+// transport can open it again for a request it may resend.
+func (s *peerSender) exchange(ctx context.Context, open func() io.Reader, size int64, contentType string, keep int64) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, peerAttemptTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, open())
 	if err != nil {
 		return 0, nil, fmt.Errorf("%w: %v", errPermanent, err)
 	}
+	req.ContentLength = size
+	req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(open()), nil }
 	req.Header.Set("Content-Type", contentType)
 	resp, err := s.client.Do(req)
 	if err != nil {
