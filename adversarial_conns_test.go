@@ -94,7 +94,7 @@ func TestAdversarialConnectionFloodLeavesRoomForRealClients(t *testing.T) {
 	}
 	a.waitUpserts("during-flood-ingress", 1)
 	// And the metrics endpoint answers: both caps were hit.
-	metrics := "http://" + metricsAddr + "/metrics"
+	metrics := metricsAddr
 	if n := scrapeValue(t, metrics, `nvpair_wlm_connections_refused_total{listener="peer",reason="per_source"}`); n < 200-perSource {
 		t.Fatalf("%v connections refused by the per-source cap, want at least %d of the one source's 200", n, 200-perSource)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"net/http"
 	"os"
@@ -49,7 +48,7 @@ func TestAdversarialMaximumLengthFieldsThroughAPinnedPeerKeepTheDedupWithinItsBy
 		}
 	}
 	d.waitMethod(methodUpsert, advFrames)
-	m := advScrape(t, metrics)
+	m := scrapeAddr(t, metrics)
 	keys, size := m["nvpair_wlm_dedup_keys"], m["nvpair_wlm_dedup_bytes"]
 	if keys != advFrames || size != advFrames*dedupEntryBytes || size > dedupMaxBytes {
 		t.Fatalf("after %d maximum-length frames the dedup reports %v keys and %v bytes; want %d keys, %d bytes, within its bound of %d",
@@ -76,7 +75,7 @@ func TestAdversarialMaximumLengthFieldsThroughAPinnedPeerKeepTheDedupWithinItsBy
 			t.Errorf("removal with %s one byte over: %d %q, want 400 %q", tc.field, status, reason, want)
 		}
 	}
-	m = advScrape(t, metrics)
+	m = scrapeAddr(t, metrics)
 	if got, want := m[`nvpair_wlm_field_bound_refusals_total{source="peer"}`], float64(len(boundedWorkloadFields)+2); got != want {
 		t.Errorf("field bound refusals counted: %v, want %v", got, want)
 	}
@@ -107,31 +106,6 @@ func TestAdversarialMaximumLengthFieldsThroughAPinnedPeerKeepTheDedupWithinItsBy
 	if d.exitedYet() {
 		t.Fatal("the daemon exited")
 	}
-}
-
-// advScrape reads a metrics endpoint into series -> value.
-func advScrape(t *testing.T, addr string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		out[line[:i]] = v
-	}
-	return out
 }
 
 // advRSS is the daemon's resident set in KiB, from /proc; 0 where there is

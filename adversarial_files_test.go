@@ -3,9 +3,7 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -51,7 +49,7 @@ func TestAdversarialPinFilesAreSkippedWhileMemoryStaysFlatAndTheDaemonStops(t *t
 	a := startDaemon(t, nodeArgs(nodes[0], 0, "--metrics", "127.0.0.1:0", "--drain-timeout", drain.String())...)
 	b := startDaemon(t, nodeArgs(nodes[1], 0)...)
 	a.port, b.port = a.boundPeerPort(), b.boundPeerPort()
-	metrics := "http://" + a.loggedValue("metrics endpoint listening", "addr") + "/metrics"
+	metrics := a.loggedValue("metrics endpoint listening", "addr")
 	for _, file := range []string{"zzzz.json", "fifo.json"} {
 		a.waitLog("ignoring pin", "file="+file, "not a regular file")
 	}
@@ -114,28 +112,6 @@ func residentKiB(t *testing.T, pid int) int64 {
 		}
 	}
 	return -1
-}
-
-// scrapeValue reads one series from a metrics endpoint.
-func scrapeValue(t *testing.T, url, series string) float64 {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", series, err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("no series %s at %s", series, url)
-	return 0
 }
 
 // countLines counts the lines of text holding every fragment.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -600,4 +601,44 @@ func passLines(m *Manager) [][]byte {
 			return out
 		}
 	}
+}
+
+// scrapeAddr reads the metrics endpoint at addr (host:port) into series ->
+// value, checking that it answers 200 in the Prometheus text format.
+func scrapeAddr(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
+		t.Fatalf("scrape: status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("metrics line %q: %v", line, err)
+		}
+		out[line[:i]] = v
+	}
+	return out
+}
+
+// scrapeValue reads one series from the metrics endpoint at addr; a series
+// the endpoint does not have fails the test.
+func scrapeValue(t *testing.T, addr, series string) float64 {
+	t.Helper()
+	v, ok := scrapeAddr(t, addr)[series]
+	if !ok {
+		t.Fatalf("no series %s at %s", series, addr)
+	}
+	return v
 }

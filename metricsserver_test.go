@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -16,29 +14,7 @@ import (
 // scrape reads a node's metrics endpoint into series -> value.
 func scrape(t *testing.T, n *testNode) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + n.m.MetricsAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
-		t.Fatalf("scrape: status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		out[line[:i]] = v
-	}
-	return out
+	return scrapeAddr(t, n.m.MetricsAddr())
 }
 
 // newMetricsNode builds a node with the metrics endpoint (and optionally

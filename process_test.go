@@ -513,6 +513,14 @@ func startDaemon(t testing.TB, args ...string) *daemonProc {
 // the environment it inherits.
 func startDaemonBinary(t testing.TB, bin string, env []string, args ...string) *daemonProc {
 	t.Helper()
+	return startDaemonReading(t, bin, env, nil, args...)
+}
+
+// startDaemonReading is startDaemonBinary with the daemon's stdout read
+// through wrap (nil: as it is), for a test that controls the broker's
+// reading.
+func startDaemonReading(t testing.TB, bin string, env []string, wrap func(io.Reader) io.Reader, args ...string) *daemonProc {
+	t.Helper()
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -535,7 +543,11 @@ func startDaemonBinary(t testing.TB, bin string, env []string, args ...string) *
 		t.Fatal(err)
 	}
 	go func() { d.cmd.Wait(); close(d.exited) }()
-	go func() { defer close(d.readDone); d.readFrom(d.stdout) }()
+	var out io.Reader = d.stdout
+	if wrap != nil {
+		out = wrap(d.stdout)
+	}
+	go func() { defer close(d.readDone); d.readFrom(out) }()
 	t.Cleanup(func() {
 		if !d.exitedYet() {
 			d.cmd.Process.Kill()
