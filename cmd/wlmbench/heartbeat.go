@@ -88,6 +88,15 @@ func fmtCount(n int) string {
 	return strconv.Itoa(n)
 }
 
+// fmtDurs prints durations as a list.
+func fmtDurs(ds []time.Duration) string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = fmtDur(d)
+	}
+	return strings.Join(out, ", ")
+}
+
 func fmtPct(x float64) string { return strconv.FormatFloat(100*x, 'f', 1, 64) + "%" }
 
 // hbSink is a peer for the heartbeat runs: a pinned mTLS server that tells
@@ -484,6 +493,7 @@ func hbMetrics(text []byte) map[string]hbPeerMetrics {
 type hbRun struct {
 	mode      hbMode
 	k, live   int
+	trialLost int64 // fresh frames lost in the further trials of a target row
 	interval  time.Duration
 	windows   int
 	load      time.Duration
@@ -679,6 +689,32 @@ func (b *bench) hbCoverage() error {
 			}
 		}
 	}
+	// More trials of each target row and its baseline, interleaved, so the
+	// fresh-frame comparison of the targets is between medians, not between
+	// two single runs on a shared machine.
+	trialP99 := map[*hbRun][]time.Duration{}
+	baseP99 := map[key][]time.Duration{}
+	for _, r := range targets {
+		kk := key{r.mode, r.k}
+		trialP99[r] = []time.Duration{r.freshLats().p99}
+		baseP99[kk] = []time.Duration{baselines[kk].freshLats().p99}
+		for range cfg.hbTrials - 1 {
+			for _, live := range []int{0, r.live} {
+				x, err := b.hbOne(sinks[:r.k], r.mode, r.k, live)
+				if err != nil {
+					return fmt.Errorf("%s K=%d L=%d (trial): %w", r.mode.name, r.k, live, err)
+				}
+				if sum, _ := x.lost(); sum > 0 {
+					r.trialLost += sum
+				}
+				if live == 0 {
+					baseP99[kk] = append(baseP99[kk], x.freshLats().p99)
+				} else {
+					trialP99[r] = append(trialP99[r], x.freshLats().p99)
+				}
+			}
+		}
+	}
 	// Coverage.
 	for _, r := range append(slices.Clone(runs), targets...) {
 		isTarget := slices.Contains(targets, r)
@@ -721,11 +757,26 @@ func (b *bench) hbCoverage() error {
 		bl := baselines[key{r.mode, r.k}]
 		l, lb := r.freshLats(), bl.freshLats()
 		sum, _ := r.lost()
-		ok := sum == 0 && lb.p99 > 0 && float64(l.p99) <= 1.5*float64(lb.p99)
-		b.tbl.add(row{section: "hb fresh", figure: fmt.Sprintf("%s: fresh frames lost / offered to each peer, p99 (p50 / max)", r.name()),
+		p99, bp99 := l.p99, lb.p99
+		figure := fmt.Sprintf("%s: fresh frames lost / offered to each peer, p99 (p50 / max)", r.name())
+		baseline := "p99 " + fmtDur(lb.p99) + " at L=0"
+		if ps, ok := trialP99[r]; ok && len(ps) > 1 {
+			p99, bp99 = medianDuration(ps), medianDuration(baseP99[key{r.mode, r.k}])
+			sum += r.trialLost
+			figure = fmt.Sprintf("%s: fresh frames lost / offered in %d trials, median p99 (first trial: p99, p50 / max)", r.name(), len(ps))
+			baseline = fmt.Sprintf("median p99 %s at L=0 (%s)", fmtDur(bp99), fmtDurs(baseP99[key{r.mode, r.k}]))
+			b.tbl.add(row{section: "hb fresh", figure: figure,
+				measured: fmt.Sprintf("%d / %d, p99 %s (%s; %s, %s / %s)", sum, r.offered*r.k*len(ps), fmtDur(p99), fmtDurs(ps), fmtDur(l.p99), fmtDur(l.p50), fmtDur(l.max)),
+				baseline: baseline,
+				ratio:    fmtRatio(float64(p99), float64(bp99)),
+				target:   "0 lost, <= 1.50x", result: check(sum == 0 && bp99 > 0 && float64(p99) <= 1.5*float64(bp99))})
+			continue
+		}
+		ok := sum == 0 && bp99 > 0 && float64(p99) <= 1.5*float64(bp99)
+		b.tbl.add(row{section: "hb fresh", figure: figure,
 			measured: fmt.Sprintf("%d / %d, p99 %s (%s / %s)", sum, r.offered*r.k, fmtDur(l.p99), fmtDur(l.p50), fmtDur(l.max)),
-			baseline: "p99 " + fmtDur(lb.p99) + " at L=0",
-			ratio:    fmtRatio(float64(l.p99), float64(lb.p99)),
+			baseline: baseline,
+			ratio:    fmtRatio(float64(p99), float64(bp99)),
 			target:   "0 lost, <= 1.50x", result: check(ok)})
 	}
 	// Lock hold, at the largest L of the grid: each probe that takes the
@@ -782,7 +833,7 @@ func (b *bench) hbCoverage() error {
 	b.tbl.note("hb coverage target rows scale the set with the interval (the issue's targets are at 30s: %s single-frame, %s batching); the grid rows at larger L have no target",
 		fmtCount(hbTargetSingle), fmtCount(hbTargetBatching))
 	b.tbl.note("hb fresh: %.0f new workloads/s written on stdin over the windows (open loop; latency from each frame's due time to the sink), "+
-		"the baseline is the same mode and K with no set (L=0) in this run", cfg.hbFresh)
+		"the baseline is the same mode and K with no set (L=0) in this run; a target row and its baseline are each run %d times, interleaved, and compared by their median p99", cfg.hbFresh, cfg.hbTrials)
 	b.tbl.note("hb lock: four probes at %.0f/s each, timed from the write to the answer: on stdin a lifecycle request (an update of one workload: tracked and queued under broadcastMu and activeMu, answered null) "+
 		"and, as its control, a request the read loop answers -32601 without a lock; on the ingress a valid post (ingestMu, activeMu, broker write, broadcastMu) "+
 		"and, as its control, a post refused 400 before any lock. ratio: the probe's excess over its control, p99 / max, in the same window; "+

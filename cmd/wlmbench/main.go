@@ -25,7 +25,7 @@
 //
 //	go run ./cmd/wlmbench
 //	go run ./cmd/wlmbench -t 2s -trials 1 -mem-frames 100000   # quick
-//	go run ./cmd/wlmbench -only heartbeat -hb-live 1k,10k -hb-peers 4 -hb-fan-n 8 -hb-rss 100k -trials 1   # quick heartbeat
+//	go run ./cmd/wlmbench -only heartbeat -hb-live 1k,10k -hb-peers 4 -hb-fan-n 8 -hb-rss 100k -hb-fresh-trials 1 -trials 1   # quick heartbeat
 package main
 
 import (
@@ -68,6 +68,7 @@ type config struct {
 	hbWindows   int
 	hbTargets   bool
 	hbFresh     float64
+	hbTrials    int
 	hbPing      float64
 	hbIdle      time.Duration
 	hbFanN      []int
@@ -130,6 +131,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.hbWindows, "hb-windows", 3, "heartbeat: intervals measured per run")
 	fs.BoolVar(&c.hbTargets, "hb-targets", true, "heartbeat: also run the issue's coverage targets, scaled to -hb-interval (10k single-frame, 100k batching at 30s)")
 	fs.Float64Var(&c.hbFresh, "hb-fresh", 200, "heartbeat: fresh frames per second on stdin during the windows")
+	fs.IntVar(&c.hbTrials, "hb-fresh-trials", 3, "heartbeat: runs of each target row and of its baseline, interleaved, for the fresh-frame p99 (medians)")
 	fs.Float64Var(&c.hbPing, "hb-ping", 50, "heartbeat: stdin requests and ingress posts per second, each, for the lock-hold figures")
 	fs.DurationVar(&c.hbIdle, "hb-idle", 3*time.Second, "heartbeat: how long the idle baseline of the round trips runs, before the peers attach")
 	fs.Var(countsFlag{&c.hbFanN}, "hb-fan-n", "heartbeat: peers N for fan-out with batching peers against the ceiling")
@@ -147,7 +149,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-window must be between 1 and 1000 (the peer queues hold 1024)")
 	case c.memFrames < memFramesPerWorkload:
 		return c, fmt.Errorf("-mem-frames must be >= %d", memFramesPerWorkload)
-	case c.hbInterval < 100*time.Millisecond || c.hbWindows < 1 || c.hbFresh <= 0 || c.hbPing <= 0 || c.hbIdle <= 0 || c.hbFanFrames < 1 || c.hbRSSFor < 1:
+	case c.hbInterval < 100*time.Millisecond || c.hbWindows < 1 || c.hbFresh <= 0 || c.hbPing <= 0 || c.hbIdle <= 0 || c.hbFanFrames < 1 || c.hbRSSFor < 1 || c.hbTrials < 1:
 		return c, errors.New("-hb-interval must be >= 100ms, -hb-windows, -hb-fan-frames and -hb-rss-intervals >= 1, -hb-fresh, -hb-ping and -hb-idle > 0")
 	case slices.Min(c.hbPeers) < 1 || slices.Min(c.hbFanN) < 1 || slices.Min(c.hbLive) < 1 || slices.Min(c.hbRSS) < 1:
 		return c, errors.New("-hb-peers, -hb-fan-n, -hb-live and -hb-rss take counts >= 1")
