@@ -69,7 +69,8 @@ const (
 // together. A peer's heartbeat lane takes activeMu under its laneOrder.mu
 // (laneOrder.mu -> activeMu), for one bounded slice of a pass at a time.
 // Leaf locks, taken under any of these and never around them:
-// broadcaster.mu, brokerWriter.mu, clusterTrust.mu, dedup.mu. No lock is
+// broadcaster.mu, brokerWriter.mu, clusterTrust.mu, dedup.mu,
+// leaseTable.mu (activeMu -> leaseTable.mu). No lock is
 // held across a network write to a peer: only the peer senders' lanes
 // write to peers, and they hold none while they do.
 type Manager struct {
