@@ -582,3 +582,21 @@ func TestLeaseTableKeepsTheEarliestDeadlineFirst(t *testing.T) {
 		t.Fatalf("expiry order %s, want 2,4,3,0", got)
 	}
 }
+
+// A leased frame that arrives after its run finished is written and
+// relayed as every frame is, but it is no sign that the run lives: it arms
+// nothing, so no expiry ever follows the run's own end.
+func TestALeasedFrameTooLateForAFinishedRunArmsNoLease(t *testing.T) {
+	n := leaseNode(t)
+	n.start()
+	postLeased(t, n, leasedInfo("late", "completed", 2), 0)
+	postLeased(t, n, leasedInfo("late", "running", 1), 5)
+	if leaseCount(n) != 0 {
+		t.Fatalf("%d leases after a running frame for a finished run", leaseCount(n))
+	}
+	postLeased(t, n, leasedInfo("clock", "running", 1), 10)
+	waitExpiry(t, n, "clock")
+	if got := leaseExpiries(n, "late"); len(got) != 0 {
+		t.Fatalf("a finished run got an expiry: %v", got)
+	}
+}

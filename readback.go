@@ -42,14 +42,16 @@ const (
 	readBackScanMax = 100_000
 	// readBackSlice is the most entries one hold of activeMu visits.
 	readBackSlice = 256
-	// readBackWriteTimeout bounds how long a client may take to read an
-	// answer: the ingress has no write timeout of its own (3.5), and a
-	// client that stops reading must not keep the request forever.
-	readBackWriteTimeout = 30 * time.Second
 	// maxCursorBytes bounds the cursor parameter: a cursor this node gives
 	// is at most 5 varints and four 256-byte fields, base64url-encoded.
 	maxCursorBytes = 1440
 )
+
+// readBackWriteTimeout bounds how long a client may take to read an
+// answer: the ingress has no write timeout of its own (3.5), and a client
+// that stops reading must not keep the request forever. A variable only so
+// a test need not wait 30 s.
+var readBackWriteTimeout = 30 * time.Second
 
 // readBackStats are the read-back's counters; the answers themselves are
 // counted with the ingress's (nvpair_wlm_ingress_responses_total).

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -407,4 +408,37 @@ func TestReadBackEndsAPageAtItsScanBoundWithACursor(t *testing.T) {
 	if got := n.m.readBacks.cutScan.Load(); got != 1 {
 		t.Fatalf("nvpair_wlm_readback_pages_cut_total{bound=\"scan\"} = %d, want 1", got)
 	}
+}
+
+// A client that asks and never reads is dropped at the answer's write
+// deadline: it cannot hold the request, and what it copied out of the set,
+// for longer.
+func TestReadBackClientThatStopsReadingIsDroppedAtTheWriteDeadline(t *testing.T) {
+	old := readBackWriteTimeout
+	readBackWriteTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { readBackWriteTimeout = old })
+	n, _ := readBackNode(t)
+	for i := range readBackPageBytes / (200 << 10) {
+		w := leasedInfo("wide-"+itoa(i), "running", 1)
+		w["blob"] = strings.Repeat("b", 200<<10)
+		if _, err := n.m.ingestLocal([]byte(ingressFrameJSON(w))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn, err := net.Dial("tcp", n.m.IngressAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// A small receive buffer, so the 8 MiB answer cannot all be taken in
+	// by the kernel on the client's behalf.
+	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(conn, "GET "+readBackPath+" HTTP/1.1\r\nHost: "+n.m.IngressAddr()+"\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the read-back to give up on the client", func() bool {
+		return n.logs.contains("ingress read-back answered", "cutBy=client")
+	})
 }
