@@ -305,6 +305,10 @@ func TestWhatEndsALease(t *testing.T) {
 			if got := leaseExpiries(n, "ended"); len(got) != 0 {
 				t.Fatalf("the ended lease still expired: %v", got)
 			}
+			// Ended by the frame, not found dead at its deadline.
+			if got := n.m.leases.failures.get("no_entry"); got != 0 {
+				t.Fatalf("the lease outlived its job until its deadline (%d dropped for want of a live run)", got)
+			}
 		})
 	}
 }
