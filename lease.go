@@ -151,10 +151,9 @@ func (t *leaseTable) postpone(ref workloadRef, now time.Time) time.Duration {
 	if !held {
 		return 0
 	}
-	d := leaseRetryMax
-	if l.failures < 5 { // 1 s << 5 is past the maximum
-		d = min(leaseRetryFirst<<l.failures, leaseRetryMax)
-	}
+	// The shift stops at 5: 1 s << 5 is past the maximum already, and a
+	// larger one would overflow after enough failures.
+	d := min(leaseRetryFirst<<min(l.failures, 5), leaseRetryMax)
 	l.failures++
 	l.deadline = now.Add(d)
 	heap.Fix(&t.order, l.index)

@@ -407,6 +407,35 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 				t.Fatalf("%s's broker got terminal states %v, want completed alone", n.id[:8], got)
 			}
 		}
+		if got := a.m.leases.failures.get("no_entry"); got != 0 {
+			t.Fatalf("the expiry went on with a lease the producer's frame had ended (%d dropped)", got)
+		}
+	})
+	t.Run("a renewal first: the job lives on", func(t *testing.T) {
+		stall := &liStallingWriter{match: []byte(`"seq":2`), entered: make(chan struct{}), release: make(chan struct{})}
+		a := leaseNode(t, func(c *Config) { stall.w = c.Out; c.Out = stall })
+		t.Cleanup(stall.unblock)
+		a.start()
+		postLeased(t, a, leasedInfo("raced", "running", 1), 5)
+		done := make(chan int, 1)
+		go func() {
+			st, _ := postIngress(t, a.m.IngressAddr(), ingressFrameJSON(leasedInfo("raced", "running", 2)), leaseHeader, "60")
+			done <- st
+		}()
+		<-stall.entered // the renewal holds ingestMu, in its broker write
+		eventually(t, "the lease to come due", func() bool { _, due := a.m.leases.due(time.Now()); return due })
+		stall.unblock()
+		if st := <-done; st != http.StatusOK {
+			t.Fatalf("the renewal: %d", st)
+		}
+		postLeased(t, a, leasedInfo("clock", "running", 1), 10)
+		waitExpiry(t, a, "clock")
+		if got := leaseExpiries(a, "raced"); len(got) != 0 {
+			t.Fatalf("a job renewed before its expiry was written was retired: %v", got)
+		}
+		if _, held := a.m.leases.deadlineOf(workloadRef{a.id, "raced"}, workloadKey{a.id, "llamacpp", "run-raced", "raced"}); !held {
+			t.Fatal("the renewed lease is gone")
+		}
 	})
 }
 
