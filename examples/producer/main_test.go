@@ -186,7 +186,7 @@ func TestProducerThatAbandonsItsJobLeavesItToItsLease(t *testing.T) {
 func TestProducerRefusesALeaseTheDaemonWouldRefuse(t *testing.T) {
 	for _, lease := range []string{"4s", "25h", "5500ms"} {
 		var stdout, stderr bytes.Buffer
-		if code := run([]string{"--addr", "127.0.0.1:1", "--lease", lease}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "--lease") {
+		if code := run([]string{"--addr", "127.0.0.1:1", "--attempts", "1", "--lease", lease}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "--lease") {
 			t.Errorf("--lease %s: exit %d, stderr %q; want 2 naming the flag", lease, code, stderr.String())
 		}
 	}
