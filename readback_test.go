@@ -359,13 +359,7 @@ func TestReadBackEndsAPageAtItsByteBoundWithACursor(t *testing.T) {
 	n, _ := readBackNode(t)
 	const each = 200 << 10
 	count := readBackPageBytes/each + 3
-	for i := range count {
-		w := leasedInfo("big-"+itoa(100+i), "running", 1)
-		w["blob"] = strings.Repeat("b", each)
-		if _, err := n.m.ingestLocal([]byte(ingressFrameJSON(w))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	trackWideIngressRuns(t, n, count, each)
 	first := readBack(t, n.m.IngressAddr(), "limit=10000")
 	if len(first.Workloads) != readBackPageBytes/each+1 || first.Next == nil {
 		t.Fatalf("the first page holds %d workloads of %d bytes, next %v; want the page ended just past %d bytes, with a cursor",
@@ -418,13 +412,7 @@ func TestReadBackClientThatStopsReadingIsDroppedAtTheWriteDeadline(t *testing.T)
 	readBackWriteTimeout = 300 * time.Millisecond
 	t.Cleanup(func() { readBackWriteTimeout = old })
 	n, _ := readBackNode(t)
-	for i := range readBackPageBytes / (200 << 10) {
-		w := leasedInfo("wide-"+itoa(i), "running", 1)
-		w["blob"] = strings.Repeat("b", 200<<10)
-		if _, err := n.m.ingestLocal([]byte(ingressFrameJSON(w))); err != nil {
-			t.Fatal(err)
-		}
-	}
+	trackWideIngressRuns(t, n, readBackPageBytes/(200<<10), 200<<10)
 	conn, err := net.Dial("tcp", n.m.IngressAddr())
 	if err != nil {
 		t.Fatal(err)
@@ -441,4 +429,24 @@ func TestReadBackClientThatStopsReadingIsDroppedAtTheWriteDeadline(t *testing.T)
 	eventually(t, "the read-back to give up on the client", func() bool {
 		return n.logs.contains("ingress read-back answered", "cutBy=client")
 	})
+}
+
+// trackWideIngressRuns puts count ingress runs into n's re-sync set, each
+// with a member of size bytes, straight into the set: parsing megabytes
+// of frames under the race detector would take seconds.
+func trackWideIngressRuns(t *testing.T, n *testNode, count, size int) {
+	t.Helper()
+	w := leasedInfo("wide", "running", 1)
+	w["originatedFrom"], w["blob"] = n.id, strings.Repeat("b", size)
+	ev, err := parseLifecycle(methodStarted, json.RawMessage(`{"workloadInfo":`+mustJSON(t, w)+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.m.activeMu.Lock()
+	defer n.m.activeMu.Unlock()
+	for i := range count {
+		ev.info.ID = "wide-" + itoa(100+i)
+		n.m.resync.track(&ev, time.Now(), true)
+		n.m.resync.entries[ev.key()].ingress = true
+	}
 }
