@@ -84,6 +84,8 @@ type browserAttempt struct {
 	// target is the URL prefix the page sends to; the path and
 	// ?attempt=<name> are appended.
 	target string
+	// path is the ingress path the page sends to; empty: the events path.
+	path string
 	// script is the body of the page's async attempt(): T is the target
 	// URL, B the frame, FORM_NAME and FORM_VALUE the frame split for a
 	// text/plain form. It returns what the page saw.
@@ -195,6 +197,27 @@ var browserAttempts = []browserAttempt{
 		want: []int{421, 421}, saw: regexp.MustCompile(`^status 421$`), methods: []string{"GET", "GET"},
 	},
 	{
+		name: "fetch-readback-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: readBackPath,
+		models: "a page reading this node's workloads with a cross-origin GET: cors mode sends Origin",
+		script: `const r = await fetch(T);
+			return "status " + r.status + ": " + await r.text();`,
+		want: []int{403}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"GET"},
+	},
+	{
+		name: "fetch-readback-no-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: readBackPath,
+		models: "a blind no-cors GET of the read-back: no Origin, so it is answered; Cross-Origin-Resource-Policy makes the browser drop the answer",
+		script: `const r = await fetch(T, {mode: "no-cors"});
+			return r.type + " status " + r.status + ": " + await r.text();`,
+		want: []int{200}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"GET"},
+	},
+	{
+		name: "rebind-same-origin-readback", page: rebindOrigin + "/rebind/", target: "", path: readBackPath,
+		models: "DNS rebinding: a same-origin GET of the read-back, whose answer the page could read; the Host check answers",
+		script: `const r = await fetch(T);
+			return "status " + r.status + ": " + (await r.text()).trim();`,
+		want: []int{421, 421}, saw: regexp.MustCompile(`^status 421: host "rebind\.test:\d+" is not this loopback local ingress$`), methods: []string{"GET", "GET"},
+	},
+	{
 		name: "rebind-page-load", page: "", target: "http://rebind.test:{P}",
 		models: "DNS rebinding: the top-level page load of the ingress under the rebinding name",
 		want:   []int{421, 421}, methods: []string{"GET", "GET"},
@@ -210,6 +233,21 @@ func TestBrowserAttacksAreRefused(t *testing.T) {
 	peer := newTestNode(t).start()
 	d := startDaemonProcess(t, peer)
 	ingressPort := ingressPortOf(t, d)
+
+	// A workload of this node's for each read-back attempt to try to read:
+	// its requesterId is the attempt's name, which the attempt filters on.
+	var secrets []string
+	for _, a := range browserAttempts {
+		if a.path == readBackPath {
+			id := readBackSecret + "-" + a.name
+			secrets = append(secrets, id)
+			postLegitimateFrame(t, ingressPort, strings.Replace(attackFrame(id), `"engine"`, `"requesterId":"`+a.name+`","engine"`, 1))
+		}
+	}
+	for _, id := range secrets {
+		d.waitUpserts(id, 1)
+		eventually(t, "the peer's upsert of "+id, func() bool { return slices.Contains(upsertIDs(peer.upserts()), id) })
+	}
 
 	atk := newAttackServer(t, d, ingressPort)
 	front := startRebindFront(t, net.JoinHostPort(rebindAddr, ingressPort), net.JoinHostPort("127.0.0.1", ingressPort), atk)
@@ -249,23 +287,25 @@ func TestBrowserAttacksAreRefused(t *testing.T) {
 	all := ingressRejections(d.stderr)
 	atk.setFinal(len(all))
 
-	// Nothing but the barriers reached the daemon's broker side or the peer.
+	// Nothing but the barriers (and the workload posted before the browser
+	// started) reached the daemon's broker side or the peer.
 	for _, f := range d.all() {
 		if f.Method == methodRemove {
 			t.Errorf("the daemon's broker got a removal: %s", f.Params)
 		}
 	}
-	if got := upsertIDs(d.upserts()); !slices.Equal(got, []string{"barrier-json", "barrier-form"}) {
-		t.Errorf("upserts at the daemon's broker = %q, want only the two barriers", got)
+	legit := append(secrets, "barrier-json", "barrier-form")
+	if got := upsertIDs(d.upserts()); !slices.Equal(got, legit) {
+		t.Errorf("upserts at the daemon's broker = %q, want only %q", got, legit)
 	}
-	if got := upsertIDs(peer.upserts()); !slices.Equal(got, []string{"barrier-json", "barrier-form"}) {
-		t.Errorf("upserts at the peer's broker = %q, want only the two barriers", got)
+	if got := upsertIDs(peer.upserts()); !slices.Equal(got, legit) {
+		t.Errorf("upserts at the peer's broker = %q, want only %q", got, legit)
 	}
 	if n := len(peer.broker.withMethod(methodRemove)); n != 0 {
 		t.Errorf("the peer's broker got %d removal(s)", n)
 	}
-	if n := strings.Count(d.stderr.String(), `msg="ingress frame accepted"`); n != len(barriers) {
-		t.Errorf("the daemon accepted %d ingress frames, want only the %d barriers", n, len(barriers))
+	if n := strings.Count(d.stderr.String(), `msg="ingress frame accepted"`); n != len(legit) {
+		t.Errorf("the daemon accepted %d ingress frames, want only the %d legitimate ones", n, len(legit))
 	}
 
 	netlog, nlErr := parseNetLog(out.netlog)
@@ -283,13 +323,18 @@ func TestBrowserAttacksAreRefused(t *testing.T) {
 			if !slices.Equal(statuses, a.want) {
 				t.Errorf("the daemon logged rejections %v, want %v:\n%s", statuses, a.want, rejectionLines(got))
 			}
+			for _, r := range got {
+				if r.status == http.StatusOK && !strings.Contains(r.line, " listed=1 ") {
+					t.Errorf("the read-back answer did not hold the attempt's secret workload, so it shows nothing:\n%s", r.line)
+				}
+			}
 			// What the page saw.
 			if a.page == "" {
 				// No page of the attacker's: the browser's network log
 				// below has the status it read.
 			} else if saw, ok := atk.report(a.name); !ok {
 				t.Errorf("the page never reported")
-			} else if !a.saw.MatchString(saw) {
+			} else if !a.saw.MatchString(saw) || strings.Contains(saw, readBackSecret) {
 				t.Errorf("the page saw %q, want %s", saw, a.saw)
 			} else {
 				t.Logf("the page saw: %s", saw)
@@ -334,6 +379,10 @@ func checkBrowserRequests(t *testing.T, a browserAttempt, reqs []netlogRequest, 
 		}
 		_, hasOrigin := r.headerOK("Origin")
 		switch a.want[j] {
+		case http.StatusOK:
+			if hasOrigin || a.path != readBackPath {
+				t.Errorf("request %d: answered 200 with an Origin (%v) or on the events path (%q)", j, hasOrigin, a.path)
+			}
 		case http.StatusForbidden:
 			if !hasOrigin {
 				t.Errorf("request %d: refused with 403 but sent no Origin", j)
@@ -427,7 +476,9 @@ func ingressPortOf(t *testing.T, d *daemonProc) string {
 	return port
 }
 
-// ingressRejection is one "ingress request rejected" line of the daemon.
+// ingressRejection is one "ingress request rejected" line of the daemon,
+// or one "ingress read-back answered" line: an attempt on the read-back
+// that passes the checks is answered, and its answer is what it caused.
 type ingressRejection struct {
 	status int
 	line   string
@@ -440,7 +491,7 @@ func ingressRejections(logs *logBuffer) []ingressRejection {
 	lines := strings.Split(logs.String(), "\n")
 	for _, line := range lines[:len(lines)-1] { // the last is not complete yet
 
-		if !strings.Contains(line, `msg="ingress request rejected"`) {
+		if !strings.Contains(line, `msg="ingress request rejected"`) && !strings.Contains(line, `msg="ingress read-back answered"`) {
 			continue
 		}
 		r := ingressRejection{line: line}
@@ -459,6 +510,10 @@ func rejectionLines(rs []ingressRejection) string {
 	}
 	return b.String()
 }
+
+// readBackSecret starts the ids of the workloads the read-back attempts
+// try to read: no page may ever see one.
+const readBackSecret = "readback-secret"
 
 // attackFrame is the frame every attempt tries to deliver: a valid
 // workload:started that the ingress would accept (the barrier proves it) and
@@ -570,6 +625,11 @@ func (a *attackServer) pageURL(i int) string {
 
 func (a *attackServer) targetURL(i int) string {
 	at := browserAttempts[i]
+	if at.path == readBackPath {
+		// The read-back refuses parameters it does not know: the
+		// attempt's name is the requesterId its secret workload carries.
+		return a.expand(at.target) + readBackPath + "?requesterId=" + at.name
+	}
 	return a.expand(at.target) + peerEventsPath + "?attempt=" + at.name
 }
 
@@ -857,7 +917,8 @@ func (f *rebindFront) handle(c net.Conn) {
 	if err != nil {
 		return
 	}
-	if _, target, _ := strings.Cut(line, " "); !strings.HasPrefix(target, peerEventsPath) {
+	// The events path and the read-back's both start with readBackPath.
+	if _, target, _ := strings.Cut(line, " "); !strings.HasPrefix(target, readBackPath) {
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			return
@@ -982,10 +1043,13 @@ func parseNetLog(path string) (map[string][]netlogRequest, error) {
 			method, rest, _ := strings.Cut(p.Line, " ")
 			target, _, _ := strings.Cut(rest, " ")
 			u, err := url.Parse(target)
-			if err != nil || u.Path != peerEventsPath {
+			if err != nil || (u.Path != peerEventsPath && u.Path != readBackPath) {
 				continue
 			}
 			name := u.Query().Get("attempt")
+			if u.Path == readBackPath {
+				name = u.Query().Get("requesterId")
+			}
 			out[name] = append(out[name], netlogRequest{method: method, line: strings.TrimSpace(p.Line), headers: p.Headers})
 			pending[e.Source.ID] = ref{name, len(out[name]) - 1}
 		case read:

@@ -12,6 +12,9 @@ type localFrame struct {
 	params  json.RawMessage // relayed to the peers as they are
 	life    lifecycleEvent  // set for the lifecycle methods
 	removal removalEvent    // set for workloads:remove
+	// leaseSeconds is the Workload-Lease an ingress frame carried, 0 for
+	// none (lease.go).
+	leaseSeconds int
 }
 
 func (f *localFrame) isRemoval() bool { return f.method == methodRemove }
@@ -80,6 +83,7 @@ func (m *Manager) trackLocal(f *localFrame, src frameSource) bool {
 		if src == fromIngress {
 			m.removed.remember(f.removal.ref, now)
 		}
+		m.applyLease(f, src, now)
 		return true
 	}
 	ref := f.life.ref()
@@ -100,5 +104,6 @@ func (m *Manager) trackLocal(f *localFrame, src frameSource) bool {
 		m.untrackedLog.note(m.log, "re-sync set full (--max-live-workloads): a new workload is relayed once but not re-asserted",
 			"limit", m.resync.limit, "method", f.method, "id", clipReason(ref.id))
 	}
+	m.applyLease(f, src, now)
 	return true
 }

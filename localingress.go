@@ -115,6 +115,10 @@ func (li *localIngress) serve(wg *sync.WaitGroup, ln net.Listener) *http.Server 
 
 // ServeHTTP answers a producer, logs the answer and counts it.
 func (li *localIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == readBackPath {
+		li.serveReadBack(w, r) // readback.go: the same Origin and Host checks first
+		return
+	}
 	status, reason, f := li.decide(w, r)
 	reason = clipReason(reason)
 	li.m.ingressResponses.inc(strconv.Itoa(status))
@@ -159,7 +163,7 @@ func (li *localIngress) decide(w http.ResponseWriter, r *http.Request) (int, str
 	if err != nil {
 		return http.StatusBadRequest, err.Error(), localFrame{}
 	}
-	f, err := li.m.ingestLocal(body)
+	f, err := li.m.ingestLocalLeased(body, r.Header.Values(leaseHeader))
 	var atLimit *errAtLimit
 	var busy *errBrokerBusy
 	switch {
@@ -214,9 +218,20 @@ func isJSONMediaType(ct string) bool {
 // is taken before ingestMu, and a post that finds none is refused with
 // *errBrokerBusy before it waits for anything.
 func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
+	return m.ingestLocalLeased(body, nil)
+}
+
+// ingestLocalLeased is ingestLocal for a request whose Workload-Lease
+// header had the given values (lease.go): a bad one is the producer's
+// mistake, refused before anything is written.
+func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, error) {
 	f, err := parseIngressFrame(body, m.cfg.NodeID)
 	m.refusedOverBound(err, "ingress")
 	if err != nil {
+		return f, fmt.Errorf("%w: %v", errBadFrame, err)
+	}
+	if f.leaseSeconds, err = parseLeaseHeader(lease, &f); err != nil {
+		m.leases.refused.Add(1)
 		return f, fmt.Errorf("%w: %v", errBadFrame, err)
 	}
 	if !m.ingressWaiters.tryAcquire() {
@@ -234,19 +249,29 @@ func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
 	if err := m.checkLiveLimit(&f); err != nil {
 		return f, err
 	}
+	return f, m.writeThenCommit(f)
+}
+
+// writeThenCommit writes an ingress frame, or a lease's expiry, up to the
+// broker and only then commits it (track, remember, queue). Called with
+// ingestMu held. A frame the broker writer refuses as over the line limit
+// is returned as it is, a failed write as errBrokerWrite; either leaves
+// nothing tracked, queued or remembered.
+func (m *Manager) writeThenCommit(f localFrame) error {
+	var err error
 	if f.isRemoval() {
 		err = m.emitRemove(&f.removal)
 	} else {
 		err = m.emitUpsert(f.life.raw)
 	}
 	if errors.Is(err, errLineOverLimit) {
-		return f, err
+		return err
 	}
 	if err != nil {
-		return f, fmt.Errorf("%w: %v", errBrokerWrite, err)
+		return fmt.Errorf("%w: %v", errBrokerWrite, err)
 	}
 	m.commitLocal(f, fromIngress)
-	return f, nil
+	return nil
 }
 
 // errAtLimit is an ingress frame refused because it would start a new

@@ -206,7 +206,7 @@ func TestLocalIngressOtherPathsAreNotFoundAfterTheTrustChecks(t *testing.T) {
 		rq   liRequest
 		want int
 	}{
-		{"POST elsewhere", liRequest{path: "/v1/workloads", header: jsonCT}, http.StatusNotFound},
+		{"POST elsewhere", liRequest{path: "/v1/jobs", header: jsonCT}, http.StatusNotFound},
 		{"GET /", liRequest{method: http.MethodGet, path: "/"}, http.StatusNotFound},
 		{"Origin elsewhere", liRequest{path: "/x", header: http.Header{"Origin": {"null"}}}, http.StatusForbidden},
 		{"bad Host elsewhere", liRequest{path: "/x", host: "evil.example", header: jsonCT}, http.StatusMisdirectedRequest},

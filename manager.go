@@ -69,7 +69,8 @@ const (
 // together. A peer's heartbeat lane takes activeMu under its laneOrder.mu
 // (laneOrder.mu -> activeMu), for one bounded slice of a pass at a time.
 // Leaf locks, taken under any of these and never around them:
-// broadcaster.mu, brokerWriter.mu, clusterTrust.mu, dedup.mu. No lock is
+// broadcaster.mu, brokerWriter.mu, clusterTrust.mu, dedup.mu,
+// leaseTable.mu (activeMu -> leaseTable.mu). No lock is
 // held across a network write to a peer: only the peer senders' lanes
 // write to peers, and they hold none while they do.
 type Manager struct {
@@ -99,6 +100,13 @@ type Manager struct {
 	activeMu sync.Mutex
 	resync   *resyncSet
 	removed  *removalMemory
+
+	// leases are the producers' leases on ingress workloads (lease.go),
+	// behind their own leaf lock. leaseUnit is the length of one second
+	// of Workload-Lease: a second, shorter only in tests.
+	leases    *leaseTable
+	leaseUnit time.Duration
+	readBacks readBackStats // the read-back's counters (readback.go)
 
 	// discoveryMu guards lastNodes and serializes target refreshes.
 	discoveryMu sync.Mutex
@@ -172,6 +180,8 @@ func NewManager(cfg Config) (*Manager, error) {
 		now:         time.Now,
 		resync:      newResyncSet(retention, cfg.MaxLiveWorkloads, cfg.NodeID),
 		removed:     newRemovalMemory(retention, removalMemoryCapacity),
+		leases:      newLeaseTable(),
+		leaseUnit:   time.Second,
 		shutdownReq: make(chan struct{}),
 
 		origins:        &originGuard{},
@@ -243,7 +253,12 @@ func (m *Manager) Run(ctx context.Context) error {
 	for i, x := range extras {
 		servers = append(servers, x.serve(&wg, listeners[i+1]))
 	}
+	// The expiry loop is not waited for like the others: an expiry blocked
+	// on a broker that does not read would hold shutdown, as a request
+	// blocked there does not. It is given the servers' grace to return.
+	leasesDone := make(chan struct{})
 	if m.announce() == nil {
+		go func() { m.runLeases(ctx); close(leasesDone) }()
 		wg.Go(func() { m.trust.watch(ctx, trustReloadInterval, m.refreshTargets) })
 		wg.Go(func() { runEvery(ctx, m.cfg.ResyncInterval, m.pruneResync) })
 		readDone := make(chan struct{})
@@ -258,10 +273,16 @@ func (m *Manager) Run(ctx context.Context) error {
 		case <-m.shutdownReq:
 			m.log.Info("shutting down", "reason", "shutdown requested")
 		}
+	} else {
+		close(leasesDone)
 	}
 	m.stop(servers)
 	cancel()
 	wg.Wait()
+	select {
+	case <-leasesDone:
+	case <-time.After(serverShutdownGrace):
+	}
 	return nil
 }
 

@@ -245,6 +245,8 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	m.bodies.writeMetrics(&t)
 	m.origins.writeMetrics(&t)
 	writeBrokerWaitersMetrics(&t, m.peerWaiters, m.ingressWaiters)
+	m.writeLeaseMetrics(&t)
+	m.writeReadBackMetrics(&t)
 	t.single("go_goroutines", "gauge", "Number of goroutines that currently exist.", float64(runtime.NumGoroutine()))
 	_, err := w.Write(t.b.Bytes())
 	return err

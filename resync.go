@@ -25,6 +25,12 @@ type resyncEntry struct {
 	seq    int64
 	rank   lifecycleRank
 	hasSeq bool
+	// ingress says an ingress frame of this run was tracked since the
+	// daemon started: the read-back lists such runs (readback.go).
+	ingress bool
+	// order is the entry's place in pass order, rising with every entry
+	// linked: the read-back's cursor names it.
+	order uint64
 	// gen is the set's generation when the entry last changed: a pass that
 	// started before it skips the entry, which every peer was just sent as
 	// a fresh frame.
@@ -78,6 +84,7 @@ type resyncSet struct {
 	byRef      map[workloadRef]*resyncEntry // a removal names a ref, not a run: the first of its runs
 	self       string                       // this node's id: every key's origin shares its bytes
 	head, tail *resyncEntry                 // pass order
+	linked     uint64                       // entries ever linked: the last order given
 	cursors    map[*resyncCursor]struct{}   // one per peer sender
 	// gen counts the changes to the set. It is written under the set's
 	// lock and read without it, when a peer sender starts a pass.
@@ -272,6 +279,8 @@ func (s *resyncSet) runsOf(ref workloadRef) []workloadKey {
 
 // link appends e at the end of the pass order.
 func (s *resyncSet) link(e *resyncEntry) {
+	s.linked++
+	e.order = s.linked
 	e.prev, e.next = s.tail, nil
 	if s.tail == nil {
 		s.head = e
@@ -282,7 +291,10 @@ func (s *resyncSet) link(e *resyncEntry) {
 }
 
 // unlink takes e out of the pass order; a cursor that was about to visit
-// it moves on to the entry after it.
+// it moves on to the entry after it. e keeps its next pointer: a reader
+// that holds e without the lock (the read-back, between two slices) goes on
+// from e to the entries that followed it, each either in the set or, when
+// removed too, pointing further on in pass order.
 func (s *resyncSet) unlink(e *resyncEntry) {
 	for c := range s.cursors {
 		if c.next == e {
@@ -299,7 +311,7 @@ func (s *resyncSet) unlink(e *resyncEntry) {
 	} else {
 		e.next.prev = e.prev
 	}
-	e.prev, e.next = nil, nil
+	e.prev = nil
 }
 
 // pruneBudget is the most expired entries one prune drops. Entries that

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +56,8 @@ type simJob struct {
 	info     workloadInfo // as last accepted
 	removeAt time.Time    // when a finished job is to be removed; zero: kept
 	doneAt   time.Time
+	sentAt   time.Time // the ingress path's last accepted frame for it, which armed its lease (simlease.go)
+	crashed  bool      // the ingress producer stopped reporting it: its lease retires it
 }
 
 func (j *simJob) terminal() bool { return j.doneAt != time.Time{} }
@@ -67,6 +70,7 @@ type simStats struct {
 	ingressRefuse int
 	lastProblem   string
 	brokerEvents  int
+	leases        simLeaseStats
 }
 
 func (s *simStats) String() string {
@@ -74,6 +78,7 @@ func (s *simStats) String() string {
 	defer s.mu.Unlock()
 	line := fmt.Sprintf("traffic: ingress %d accepted, %d retried, %d refused; broker paths %d events",
 		s.ingressOK, s.ingressRetry, s.ingressRefuse, s.brokerEvents)
+	line += s.leases.String()
 	if s.lastProblem != "" {
 		line += "; last problem: " + s.lastProblem
 	}
@@ -95,6 +100,11 @@ type simulator struct {
 	runID  string // this producer's nonce
 	stats  simStats
 	step   [2]time.Duration // the pause between two events of a path: from, to
+	// crashShare and renewEvery shape the ingress producer's leases
+	// (simlease.go): simCrashShare and simRenewEvery but in tests.
+	crashShare float64
+	renewEvery time.Duration
+
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
@@ -133,7 +143,8 @@ type simPath struct {
 }
 
 func newSimulator(c *cluster) *simulator {
-	s := &simulator{c: c, client: &http.Client{Timeout: 5 * time.Second}, step: [2]time.Duration{minStep, maxStep}}
+	s := &simulator{c: c, client: &http.Client{Timeout: 5 * time.Second}, step: [2]time.Duration{minStep, maxStep},
+		crashShare: simCrashShare, renewEvery: simRenewEvery}
 	s.runID = fmt.Sprintf("%08x", rand.Uint32())
 	if addr := c.nodes[0].ingressAddr(); addr != "" {
 		s.url = "http://" + addr + "/v1/workloads/events"
@@ -187,12 +198,15 @@ func (p *simPath) run(ctx context.Context) {
 // live one.
 func (p *simPath) step(ctx context.Context) {
 	now := time.Now()
+	if p.node == nil {
+		p.tendLeases(ctx, now) // renew what runs, learn what expired (simlease.go)
+	}
 	if p.removeDue(ctx, now) {
 		return
 	}
 	var live []*simJob
 	for _, j := range p.jobs {
-		if !j.terminal() {
+		if !j.terminal() && !j.crashed {
 			live = append(live, j)
 		}
 	}
@@ -220,13 +234,17 @@ func (p *simPath) submit(ctx context.Context, now time.Time) {
 		info.RunID = p.s.runID
 	}
 	if p.send(ctx, "workload:submitted", info) {
-		p.jobs = append(p.jobs, &simJob{info: info})
+		p.jobs = append(p.jobs, &simJob{info: info, sentAt: now})
 	}
 }
 
 // advance moves a live job on: queued -> running (sometimes cancelled),
 // running -> completed (sometimes failed or cancelled).
 func (p *simPath) advance(ctx context.Context, j *simJob, now time.Time) {
+	if p.node == nil && p.rng.Float64() < p.s.crashShare {
+		p.crash(j)
+		return
+	}
 	next := j.info
 	next.Seq++
 	ms := now.UnixMilli()
@@ -247,7 +265,7 @@ func (p *simPath) advance(ctx context.Context, j *simJob, now time.Time) {
 	if !p.send(ctx, method, next) {
 		return
 	}
-	j.info = next
+	j.info, j.sentAt = next, now
 	if next.State != "running" {
 		j.doneAt = now
 		if p.rng.Float64() < removeShare {
@@ -345,7 +363,7 @@ func (s *simulator) post(ctx context.Context, method string, params json.RawMess
 	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": method, "params": params})
 	backoff := ingressBackoff
 	for try := 1; ; try++ {
-		status, reason, err := s.postOnce(body)
+		status, reason, err := s.postOnce(body, leased(method))
 		switch {
 		case err == nil && status == http.StatusOK:
 			s.stats.add(func(st *simStats) { st.ingressOK++ })
@@ -374,12 +392,15 @@ func (s *simulator) post(ctx context.Context, method string, params json.RawMess
 	}
 }
 
-func (s *simulator) postOnce(body []byte) (int, string, error) {
+func (s *simulator) postOnce(body []byte, lease bool) (int, string, error) {
 	req, err := http.NewRequest(http.MethodPost, s.url, bytes.NewReader(body))
 	if err != nil {
 		return 0, "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if lease {
+		req.Header.Set(leaseHeader, strconv.Itoa(simLeaseSeconds))
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		return 0, "", err

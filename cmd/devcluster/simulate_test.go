@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,8 @@ type ingressRecord struct {
 	info                                  map[string]any // lifecycle frames
 	removedID                             string         // workloads:remove
 	status                                int
+	lease                                 string // the Workload-Lease header's values, joined
+	at                                    time.Time
 }
 
 // fakeIngress answers like node 1's ingress, with a 500 on every fifth
@@ -26,9 +29,18 @@ type fakeIngress struct {
 	mu   sync.Mutex
 	recs []ingressRecord
 	n    int
+	// expireAfter, when set, makes the read-back list as failed by their
+	// lease every job whose last frame is older than this: a stand-in for
+	// the daemon's expiry, at the test's pace.
+	expireAfter time.Duration
+	readBacks   int
 }
 
 func (f *fakeIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == "/v1/workloads" {
+		f.serveReadBack(w, r)
+		return
+	}
 	body, _ := io.ReadAll(r.Body)
 	var frame struct {
 		Method string `json:"method"`
@@ -46,8 +58,37 @@ func (f *fakeIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusInternalServerError
 	}
 	f.recs = append(f.recs, ingressRecord{r.Header.Get("Content-Type"), strings.Join(r.Header.Values("Origin"), ","), r.URL.Path, r.Method,
-		frame.Method, frame.Params.WorkloadInfo, frame.Params.WorkloadID, status})
+		frame.Method, frame.Params.WorkloadInfo, frame.Params.WorkloadID, status, strings.Join(r.Header.Values("Workload-Lease"), ","), time.Now()})
 	w.WriteHeader(status)
+}
+
+// serveReadBack answers GET /v1/workloads?requesterId=devcluster-sim with
+// the jobs whose last accepted frame is older than expireAfter, failed by
+// their lease.
+func (f *fakeIngress) serveReadBack(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.readBacks++
+	if r.URL.Query().Get("requesterId") != "devcluster-sim" {
+		http.Error(w, "want requesterId=devcluster-sim", http.StatusBadRequest)
+		return
+	}
+	last := map[string]ingressRecord{}
+	for _, rec := range f.recs {
+		if rec.status == http.StatusOK && rec.info != nil {
+			last[rec.info["id"].(string)] = rec
+		}
+	}
+	type item struct {
+		WorkloadInfo map[string]any `json:"workloadInfo"`
+	}
+	var items []item
+	for id, rec := range last {
+		if st := rec.info["state"]; f.expireAfter > 0 && (st == "queued" || st == "running") && time.Since(rec.at) > f.expireAfter {
+			items = append(items, item{map[string]any{"id": id, "state": "failed", "error": "producer stopped reporting: lease of 5 s expired"}})
+		}
+	}
+	json.NewEncoder(w).Encode(map[string]any{"workloads": items, "next": nil})
 }
 
 func (f *fakeIngress) accepted() []ingressRecord {
@@ -71,6 +112,7 @@ func TestSimulatorReportsLikeAWellBehavedProducer(t *testing.T) {
 	n1.ingress = strings.TrimPrefix(srv.URL, "http://")
 	s := newSimulator(c)
 	s.step = [2]time.Duration{time.Millisecond, 3 * time.Millisecond}
+	s.crashShare, s.renewEvery = 0, 15*time.Millisecond // a producer that never crashes, renewing at the test's pace
 	s.start()
 	eventually(t, "80 accepted ingress events with removals among them", func() bool {
 		recs, removals := fake.accepted(), 0
@@ -92,10 +134,15 @@ func TestSimulatorReportsLikeAWellBehavedProducer(t *testing.T) {
 		removed bool
 	}
 	jobs := map[string]*seen{}
-	live, runID := 0, ""
+	live, runID, renewals := 0, "", 0
 	for i, r := range fake.accepted() {
 		if r.httpMethod != http.MethodPost || r.path != "/v1/workloads/events" || r.contentType != "application/json" || r.origin != "" {
 			t.Fatalf("request %d: %s %s Content-Type %q Origin %q", i, r.httpMethod, r.path, r.contentType, r.origin)
+		}
+		// A queued or running frame carries the lease; a terminal frame
+		// and a removal may not.
+		if st, _ := r.info["state"].(string); (st == "queued" || st == "running") != (r.lease == "5") || strings.Contains(r.lease, ",") {
+			t.Fatalf("request %d: %s %s with Workload-Lease %q", i, r.method, st, r.lease)
 		}
 		if r.method == "workloads:remove" {
 			j := jobs[r.removedID]
@@ -120,6 +167,10 @@ func TestSimulatorReportsLikeAWellBehavedProducer(t *testing.T) {
 			t.Fatalf("request %d: method %s for state %s", i, r.method, state)
 		}
 		j := jobs[id]
+		if j != nil && !j.removed && state == j.state && seq == j.seq && next[state] != "" {
+			renewals++ // the job's last frame again: its lease renewed
+			continue
+		}
 		switch {
 		case j == nil && (state != "queued" || seq != 1):
 			t.Fatalf("request %d: %s starts as %s seq %v, want queued seq 1", i, id, state, seq)
@@ -144,6 +195,9 @@ func TestSimulatorReportsLikeAWellBehavedProducer(t *testing.T) {
 	st.mu.Unlock()
 	if retried == 0 {
 		t.Error("no 500 was retried")
+	}
+	if renewals == 0 {
+		t.Error("no lease was renewed")
 	}
 	// The broker path went to node 2's store, stamped with node 2's id.
 	js := n2.broker.snapshot()
@@ -222,5 +276,63 @@ func TestSimulatorHoldsRemovalsWhenAsked(t *testing.T) {
 	}
 	if len(s.removedJobs()) != before {
 		t.Errorf("%d removals recorded after the hold, want none", len(s.removedJobs())-before)
+	}
+}
+
+func TestSimulatorCrashesOnJobsNowAndThenAndLearnsOfTheirExpiryFromTheReadBack(t *testing.T) {
+	fake := &fakeIngress{expireAfter: 100 * time.Millisecond}
+	srv := httptest.NewServer(fake)
+	defer srv.Close()
+	c := paperCluster(t, 1)
+	var notes []string
+	var notesMu sync.Mutex
+	c.cfg.logf = func(f string, a ...any) {
+		notesMu.Lock()
+		notes = append(notes, fmt.Sprintf(f, a...))
+		notesMu.Unlock()
+	}
+	c.nodes[0].ingress = strings.TrimPrefix(srv.URL, "http://")
+	s := newSimulator(c)
+	s.step = [2]time.Duration{time.Millisecond, 3 * time.Millisecond}
+	s.crashShare, s.renewEvery = 0.3, 15*time.Millisecond
+	s.start()
+	eventually(t, "a crashed job retired by its lease", func() bool {
+		s.stats.mu.Lock()
+		defer s.stats.mu.Unlock()
+		return s.stats.leases.expired >= 2
+	})
+	s.stop()
+	if !strings.Contains(s.stats.String(), "retired by their lease") {
+		t.Errorf("the traffic line does not tell of the expiries: %s", s.stats.String())
+	}
+	notesMu.Lock()
+	defer notesMu.Unlock()
+	var crashed, retired int
+	for _, n := range notes {
+		if strings.HasPrefix(n, "node1's producer crashed while ") {
+			crashed++
+		}
+		if strings.HasPrefix(n, "node1 retired ") && strings.HasSuffix(n, ": producer stopped reporting: lease of 5 s expired") {
+			retired++
+		}
+	}
+	if crashed == 0 || retired < 2 {
+		t.Fatalf("notes tell of %d crashes and %d expiries:\n%s", crashed, retired, strings.Join(notes, "\n"))
+	}
+	// A job the producer crashed on is never moved on.
+	for _, n := range notes {
+		rest, ok := strings.CutPrefix(n, "node1's producer crashed while ")
+		if !ok {
+			continue
+		}
+		id, lastState := strings.Fields(rest)[0], ""
+		for _, r := range fake.accepted() {
+			if r.info != nil && r.info["id"] == id {
+				lastState, _ = r.info["state"].(string)
+			}
+		}
+		if lastState != "queued" && lastState != "running" {
+			t.Errorf("%s, crashed on, was reported %s afterwards", id, lastState)
+		}
 	}
 }

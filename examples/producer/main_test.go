@@ -22,6 +22,7 @@ type ingress struct {
 
 type request struct {
 	method, path, contentType, origin string
+	lease                             []string // the Workload-Lease header's values
 	frame                             struct {
 		JSONRPC string `json:"jsonrpc"`
 		Method  string `json:"method"`
@@ -34,6 +35,7 @@ type request struct {
 func (in *ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var req request
 	req.method, req.path, req.contentType, req.origin = r.Method, r.URL.Path, r.Header.Get("Content-Type"), r.Header.Get("Origin")
+	req.lease = r.Header.Values("Workload-Lease")
 	body, _ := io.ReadAll(r.Body)
 	json.Unmarshal(body, &req.frame)
 	in.mu.Lock()
@@ -132,5 +134,60 @@ func TestProducerGivesUpAfterItsAttempts(t *testing.T) {
 	defer in.mu.Unlock()
 	if len(in.requests) != 3 || !strings.Contains(stderr.String(), "giving up after 3 attempts") {
 		t.Errorf("%d requests, stderr %q; want 3 and a give-up line", len(in.requests), stderr.String())
+	}
+}
+
+func TestProducerLeasesItsLiveFramesRenewsWhileTheJobRunsAndEndsTheLeaseWithTheTerminalFrame(t *testing.T) {
+	in := &ingress{}
+	var stdout, stderr bytes.Buffer
+	// A 5 s lease is renewed every 5/3 s: once in 2 s of work.
+	code := run([]string{"--addr", start(t, in), "--id", "job-8", "--lease", "5s", "--work", "2s"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit status %d; stderr:\n%s", code, stderr.String())
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	want := []struct {
+		method string
+		seq    float64
+		lease  string
+	}{{"workload:submitted", 1, "5"}, {"workload:started", 2, "5"}, {"workload:started", 2, "5"}, {"workload:completed", 3, ""}}
+	if len(in.requests) != len(want) {
+		t.Fatalf("%d requests, want %d (submitted, started, one renewal, completed)", len(in.requests), len(want))
+	}
+	for i, r := range in.requests {
+		lease := strings.Join(r.lease, ",")
+		if r.frame.Method != want[i].method || r.frame.Params.WorkloadInfo["seq"] != want[i].seq || lease != want[i].lease {
+			t.Errorf("request %d: %s seq %v lease %q, want %s seq %v lease %q", i, r.frame.Method, r.frame.Params.WorkloadInfo["seq"], lease, want[i].method, want[i].seq, want[i].lease)
+		}
+	}
+	if !strings.Contains(stdout.String(), "renewed the lease of job-8 for 5 s") {
+		t.Errorf("stdout does not tell of the renewal:\n%s", stdout.String())
+	}
+}
+
+func TestProducerThatAbandonsItsJobLeavesItToItsLease(t *testing.T) {
+	in := &ingress{}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"--addr", start(t, in), "--id", "job-9", "--lease", "5s", "--abandon"}, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit status %d; stderr:\n%s", code, stderr.String())
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if len(in.requests) != 2 || in.requests[1].frame.Params.WorkloadInfo["state"] != "running" {
+		t.Fatalf("%d requests, want queued and running only", len(in.requests))
+	}
+	if !strings.Contains(stdout.String(), "abandoned job-9 while running") {
+		t.Errorf("stdout: %s", stdout.String())
+	}
+}
+
+func TestProducerRefusesALeaseTheDaemonWouldRefuse(t *testing.T) {
+	for _, lease := range []string{"4s", "25h", "5500ms"} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"--addr", "127.0.0.1:1", "--attempts", "1", "--lease", lease}, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "--lease") {
+			t.Errorf("--lease %s: exit %d, stderr %q; want 2 naming the flag", lease, code, stderr.String())
+		}
 	}
 }
