@@ -54,10 +54,10 @@ func TestBadStartupIsOneLineOnStderrAndNonZeroExit(t *testing.T) {
 		{"live workload limit too large", []string{"--max-live-workloads", "10000001"}, []string{"--max-live-workloads 10000001"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			// A fresh app dir and a free port first, so a case that wrongly
+			// A fresh app dir and --port 0 first, so a case that wrongly
 			// starts touches nothing outside the test; the case's own flags
 			// come after and win.
-			args := append([]string{"--app-dir", t.TempDir(), "--port", itoa(freePort(t))}, tc.args...)
+			args := append([]string{"--app-dir", t.TempDir(), "--port", "0"}, tc.args...)
 			code, stdout, stderr := runBinary(t, args...)
 			if code == 0 {
 				t.Fatalf("exit 0 for %v; stderr:\n%s", tc.args, stderr)
