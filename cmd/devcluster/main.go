@@ -69,7 +69,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.metrics, "metrics", false, "give every daemon a --metrics endpoint on a free loopback port; the summary shows each node's per-peer delivery counters")
 	fs.DurationVar(&c.duration, "duration", 0, "end the run after this long and report convergence (0: until Ctrl-C)")
 	fs.DurationVar(&c.resyncInterval, "resync-interval", 2*time.Second, "the daemons' --resync-interval (heartbeat)")
-	fs.StringVar(&c.logLevel, "log-level", "info", "the daemons' --log-level")
+	fs.StringVar(&c.logLevel, "log-level", "info", "the daemons' --log-level: info or debug (the dev cluster reads their startup lines)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -82,6 +82,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("--duration %s: must not be negative", c.duration)
 	case c.resyncInterval < 100*time.Millisecond:
 		return c, fmt.Errorf("--resync-interval %s: must be at least 100ms", c.resyncInterval)
+	case !strings.EqualFold(c.logLevel, "info") && !strings.EqualFold(c.logLevel, "debug"):
+		// The ports are learned from the daemons' startup lines, at info.
+		return c, fmt.Errorf("--log-level %q: must be info or debug; the dev cluster learns the daemons' ports from their info lines", c.logLevel)
 	}
 	if c.ingress != "" {
 		if _, _, err := net.SplitHostPort(c.ingress); err != nil {
