@@ -515,3 +515,30 @@ func head(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestDevclusterOnATerminalKeepsTheStartupLinesAboveTheView: a redraw in
+// place starts at the top of the screen, so it prints the startup lines
+// (each daemon's pid, node id, peer port and log) again above the view,
+// with how the rows are sorted.
+func TestDevclusterOnATerminalKeepsTheStartupLinesAboveTheView(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr lockedBuffer
+	code := run([]string{"--bin", daemonBin, "--duration", "1s", "--nodes", "2", "--ingress", "127.0.0.1:0"},
+		&stdout, &stderr, nil, true, hooks{})
+	out := stdout.String()
+	if code != 0 {
+		t.Fatalf("exit status %d, want 0\nstderr:\n%s", code, stderr.String())
+	}
+	clear := strings.LastIndex(out, "\x1b[2J")
+	redraw := strings.LastIndex(out, "\x1b[H")
+	if clear < 0 || redraw < clear {
+		t.Fatalf("no redraw in place after the screen was cleared:\n%q", tail(out, 10))
+	}
+	last := out[redraw:]
+	last = last[:strings.Index(last, "\x1b[J")]
+	for _, want := range []string{"devcluster: node1 pid ", "devcluster: node2 pid ", " log ", "ingress http://127.0.0.1:", sortNote} {
+		if !strings.Contains(last, want) {
+			t.Errorf("the last redraw lacks %q:\n%s", want, last)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -170,7 +171,9 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 		}
 		return fail(err)
 	}
-	fmt.Fprintf(stdout, "devcluster: %d nodes under %s, heartbeat %s\n", cfg.nodes, dir, cfg.resyncInterval)
+	// The startup lines stay above the view: a redraw in place starts at
+	// the top of the screen, so the header prints them again.
+	startup := []string{fmt.Sprintf("devcluster: %d nodes under %s, heartbeat %s", cfg.nodes, dir, cfg.resyncInterval)}
 	for _, n := range c.nodes {
 		line := fmt.Sprintf("devcluster: %s pid %d id %s peer port %d log %s", n.name, n.current().pid, n.id, n.peerPort(), n.logPath)
 		if a := n.ingressAddr(); a != "" {
@@ -179,9 +182,10 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 		if a := n.metricsAddr(); a != "" {
 			line += " metrics http://" + a + "/metrics"
 		}
-		fmt.Fprintln(stdout, line)
+		startup = append(startup, line)
 	}
-	fmt.Fprintln(stdout, "devcluster: all nodes up")
+	startup = append(startup, "devcluster: all nodes up")
+	fmt.Fprintln(stdout, strings.Join(startup, "\n"))
 
 	var sim *simulator
 	if cfg.simulate {
@@ -196,9 +200,14 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 	defer stopSim()
 
 	header := func() []string {
-		lines := []string{fmt.Sprintf("devcluster: %d nodes, heartbeat %s, dir %s (daemon logs: node<i>.log)", cfg.nodes, cfg.resyncInterval, dir)}
-		if a := c.nodes[0].ingressAddr(); a != "" {
-			lines = append(lines, "ingress: http://"+a+"/v1/workloads/events (node1)")
+		var lines []string
+		if tty {
+			lines = slices.Clone(startup[:len(startup)-1])
+		} else {
+			lines = []string{fmt.Sprintf("devcluster: %d nodes, heartbeat %s, dir %s (daemon logs: node<i>.log)", cfg.nodes, cfg.resyncInterval, dir)}
+			if a := c.nodes[0].ingressAddr(); a != "" {
+				lines = append(lines, "ingress: http://"+a+"/v1/workloads/events (node1)")
+			}
 		}
 		if sim != nil {
 			lines = append(lines, sim.stats.String())
@@ -214,7 +223,7 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 	viewCtx, stopView := context.WithCancel(context.Background())
 	v := &viewer{c: c, out: stdout, tty: tty, header: header, start: time.Now()}
 	if f, ok := stdout.(*os.File); ok && tty {
-		v.width = func() int { return terminalWidth(f) }
+		v.size = func() (int, int) { return terminalSize(f) }
 	}
 	viewDone := make(chan struct{})
 	go func() { v.run(viewCtx); close(viewDone) }()
