@@ -196,7 +196,7 @@ func (t *clusterTrust) applyMembership(now membership, first bool) bool {
 	t.member = now
 	switch {
 	case first && t.identity == nil:
-		t.log.Warn("no cluster identity (node.crt/node.key): peers cannot reach this node and it broadcasts nothing", "dir", t.dir)
+		t.log.Warn("no cluster identity (node.crt/node.key): peers cannot reach this node and it broadcasts nothing until the cluster manager writes them in dir", "dir", t.dir)
 	case first:
 		t.log.Info("cluster membership", "clustered", now.clustered, "reason", now.reason)
 	case now.clustered != prev.clustered:

@@ -484,17 +484,6 @@ func (l *logBuffer) contains(fragments ...string) bool {
 	return false
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 func itoa(i int) string { return strconv.Itoa(i) }
 
 func writeFile(t testing.TB, path, content string) {

@@ -134,7 +134,11 @@ func TestIngressOriginContentTypeAndBodyCorpus(t *testing.T) {
 		{"vendor +json", request(host, "Content-Type: application/vnd.x+json"), 415, "only application/json itself"},
 		{"two content types", request(host, ct, "Content-Type: text/plain"), 415, "ambiguous: refuse"},
 	}
+	accepted := 0
 	for _, c := range cases {
+		if c.want == http.StatusOK {
+			accepted++
+		}
 		t.Run(c.name, func(t *testing.T) {
 			if resp := rawExchange(t, addr, c.request); resp.StatusCode != c.want {
 				t.Fatalf("status %d, want %d: %s", resp.StatusCode, c.want, c.why)
@@ -146,7 +150,14 @@ func TestIngressOriginContentTypeAndBodyCorpus(t *testing.T) {
 		// The body goes on past its declared length: the ingress reads the
 		// declared bytes only, accepts that frame, and the rest is read as
 		// the next request on the connection, which Go refuses.
-		before := len(n.broker.withMethod(methodUpsert))
+		//
+		// The count starts once the broker has recorded every frame the
+		// cases above had accepted. A 200 means the daemon's write to the
+		// broker pipe returned, which is when the recorder read the line,
+		// not when it appended it: on a loaded machine the last accepted
+		// case's upsert could still be on its way, and would have been
+		// counted as this request's second.
+		before := len(n.broker.waitMethod(methodUpsert, accepted))
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
@@ -156,6 +167,11 @@ func TestIngressOriginContentTypeAndBodyCorpus(t *testing.T) {
 		req := "POST " + peerEventsPath + " HTTP/1.1\r\n" + host + "\r\n" + ct + "\r\nContent-Length: " +
 			strconv.Itoa(len(corpusFrame)) + "\r\n\r\n" + corpusFrame + `{"smuggled":true}`
 		if _, err := c.Write([]byte(req)); err != nil {
+			t.Fatal(err)
+		}
+		// Nothing more comes: the server refuses the trailing bytes at once
+		// instead of waiting out its header timeout for the rest of them.
+		if err := c.(*net.TCPConn).CloseWrite(); err != nil {
 			t.Fatal(err)
 		}
 		br := bufio.NewReader(c)

@@ -21,8 +21,8 @@ const curlFrame = `{
 // of it again.
 func TestIngressEndToEndAcrossProcesses(t *testing.T) {
 	nodes := writeCluster(t, 2)
-	ingressAddr := "127.0.0.1:" + itoa(freePort(t))
-	a := startNode(t, nodes[0], "--local-ingress", ingressAddr, "--resync-interval", "300ms")
+	a := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0", "--resync-interval", "300ms")
+	ingressAddr := a.loggedValue("local ingress listening", "addr")
 	b := startNode(t, nodes[1])
 	a.waitMethod("discovery:subscribe", 1)
 	b.waitMethod("discovery:subscribe", 1)

@@ -153,6 +153,9 @@ func (li *localIngress) decide(w http.ResponseWriter, r *http.Request) (int, str
 		// it also means the answer goes out at once, even when the declared
 		// body never arrives.
 		w.Header().Set("Connection", "close")
+		if status == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", http.MethodPost) // RFC 9110: a 405 names what is allowed
+		}
 		return status, reason, localFrame{}
 	}
 	body, err := readCappedBody(w, r)

@@ -29,7 +29,7 @@ type loopbackBinding struct {
 // newLoopbackBinding refuses an address that is not loopback.
 func newLoopbackBinding(what, addr string, conns *connLimiter) (*loopbackBinding, error) {
 	if err := checkLoopbackBind(addr); err != nil {
-		return nil, fmt.Errorf("%s %s: %w", what, addr, err)
+		return nil, &addrError{listener: what, addr: addr, err: err}
 	}
 	return &loopbackBinding{what: what, addr: addr, conns: conns}, nil
 }
@@ -38,7 +38,7 @@ func newLoopbackBinding(what, addr string, conns *connLimiter) (*loopbackBinding
 func (b *loopbackBinding) listen() (net.Listener, error) {
 	ln, err := net.Listen("tcp", b.addr)
 	if err != nil {
-		return nil, fmt.Errorf("%s: listen on %s: %w", b.what, b.addr, err)
+		return nil, &addrError{listener: b.what, addr: b.addr, err: err}
 	}
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	b.mu.Lock()

@@ -38,6 +38,7 @@ type options struct {
 	logLevel       string // the --log-level value, when given
 	logLevelGiven  bool
 	showVersion    bool
+	usage          func(io.Writer) // writes --help
 }
 
 // parseFlags parses args and fills in the derived defaults. Its errors are
@@ -46,14 +47,14 @@ func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("nvpair-workload-manager", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.IntVar(&o.port, "port", 14320, "inter-node port (mTLS)")
-	fs.StringVar(&o.ipc, "ipc", "", "broker socket (Unix) or named pipe (Windows) instead of stdio")
-	fs.StringVar(&o.clusterDir, "cluster-dir", "", "cluster directory (default <app-dir>/cluster)")
-	fs.StringVar(&o.appDir, "app-dir", "", "PAIR app data directory (default: parent of --cluster-dir, else the platform's PAIR data dir)")
-	fs.StringVar(&o.localIngress, "local-ingress", "", "loopback HOST:PORT for third-party producers (off by default)")
-	fs.StringVar(&o.metrics, "metrics", "", "loopback HOST:PORT serving GET /metrics (off by default)")
-	fs.DurationVar(&o.resyncInterval, "resync-interval", defaultResyncInterval, "re-sync heartbeat interval")
-	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "how long peer queues may drain at shutdown")
+	fs.IntVar(&o.port, "port", 14320, "inter-node HTTPS port (mutual TLS, every interface); 0 picks a free one")
+	fs.StringVar(&o.ipc, "ipc", "", "talk to the broker on this Unix socket (Windows: named pipe) instead of stdin and stdout")
+	fs.StringVar(&o.clusterDir, "cluster-dir", "", "the cluster directory the cluster manager writes (default <app-dir>/cluster)")
+	fs.StringVar(&o.appDir, "app-dir", "", "PAIR's app data directory, with node-id.json and workload-ingress.json (default: the parent of --cluster-dir, else the platform's PAIR data dir)")
+	fs.StringVar(&o.localIngress, "local-ingress", "", "serve producers on this loopback address (default: the listen address in <app-dir>/workload-ingress.json, else off)")
+	fs.StringVar(&o.metrics, "metrics", "", "serve GET /metrics (Prometheus) on this loopback address (default off)")
+	fs.DurationVar(&o.resyncInterval, "resync-interval", defaultResyncInterval, "how often each peer is sent a pass over this node's live workloads (the heartbeat)")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "how long the peer queues may drain at shutdown")
 	lineMax := fs.String("broker-line-max", strconv.Itoa(defaultBrokerLineMax), "longest line written to the broker, newline included, in bytes")
 	fs.IntVar(&o.maxLive, "max-live-workloads", defaultMaxLiveWorkloads, "most workloads the re-sync set holds (live, and terminal within their retention)")
 	fs.IntVar(&o.conns.Peer, "peer-max-conns", defaultPeerMaxConns, "most connections the peer port holds")
@@ -62,8 +63,10 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.conns.Metrics, "metrics-max-conns", defaultMetricsMaxConns, "most connections the metrics endpoint holds")
 	fs.StringVar(&o.logLevel, "log-level", "", "error, warn, info or debug (default: $NVPAIR_LOG_LEVEL, else info)")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
+	o.usage = func(w io.Writer) { writeUsage(w, fs) }
+	explain := explainFlagErrors(fs)
 	if err := fs.Parse(args); err != nil {
-		return o, err
+		return o, explain(err)
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -113,7 +116,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	o, err := parseFlags(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(stderr, "usage: nvpair-workload-manager [--port N] [--ipc PATH] [--cluster-dir DIR] [--app-dir DIR] [--local-ingress HOST:PORT] [--metrics HOST:PORT] [--resync-interval D] [--drain-timeout D] [--broker-line-max BYTES] [--max-live-workloads N] [--peer-max-conns N] [--peer-max-conns-per-source N] [--ingress-max-conns N] [--metrics-max-conns N] [--log-level LEVEL] [--version]")
+		o.usage(stdout) // asked for, like --version: on stdout, so it pages
 		return 0
 	}
 	if err != nil {
@@ -186,16 +189,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	if ingressAddr != "" {
 		if err := m.EnableLocalIngress(ingressAddr); err != nil {
-			return fail(err)
+			return fail(explainAddrError(err, o))
 		}
 	}
 	if o.metrics != "" {
 		if err := m.EnableMetrics(o.metrics); err != nil {
-			return fail(err)
+			return fail(explainAddrError(err, o))
 		}
 	}
 	if err := m.Run(ctx); err != nil {
-		return fail(err)
+		return fail(explainAddrError(err, o)) // a listener could not bind
 	}
 	return 0
 }

@@ -18,7 +18,12 @@ import (
 
 func TestBadStartupIsOneLineOnStderrAndNonZeroExit(t *testing.T) {
 	takenIngress := listenT(t, "127.0.0.1:0")
+	takenMetrics := listenT(t, "127.0.0.1:0")
 	takenPeer := listenT(t, ":0") // the daemon binds --port on every interface
+	ingressFile := t.TempDir()
+	writeFile(t, filepath.Join(ingressFile, ingressConfigFile), `{"listen": "0.0.0.0:14324"}`)
+	ingressFileTaken := t.TempDir()
+	writeFile(t, filepath.Join(ingressFileTaken, ingressConfigFile), `{"listen": "`+takenIngress+`"}`)
 	badID := t.TempDir()
 	writeFile(t, filepath.Join(badID, nodeIDFileName), `{"node_uuid": "not-a-uuid"}`)
 	badIdentity := filepath.Join(t.TempDir(), "cluster")
@@ -31,22 +36,30 @@ func TestBadStartupIsOneLineOnStderrAndNonZeroExit(t *testing.T) {
 	}{
 		{"port negative", []string{"--port", "-1"}, []string{"--port -1"}},
 		{"port too large", []string{"--port", "70000"}, []string{"--port 70000"}},
-		{"port not a number", []string{"--port", "abc"}, []string{"port"}},
+		{"port not a number", []string{"--port", "abc"}, []string{`--port: "abc" is not a whole number`}},
+		{"port without a value", []string{"--port"}, []string{"--port needs a value, like --port 14320"}},
 		{"resync interval zero", []string{"--resync-interval", "0"}, []string{"--resync-interval"}},
-		{"resync interval not a duration", []string{"--resync-interval", "xyz"}, []string{"resync-interval"}},
+		{"resync interval not a duration", []string{"--resync-interval", "xyz"}, []string{`--resync-interval: "xyz" is not a duration; write it with a unit, like 5s or 1m`}},
+		{"resync interval without a unit", []string{"--resync-interval", "5"}, []string{`--resync-interval: "5" is not a duration; write it with a unit, like 5s or 1m`}},
+		{"drain timeout with one dash and no unit", []string{"-drain-timeout", "3"}, []string{`--drain-timeout: "3" is not a duration`}},
+		{"live workload limit not a whole number", []string{"--max-live-workloads", "1e5"}, []string{`--max-live-workloads: "1e5" is not a whole number`}},
+		{"version given a value", []string{"--version=maybe"}, []string{`--version: "maybe" is not true or false`}},
 		{"unknown log level", []string{"--log-level", "verbose"}, []string{"verbose"}},
 		{"drain timeout zero", []string{"--drain-timeout", "0"}, []string{"--drain-timeout"}},
 		{"broker line max not a number", []string{"--broker-line-max", "abc"}, []string{`--broker-line-max "abc"`, "4096", "16777216"}},
 		{"broker line max too small", []string{"--broker-line-max", "100"}, []string{"--broker-line-max 100", "between 4096 and 16777216 bytes"}},
 		{"broker line max negative", []string{"--broker-line-max", "-1"}, []string{"--broker-line-max -1", "between 4096 and 16777216 bytes"}},
 		{"broker line max too large", []string{"--broker-line-max", "16777217"}, []string{"--broker-line-max 16777217", "between 4096 and 16777216 bytes"}},
-		{"unknown flag", []string{"--bogus"}, []string{"bogus"}},
+		{"unknown flag", []string{"--bogus"}, []string{"unknown flag --bogus (--help lists the flags)"}},
 		{"stray argument", []string{"stray"}, []string{`"stray"`}},
-		{"ingress on every interface", []string{"--local-ingress", "0.0.0.0:14324"}, []string{"0.0.0.0:14324", "loopback"}},
+		{"ingress on every interface", []string{"--local-ingress", "0.0.0.0:14324"}, []string{"--local-ingress 0.0.0.0:14324: not a loopback address"}},
+		{"ingress on every interface from the file", []string{"--app-dir", ingressFile}, []string{"local ingress 0.0.0.0:14324 (from \"listen\" in " + filepath.Join(ingressFile, ingressConfigFile) + "): not a loopback address"}},
+		{"ingress port from the file taken", []string{"--app-dir", ingressFileTaken}, []string{"local ingress " + takenIngress + " (from \"listen\" in " + filepath.Join(ingressFileTaken, ingressConfigFile) + "): listen tcp"}},
 		{"ingress on a LAN address", []string{"--local-ingress", "192.168.1.10:1"}, []string{"192.168.1.10:1", "loopback"}},
 		{"ingress not host:port", []string{"--local-ingress", "nonsense"}, []string{"nonsense"}},
-		{"ingress port taken", []string{"--local-ingress", takenIngress}, []string{takenIngress}},
-		{"peer port taken", []string{"--port", portOf(t, takenPeer)}, []string{":" + portOf(t, takenPeer)}},
+		{"ingress port taken", []string{"--local-ingress", takenIngress}, []string{"--local-ingress " + takenIngress + ": listen tcp"}},
+		{"metrics port taken", []string{"--metrics", takenMetrics}, []string{"--metrics " + takenMetrics + ": listen tcp"}},
+		{"peer port taken", []string{"--port", portOf(t, takenPeer)}, []string{"--port " + portOf(t, takenPeer) + ": listen tcp :" + portOf(t, takenPeer)}},
 		{"node-id.json not a UUID", []string{"--app-dir", badID}, []string{filepath.Join(badID, nodeIDFileName), "not a UUID"}},
 		{"identity.json names no node", []string{"--app-dir", badID, "--cluster-dir", badIdentity}, []string{filepath.Join(badIdentity, identityFileName), "node_uuid"}},
 		{"empty log level", []string{"--log-level", ""}, []string{"--log-level"}},
@@ -54,10 +67,10 @@ func TestBadStartupIsOneLineOnStderrAndNonZeroExit(t *testing.T) {
 		{"live workload limit too large", []string{"--max-live-workloads", "10000001"}, []string{"--max-live-workloads 10000001"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			// A fresh app dir and a free port first, so a case that wrongly
+			// A fresh app dir and --port 0 first, so a case that wrongly
 			// starts touches nothing outside the test; the case's own flags
 			// come after and win.
-			args := append([]string{"--app-dir", t.TempDir(), "--port", itoa(freePort(t))}, tc.args...)
+			args := append([]string{"--app-dir", t.TempDir(), "--port", "0"}, tc.args...)
 			code, stdout, stderr := runBinary(t, args...)
 			if code == 0 {
 				t.Fatalf("exit 0 for %v; stderr:\n%s", tc.args, stderr)
@@ -129,10 +142,55 @@ func TestBuildVersionPrefersTheStampedVersion(t *testing.T) {
 func TestHelpFlagExitsZeroWithUsage(t *testing.T) {
 	for _, arg := range []string{"-h", "--help"} {
 		code, stdout, stderr := runBinary(t, arg)
-		if code != 0 || stdout != "" || !strings.HasPrefix(stderr, "usage: nvpair-workload-manager") {
-			t.Fatalf("%s: exit %d, stdout %q, stderr %q; want 0 and the usage on stderr", arg, code, stdout, stderr)
+		if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "usage: nvpair-workload-manager") {
+			t.Fatalf("%s: exit %d, stdout %q, stderr %q; want 0 and the usage on stdout", arg, code, stdout, stderr)
 		}
 	}
+}
+
+// --help lists every flag under one of its groups (channels, cluster,
+// ingress, metrics, tuning, general), each on one line with its
+// placeholder, its usage and its default.
+func TestHelpListsEveryFlagInAGroupWithItsDefault(t *testing.T) {
+	o, err := parseFlags([]string{"--app-dir", t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	o.usage(&b)
+	help := b.String()
+	if strings.Contains(help, "\nOther:\n") {
+		t.Fatalf("a flag is in no group:\n%s", help)
+	}
+	for _, g := range []string{"Channels:", "Cluster:", "Ingress:", "Metrics:", "Tuning:", "General:"} {
+		if !strings.Contains(help, "\n"+g+"\n") {
+			t.Fatalf("no %s group:\n%s", g, help)
+		}
+	}
+	for name, def := range map[string]string{
+		"port": "14320", "resync-interval": "30s", "drain-timeout": "2s", "broker-line-max": "262144",
+		"max-live-workloads": "100000", "peer-max-conns": "1024", "peer-max-conns-per-source": "64",
+		"ingress-max-conns": "512", "metrics-max-conns": "64",
+		"ipc": "", "cluster-dir": "", "app-dir": "", "local-ingress": "", "metrics": "", "log-level": "", "version": "", "help": "",
+	} {
+		line := helpLine(help, "--"+name)
+		if line == "" {
+			t.Fatalf("--%s is not listed:\n%s", name, help)
+		}
+		if def != "" && !strings.HasSuffix(line, "(default "+def+")") {
+			t.Fatalf("--%s's line %q does not end with its default %s", name, line, def)
+		}
+	}
+}
+
+// helpLine is the line of help that lists flag, or "".
+func helpLine(help, flag string) string {
+	for _, l := range strings.Split(help, "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == flag {
+			return l
+		}
+	}
+	return ""
 }
 
 func TestParseFlagsDerivesDirectories(t *testing.T) {

@@ -215,7 +215,7 @@ func (m *Manager) PeerAddr() net.Addr {
 func (m *Manager) Run(ctx context.Context) error {
 	peerLn, err := net.Listen("tcp", m.cfg.PeerAddr)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w", m.cfg.PeerAddr, err)
+		return &addrError{listener: peerListenerName, addr: m.cfg.PeerAddr, err: err}
 	}
 	peerLn = m.conns.peer.listen(peerLn)
 	m.addrMu.Lock()

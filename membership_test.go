@@ -197,4 +197,8 @@ func TestNodeWithoutIdentityWarnsOnceAtStartupThatPeersCannotReachIt(t *testing.
 	if !n.logs.contains("level=WARN", "no cluster identity") {
 		t.Fatalf("the warning is not at warn level; logs:\n%s", n.logs)
 	}
+	// It says who writes the files and where they are expected.
+	if !n.logs.contains("no cluster identity", "until the cluster manager writes them", "dir="+n.clusterDir) {
+		t.Fatalf("the warning does not say where node.crt and node.key go; logs:\n%s", n.logs)
+	}
 }

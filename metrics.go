@@ -164,6 +164,7 @@ func knownMethod(m string) string {
 
 // writeMetrics renders every metric of the daemon.
 func (m *Manager) writeMetrics(w io.Writer) error {
+	m.presetSeries()
 	var t metricsText
 	t.family("nvpair_wlm_build_info", "gauge", "Build information; the value is always 1.")
 	t.sample("nvpair_wlm_build_info", []string{"version"}, []string{m.cfg.Version}, 1)
@@ -188,6 +189,7 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	}
 	t.single("nvpair_wlm_outbound_frames_queued_total", "counter", "Frames queued for the peers at the ordered enqueue point.", float64(m.bcast.queued.Load()))
 	t.single("nvpair_wlm_outbound_frames_dropped_total", "counter", "Frames dropped because the outbound queue was full.", float64(m.bcast.dropped.Load()))
+	t.single("nvpair_wlm_outbound_queue_frames", "gauge", fmt.Sprintf("Frames waiting at the ordered enqueue point for the dispatcher (at most %d).", outboundQueueSize), float64(len(m.bcast.queue)))
 
 	stats := m.bcast.peerStatsSnapshot()
 	perPeer := []struct {
@@ -216,6 +218,11 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 			t.sample(f.name, []string{"peer"}, []string{s.peer}, float64(f.get(s)))
 		}
 	}
+	depths := m.bcast.peerQueueDepths()
+	t.family("nvpair_wlm_peer_queue_frames", "gauge", fmt.Sprintf("Fresh frames waiting in a peer's queue for delivery (at most %d; a full queue drops the newest); 0 for a peer that left.", peerQueueSize))
+	for _, s := range stats {
+		t.sample("nvpair_wlm_peer_queue_frames", []string{"peer"}, []string{s.peer}, float64(depths[s.peer]))
+	}
 	t.family("nvpair_wlm_peer_delivery_latency_seconds", "histogram", "Time from queueing a frame to its successful delivery to a peer.")
 	for _, s := range stats {
 		t.histogram("nvpair_wlm_peer_delivery_latency_seconds", "peer", s.peer, s.latency)
@@ -237,10 +244,11 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	m.activeMu.Lock()
 	resyncSize, removedSize := m.resync.len(), m.removed.len()
 	m.activeMu.Unlock()
-	t.single("nvpair_wlm_resync_set_size", "gauge", "Workload runs held in the re-sync set.", float64(resyncSize))
-	t.single("nvpair_wlm_resync_set_limit", "gauge", "The most workload runs the re-sync set may hold (--max-live-workloads).", float64(m.resync.limit))
+	t.single("nvpair_wlm_resync_set_entries", "gauge", "Workload runs held in the re-sync set.", float64(resyncSize))
+	t.single("nvpair_wlm_resync_set_limit_entries", "gauge", "The most workload runs the re-sync set may hold (--max-live-workloads).", float64(m.resync.limit))
 	t.single("nvpair_wlm_resync_untracked_total", "counter", "Broker frames for a new workload relayed but not tracked because the re-sync set was full.", float64(m.resyncUntracked.Load()))
-	t.single("nvpair_wlm_removal_memory_size", "gauge", "Ingress removals remembered against a replay.", float64(removedSize))
+	t.single("nvpair_wlm_removal_memory_entries", "gauge", "Ingress removals remembered against a replay.", float64(removedSize))
+	writeDeprecatedGauges(&t, float64(resyncSize), float64(m.resync.limit), float64(removedSize))
 	m.conns.writeMetrics(&t)
 	m.bodies.writeMetrics(&t)
 	m.origins.writeMetrics(&t)
@@ -248,6 +256,7 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	m.writeLeaseMetrics(&t)
 	m.writeReadBackMetrics(&t)
 	t.single("go_goroutines", "gauge", "Number of goroutines that currently exist.", float64(runtime.NumGoroutine()))
+	writeProcessMetrics(&t)
 	_, err := w.Write(t.b.Bytes())
 	return err
 }

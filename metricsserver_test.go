@@ -112,7 +112,8 @@ func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 	}
 	gaugesA := map[string]float64{
 		`nvpair_wlm_targets`: 1, `nvpair_wlm_pinned_peers`: 1,
-		`nvpair_wlm_resync_set_size`: 4, `nvpair_wlm_removal_memory_size`: 1,
+		`nvpair_wlm_resync_set_entries`: 4, `nvpair_wlm_removal_memory_entries`: 1,
+		`nvpair_wlm_resync_set_size`: 4, `nvpair_wlm_removal_memory_size`: 1, // the deprecated names, kept a release
 		`nvpair_wlm_heartbeat_pass_size_entries{peer="` + b.id + `"}`:     4,
 		`nvpair_wlm_heartbeat_pass_progress_entries{peer="` + b.id + `"}`: 4,
 		`nvpair_wlm_clustered`:                  1,

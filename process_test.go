@@ -114,16 +114,15 @@ func TestProcessDerivesEachDirectoryFromTheOther(t *testing.T) {
 	// B only --cluster-dir (its node id must be read from the parent). The
 	// relay working and B announcing its stored id prove both derivations.
 	nodes := writeCluster(t, 2)
-	pa, pb := freePort(t), freePort(t)
-	a := startDaemon(t, "--app-dir", nodes[0].AppDir, "--port", itoa(pa), "--log-level", "debug")
-	b := startDaemon(t, "--cluster-dir", nodes[1].ClusterDir, "--port", itoa(pb), "--log-level", "debug")
+	a := startDaemon(t, "--app-dir", nodes[0].AppDir, "--port", "0", "--log-level", "debug")
+	b := startDaemon(t, "--cluster-dir", nodes[1].ClusterDir, "--port", "0", "--log-level", "debug")
 	if got := a.readyNodeID(); got != nodes[0].ID {
 		t.Fatalf("A announced node id %s, want %s from <app-dir>/node-id", got, nodes[0].ID)
 	}
 	if got := b.readyNodeID(); got != nodes[1].ID {
 		t.Fatalf("B announced node id %s, want %s from <parent of cluster-dir>/node-id", got, nodes[1].ID)
 	}
-	a.discover(nodes[1], pb)
+	a.discover(nodes[1], b.boundPeerPort())
 	a.waitLog("broadcast targets changed", "total=1")
 	a.send(lifecycleLine("derived-1", "running", nodes[0].ID))
 	b.waitUpserts("derived-1", 1)
@@ -180,7 +179,7 @@ func TestProcessAnswersShutdownWithNullResultThenExitsZero(t *testing.T) {
 
 func TestProcessLogSetLevelAnswersResolvedLevelAndTakesEffect(t *testing.T) {
 	nodes := writeCluster(t, 1)
-	d := startDaemon(t, nodeArgs(nodes[0], freePort(t), "--log-level", "error")...)
+	d := startDaemon(t, nodeArgs(nodes[0], 0, "--log-level", "error")...)
 	d.waitMethod("discovery:subscribe", 1)
 	// A response from the broker is ignored with a debug log: silent at error.
 	d.send(`{"jsonrpc":"2.0","id":"early","result":null}`)
@@ -260,9 +259,8 @@ func TestProcessBrokerLineMaxSetsTheLimitOfLinesToTheBroker(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := writeCluster(t, 1)
-			ingress := "127.0.0.1:" + itoa(freePort(t))
-			d := startNode(t, nodes[0], append([]string{"--local-ingress", ingress}, tc.extra...)...)
-			d.waitMethod("discovery:subscribe", 1) // the ingress is bound
+			d := startNode(t, nodes[0], append([]string{"--local-ingress", "127.0.0.1:0"}, tc.extra...)...)
+			ingress := d.loggedValue("local ingress listening", "addr")
 			got, text := postIngress(t, ingress, string(longNoteFrame(t, "proc-long-error", "")))
 			if got != tc.want {
 				t.Fatalf("a frame with a %d-byte note: status %d (%q), want %d", longErrorBytes, got, text, tc.want)
@@ -312,7 +310,7 @@ func TestProcessWithIPCAnnouncesOnTheSocket(t *testing.T) {
 	defer ln.Close()
 
 	nodes := writeCluster(t, 1)
-	d := startDaemon(t, nodeArgs(nodes[0], freePort(t), "--ipc", sock)...)
+	d := startDaemon(t, nodeArgs(nodes[0], 0, "--ipc", sock)...)
 	ln.(*net.UnixListener).SetDeadline(time.Now().Add(waitTimeout))
 	conn, err := ln.Accept()
 	if err != nil {
@@ -492,12 +490,13 @@ type daemonProc struct {
 	exited   chan struct{} // the process has been waited for
 }
 
-// startNode starts node on a free port with its app and cluster dirs.
+// startNode starts node with its app and cluster dirs on --port 0 and
+// returns once the daemon has logged the port the kernel gave it: a test
+// never picks a port itself, so no other process can take it first.
 func startNode(t testing.TB, node devpki.Node, extra ...string) *daemonProc {
 	t.Helper()
-	port := freePort(t)
-	d := startDaemon(t, nodeArgs(node, port, extra...)...)
-	d.port = port
+	d := startDaemon(t, nodeArgs(node, 0, extra...)...)
+	d.port = d.boundPeerPort()
 	return d
 }
 

@@ -24,14 +24,13 @@ const (
 	readyTimeout = 20 * time.Second // from start to the daemon's discovery:subscribe
 	stopTimeout  = 6 * time.Second  // from closing stdin to the exit, before a kill
 	killTimeout  = 5 * time.Second  // from the kill to the exit
-	startTries   = 3                // a free port can be taken between the pick and the bind
 )
 
 // clusterConfig is what a cluster needs to run its daemons.
 type clusterConfig struct {
 	bin            string // the daemon's binary
-	ingress        string // node 1's --local-ingress; port 0 picks a free one
-	metrics        bool   // give every daemon a --metrics endpoint on a free loopback port
+	ingress        string // node 1's --local-ingress; port 0 lets the daemon pick one
+	metrics        bool   // give every daemon a --metrics endpoint on a loopback port it picks
 	resyncInterval time.Duration
 	logLevel       string
 	logf           func(format string, args ...any) // devcluster's notes (never nil)
@@ -50,11 +49,11 @@ type node struct {
 	broker     *broker
 
 	mu          sync.Mutex // guards the fields below
-	port        int        // the inter-node port, kept across restarts
-	ingress     string     // node 1's ingress address, kept across restarts; "" on others
-	wantIngress string     // as configured; port 0 means pick one
+	port        int        // the inter-node port the daemon bound, kept across restarts; 0 before the first start
+	ingress     string     // node 1's ingress address as bound, kept across restarts; "" on others
+	wantIngress string     // as configured; port 0 lets the daemon pick one
 	wantMetrics bool       // the daemon gets a --metrics endpoint
-	metrics     string     // the --metrics address, kept across restarts; "" without --metrics
+	metrics     string     // the --metrics address as bound, kept across restarts; "" without --metrics
 	proc        *process   // the current daemon; nil before the first start
 	up          bool       // the daemon subscribed and has not exited
 }
@@ -63,11 +62,13 @@ type node struct {
 type process struct {
 	cmd        *exec.Cmd
 	pid        int
+	logFrom    int64         // the log's size when it started: its own lines follow
 	subscribed chan struct{} // closed on discovery:subscribe
 	done       chan struct{} // closed when the process was waited for
 	err        error         // the Wait result, set before done is closed
 	expected   sync.Once     // guards markExpected
 	expectedCh chan struct{} // closed when the devcluster stops or kills it itself
+	startErr   error         // why start gave up on it, set before it is killed
 }
 
 func (p *process) markExpected() { p.expected.Do(func() { close(p.expectedCh) }) }
@@ -144,85 +145,95 @@ func (c *cluster) startAll() error {
 	return nil
 }
 
-// start starts n's daemon and waits until it subscribed to discovery. The
-// ports chosen the first time are kept for every restart, so the peers'
-// discovery entries and the producers' address stay valid.
+// start starts n's daemon and waits until it subscribed to discovery.
+// The first start binds port 0 for each listener (and node 1's ingress at
+// --ingress, whose port may be 0) and learns the ports from the daemon's
+// startup lines; every restart asks for the same ports, so the peers'
+// discovery entries and the producers' address stay valid. Nothing picks a
+// port by opening and closing it, which another process could take first.
 func (c *cluster) start(n *node) error {
-	for try := 1; ; try++ {
-		fresh, err := n.pickPorts()
-		if err != nil {
-			return err
-		}
-		p, err := c.launch(n)
-		if err != nil {
-			return err
-		}
-		err = c.awaitSubscribed(n, p)
-		if err == nil {
-			return nil
-		}
-		if try == startTries || !fresh || !strings.Contains(err.Error(), "in use") || n.takenGivenIngress(err) {
-			return err
-		}
-		n.mu.Lock()
-		n.port, n.ingress, n.metrics = 0, "", "" // pick again: something took a port between the pick and the bind
-		n.mu.Unlock()
-	}
-}
-
-// takenGivenIngress reports whether err is about the ingress address the
-// user gave: picking other ports cannot help.
-func (n *node) takenGivenIngress(err error) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	_, port, _ := net.SplitHostPort(n.wantIngress)
-	return n.ingress != "" && port != "0" && strings.Contains(err.Error(), n.ingress)
-}
-
-// pickPorts chooses those of n's ports not chosen yet (all of them the
-// first time) and reports whether it chose any.
-func (n *node) pickPorts() (bool, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	fresh := false
-	if n.port == 0 {
-		p, err := freePort("tcp", ":0") // the daemon listens on all interfaces
-		if err != nil {
-			return false, err
-		}
-		n.port, fresh = p, true
-	}
-	if n.wantMetrics && n.metrics == "" {
-		p, err := freePort("tcp", "127.0.0.1:0")
-		if err != nil {
-			return false, err
-		}
-		n.metrics, fresh = net.JoinHostPort("127.0.0.1", strconv.Itoa(p)), true
-	}
-	if n.wantIngress != "" && n.ingress == "" {
-		host, port, err := net.SplitHostPort(n.wantIngress)
-		if err != nil {
-			return false, fmt.Errorf("--ingress %s: %w", n.wantIngress, err)
-		}
-		if port == "0" {
-			ip, err := freePort("tcp", net.JoinHostPort(host, "0"))
-			if err != nil {
-				return false, fmt.Errorf("--ingress %s: %w", n.wantIngress, err)
-			}
-			port = strconv.Itoa(ip)
-		}
-		n.ingress, fresh = net.JoinHostPort(host, port), true
-	}
-	return fresh, nil
-}
-
-func freePort(network, addr string) (int, error) {
-	ln, err := net.Listen(network, addr)
+	p, err := c.launch(n)
 	if err != nil {
-		return 0, fmt.Errorf("pick a free port: %w", err)
+		return err
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return c.awaitSubscribed(n, p)
+}
+
+// learnPorts reads the startup lines p wrote to n's log (spec 3.8: started
+// peerAddr, local ingress listening addr, metrics endpoint listening addr)
+// and keeps the bound addresses. The daemon writes them before its ready
+// frame, and its log is a file it writes synchronously, so once the broker
+// has read discovery:subscribe they are all there.
+func (c *cluster) learnPorts(n *node, p *process) error {
+	lines, err := logLinesFrom(n.logPath, p.logFrom)
+	if err != nil {
+		return err
+	}
+	peer, ingress, metrics := "", "", ""
+	for _, l := range lines {
+		switch {
+		case logMsg(l) == "started":
+			peer = logValue(l, "peerAddr")
+		case logMsg(l) == "local ingress listening":
+			ingress = logValue(l, "addr")
+		case logMsg(l) == "metrics endpoint listening":
+			metrics = logValue(l, "addr")
+		}
+	}
+	_, portText, err := net.SplitHostPort(peer)
+	port, perr := strconv.Atoi(portText)
+	if err != nil || perr != nil || port == 0 {
+		return fmt.Errorf("%s: no bound peer port in its log (its started line, logged at info): %s", n.name, logTail(n.logPath, 3))
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.wantIngress != "" && ingress == "" || n.wantMetrics && metrics == "" {
+		return fmt.Errorf("%s: no bound ingress or metrics address in its log: %s", n.name, logTail(n.logPath, 3))
+	}
+	n.port, n.ingress, n.metrics = port, ingress, metrics
+	return nil
+}
+
+// logLinesFrom returns the lines of the log at path from offset on.
+func logLinesFrom(path string, offset int64) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return nil, err
+	}
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	return lines, sc.Err()
+}
+
+// logMsg is the msg of a log line in slog's text format, unquoted.
+func logMsg(line string) string { return logValue(line, "msg") }
+
+// logValue is the value of key in a log line in slog's text format
+// (key=value, the value quoted when it holds a space), or "".
+func logValue(line, key string) string {
+	i := strings.Index(" "+line, " "+key+"=")
+	if i < 0 {
+		return ""
+	}
+	rest := line[i+len(key)+1:]
+	if strings.HasPrefix(rest, `"`) {
+		q, err := strconv.QuotedPrefix(rest)
+		if err != nil {
+			return ""
+		}
+		v, _ := strconv.Unquote(q)
+		return v
+	}
+	v, _, _ := strings.Cut(rest, " ")
+	return v
 }
 
 func (n *node) args(c *cluster) []string {
@@ -234,14 +245,24 @@ func (n *node) args(c *cluster) []string {
 		"--cluster-dir", n.clusterDir,
 		"--resync-interval", c.cfg.resyncInterval.String(),
 	}
-	if c.cfg.logLevel != "" {
-		a = append(a, "--log-level", c.cfg.logLevel)
+	// Always given, so $NVPAIR_LOG_LEVEL cannot hide the startup lines the
+	// ports are learned from.
+	level := c.cfg.logLevel
+	if level == "" {
+		level = "info"
 	}
-	if n.ingress != "" {
+	a = append(a, "--log-level", level)
+	switch {
+	case n.ingress != "":
 		a = append(a, "--local-ingress", n.ingress)
+	case n.wantIngress != "":
+		a = append(a, "--local-ingress", n.wantIngress)
 	}
-	if n.metrics != "" {
+	switch {
+	case n.metrics != "":
 		a = append(a, "--metrics", n.metrics)
+	case n.wantMetrics:
+		a = append(a, "--metrics", "127.0.0.1:0")
 	}
 	return a
 }
@@ -254,6 +275,10 @@ func (c *cluster) launch(n *node) (*process, error) {
 	}
 	defer logf.Close() // the child has its own copy once started
 	fmt.Fprintf(logf, "--- devcluster: starting %s at %s\n", n.name, time.Now().Format(time.RFC3339Nano))
+	logFrom, err := logf.Seek(0, io.SeekEnd)
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.Command(c.cfg.bin, n.args(c)...)
 	cmd.Stderr = logf
 	cmd.SysProcAttr = childProcAttr()
@@ -269,7 +294,7 @@ func (c *cluster) launch(n *node) (*process, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("%s: start %s: %w", n.name, c.cfg.bin, err)
 	}
-	p := &process{cmd: cmd, pid: cmd.Process.Pid, subscribed: make(chan struct{}),
+	p := &process{cmd: cmd, pid: cmd.Process.Pid, logFrom: logFrom, subscribed: make(chan struct{}),
 		done: make(chan struct{}), expectedCh: make(chan struct{})}
 	c.pidMu.Lock()
 	c.pids = append(c.pids, p.pid)
@@ -289,6 +314,12 @@ func (c *cluster) supervise(n *node, p *process, stdout io.Reader) {
 	var once sync.Once
 	err := n.broker.serve(stdout, nil, func() {
 		once.Do(func() {
+			if err := c.learnPorts(n, p); err != nil {
+				p.startErr = err
+				p.markExpected() // start reports it
+				p.cmd.Process.Kill()
+				return
+			}
 			c.nodeUp(n, p)
 			close(p.subscribed)
 		})
@@ -323,6 +354,9 @@ func (c *cluster) awaitSubscribed(n *node, p *process) error {
 	case <-p.subscribed:
 		return nil
 	case <-p.done:
+		if p.startErr != nil {
+			return p.startErr
+		}
 		return fmt.Errorf("%s exited at start (%v): %s", n.name, p.err, logTail(n.logPath, 3))
 	case <-t.C:
 		c.stopProcess(n, p)

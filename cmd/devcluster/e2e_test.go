@@ -446,29 +446,26 @@ func TestDevclusterMetricsSummaryShowsEveryPeersDeliveriesOnEveryNode(t *testing
 	assertExited(t, c.allPIDs())
 }
 
-func TestDevclusterRepicksATakenMetricsPortAndKeepsItAcrossARestart(t *testing.T) {
+func TestDevclusterLearnsEachPortFromTheDaemonAndKeepsItAcrossARestart(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0") // taken between the pick and the bind
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	taken := ln.Addr().String()
-	c := testClusterWith(t, 1, time.Second, true, func(c *cluster) {
-		c.nodes[0].metrics = taken // as if picked; the peer port is still to pick, so the start is fresh
-	})
+	c := testClusterWith(t, 1, time.Second, true, nil)
 	n := c.nodes[0]
-	addr := n.metricsAddr()
-	if addr == "" || addr == taken {
-		t.Fatalf("metrics address %q after a start whose first bind hit the taken %s", addr, taken)
+	port, ingress, metrics := n.peerPort(), n.ingressAddr(), n.metricsAddr()
+	for _, addr := range []string{"127.0.0.1:" + strconv.Itoa(port), ingress, metrics} {
+		if _, p, err := net.SplitHostPort(addr); err != nil || p == "0" || p == "" {
+			t.Fatalf("learned address %q, want a bound HOST:PORT (peer %d, ingress %q, metrics %q)", addr, port, ingress, metrics)
+		}
 	}
-	if log, _ := os.ReadFile(n.logPath); !strings.Contains(string(log), taken) || !strings.Contains(string(log), "in use") {
-		t.Fatalf("the first start did not fail on the taken %s, so the re-pick is untested:\n%s", taken, log)
+	// The first start asked for port 0 everywhere: the daemon chose.
+	log, _ := os.ReadFile(n.logPath)
+	peerLogged := regexp.MustCompile(`(?m)peerAddr=\S*:` + strconv.Itoa(port) + `( |$)`)
+	if !peerLogged.Match(log) || !strings.Contains(string(log), "addr="+metrics) {
+		t.Fatalf("the learned ports are not the ones the daemon logged:\n%s", log)
 	}
 	client := &http.Client{Timeout: scrapeTimeout}
 	defer client.CloseIdleConnections()
-	if _, err := scrapePeerCounters(client, addr); err != nil {
-		t.Fatalf("scrape the re-picked %s: %v", addr, err)
+	if _, err := scrapePeerCounters(client, metrics); err != nil {
+		t.Fatalf("scrape the learned %s: %v", metrics, err)
 	}
 
 	if err := c.kill(n); err != nil {
@@ -477,11 +474,11 @@ func TestDevclusterRepicksATakenMetricsPortAndKeepsItAcrossARestart(t *testing.T
 	if err := c.start(n); err != nil {
 		t.Fatal(err)
 	}
-	if got := n.metricsAddr(); got != addr {
-		t.Errorf("metrics address %s after a restart, want the kept %s", got, addr)
+	if p, i, m := n.peerPort(), n.ingressAddr(), n.metricsAddr(); p != port || i != ingress || m != metrics {
+		t.Errorf("after a restart: peer %d, ingress %s, metrics %s; want the kept %d, %s, %s", p, i, m, port, ingress, metrics)
 	}
-	if _, err := scrapePeerCounters(client, addr); err != nil {
-		t.Errorf("scrape %s after the restart: %v", addr, err)
+	if _, err := scrapePeerCounters(client, metrics); err != nil {
+		t.Errorf("scrape %s after the restart: %v", metrics, err)
 	}
 }
 
@@ -517,4 +514,31 @@ func head(s string, n int) string {
 		lines = lines[:n]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestDevclusterOnATerminalKeepsTheStartupLinesAboveTheView: a redraw in
+// place starts at the top of the screen, so it prints the startup lines
+// (each daemon's pid, node id, peer port and log) again above the view,
+// with how the rows are sorted.
+func TestDevclusterOnATerminalKeepsTheStartupLinesAboveTheView(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr lockedBuffer
+	code := run([]string{"--bin", daemonBin, "--duration", "1s", "--nodes", "2", "--ingress", "127.0.0.1:0"},
+		&stdout, &stderr, nil, true, hooks{})
+	out := stdout.String()
+	if code != 0 {
+		t.Fatalf("exit status %d, want 0\nstderr:\n%s", code, stderr.String())
+	}
+	clear := strings.LastIndex(out, "\x1b[2J")
+	redraw := strings.LastIndex(out, "\x1b[H")
+	if clear < 0 || redraw < clear {
+		t.Fatalf("no redraw in place after the screen was cleared:\n%q", tail(out, 10))
+	}
+	last := out[redraw:]
+	last = last[:strings.Index(last, "\x1b[J")]
+	for _, want := range []string{"devcluster: node1 pid ", "devcluster: node2 pid ", " log ", "ingress http://127.0.0.1:", sortNote} {
+		if !strings.Contains(last, want) {
+			t.Errorf("the last redraw lacks %q:\n%s", want, last)
+		}
+	}
 }

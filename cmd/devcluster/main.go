@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -69,7 +70,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.metrics, "metrics", false, "give every daemon a --metrics endpoint on a free loopback port; the summary shows each node's per-peer delivery counters")
 	fs.DurationVar(&c.duration, "duration", 0, "end the run after this long and report convergence (0: until Ctrl-C)")
 	fs.DurationVar(&c.resyncInterval, "resync-interval", 2*time.Second, "the daemons' --resync-interval (heartbeat)")
-	fs.StringVar(&c.logLevel, "log-level", "info", "the daemons' --log-level")
+	fs.StringVar(&c.logLevel, "log-level", "info", "the daemons' --log-level: info or debug (the dev cluster reads their startup lines)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -82,6 +83,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("--duration %s: must not be negative", c.duration)
 	case c.resyncInterval < 100*time.Millisecond:
 		return c, fmt.Errorf("--resync-interval %s: must be at least 100ms", c.resyncInterval)
+	case !strings.EqualFold(c.logLevel, "info") && !strings.EqualFold(c.logLevel, "debug"):
+		// The ports are learned from the daemons' startup lines, at info.
+		return c, fmt.Errorf("--log-level %q: must be info or debug; the dev cluster learns the daemons' ports from their info lines", c.logLevel)
 	}
 	if c.ingress != "" {
 		if _, _, err := net.SplitHostPort(c.ingress); err != nil {
@@ -167,7 +171,9 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 		}
 		return fail(err)
 	}
-	fmt.Fprintf(stdout, "devcluster: %d nodes under %s, heartbeat %s\n", cfg.nodes, dir, cfg.resyncInterval)
+	// The startup lines stay above the view: a redraw in place starts at
+	// the top of the screen, so the header prints them again.
+	startup := []string{fmt.Sprintf("devcluster: %d nodes under %s, heartbeat %s", cfg.nodes, dir, cfg.resyncInterval)}
 	for _, n := range c.nodes {
 		line := fmt.Sprintf("devcluster: %s pid %d id %s peer port %d log %s", n.name, n.current().pid, n.id, n.peerPort(), n.logPath)
 		if a := n.ingressAddr(); a != "" {
@@ -176,9 +182,10 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 		if a := n.metricsAddr(); a != "" {
 			line += " metrics http://" + a + "/metrics"
 		}
-		fmt.Fprintln(stdout, line)
+		startup = append(startup, line)
 	}
-	fmt.Fprintln(stdout, "devcluster: all nodes up")
+	startup = append(startup, "devcluster: all nodes up")
+	fmt.Fprintln(stdout, strings.Join(startup, "\n"))
 
 	var sim *simulator
 	if cfg.simulate {
@@ -193,9 +200,14 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 	defer stopSim()
 
 	header := func() []string {
-		lines := []string{fmt.Sprintf("devcluster: %d nodes, heartbeat %s, dir %s (daemon logs: node<i>.log)", cfg.nodes, cfg.resyncInterval, dir)}
-		if a := c.nodes[0].ingressAddr(); a != "" {
-			lines = append(lines, "ingress: http://"+a+"/v1/workloads/events (node1)")
+		var lines []string
+		if tty {
+			lines = slices.Clone(startup[:len(startup)-1])
+		} else {
+			lines = []string{fmt.Sprintf("devcluster: %d nodes, heartbeat %s, dir %s (daemon logs: node<i>.log)", cfg.nodes, cfg.resyncInterval, dir)}
+			if a := c.nodes[0].ingressAddr(); a != "" {
+				lines = append(lines, "ingress: http://"+a+"/v1/workloads/events (node1)")
+			}
 		}
 		if sim != nil {
 			lines = append(lines, sim.stats.String())
@@ -211,7 +223,7 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 	viewCtx, stopView := context.WithCancel(context.Background())
 	v := &viewer{c: c, out: stdout, tty: tty, header: header, start: time.Now()}
 	if f, ok := stdout.(*os.File); ok && tty {
-		v.width = func() int { return terminalWidth(f) }
+		v.size = func() (int, int) { return terminalSize(f) }
 	}
 	viewDone := make(chan struct{})
 	go func() { v.run(viewCtx); close(viewDone) }()

@@ -4,5 +4,6 @@ package main
 
 import "os"
 
-// terminalWidth returns $COLUMNS when it is set, else 0 (unknown).
-func terminalWidth(*os.File) int { return columnsEnv() }
+// terminalSize returns $COLUMNS and $LINES when they are set, else 0
+// (unknown).
+func terminalSize(*os.File) (cols, rows int) { return columnsEnv(), linesEnv() }

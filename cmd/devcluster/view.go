@@ -15,8 +15,12 @@ import (
 // Rendering limits.
 const (
 	viewInterval = 500 * time.Millisecond
-	maxViewRows  = 20 // per node; the rest is counted
+	maxViewRows  = 20 // per node when the height is unknown (a plain snapshot); the rest is counted
+	minViewRows  = 3  // per node however short the terminal
 )
+
+// sortNote says how each node's rows are ordered (sortJobs).
+const sortNote = "each node's Jobs list, the latest change first:"
 
 // isTerminal reports whether f is a character device (a terminal), with the
 // standard library only.
@@ -26,8 +30,13 @@ func isTerminal(f *os.File) bool {
 }
 
 // columnsEnv is $COLUMNS, or 0 when it is not a positive number.
-func columnsEnv() int {
-	n, err := strconv.Atoi(os.Getenv("COLUMNS"))
+func columnsEnv() int { return positiveEnv("COLUMNS") }
+
+// linesEnv is $LINES, or 0 when it is not a positive number.
+func linesEnv() int { return positiveEnv("LINES") }
+
+func positiveEnv(name string) int {
+	n, err := strconv.Atoi(os.Getenv(name))
 	if err != nil || n < 0 {
 		return 0
 	}
@@ -127,12 +136,12 @@ var (
 // terminal: every column, then without ENGINE, then without MODEL too.
 var layouts = [][]int{{0, 1, 2, 3, 4, 5}, {0, 1, 3, 4, 5}, {0, 3, 4, 5}}
 
-// column renders one node's Jobs list, with the columns of layout, as
-// lines of one width.
-func column(v nodeView, names map[string]string, now time.Time, layout []int) []string {
+// column renders one node's Jobs list, at most maxRows of it, with the
+// columns of layout, as lines of one width.
+func column(v nodeView, names map[string]string, now time.Time, layout []int, maxRows int) []string {
 	shown := v.jobs
-	if len(shown) > maxViewRows {
-		shown = shown[:maxViewRows]
+	if len(shown) > maxRows {
+		shown = shown[:maxRows]
 	}
 	rows := [][]string{colNames}
 	for _, j := range shown {
@@ -144,11 +153,7 @@ func column(v nodeView, names map[string]string, now time.Time, layout []int) []
 			widths[i] = max(widths[i], min(utf8.RuneCountInString(f), colCap[i]))
 		}
 	}
-	status := "up"
-	if !v.up {
-		status = "DOWN"
-	}
-	lines := []string{fmt.Sprintf("%s (%s) %s, %d jobs", v.name, v.short, status, len(v.jobs))}
+	lines := []string{columnTitle(v)}
 	for _, r := range rows {
 		fs := make([]string, 0, len(layout))
 		for _, i := range layout {
@@ -162,20 +167,106 @@ func column(v nodeView, names map[string]string, now time.Time, layout []int) []
 	return lines
 }
 
-// sideBySide renders every node's column next to the others. With a
-// maxWidth (a terminal's), it drops the ENGINE, then the MODEL column until
-// the rows fit, and clips them as a last resort, so a redraw in place never
-// wraps.
-func sideBySide(views []nodeView, now time.Time, maxWidth int) []string {
+// columnTitle is the line above a node's column: its name, whether its
+// daemon is up, and how many jobs its broker holds.
+func columnTitle(v nodeView) string {
+	status := "up"
+	if !v.up {
+		status = "DOWN"
+	}
+	return fmt.Sprintf("%s (%s) %s, %d jobs", v.name, v.short, status, len(v.jobs))
+}
+
+// sideBySide renders every node's column next to the others, each with at
+// most maxRows jobs. With a maxWidth (a terminal's), it drops the ENGINE,
+// then the MODEL column until the rows fit; when even that is too wide it
+// gives every node an equal share of the width with narrower fields
+// (compactColumn), so each node keeps a readable column, and it clips
+// lines only as a last resort, so a redraw in place never wraps.
+func sideBySide(views []nodeView, now time.Time, maxWidth, maxRows int) []string {
 	var out []string
 	for _, layout := range layouts {
-		out = sideBySideLayout(views, now, layout)
+		out = sideBySideLayout(views, now, layout, maxRows)
 		if maxWidth <= 0 || widest(out) <= maxWidth {
 			return out
 		}
 	}
+	out = sideBySideCompact(views, now, maxWidth, maxRows)
 	for i, l := range out {
 		out[i] = clip(l, maxWidth)
+	}
+	return out
+}
+
+// Widths of the compact column's fixed fields: a state is at most 9
+// letters; an origin is n1 to n16, headed FROM.
+const (
+	compactStateWidth = 9
+	compactFromWidth  = 4
+	compactMinID      = 4
+)
+
+// compactColumn renders a node's Jobs list in width: id, state and origin,
+// the id clipped to what is left, with the age when the id keeps at least
+// 10 letters beside it.
+func compactColumn(v nodeView, names map[string]string, now time.Time, width, maxRows int) []string {
+	idWidth := max(compactMinID, width-compactStateWidth-compactFromWidth-2)
+	withAge := idWidth-6 >= 10
+	if withAge {
+		idWidth -= 6
+	}
+	row := func(id, state, from, age string) string {
+		l := pad(clip(id, idWidth), idWidth) + " " + pad(clip(state, compactStateWidth), compactStateWidth) + " " + pad(from, compactFromWidth)
+		if withAge {
+			l += " " + age
+		}
+		return strings.TrimRight(l, " ")
+	}
+	lines := []string{clip(columnTitle(v), width), row("ID", "STATE", "FROM", "AGE")}
+	shown := v.jobs
+	if len(shown) > maxRows {
+		shown = shown[:maxRows]
+	}
+	for _, j := range shown {
+		lines = append(lines, row(j.ID, j.State, shortOrigin(names, j.Origin), age(now, j.CreatedAt)))
+	}
+	if more := len(v.jobs) - len(shown); more > 0 {
+		lines = append(lines, clip(fmt.Sprintf("... and %d more", more), width))
+	}
+	return lines
+}
+
+// sideBySideCompact is sideBySide with every node's compactColumn given
+// an equal share of maxWidth.
+func sideBySideCompact(views []nodeView, now time.Time, maxWidth, maxRows int) []string {
+	if len(views) == 0 {
+		return nil
+	}
+	names := shortNames(views)
+	width := max(compactMinID+compactStateWidth+compactFromWidth+2, (maxWidth-3*(len(views)-1))/len(views))
+	cols := make([][]string, len(views))
+	height := 0
+	for i, v := range views {
+		cols[i] = compactColumn(v, names, now, width, maxRows)
+		height = max(height, len(cols[i]))
+	}
+	return joinColumns(cols, width, height)
+}
+
+// joinColumns sets columns of lines side by side, each padded to width,
+// separated by " | ".
+func joinColumns(cols [][]string, width, height int) []string {
+	out := make([]string, height)
+	for row := range height {
+		parts := make([]string, len(cols))
+		for i, col := range cols {
+			cell := ""
+			if row < len(col) {
+				cell = col[row]
+			}
+			parts[i] = pad(cell, width)
+		}
+		out[row] = strings.TrimRight(strings.Join(parts, " | "), " ")
 	}
 	return out
 }
@@ -188,13 +279,13 @@ func widest(lines []string) int {
 	return w
 }
 
-func sideBySideLayout(views []nodeView, now time.Time, layout []int) []string {
+func sideBySideLayout(views []nodeView, now time.Time, layout []int, maxRows int) []string {
 	names := shortNames(views)
 	cols := make([][]string, len(views))
 	widths := make([]int, len(views))
 	height := 0
 	for i, v := range views {
-		cols[i] = column(v, names, now, layout)
+		cols[i] = column(v, names, now, layout, maxRows)
 		widths[i] = widest(cols[i])
 		height = max(height, len(cols[i]))
 	}
@@ -219,21 +310,32 @@ type viewer struct {
 	c      *cluster
 	out    io.Writer
 	tty    bool
-	width  func() int      // the terminal's width; nil or 0: unknown
-	header func() []string // lines above the columns
+	size   func() (cols, rows int) // the terminal's size; nil or 0: unknown
+	header func() []string         // lines above the columns
 	start  time.Time
 	last   string
 }
 
+// rowsPerNode is how many jobs each node's column shows: as many as fill
+// the terminal's height below the header (its title, the column names and
+// a "... and N more" line, and one line spare so that the last newline
+// does not scroll), or maxViewRows when the height is unknown.
+func rowsPerNode(height, headerLines int) int {
+	if height <= 0 {
+		return maxViewRows
+	}
+	return max(minViewRows, height-headerLines-4)
+}
+
 func (v *viewer) draw(now time.Time) {
 	views := v.c.views()
-	lines := append(v.header(), "")
+	lines := append(v.header(), "", sortNote)
 	if v.tty {
-		w := 0
-		if v.width != nil {
-			w = v.width()
+		w, h := 0, 0
+		if v.size != nil {
+			w, h = v.size()
 		}
-		lines = append(lines, sideBySide(views, now, w)...)
+		lines = append(lines, sideBySide(views, now, w, rowsPerNode(h, len(lines)))...)
 		if w > 0 {
 			for i, l := range lines {
 				lines[i] = clip(l, w)
@@ -253,7 +355,7 @@ func (v *viewer) draw(now time.Time) {
 	if sig == v.last {
 		return
 	}
-	lines = append(lines, sideBySide(views, now, 0)...)
+	lines = append(lines, sideBySide(views, now, 0, maxViewRows)...)
 	v.last = sig
 	var b strings.Builder
 	fmt.Fprintf(&b, "=== %s, %.1fs ===\n", now.Format("15:04:05.000"), now.Sub(v.start).Seconds())
@@ -330,7 +432,10 @@ func converged(views []nodeView) (bool, string) {
 func summary(w io.Writer, views []nodeView, deliveries []nodeDeliveries, ok bool, why string) {
 	names := shortNames(views)
 	for _, v := range views {
-		fmt.Fprintf(w, "%s (%s, node id %s): %d jobs\n", v.name, v.short, v.id, len(v.jobs))
+		fmt.Fprintf(w, "%s (%s, node id %s): %d jobs, by origin then id\n", v.name, v.short, v.id, len(v.jobs))
+		if len(v.jobs) > 0 {
+			fmt.Fprintf(w, "  %-6s %-24s %-16s %-10s %s\n", "ORIGIN", "ID", "MODEL", "ENGINE", "STATE")
+		}
 		js := slices.Clone(v.jobs)
 		slices.SortFunc(js, func(x, y job) int {
 			if c := strings.Compare(shortOrigin(names, x.Origin), shortOrigin(names, y.Origin)); c != 0 {

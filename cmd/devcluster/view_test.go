@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"nvpair-workload-manager/internal/devpki"
 )
@@ -77,7 +79,7 @@ func TestSideBySideShowsEachNodesJobsInItsOwnColumn(t *testing.T) {
 	n1.broker.handle(upsertLine(info(n2.id, "from-n2", "running", now.Add(-5*time.Second).UnixMilli())), nil, nil)
 	n2.broker.handle(upsertLine(info(n1.id, "from-n1", "queued", now.Add(-65*time.Second).UnixMilli())), nil, nil)
 	n2.broker.handle(upsertLine(info(n2.id, "from-n2", "running", now.Add(-5*time.Second).UnixMilli())), nil, nil)
-	lines := sideBySide(c.views(), now, 0)
+	lines := sideBySide(c.views(), now, 0, maxViewRows)
 	if len(lines) < 4 {
 		t.Fatalf("%d lines, want a title, a header and 2 rows:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
@@ -175,12 +177,12 @@ func TestSideBySideFitsANarrowTerminal(t *testing.T) {
 	for _, n := range c.nodes {
 		n.broker.handle(upsertLine(info(c.nodes[0].id, "a-rather-long-job-id", "running", now.UnixMilli())), nil, nil)
 	}
-	full := widest(sideBySide(c.views(), now, 0))
+	full := widest(sideBySide(c.views(), now, 0, maxViewRows))
 	for _, tc := range []struct {
 		width        int
 		model, engin bool
 	}{{full, true, true}, {full - 1, true, false}, {full - 40, false, false}, {30, false, false}} {
-		lines := sideBySide(c.views(), now, tc.width)
+		lines := sideBySide(c.views(), now, tc.width, maxViewRows)
 		if w := widest(lines); w > tc.width {
 			t.Errorf("width %d: a line is %d wide", tc.width, w)
 		}
@@ -189,6 +191,103 @@ func TestSideBySideFitsANarrowTerminal(t *testing.T) {
 		}
 		if got := strings.Contains(lines[1], "ENGINE"); got != tc.engin {
 			t.Errorf("width %d: ENGINE shown %v, want %v", tc.width, got, tc.engin)
+		}
+	}
+}
+
+// threeBusyNodes is a paper cluster of three nodes, all up, each holding
+// the same jobs, with ids as long as the simulator's and the README's.
+func threeBusyNodes(t *testing.T, jobs int) *cluster {
+	c := paperCluster(t, 3)
+	now := time.Now()
+	states := []string{"running", "completed", "cancelled", "queued", "failed"}
+	for _, n := range c.nodes {
+		n.up = true
+		for i := range jobs {
+			id := "ing-" + strings.Repeat("0", 3) + string(rune('0'+i%10)) + "-" + string(rune('a'+i%26))
+			n.broker.handle(upsertLine(info(c.nodes[i%3].id, id, states[i%len(states)], now.UnixMilli())), nil, nil)
+		}
+		n.broker.handle(upsertLine(info(c.nodes[0].id, "curl-job-1", "running", now.UnixMilli())), nil, nil)
+	}
+	return c
+}
+
+func TestSideBySideAt80ColumnsKeepsEveryNodeReadable(t *testing.T) {
+	c := threeBusyNodes(t, 5)
+	lines := sideBySide(c.views(), time.Now(), 80, maxViewRows)
+	for _, l := range lines {
+		if w := utf8.RuneCountInString(l); w > 80 {
+			t.Fatalf("a line is %d wide at 80 columns: %q", w, l)
+		}
+	}
+	title := strings.Split(lines[0], " | ")
+	if len(title) != 3 {
+		t.Fatalf("title line %q: want three columns", lines[0])
+	}
+	for i, part := range title {
+		if want := "node" + string(rune('1'+i)) + " (n" + string(rune('1'+i)) + ") up, 6 jobs"; strings.TrimSpace(part) != want {
+			t.Errorf("column %d's title %q, want %q whole", i+1, part, want)
+		}
+	}
+	for _, l := range lines[2:] {
+		parts := strings.Split(l, " | ")
+		if len(parts) != 3 {
+			t.Fatalf("row %q: want a cell for each of the three nodes", l)
+		}
+		for i, p := range parts {
+			f := strings.Fields(p)
+			if len(f) < 3 || !slices.Contains([]string{"running", "completed", "cancelled", "queued", "failed"}, f[1]) ||
+				!strings.HasPrefix(f[2], "n") || len(f[0]) < 8 {
+				t.Errorf("node %d's cell %q: want an id of at least 8 letters, a whole state and an origin", i+1, p)
+			}
+		}
+	}
+}
+
+func TestViewerFillsTheTerminalHeight(t *testing.T) {
+	c := threeBusyNodes(t, 60)
+	var out bytes.Buffer
+	header := []string{"startup line 1", "startup line 2", "startup line 3"}
+	v := &viewer{c: c, out: &out, tty: true, header: func() []string { return header },
+		size: func() (int, int) { return 200, 40 }, start: time.Now()}
+	v.draw(time.Now())
+	s := strings.TrimSuffix(strings.TrimPrefix(out.String(), "\x1b[H"), "\x1b[J")
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	if len(lines) != 39 {
+		t.Fatalf("%d lines drawn on a 40-line terminal, want 39 (all but one, so the last newline does not scroll):\n%s", len(lines), s)
+	}
+	// 40 lines: 3 of header, a blank, the sort note, a title, the column
+	// names, 31 jobs, "... and 30 more" and the spare line.
+	if !strings.Contains(s, "... and 30 more") {
+		t.Fatalf("want 31 of 61 jobs shown and the rest counted:\n%s", s)
+	}
+	if !strings.Contains(lines[4], "latest change first") {
+		t.Errorf("line 5 %q does not say how the rows are sorted", lines[4])
+	}
+	for i, h := range header {
+		if !strings.HasPrefix(lines[i], h) {
+			t.Errorf("line %d %q, want the header %q kept above the view", i+1, lines[i], h)
+		}
+	}
+}
+
+func TestSummaryHeadsEachNodesListWithItsColumns(t *testing.T) {
+	c := threeBusyNodes(t, 2)
+	var out bytes.Buffer
+	summary(&out, c.views(), nil, true, "")
+	lines := strings.Split(out.String(), "\n")
+	if !strings.HasSuffix(lines[0], "3 jobs, by origin then id") {
+		t.Fatalf("first line %q does not say how the list is sorted", lines[0])
+	}
+	head := lines[1]
+	if strings.Join(strings.Fields(head), " ") != "ORIGIN ID MODEL ENGINE STATE" {
+		t.Fatalf("second line %q, want the column names", head)
+	}
+	row := lines[2]
+	for _, col := range []string{"ID", "MODEL", "ENGINE", "STATE"} {
+		at := strings.Index(head, col)
+		if at >= len(row) || row[at-1] != ' ' || row[at] == ' ' {
+			t.Errorf("column %s starts at %d in %q but not in the row %q", col, at, head, row)
 		}
 	}
 }

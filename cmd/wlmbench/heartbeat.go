@@ -497,7 +497,7 @@ type hbRun struct {
 	interval  time.Duration
 	windows   int
 	load      time.Duration
-	setSize   float64 // nvpair_wlm_resync_set_size once loaded
+	setSize   float64 // nvpair_wlm_resync_set_entries once loaded
 	peers     []sinkCoverage
 	metrics   map[string]hbPeerMetrics // by peer, at the end of the windows
 	metricErr error
@@ -899,7 +899,7 @@ func (b *bench) hbOne(sinks []*hbSink, mode hbMode, k, live int) (*hbRun, error)
 		return nil, err
 	}
 	if text, err := d.scrape(cfg.metricsPath); err == nil {
-		run.setSize, _ = promSum(text, "nvpair_wlm_resync_set_size")
+		run.setSize, _ = promSum(text, "nvpair_wlm_resync_set_entries")
 	}
 	// The same daemon with its set and no peers: the idle baseline.
 	client, closeIdle := producerClient(4)
@@ -1268,7 +1268,7 @@ func (b *bench) hbRSS() error {
 		}
 		var setSize float64
 		if text, err := d.scrape(cfg.metricsPath); err == nil {
-			setSize, _ = promSum(text, "nvpair_wlm_resync_set_size")
+			setSize, _ = promSum(text, "nvpair_wlm_resync_set_entries")
 		}
 		var cov []string
 		for _, s := range sinks {

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"runtime"
+	"testing"
+	"time"
+)
+
+// TestLabelledSeriesWithKnownLabelsExistFromTheFirstScrape: before any
+// frame, the series by source, method and ingress code are there at zero,
+// so a rate() over them is defined from the first scrape.
+func TestLabelledSeriesWithKnownLabelsExistFromTheFirstScrape(t *testing.T) {
+	n := newMetricsNode(t, true).start()
+	first := scrape(t, n)
+	for _, series := range []string{
+		`nvpair_wlm_frames_received_total{source="ingress",method="workload:started"}`,
+		`nvpair_wlm_frames_received_total{source="ingress",method="workloads:remove"}`,
+		`nvpair_wlm_frames_received_total{source="peer",method="workload:errored"}`,
+		`nvpair_wlm_frames_received_total{source="stdio",method="workload:submitted"}`,
+		`nvpair_wlm_frames_received_total{source="stdio",method="other"}`,
+		`nvpair_wlm_ingress_responses_total{code="200"}`,
+		`nvpair_wlm_ingress_responses_total{code="400"}`,
+		`nvpair_wlm_ingress_responses_total{code="503"}`,
+		`nvpair_wlm_field_bound_refusals_total{source="ingress"}`,
+		`nvpair_wlm_field_bound_refusals_total{source="peer"}`,
+		`nvpair_wlm_field_bound_refusals_total{source="stdio"}`,
+	} {
+		v, ok := first[series]
+		if !ok || v != 0 {
+			t.Errorf("first scrape: %s = %v (present %v), want present at 0", series, v, ok)
+		}
+	}
+
+	// Without the ingress there is nothing of it to count.
+	off := newMetricsNode(t, false).start()
+	for series := range scrape(t, off) {
+		if series == `nvpair_wlm_ingress_responses_total{code="200"}` || series == `nvpair_wlm_frames_received_total{source="ingress",method="workload:started"}` {
+			t.Errorf("a node without the ingress reports %s", series)
+		}
+	}
+}
+
+// TestProcessMetricsInTheStandardNames: on Linux the process_* families a
+// Prometheus client library exports, with plausible values; elsewhere none.
+func TestProcessMetricsInTheStandardNames(t *testing.T) {
+	n := newMetricsNode(t, false).start()
+	got := scrape(t, n)
+	names := []string{"process_start_time_seconds", "process_resident_memory_bytes", "process_cpu_seconds_total",
+		"process_open_fds", "process_max_fds", "process_virtual_memory_bytes"}
+	if runtime.GOOS != "linux" {
+		for _, name := range names {
+			if _, ok := got[name]; ok {
+				t.Errorf("%s reported off Linux", name)
+			}
+		}
+		return
+	}
+	for _, name := range names {
+		if _, ok := got[name]; !ok {
+			t.Fatalf("%s missing", name)
+		}
+	}
+	// The node runs inside the test process: it started before this test,
+	// at most as long ago as the test binary has run (a generous hour).
+	now := float64(time.Now().Unix())
+	if st := got["process_start_time_seconds"]; st > now+1 || st < now-3600 {
+		t.Errorf("process_start_time_seconds %v, now %v", st, now)
+	}
+	if rss := got["process_resident_memory_bytes"]; rss < 1<<20 {
+		t.Errorf("process_resident_memory_bytes %v, want at least 1 MiB", rss)
+	}
+	if cpu := got["process_cpu_seconds_total"]; cpu <= 0 {
+		t.Errorf("process_cpu_seconds_total %v, want above 0", cpu)
+	}
+	if fds, max := got["process_open_fds"], got["process_max_fds"]; fds < 3 || max < fds {
+		t.Errorf("process_open_fds %v, process_max_fds %v", fds, max)
+	}
+}
+
+// TestPeerQueueDepthCountsTheFramesWaitingForAPeer: frames for a peer
+// that never answers wait in its queue, and the per-peer gauge says how
+// many.
+func TestPeerQueueDepthCountsTheFramesWaitingForAPeer(t *testing.T) {
+	n := newMetricsNode(t, false)
+	hole := newNetBlackHole(t)
+	hole.pinIn(t, n)
+	n.start()
+	n.broker.sendFrame("discovery:nodes", map[string]any{"nodes": []any{hole.entry()}})
+	n.waitTargets(1)
+	series := `nvpair_wlm_peer_queue_frames{peer="` + hole.ident.Principal + `"}`
+	if v, ok := scrape(t, n)[series]; !ok || v != 0 {
+		t.Fatalf("%s = %v (present %v) before any frame, want 0", series, v, ok)
+	}
+	const sent = 20
+	for i := range sent {
+		n.sendLifecycle(workload("q-"+itoa(i), "running", n.id))
+	}
+	// The fresh lane holds the first frame (or a batch) in its request to
+	// the black hole; the rest wait in the queue.
+	eventually(t, "frames waiting in the black hole's queue", func() bool {
+		return scrape(t, n)[series] >= sent-1
+	})
+	if v := scrape(t, n)[series]; v > sent {
+		t.Fatalf("%s = %v, more than the %d frames sent", series, v, sent)
+	}
+}

@@ -1,0 +1,15 @@
+package main
+
+// peerQueueDepths returns, by peer principal, the fresh frames waiting in
+// that peer's queue for its fresh lane (at most peerQueueSize each). A
+// peer that left the target set has no queue and is not in the map.
+// It takes broadcaster.mu for a length per peer, no more.
+func (b *broadcaster) peerQueueDepths() map[string]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[string]int, len(b.peers))
+	for _, s := range b.peers {
+		out[s.target.principal] += len(s.queue)
+	}
+	return out
+}
