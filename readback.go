@@ -249,6 +249,14 @@ func (m *Manager) readBack(w http.ResponseWriter, q readBackQuery) (int, string)
 			buf.WriteByte('}')
 			listed++
 			pageBytes += len(info)
+			// The answer goes out as it is built: a request holds at
+			// most 64 KiB of it and one workload, never the page.
+			if buf.Len() >= 64<<10 {
+				if _, err := w.Write(buf.Bytes()); err != nil {
+					return listed, "client"
+				}
+				buf.Reset()
+			}
 			if listed < q.limit && pageBytes < readBackPageBytes {
 				continue
 			}
@@ -267,14 +275,6 @@ func (m *Manager) readBack(w http.ResponseWriter, q readBackQuery) (int, string)
 			cut = "scan"
 			m.readBacks.cutScan.Add(1)
 			next = &last
-		}
-		// The answer goes out as it is built, so a request holds a
-		// slice's worth of it, never the whole page.
-		if buf.Len() >= 64<<10 {
-			if _, err := w.Write(buf.Bytes()); err != nil {
-				return listed, "client"
-			}
-			buf.Reset()
 		}
 	}
 	buf.WriteString(`],"next":`)
