@@ -156,7 +156,11 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 				wg.Go(func() {
 					start := time.Now()
 					ans := post(ch)
-					if ans.status == http.StatusServiceUnavailable && time.Since(start) > 2*time.Second {
+					// Generous: the time includes a TLS handshake among hundreds
+					// at once on a loaded machine. A refusal that waited for a
+					// slot would wait for the broker, which the stalled-window
+					// checks below catch.
+					if ans.status == http.StatusServiceUnavailable && time.Since(start) > 10*time.Second {
 						t.Errorf("a %s refusal took %v, want it at once", ch, time.Since(start))
 					}
 					out <- ans
