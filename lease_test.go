@@ -419,7 +419,10 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 		postLeased(t, a, leasedInfo("raced", "running", 1), 5)
 		done := make(chan int, 1)
 		go func() {
-			st, _ := postIngress(t, a.m.IngressAddr(), ingressFrameJSON(leasedInfo("raced", "running", 2)), leaseHeader, "60")
+			// The longest lease there is (86400 units: half an hour here),
+			// so the renewed lease cannot also run out while the clock job
+			// below expires on a loaded machine.
+			st, _ := postIngress(t, a.m.IngressAddr(), ingressFrameJSON(leasedInfo("raced", "running", 2)), leaseHeader, "86400")
 			done <- st
 		}()
 		<-stall.entered // the renewal holds ingestMu, in its broker write
