@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Connection caps (spec 7, "Connections"). Every listener of the daemon
+// Connection caps (spec 3.7). Every listener of the daemon
 // holds at most a fixed number of connections, so that all of them together
 // stay far below the process's descriptor limit whatever a client does; the
 // peer port also caps each source address, so one host cannot take the
