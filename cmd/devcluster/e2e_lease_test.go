@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -64,20 +63,7 @@ func TestDevclusterSimulatedProducerCrashShowsALeasedJobExpireOnEveryNode(t *tes
 // lease retires it on every node.
 func TestProducerExampleThatAbandonsItsJobSeesItFailedOnEveryNodeWhenItsLeaseRunsOut(t *testing.T) {
 	t.Parallel()
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	goBin, err := goTool()
-	if err != nil {
-		t.Fatal(err)
-	}
-	producer := filepath.Join(t.TempDir(), "producer")
-	build := exec.Command(goBin, "build", "-o", producer, "./examples/producer")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the producer example: %v\n%s", err, out)
-	}
+	producer := buildProducerExample(t)
 	c := testCluster(t, 3, time.Second)
 	out, err := exec.Command(producer, "--addr", c.nodes[0].ingressAddr(), "--id", "abandoned-job", "--lease", "5s", "--abandon").CombinedOutput()
 	if err != nil {

@@ -360,20 +360,7 @@ func TestDevclusterFailsWhenADaemonDiesOnItsOwn(t *testing.T) {
 
 func TestProducerExampleJobReachesEveryNode(t *testing.T) {
 	t.Parallel()
-	root, err := moduleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	goBin, err := goTool()
-	if err != nil {
-		t.Fatal(err)
-	}
-	producer := filepath.Join(t.TempDir(), "producer")
-	build := exec.Command(goBin, "build", "-o", producer, "./examples/producer")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the producer example: %v\n%s", err, out)
-	}
+	producer := buildProducerExample(t)
 	c := testCluster(t, 3, time.Second)
 	out, err := exec.Command(producer, "--addr", c.nodes[0].ingressAddr(), "--id", "example-job", "--work", "0").CombinedOutput()
 	if err != nil {
@@ -541,4 +528,25 @@ func TestDevclusterOnATerminalKeepsTheStartupLinesAboveTheView(t *testing.T) {
 			t.Errorf("the last redraw lacks %q:\n%s", want, last)
 		}
 	}
+}
+
+// buildProducerExample builds examples/producer into a temporary directory
+// and returns the binary's path.
+func buildProducerExample(t *testing.T) string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	goBin, err := goTool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	producer := filepath.Join(t.TempDir(), "producer")
+	build := exec.Command(goBin, "build", "-o", producer, "./examples/producer")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the producer example: %v\n%s", err, out)
+	}
+	return producer
 }

@@ -250,12 +250,12 @@ func sideBySideCompact(views []nodeView, now time.Time, maxWidth, maxRows int) [
 		cols[i] = compactColumn(v, names, now, width, maxRows)
 		height = max(height, len(cols[i]))
 	}
-	return joinColumns(cols, width, height)
+	return joinColumns(cols, slices.Repeat([]int{width}, len(cols)), height)
 }
 
-// joinColumns sets columns of lines side by side, each padded to width,
-// separated by " | ".
-func joinColumns(cols [][]string, width, height int) []string {
+// joinColumns sets columns of lines side by side, column i padded to
+// widths[i], separated by " | ", height lines in all.
+func joinColumns(cols [][]string, widths []int, height int) []string {
 	out := make([]string, height)
 	for row := range height {
 		parts := make([]string, len(cols))
@@ -264,7 +264,7 @@ func joinColumns(cols [][]string, width, height int) []string {
 			if row < len(col) {
 				cell = col[row]
 			}
-			parts[i] = pad(cell, width)
+			parts[i] = pad(cell, widths[i])
 		}
 		out[row] = strings.TrimRight(strings.Join(parts, " | "), " ")
 	}
@@ -289,19 +289,7 @@ func sideBySideLayout(views []nodeView, now time.Time, layout []int, maxRows int
 		widths[i] = widest(cols[i])
 		height = max(height, len(cols[i]))
 	}
-	out := make([]string, height)
-	for row := range height {
-		parts := make([]string, len(cols))
-		for i, col := range cols {
-			cell := ""
-			if row < len(col) {
-				cell = col[row]
-			}
-			parts[i] = pad(cell, widths[i])
-		}
-		out[row] = strings.TrimRight(strings.Join(parts, " | "), " ")
-	}
-	return out
+	return joinColumns(cols, widths, height)
 }
 
 // viewer draws the cluster every viewInterval: in place on a terminal, as a
