@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"strconv"
@@ -442,23 +440,12 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 	})
 }
 
-// failingBrokerOut fails every write that holds match and passes the rest.
-type failingBrokerOut struct {
-	w     io.Writer
-	match []byte
-}
-
-func (f *failingBrokerOut) Write(p []byte) (int, error) {
-	if bytes.Contains(p, f.match) {
-		return 0, errors.New("broker pipe broken")
-	}
-	return f.w.Write(p)
-}
-
 // The daemon shuts down after a failed broker write; until it has, the
 // expiry is retried with a bounded backoff, never dropped.
 func TestALeaseWhoseExpiryCannotBeWrittenIsRetriedWithBackoffNotDropped(t *testing.T) {
-	n := newTestNode(t, func(c *Config) { c.Out = &failingBrokerOut{w: c.Out, match: []byte("producer stopped reporting")} })
+	n := newTestNode(t, func(c *Config) {
+		c.Out = &netMarkerFailingWriter{w: c.Out, marker: []byte("producer stopped reporting")}
+	})
 	clock := ifxUseClock(n)
 	if _, err := n.m.ingestLocalLeased([]byte(ingressFrameJSON(leasedInfo("stuck", "running", 1))), []string{"5"}); err != nil {
 		t.Fatal(err)
