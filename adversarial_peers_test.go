@@ -156,10 +156,13 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 		for range n {
 			for _, ch := range []string{"peer", "ingress"} {
 				wg.Go(func() {
-					start := time.Now()
+					// At once is counted from the request's last byte: a
+					// burst of new connections on a loaded machine waits
+					// seconds for its accepts and handshakes (2.0 to 2.3 s
+					// in CI), which says nothing of the refusal.
 					ans := post(ch)
-					if ans.status == http.StatusServiceUnavailable && time.Since(start) > 2*time.Second {
-						t.Errorf("a %s refusal took %v, want it at once", ch, time.Since(start))
+					if ans.status == http.StatusServiceUnavailable && ans.served > 2*time.Second {
+						t.Errorf("a %s refusal took %v after its request was sent, want it at once", ch, ans.served)
 					}
 					out <- ans
 				})
