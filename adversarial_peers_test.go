@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -154,14 +156,13 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 		for range n {
 			for _, ch := range []string{"peer", "ingress"} {
 				wg.Go(func() {
-					start := time.Now()
+					// At once is counted from the request's last byte: a
+					// burst of new connections on a loaded machine waits
+					// seconds for its accepts and handshakes (2.0 to 2.3 s
+					// in CI), which says nothing of the refusal.
 					ans := post(ch)
-					// Generous: the time includes a TLS handshake among hundreds
-					// at once on a loaded machine. A refusal that waited for a
-					// slot would wait for the broker, which the stalled-window
-					// checks below catch.
-					if ans.status == http.StatusServiceUnavailable && time.Since(start) > 10*time.Second {
-						t.Errorf("a %s refusal took %v, want it at once", ch, time.Since(start))
+					if ans.status == http.StatusServiceUnavailable && ans.served > 2*time.Second {
+						t.Errorf("a %s refusal took %v after its request was sent, want it at once", ch, ans.served)
 					}
 					out <- ans
 				})
@@ -297,16 +298,63 @@ func (g *readGate) resume() { g.mu.Lock(); g.paused = false; g.cond.Broadcast();
 // the test holds.
 func startNodeGated(t *testing.T, node devpki.Node, extra ...string) (*daemonProc, *readGate) {
 	t.Helper()
-	var gate *readGate
-	d := startDaemonReading(t, daemonBinary(t), nil, func(r io.Reader) io.Reader {
-		gate = newReadGate(r)
-		return gate
-	}, nodeArgs(node, 0, extra...)...)
-	// Registered after the daemon's own cleanup, so it runs first: the
-	// reader must be let go before that cleanup waits for it.
-	t.Cleanup(gate.resume)
+	args := nodeArgs(node, 0, extra...)
+	inR, inW, err := os.Pipe()
+	netMust(t, err)
+	outR, outW, err := os.Pipe()
+	netMust(t, err)
+	d := &daemonProc{t: t, stdin: inW, stdout: outR, stderr: &logBuffer{}, frameLog: frameLog{t: t},
+		readDone: make(chan struct{}), exited: make(chan struct{})}
+	gate := newReadGate(outR)
+	d.cmd = exec.Command(daemonBinary(t), args...)
+	d.cmd.Stdin, d.cmd.Stdout, d.cmd.Stderr = inR, outW, d.stderr
+	err = d.cmd.Start()
+	inR.Close()
+	outW.Close()
+	if err != nil {
+		inW.Close()
+		outR.Close()
+		t.Fatal(err)
+	}
+	go func() { d.cmd.Wait(); close(d.exited) }()
+	go func() { defer close(d.readDone); d.readFrom(gate) }()
+	t.Cleanup(func() {
+		gate.resume()
+		if !d.exitedYet() {
+			d.cmd.Process.Kill()
+			<-d.exited
+		}
+		d.stdin.Close()
+		d.stdout.Close()
+		<-d.readDone
+		if t.Failed() {
+			t.Logf("daemon %v log:\n%s", args, d.stderr.String())
+		}
+	})
 	d.port = d.boundPeerPort()
 	return d, gate
+}
+
+// scrapeProc reads a daemon's metrics endpoint (--metrics, its address
+// from the log) into series -> value.
+func scrapeProc(t *testing.T, d *daemonProc) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + d.loggedValue("metrics endpoint listening", "addr") + "/metrics")
+	netMust(t, err)
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		netMust(t, err)
+		out[line[:i]] = v
+	}
+	return out
 }
 
 // openFDs counts the daemon's open descriptors on Linux, -1 elsewhere.
@@ -318,11 +366,4 @@ func openFDs(t *testing.T, d *daemonProc) int {
 	ents, err := os.ReadDir("/proc/" + strconv.Itoa(d.cmd.Process.Pid) + "/fd")
 	netMust(t, err)
 	return len(ents)
-}
-
-// scrapeProc reads a daemon's metrics endpoint (--metrics, its address
-// from the log) into series -> value.
-func scrapeProc(t *testing.T, d *daemonProc) map[string]float64 {
-	t.Helper()
-	return scrapeAddr(t, d.loggedValue("metrics endpoint listening", "addr"))
 }

@@ -5,8 +5,10 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,6 +47,10 @@ type busyAnswer struct {
 	status            int
 	text, retryAfter  string
 	connectionClosing bool
+	// served runs from the request's last byte written to the answer's
+	// first byte read: the daemon's decision, without the dial, the
+	// handshake and the wait for an accept that a loaded machine adds.
+	served time.Duration
 }
 
 func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingBehind(t *testing.T) {
@@ -168,6 +174,12 @@ func doBusyAnswer(t *testing.T, within time.Duration, c *http.Client, url, conte
 		return busyAnswer{}
 	}
 	req.Header.Set("Content-Type", contentType)
+	// The trace's callbacks run on the transport's goroutines.
+	var wrote, answered atomic.Int64
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest:         func(httptrace.WroteRequestInfo) { wrote.Store(time.Now().UnixNano()) },
+		GotFirstResponseByte: func() { answered.Store(time.Now().UnixNano()) },
+	}))
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Logf("POST %s: %v", url, err)
@@ -175,7 +187,8 @@ func doBusyAnswer(t *testing.T, within time.Duration, c *http.Client, url, conte
 	}
 	defer resp.Body.Close()
 	text, _ := io.ReadAll(resp.Body)
-	return busyAnswer{status: resp.StatusCode, text: strings.TrimSpace(string(text)), retryAfter: resp.Header.Get("Retry-After"), connectionClosing: resp.Close}
+	return busyAnswer{status: resp.StatusCode, text: strings.TrimSpace(string(text)), retryAfter: resp.Header.Get("Retry-After"),
+		connectionClosing: resp.Close, served: time.Duration(answered.Load() - wrote.Load())}
 }
 
 // newNetPeerHarnessWith is newNetPeerHarness with before run on the node
