@@ -187,8 +187,15 @@ func doBusyAnswer(t *testing.T, within time.Duration, c *http.Client, url, conte
 	}
 	defer resp.Body.Close()
 	text, _ := io.ReadAll(resp.Body)
+	// A daemon that refuses before reading the body can answer before the
+	// transport reports the request written (or at all): served is then 0,
+	// since the answer did not wait for the request's last byte.
+	var served time.Duration
+	if w, a := wrote.Load(), answered.Load(); w != 0 && a > w {
+		served = time.Duration(a - w)
+	}
 	return busyAnswer{status: resp.StatusCode, text: strings.TrimSpace(string(text)), retryAfter: resp.Header.Get("Retry-After"),
-		connectionClosing: resp.Close, served: time.Duration(answered.Load() - wrote.Load())}
+		connectionClosing: resp.Close, served: served}
 }
 
 // newNetPeerHarnessWith is newNetPeerHarness with before run on the node
