@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -207,6 +208,38 @@ func BenchmarkIngestLocal(b *testing.B) {
 	for b.Loop() {
 		if _, err := m.ingestLocal(body); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkServeIngress runs the ingress handler in process (no sockets)
+// on distinct workloads: the checks, parse, broker write, commit and
+// answer, at the info log level.
+func BenchmarkServeIngress(b *testing.B) {
+	m := benchManager(b, io.Discard)
+	li, err := newLocalIngress(m, "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := li.listen()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	host := li.boundAddr()
+	var buf []byte
+	var n int64
+	b.ReportAllocs()
+	for b.Loop() {
+		n++
+		buf = benchIngressBody(buf[:0], n/3, n%3+1)
+		req := httptest.NewRequest(http.MethodPost, peerEventsPath, bytes.NewReader(buf))
+		req.Host = host
+		req.Header.Set("Content-Type", "application/json")
+		w := httptest.NewRecorder()
+		li.ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d: %s", w.Code, w.Body.String())
 		}
 	}
 }
