@@ -47,6 +47,82 @@ func (f *rpcFrame) isRequest() bool { return f.Method != "" && f.ID != nil }
 // isResponse reports whether the frame answers a request of ours.
 func (f *rpcFrame) isResponse() bool { return f.Method == "" && f.ID != nil }
 
+// rpcEnvelope is what the daemon reads of a scanned frame's envelope, as
+// encoding/json would decode it into rpcFrame: each member the last whose
+// name folds to it, a null jsonrpc or method leaving it as it was.
+type rpcEnvelope struct {
+	jsonrpc, method string
+	id              json.RawMessage // nil when absent
+}
+
+// The folded names of the envelope members the daemon reads.
+var (
+	foldedJSONRPC = foldKey("jsonrpc")
+	foldedMethod  = foldKey("method")
+	foldedID      = foldKey("id")
+)
+
+// envelopeOf reads the envelope of a frame scanned whole (frameScan). A
+// frame that is not an object, or whose jsonrpc or method is neither a
+// string nor null, is refused, as encoding/json refuses it. The other
+// members of an envelope (a response's result or error) are not read: a
+// frame the daemon acts on is a notification or a request.
+func envelopeOf(s *frameScan) (rpcEnvelope, error) {
+	var env rpcEnvelope
+	el := &s.levels[levelEnvelope]
+	if !el.present {
+		return env, errNotObject
+	}
+	var buf [64]byte
+	for i := range el.n {
+		m := el.member(i)
+		switch string(m.foldedName(buf[:0])) {
+		case foldedJSONRPC:
+			if err := envelopeString(m, "jsonrpc", &env.jsonrpc); err != nil {
+				return env, err
+			}
+		case foldedMethod:
+			if err := envelopeString(m, "method", &env.method); err != nil {
+				return env, err
+			}
+		case foldedID:
+			env.id = m.value
+		}
+	}
+	return env, nil
+}
+
+// envelopeString sets *dst to a string member's value, leaves it for null
+// and refuses any other value. The method names and "2.0" are the common
+// values: they are returned as constants, with no allocation.
+func envelopeString(m *scanMember, name string, dst *string) error {
+	switch {
+	case isJSONNull(m.value):
+		return nil
+	case !m.isString():
+		return fmt.Errorf("%s must be a string", name)
+	}
+	var stack [64]byte
+	v := appendUnquoted(stack[:0], m.value)
+	switch string(v) {
+	case "2.0":
+		*dst = "2.0"
+	case methodSubmitted:
+		*dst = methodSubmitted
+	case methodStarted:
+		*dst = methodStarted
+	case methodCompleted:
+		*dst = methodCompleted
+	case methodErrored:
+		*dst = methodErrored
+	case methodRemove:
+		*dst = methodRemove
+	default:
+		*dst = string(v)
+	}
+	return nil
+}
+
 // encodeNotification renders one notification line without its newline.
 func encodeNotification(method string, params json.RawMessage) []byte {
 	if bytes.ContainsAny(params, "\r\n") {

@@ -49,7 +49,7 @@ func foldKey(name string) string {
 }
 
 // appendFold appends foldKey(name) to dst.
-func appendFold(dst []byte, name string) []byte {
+func appendFold[T ~string | ~[]byte](dst []byte, name T) []byte {
 	for i := 0; i < len(name); {
 		c := name[i]
 		if c < utf8.RuneSelf {
@@ -60,7 +60,7 @@ func appendFold(dst []byte, name string) []byte {
 			i++
 			continue
 		}
-		r, n := utf8.DecodeRuneInString(name[i:])
+		r, n := utf8.DecodeRuneInString(string(name[i:]))
 		dst = utf8.AppendRune(dst, smallestFold(r))
 		i += n
 	}

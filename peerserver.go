@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -35,28 +34,32 @@ func (e peerEvent) origin() string {
 	return e.life.info.OriginatedFrom
 }
 
-// parsePeerFrame validates a request body from a peer. It has no side
-// effects.
+// parsePeerFrame validates a request body from a peer in one pass over it
+// (framescan.go). It has no side effects.
 func parsePeerFrame(body []byte) (peerEvent, error) {
 	if err := checkFrameUTF8(body); err != nil {
 		return peerEvent{}, err
 	}
-	var f rpcFrame
-	if err := json.Unmarshal(body, &f); err != nil {
+	var s frameScan
+	if err := s.scanFrame(body); err != nil {
 		return peerEvent{}, fmt.Errorf("not a JSON-RPC frame: %w", err)
 	}
-	if f.JSONRPC != "2.0" {
+	env, err := envelopeOf(&s)
+	if err != nil {
+		return peerEvent{}, fmt.Errorf("not a JSON-RPC frame: %w", err)
+	}
+	if env.jsonrpc != "2.0" {
 		return peerEvent{}, errors.New(`jsonrpc must be "2.0"`)
 	}
 	switch {
-	case isLifecycleMethod(f.Method):
-		ev, err := parseLifecycle(f.Method, f.Params)
+	case isLifecycleMethod(env.method):
+		ev, err := lifecycleFromScan(env.method, &s, "")
 		return peerEvent{life: &ev}, err
-	case f.Method == methodRemove:
-		r, err := parseRemove(f.Params)
+	case env.method == methodRemove:
+		r, err := removalFromScan(&s, nil)
 		return peerEvent{removal: &r}, err
 	default:
-		return peerEvent{}, fmt.Errorf("unknown method %q", f.Method)
+		return peerEvent{}, fmt.Errorf("unknown method %q", env.method)
 	}
 }
 

@@ -230,7 +230,10 @@ func TestResyncSetStoresParamsWithoutAnyResyncMember(t *testing.T) {
 			}
 
 			out := withResync(entries[0].params())
-			var p lifecycleParams // decodes the way a peer does
+			var p struct { // decodes the way a stock peer does
+				WorkloadInfo json.RawMessage
+				Resync       bool
+			}
 			if err := json.Unmarshal(out, &p); err != nil {
 				t.Fatal(err)
 			}

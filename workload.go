@@ -142,16 +142,11 @@ func digestKey(parts ...string) dedupDigest {
 
 var errNotObject = errors.New("must be a JSON object")
 
-// lifecycleParams is the params object of a lifecycle frame.
-type lifecycleParams struct {
-	WorkloadInfo json.RawMessage `json:"workloadInfo"`
-	Resync       bool            `json:"resync"`
-}
-
 // parseLifecycle validates a lifecycle frame's params: a workload object
 // whose known members have the types the broker decodes (workloadtypes.go),
 // with every required field present and non-empty. The stdio path, the
-// ingress and the peer port all go through it. It has no side effects.
+// ingress and the peer port all go through it, or through lifecycleFromScan
+// when they have scanned the whole frame. It has no side effects.
 func parseLifecycle(method string, params json.RawMessage) (lifecycleEvent, error) {
 	if !isLifecycleMethod(method) {
 		return lifecycleEvent{}, fmt.Errorf("unknown method %q", method)
@@ -159,30 +154,108 @@ func parseLifecycle(method string, params json.RawMessage) (lifecycleEvent, erro
 	if !isJSONObject(params) {
 		return lifecycleEvent{}, fmt.Errorf("params: %w", errNotObject)
 	}
-	var p lifecycleParams
-	if err := json.Unmarshal(params, &p); err != nil {
+	var s frameScan
+	if err := s.scanParams(params); err != nil {
 		return lifecycleEvent{}, fmt.Errorf("params: %w", err)
 	}
-	if p.WorkloadInfo == nil {
-		return lifecycleEvent{}, errors.New("params.workloadInfo is missing")
+	return lifecycleFromScan(method, &s, "")
+}
+
+// lifecycleFromScan reads a lifecycle frame from its scanned params, in
+// the one pass's members: the params' workloadInfo and resync, then the
+// workload's typed members, decoded as encoding/json would decode them.
+// stampedOrigin, when not "", is the origin the ingress stamped: the
+// object's own originatedFrom member was checked by the stamp, and the
+// event's raw object and params are the caller's to set.
+func lifecycleFromScan(method string, s *frameScan, stampedOrigin string) (lifecycleEvent, error) {
+	pl := &s.levels[levelParams]
+	if !pl.present {
+		return lifecycleEvent{}, fmt.Errorf("params: %w", errNotObject)
 	}
-	if !isJSONObject(p.WorkloadInfo) {
-		return lifecycleEvent{}, fmt.Errorf("params.workloadInfo: %w", errNotObject)
-	}
-	// The object is valid JSON: encoding/json has just decoded params.
-	seq, hasSeq, err := checkWorkloadTypes(p.WorkloadInfo)
+	info, resync, err := lifecycleParamsOf(pl)
 	if err != nil {
 		return lifecycleEvent{}, err
 	}
-	ev := lifecycleEvent{method: method, raw: p.WorkloadInfo, params: params, resync: p.Resync}
-	if err := json.Unmarshal(p.WorkloadInfo, &ev.info); err != nil {
-		return lifecycleEvent{}, fmt.Errorf("workloadInfo: %w", err)
+	if info == nil {
+		return lifecycleEvent{}, errors.New("params.workloadInfo is missing")
 	}
-	ev.info.seqNum, ev.info.hasSeq = seq, hasSeq
+	il := &s.levels[levelInfo]
+	if !il.present {
+		return lifecycleEvent{}, fmt.Errorf("params.workloadInfo: %w", errNotObject)
+	}
+	skip := ""
+	if stampedOrigin != "" {
+		skip = "originatedFrom"
+	}
+	vals, err := checkTypedMembers("workloadInfo", il, workloadTypedFields, skip)
+	if err != nil {
+		return lifecycleEvent{}, err
+	}
+	ev := lifecycleEvent{method: method, raw: il.raw, params: pl.raw, resync: resync}
+	ev.info = decodeWorkloadInfo(&vals, stampedOrigin)
 	if err := ev.info.validate(); err != nil {
 		return lifecycleEvent{}, err
 	}
 	return ev, nil
+}
+
+// lifecycleParamsOf returns the params' workloadInfo member and resync,
+// each the last member whose name folds to it, as encoding/json decodes
+// them (a null resync leaves it as it was). A resync that is not a boolean
+// is refused, as encoding/json refuses it.
+func lifecycleParamsOf(pl *scanLevel) (info *scanMember, resync bool, err error) {
+	var buf [64]byte
+	for i := range pl.n {
+		m := pl.member(i)
+		switch string(m.foldedName(buf[:0])) {
+		case foldedNames["workloadInfo"]:
+			info = m
+		case resyncFolded:
+			switch string(m.value) {
+			case "true":
+				resync = true
+			case "false":
+				resync = false
+			case "null":
+			default:
+				return nil, false, errors.New("params.resync must be true, false or null")
+			}
+		}
+	}
+	return info, resync, nil
+}
+
+// decodeWorkloadInfo decodes the string fields the daemon reads into one
+// allocation, each field a part of it, and the seq. The members are
+// well-formed (checkTypedMembers), so decoding substitutes nothing.
+func decodeWorkloadInfo(vals *typedValues, stampedOrigin string) workloadInfo {
+	fields := [...]int{wfID, wfModel, wfEngine, wfState, wfOrigin, wfScheduledOn, wfRunID}
+	var stack [512]byte
+	buf := stack[:0]
+	var ends [len(fields)]int
+	for i, f := range fields {
+		if m := vals[f]; m != nil && m.isString() {
+			buf = appendUnquoted(buf, m.value)
+		}
+		ends[i] = len(buf)
+	}
+	all := string(buf)
+	part := func(i int) string {
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
+		return all[start:ends[i]]
+	}
+	w := workloadInfo{ID: part(0), Model: part(1), Engine: part(2), State: part(3),
+		OriginatedFrom: part(4), ScheduledOn: part(5), RunID: part(6)}
+	if stampedOrigin != "" {
+		w.OriginatedFrom = stampedOrigin
+	}
+	if m := vals[wfSeq]; m != nil {
+		w.seqNum, w.hasSeq = parseJSONInteger(m.value)
+	}
+	return w
 }
 
 func (i *workloadInfo) validate() error {
@@ -198,34 +271,60 @@ func (i *workloadInfo) validate() error {
 }
 
 // parseRemove validates a workloads:remove frame's params: the typed checks
-// of workloadtypes.go, then a non-empty workloadId and originatedFrom. The
-// ref is decoded from the very tokens the removal keeps, the last member
-// that folds to each field, as encoding/json would decode it. It has no
-// side effects.
+// of workloadtypes.go, then a non-empty workloadId and originatedFrom. It
+// has no side effects.
 func parseRemove(params json.RawMessage) (removalEvent, error) {
 	if !isJSONObject(params) {
 		return removalEvent{}, fmt.Errorf("params: %w", errNotObject)
 	}
-	tok, err := checkRemovalTypes(params)
+	var s frameScan
+	if err := s.scanParams(params); err != nil {
+		return removalEvent{}, fmt.Errorf("params: %w", err)
+	}
+	return removalFromScan(&s, nil)
+}
+
+// removalFromScan reads a removal from its scanned params. The ref is
+// decoded from the very tokens the removal keeps, the last member that
+// folds to each field, as encoding/json would decode it. stampedOrigin,
+// when not nil, is the origin token the ingress stamped: the params' own
+// originatedFrom was checked by the stamp, and the event's params are the
+// caller's to set.
+func removalFromScan(s *frameScan, stampedOrigin json.RawMessage) (removalEvent, error) {
+	pl := &s.levels[levelParams]
+	if !pl.present {
+		return removalEvent{}, fmt.Errorf("params: %w", errNotObject)
+	}
+	skip := ""
+	if stampedOrigin != nil {
+		skip = "originatedFrom"
+	}
+	vals, err := checkTypedMembers("params", pl, removalTypedFields, skip)
 	if err != nil {
 		return removalEvent{}, err
 	}
-	// The tokens are well-formed strings (checkRemovalTypes): decoding them
-	// cannot fail, and substitutes nothing.
-	var id, origin string
-	if tok.workloadID != nil {
-		_ = json.Unmarshal(tok.workloadID, &id)
+	r := removalEvent{params: pl.raw, originToken: stampedOrigin}
+	if m := vals[rfWorkloadID]; m != nil {
+		r.idToken = m.value
 	}
-	if tok.originatedFrom != nil {
-		_ = json.Unmarshal(tok.originatedFrom, &origin)
+	if m := vals[rfOrigin]; m != nil && stampedOrigin == nil {
+		r.originToken = m.value
 	}
-	if id == "" {
+	// The tokens are well-formed strings (checkTypedMembers): decoding them
+	// substitutes nothing.
+	if r.idToken != nil {
+		r.ref.id = string(appendUnquoted(nil, r.idToken))
+	}
+	if r.originToken != nil {
+		r.ref.origin = string(appendUnquoted(nil, r.originToken))
+	}
+	if r.ref.id == "" {
 		return removalEvent{}, errors.New("params.workloadId is missing or empty")
 	}
-	if origin == "" {
+	if r.ref.origin == "" {
 		return removalEvent{}, errors.New("params.originatedFrom is missing or empty")
 	}
-	return removalEvent{ref: workloadRef{origin, id}, idToken: tok.workloadID, originToken: tok.originatedFrom, params: params}, nil
+	return r, nil
 }
 
 func isJSONObject(b json.RawMessage) bool {

@@ -251,16 +251,18 @@ func TestDedupKeyDistinguishesEveryTupleMember(t *testing.T) {
 	keys := map[dedupDigest]string{} // key -> case name
 	for name, w := range cases {
 		b, _ := json.Marshal(w)
-		ev := lifecycleEvent{}
-		// Decode straight into the struct: some cases have an empty id, which
-		// parseLifecycle would refuse, but the key must still be injective.
-		if err := json.Unmarshal(b, &ev.info); err != nil {
+		// Decoded with the typed checks but not validated: some cases have an
+		// empty id, which parseLifecycle would refuse, but the key must still
+		// be injective.
+		var s frameScan
+		if err := s.scanParams([]byte(`{"workloadInfo":` + string(b) + `}`)); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		var err error
-		if ev.info.seqNum, ev.info.hasSeq, err = checkWorkloadTypes(b); err != nil {
+		vals, err := checkTypedMembers("workloadInfo", &s.levels[levelInfo], workloadTypedFields, "")
+		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+		ev := lifecycleEvent{info: decodeWorkloadInfo(&vals, "")}
 		k := ev.dedupKey()
 		if other, dup := keys[k]; dup {
 			t.Errorf("cases %q and %q share the dedup key %x", name, other, k)

@@ -1,8 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"unicode/utf8"
 )
@@ -59,12 +59,15 @@ type typedField struct {
 	name     string // its canonical spelling, for errors
 	typ      memberType
 	maxBytes int
+	index    int // its place in the set, for typedValues
 }
 
-// typedFields maps the folded form of each name to its field.
+// typedFields maps the folded form of each name to its field, numbered in
+// the order given.
 func typedFields(fields ...typedField) map[string]typedField {
 	m := make(map[string]typedField, len(fields))
-	for _, f := range fields {
+	for i, f := range fields {
+		f.index = i
 		m[foldKey(f.name)] = f
 	}
 	return m
@@ -79,93 +82,93 @@ func typedFields(fields ...typedField) map[string]typedField {
 // name the cluster uses.
 const maxKeyFieldBytes = 256
 
+// The indexes of the workload fields in workloadTypedFields, in the order
+// it lists them, and of the removal's in removalTypedFields.
+const (
+	wfID = iota
+	wfModel
+	wfEngine
+	wfState
+	wfOrigin
+	wfRunID
+	wfScheduledOn
+	wfCreatedAt
+	wfStartedAt
+	wfCompletedAt
+	wfError
+	wfRequesterID
+	wfSeq
+)
+
+const (
+	rfWorkloadID = iota
+	rfOrigin
+)
+
 var (
 	// workloadTypedFields are the members of a workload object the broker
 	// decodes, with their types (contract, section 3).
 	workloadTypedFields = typedFields(
-		typedField{"id", typeString, maxKeyFieldBytes},
-		typedField{"model", typeString, maxKeyFieldBytes},
-		typedField{"engine", typeString, maxKeyFieldBytes},
-		typedField{"state", typeString, 0},
-		typedField{"originatedFrom", typeString, maxKeyFieldBytes},
-		typedField{"runId", typeStringOrNull, maxKeyFieldBytes},
-		typedField{"scheduledOn", typeStringOrNull, maxKeyFieldBytes},
-		typedField{"createdAt", typeEpochMillis, 0},
-		typedField{"startedAt", typeEpochMillisNull, 0},
-		typedField{"completedAt", typeEpochMillisNull, 0},
+		typedField{name: "id", typ: typeString, maxBytes: maxKeyFieldBytes},
+		typedField{name: "model", typ: typeString, maxBytes: maxKeyFieldBytes},
+		typedField{name: "engine", typ: typeString, maxBytes: maxKeyFieldBytes},
+		typedField{name: "state", typ: typeString, maxBytes: 0},
+		typedField{name: "originatedFrom", typ: typeString, maxBytes: maxKeyFieldBytes},
+		typedField{name: "runId", typ: typeStringOrNull, maxBytes: maxKeyFieldBytes},
+		typedField{name: "scheduledOn", typ: typeStringOrNull, maxBytes: maxKeyFieldBytes},
+		typedField{name: "createdAt", typ: typeEpochMillis, maxBytes: 0},
+		typedField{name: "startedAt", typ: typeEpochMillisNull, maxBytes: 0},
+		typedField{name: "completedAt", typ: typeEpochMillisNull, maxBytes: 0},
 		// error is bounded on the ingress only (ingressframe.go): the broker
 		// and the stock peers send long error texts, and error is in no key.
-		typedField{"error", typeStringOrNull, 0},
-		typedField{"requesterId", typeStringOrNull, maxKeyFieldBytes},
-		typedField{"seq", typeSeq, 0},
+		typedField{name: "error", typ: typeStringOrNull, maxBytes: 0},
+		typedField{name: "requesterId", typ: typeStringOrNull, maxBytes: maxKeyFieldBytes},
+		typedField{name: "seq", typ: typeSeq, maxBytes: 0},
 	)
 	// removalTypedFields are the members of a workloads:remove frame's params
 	// the broker decodes.
 	removalTypedFields = typedFields(
-		typedField{"workloadId", typeString, maxKeyFieldBytes},
-		typedField{"originatedFrom", typeString, maxKeyFieldBytes},
+		typedField{name: "workloadId", typ: typeString, maxBytes: maxKeyFieldBytes},
+		typedField{name: "originatedFrom", typ: typeString, maxBytes: maxKeyFieldBytes},
 	)
 )
 
-// checkWorkloadTypes checks the type of every known member of a workload
-// object, given as valid JSON, and returns its seq when it has one (the last
-// member that folds to seq, the one encoding/json would decode).
-func checkWorkloadTypes(info []byte) (seq int64, hasSeq bool, err error) {
-	ms, err := validObjectMembers(info)
-	if err != nil {
-		return 0, false, fmt.Errorf("workloadInfo: %w", err)
-	}
-	for _, m := range ms {
-		f, known := lookupTypedField(workloadTypedFields, m.name)
-		if !known {
+// typedValues holds, for each field of a typed set (by its index), the
+// member encoding/json would decode it from: the last member whose name
+// folds to the field, or for a field that may be null the last one that is
+// not null (a null decodes to nothing and leaves an earlier value in
+// place). nil when no member sets the field.
+type typedValues [maxTypedFields]*scanMember
+
+// maxTypedFields is the most fields a typed set has.
+const maxTypedFields = 16
+
+// checkTypedMembers checks the type of every member of l whose name folds
+// to one of fields, repeats included, and returns the members the fields
+// decode from. skip, when it is not "", names a field whose members the
+// caller has checked itself (the ingress's stamped origin).
+func checkTypedMembers(level string, l *scanLevel, fields map[string]typedField, skip string) (typedValues, error) {
+	var vals typedValues
+	for i := range l.n {
+		m := l.member(i)
+		f, known := lookupTypedField(fields, m)
+		if !known || f.name == skip {
 			continue
 		}
-		if err := checkMemberType("workloadInfo", f, m); err != nil {
-			return 0, false, err
+		if err := checkMemberType(level, f, m); err != nil {
+			return vals, err
 		}
-		if f.typ == typeSeq {
-			seq, hasSeq = parseJSONInteger(m.value)
-		}
-	}
-	return seq, hasSeq, nil
-}
-
-// removalTokens are the raw JSON string tokens of a removal's workloadId
-// and originatedFrom, each the last member whose name folds to the field:
-// the one encoding/json decodes. nil when the member is absent.
-type removalTokens struct {
-	workloadID, originatedFrom json.RawMessage
-}
-
-// checkRemovalTypes checks the type of every known member of a removal's
-// params and returns the tokens of its two fields, as they arrived.
-func checkRemovalTypes(params []byte) (removalTokens, error) {
-	var tok removalTokens
-	ms, err := objectMembers(params)
-	if err != nil {
-		return tok, fmt.Errorf("params: %w", err)
-	}
-	for _, m := range ms {
-		f, known := lookupTypedField(removalTypedFields, m.name)
-		if !known {
-			continue
-		}
-		if err := checkMemberType("params", f, m); err != nil {
-			return tok, err
-		}
-		if f.name == "workloadId" {
-			tok.workloadID = m.value
-		} else {
-			tok.originatedFrom = m.value
+		if !isJSONNull(m.value) {
+			vals[f.index] = m
 		}
 	}
-	return tok, nil
+	return vals, nil
 }
 
-// lookupTypedField finds the field a member name would be decoded as.
-func lookupTypedField(fields map[string]typedField, name string) (typedField, bool) {
+// lookupTypedField finds the field a member's name would be decoded as.
+func lookupTypedField(fields map[string]typedField, m *scanMember) (typedField, bool) {
 	var buf [64]byte // a known name folds well within it: no allocation
-	f, ok := fields[string(appendFold(buf[:0], name))]
+	f, ok := fields[string(m.foldedName(buf[:0]))]
 	return f, ok
 }
 
@@ -173,24 +176,24 @@ func lookupTypedField(fields map[string]typedField, name string) (typedField, bo
 // its field's type, or a string over its field's bound. The error names the
 // field and the type it must have, or the bound; a member sent under
 // another spelling is named as sent too.
-func checkMemberType(level string, f typedField, m jsonMember) error {
+func checkMemberType(level string, f typedField, m *scanMember) error {
 	var what string
 	switch {
 	case !hasMemberType(f.typ, m.value):
 		what = "must be " + f.typ.expectation()
-	case isJSONStringValue(m.value) && !isWellFormedJSONString(m.value):
+	case m.isString() && !m.valS.wellFormed():
 		what = "must be valid UTF-8 with no lone surrogates"
 	default:
 		if err := checkStringBound(level, f.name, f.maxBytes, m.value); err != nil {
-			if m.name != f.name {
-				err.sentAs = m.name
+			if name := m.nameString(); name != f.name {
+				err.sentAs = name
 			}
 			return err
 		}
 		return nil
 	}
-	if m.name != f.name {
-		return fmt.Errorf("%s.%s %s (sent as %q)", level, f.name, what, m.name)
+	if name := m.nameString(); name != f.name {
+		return fmt.Errorf("%s.%s %s (sent as %q)", level, f.name, what, name)
 	}
 	return fmt.Errorf("%s.%s %s", level, f.name, what)
 }
@@ -302,8 +305,33 @@ func isSeq(v []byte) bool {
 // refuses a fraction or an exponent: 1e3 and 1.0 are refused although they
 // are whole, since the broker decodes the field as an integer.
 func parseJSONInteger(v []byte) (int64, bool) {
-	n, err := strconv.ParseInt(string(v), 10, 64)
-	return n, err == nil
+	neg := len(v) > 0 && v[0] == '-'
+	digits := v
+	if neg {
+		digits = v[1:]
+	}
+	if len(digits) == 0 || len(digits) > 19 || (digits[0] == '0' && len(digits) > 1) {
+		return 0, false
+	}
+	// Accumulated as a negative number, whose range reaches one further.
+	var n int64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := int64(c - '0')
+		if n < (math.MinInt64+d)/10 {
+			return 0, false
+		}
+		n = n*10 - d
+	}
+	if !neg {
+		if n == math.MinInt64 {
+			return 0, false
+		}
+		n = -n
+	}
+	return n, true
 }
 
 // isWellFormedJSONString reports whether a quoted JSON string decodes to
