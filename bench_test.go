@@ -64,15 +64,26 @@ func BenchmarkParseIngressFrame(b *testing.B) {
 }
 
 func BenchmarkCheckSpelling(b *testing.B) {
-	params, _ := objectMembers([]byte(benchSeedParams))
-	info, _ := member(params, "workloadInfo")
-	ms, err := objectMembers(info)
-	if err != nil {
+	var s frameScan
+	if err := s.scanParams([]byte(benchSeedParams)); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := checkSpelling("workloadInfo", ms, workloadFields); err != nil {
+		if err := checkSpelling("workloadInfo", &s.levels[levelInfo], workloadFields); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkScanFrame is the single pass alone over the seed's frame.
+func BenchmarkScanFrame(b *testing.B) {
+	body := []byte(benchSeedFrame)
+	var s frameScan
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if err := s.scanFrame(body); err != nil {
 			b.Fatal(err)
 		}
 	}

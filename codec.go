@@ -159,6 +159,15 @@ func writeJSONString(b *bytes.Buffer, s string) {
 	b.Write(q)
 }
 
+// appendJSONString appends s as encoding/json would marshal it.
+func appendJSONString(dst []byte, s string) []byte {
+	if jsonPlain(s) {
+		return append(append(append(dst, '"'), s...), '"')
+	}
+	q, _ := json.Marshal(s) // a string always marshals
+	return append(dst, q...)
+}
+
 // jsonPlain reports whether json.Marshal writes s between quotes unchanged:
 // printable ASCII other than the quote, the backslash and the three HTML
 // characters encoding/json escapes.

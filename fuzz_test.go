@@ -238,10 +238,11 @@ func FuzzCheckSpellingInlineMatchesMap(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		var ms []jsonMember
+		var names []string
 		for _, n := range bytes.Split([]byte(s), []byte{0}) {
-			ms = append(ms, jsonMember{name: string(n), value: []byte("1")})
+			names = append(names, string(n))
 		}
+		ms := levelOfNames(t, names)
 		for _, known := range []map[string]string{workloadFields, paramsFields, envelopeFields} {
 			a, b := checkSpelling("x", ms, known), checkSpellingMap("x", ms, known)
 			if (a == nil) != (b == nil) || (a != nil && a.Error() != b.Error()) {
@@ -268,4 +269,24 @@ func FuzzMayHoldResyncIsConservative(f *testing.F) {
 			}
 		}
 	})
+}
+
+// levelOfNames scans an object whose members have the given names (each
+// encoded as encoding/json encodes it) and returns its level, as
+// checkSpelling reads it.
+func levelOfNames(t testing.TB, names []string) *scanLevel {
+	t.Helper()
+	doc := []byte{'{'}
+	for i, n := range names {
+		if i > 0 {
+			doc = append(doc, ',')
+		}
+		doc = append(appendJSONString(doc, n), ":1"...)
+	}
+	doc = append(doc, '}')
+	s := new(frameScan)
+	if err := s.scanParams(doc); err != nil {
+		t.Fatalf("%s: %v", doc, err)
+	}
+	return &s.levels[levelParams]
 }

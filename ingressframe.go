@@ -77,11 +77,35 @@ func smallestFold(r rune) rune {
 	}
 }
 
+// nameAt returns the i-th member's name as encoding/json decodes it.
+func (l *scanLevel) nameAt(i int) string { return l.member(i).nameString() }
+
+// nameIs reports whether the i-th member's name is name.
+func (l *scanLevel) nameIs(i int, name string) bool {
+	m := l.member(i)
+	if m.nameS.escaped {
+		return m.nameString() == name
+	}
+	return string(m.name[1:len(m.name)-1]) == name
+}
+
+// exact returns the member named exactly name (after checkSpelling there is
+// at most one), or nil.
+func (l *scanLevel) exact(name string) *scanMember {
+	for i := range l.n {
+		if l.nameIs(i, name) {
+			return l.member(i)
+		}
+	}
+	return nil
+}
+
 // checkSpelling refuses a name that folds to a known field but is spelt
 // otherwise, two names that fold together (an exact repeat included), and
 // any spelling of resync.
-func checkSpelling(level string, ms []jsonMember, known map[string]string) error {
-	if len(ms) > maxInlineMembers {
+func checkSpelling(level string, ms *scanLevel, known map[string]string) error {
+	n := ms.n
+	if n > maxInlineMembers {
 		return checkSpellingMap(level, ms, known)
 	}
 	// The folded names go into one buffer and are compared pairwise: for
@@ -90,21 +114,21 @@ func checkSpelling(level string, ms []jsonMember, known map[string]string) error
 	var arena [512]byte
 	var spans [maxInlineMembers][2]int
 	folded := arena[:0]
-	for i, m := range ms {
+	for i := range n {
 		start := len(folded)
-		folded = appendFold(folded, m.name)
+		folded = ms.member(i).foldedName(folded)
 		f := folded[start:]
 		spans[i] = [2]int{start, len(folded)}
 		if string(f) == resyncFolded {
-			return fmt.Errorf("%s: %q is reserved for peers' re-assertions", level, m.name)
+			return fmt.Errorf("%s: %q is reserved for peers' re-assertions", level, ms.nameAt(i))
 		}
 		for j := range i {
 			if bytes.Equal(folded[spans[j][0]:spans[j][1]], f) {
-				return fmt.Errorf("%s: names %q and %q collide", level, ms[j].name, m.name)
+				return fmt.Errorf("%s: names %q and %q collide", level, ms.nameAt(j), ms.nameAt(i))
 			}
 		}
-		if canon, ok := known[string(f)]; ok && canon != m.name {
-			return fmt.Errorf("%s: %q must be spelt %q", level, m.name, canon)
+		if canon, ok := known[string(f)]; ok && !ms.nameIs(i, canon) {
+			return fmt.Errorf("%s: %q must be spelt %q", level, ms.nameAt(i), canon)
 		}
 	}
 	return nil
@@ -114,122 +138,177 @@ func checkSpelling(level string, ms []jsonMember, known map[string]string) error
 // a larger object goes through a map.
 const maxInlineMembers = 32
 
-func checkSpellingMap(level string, ms []jsonMember, known map[string]string) error {
-	seen := make(map[string]string, len(ms))
-	for _, m := range ms {
-		f := foldKey(m.name)
+func checkSpellingMap(level string, ms *scanLevel, known map[string]string) error {
+	n := ms.n
+	seen := make(map[string]int, n)
+	for i := range n {
+		f := string(ms.member(i).foldedName(nil))
 		if f == resyncFolded {
-			return fmt.Errorf("%s: %q is reserved for peers' re-assertions", level, m.name)
+			return fmt.Errorf("%s: %q is reserved for peers' re-assertions", level, ms.nameAt(i))
 		}
 		if prev, dup := seen[f]; dup {
-			return fmt.Errorf("%s: names %q and %q collide", level, prev, m.name)
+			return fmt.Errorf("%s: names %q and %q collide", level, ms.nameAt(prev), ms.nameAt(i))
 		}
-		seen[f] = m.name
-		if canon, ok := known[f]; ok && canon != m.name {
-			return fmt.Errorf("%s: %q must be spelt %q", level, m.name, canon)
+		seen[f] = i
+		if canon, ok := known[f]; ok && !ms.nameIs(i, canon) {
+			return fmt.Errorf("%s: %q must be spelt %q", level, ms.nameAt(i), canon)
 		}
 	}
 	return nil
 }
 
-// checkedMembers parses an object and checks its names' spelling. valid
-// says raw is already known to be valid JSON (a member value of a checked
-// object), so it need not be validated again.
-func checkedMembers(level string, raw []byte, known map[string]string, valid bool) ([]jsonMember, error) {
-	parse := objectMembers
-	if valid {
-		parse = validObjectMembers
-	}
-	ms, err := parse(raw)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", level, err)
-	}
-	return ms, checkSpelling(level, ms, known)
-}
-
-// stampOrigin gives an object without an originatedFrom (or with an empty
-// or null one) this node's id, and refuses one that names another node.
-func stampOrigin(ms []jsonMember, nodeID string) (json.RawMessage, error) {
-	if v, ok := member(ms, "originatedFrom"); ok && string(bytes.TrimSpace(v)) != "null" {
-		var origin string
-		if err := json.Unmarshal(v, &origin); err != nil {
-			return nil, errors.New("originatedFrom must be a string")
-		}
-		if origin != "" && origin != nodeID {
-			return nil, fmt.Errorf("originatedFrom %q is not this node: a producer reports only workloads that run here", origin)
-		}
-	}
-	stamped, _ := json.Marshal(nodeID)
-	return encodeMembers(withMember(ms, "originatedFrom", stamped)), nil
-}
-
 // parseIngressFrame validates a producer's request body and returns it as a
-// local-origin frame with its origin stamped. On top of the local-frame
-// validation every path shares (the typed checks included), it enforces the
-// ingress's own rules: a body that is UTF-8 throughout, exact field
-// spelling, no resync marker, this node's origin only, a known state and a
-// bounded error text. It has no side effects.
+// local-origin frame with its origin stamped, from one pass over the body
+// (framescan.go). On top of the checks every path shares (the typed checks
+// included), it enforces the ingress's own rules: a body that is UTF-8
+// throughout, exact field spelling, no resync marker, this node's origin
+// only, a known state and a bounded error text. The frame relayed is the
+// body's own text, byte for byte, but for the origin stamped where it was
+// absent, empty or null. It has no side effects.
 func parseIngressFrame(body []byte, nodeID string) (localFrame, error) {
 	if err := checkFrameUTF8(body); err != nil {
 		return localFrame{}, err
 	}
-	env, err := checkedMembers("envelope", body, envelopeFields, false)
+	var s frameScan
+	if err := s.scanFrame(body); err != nil {
+		return localFrame{}, fmt.Errorf("envelope: %w", err)
+	}
+	method, err := ingressEnvelope(&s)
 	if err != nil {
 		return localFrame{}, err
 	}
-	var jsonrpc, method string
-	if v, ok := member(env, "jsonrpc"); !ok || json.Unmarshal(v, &jsonrpc) != nil || jsonrpc != "2.0" {
-		return localFrame{}, errors.New(`jsonrpc must be "2.0"`)
-	}
-	if v, ok := member(env, "method"); !ok || json.Unmarshal(v, &method) != nil {
-		return localFrame{}, errors.New("method is missing or not a string")
-	}
-	if !isLifecycleMethod(method) && method != methodRemove {
-		return localFrame{}, fmt.Errorf("method %q: must be a workload lifecycle method or workloads:remove", method)
-	}
-	params, ok := member(env, "params")
-	if !ok {
-		return localFrame{}, errors.New("params is missing")
-	}
-	if params, err = stampParams(method, params, nodeID); err != nil {
+	pl := &s.levels[levelParams]
+	if err := checkSpelling("params", pl, paramsFields); err != nil {
 		return localFrame{}, err
 	}
-	f, err := parseLocalFrame(method, params)
+	f := localFrame{method: method}
+	if method == methodRemove {
+		stamped, err := stampOrigin(&s, levelParams, nodeID)
+		if err != nil {
+			return localFrame{}, err
+		}
+		if f.removal, err = removalFromScan(&s, stamped.origin); err != nil {
+			return localFrame{}, err
+		}
+		f.params, f.removal.params = stamped.params, stamped.params
+		return f, checkIngressValues(&f, nodeID)
+	}
+	stamped, err := checkIngressWorkload(&s, nodeID)
 	if err != nil {
 		return localFrame{}, err
 	}
+	if f.life, err = lifecycleFromScan(method, &s, nodeID); err != nil {
+		return localFrame{}, err
+	}
+	if stamped.params != nil {
+		f.life.params, f.life.raw = stamped.params, stamped.object
+	}
+	f.params = f.life.params
 	return f, checkIngressValues(&f, nodeID)
 }
 
-// stampParams checks the spelling of params (and of workloadInfo) and stamps
-// the origin where the frame carries it.
-func stampParams(method string, params json.RawMessage, nodeID string) (json.RawMessage, error) {
-	pm, err := checkedMembers("params", params, paramsFields, true)
-	if err != nil {
-		return nil, err
+// ingressEnvelope applies the ingress's rules to a scanned envelope and
+// returns the frame's method: exact spelling, jsonrpc "2.0", a known
+// method, and params that are an object.
+func ingressEnvelope(s *frameScan) (string, error) {
+	env := &s.levels[levelEnvelope]
+	if !env.present {
+		return "", fmt.Errorf("envelope: %w", errNotObject)
 	}
-	if method == methodRemove {
-		return stampOrigin(pm, nodeID)
+	if err := checkSpelling("envelope", env, envelopeFields); err != nil {
+		return "", err
 	}
-	info, ok := member(pm, "workloadInfo")
-	if !ok || !isJSONObject(info) {
-		return params, nil // parseLifecycle names the problem
+	var jsonrpc, method string
+	if m := env.exact("jsonrpc"); m == nil || envelopeString(m, "jsonrpc", &jsonrpc) != nil || jsonrpc != "2.0" {
+		return "", errors.New(`jsonrpc must be "2.0"`)
 	}
-	wm, err := checkedMembers("workloadInfo", info, workloadFields, true)
-	if err != nil {
-		return nil, err
+	if m := env.exact("method"); m == nil || envelopeString(m, "method", &method) != nil {
+		return "", errors.New("method is missing or not a string")
+	}
+	if !isLifecycleMethod(method) && method != methodRemove {
+		return "", fmt.Errorf("method %q: must be a workload lifecycle method or workloads:remove", method)
+	}
+	if env.exact("params") == nil {
+		return "", errors.New("params is missing")
+	}
+	if !s.levels[levelParams].present {
+		return "", fmt.Errorf("params: %w", errNotObject)
+	}
+	return method, nil
+}
+
+// checkIngressWorkload applies the ingress's rules to a lifecycle frame's
+// workload object, when it has one (lifecycleFromScan names the problem
+// when it has not): exact spelling, the bound on a producer's error text,
+// and the origin, which it stamps.
+func checkIngressWorkload(s *frameScan, nodeID string) (stampedObject, error) {
+	il := &s.levels[levelInfo]
+	if s.levels[levelParams].exact("workloadInfo") == nil || !il.present {
+		return stampedObject{}, nil
+	}
+	if err := checkSpelling("workloadInfo", il, workloadFields); err != nil {
+		return stampedObject{}, err
 	}
 	// The spelling is checked: error is the one member that can be it.
-	if v, ok := member(wm, "error"); ok {
-		if err := checkStringBound("workloadInfo", "error", maxIngressErrorBytes, v); err != nil {
-			return nil, err
+	if m := il.exact("error"); m != nil {
+		if err := checkStringBound("workloadInfo", "error", maxIngressErrorBytes, m.value); err != nil {
+			return stampedObject{}, err
 		}
 	}
-	stamped, err := stampOrigin(wm, nodeID)
-	if err != nil {
-		return nil, err
+	return stampOrigin(s, levelInfo, nodeID)
+}
+
+// stampedObject is the params of an ingress frame with the origin stamped
+// into one of its objects.
+type stampedObject struct {
+	params json.RawMessage // nil when nothing was stamped: the text as sent
+	object json.RawMessage // the stamped object within params
+	origin json.RawMessage // the origin's token as it stands
+}
+
+// stampOrigin gives the object at level (a removal's params, a lifecycle
+// frame's workloadInfo) this node's id when its originatedFrom is absent,
+// empty or null, and refuses one that names another node. The spelling is
+// checked: the member can only be spelt exactly. The params are the
+// body's text with the one member's value replaced, or the one member
+// added before the object's closing brace; an origin sent as this node's
+// id in plain text is left as it is, and nothing is copied.
+func stampOrigin(s *frameScan, level int, nodeID string) (stampedObject, error) {
+	var qbuf [96]byte
+	quoted := appendJSONString(qbuf[:0], nodeID)
+	l, pl := &s.levels[level], &s.levels[levelParams]
+	var at, end int // the bytes of s.b replaced
+	var insert []byte
+	switch m := l.exact("originatedFrom"); {
+	case m == nil:
+		at = l.off + len(l.raw) - 1 // the closing brace
+		end = at
+		if l.n > 0 {
+			insert = append(insert, ',')
+		}
+		insert = append(append(insert, `"originatedFrom":`...), quoted...)
+	case isJSONNull(m.value):
+		at, end, insert = m.off, m.off+len(m.value), quoted
+	case !m.isString():
+		return stampedObject{}, errors.New("originatedFrom must be a string")
+	case string(m.value) == string(quoted):
+		return stampedObject{params: pl.raw, object: l.raw, origin: m.value}, nil
+	default:
+		if origin := string(appendUnquoted(nil, m.value)); origin != "" && origin != nodeID {
+			return stampedObject{}, fmt.Errorf("originatedFrom %q is not this node: a producer reports only workloads that run here", origin)
+		}
+		at, end, insert = m.off, m.off+len(m.value), quoted
 	}
-	return encodeMembers(withMember(pm, "workloadInfo", stamped)), nil
+	params := make([]byte, 0, len(pl.raw)+len(insert))
+	params = append(params, s.b[pl.off:at]...)
+	params = append(params, insert...)
+	params = append(params, s.b[end:pl.off+len(pl.raw)]...)
+	objStart := l.off - pl.off
+	objEnd := l.off + len(l.raw) - pl.off + len(insert) - (end - at)
+	// The stamped token ends every insert.
+	tokEnd := at - pl.off + len(insert)
+	return stampedObject{params: params, object: params[objStart:objEnd:objEnd],
+		origin: params[tokEnd-len(quoted) : tokEnd : tokEnd]}, nil
 }
 
 // checkIngressValues validates the decoded frame again, so the ingress rules
