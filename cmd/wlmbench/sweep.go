@@ -128,7 +128,7 @@ func (b *bench) ingress() error {
 		}
 	}
 	b.tbl.note("ingress: the ceiling server is a process of its own, like the daemon; the producers run in the harness process; at each C the daemon's and the ceiling's trials interleave, and a ratio is the median of the per-trial ratios")
-	b.ingressHalfRate(d, ceil, dURL, cURL, rateAtC)
+	b.ingressHalfRate(dURL, cURL, rateAtC)
 	if n := d.errorLines.Load(); n > 0 {
 		b.tbl.note("ingress: the daemon logged %d errors", n)
 	}
@@ -201,7 +201,7 @@ func ratioCell(r row, ok bool, p *pairResult) string {
 // the same offered rate, interleaved: the latency target is their
 // ratio, since a bare server on a shared 2-core machine misses an absolute
 // figure too.
-func (b *bench) ingressHalfRate(d *daemon, ceil *ceilingServer, dURL, cURL string, rateAtC float64) {
+func (b *bench) ingressHalfRate(dURL, cURL string, rateAtC float64) {
 	cfg := b.cfg
 	half := rateAtC / 2
 	if half <= 0 {
