@@ -47,6 +47,7 @@ type daemon struct {
 
 	ready   chan struct{}
 	ingress chan string  // the ingress address, from its log line
+	peer    chan string  // the peer port's address, from the "started" line
 	pings   *pingTracker // the answers to the harness's stdin requests
 	exited  chan struct{}
 	waitErr error
@@ -86,7 +87,7 @@ func startDaemon(bin, root string, o daemonOpts) (*daemon, error) {
 		args = append(args, "--local-ingress", "127.0.0.1:0")
 	}
 	d := &daemon{name: o.name, nodeID: o.ident.Principal, ready: make(chan struct{}),
-		ingress: make(chan string, 1), pings: newPingTracker(), exited: make(chan struct{})}
+		ingress: make(chan string, 1), peer: make(chan string, 1), pings: newPingTracker(), exited: make(chan struct{})}
 	if o.metrics {
 		port, err := freeLoopbackPort()
 		if err != nil {
@@ -189,6 +190,11 @@ func (d *daemon) parseStderr(r io.Reader, w io.Writer) {
 			case d.ingress <- logValue(line, "addr"):
 			default:
 			}
+		case strings.Contains(line, "msg=started "):
+			select {
+			case d.peer <- logValue(line, "peerAddr"):
+			default:
+			}
 		}
 		if strings.Contains(line, "level=ERROR") {
 			d.errorLines.Add(1)
@@ -202,6 +208,21 @@ func (d *daemon) send(line []byte) error {
 	defer d.inMu.Unlock()
 	_, err := d.stdin.Write(line)
 	return err
+}
+
+// peerPort returns the port of the daemon's peer listener, from the
+// "started" line it logs before its ready frame.
+func (d *daemon) peerPort(timeout time.Duration) (int, error) {
+	select {
+	case addr := <-d.peer:
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return 0, fmt.Errorf("%s: peer address %q: %w", d.name, addr, err)
+		}
+		return strconv.Atoi(port)
+	case <-time.After(timeout):
+		return 0, fmt.Errorf("%s logged no peer address within %s", d.name, timeout)
+	}
 }
 
 // waitTargets waits until the daemon logged a target set of n.

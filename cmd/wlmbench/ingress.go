@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,16 +73,23 @@ func post(client *http.Client, url string, body []byte) (bool, string) {
 // closedLoop runs c producers, each posting its next frame as soon as the
 // previous one is answered, for d.
 func closedLoop(client *http.Client, url string, c int, d time.Duration, body bodyFunc) loadResult {
+	return closedLoopEach(slices.Repeat([]*http.Client{client}, c), url, d, body)
+}
+
+// closedLoopEach is closedLoop with one producer per client: the inbound
+// section's peers each post over a client of their own, with their own
+// certificate.
+func closedLoopEach(clients []*http.Client, url string, d time.Duration, body bodyFunc) loadResult {
 	var (
 		ok, failed atomic.Int64
 		errOnce    sync.Once
 		firstErr   string
 		wg         sync.WaitGroup
 	)
-	lats := make([][]time.Duration, c)
+	lats := make([][]time.Duration, len(clients))
 	start := time.Now()
 	stopAt := start.Add(d)
-	for w := range c {
+	for w, client := range clients {
 		wg.Go(func() {
 			var buf []byte
 			for n := 0; time.Now().Before(stopAt); n++ {

@@ -2,10 +2,16 @@
 // best this machine can do, side by side in the same run, and prints one
 // table (issue 6):
 //
-//   - ingress: C keep-alive producers post valid lifecycle frames for T
-//     seconds to the daemon's loopback ingress and to a ceiling server (a
-//     bare net/http handler that decodes the body into a map); then the p99
-//     latency in an open loop at half the daemon's rate;
+//   - ingress (issue 14, sweep.go): for each C of the concurrency sweep, C
+//     keep-alive producers post valid lifecycle frames for T seconds to the
+//     daemon's loopback ingress and to a ceiling server (a bare net/http
+//     handler that decodes the body into a map); then the p99 latency in an
+//     open loop at half the daemon's rate, against the ceiling's at the
+//     same offered rate;
+//   - inbound (issue 14, inbound.go): P pinned peers, each one keep-alive
+//     mTLS stream, post frames to the daemon's peer port and to a bare mTLS
+//     server that checks the pins and writes each body as a line to its
+//     stdout, as the daemon writes to its broker;
 //   - fan-out: frames fed on the daemon's stdin (the broker path), delivered
 //     to K pinned-mTLS sinks, against a bare pooled TLS POST loop to the same
 //     sinks; TLS handshakes per peer;
@@ -25,6 +31,7 @@
 //
 //	go run ./cmd/wlmbench
 //	go run ./cmd/wlmbench -t 2s -trials 1 -mem-frames 100000   # quick
+//	go run ./cmd/wlmbench -only ingress,inbound -t 2s -trials 1   # quick issue 14 figures
 //	go run ./cmd/wlmbench -only heartbeat -hb-live 1k,10k -hb-peers 4 -hb-fan-n 8 -hb-rss 100k -hb-fresh-trials 1 -trials 1   # quick heartbeat
 package main
 
@@ -60,6 +67,10 @@ type config struct {
 	only        string
 	keep        bool
 
+	// Issue 14: the ingress concurrency sweep and the inbound section.
+	sweep   []int
+	inPeers []int
+
 	// The heartbeat section.
 	hbInterval  time.Duration
 	hbLive      []int
@@ -79,7 +90,7 @@ type config struct {
 }
 
 // sectionNames are the harness's sections, in the order they run.
-var sectionNames = []string{"ingress", "fanout", "isolation", "memory", "heartbeat"}
+var sectionNames = []string{"ingress", "inbound", "fanout", "isolation", "memory", "heartbeat"}
 
 // countsFlag is a flag holding a comma-separated list of counts (1k = 1000).
 type countsFlag struct{ dst *[]int }
@@ -123,6 +134,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.metricsPath, "metrics-path", "/metrics", "path of the daemon's --metrics endpoint")
 	fs.StringVar(&c.only, "only", "", "comma-separated sections to run: "+strings.Join(sectionNames, ",")+" (default all)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temp directory (daemon logs, cluster dirs)")
+	c.sweep, c.inPeers = []int{1, 8, 32, 128}, []int{1, 4, 16}
+	fs.Var(countsFlag{&c.sweep}, "sweep", "ingress: producer counts C of the concurrency sweep (-c is added when missing; the half-rate run uses -c)")
+	fs.Var(countsFlag{&c.inPeers}, "inbound-peers", "inbound: pinned peer counts P, each peer one keep-alive mTLS stream")
 	c.hbLive, c.hbPeers, c.hbFanN, c.hbRSS = []int{1000, 10000, 100000}, []int{4, 8}, []int{1, 8, 32}, []int{100000, 300000}
 	fs.DurationVar(&c.hbInterval, "hb-interval", 5*time.Second, "heartbeat: the daemons' --resync-interval")
 	fs.Var(countsFlag{&c.hbLive}, "hb-live", "heartbeat: live workloads L in the re-sync set, a comma-separated list (1k = 1000)")
@@ -151,6 +165,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("-mem-frames must be >= %d", memFramesPerWorkload)
 	case c.hbInterval < 100*time.Millisecond || c.hbWindows < 1 || c.hbFresh <= 0 || c.hbPing <= 0 || c.hbIdle <= 0 || c.hbFanFrames < 1 || c.hbRSSFor < 1 || c.hbTrials < 1:
 		return c, errors.New("-hb-interval must be >= 100ms, -hb-windows, -hb-fan-frames and -hb-rss-intervals >= 1, -hb-fresh, -hb-ping and -hb-idle > 0")
+	case slices.Min(c.sweep) < 1 || slices.Min(c.inPeers) < 1:
+		return c, errors.New("-sweep and -inbound-peers take counts >= 1")
 	case slices.Min(c.hbPeers) < 1 || slices.Min(c.hbFanN) < 1 || slices.Min(c.hbLive) < 1 || slices.Min(c.hbRSS) < 1:
 		return c, errors.New("-hb-peers, -hb-fan-n, -hb-live and -hb-rss take counts >= 1")
 	}
@@ -222,6 +238,8 @@ func ceilingMain(role string) int {
 		err = serveCeilingMain()
 	case "ceiling-fanout":
 		err = ceilingFanoutMain()
+	case "ceiling-inbound":
+		err = ceilingInboundMain()
 	default:
 		err = errors.New("unknown role")
 	}
@@ -240,6 +258,7 @@ type bench struct {
 	node       devpki.Identity // the daemons' identity, pinned by the sinks
 	hasMetrics bool
 	tbl        *table
+	goals      *goalList // issue 14's targets, for the summary block
 }
 
 func progress(format string, args ...any) {
@@ -256,7 +275,7 @@ func run(cfg config, out io.Writer) error {
 	} else {
 		defer os.RemoveAll(root)
 	}
-	b := &bench{cfg: cfg, bin: cfg.bin, root: root, tbl: &table{}}
+	b := &bench{cfg: cfg, bin: cfg.bin, root: root, tbl: &table{}, goals: issue14Goals(cfg)}
 	if b.bin == "" {
 		if b.bin, err = buildDaemon(root); err != nil {
 			return err
@@ -271,6 +290,11 @@ func run(cfg config, out io.Writer) error {
 	if cfg.runs("ingress") {
 		if err := b.ingress(); err != nil {
 			return fmt.Errorf("ingress: %w", err)
+		}
+	}
+	if cfg.runs("inbound") {
+		if err := b.inbound(); err != nil {
+			return fmt.Errorf("inbound: %w", err)
 		}
 	}
 	if cfg.runs("fanout") || cfg.runs("isolation") {
@@ -293,6 +317,10 @@ func run(cfg config, out io.Writer) error {
 		load0, loadAvg(), time.Since(started).Round(time.Second))
 	b.tbl.render(out)
 	fmt.Fprintf(out, "\n%d of %d targets missed\n", b.tbl.misses(), countTargets(b.tbl))
+	if cfg.runs("ingress") || cfg.runs("inbound") {
+		fmt.Fprintln(out)
+		b.goals.render(out)
+	}
 	return nil
 }
 
@@ -337,103 +365,6 @@ func loadAvg() string {
 		return f[0]
 	}
 	return "?"
-}
-
-// ingress is the ingress section: throughput against the ceiling, then the
-// latency at half the daemon's rate.
-func (b *bench) ingress() error {
-	cfg := b.cfg
-	// A long heartbeat keeps re-assertions of the growing re-sync set out of
-	// the figures; the memory run keeps the default.
-	d, err := startDaemon(b.bin, b.root, daemonOpts{name: "ingress", ident: b.node, ingress: true, metrics: b.hasMetrics, resyncInterval: time.Hour})
-	if err != nil {
-		return err
-	}
-	defer b.stopDaemon(d)
-	ceil, err := startCeiling()
-	if err != nil {
-		return err
-	}
-	defer ceil.close()
-	client, closeIdle := producerClient(cfg.c)
-	defer closeIdle()
-	dURL, cURL := "http://"+d.ingressAddr+ingressPath, "http://"+ceil.addr+ingressPath
-
-	warm := min(cfg.t/5, 500*time.Millisecond)
-	closedLoop(client, dURL, cfg.c, warm, lifecycleBody("warm"))
-	closedLoop(client, cURL, cfg.c, warm, lifecycleBody("warm"))
-
-	var dRate, cRate, ratio []float64
-	var dCPU, cCPU []time.Duration
-	var dP50, dP99, dMax, cP50, cP99, cMax []time.Duration
-	var failures []string
-	for i := range cfg.trials {
-		var rd, rc loadResult
-		runD := func() {
-			m := startCPU(d.cmd.Process.Pid)
-			rd = closedLoop(client, dURL, cfg.c, cfg.t, lifecycleBody("ing"+strconv.Itoa(i)))
-			dCPU = append(dCPU, m.perFrame(rd.ok))
-		}
-		runC := func() {
-			m := startCPU(ceil.cmd.Process.Pid)
-			rc = closedLoop(client, cURL, cfg.c, cfg.t, lifecycleBody("ing"+strconv.Itoa(i)))
-			cCPU = append(cCPU, m.perFrame(rc.ok))
-		}
-		if i%2 == 0 {
-			runD()
-			runC()
-		} else {
-			runC()
-			runD()
-		}
-		progress("ingress trial %d/%d: daemon %s (%s, %d failed), ceiling %s (%s)", i+1, cfg.trials,
-			fmtRate(rd.rate()), rd.lats, rd.failed, fmtRate(rc.rate()), rc.lats)
-		dRate, cRate = append(dRate, rd.rate()), append(cRate, rc.rate())
-		if rc.rate() > 0 {
-			ratio = append(ratio, rd.rate()/rc.rate())
-		}
-		dP50, dP99, dMax = append(dP50, rd.lats.p50), append(dP99, rd.lats.p99), append(dMax, rd.lats.max)
-		cP50, cP99, cMax = append(cP50, rc.lats.p50), append(cP99, rc.lats.p99), append(cMax, rc.lats.max)
-		failures = appendFailure(failures, "daemon", rd)
-		failures = appendFailure(failures, "ceiling", rc)
-	}
-	dr, cr, mr := median(dRate), median(cRate), median(ratio)
-	b.tbl.add(row{section: "ingress",
-		figure:   fmt.Sprintf("accepted frames/s, C=%d closed loop, median of %d x %s", cfg.c, cfg.trials, cfg.t),
-		measured: fmtRate(dr), baseline: fmtRate(cr), ratio: strconv.FormatFloat(mr, 'f', 2, 64) + "x",
-		target: ">= 0.60x", result: check(mr >= 0.6)})
-	b.tbl.add(cpuRow("ingress", "  server CPU per accepted frame (ratio: ceiling/daemon)", dCPU, cCPU))
-	b.tbl.note("ingress: the ceiling server is a process of its own, like the daemon; the producers run in the harness process")
-	b.tbl.add(row{section: "ingress", figure: "latency p50 / p99 / max at that load (medians)",
-		measured: latencySummary{p50: medianDuration(dP50), p99: medianDuration(dP99), max: medianDuration(dMax)}.String(),
-		baseline: latencySummary{p50: medianDuration(cP50), p99: medianDuration(cP99), max: medianDuration(cMax)}.String()})
-
-	half := dr / 2
-	var hP50, hP99, hMax, hcP99 []time.Duration
-	var hRate []float64
-	for i := range cfg.trials {
-		rh := openLoop(client, dURL, cfg.c, half, cfg.t, lifecycleBody("half"+strconv.Itoa(i)))
-		rhc := openLoop(client, cURL, cfg.c, half, cfg.t, lifecycleBody("half"+strconv.Itoa(i)))
-		progress("ingress half-rate trial %d/%d at %s: daemon %s (%s), ceiling %s", i+1, cfg.trials, fmtRate(half),
-			rh.lats, fmtRate(rh.rate()), rhc.lats)
-		hP50, hP99, hMax, hcP99 = append(hP50, rh.lats.p50), append(hP99, rh.lats.p99), append(hMax, rh.lats.max), append(hcP99, rhc.lats.p99)
-		hRate = append(hRate, rh.rate())
-		failures = appendFailure(failures, "daemon (half rate)", rh)
-	}
-	p99 := medianDuration(hP99)
-	b.tbl.add(row{section: "ingress",
-		figure:   fmt.Sprintf("p99 latency, open loop at 0.5x the daemon's rate (%s)", fmtRate(half)),
-		measured: fmtDur(p99), baseline: fmtDur(medianDuration(hcP99)),
-		target: "<= 5ms", result: check(p99 <= 5*time.Millisecond && p99 > 0)})
-	b.tbl.add(row{section: "ingress", figure: "  p50 / p99 / max at half rate (medians), achieved rate",
-		measured: latencySummary{p50: medianDuration(hP50), p99: p99, max: medianDuration(hMax)}.String() + ", " + fmtRate(median(hRate))})
-	if d.errorLines.Load() > 0 {
-		failures = append(failures, fmt.Sprintf("the ingress daemon logged %d errors", d.errorLines.Load()))
-	}
-	for _, f := range failures {
-		b.tbl.note("ingress: %s", f)
-	}
-	return nil
 }
 
 func appendFailure(fs []string, who string, r loadResult) []string {

@@ -111,14 +111,14 @@ func (v verdict) String() string {
 	case pass:
 		return "PASS"
 	case miss:
-		return "MISS"
+		return "FAIL"
 	case unavailable:
 		return "N/A"
 	}
 	return ""
 }
 
-// check turns a condition into PASS or MISS.
+// check turns a condition into PASS or FAIL.
 func check(ok bool) verdict {
 	if ok {
 		return pass

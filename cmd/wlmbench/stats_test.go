@@ -98,7 +98,7 @@ func TestTableAlignsColumnsAndPrintsVerdicts(t *testing.T) {
 			t.Errorf("line %d %q: first column not aligned with the header", i, l)
 		}
 	}
-	for i, want := range []string{"PASS", "N/A", "MISS"} {
+	for i, want := range []string{"PASS", "N/A", "FAIL"} {
 		if !strings.HasSuffix(lines[2+i], "| "+want) {
 			t.Errorf("row %d %q does not end with its verdict %s", i, lines[2+i], want)
 		}
@@ -216,7 +216,7 @@ func TestParseFlagsDefaultsAndRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.c != 32 || c.t != 5*time.Second || c.k != 8 || c.fanFrames != 10000 || c.memFrames != 1_000_000 || len(c.sections()) != 5 {
+	if c.c != 32 || c.t != 5*time.Second || c.k != 8 || c.fanFrames != 10000 || c.memFrames != 1_000_000 || len(c.sections()) != 6 {
 		t.Errorf("defaults = %+v", c)
 	}
 	if c, err := parseFlags([]string{"-only", "memory", "-mem-frames", "50000"}, io.Discard); err != nil || !c.runs("memory") || c.runs("ingress") {
