@@ -35,16 +35,31 @@ func (f *localFrame) workloadID() string {
 	return f.life.info.ID
 }
 
-// parseLocalFrame validates a local-origin frame. It has no side effects;
-// the stdio path and the ingress both go through it.
+// parseLocalFrame validates a local-origin frame given its method and
+// params. It has no side effects.
 func parseLocalFrame(method string, params json.RawMessage) (localFrame, error) {
-	f := localFrame{method: method, params: params}
+	switch {
+	case isLifecycleMethod(method):
+		ev, err := parseLifecycle(method, params)
+		return localFrame{method: method, params: ev.params, life: ev}, err
+	case method == methodRemove:
+		r, err := parseRemove(params)
+		return localFrame{method: method, params: r.params, removal: r}, err
+	default:
+		return localFrame{method: method, params: params}, fmt.Errorf("unknown method %q", method)
+	}
+}
+
+// localFrameFromScan validates a local-origin frame the stdio path has
+// scanned whole: the same checks as parseLocalFrame, from the one pass.
+func localFrameFromScan(method string, s *frameScan) (localFrame, error) {
+	f := localFrame{method: method, params: s.levels[levelParams].raw}
 	var err error
 	switch {
 	case isLifecycleMethod(method):
-		f.life, err = parseLifecycle(method, params)
+		f.life, err = lifecycleFromScan(method, s, "")
 	case method == methodRemove:
-		f.removal, err = parseRemove(params)
+		f.removal, err = removalFromScan(s, nil)
 	default:
 		err = fmt.Errorf("unknown method %q", method)
 	}

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -353,15 +352,47 @@ func (m *Manager) readLoop() {
 }
 
 // handleLine handles one frame from the broker and reports whether it asked
-// for shutdown.
+// for shutdown. A workload frame, nearly every line, is read in one pass
+// (framescan.go); the daemon's control frames are decoded whole.
 func (m *Manager) handleLine(line []byte) (shutdown bool) {
-	if len(strings.TrimSpace(string(line))) == 0 {
+	if len(bytes.TrimSpace(line)) == 0 {
 		return false
 	}
 	if err := checkFrameUTF8(line); err != nil {
 		m.log.Warn("local frame skipped", "reason", err)
 		return false
 	}
+	var s frameScan
+	if err := s.scanFrame(line); err != nil {
+		m.log.Warn("local frame skipped", "reason", fmt.Sprintf("not JSON: %v", err))
+		return false
+	}
+	env, err := envelopeOf(&s)
+	if err != nil || !isWorkloadMethod(env.method) {
+		return m.handleControlLine(line)
+	}
+	if env.jsonrpc != "2.0" {
+		m.log.Warn("local frame skipped", "method", env.method, "reason", `jsonrpc must be "2.0"`)
+		return false
+	}
+	m.framesReceived.inc("stdio", env.method)
+	m.handleLocal(env.method, &s)
+	if env.id != nil {
+		if err := m.out.respond(env.id, nil, nil); err != nil {
+			m.log.Warn("answer to broker failed", "method", env.method, "id", string(env.id), "reason", err)
+		}
+	}
+	return false
+}
+
+// isWorkloadMethod reports whether a frame of method m carries a workload
+// event: a lifecycle method or a removal.
+func isWorkloadMethod(m string) bool { return isLifecycleMethod(m) || m == methodRemove }
+
+// handleControlLine handles a frame from the broker that is not a
+// workload event (discovery, log level, shutdown, a response), decoded
+// whole, and reports whether it asked for shutdown.
+func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 	var f rpcFrame
 	if err := json.Unmarshal(line, &f); err != nil {
 		m.log.Warn("local frame skipped", "reason", fmt.Sprintf("not JSON: %v", err))
@@ -379,8 +410,6 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 	var result any
 	var rerr *rpcError
 	switch {
-	case isLifecycleMethod(f.Method), f.Method == methodRemove:
-		m.handleLocal(f.Method, f.Params)
 	case f.Method == "discovery:nodes":
 		m.applyDiscovery(f.Params)
 	case f.Method == "log/set-level":
@@ -411,8 +440,8 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 // handleLocal takes a local-origin frame from the broker. The broker has
 // already applied it, so nothing goes back up: it is tracked and queued for
 // the peers. A malformed frame is logged and dropped, never broadcast.
-func (m *Manager) handleLocal(method string, params json.RawMessage) {
-	f, err := parseLocalFrame(method, params)
+func (m *Manager) handleLocal(method string, s *frameScan) {
+	f, err := localFrameFromScan(method, s)
 	if m.refusedOverBound(err, "stdio") {
 		// A broker that sends one such frame may send thousands: the
 		// warning is rate-limited (fieldbounds.go).
