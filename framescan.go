@@ -177,9 +177,9 @@ func scanSyntaxError(b []byte) error {
 // interprets, records its members and descends into the member that opens
 // the next level.
 func (s *frameScan) scanObject(i, level int) (int, error) {
-	if s.depth++; s.depth > maxJSONDepth {
-		return 0, errScanSyntax
-	}
+	// Only the three interpreted levels come here, so the nesting limit is
+	// for skipContainer to hold; the depth counts them.
+	s.depth++
 	defer func() { s.depth-- }()
 	b := s.b
 	s.clearFrom(level) // an earlier object at this level is replaced

@@ -636,3 +636,51 @@ func ifxWantPassedThrough(t *testing.T, where string, sent, got json.RawMessage,
 		}
 	}
 }
+
+func TestIngressRelaysTheBodysOwnTextWithOnlyTheOriginStamped(t *testing.T) {
+	const node = fuzzNodeID
+	info := func(origin string) string {
+		return `{ "id" : "j\u00e9-1",  "model":"m", "engine":"e", "state":"running"` + origin + ` }`
+	}
+	for _, tc := range []struct {
+		name, params, want string
+	}{
+		{"absent: added before the closing brace",
+			`{"workloadInfo":` + info("") + `, "x": [1, 2]}`,
+			`{"workloadInfo":` + info("") + `, "x": [1, 2]}`},
+		{"empty: replaced in place",
+			`{"workloadInfo":` + info(`, "originatedFrom" : ""`) + `}`,
+			`{"workloadInfo":` + info(`, "originatedFrom" : "`+node+`"`) + `}`},
+		{"null: replaced in place",
+			`{"workloadInfo":` + info(`,"originatedFrom":null`) + `}`,
+			`{"workloadInfo":` + info(`,"originatedFrom":"`+node+`"`) + `}`},
+		{"this node: left as sent",
+			`{"workloadInfo":` + info(`,"originatedFrom":"`+node+`"`) + `}`,
+			`{"workloadInfo":` + info(`,"originatedFrom":"`+node+`"`) + `}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := tc.want
+			if strings.HasPrefix(tc.name, "absent") {
+				// The member goes in right before the object's closing brace.
+				at := strings.Index(want, ` }`) + 1
+				want = want[:at] + `,"originatedFrom":"` + node + `"` + want[at:]
+			}
+			body := `{"jsonrpc":"2.0", "method":"workload:started", "params":` + tc.params + `}`
+			f, err := parseIngressFrame([]byte(body), node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(f.params) != want {
+				t.Fatalf("relayed params\n%s\nwant\n%s", f.params, want)
+			}
+			// The object written to the broker is the relayed one, whole.
+			if raw := string(f.life.raw); !strings.Contains(string(f.params), `"workloadInfo":`+raw) ||
+				!strings.HasPrefix(raw, "{ ") || !strings.HasSuffix(raw, "}") || !strings.Contains(raw, node) {
+				t.Fatalf("workload object %s is not the relayed params' own", raw)
+			}
+			if f.life.info.OriginatedFrom != node || f.life.info.ID != "jé-1" {
+				t.Fatalf("decoded origin %q, id %q", f.life.info.OriginatedFrom, f.life.info.ID)
+			}
+		})
+	}
+}
