@@ -58,6 +58,11 @@ type keyLock struct {
 	refs int
 }
 
+// keyLocks recycles the per-key locks: one is needed for every frame in
+// flight, and none is referenced once its count is back to zero and it is
+// out of the in-flight map (both under dedup.mu).
+var keyLocks = sync.Pool{New: func() any { return new(keyLock) }}
+
 func newDedup(capacity int) *dedup {
 	return &dedup{
 		capacity: capacity,
@@ -88,7 +93,7 @@ func (d *dedup) lockKey(key dedupDigest) *keyLock {
 	d.mu.Lock()
 	kl := d.inflight[key]
 	if kl == nil {
-		kl = &keyLock{}
+		kl = keyLocks.Get().(*keyLock)
 		d.inflight[key] = kl
 	}
 	kl.refs++
@@ -100,10 +105,15 @@ func (d *dedup) lockKey(key dedupDigest) *keyLock {
 func (d *dedup) unlockKey(key dedupDigest, kl *keyLock) {
 	kl.mu.Unlock()
 	d.mu.Lock()
+	free := false
 	if kl.refs--; kl.refs == 0 {
 		delete(d.inflight, key)
+		free = true
 	}
 	d.mu.Unlock()
+	if free {
+		keyLocks.Put(kl)
+	}
 }
 
 // seen reports whether key was recorded, refreshing its recency.

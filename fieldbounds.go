@@ -13,6 +13,9 @@ import "errors"
 // refusedOverBound reports whether err refuses a frame for a field over its
 // bound, and counts it for source (stdio, peer, ingress) when it does.
 func (m *Manager) refusedOverBound(err error, source string) bool {
+	if err == nil {
+		return false // the common case, without errors.As's allocation
+	}
 	var tooLong *fieldTooLongError
 	if !errors.As(err, &tooLong) {
 		return false

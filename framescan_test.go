@@ -135,7 +135,7 @@ func FuzzSinglePassMatchesTypedDecode(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if ev.removal != nil {
+		if ev.isRemoval {
 			if got := (typedPeerEvent{removal: true, id: ev.removal.ref.id, origin: ev.removal.ref.origin}); got != want {
 				t.Fatalf("single pass read %+v, typed decode %+v", got, want)
 			}

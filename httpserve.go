@@ -86,8 +86,19 @@ func clipReason(s string) string {
 
 // answer writes a one-line plain-text answer.
 func answer(w http.ResponseWriter, status int, text string) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
+	h := w.Header()
+	h["Content-Type"] = textPlainUTF8
+	h["X-Content-Type-Options"] = noSniff
 	w.WriteHeader(status)
-	fmt.Fprintln(w, text)
+	io.WriteString(w, text)
+	io.WriteString(w, "\n")
 }
+
+// Header values every answer carries, shared rather than allocated per
+// answer (Header.Set allocates a slice each time). net/http only reads a
+// header's values, and Header.Add appends to a copy (len and cap are 1),
+// so no answer can change them.
+var (
+	textPlainUTF8 = []string{"text/plain; charset=utf-8"}
+	noSniff       = []string{"nosniff"}
+)

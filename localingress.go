@@ -122,24 +122,22 @@ func (li *localIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	status, reason, f := li.decide(w, r)
 	reason = clipReason(reason)
 	li.m.ingressResponses.inc(strconv.Itoa(status))
-	// The request's logger is built only for a line that will be written:
-	// With formats its attributes at once, on every accepted frame.
 	// The method and path come from the request: clipped, like every
 	// value a client chooses.
-	log := func() *slog.Logger {
-		return li.m.log.With("channel", "ingress", "remote", r.RemoteAddr, "httpMethod", clipReason(r.Method), "path", clipReason(r.URL.Path))
-	}
+	log := newRequestLog(li.m.log, "ingress", r.RemoteAddr)
+	log.with("httpMethod", clipReason(r.Method))
+	log.with("path", clipReason(r.URL.Path))
 	switch {
 	case status == http.StatusOK:
-		if li.m.log.Enabled(r.Context(), slog.LevelDebug) {
-			log().Debug("ingress frame accepted", "method", f.method, "id", clipReason(f.workloadID()))
+		if log.enabled(slog.LevelDebug) {
+			log.logger().Debug("ingress frame accepted", "method", f.method, "id", clipReason(f.workloadID()))
 		}
 	case isBrokerBusy(status, reason):
 		li.m.ingressWaiters.noteRefusal(li.m.log)
 	case status >= http.StatusInternalServerError:
-		li.rejects.log(log(), slog.LevelError, r.RemoteAddr, status, "ingress frame not accepted", "status", status, "reason", reason)
+		li.rejects.log(log.logger(), slog.LevelError, r.RemoteAddr, status, "ingress frame not accepted", "status", status, "reason", reason)
 	default:
-		li.rejects.log(log(), slog.LevelWarn, r.RemoteAddr, status, "ingress request rejected", "status", status, "reason", reason)
+		li.rejects.log(log.logger(), slog.LevelWarn, r.RemoteAddr, status, "ingress request rejected", "status", status, "reason", reason)
 	}
 	answer(w, status, reason)
 }

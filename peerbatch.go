@@ -48,6 +48,10 @@ const (
 // peer port.
 var peerBatchAdvert = formatBatchAdvert(peerBatchMaxFrames, peerBatchMaxBytes)
 
+// peerBatchAdvertValue is the header's value, shared by every answer
+// (httpserve.go says why sharing is safe).
+var peerBatchAdvertValue = []string{peerBatchAdvert}
+
 // formatBatchAdvert renders an advertisement: the most elements, and the
 // most body bytes, a batch may have.
 func formatBatchAdvert(maxFrames, maxBytes int) string {
@@ -132,7 +136,11 @@ var (
 
 // isPeerBatch reports whether a request is a batch, by its Content-Type.
 func isPeerBatch(r *http.Request) bool {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	ct := r.Header.Get("Content-Type")
+	if ct == "application/json" {
+		return false // a single frame, as every stock peer sends it, without a parse
+	}
+	mt, _, err := mime.ParseMediaType(ct)
 	return err == nil && mt == peerBatchContentType
 }
 
@@ -185,7 +193,7 @@ func runPeerBatch(elems [][]byte, handle func([]byte) (status int, reason string
 // looked at, so a batch over them is refused whole and nothing of it is
 // written. A batch that was processed is answered 200 with one result per
 // element, whatever those results are.
-func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *slog.Logger, principal string, reject func(status int, reason string)) {
+func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *requestLog, principal string, reject func(status int, reason string)) {
 	body, err := readBodyUpTo(w, r, peerBatchMaxBytes)
 	if errors.Is(err, errBodyTooLarge) {
 		reject(http.StatusRequestEntityTooLarge, "batch "+err.Error())
@@ -207,7 +215,7 @@ func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *sl
 	// A batch is one request waiting on the broker, whatever its length: it
 	// takes one slot for all its elements, which it writes one at a time.
 	if !m.peerWaiters.tryAcquire() {
-		m.peerWaiters.refuse(w, log)
+		m.peerWaiters.refuse(w, log.logger())
 		return
 	}
 	m.batchesReceived.Add(1)
@@ -218,7 +226,7 @@ func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *sl
 	b, err := json.Marshal(peerBatchAnswer{Results: results})
 	if err != nil {
 		// Ints and strings always marshal; this is not reached.
-		log.Error("peer batch answer not encoded", "reason", err)
+		log.logger().Error("peer batch answer not encoded", "reason", err)
 		answer(w, http.StatusInternalServerError, "answer not encoded")
 		return
 	}
@@ -234,7 +242,7 @@ func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *sl
 // first of them; a failed broker write was already logged at error, and a
 // refusal for origin, rate-limited, by handlePeerFrame: alone, those
 // leave the batch's line at debug.
-func logPeerBatch(log *slog.Logger, results []peerBatchResult) {
+func logPeerBatch(log *requestLog, results []peerBatchResult) {
 	var ok, rejected, notAttempted, originRefused int
 	first := -1
 	for i, res := range results {
@@ -254,10 +262,12 @@ func logPeerBatch(log *slog.Logger, results []peerBatchResult) {
 		}
 	}
 	if first < 0 {
-		log.Debug("peer batch accepted", "elements", len(results), "originRefused", originRefused)
+		if log.enabled(slog.LevelDebug) {
+			log.logger().Debug("peer batch accepted", "elements", len(results), "originRefused", originRefused)
+		}
 		return
 	}
-	log.Warn("peer batch elements rejected", "elements", len(results), "ok", ok,
+	log.logger().Warn("peer batch elements rejected", "elements", len(results), "ok", ok,
 		"rejected", rejected, "notAttempted", notAttempted, "originRefused", originRefused, "firstIndex", first,
 		"status", results[first].Status, "reason", results[first].Reason)
 }

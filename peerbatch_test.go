@@ -524,3 +524,11 @@ func (f *netMarkerFailingWriter) Write(p []byte) (int, error) {
 	}
 	return f.w.Write(p)
 }
+
+// The advert is set straight into the header map, so its name must be in
+// the canonical form net/http looks names up by.
+func TestPeerBatchHeaderNameIsCanonical(t *testing.T) {
+	if c := http.CanonicalHeaderKey(peerBatchHeader); c != peerBatchHeader {
+		t.Fatalf("%q is not canonical: %q", peerBatchHeader, c)
+	}
+}

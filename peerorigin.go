@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -98,7 +97,7 @@ func (g *originGuard) originRefusal(self, principal, origin string) (claim, reas
 // last line; 0 when it may. The log is
 // rate-limited because a misbehaving peer can send thousands a second, and
 // one line with a count says as much.
-func (m *Manager) checkPeerOrigin(log *slog.Logger, principal string, ev peerEvent) (status int, reason string) {
+func (m *Manager) checkPeerOrigin(log *requestLog, principal string, ev *peerEvent) (status int, reason string) {
 	claim, reason := m.origins.originRefusal(m.cfg.NodeID, principal, ev.origin())
 	if claim == "" {
 		return 0, ""
@@ -108,7 +107,7 @@ func (m *Manager) checkPeerOrigin(log *slog.Logger, principal string, ev peerEve
 	} else {
 		m.origins.refusedOther.Add(1)
 	}
-	m.origins.log.noteCounted(log, "refused", "peer frames refused for their origin", "claim", claim, "reason", clipReason(reason))
+	m.origins.log.noteCounted(log.logger(), "refused", "peer frames refused for their origin", "claim", claim, "reason", clipReason(reason))
 	return http.StatusForbidden, reason
 }
 

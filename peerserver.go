@@ -12,23 +12,25 @@ import (
 // connection; peers' clients close theirs sooner (peerClientIdleTimeout).
 const peerServerIdleTimeout = 120 * time.Second
 
-// peerEvent is a validated frame from another member: exactly one of life
-// and removal is set.
+// peerEvent is a validated frame from another member: a removal when
+// isRemoval, a lifecycle event otherwise. It is held by value, so that a
+// frame costs no allocation of its own on the way to the broker.
 type peerEvent struct {
-	life    *lifecycleEvent
-	removal *removalEvent
+	isRemoval bool
+	life      lifecycleEvent
+	removal   removalEvent
 }
 
-func (e peerEvent) method() string {
-	if e.removal != nil {
+func (e *peerEvent) method() string {
+	if e.isRemoval {
 		return methodRemove
 	}
 	return e.life.method
 }
 
 // origin is the node the event says it came from.
-func (e peerEvent) origin() string {
-	if e.removal != nil {
+func (e *peerEvent) origin() string {
+	if e.isRemoval {
 		return e.removal.ref.origin
 	}
 	return e.life.info.OriginatedFrom
@@ -54,10 +56,10 @@ func parsePeerFrame(body []byte) (peerEvent, error) {
 	switch {
 	case isLifecycleMethod(env.method):
 		ev, err := lifecycleFromScan(env.method, &s, "")
-		return peerEvent{life: &ev}, err
+		return peerEvent{life: ev}, err
 	case env.method == methodRemove:
 		r, err := removalFromScan(&s, nil)
-		return peerEvent{removal: &r}, err
+		return peerEvent{isRemoval: true, removal: r}, err
 	default:
 		return peerEvent{}, fmt.Errorf("unknown method %q", env.method)
 	}
@@ -73,11 +75,11 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 	// included: a sender learns what a peer accepts from whatever answer it
 	// last had from it, and a sender that never sees the header keeps
 	// sending single frames, which is all a stock daemon understands.
-	w.Header().Set(peerBatchHeader, peerBatchAdvert)
-	log := m.log.With("channel", "peer", "remote", r.RemoteAddr)
+	w.Header()[peerBatchHeader] = peerBatchAdvertValue
+	log := newRequestLog(m.log, "peer", r.RemoteAddr)
 	reject := func(status int, reason string) {
 		reason = clipReason(reason)
-		m.peerRejects.log(log, slog.LevelWarn, r.RemoteAddr, status, "peer request rejected", "status", status, "reason", reason)
+		m.peerRejects.log(log.logger(), slog.LevelWarn, r.RemoteAddr, status, "peer request rejected", "status", status, "reason", reason)
 		answer(w, status, reason)
 	}
 	// A client that is not a pinned peer gets its 403 and loses the
@@ -96,7 +98,7 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	principal := principalOf(r.TLS.PeerCertificates[0])
-	log = log.With("peer", principal)
+	log.with("peer", principal)
 	if r.URL.Path != peerEventsPath {
 		reject(http.StatusNotFound, "no such endpoint")
 		return
@@ -107,7 +109,7 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if isPeerBatch(r) {
-		m.servePeerBatch(w, r, log, principal, reject)
+		m.servePeerBatch(w, r, &log, principal, reject)
 		return
 	}
 	body, err := readCappedBody(w, r)
@@ -122,10 +124,10 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 	// The slot is taken once the body is in, so a client slow to send one
 	// never holds it, and given back before the answer is written.
 	if !m.peerWaiters.tryAcquire() {
-		m.peerWaiters.refuse(w, log)
+		m.peerWaiters.refuse(w, log.logger())
 		return
 	}
-	status, reason := m.handlePeerFrame(log, principal, body)
+	status, reason := m.handlePeerFrame(&log, principal, body)
 	m.peerWaiters.release()
 	switch {
 	case status == http.StatusOK:
@@ -157,26 +159,28 @@ const reasonAlreadySeen = "already seen"
 // error, because only here is its cause known, and so is a refusal for
 // origin, rate-limited; other rejections are left to the caller, which may
 // summarise them.
-func (m *Manager) handlePeerFrame(log *slog.Logger, principal string, body []byte) (status int, reason string) {
+func (m *Manager) handlePeerFrame(log *requestLog, principal string, body []byte) (status int, reason string) {
 	ev, err := parsePeerFrame(body)
 	m.refusedOverBound(err, "peer")
 	if err != nil {
 		return http.StatusBadRequest, err.Error()
 	}
-	if status, reason := m.checkPeerOrigin(log, principal, ev); status != 0 {
+	if status, reason := m.checkPeerOrigin(log, principal, &ev); status != 0 {
 		return status, reason
 	}
 	m.framesReceived.inc("peer", knownMethod(ev.method()))
-	duplicate, err := m.relayPeerEvent(ev)
+	duplicate, err := m.relayPeerEvent(&ev)
 	if errors.Is(err, errLineOverLimit) {
 		// Final for the sender: the same frame would be refused again.
 		return http.StatusRequestEntityTooLarge, err.Error()
 	}
 	if err != nil {
-		log.Error("broker write failed", "status", http.StatusInternalServerError, "reason", err)
+		log.logger().Error("broker write failed", "status", http.StatusInternalServerError, "reason", err)
 		return http.StatusInternalServerError, "broker unavailable"
 	}
-	log.Debug("peer frame accepted", "duplicate", duplicate)
+	if log.enabled(slog.LevelDebug) {
+		log.logger().Debug("peer frame accepted", "duplicate", duplicate)
+	}
 	if duplicate {
 		return http.StatusOK, reasonAlreadySeen
 	}
@@ -188,9 +192,9 @@ func (m *Manager) handlePeerFrame(log *slog.Logger, principal string, body []byt
 // (errLineOverLimit), records nothing in the dedup. A re-assertion bypasses
 // the lifecycle dedup: it is how a peer heals a missed delivery, so it must
 // reach the broker even when the event itself was seen before.
-func (m *Manager) relayPeerEvent(ev peerEvent) (duplicate bool, err error) {
-	if ev.removal != nil {
-		return m.dedup.deliverOnce(ev.removal.dedupKey(), func() error { return m.emitRemove(ev.removal) })
+func (m *Manager) relayPeerEvent(ev *peerEvent) (duplicate bool, err error) {
+	if ev.isRemoval {
+		return m.dedup.deliverOnce(ev.removal.dedupKey(), func() error { return m.emitRemove(&ev.removal) })
 	}
 	if ev.life.resync {
 		return false, m.emitUpsert(ev.life.raw)

@@ -399,7 +399,7 @@ func TestPeerEventAfterFailedBrokerWriteIsDeliveredOnRetry(t *testing.T) {
 			t.Cleanup(func() { m.bcast.close(time.Second) })
 			ev, err := parsePeerFrame(c.body)
 			netMust(t, err)
-			if _, err := m.relayPeerEvent(ev); err == nil {
+			if _, err := m.relayPeerEvent(&ev); err == nil {
 				t.Fatal("relay to a failing broker reported success")
 			}
 			// The broker is back (a working channel): the sender's retry
@@ -407,7 +407,7 @@ func TestPeerEventAfterFailedBrokerWriteIsDeliveredOnRetry(t *testing.T) {
 			rec := &netLineRecorder{}
 			m.out = newBrokerWriter(rec, m.cfg.BrokerLineMax)
 			for i, wantDup := range []bool{false, true} {
-				dup, err := m.relayPeerEvent(ev)
+				dup, err := m.relayPeerEvent(&ev)
 				if err != nil || dup != wantDup {
 					t.Fatalf("attempt %d after the failure: duplicate=%v err=%v, want duplicate=%v", i+2, dup, err, wantDup)
 				}
