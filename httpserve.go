@@ -60,6 +60,15 @@ func readBodyUpTo(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, 
 	if r.ContentLength > limit {
 		return nil, &bodyTooLargeError{limit}
 	}
+	if r.ContentLength >= 0 {
+		// A declared length, the common case: net/http ends the body there,
+		// so it is read into one buffer of exactly that size.
+		b := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			return nil, fmt.Errorf("read body: %w", err)
+		}
+		return b, nil
+	}
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
