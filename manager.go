@@ -82,11 +82,16 @@ type Manager struct {
 	bcast *broadcaster
 	now   func() time.Time
 
-	// ingestMu keeps concurrent ingress posts in one order at the broker and
-	// in the peer queue: it is held from the broker write through
-	// commitLocal. Only the ingress takes it. It is not broadcastMu because
-	// the broker write can block, and the stdio read loop takes broadcastMu.
+	// ingestMu keeps concurrent ingress posts (and lease expiries) in one
+	// order at the broker and in the peer queue: it is held while a frame
+	// takes its place in the broker order, and the frame's commit runs
+	// after its write in that order (ingressorder.go). Only the ingress and
+	// the expiry take it. It is not broadcastMu because the stdio read loop
+	// and the group's leader take broadcastMu.
 	ingestMu sync.Mutex
+	// ingressFlight counts the ingress frames in flight: placed in the
+	// broker order, not yet committed or failed (ingressorder.go).
+	ingressFlight ingressInFlight
 
 	// broadcastMu makes tracking a local-origin frame and queueing it one
 	// step, for the stdio path and the ingress alike, so frames are queued
@@ -442,19 +447,6 @@ func (m *Manager) setLogLevel(params json.RawMessage) (any, *rpcError) {
 	}
 	m.log.Info("log level set", "level", levelName(lvl))
 	return map[string]string{"level": levelName(lvl)}, nil
-}
-
-// emitUpsert writes a workload object up to the broker as workloads:upsert.
-func (m *Manager) emitUpsert(info json.RawMessage) error {
-	params := make([]byte, 0, len(info)+20)
-	params = append(append(append(params, `{"workloadInfo":`...), info...), '}')
-	return m.out.notify(methodUpsert, params)
-}
-
-// emitRemove writes a removal up to the broker as workloads:remove, naming
-// the workload in the tokens it arrived with (removalEvent.brokerParams).
-func (m *Manager) emitRemove(r *removalEvent) error {
-	return m.out.notify(methodRemove, r.brokerParams())
 }
 
 // handshakeFailureCounter counts the "TLS handshake error" lines that
