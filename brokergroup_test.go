@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
@@ -532,4 +536,82 @@ func TestALoneFrameIsWrittenByItsOwnCallerWithoutAGroup(t *testing.T) {
 	if bw.writeCalls.Load() != 3 || bw.writes.Load() != 3 || strings.Count(buf.String(), "\n") != 3 {
 		t.Fatalf("%d write calls, %d frames, %q", bw.writeCalls.Load(), bw.writes.Load(), buf.String())
 	}
+}
+
+// benchPipe is the broker's stdout as the daemon has it: an OS pipe, each
+// Write a system call, drained by a reader that is always waiting.
+func benchPipe(b *testing.B) io.Writer {
+	b.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, r); close(done) }()
+	b.Cleanup(func() { w.Close(); <-done; r.Close() })
+	return w
+}
+
+// benchWriters runs op from 1 caller, then from 16 and 64 at once
+// (GOMAXPROCS times the parallelism). With counts (frames written, Write
+// calls) it also reports the mean frames per Write call.
+func benchWriters(b *testing.B, counts func() (frames, calls uint64), op func(b *testing.B, i int64)) {
+	for _, writers := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+			b.ReportAllocs()
+			if counts != nil {
+				f0, c0 := counts()
+				defer func() {
+					f1, c1 := counts()
+					b.ReportMetric(float64(f1-f0)/float64(max(1, c1-c0)), "frames/write")
+				}()
+			}
+			if writers == 1 {
+				var i int64
+				for b.Loop() {
+					op(b, i)
+					i++
+				}
+				return
+			}
+			var next atomic.Int64
+			b.SetParallelism(max(1, writers/runtime.GOMAXPROCS(0)))
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					op(b, next.Add(1))
+				}
+			})
+		})
+	}
+}
+
+// writeCounts returns the frames written and the Write calls made.
+func (bw *brokerWriter) writeCounts() (frames, calls uint64) {
+	return bw.writes.Load(), bw.writeCalls.Load()
+}
+
+// BenchmarkBrokerGroupNotify writes a workloads:upsert notification to a
+// pipe per op. It uses only notify, so it runs on the writer before group
+// commit too, for a before-and-after comparison.
+func BenchmarkBrokerGroupNotify(b *testing.B) {
+	bw := newBrokerWriter(benchPipe(b), defaultBrokerLineMax)
+	params := json.RawMessage(benchSeedParams)
+	benchWriters(b, bw.writeCounts, func(b *testing.B, _ int64) {
+		if err := bw.notify(methodUpsert, params); err != nil {
+			b.Fatal(err)
+		}
+	})
+}
+
+// BenchmarkBrokerGroupIngest takes one ingress frame per op (distinct
+// workloads, three frames each with rising seq) through ingestLocal, the
+// broker side a pipe.
+func BenchmarkBrokerGroupIngest(b *testing.B) {
+	m := benchManager(b, benchPipe(b))
+	benchWriters(b, m.out.writeCounts, func(b *testing.B, i int64) {
+		body := benchIngressBody(make([]byte, 0, 512), i/3, i%3+1)
+		if _, err := m.ingestLocal(body); err != nil {
+			b.Fatal(err)
+		}
+	})
 }
