@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"nvpair-workload-manager/internal/devpki"
 )
@@ -120,6 +121,22 @@ func holdBroker(t *testing.T, n *testNode) (*groupWriter, func()) {
 		if err := <-held; err != nil {
 			t.Errorf("the held write: %v", err)
 		}
+	}
+}
+
+// answeredWhileHeld runs post, which must be answered while the broker
+// holds a write (a refusal), and returns its error; a post that waits for
+// the broker instead fails the test (whose cleanup then lets it through).
+func answeredWhileHeld(t *testing.T, what string, post func() error) error {
+	t.Helper()
+	answered := make(chan error, 1)
+	go func() { answered <- post() }()
+	select {
+	case err := <-answered:
+		return err
+	case <-time.After(waitTimeout):
+		t.Fatalf("%s waited for the held broker write instead of being refused at once", what)
+		return nil
 	}
 }
 
@@ -364,8 +381,11 @@ func TestALineOverTheLimitIsRefusedAloneAndDoesNotJoinAGroup(t *testing.T) {
 	}
 	eventually(t, "two frames queued", func() bool { return queuedBehindLeader(n.m.out) == 2 })
 	big := `"note":"` + strings.Repeat("x", minBrokerLineMax) + `"`
-	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("big", "running", "", big))); !errors.Is(err, errLineOverLimit) {
-		t.Fatalf("an over-long frame while a group forms: %v, want errLineOverLimit at once", err)
+	if err := answeredWhileHeld(t, "an over-long frame", func() error {
+		_, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("big", "running", "", big)))
+		return err
+	}); !errors.Is(err, errLineOverLimit) {
+		t.Fatalf("an over-long frame while a group forms: %v, want errLineOverLimit", err)
 	}
 	if got := queuedBehindLeader(n.m.out); got != 2 {
 		t.Fatalf("%d frames queued after the refusal, want 2: the refused line joined", got)
@@ -448,7 +468,10 @@ func TestIngressFramesInFlightCountTowardTheLiveWorkloadLimit(t *testing.T) {
 	}
 	eventually(t, "two new runs in flight", func() bool { return n.m.ingressFlight.inFlight() == 2 })
 	var atLimit *errAtLimit
-	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("new-2", "running", ""))); !errors.As(err, &atLimit) {
+	if err := answeredWhileHeld(t, "a third new run", func() error {
+		_, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("new-2", "running", "")))
+		return err
+	}); !errors.As(err, &atLimit) {
 		t.Fatalf("a third new run while two are in flight at %d of %d: %v, want errAtLimit (503)", limit-2, limit, err)
 	}
 	// A later frame of a run in flight takes no second slot.
