@@ -20,7 +20,7 @@ import (
 // staleness sweep exempts a node's own workloads. A lease is the producer's
 // promise to report again before a deadline; when it does not, the daemon
 // retires the job as the producer would have, with a failed terminal frame,
-// through the ingress's own path (writeThenCommit).
+// through the ingress's own path (ingressorder.go).
 
 // leaseHeader carries a lease on an ingress lifecycle frame, in seconds.
 const leaseHeader = "Workload-Lease"

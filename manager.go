@@ -64,15 +64,24 @@ const (
 // Manager is the daemon: it relays between the broker, the peers and the
 // optional loopback ingress.
 //
-// Lock order: ingestMu -> broadcastMu -> activeMu, and discoveryMu ->
-// broadcaster.mu (a target change). ingestMu and discoveryMu are never held
-// together. A peer's heartbeat lane takes activeMu under its laneOrder.mu
-// (laneOrder.mu -> activeMu), for one bounded slice of a pass at a time.
-// Leaf locks, taken under any of these and never around them:
-// broadcaster.mu, brokerWriter.mu, clusterTrust.mu, dedup.mu,
-// leaseTable.mu (activeMu -> leaseTable.mu). No lock is
-// held across a network write to a peer: only the peer senders' lanes
-// write to peers, and they hold none while they do.
+// Lock order: broadcastMu -> activeMu, ingestMu -> activeMu (the
+// live-workload check), and discoveryMu -> broadcaster.mu (a target
+// change). ingestMu and discoveryMu are never held together. A peer's
+// heartbeat lane takes activeMu under its laneOrder.mu (laneOrder.mu ->
+// activeMu), for one bounded slice of a pass at a time. Leaf locks, taken
+// under any of these and never around them: broadcaster.mu,
+// brokerWriter.mu, ingressFlight.mu, clusterTrust.mu, dedup.mu,
+// leaseTable.mu (activeMu -> leaseTable.mu). No lock is held across a
+// network write to a peer: only the peer senders' lanes write to peers,
+// and they hold none while they do.
+//
+// The broker write holds no lock either (brokergroup.go): ingestMu is held
+// only while an ingress frame takes its place in the broker order. The
+// caller that writes a group (the leader) then runs the group's ingress
+// commits, which take broadcastMu -> activeMu as commitLocal always did.
+// No holder of those locks ever waits for a broker write, so the lead
+// closes no cycle; a peer frame's caller waits for it holding only its
+// dedup per-key lock, which nothing takes under them (spec 6).
 type Manager struct {
 	cfg   Config
 	log   *slog.Logger
