@@ -36,8 +36,8 @@ const brokerBusyRetryAfter = 1
 // brokerWaiters is a counting semaphore of the requests of one channel
 // that wait on the broker: a slot is taken before anything else the
 // request waits for on the way to the broker write (the ingress's
-// ingestMu, the dedup's per-key lock, the writer's mutex) and given back
-// when the request is done with the broker. Taking a slot never waits.
+// ingestMu, the dedup's per-key lock, the writer's mutex, the group ahead
+// of its own) and given back when the request is done with the broker. Taking a slot never waits.
 type brokerWaiters struct {
 	channel string        // "peer" or "ingress", for the metrics and the reason
 	slots   chan struct{} // one element per request waiting; capacity is the bound

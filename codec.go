@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
-	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -125,25 +123,37 @@ func envelopeString(m *scanMember, name string, dst *string) error {
 
 // encodeNotification renders one notification line without its newline.
 func encodeNotification(method string, params json.RawMessage) []byte {
-	if bytes.ContainsAny(params, "\r\n") {
-		// A frame is one line. JSON allows line breaks only as whitespace
-		// between tokens, and a producer or a peer may send pretty-printed
-		// JSON: compacting drops that whitespace and changes no value.
-		var c bytes.Buffer
-		if err := json.Compact(&c, params); err == nil {
-			params = c.Bytes()
-		}
-	}
 	var b bytes.Buffer
 	b.Grow(len(method) + len(params) + 48)
+	writeNotification(&b, method, params)
+	return b.Bytes()
+}
+
+// writeNotification writes one notification line, without its newline, to
+// b: the one encoding of a notification, for the peers and the broker alike.
+func writeNotification(b *bytes.Buffer, method string, params json.RawMessage) {
 	b.WriteString(`{"jsonrpc":"2.0","method":`)
-	writeJSONString(&b, method)
+	writeJSONString(b, method)
 	if params != nil {
 		b.WriteString(`,"params":`)
-		b.Write(params)
+		writeOneLine(b, params)
 	}
 	b.WriteByte('}')
-	return b.Bytes()
+}
+
+// writeOneLine writes a JSON value to b on one line. A frame is one line.
+// JSON allows line breaks only as whitespace between tokens, and a producer
+// or a peer may send pretty-printed JSON: compacting drops that whitespace
+// and changes no value. A value that does not compact is written as it is.
+func writeOneLine(b *bytes.Buffer, v json.RawMessage) {
+	if bytes.ContainsAny(v, "\r\n") {
+		n := b.Len()
+		if err := json.Compact(b, v); err == nil {
+			return
+		}
+		b.Truncate(n)
+	}
+	b.Write(v)
 }
 
 // writeJSONString writes s as encoding/json would marshal it. A string
@@ -294,83 +304,3 @@ func (e *lineOverLimitError) Error() string {
 }
 
 func (e *lineOverLimitError) Unwrap() error { return errLineOverLimit }
-
-// brokerWriter serializes frames onto the broker's side of the local channel.
-type brokerWriter struct {
-	// mu guards w and err and is held across the write itself so that two
-	// frames never interleave. It is a leaf lock: nothing else is taken
-	// while holding it.
-	mu  sync.Mutex
-	w   io.Writer
-	err error
-	// gone is closed on the first failed write; the manager treats it as the
-	// shutdown signal.
-	gone     chan struct{}
-	goneOnce sync.Once
-	// lineMax bounds a line, its newline included; it never changes.
-	lineMax int
-
-	writes, failures atomic.Uint64 // for the metrics
-	refused          atomic.Uint64 // lines over lineMax, never written
-}
-
-// newBrokerWriter returns a writer to w whose lines, newline included, are
-// at most lineMax bytes.
-func newBrokerWriter(w io.Writer, lineMax int) *brokerWriter {
-	return &brokerWriter{w: w, gone: make(chan struct{}), lineMax: lineMax}
-}
-
-// writeLine writes one frame and its newline in a single Write call. A line
-// over the limit is not written: the error wraps errLineOverLimit, and the
-// channel is not marked gone.
-func (bw *brokerWriter) writeLine(line []byte) error {
-	if size := len(line) + 1; size > bw.lineMax {
-		bw.refused.Add(1)
-		return &lineOverLimitError{size: size, limit: bw.lineMax}
-	}
-	buf := make([]byte, 0, len(line)+1)
-	buf = append(append(buf, line...), '\n')
-	bw.mu.Lock()
-	defer bw.mu.Unlock()
-	if bw.err != nil {
-		return errBrokerGone
-	}
-	if _, err := bw.w.Write(buf); err != nil {
-		bw.failures.Add(1)
-		bw.err = err
-		bw.goneOnce.Do(func() { close(bw.gone) })
-		return fmt.Errorf("write to broker: %w", err)
-	}
-	bw.writes.Add(1)
-	return nil
-}
-
-// notify sends a notification to the broker.
-func (bw *brokerWriter) notify(method string, params json.RawMessage) error {
-	return bw.writeLine(encodeNotification(method, params))
-}
-
-// respond answers a request of the broker's with a result, or with rerr when
-// it is not nil. A nil result is sent as "result": null, which JSON-RPC
-// requires for a successful answer.
-func (bw *brokerWriter) respond(id json.RawMessage, result any, rerr *rpcError) error {
-	var resp any
-	if rerr != nil {
-		resp = struct {
-			JSONRPC string          `json:"jsonrpc"`
-			ID      json.RawMessage `json:"id"`
-			Error   *rpcError       `json:"error"`
-		}{"2.0", id, rerr}
-	} else {
-		resp = struct {
-			JSONRPC string          `json:"jsonrpc"`
-			ID      json.RawMessage `json:"id"`
-			Result  any             `json:"result"`
-		}{"2.0", id, result}
-	}
-	line, err := json.Marshal(resp)
-	if err != nil {
-		return fmt.Errorf("encode response: %w", err)
-	}
-	return bw.writeLine(line)
-}

@@ -76,9 +76,10 @@ func TestIngestFailedRemovalKeepsWorkloadTrackedAndQueuesNothing(t *testing.T) {
 }
 
 // Concurrent posts for one workload must reach the broker and the peer queue
-// in one order: ingestMu is held from the broker write through commitLocal.
-// Without it, two posts can pass each other between their broker write and
-// their enqueue, and the peers' latest event would not be the broker's.
+// in one order: ingestMu gives each post its place in the broker order, and
+// the posts' commits run in that order after their writes (ingressorder.go).
+// Without that, two posts can pass each other between their broker write
+// and their enqueue, and the peers' latest event would not be the broker's.
 //
 // To widen that window: every other post carries an 8 KiB error text, so its
 // commitLocal has a larger frame to encode after its broker write; a
@@ -155,8 +156,9 @@ func TestIngestConcurrentPostsForOneWorkloadKeepOneOrderAtBrokerAndPeers(t *test
 	}
 }
 
-// A stalled broker write holds ingestMu only: the stdio read loop, which
-// takes broadcastMu, and a heartbeat pass, which takes activeMu, go on.
+// A stalled ingress broker write holds up ingress frames only: the stdio
+// read loop, which takes broadcastMu, and a heartbeat pass, which takes
+// activeMu, go on.
 func TestIngestStalledBrokerWriteDoesNotBlockStdioFramesOrResync(t *testing.T) {
 	n, q := ifxNode(t)
 	gate := ifxGateBroker(n)

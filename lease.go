@@ -20,7 +20,7 @@ import (
 // staleness sweep exempts a node's own workloads. A lease is the producer's
 // promise to report again before a deadline; when it does not, the daemon
 // retires the job as the producer would have, with a failed terminal frame,
-// through the ingress's own path (writeThenCommit).
+// through the ingress's own path (ingressorder.go).
 
 // leaseHeader carries a lease on an ingress lifecycle frame, in seconds.
 const leaseHeader = "Workload-Lease"
@@ -298,48 +298,71 @@ func leaseExpiryError(seconds int) string {
 }
 
 // expireDue retires the job of the lease due first, if one still is, the
-// way an ingress post would: under ingestMu, so it is ordered with every
-// producer frame; written up to the broker first, then tracked and queued
-// for the peers (writeThenCommit). Its commit is a terminal frame, which
-// ends the lease. A failed broker write keeps the lease and tries again
-// after a bounded backoff.
+// way an ingress post would: under ingestMu it takes its place in the
+// broker order, so it is ordered with every producer frame; it is written
+// up to the broker first, then tracked and queued for the peers
+// (ingressorder.go). Its commit is a terminal frame, which ends the lease.
+// A failed broker write keeps the lease and tries again after a bounded
+// backoff.
 func (m *Manager) expireDue() {
+	turn, l, log, err := m.enterExpiry()
+	if l == nil {
+		return // no lease due
+	}
+	if err == nil {
+		err = turn.wait()
+	}
+	switch {
+	case err == nil:
+		m.leases.expired.Add(1)
+		log.Info("lease expired: job retired as failed", "runId", clipReason(l.key.runID))
+	case errors.As(err, new(noLiveRunError)):
+		m.dropLease(log, *l, "no_entry", err)
+	case errors.Is(err, errLineOverLimit):
+		m.dropLease(log, *l, "line_limit", err)
+	default:
+		m.leases.failures.inc("broker_write")
+		retry := m.leases.postpone(l.ref, m.now())
+		log.Warn("lease expiry not written to the broker; trying again", "reason", err, "retryIn", retry)
+	}
+}
+
+// noLiveRunError is an expiry whose run the re-sync set no longer holds
+// live: its lease is dropped.
+type noLiveRunError struct{ error }
+
+// enterExpiry takes the lease due first, if any, and gives the frame that
+// retires its job a place in the broker order, under ingestMu. It returns
+// a nil lease when none is due.
+func (m *Manager) enterExpiry() (ingressTurn, *lease, *slog.Logger, error) {
 	m.ingestMu.Lock()
 	defer m.ingestMu.Unlock()
+	// Every ingress frame placed before this one is committed first (or
+	// has failed), so a producer frame that renewed or ended the lease
+	// while this waited for ingestMu has taken effect when the lease is
+	// read.
+	m.ingressFlight.waitSettled()
 	now := m.now()
-	// Taken under ingestMu: a producer frame that renewed or ended the
-	// lease while this waited for the lock has been committed by now.
 	l, ok := m.leases.due(now)
 	if !ok {
-		return
+		return ingressTurn{}, nil, nil, nil
 	}
 	log := m.log.With("channel", "lease", "id", clipReason(l.ref.id), "leaseSeconds", l.seconds)
 	f, err := m.expiryFrame(l, now, false)
 	if err != nil {
-		m.dropLease(log, l, "no_entry", err)
-		return
+		return ingressTurn{}, &l, log, noLiveRunError{err}
 	}
-	err = m.writeThenCommit(f)
+	turn, err := m.enterLocalFrame(f)
 	if errors.Is(err, errLineOverLimit) {
 		// The job's own fields and what the producer added are kept when
 		// they fit; a job whose frame does not fit with the expiry's
 		// fields is retired with its known fields only.
 		log.Warn("lease expiry frame over the broker line limit: retiring the job with its known fields only", "reason", err)
 		if f, err = m.expiryFrame(l, now, true); err == nil {
-			err = m.writeThenCommit(f)
+			turn, err = m.enterLocalFrame(f)
 		}
 	}
-	switch {
-	case err == nil:
-		m.leases.expired.Add(1)
-		log.Info("lease expired: job retired as failed", "runId", clipReason(l.key.runID))
-	case errors.Is(err, errLineOverLimit):
-		m.dropLease(log, l, "line_limit", err)
-	default:
-		m.leases.failures.inc("broker_write")
-		retry := m.leases.postpone(l.ref, now)
-		log.Warn("lease expiry not written to the broker; trying again", "reason", err, "retryIn", retry)
-	}
+	return turn, &l, log, err
 }
 
 // dropLease gives up a lease whose expiry can never be written, loudly.

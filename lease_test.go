@@ -347,8 +347,9 @@ func TestARenewalMovesTheDeadlineByTheLengthItGives(t *testing.T) {
 	}
 }
 
-// Expiry races a producer's late terminal frame: both take ingestMu, so
-// one is written and committed before the other. Whichever comes second,
+// Expiry races a producer's late terminal frame: both take their place in
+// the broker order under ingestMu, so one is written and committed before
+// the other. Whichever comes second,
 // the broker and the peer end on the same terminal state.
 func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testing.T) {
 	t.Run("the expiry first: the producer's frame is the later word", func(t *testing.T) {
@@ -358,7 +359,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 		b := newTestNode(t)
 		mesh(t, a, b)
 		postLeased(t, a, leasedInfo("raced", "running", 1), 5)
-		<-stall.entered // the expiry holds ingestMu, in its broker write
+		<-stall.entered // the expiry is in its broker write
 		done := make(chan int, 1)
 		go func() {
 			st, _ := postIngress(t, a.m.IngressAddr(), ingressFrameJSON(leasedInfo("raced", "completed", 2)))
@@ -391,7 +392,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 			st, _ := postIngress(t, a.m.IngressAddr(), ingressFrameJSON(leasedInfo("raced", "completed", 2)))
 			done <- st
 		}()
-		<-stall.entered // the producer's frame holds ingestMu, in its broker write
+		<-stall.entered // the producer's frame is in its broker write
 		eventually(t, "the lease to come due", func() bool { _, due := a.m.leases.due(time.Now()); return due })
 		stall.unblock()
 		if st := <-done; st != http.StatusOK {
@@ -423,7 +424,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 			st, _ := postIngress(t, a.m.IngressAddr(), ingressFrameJSON(leasedInfo("raced", "running", 2)), leaseHeader, "86400")
 			done <- st
 		}()
-		<-stall.entered // the renewal holds ingestMu, in its broker write
+		<-stall.entered // the renewal is in its broker write, not yet committed
 		eventually(t, "the lease to come due", func() bool { _, due := a.m.leases.due(time.Now()); return due })
 		stall.unblock()
 		if st := <-done; st != http.StatusOK {

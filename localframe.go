@@ -73,7 +73,13 @@ func localFrameFromScan(method string, s *frameScan) (localFrame, error) {
 // pass can read the workload after that (spec 5.1). It reports whether the
 // frame was queued.
 func (m *Manager) commitLocal(f localFrame, src frameSource) bool {
-	line := encodeNotification(f.method, f.params)
+	return m.commitLocalLine(f, src, encodeNotification(f.method, f.params))
+}
+
+// commitLocalLine is commitLocal with the frame's line to the peers already
+// built: an ingress frame's is built before it enters the broker order, so
+// the commit the group's leader runs for it does no O(size) work.
+func (m *Manager) commitLocalLine(f localFrame, src frameSource, line []byte) bool {
 	m.broadcastMu.Lock()
 	defer m.broadcastMu.Unlock()
 	// Reserved before the track: from the track on, the heartbeat lanes see

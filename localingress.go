@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -165,23 +166,31 @@ func (li *localIngress) decide(w http.ResponseWriter, r *http.Request) (int, str
 		return http.StatusBadRequest, err.Error(), localFrame{}
 	}
 	f, err := li.m.ingestLocalLeased(body, r.Header.Values(leaseHeader))
+	if err == nil {
+		return http.StatusOK, "ok", f
+	}
+	status, reason := refusalOf(w, err)
+	return status, reason, f
+}
+
+// refusalOf maps ingestLocal's error to the producer's answer, setting the
+// headers it needs.
+func refusalOf(w http.ResponseWriter, err error) (int, string) {
 	var atLimit *errAtLimit
 	var busy *errBrokerBusy
 	switch {
 	case errors.As(err, &busy):
 		setBrokerBusyHeaders(w)
-		return http.StatusServiceUnavailable, err.Error(), f
+		return http.StatusServiceUnavailable, err.Error()
 	case errors.As(err, &atLimit):
 		w.Header().Set("Retry-After", strconv.Itoa(atLimit.retryAfterSeconds()))
-		return http.StatusServiceUnavailable, err.Error(), f
+		return http.StatusServiceUnavailable, err.Error()
 	case errors.Is(err, errLineOverLimit):
-		return http.StatusRequestEntityTooLarge, err.Error(), f
+		return http.StatusRequestEntityTooLarge, err.Error()
 	case errors.Is(err, errBrokerWrite):
-		return http.StatusInternalServerError, err.Error(), f
-	case err != nil:
-		return http.StatusBadRequest, err.Error(), f
+		return http.StatusInternalServerError, err.Error()
 	}
-	return http.StatusOK, "ok", f
+	return http.StatusBadRequest, err.Error()
 }
 
 // checkRequest applies the checks that need no body, in order, and returns
@@ -208,15 +217,17 @@ func isJSONMediaType(ct string) bool {
 }
 
 // ingestLocal takes a producer's frame: validate; then, under ingestMu,
-// write it up to the broker and only then commit it (track, remember,
-// queue). A failed broker write leaves nothing tracked, queued or
-// remembered, so peers never show a workload the origin broker does not
-// hold and the producer can retry; so does a frame the broker writer
-// refuses as over the line limit, which is returned as it is. ingestMu
-// keeps concurrent posts for one workload in one order at the broker and
-// in the peer queue. A post waiting for ingestMu waits on the broker as
-// surely as the one writing, so the slot that bounds the ingress's waiters
-// is taken before ingestMu, and a post that finds none is refused with
+// take its place in the broker order; then, with ingestMu released, wait
+// until it is written up to the broker and committed (tracked, remembered,
+// queued) after the write, in the broker order (ingressorder.go). A failed
+// broker write leaves nothing tracked, queued or remembered, so peers never
+// show a workload the origin broker does not hold and the producer can
+// retry; so does a frame the broker writer refuses as over the line limit,
+// which is returned as it is. ingestMu keeps concurrent posts for one
+// workload in one order at the broker and in the peer queue. A post
+// waiting for ingestMu or for its write waits on the broker as surely as
+// the one writing, so the slot that bounds the ingress's waiters is taken
+// before ingestMu, and a post that finds none is refused with
 // *errBrokerBusy before it waits for anything.
 func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
 	return m.ingestLocalLeased(body, nil)
@@ -240,39 +251,28 @@ func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, er
 	}
 	defer m.ingressWaiters.release()
 	m.framesReceived.inc("ingress", f.method)
-	m.ingestMu.Lock()
-	defer m.ingestMu.Unlock()
-	// The limit is checked before the broker write, so a refused frame
-	// leaves nothing anywhere. Ingress posts are serialized by ingestMu;
-	// only a broker frame can take the last slot between this check and
-	// the commit, and the commit then tracks anyway (the frame is already
-	// written): the set exceeds its limit by at most that one entry.
-	if err := m.checkLiveLimit(&f); err != nil {
+	// Both lines are built before ingestMu: only the frame's place in the
+	// order is decided under it.
+	line, peerLine := frameLine(&f), encodeNotification(f.method, f.params)
+	turn, err := m.enterIngress(f, line, peerLine)
+	if err != nil {
 		return f, err
 	}
-	return f, m.writeThenCommit(f)
+	return f, turn.wait()
 }
 
-// writeThenCommit writes an ingress frame, or a lease's expiry, up to the
-// broker and only then commits it (track, remember, queue). Called with
-// ingestMu held. A frame the broker writer refuses as over the line limit
-// is returned as it is, a failed write as errBrokerWrite; either leaves
-// nothing tracked, queued or remembered.
-func (m *Manager) writeThenCommit(f localFrame) error {
-	var err error
-	if f.isRemoval() {
-		err = m.emitRemove(&f.removal)
-	} else {
-		err = m.emitUpsert(f.life.raw)
-	}
-	if errors.Is(err, errLineOverLimit) {
-		return err
-	}
+// enterIngress checks the live-workload limit and gives a producer's frame
+// its place in the broker order, under ingestMu. The limit is checked
+// before the broker write, so a refused frame leaves nothing anywhere.
+func (m *Manager) enterIngress(f localFrame, line *bytes.Buffer, peerLine []byte) (ingressTurn, error) {
+	m.ingestMu.Lock()
+	defer m.ingestMu.Unlock()
+	startsRun, err := m.checkLiveLimit(&f)
 	if err != nil {
-		return fmt.Errorf("%w: %v", errBrokerWrite, err)
+		putBrokerLine(line)
+		return ingressTurn{}, err
 	}
-	m.commitLocal(f, fromIngress)
-	return nil
+	return m.enterIngressOrder(f, line, peerLine, startsRun)
 }
 
 // errAtLimit is an ingress frame refused because it would start a new
@@ -291,17 +291,31 @@ func (e *errAtLimit) retryAfterSeconds() int {
 	return max(1, int((e.after+time.Second-1)/time.Second))
 }
 
-// checkLiveLimit refuses a lifecycle frame that would start a new workload
-// while the re-sync set is full.
-func (m *Manager) checkLiveLimit(f *localFrame) error {
+// checkLiveLimit refuses a lifecycle frame that would start a new run
+// while the re-sync set, with the runs that ingress frames in flight would
+// start, is full; it reports whether the frame would start a run. Called
+// with ingestMu held, so no other ingress frame is checked meanwhile.
+//
+// The runs in flight are read before the set: a frame's commit tracks its
+// run before it leaves the count, so a run is counted once or, for the
+// instant between the two, twice (a refusal one frame early), never not at
+// all. The set still exceeds its limit when broker frames take the slots
+// of runs in flight (a broker frame is tracked while the set holds fewer
+// than the limit, and an ingress frame already written is tracked
+// anyway), by at most the runs in flight: at most brokerWaitersMax.
+func (m *Manager) checkLiveLimit(f *localFrame) (startsRun bool, err error) {
 	if f.isRemoval() {
-		return nil
+		return false, nil
+	}
+	pending, counted := m.ingressFlight.pendingRuns(f.life.key())
+	if counted {
+		return true, nil // its run's slot is taken already
 	}
 	m.activeMu.Lock()
-	full, after := m.resync.atLimit(&f.life, m.now())
+	full, held, after := m.resync.atLimit(&f.life, m.now(), pending)
 	m.activeMu.Unlock()
 	if full {
-		return &errAtLimit{limit: m.resync.limit, after: after}
+		return false, &errAtLimit{limit: m.resync.limit, after: after}
 	}
-	return nil
+	return !held, nil
 }

@@ -63,15 +63,24 @@ const (
 // Manager is the daemon: it relays between the broker, the peers and the
 // optional loopback ingress.
 //
-// Lock order: ingestMu -> broadcastMu -> activeMu, and discoveryMu ->
-// broadcaster.mu (a target change). ingestMu and discoveryMu are never held
-// together. A peer's heartbeat lane takes activeMu under its laneOrder.mu
-// (laneOrder.mu -> activeMu), for one bounded slice of a pass at a time.
-// Leaf locks, taken under any of these and never around them:
-// broadcaster.mu, brokerWriter.mu, clusterTrust.mu, dedup.mu,
-// leaseTable.mu (activeMu -> leaseTable.mu). No lock is
-// held across a network write to a peer: only the peer senders' lanes
-// write to peers, and they hold none while they do.
+// Lock order: broadcastMu -> activeMu, ingestMu -> activeMu (the
+// live-workload check), and discoveryMu -> broadcaster.mu (a target
+// change). ingestMu and discoveryMu are never held together. A peer's
+// heartbeat lane takes activeMu under its laneOrder.mu (laneOrder.mu ->
+// activeMu), for one bounded slice of a pass at a time. Leaf locks, taken
+// under any of these and never around them: broadcaster.mu,
+// brokerWriter.mu, ingressFlight.mu, clusterTrust.mu, dedup.mu,
+// leaseTable.mu (activeMu -> leaseTable.mu). No lock is held across a
+// network write to a peer: only the peer senders' lanes write to peers,
+// and they hold none while they do.
+//
+// The broker write holds no lock either (brokergroup.go): ingestMu is held
+// only while an ingress frame takes its place in the broker order. The
+// caller that writes a group (the leader) then runs the group's ingress
+// commits, which take broadcastMu -> activeMu as commitLocal always did.
+// No holder of those locks ever waits for a broker write, so the lead
+// closes no cycle; a peer frame's caller waits for it holding only its
+// dedup per-key lock, which nothing takes under them (spec 6).
 type Manager struct {
 	cfg   Config
 	log   *slog.Logger
@@ -81,11 +90,16 @@ type Manager struct {
 	bcast *broadcaster
 	now   func() time.Time
 
-	// ingestMu keeps concurrent ingress posts in one order at the broker and
-	// in the peer queue: it is held from the broker write through
-	// commitLocal. Only the ingress takes it. It is not broadcastMu because
-	// the broker write can block, and the stdio read loop takes broadcastMu.
+	// ingestMu keeps concurrent ingress posts (and lease expiries) in one
+	// order at the broker and in the peer queue: it is held while a frame
+	// takes its place in the broker order, and the frame's commit runs
+	// after its write in that order (ingressorder.go). Only the ingress and
+	// the expiry take it. It is not broadcastMu because the stdio read loop
+	// and the group's leader take broadcastMu.
 	ingestMu sync.Mutex
+	// ingressFlight counts the ingress frames in flight: placed in the
+	// broker order, not yet committed or failed (ingressorder.go).
+	ingressFlight ingressInFlight
 
 	// broadcastMu makes tracking a local-origin frame and queueing it one
 	// step, for the stdio path and the ingress alike, so frames are queued
@@ -471,19 +485,6 @@ func (m *Manager) setLogLevel(params json.RawMessage) (any, *rpcError) {
 	}
 	m.log.Info("log level set", "level", levelName(lvl))
 	return map[string]string{"level": levelName(lvl)}, nil
-}
-
-// emitUpsert writes a workload object up to the broker as workloads:upsert.
-func (m *Manager) emitUpsert(info json.RawMessage) error {
-	params := make([]byte, 0, len(info)+20)
-	params = append(append(append(params, `{"workloadInfo":`...), info...), '}')
-	return m.out.notify(methodUpsert, params)
-}
-
-// emitRemove writes a removal up to the broker as workloads:remove, naming
-// the workload in the tokens it arrived with (removalEvent.brokerParams).
-func (m *Manager) emitRemove(r *removalEvent) error {
-	return m.out.notify(methodRemove, r.brokerParams())
 }
 
 // handshakeFailureCounter counts the "TLS handshake error" lines that

@@ -159,21 +159,22 @@ func (s *resyncSet) track(ev *lifecycleEvent, now time.Time, overLimit bool) tra
 	return tracked
 }
 
-// atLimit reports whether ev would start a new run while the set is at its
-// limit, and if so how long until a slot may free: until the oldest
-// terminal entry ages out, or one interval when every entry is live (only a
-// terminal frame or a removal frees a slot then). The wait is advice for a
-// Retry-After, so a queued deadline whose entry has since changed is not
-// looked past.
-func (s *resyncSet) atLimit(ev *lifecycleEvent, now time.Time) (bool, time.Duration) {
+// atLimit reports whether ev would start a new run while the set, with
+// pending more runs on their way into it, is at its limit, and if so how
+// long until a slot may free: until the oldest terminal entry ages out, or
+// one interval when every entry is live (only a terminal frame or a
+// removal frees a slot then). The wait is advice for a Retry-After, so a
+// queued deadline whose entry has since changed is not looked past. held
+// says whether the set holds ev's run.
+func (s *resyncSet) atLimit(ev *lifecycleEvent, now time.Time, pending int) (full, held bool, after time.Duration) {
 	s.prune(now)
-	if _, held := s.entries[ev.key()]; held || len(s.entries) < s.limit {
-		return false, 0
+	if _, held = s.entries[ev.key()]; held || len(s.entries)+pending < s.limit {
+		return false, held, 0
 	}
 	if s.expiryHead < len(s.expiries) {
-		return true, s.expiries[s.expiryHead].at.Add(s.retention).Sub(now)
+		return true, false, s.expiries[s.expiryHead].at.Add(s.retention).Sub(now)
 	}
-	return true, s.retention / 2
+	return true, false, s.retention / 2
 }
 
 // supersedes reports whether ev may replace the entry held for its run.

@@ -1,0 +1,378 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+)
+
+// Group commit to the broker (spec 6). Every frame the daemon writes up to
+// its broker (an ingress post, a peer's frame, a lease expiry, an answer to
+// the broker and the daemon's own notifications) takes its place in one
+// order, and frames that are ready at the same time are written in one
+// Write call, in that order.
+//
+// The shape is leader and followers. A caller whose frame finds no write in
+// progress leads: it writes its own line at once, with no goroutine handoff,
+// which is all a lone producer ever does. A caller that finds a write in
+// progress appends its line to the group forming behind it, under a short
+// lock, and waits. When the leader's Write returns it runs the after-write
+// commits of its group in order (the ingress frames' tracking and queueing
+// for the peers), answers its members, and hands the lead to the group that
+// formed meanwhile: one of that group's members wakes and writes the whole
+// group, newcomers forming the next. So no goroutine writes more than one
+// group for others, and a group's commits all run before the next group is
+// written, which keeps the broker order and the commit order one order.
+//
+// Why not a dedicated writer goroutine: it would cost every frame two
+// handoffs (to the writer and back), the lone producer included, where the
+// leader pays none; and a goroutine that outlives the Manager would need a
+// shutdown of its own.
+
+// brokerGroupMaxBytes bounds the lines of one group, newlines included. A
+// frame that would take a group past it starts the next group instead (a
+// line longer than the bound is a group of its own), so the bound never
+// refuses anything. It bounds what one failed Write fails together, the
+// bytes the leader copies for others and the write buffer the writer
+// keeps: 1 MiB is some 2,000 typical frames (about 500 bytes each), far
+// more than the 64 peer and 64 ingress requests that may wait on the broker
+// at once, so in practice only frames of hundreds of kilobytes reach it; and
+// it is 16 times the 64 KiB a Linux pipe holds, so the bound costs no extra
+// wake-up of the broker.
+const brokerGroupMaxBytes = 1 << 20
+
+// brokerLineKeepBytes is the largest line buffer put back in the pool: a
+// rare huge frame's buffer is left to the collector, not kept for good.
+const brokerLineKeepBytes = 64 << 10
+
+// brokerLines recycles the buffers lines are built in, so a frame costs no
+// allocation for its line once the pool is warm.
+var brokerLines = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func getBrokerLine() *bytes.Buffer {
+	b := brokerLines.Get().(*bytes.Buffer)
+	b.Reset()
+	return b
+}
+
+func putBrokerLine(b *bytes.Buffer) {
+	if b.Cap() <= brokerLineKeepBytes {
+		brokerLines.Put(b)
+	}
+}
+
+// brokerWriter writes frames onto the broker's side of the local channel, in
+// groups (see above).
+type brokerWriter struct {
+	// mu guards w, err, leading, head and tail. It is a leaf lock, held only
+	// to join a group, to seal one and to hand the lead on: never across a
+	// Write, a line's copy or a commit.
+	mu      sync.Mutex
+	w       io.Writer
+	err     error
+	leading bool         // a caller writes a group now, or has been handed the lead
+	head    *brokerGroup // the oldest group waiting for the lead
+	tail    *brokerGroup // the newest, which a newcomer joins while it has room
+
+	// wbuf is where the leader of a group of several lines puts them
+	// together. Only the caller that leads touches it; the lead passes
+	// through mu and a group's turn channel, which order those touches.
+	wbuf []byte
+
+	// gone is closed on the first failed write; the manager treats it as the
+	// shutdown signal.
+	gone     chan struct{}
+	goneOnce sync.Once
+	// lineMax bounds a line, its newline included; it never changes.
+	lineMax int
+
+	writes, failures atomic.Uint64 // frames written; Write calls that failed
+	refused          atomic.Uint64 // lines over lineMax, never written
+	writeCalls       atomic.Uint64 // Write calls: writes/writeCalls is the mean group
+	groupsAtBound    atomic.Uint64 // groups closed because the next line would pass brokerGroupMaxBytes
+}
+
+// brokerGroup is the lines that will go up in one Write, in the order they
+// were accepted.
+type brokerGroup struct {
+	members []groupMember
+	bytes   int
+	next    *brokerGroup  // the group formed behind this one
+	turn    chan struct{} // one value: the lead, taken by any one member
+	done    chan struct{} // closed once the group is written and committed, or failed
+	err     error         // the group's outcome, set before done is closed
+}
+
+type groupMember struct {
+	line  []byte // newline included
+	after func() // the frame's commit, run by the leader after the write; nil for none
+}
+
+// newBrokerWriter returns a writer to w whose lines, newline included, are
+// at most lineMax bytes.
+func newBrokerWriter(w io.Writer, lineMax int) *brokerWriter {
+	return &brokerWriter{w: w, gone: make(chan struct{}), lineMax: lineMax}
+}
+
+// brokerTurn is a frame's place in the broker order, taken by enter. wait
+// writes it, or waits for it to be written.
+type brokerTurn struct {
+	bw    *brokerWriter
+	buf   *bytes.Buffer // the frame's line, given back to the pool by wait
+	g     *brokerGroup  // the group it joined; nil when its caller leads
+	w     io.Writer     // for a caller that leads: the writer at its enter
+	after func()        // for a caller that leads: its own commit
+}
+
+// enter checks the line in buf (its newline included) against the line
+// limit and gives it its place in the broker order. Nothing waits here
+// beyond the writer's short lock, so a caller may enter under a lock that
+// orders its frames (the ingress's ingestMu) and wait after releasing it.
+// after, when not nil, is run once the line is written, in the broker
+// order, before any later frame's after and before the frame's caller is
+// answered; it is not run when the write fails. A line over the limit is
+// refused alone: the error wraps errLineOverLimit and the channel stays up.
+// On an error buf is back in the pool.
+func (bw *brokerWriter) enter(buf *bytes.Buffer, after func()) (brokerTurn, error) {
+	if size := buf.Len(); size > bw.lineMax {
+		putBrokerLine(buf)
+		bw.refused.Add(1)
+		return brokerTurn{}, &lineOverLimitError{size: size, limit: bw.lineMax}
+	}
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	if bw.err != nil {
+		putBrokerLine(buf)
+		return brokerTurn{}, errBrokerGone
+	}
+	if !bw.leading {
+		bw.leading = true
+		return brokerTurn{bw: bw, buf: buf, w: bw.w, after: after}, nil
+	}
+	return brokerTurn{bw: bw, buf: buf, g: bw.joinLocked(groupMember{line: buf.Bytes(), after: after})}, nil
+}
+
+// joinLocked appends a member to the newest group, or to a new one when
+// there is none or the newest has no room for it. Called with mu held.
+func (bw *brokerWriter) joinLocked(m groupMember) *brokerGroup {
+	g := bw.tail
+	if g != nil && g.bytes+len(m.line) > brokerGroupMaxBytes {
+		bw.groupsAtBound.Add(1)
+		g = nil
+	}
+	if g == nil {
+		g = &brokerGroup{turn: make(chan struct{}, 1), done: make(chan struct{})}
+		if bw.tail == nil {
+			bw.head = g
+		} else {
+			bw.tail.next = g
+		}
+		bw.tail = g
+	}
+	g.members = append(g.members, m)
+	g.bytes += len(m.line)
+	return g
+}
+
+// wait writes the frame, or waits until its group is written, and returns
+// the outcome: nil once the line is written and the frame's commit has run,
+// or the write's error, shared by the whole group.
+func (t brokerTurn) wait() error {
+	defer putBrokerLine(t.buf)
+	if t.g == nil {
+		err := t.bw.write(t.w, t.buf.Bytes(), 1)
+		if err == nil && t.after != nil {
+			t.after()
+		}
+		t.bw.handOn()
+		return err
+	}
+	select {
+	case <-t.g.turn:
+		t.bw.lead(t.g)
+	case <-t.g.done:
+	}
+	return t.g.err
+}
+
+// lead writes group g, which has been handed the lead, in one Write; runs
+// its commits in order when the write succeeded; answers its members; and
+// hands the lead on.
+func (bw *brokerWriter) lead(g *brokerGroup) {
+	bw.mu.Lock()
+	// g is the head: the lead goes to the oldest group. Sealed here, it
+	// takes no more members; newcomers form the next group.
+	bw.head = g.next
+	if bw.head == nil {
+		bw.tail = nil
+	}
+	g.next = nil
+	w, gone := bw.w, bw.err
+	bw.mu.Unlock()
+	var err error
+	if gone != nil {
+		err = errBrokerGone
+	} else {
+		err = bw.write(w, bw.groupBytes(g), len(g.members))
+	}
+	if err == nil {
+		for _, m := range g.members {
+			if m.after != nil {
+				m.after()
+			}
+		}
+	}
+	g.err = err
+	close(g.done)
+	bw.handOn()
+}
+
+// groupBytes returns g's lines as one buffer: the line itself for a group
+// of one, else the lines copied into the writer's buffer, which the caller,
+// as the leader, owns.
+func (bw *brokerWriter) groupBytes(g *brokerGroup) []byte {
+	if len(g.members) == 1 {
+		return g.members[0].line
+	}
+	b := bw.wbuf[:0]
+	for _, m := range g.members {
+		b = append(b, m.line...)
+	}
+	bw.wbuf = b
+	return b
+}
+
+// handOn gives the lead to the oldest waiting group, or gives it up when
+// there is none.
+func (bw *brokerWriter) handOn() {
+	bw.mu.Lock()
+	next := bw.head
+	if next == nil {
+		bw.leading = false
+	}
+	bw.mu.Unlock()
+	if next != nil {
+		next.turn <- struct{}{} // buffered: each group is handed the lead once
+	}
+}
+
+// write makes one Write call of b, which holds frames lines. A failed write
+// marks the channel gone: the broker is the daemon's parent, and a pipe
+// that failed once does not heal.
+func (bw *brokerWriter) write(w io.Writer, b []byte, frames int) error {
+	bw.writeCalls.Add(1)
+	if _, err := w.Write(b); err != nil {
+		bw.failures.Add(1)
+		bw.mu.Lock()
+		if bw.err == nil {
+			bw.err = err
+		}
+		bw.mu.Unlock()
+		bw.goneOnce.Do(func() { close(bw.gone) })
+		return fmt.Errorf("write to broker: %w", err)
+	}
+	bw.writes.Add(uint64(frames))
+	return nil
+}
+
+// send enters the line in buf and waits for it: the whole of a write for a
+// frame whose order nothing else decides.
+func (bw *brokerWriter) send(buf *bytes.Buffer) error {
+	t, err := bw.enter(buf, nil)
+	if err != nil {
+		return err
+	}
+	return t.wait()
+}
+
+// writeLine writes one frame, given without its newline. A line over the
+// limit is not written: the error wraps errLineOverLimit, and the channel
+// is not marked gone.
+func (bw *brokerWriter) writeLine(line []byte) error {
+	b := getBrokerLine()
+	b.Write(line)
+	b.WriteByte('\n')
+	return bw.send(b)
+}
+
+// notify sends a notification to the broker, its line built once.
+func (bw *brokerWriter) notify(method string, params json.RawMessage) error {
+	b := getBrokerLine()
+	writeNotification(b, method, params)
+	b.WriteByte('\n')
+	return bw.send(b)
+}
+
+// respond answers a request of the broker's with a result, or with rerr when
+// it is not nil. A nil result is sent as "result": null, which JSON-RPC
+// requires for a successful answer.
+func (bw *brokerWriter) respond(id json.RawMessage, result any, rerr *rpcError) error {
+	var resp any
+	if rerr != nil {
+		resp = struct {
+			JSONRPC string          `json:"jsonrpc"`
+			ID      json.RawMessage `json:"id"`
+			Error   *rpcError       `json:"error"`
+		}{"2.0", id, rerr}
+	} else {
+		resp = struct {
+			JSONRPC string          `json:"jsonrpc"`
+			ID      json.RawMessage `json:"id"`
+			Result  any             `json:"result"`
+		}{"2.0", id, result}
+	}
+	line, err := json.Marshal(resp)
+	if err != nil {
+		return fmt.Errorf("encode response: %w", err)
+	}
+	return bw.writeLine(line)
+}
+
+// upsertLine builds the workloads:upsert line of a workload object, its
+// newline included, in a pooled buffer: the bytes encodeNotification gives
+// for params {"workloadInfo":info}, built in one pass.
+func upsertLine(info json.RawMessage) *bytes.Buffer {
+	b := getBrokerLine()
+	b.WriteString(`{"jsonrpc":"2.0","method":"` + methodUpsert + `","params":{"workloadInfo":`)
+	writeOneLine(b, info)
+	b.WriteString("}}\n")
+	return b
+}
+
+// removeLine builds the workloads:remove line of a removal, its newline
+// included, in a pooled buffer.
+func removeLine(r *removalEvent) *bytes.Buffer {
+	b := getBrokerLine()
+	writeNotification(b, methodRemove, r.brokerParams())
+	b.WriteByte('\n')
+	return b
+}
+
+// frameLine builds the broker line of a local frame.
+func frameLine(f *localFrame) *bytes.Buffer {
+	if f.isRemoval() {
+		return removeLine(&f.removal)
+	}
+	return upsertLine(f.life.raw)
+}
+
+// emitUpsert writes a workload object up to the broker as workloads:upsert.
+func (m *Manager) emitUpsert(info json.RawMessage) error {
+	return m.out.send(upsertLine(info))
+}
+
+// emitRemove writes a removal up to the broker as workloads:remove, naming
+// the workload in the tokens it arrived with (removalEvent.brokerParams).
+func (m *Manager) emitRemove(r *removalEvent) error {
+	return m.out.send(removeLine(r))
+}
+
+// writeBrokerGroupMetrics renders the group commit's own series.
+func (m *Manager) writeBrokerGroupMetrics(t *metricsText) {
+	t.single("nvpair_wlm_broker_write_calls_total", "counter", "Write calls to the broker; nvpair_wlm_broker_writes_total over this is the mean frames per write (group commit).", float64(m.out.writeCalls.Load()))
+	t.single("nvpair_wlm_broker_write_groups_at_bound_total", "counter", "Groups of broker frames closed because the next frame would take them past nvpair_wlm_broker_write_group_limit_bytes; that frame went up in the next write.", float64(m.out.groupsAtBound.Load()))
+	t.single("nvpair_wlm_broker_write_group_limit_bytes", "gauge", "The most bytes of frames written to the broker in one write call, unless one frame alone is longer.", brokerGroupMaxBytes)
+}

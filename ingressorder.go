@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// The ingress order (spec 3.5, 6). An ingress frame, a producer's post or a
+// lease's expiry, is written up to the broker first and only then committed
+// (tracked, remembered, queued for the peers), and concurrent ingress
+// frames reach the broker and the peer queue in one order. ingestMu decides
+// that order, but it is held only while a frame takes its place in the
+// broker order (brokerWriter.enter), not across the write: posts that wait
+// together are written together (brokergroup.go). The frame's commit is its
+// after-write step, which the group's leader runs in the broker order
+// before any later group is written; a frame whose write fails is not
+// committed.
+//
+// Between taking its place and being committed, a frame is in flight. Two
+// checks that used to see every earlier post committed, because ingestMu
+// was held through the commit, account for the frames in flight instead:
+// the live-workload limit counts the runs they would start, and a lease's
+// expiry waits until they are settled before it reads the lease.
+
+// ingressInFlight counts the ingress frames that have their place in the
+// broker order and are not yet settled: committed after their write, or
+// failed.
+type ingressInFlight struct {
+	// mu guards n, newRuns and drained. A leaf lock: taken under ingestMu
+	// by a frame taking its place and by the expiry, and alone by the
+	// commit that settles a frame (run by the group's leader) and by a
+	// failed frame's caller.
+	mu sync.Mutex
+	n  int
+	// newRuns counts, per run, the frames in flight that would start it:
+	// runs the re-sync set did not hold when their frame was checked. The
+	// live-workload check counts each such run once.
+	newRuns map[workloadKey]int
+	// drained, when not nil, is closed when n falls to 0: the expiry waits
+	// on it.
+	drained chan struct{}
+}
+
+// pendingRuns returns how many runs the frames in flight would start, and
+// whether key is one of them.
+func (q *ingressInFlight) pendingRuns(key workloadKey) (n int, pending bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.newRuns), q.newRuns[key] > 0
+}
+
+// accept counts a frame in; startsRun says it would start run key.
+func (q *ingressInFlight) accept(key workloadKey, startsRun bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.n++
+	if startsRun {
+		if q.newRuns == nil {
+			q.newRuns = map[workloadKey]int{}
+		}
+		q.newRuns[key]++
+	}
+}
+
+// settle counts a frame out, once it is committed or has failed.
+func (q *ingressInFlight) settle(key workloadKey, startsRun bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.n--
+	if startsRun {
+		if q.newRuns[key]--; q.newRuns[key] == 0 {
+			delete(q.newRuns, key)
+		}
+	}
+	if q.n == 0 && q.drained != nil {
+		close(q.drained)
+		q.drained = nil
+	}
+}
+
+// waitSettled returns once every frame in flight is settled. Called with
+// ingestMu held, so no frame joins them meanwhile and the wait ends: the
+// frames' writes and commits take no lock the caller holds.
+func (q *ingressInFlight) waitSettled() {
+	q.mu.Lock()
+	if q.n == 0 {
+		q.mu.Unlock()
+		return
+	}
+	if q.drained == nil {
+		q.drained = make(chan struct{})
+	}
+	ch := q.drained
+	q.mu.Unlock()
+	<-ch
+}
+
+// inFlight is how many ingress frames are in flight now.
+func (q *ingressInFlight) inFlight() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.n
+}
+
+// ingressTurn is an ingress frame's place in the broker order.
+type ingressTurn struct {
+	turn      brokerTurn
+	q         *ingressInFlight
+	key       workloadKey
+	startsRun bool
+}
+
+// enterIngressOrder gives an ingress frame its place in the broker order,
+// with line its broker line and peerLine its line to the peers, both built
+// before ingestMu was taken. Called with ingestMu held; the caller waits
+// on the turn after releasing it. A line over the broker's line limit is
+// returned as it is; a broker already gone as errBrokerWrite. Either
+// leaves nothing in flight.
+func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, peerLine []byte, startsRun bool) (ingressTurn, error) {
+	q := &m.ingressFlight
+	key := f.life.key() // unused for a removal, which never starts a run
+	q.accept(key, startsRun)
+	turn, err := m.out.enter(line, func() {
+		m.commitLocalLine(f, fromIngress, peerLine)
+		q.settle(key, startsRun)
+	})
+	if err != nil {
+		q.settle(key, startsRun)
+		if errors.Is(err, errLineOverLimit) {
+			return ingressTurn{}, err
+		}
+		return ingressTurn{}, fmt.Errorf("%w: %v", errBrokerWrite, err)
+	}
+	return ingressTurn{turn: turn, q: q, key: key, startsRun: startsRun}, nil
+}
+
+// wait returns once the frame is written and committed, or as
+// errBrokerWrite once its group's write failed, which committed nothing.
+func (t ingressTurn) wait() error {
+	if err := t.turn.wait(); err != nil {
+		t.q.settle(t.key, t.startsRun)
+		return fmt.Errorf("%w: %v", errBrokerWrite, err)
+	}
+	return nil
+}
+
+// enterLocalFrame is enterIngressOrder for a frame whose lines are built
+// here, under ingestMu: the lease's expiry, rare enough not to matter.
+func (m *Manager) enterLocalFrame(f localFrame) (ingressTurn, error) {
+	return m.enterIngressOrder(f, frameLine(&f), encodeNotification(f.method, f.params), false)
+}
