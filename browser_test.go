@@ -445,7 +445,10 @@ func startDaemonProcess(t *testing.T, peer *testNode) *daemonProc {
 	}
 	peer.m.trust.reload()
 
-	d := startDaemon(t, "--app-dir", app, "--port", "0", "--local-ingress", "127.0.0.1:0", "--log-level", "debug")
+	// No heartbeat pass within the test: a browser slow to start on a busy
+	// machine would otherwise see the workloads re-asserted to the peer,
+	// whose broker then holds them twice.
+	d := startDaemon(t, "--app-dir", app, "--port", "0", "--local-ingress", "127.0.0.1:0", "--log-level", "debug", "--resync-interval", "1h")
 	t.Cleanup(func() {
 		d.closeStdin()
 		d.wantCleanExit(d.waitExit(waitTimeout))
