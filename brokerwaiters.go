@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // Broker stalls are bounded (spec 7). The broker writer blocks while the
@@ -15,14 +16,16 @@ import (
 // that reached its broker write then holds a goroutine and a connection
 // until the broker reads again, and without a bound a stalled broker lets
 // any number of them pile up. So each of the two channels lets at most
-// brokerWaitersMax requests wait on the broker at once; one more is
-// answered 503 with Retry-After at once, its connection closed, nothing
+// brokerWaitersMax requests wait on the broker at once; one more waits
+// briefly for a slot (brokerWaiterPatience) and is then answered 503 with
+// Retry-After, its connection closed, nothing
 // written, deduplicated or tracked. The stdio read loop's own writes (its
 // answers to the broker's requests) are not requests and are never refused.
 
 // brokerWaitersMax is how many requests of one channel (the peer port, the
-// ingress) may wait on the broker at once. 64 is well above what a healthy
-// broker ever leaves waiting (a write takes microseconds) and keeps a stall
+// ingress) may wait on the broker at once. A healthy broker rarely leaves
+// that many waiting (a write takes microseconds, and waiting frames go up
+// together), a larger burst queues for its patience, and a stall is kept
 // to some 128 goroutines and connections, a few megabytes, whatever the
 // senders do. Each channel has its own, so a flood on one cannot refuse the
 // other while the broker reads.
@@ -49,20 +52,40 @@ func newBrokerWaiters(channel string, limit int) *brokerWaiters {
 	return &brokerWaiters{channel: channel, slots: make(chan struct{}, limit)}
 }
 
-// tryAcquire takes a slot when one is free and reports whether it did; a
-// request that gets none is counted as refused and must be answered with
-// errBrokerBusy.
-func (b *brokerWaiters) tryAcquire() bool {
+// brokerWaiterPatience is how long a request waits for a slot when every
+// slot is taken. A broker that reads frees a slot within a write (group
+// commit writes the waiting frames together), so a burst of posts beyond
+// the bound, 128 producers at once, say, is a short queue and not a flood
+// of refusals and reconnections; a broker that does not read frees none,
+// and the request is refused after this wait, which a stall makes no
+// longer than it is. The waiting request holds its goroutine and its
+// connection for that long: both are bounded by the listener's connection
+// cap.
+const brokerWaiterPatience = 250 * time.Millisecond
+
+// acquire takes a slot, waiting up to brokerWaiterPatience for one, or
+// less when done is closed (the request's client went away), and reports
+// whether it did; a request that gets none is counted as refused and must
+// be answered with errBrokerBusy.
+func (b *brokerWaiters) acquire(done <-chan struct{}) bool {
 	select {
 	case b.slots <- struct{}{}:
 		return true
 	default:
-		b.refused.Add(1)
-		return false
 	}
+	wait := time.NewTimer(brokerWaiterPatience)
+	defer wait.Stop()
+	select {
+	case b.slots <- struct{}{}:
+		return true
+	case <-wait.C:
+	case <-done:
+	}
+	b.refused.Add(1)
+	return false
 }
 
-// release gives back a slot taken by tryAcquire.
+// release gives back a slot taken by acquire.
 func (b *brokerWaiters) release() { <-b.slots }
 
 // waiting is how many requests hold a slot now.

@@ -209,3 +209,38 @@ func newNetPeerHarnessWith(t *testing.T, before func(*testNode), opts ...nodeOpt
 	n.start()
 	return &netPeerHarness{n: n, client: client, c: netPeerClient(t, &client, n.ident.DER), addr: n.m.PeerAddr().String()}
 }
+
+// TestARequestBeyondTheBoundWaitsBrieflyForASlot: a slot freed while a
+// request waits for one is taken, so a burst beyond the bound is a short
+// queue; with none freed, the request is refused once its patience is up,
+// and sooner when its client goes away.
+func TestARequestBeyondTheBoundWaitsBrieflyForASlot(t *testing.T) {
+	b := newBrokerWaiters("ingress", 2)
+	for range 2 {
+		if !b.acquire(nil) {
+			t.Fatal("a free slot was refused")
+		}
+	}
+	got := make(chan bool, 1)
+	go func() { got <- b.acquire(nil) }()
+	b.release() // while the third waits, or before it looks: it gets the slot either way
+	if !<-got {
+		t.Fatal("a request that found every slot taken was refused although one was freed at once")
+	}
+
+	start := time.Now()
+	if b.acquire(nil) {
+		t.Fatal("a slot was taken with none free")
+	}
+	if waited := time.Since(start); waited < brokerWaiterPatience {
+		t.Fatalf("refused after %v, before the %v of patience", waited, brokerWaiterPatience)
+	}
+	gone := make(chan struct{})
+	close(gone)
+	if b.acquire(gone) {
+		t.Fatal("a slot was taken with none free for a client that went away")
+	}
+	if b.refused.Load() != 2 {
+		t.Fatalf("%d refusals counted, want 2", b.refused.Load())
+	}
+}

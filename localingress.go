@@ -246,7 +246,7 @@ func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, er
 		m.leases.refused.Add(1)
 		return f, fmt.Errorf("%w: %v", errBadFrame, err)
 	}
-	if !m.ingressWaiters.tryAcquire() {
+	if !m.ingressWaiters.acquire(nil) {
 		return f, m.ingressWaiters.busy()
 	}
 	defer m.ingressWaiters.release()

@@ -214,7 +214,7 @@ func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *re
 	}
 	// A batch is one request waiting on the broker, whatever its length: it
 	// takes one slot for all its elements, which it writes one at a time.
-	if !m.peerWaiters.tryAcquire() {
+	if !m.peerWaiters.acquire(r.Context().Done()) {
 		m.peerWaiters.refuse(w, log.logger())
 		return
 	}

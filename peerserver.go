@@ -123,7 +123,7 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 	}
 	// The slot is taken once the body is in, so a client slow to send one
 	// never holds it, and given back before the answer is written.
-	if !m.peerWaiters.tryAcquire() {
+	if !m.peerWaiters.acquire(r.Context().Done()) {
 		m.peerWaiters.refuse(w, log.logger())
 		return
 	}
