@@ -23,7 +23,7 @@ import (
 // counterVec is a family of counters told apart by label values. The set
 // of label values is bounded by the callers (known methods, status codes).
 type counterVec struct {
-	mu     sync.Mutex // guards series; a leaf lock
+	mu     sync.RWMutex // guards series; a leaf lock
 	series map[string]*labelledCounter
 }
 
@@ -35,23 +35,47 @@ type labelledCounter struct {
 func newCounterVec() *counterVec { return &counterVec{series: map[string]*labelledCounter{}} }
 
 // inc adds one to the counter with these label values.
+// It is on every frame's path: a series that exists is found under the
+// read lock with a key built on the stack, with no allocation; only a new
+// series takes the write lock and copies its values.
 func (v *counterVec) inc(values ...string) {
-	key := strings.Join(values, "\x00")
+	var stack [128]byte
+	key := appendSeriesKey(stack[:0], values)
+	v.mu.RLock()
+	c := v.series[string(key)]
+	v.mu.RUnlock()
+	if c == nil {
+		c = v.add(string(key), values)
+	}
+	c.n.Add(1)
+}
+
+// add returns the series for key, making it if no caller has yet.
+func (v *counterVec) add(key string, values []string) *labelledCounter {
 	v.mu.Lock()
+	defer v.mu.Unlock()
 	c := v.series[key]
 	if c == nil {
-		c = &labelledCounter{values: values}
+		c = &labelledCounter{values: slices.Clone(values)}
 		v.series[key] = c
 	}
-	v.mu.Unlock()
-	c.n.Add(1)
+	return c
+}
+
+// appendSeriesKey appends the key of a series: its label values, each
+// followed by a NUL.
+func appendSeriesKey(dst []byte, values []string) []byte {
+	for _, val := range values {
+		dst = append(append(dst, val...), 0)
+	}
+	return dst
 }
 
 // get returns the counter's value, for tests.
 func (v *counterVec) get(values ...string) uint64 {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if c := v.series[strings.Join(values, "\x00")]; c != nil {
+	v.mu.RLock()
+	defer v.mu.RUnlock()
+	if c := v.series[string(appendSeriesKey(nil, values))]; c != nil {
 		return c.n.Load()
 	}
 	return 0

@@ -1,7 +1,5 @@
 package main
 
-import "strings"
-
 // Labelled series whose label values are known before anything happens
 // are rendered from the first scrape, at zero: Prometheus' rate() and
 // increase() need two samples of a series, so a series that appeared only
@@ -44,12 +42,7 @@ func (m *Manager) presetSeries() {
 // touch creates the counter with these label values, at zero, when it
 // does not exist yet.
 func (v *counterVec) touch(values ...string) {
-	key := strings.Join(values, "\x00") // as inc keys them
-	v.mu.Lock()
-	if v.series[key] == nil {
-		v.series[key] = &labelledCounter{values: values}
-	}
-	v.mu.Unlock()
+	v.add(string(appendSeriesKey(nil, values)), values)
 }
 
 // writeDeprecatedGauges renders the gauges under the names they had before
