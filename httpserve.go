@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -111,3 +112,12 @@ var (
 	textPlainUTF8 = []string{"text/plain; charset=utf-8"}
 	noSniff       = []string{"nosniff"}
 )
+
+// statusCode is a status as its decimal text, the label of the responses
+// counters; the common one without an allocation.
+func statusCode(status int) string {
+	if status == http.StatusOK {
+		return "200"
+	}
+	return strconv.Itoa(status)
+}

@@ -122,7 +122,7 @@ func (li *localIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	status, reason, f := li.decide(w, r)
 	reason = clipReason(reason)
-	li.m.ingressResponses.inc(strconv.Itoa(status))
+	li.m.ingressResponses.inc(statusCode(status))
 	// The method and path come from the request: clipped, like every
 	// value a client chooses.
 	log := newRequestLog(li.m.log, "ingress", r.RemoteAddr)
@@ -212,6 +212,9 @@ func (li *localIngress) checkRequest(r *http.Request) (int, string) {
 }
 
 func isJSONMediaType(ct string) bool {
+	if ct == "application/json" {
+		return true // what producers send, without a parse
+	}
 	mt, _, err := mime.ParseMediaType(ct)
 	return err == nil && mt == "application/json"
 }

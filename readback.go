@@ -188,12 +188,12 @@ func (li *localIngress) serveReadBack(w http.ResponseWriter, r *http.Request) {
 	}
 	if status != 0 {
 		reason = clipReason(reason)
-		li.m.ingressResponses.inc(strconv.Itoa(status))
+		li.m.ingressResponses.inc(statusCode(status))
 		li.rejects.log(log(), slog.LevelWarn, r.RemoteAddr, status, "ingress request rejected", "status", status, "reason", reason)
 		answer(w, status, reason)
 		return
 	}
-	li.m.ingressResponses.inc(strconv.Itoa(http.StatusOK))
+	li.m.ingressResponses.inc("200")
 	listed, cut := li.m.readBack(w, q)
 	if li.m.log.Enabled(r.Context(), slog.LevelDebug) {
 		log().Debug("ingress read-back answered", "status", http.StatusOK, "listed", listed, "cutBy", cut)
