@@ -24,10 +24,11 @@ const bodyBudgetWait = 500 * time.Millisecond
 type bodyBudget struct {
 	capacity int64
 
-	// mu guards used and freed. A leaf lock.
-	mu    sync.Mutex
-	used  int64
-	freed chan struct{} // closed and replaced whenever bytes are given back
+	// mu guards used, freed and waiting. A leaf lock.
+	mu      sync.Mutex
+	used    int64
+	freed   chan struct{} // closed and replaced when bytes are given back while a request waits
+	waiting int           // requests waiting on freed
 
 	refused atomic.Uint64
 }
@@ -40,6 +41,14 @@ func newBodyBudget(capacity int64) *bodyBudget {
 // when there was none by then. n is at most the capacity (the callers'
 // caps are far below it).
 func (b *bodyBudget) acquire(n int64, wait time.Duration, done <-chan struct{}) bool {
+	b.mu.Lock()
+	if b.used+n <= b.capacity {
+		// The common case: room at once, with no timer and no wait.
+		b.used += n
+		b.mu.Unlock()
+		return true
+	}
+	b.mu.Unlock()
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
@@ -49,24 +58,36 @@ func (b *bodyBudget) acquire(n int64, wait time.Duration, done <-chan struct{}) 
 			b.mu.Unlock()
 			return true
 		}
+		// Counted in the same hold that reads freed, so a release after
+		// it closes the channel this request waits on.
 		freed := b.freed
+		b.waiting++
 		b.mu.Unlock()
+		var ok bool
 		select {
 		case <-freed:
+			ok = true
 		case <-deadline.C:
-			return false
 		case <-done:
+		}
+		b.mu.Lock()
+		b.waiting--
+		b.mu.Unlock()
+		if !ok {
 			return false
 		}
 	}
 }
 
-// release gives n bytes back and wakes the requests waiting for room.
+// release gives n bytes back and wakes the requests waiting for room, if
+// any: with none waiting, the channel is left as it is.
 func (b *bodyBudget) release(n int64) {
 	b.mu.Lock()
 	b.used -= n
-	close(b.freed)
-	b.freed = make(chan struct{})
+	if b.waiting > 0 {
+		close(b.freed)
+		b.freed = make(chan struct{})
+	}
 	b.mu.Unlock()
 }
 

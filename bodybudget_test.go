@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestRequestBodiesOverTheBudgetWaitBrieflyThenGet503WithRetryAfter(t *testing.T) {
@@ -75,5 +76,34 @@ func TestAChunkedBodyReservesTheWholeCap(t *testing.T) {
 	resp.Body.Close()
 	if during != 100 {
 		t.Fatalf("a chunked body reserved %d bytes, want the cap, 100", during)
+	}
+}
+
+// TestABodyWaitingForRoomIsWokenWhenBytesAreGivenBack: a request waiting
+// for room gets it as soon as another gives its bytes back, not at the end
+// of its wait.
+func TestABodyWaitingForRoomIsWokenWhenBytesAreGivenBack(t *testing.T) {
+	b := newBodyBudget(100)
+	if !b.acquire(100, time.Millisecond, nil) {
+		t.Fatal("an empty budget had no room")
+	}
+	got := make(chan bool, 1)
+	go func() { got <- b.acquire(50, time.Hour, nil) }()
+	eventually(t, "the second request waiting for room", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.waiting == 1
+	})
+	b.release(100)
+	select {
+	case ok := <-got:
+		if !ok {
+			t.Fatal("the waiting request was refused although room was given back")
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("the waiting request was not woken when room was given back")
+	}
+	if b.inUse() != 50 {
+		t.Fatalf("%d bytes in use, want 50", b.inUse())
 	}
 }
