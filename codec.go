@@ -146,7 +146,9 @@ func writeNotification(b *bytes.Buffer, method string, params json.RawMessage) {
 // or a peer may send pretty-printed JSON: compacting drops that whitespace
 // and changes no value. A value that does not compact is written as it is.
 func writeOneLine(b *bytes.Buffer, v json.RawMessage) {
-	if bytes.ContainsAny(v, "\r\n") {
+	// Two byte searches: each is vectorized, where ContainsAny walks the
+	// value a byte at a time, on every frame.
+	if bytes.IndexByte(v, '\n') >= 0 || bytes.IndexByte(v, '\r') >= 0 {
 		n := b.Len()
 		if err := json.Compact(b, v); err == nil {
 			return
