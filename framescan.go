@@ -277,23 +277,10 @@ func (s *frameScan) clearFrom(level int) {
 // without recording anything. Nested containers are walked iteratively,
 // with their count held to encoding/json's nesting limit.
 func (s *frameScan) skipValue(i int) (int, error) {
-	b := s.b
-	switch c := b[i]; {
-	case c == '"':
-		end, _, err := scanStringToken(b, i)
-		return end, err
-	case c == '{' || c == '[':
+	if c := s.b[i]; c == '{' || c == '[' {
 		return s.skipContainer(i)
-	case c == '-' || ('0' <= c && c <= '9'):
-		return scanNumber(b, i)
-	case c == 't':
-		return scanLiteral(b, i, "true")
-	case c == 'f':
-		return scanLiteral(b, i, "false")
-	case c == 'n':
-		return scanLiteral(b, i, "null")
 	}
-	return 0, errScanSyntax
+	return s.skipScalar(i)
 }
 
 // skipContainer validates the object or array at b[i]. Its open
@@ -615,13 +602,4 @@ func appendUnquoted(dst, q []byte) []byte {
 		dst = utf8.AppendRune(dst, r)
 	}
 	return dst
-}
-
-// decodedLen returns the bytes of the text a well-formed string token
-// decodes to, without decoding it.
-func decodedLen(q []byte, s scanString) int {
-	if !s.escaped {
-		return len(q) - 2
-	}
-	return decodedJSONStringLen(q)
 }

@@ -236,7 +236,7 @@ func checkStringBound(level, field string, limit int, v []byte) *fieldTooLongErr
 }
 
 // decodedJSONStringLen returns the bytes of the UTF-8 text a well-formed
-// quoted JSON string decodes to (isWellFormedJSONString), without
+// quoted JSON string decodes to (no lone surrogate, checkMemberType), without
 // decoding it.
 func decodedJSONStringLen(q []byte) int {
 	s := q[1 : len(q)-1]
@@ -252,7 +252,7 @@ func decodedJSONStringLen(q []byte) int {
 			i += 2
 			continue
 		}
-		r, _ := escapedRune(s, i)
+		r, _ := escapedRuneAt(s, i)
 		i += 6
 		if isHighSurrogate(r) {
 			n += 4 // with the escaped low surrogate that must follow
@@ -332,60 +332,6 @@ func parseJSONInteger(v []byte) (int64, bool) {
 		n = -n
 	}
 	return n, true
-}
-
-// isWellFormedJSONString reports whether a quoted JSON string decodes to
-// text without a substitution: its raw bytes are valid UTF-8 and every \u
-// escape of a surrogate is a high one followed by an escaped low one.
-// encoding/json turns a violation into U+FFFD without an error, so this is
-// decided on the raw text.
-func isWellFormedJSONString(q []byte) bool {
-	if len(q) < 2 {
-		return false
-	}
-	s := q[1 : len(q)-1]
-	for i := 0; i < len(s); {
-		switch c := s[i]; {
-		case c == '\\':
-			if i+1 < len(s) && s[i+1] != 'u' {
-				i += 2
-				continue
-			}
-			r, ok := escapedRune(s, i)
-			if !ok {
-				return false
-			}
-			i += 6
-			if isLowSurrogate(r) {
-				return false
-			}
-			if isHighSurrogate(r) {
-				low, ok := escapedRune(s, i)
-				if !ok || !isLowSurrogate(low) {
-					return false
-				}
-				i += 6
-			}
-		case c < utf8.RuneSelf:
-			i++
-		default:
-			r, n := utf8.DecodeRune(s[i:])
-			if r == utf8.RuneError && n == 1 { // also an encoded surrogate
-				return false
-			}
-			i += n
-		}
-	}
-	return true
-}
-
-// escapedRune reads the \uXXXX escape at s[i].
-func escapedRune(s []byte, i int) (rune, bool) {
-	if i+6 > len(s) || s[i] != '\\' || s[i+1] != 'u' {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(string(s[i+2:i+6]), 16, 16)
-	return rune(n), err == nil
 }
 
 func isHighSurrogate(r rune) bool { return 0xd800 <= r && r < 0xdc00 }
