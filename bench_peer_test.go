@@ -101,26 +101,7 @@ func BenchmarkPeerInboundEndToEnd(b *testing.B) {
 	url := "https://" + r.m.PeerAddr().String() + peerEventsPath
 	var next atomic.Int64
 	b.SetParallelism(4)
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		var buf []byte
-		for pb.Next() {
-			buf = benchPeerFrame(buf[:0], peer.Principal, next.Add(1))
-			resp, err := c.Post(url, "application/json", bytes.NewReader(buf))
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				b.Errorf("status %d", resp.StatusCode)
-				return
-			}
-		}
-	})
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "frames/s")
+	benchPostInParallel(b, c, url, func(buf []byte) []byte { return benchPeerFrame(buf, peer.Principal, next.Add(1)) })
 }
 
 // benchTLSState is the connection state of a client that presented the

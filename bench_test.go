@@ -268,13 +268,21 @@ func BenchmarkIngressEndToEnd(b *testing.B) {
 	client := &http.Client{Transport: tr}
 	var next atomic.Int64
 	b.SetParallelism(8)
+	benchPostInParallel(b, client, url, func(buf []byte) []byte {
+		n := next.Add(1)
+		return benchIngressBody(buf, n/3, n%3+1)
+	})
+}
+
+// benchPostInParallel posts the frames frame appends, from RunParallel's
+// goroutines over client, each answered 200, and reports frames/s.
+func benchPostInParallel(b *testing.B, client *http.Client, url string, frame func(buf []byte) []byte) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		var buf []byte
 		for pb.Next() {
-			n := next.Add(1)
-			buf = benchIngressBody(buf[:0], n/3, n%3+1)
+			buf = frame(buf[:0])
 			resp, err := client.Post(url, "application/json", bytes.NewReader(buf))
 			if err != nil {
 				b.Error(err)

@@ -455,22 +455,7 @@ func TestAGroupIsBoundedInBytesAndTheRestGoesInTheNextWrite(t *testing.T) {
 // already in flight is not, and the set ends at its limit, not over it.
 func TestIngressFramesInFlightCountTowardTheLiveWorkloadLimit(t *testing.T) {
 	const limit = 4
-	n, _ := ifxNode(t, withMaxLiveWorkloads(limit))
-	for i := range limit - 2 {
-		if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON(fmt.Sprintf("old-%d", i), "running", ""))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gw, heldDone := holdBroker(t, n)
-	var wg sync.WaitGroup
-	for i := range 2 {
-		wg.Go(func() {
-			if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON(fmt.Sprintf("new-%d", i), "running", ""))); err != nil {
-				t.Errorf("new-%d: %v", i, err)
-			}
-		})
-	}
-	eventually(t, "two new runs in flight", func() bool { return n.m.ingressFlight.inFlight() == 2 })
+	n, gw, heldDone, wg := twoNewRunsInFlight(t, limit)
 	var atLimit *errAtLimit
 	if err := answeredWhileHeld(t, "a third new run", func() error {
 		_, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("new-2", "running", "")))
@@ -499,22 +484,7 @@ func TestIngressFramesInFlightCountTowardTheLiveWorkloadLimit(t *testing.T) {
 // written (the broker holds them).
 func TestTheLiveWorkloadOvershootIsAtMostTheIngressRunsInFlight(t *testing.T) {
 	const limit = 4
-	n, _ := ifxNode(t, withMaxLiveWorkloads(limit))
-	for i := range limit - 2 {
-		if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON(fmt.Sprintf("old-%d", i), "running", ""))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gw, heldDone := holdBroker(t, n)
-	var wg sync.WaitGroup
-	for i := range 2 {
-		wg.Go(func() {
-			if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON(fmt.Sprintf("new-%d", i), "running", ""))); err != nil {
-				t.Errorf("new-%d: %v", i, err)
-			}
-		})
-	}
-	eventually(t, "two new runs in flight", func() bool { return n.m.ingressFlight.inFlight() == 2 })
+	n, gw, heldDone, wg := twoNewRunsInFlight(t, limit)
 	for i := range 3 {
 		n.m.handleLine([]byte(ifxStdioLifecycleJSON(fmt.Sprintf("broker-%d", i), "running", n.id, false)))
 	}
@@ -524,6 +494,30 @@ func TestTheLiveWorkloadOvershootIsAtMostTheIngressRunsInFlight(t *testing.T) {
 	if got := ifxTrackedCount(n); got != limit+2 {
 		t.Fatalf("the re-sync set holds %d runs, want %d: the limit and the two ingress runs that were in flight", got, limit+2)
 	}
+}
+
+// twoNewRunsInFlight starts a node whose re-sync set holds limit-2 runs,
+// holds its broker write, and posts two new runs that wait in flight
+// behind it: the set is then at its limit with the runs in flight.
+func twoNewRunsInFlight(t *testing.T, limit int) (*testNode, *groupWriter, func(), *sync.WaitGroup) {
+	t.Helper()
+	n, _ := ifxNode(t, withMaxLiveWorkloads(limit))
+	for i := range limit - 2 {
+		if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON(fmt.Sprintf("old-%d", i), "running", ""))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gw, heldDone := holdBroker(t, n)
+	wg := new(sync.WaitGroup)
+	for i := range 2 {
+		wg.Go(func() {
+			if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON(fmt.Sprintf("new-%d", i), "running", ""))); err != nil {
+				t.Errorf("new-%d: %v", i, err)
+			}
+		})
+	}
+	eventually(t, "two new runs in flight", func() bool { return n.m.ingressFlight.inFlight() == 2 })
+	return n, gw, heldDone, wg
 }
 
 // The broker line of an upsert, built in one pass, is the bytes the one

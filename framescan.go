@@ -566,25 +566,8 @@ func appendUnquoted(dst, q []byte) []byte {
 			i = j
 			continue
 		}
-		switch s[i+1] {
-		case 'u':
-		case 'b':
-			dst, i = append(dst, '\b'), i+2
-			continue
-		case 'f':
-			dst, i = append(dst, '\f'), i+2
-			continue
-		case 'n':
-			dst, i = append(dst, '\n'), i+2
-			continue
-		case 'r':
-			dst, i = append(dst, '\r'), i+2
-			continue
-		case 't':
-			dst, i = append(dst, '\t'), i+2
-			continue
-		default: // " \ /
-			dst, i = append(dst, s[i+1]), i+2
+		if s[i+1] != 'u' {
+			dst, i = append(dst, unescapedByte(s[i+1])), i+2
 			continue
 		}
 		r, _ := hexRune(s, i+2)
@@ -602,4 +585,22 @@ func appendUnquoted(dst, q []byte) []byte {
 		dst = utf8.AppendRune(dst, r)
 	}
 	return dst
+}
+
+// unescapedByte is the byte a one-character escape (the character after
+// the backslash, not u) stands for.
+func unescapedByte(c byte) byte {
+	switch c {
+	case 'b':
+		return '\b'
+	case 'f':
+		return '\f'
+	case 'n':
+		return '\n'
+	case 'r':
+		return '\r'
+	case 't':
+		return '\t'
+	}
+	return c // " \ /
 }

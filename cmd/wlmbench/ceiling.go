@@ -44,12 +44,8 @@ type ceilingSink struct {
 // the same share of a busy machine.
 func ceilingFanoutMain() error {
 	in := bufio.NewReader(os.Stdin)
-	line, err := in.ReadBytes('\n')
-	if err != nil {
-		return err
-	}
 	var spec ceilingFanoutSpec
-	if err := json.Unmarshal(line, &spec); err != nil {
+	if err := readSpecLine(in, &spec); err != nil {
 		return err
 	}
 	cert, err := tls.X509KeyPair(spec.CertPEM, spec.KeyPEM)
@@ -194,4 +190,14 @@ func (c *childProc) close() {
 		_ = c.cmd.Process.Kill()
 		<-done
 	}
+}
+
+// readSpecLine reads a ceiling process's spec: the first line of its stdin,
+// JSON.
+func readSpecLine(in *bufio.Reader, spec any) error {
+	line, err := in.ReadBytes('\n')
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(line, spec)
 }

@@ -241,12 +241,8 @@ type ceilingInboundSpec struct {
 // stdin EOF.
 func ceilingInboundMain() error {
 	in := bufio.NewReader(os.Stdin)
-	line, err := in.ReadBytes('\n')
-	if err != nil {
-		return err
-	}
 	var spec ceilingInboundSpec
-	if err := json.Unmarshal(line, &spec); err != nil {
+	if err := readSpecLine(in, &spec); err != nil {
 		return err
 	}
 	cert, err := tls.X509KeyPair(spec.CertPEM, spec.KeyPEM)
