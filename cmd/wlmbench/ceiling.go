@@ -116,11 +116,21 @@ func startCeilingFanout(client devpki.Identity, sinks []*sink) (*ceilingFanout, 
 	for _, s := range sinks {
 		spec.Sinks = append(spec.Sinks, ceilingSink{Port: s.port, DER: s.ident.DER})
 	}
+	p, err := startSelfWithSpec("ceiling-fanout", spec)
+	if err != nil {
+		return nil, err
+	}
+	return &ceilingFanout{p}, nil
+}
+
+// startSelfWithSpec starts a ceiling process and sends it its spec, the
+// first line of its stdin (readSpecLine).
+func startSelfWithSpec(mode string, spec any) (*childProc, error) {
 	line, err := json.Marshal(spec)
 	if err != nil {
 		return nil, err
 	}
-	p, err := startSelf("ceiling-fanout")
+	p, err := startSelf(mode)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +138,7 @@ func startCeilingFanout(client devpki.Identity, sinks []*sink) (*ceilingFanout, 
 		p.close()
 		return nil, err
 	}
-	return &ceilingFanout{p}, nil
+	return p, nil
 }
 
 // run posts n frames of run to every sink and waits until they hold them.

@@ -323,16 +323,8 @@ func startCeilingInbound(server devpki.Identity, peers []devpki.Identity) (*ceil
 	for _, p := range peers {
 		spec.Pins = append(spec.Pins, p.DER)
 	}
-	line, err := json.Marshal(spec)
+	p, err := startSelfWithSpec("ceiling-inbound", spec)
 	if err != nil {
-		return nil, err
-	}
-	p, err := startSelf("ceiling-inbound")
-	if err != nil {
-		return nil, err
-	}
-	if _, err := p.stdin.Write(append(line, '\n')); err != nil {
-		p.close()
 		return nil, err
 	}
 	addr, err := p.out.ReadString('\n')
