@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"io"
 	"net/http"
@@ -342,19 +341,7 @@ func scrapeProc(t *testing.T, d *daemonProc) map[string]float64 {
 	resp, err := http.Get("http://" + d.loggedValue("metrics endpoint listening", "addr") + "/metrics")
 	netMust(t, err)
 	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		netMust(t, err)
-		out[line[:i]] = v
-	}
-	return out
+	return parseMetricsText(t, resp.Body)
 }
 
 // openFDs counts the daemon's open descriptors on Linux, -1 elsewhere.

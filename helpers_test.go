@@ -613,8 +613,14 @@ func scrapeAddr(t *testing.T, addr string) map[string]float64 {
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
 		t.Fatalf("scrape: status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
+	return parseMetricsText(t, resp.Body)
+}
+
+// parseMetricsText reads a Prometheus text exposition into series -> value.
+func parseMetricsText(t testing.TB, r io.Reader) map[string]float64 {
+	t.Helper()
 	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "" || strings.HasPrefix(line, "#") {

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -265,10 +264,7 @@ func ceilingInboundMain() error {
 	}}
 	go func() { _ = srv.ServeTLS(ln, "", "") }()
 	h.writeLine([]byte(ln.Addr().String()))
-	_, _ = io.Copy(io.Discard, in)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	return srv.Shutdown(ctx)
+	return shutdownAtEOF(in, srv)
 }
 
 // inboundCeiling is the bare mTLS server's handler.

@@ -252,7 +252,13 @@ func serveCeilingMain() error {
 	srv := &http.Server{Handler: http.HandlerFunc(ceilingHandler)}
 	go func() { _ = srv.Serve(ln) }()
 	fmt.Println(ln.Addr().String())
-	_, _ = io.Copy(io.Discard, os.Stdin)
+	return shutdownAtEOF(os.Stdin, srv)
+}
+
+// shutdownAtEOF waits until in ends (the harness closed the ceiling
+// process's stdin), then shuts srv down, giving its requests 2 s.
+func shutdownAtEOF(in io.Reader, srv *http.Server) error {
+	_, _ = io.Copy(io.Discard, in)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	return srv.Shutdown(ctx)
