@@ -68,11 +68,14 @@ func TestAdversarialConnectionFloodLeavesRoomForRealClients(t *testing.T) {
 	idleFDs := openFDs(t, a)
 
 	// The flood: a few thousand connections that never send a request, to
-	// every listener. On the peer port they come from four addresses other
-	// than the real peer's, so both caps are hit: 4 x 16 > 48.
+	// every listener. On the peer port they come from addresses other than
+	// the real peer's, so both caps are hit: first one source over its own
+	// cap, then four more, 4 x 16 > 48. (In the other order the one source
+	// would only ever close its own connections for room once it held the
+	// most, below its cap: room is taken from the largest holder.)
 	peerAddr := net.JoinHostPort("127.0.0.1", itoa(a.port))
-	opened := flood(t, peerAddr, 1500, "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
-	opened += flood(t, peerAddr, 200, "127.0.0.6") // one source over its cap
+	opened := flood(t, peerAddr, 200, "127.0.0.6") // one source over its cap
+	opened += flood(t, peerAddr, 1500, "127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5")
 	opened += flood(t, ingress, 1500, "127.0.0.1")
 	opened += flood(t, metricsAddr, 500, "127.0.0.1")
 	t.Logf("flood: %d connections opened by the kernel", opened)

@@ -314,6 +314,7 @@ func (t *clusterTrust) authorize(certs []*x509.Certificate) error {
 func (t *clusterTrust) serverTLSConfig() *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
+		NextProtos: peerALPN,
 		ClientAuth: tls.RequestClientCert,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			if id := t.currentIdentity(); id != nil {
@@ -339,6 +340,9 @@ func (t *clusterTrust) clientTLSConfig(principal string) *tls.Config {
 		// Chain and name verification are replaced by the pin comparison in
 		// VerifyConnection, which also runs on resumed sessions.
 		InsecureSkipVerify: true,
+		// HTTP/1.1 by name, the one protocol the peer port serves (3.3);
+		// a stock peer's server, which offers h2 as well, picks it.
+		NextProtos: peerALPN,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			if id := t.currentIdentity(); id != nil {
 				return id, nil

@@ -19,10 +19,11 @@ import (
 //
 // A connection over a cap is closed at once, before anything is read from
 // it, with one exception that keeps a flood from locking out real clients:
-// when the listener is full, the connection that has waited longest
-// without a request in progress (new and not yet past its headers, or
-// idle between requests) is closed to make room, as a server with a fixed
-// pool of connection slots reclaims keep-alive connections under load. A
+// when the listener is full, a connection without a request in progress
+// (new and not yet past its headers, or idle between requests) is closed
+// to make room, as a server with a fixed pool of connection slots reclaims
+// keep-alive connections under load: the longest-waiting one of the source
+// holding the most connections (roomVictimLocked). A
 // client that holds connections open without using them therefore holds
 // them only until newer clients need the room; a client whose requests are
 // in progress keeps its connections.
@@ -207,7 +208,7 @@ func (l *connLimiter) admit(c net.Conn) *limitedConn {
 		}
 		// The victim's slot is handed to c here, so a burst cannot
 		// overshoot the cap while the victim's Close runs.
-		victim = front.Value.(*limitedConn)
+		victim = l.roomVictimLocked(front)
 		l.dropLocked(victim)
 	}
 	lc := &limitedConn{Conn: c, lim: l, source: source, slotted: true}
@@ -227,6 +228,29 @@ func (l *connLimiter) admit(c net.Conn) *limitedConn {
 		victim.Close()
 	}
 	return lc
+}
+
+// roomVictimLocked picks the connection to close for room: among the
+// connections without a request in progress, the longest-waiting one of
+// the source that holds the most connections. Taking the oldest alone let
+// a few sources that reconnect as fast as they are closed (a client the
+// peer port refuses comes straight back) churn the slots so quickly that
+// a pinned peer's fresh connection, still in its handshake, was always the
+// oldest and was closed before its first request. Taking from the largest
+// holder first leaves a source with few connections its own until every
+// larger one is down to its size. The walk is over at most the cap's
+// connections and runs only at the cap. Called with mu held; front is
+// l.waiting.Front(), not nil.
+func (l *connLimiter) roomVictimLocked(front *list.Element) *limitedConn {
+	victim := front.Value.(*limitedConn)
+	most := l.bySource[victim.source]
+	for e := front.Next(); e != nil; e = e.Next() {
+		c := e.Value.(*limitedConn)
+		if n := l.bySource[c.source]; n > most {
+			victim, most = c, n
+		}
+	}
+	return victim
 }
 
 // release gives a closed connection's slot back, once.

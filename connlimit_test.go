@@ -130,6 +130,33 @@ func TestAtTheCapTheLongestWaitingIdleConnectionMakesRoomForANewClient(t *testin
 	}
 }
 
+// Room is taken from the source that holds the most connections, oldest
+// first: a source with one waiting connection keeps it while a flood from
+// another source holds more, however recent the flood's connections are.
+func TestAtTheCapRoomIsTakenFromTheSourceHoldingTheMostConnections(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("needs a second loopback address (127.0.0.2), which only Linux routes by default")
+	}
+	s := startLimitedServer(t, 4, 0, time.Minute)
+	peer := s.rawConn(t, nil) // the oldest, from 127.0.0.1
+	eventually(t, "the peer's connection admitted", func() bool { return s.lim.openConns() == 1 })
+	flooder := &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}
+	var flood []net.Conn
+	for range 3 {
+		flood = append(flood, s.rawConn(t, flooder))
+	}
+	eventually(t, "the flood admitted", func() bool { return s.lim.openConns() == 4 })
+	for i := range 3 {
+		s.rawConn(t, flooder) // at the cap: each closes one of the flood's
+		if !closedByServer(flood[i], 2*time.Second) {
+			t.Fatalf("new connection %d from the flooding source did not close the flood's oldest", i+1)
+		}
+	}
+	if status, err := get(peer, "/"); err != nil || status != "HTTP/1.1 200 OK" {
+		t.Fatalf("the one connection of the other source got %q, %v; want it kept and answered", status, err)
+	}
+}
+
 func TestOneSourceIsCappedAndOtherSourcesAreNot(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("needs a second loopback address (127.0.0.2), which only Linux routes by default")

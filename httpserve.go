@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -12,26 +13,127 @@ import (
 )
 
 // Timeouts shared by the daemon's HTTP servers. There is deliberately no
-// write timeout: net/http's write deadline covers the whole handler, broker
-// write included, so a slow broker would make the server drop the response
-// after the frame had already landed, and the sender would retry a frame
-// that was accepted.
+// server-wide write timeout: net/http's WriteTimeout runs from the end of
+// the request's headers, so it would cover the handler's broker write too,
+// and a slow broker would make the server drop the answer of a frame that
+// had already landed (the sender would then retry a frame that was
+// accepted). The write deadline is instead armed when the answer starts
+// (answerWriteTimeout), on the client's side of the socket only.
 const (
 	serverReadHeaderTimeout = 5 * time.Second
 	serverReadTimeout       = 10 * time.Second
+	// answerWriteTimeout bounds how long a client may take to take an
+	// answer, from its first byte: a refusal or a frame's answer is a few
+	// hundred bytes and a metrics page some tens of KiB, so on loopback or
+	// a LAN it is written in milliseconds. A client that does not read
+	// (a receive window of 0) loses its connection at the deadline, and
+	// with it its connection slot, its body reservation and its broker
+	// waiter slot, all of which are given back when the handler returns.
+	answerWriteTimeout = 5 * time.Second
 )
 
-// newHTTPServer returns a server with the daemon's timeouts whose internal
-// errors (failed handshakes, malformed requests) go to the log at debug.
+// http1Only is the set of protocols every listener of the daemon serves:
+// HTTP/1.1 and HTTP/1.0, never HTTP/2 (neither negotiated by ALPN on the
+// peer port nor spoken in plaintext, by prior knowledge or by upgrade, on
+// the loopback listeners). HTTP/2 multiplexes streams with their own flow
+// control under one connection, so one connection could hold many stuck
+// answers and the connection caps (3.7) would count it once; the daemon's
+// peers and producers send one small request at a time, which HTTP/1.1
+// serves as well. spec.md 3.7 lists the protocols per listener.
+var http1Only = func() *http.Protocols {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	return &p
+}()
+
+// peerALPN is what the peer port offers by ALPN: HTTP/1.1 alone, so a
+// client that offers only h2 fails the handshake (no_application_protocol)
+// rather than being served a protocol the spec does not name. A client
+// that offers no ALPN at all (a stock daemon's net/http client offers
+// h2 and http/1.1) is served HTTP/1.1.
+var peerALPN = []string{"http/1.1"}
+
+// newHTTPServer returns a server with the daemon's timeouts and protocols
+// whose internal errors (failed handshakes, malformed requests) go to the
+// log at debug.
 func newHTTPServer(h http.Handler, idle time.Duration, log *slog.Logger) *http.Server {
 	return &http.Server{
-		Handler:           h,
+		Handler:           http1Answers(h),
 		ReadHeaderTimeout: serverReadHeaderTimeout,
 		ReadTimeout:       serverReadTimeout,
 		IdleTimeout:       idle,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		Protocols:         http1Only,
+		// A non-nil map without "h2" is the older way to say the same as
+		// Protocols; set too, so no configuration path can bring h2 back.
+		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
+		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 }
+
+// http1Answers wraps every listener's handler: it answers a request that
+// is not HTTP/1.x (net/http hands its handlers the HTTP/2 preface,
+// "PRI * HTTP/2.0", for them to take over) with 505 and closes the
+// connection, and it puts a write deadline on every answer.
+func http1Answers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor != 1 {
+			w.Header().Set("Connection", "close")
+			answer(w, http.StatusHTTPVersionNotSupported, "this listener speaks HTTP/1.1 only")
+			return
+		}
+		dw := deadlineWriter{ResponseWriter: w}
+		// A keep-alive connection keeps the deadline of its previous
+		// answer; cleared, so a "100 Continue" written while this request
+		// reads its body is not cut off by it.
+		dw.setDeadline(time.Time{})
+		next.ServeHTTP(&dw, r)
+		// An answer the handler left to net/http (none does today) is
+		// still written under a deadline.
+		dw.arm()
+	})
+}
+
+// deadlineWriter arms the connection's write deadline when the answer
+// starts: at its header or first byte, whichever comes first, and not
+// before, so the time the handler spends on the broker does not count
+// against the client.
+type deadlineWriter struct {
+	http.ResponseWriter
+	armed bool
+}
+
+func (w *deadlineWriter) arm() {
+	if !w.armed {
+		w.armed = true
+		w.setDeadline(time.Now().Add(answerWriteTimeout))
+	}
+}
+
+func (w *deadlineWriter) setDeadline(t time.Time) {
+	_ = http.NewResponseController(w.ResponseWriter).SetWriteDeadline(t)
+}
+
+func (w *deadlineWriter) WriteHeader(status int) {
+	w.arm()
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *deadlineWriter) Write(b []byte) (int, error) {
+	w.arm()
+	return w.ResponseWriter.Write(b)
+}
+
+// SetWriteDeadline lets a handler whose answer is long (the read-back)
+// set a deadline of its own through http.ResponseController; it then
+// replaces the default one.
+func (w *deadlineWriter) SetWriteDeadline(t time.Time) error {
+	w.armed = true
+	return http.NewResponseController(w.ResponseWriter).SetWriteDeadline(t)
+}
+
+// Unwrap gives http.ResponseController the writer underneath, for the
+// read deadlines and flushes handlers ask of it.
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // errBodyTooLarge is what readCappedBody and readBodyUpTo return, wrapped
 // in a *bodyTooLargeError that names the cap, for a body over the cap.

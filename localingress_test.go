@@ -422,9 +422,9 @@ func TestLocalIngressAnswersAfterASlowBrokerWrite(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("the upsert never reached the broker writer")
 	}
-	// The broker takes its time; a write timeout shorter than this would
-	// drop the answer.
-	time.Sleep(2 * time.Second)
+	// The broker takes longer than an answer's write deadline: a deadline
+	// armed before the answer starts would drop it.
+	time.Sleep(answerWriteTimeout + time.Second)
 	stall.unblock()
 	select {
 	case r := <-res:

@@ -68,6 +68,7 @@ func newPeerSender(t peerTarget, stats *peerStats, dialTLS func(context.Context,
 		MaxIdleConns:        peerMaxIdleConns,
 		MaxIdleConnsPerHost: peerMaxIdleConns,
 		IdleConnTimeout:     peerClientIdleTimeout,
+		Protocols:           http1Only,
 	}
 	return &peerSender{
 		target:    t,
