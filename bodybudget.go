@@ -1,6 +1,10 @@
 package main
 
 import (
+	"container/list"
+	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -8,11 +12,19 @@ import (
 	"time"
 )
 
-// requestBodyBudget bounds the bytes of request bodies the daemon holds at
-// once, across the peer port and the ingress: 32 bodies at the largest a
-// peer may send (a 1 MiB batch), or tens of thousands of ordinary frames.
-// Without it each connection may hold a body of its own, and 1,500
-// connections sending 1 MiB bodies took 2.4 GB.
+// Request bodies (spec 3.7). Each channel that takes bodies, the peer port
+// and the ingress, has a budget of its own, so a flood on one cannot get
+// the other refused (the reason the broker waiters are per channel too). A
+// request reserves its declared length only once the checks that need no
+// body have passed (the pin on the peer port; Origin, Host, method, path
+// and Content-Type on the ingress), so a client the channel would refuse
+// anyway holds nothing of it.
+
+// requestBodyBudget bounds the bytes of request bodies one channel holds at
+// once: 32 bodies at the largest a peer may send (a 1 MiB batch), or tens
+// of thousands of ordinary frames. Without it each connection may hold a
+// body of its own, and 1,500 connections sending 1 MiB bodies took 2.4 GB.
+// The two channels together hold at most twice this.
 const requestBodyBudget = 32 << 20
 
 // bodyBudgetWait is how long a request waits for room in the budget before
@@ -20,9 +32,232 @@ const requestBodyBudget = 32 << 20
 // client is never left hanging.
 const bodyBudgetWait = 500 * time.Millisecond
 
+// bodyReadTimeout is how long a request has to send its body once its
+// headers are in and its room reserved: a 1 MiB body, the largest any
+// channel takes, needs 4 Mbit/s, and a frame of a few KiB arrives in the
+// packet after its headers. A client that declares a body and does not
+// send it gives its reservation back then, not at the 10 s read timeout.
+// A variable only so a test need not wait for it.
+var bodyReadTimeout = 2 * time.Second
+
+// ingressUnfinishedPerSource bounds the ingress bodies one source address
+// may have in progress at once. At the bound the source's oldest
+// unfinished body is cut off (its read deadline set to now, answered 408)
+// to make room rather than the new request being refused: on loopback a
+// producer and a process that opens bodies and never finishes them may
+// share 127.0.0.1, and the producer's bodies, which arrive within
+// microseconds, are never the oldest for long. 64 is well above what a
+// producer that posts each frame on its own goroutine keeps in flight.
+const ingressUnfinishedPerSource = 64
+
+// errNoBodyRoom is readBody's error when the channel's budget had no room
+// within bodyBudgetWait.
+var errNoBodyRoom = errors.New("too many request bodies in progress on this node; retry after 1 s")
+
+// errBodyDeadline is readBody's error when the body did not arrive within
+// bodyReadTimeout, or was cut off to make room for another of its source.
+var errBodyDeadline = errors.New("request body not received in time")
+
+// requestBodies are the daemon's body budgets, one per channel.
+type requestBodies struct {
+	peer, ingress *bodyBudget
+}
+
+func newRequestBodies() requestBodies {
+	return requestBodies{
+		peer:    newBodyBudget("peer", requestBodyBudget, 0),
+		ingress: newBodyBudget("ingress", requestBodyBudget, ingressUnfinishedPerSource),
+	}
+}
+
+// readBody reserves room in b for r's body, reads it under the body
+// deadline and returns it with the function that gives the room back,
+// which the caller calls once it no longer holds the body (after its
+// broker write). The reservation is the declared length, or limit when
+// the length is not declared (a chunked body is cut off at limit); a body
+// declared over limit is refused before anything is reserved or read. On
+// error nothing is held; bodyRefusal gives the answer.
+func (b *bodyBudget) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, func(), error) {
+	if r.ContentLength > limit {
+		return nil, nil, &bodyTooLargeError{limit}
+	}
+	n := r.ContentLength
+	if n < 0 {
+		n = limit
+	}
+	if !b.acquire(n, bodyBudgetWait, r.Context().Done()) {
+		b.refused.Add(1)
+		return nil, nil, errNoBodyRoom
+	}
+	release := func() { b.release(n) }
+	rc := http.NewResponseController(w)
+	// The deadline is set before the body is registered as unfinished, so
+	// a cut for room (which sets it to now) is never overwritten by it.
+	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	u := b.unfinished.enter(r.RemoteAddr, rc)
+	body, err := readBodyUpTo(w, r, limit)
+	cut := b.unfinished.leave(u)
+	// net/http reads ahead of the handler to notice a client that goes
+	// away, and treats a read deadline there as the client gone: cleared,
+	// so a slow broker write is not taken for that.
+	_ = rc.SetReadDeadline(time.Time{})
+	if err != nil {
+		release()
+		var ne net.Error
+		if cut || (errors.As(err, &ne) && ne.Timeout()) {
+			b.timedOut.Add(1)
+			return nil, nil, fmt.Errorf("%w: %d bytes declared, not all sent within %s", errBodyDeadline, r.ContentLength, bodyReadTimeout)
+		}
+		return nil, nil, err
+	}
+	return body, release, nil
+}
+
+// bodyRefusal is the answer to readBody's error, with the headers it
+// needs: 413 for a body over the cap, 503 with Retry-After when the budget
+// had no room, 408 for a body not sent in time, 400 for a body that could
+// not be read. Every refusal but the 400 closes the connection: the body
+// was not read to its end, so the connection cannot carry another request.
+func bodyRefusal(w http.ResponseWriter, err error) (int, string) {
+	switch {
+	case errors.Is(err, errBodyTooLarge):
+		w.Header().Set("Connection", "close")
+		return http.StatusRequestEntityTooLarge, err.Error()
+	case errors.Is(err, errNoBodyRoom):
+		w.Header().Set("Retry-After", strconv.Itoa(1))
+		w.Header().Set("Connection", "close")
+		return http.StatusServiceUnavailable, err.Error()
+	case errors.Is(err, errBodyDeadline):
+		w.Header().Set("Connection", "close")
+		return http.StatusRequestTimeout, err.Error()
+	}
+	return http.StatusBadRequest, err.Error()
+}
+
+// writeMetrics renders both budgets.
+func (bs requestBodies) writeMetrics(t *metricsText) {
+	all := []*bodyBudget{bs.peer, bs.ingress}
+	series := []struct {
+		name, kind, help string
+		get              func(*bodyBudget) float64
+	}{
+		{"nvpair_wlm_request_body_bytes", "gauge", "Bytes of request bodies reserved now, per channel (peer, ingress).", func(b *bodyBudget) float64 { return float64(b.inUse()) }},
+		{"nvpair_wlm_request_body_budget_bytes", "gauge", "The most bytes of request bodies a channel holds at once.", func(b *bodyBudget) float64 { return float64(b.capacity) }},
+		{"nvpair_wlm_request_body_refused_total", "counter", "Requests answered 503 because their channel's request-body budget had no room for them.", func(b *bodyBudget) float64 { return float64(b.refused.Load()) }},
+		{"nvpair_wlm_request_body_timeouts_total", "counter", "Requests answered 408 because their body was not sent within 2 s of their headers, or was cut off for room (ingress).", func(b *bodyBudget) float64 { return float64(b.timedOut.Load()) }},
+	}
+	for _, s := range series {
+		t.family(s.name, s.kind, s.help)
+		for _, b := range all {
+			t.sample(s.name, []string{"channel"}, []string{b.channel}, s.get(b))
+		}
+	}
+	u := bs.ingress.unfinished
+	t.single("nvpair_wlm_ingress_unfinished_bodies", "gauge", "Ingress request bodies being read now.", float64(u.count()))
+	t.single("nvpair_wlm_ingress_unfinished_bodies_per_source_limit", "gauge", "The most ingress bodies one source address may have in progress; at the bound its oldest is cut off.", float64(u.perSource))
+	t.single("nvpair_wlm_ingress_unfinished_bodies_cut_total", "counter", "Ingress bodies cut off to make room for a newer one from the same source address.", float64(u.cut.Load()))
+}
+
+// unfinishedBodies tracks the bodies being read on one channel, per source
+// address, and cuts a source's oldest off when it has perSource of them.
+// A nil *unfinishedBodies tracks nothing (the peer port, whose sources are
+// capped by connection and must hold a pin first).
+type unfinishedBodies struct {
+	perSource int
+
+	// mu guards bySource and n, and orders a cut with its body's leave: a
+	// body is cut (its read deadline set to now) only while it is still
+	// registered, and its reader leaves before it clears its deadline, so
+	// a cut never lands on a request that has moved on to its broker
+	// write. A leaf lock.
+	mu       sync.Mutex
+	bySource map[string]*list.List // of *unfinishedBody, oldest first; only sources with one
+	n        int
+
+	cut atomic.Uint64
+}
+
+// unfinishedBody is one body being read.
+type unfinishedBody struct {
+	source string
+	rc     *http.ResponseController
+	el     *list.Element // nil once it left or was cut; guarded by mu
+	wasCut bool          // guarded by mu
+}
+
+func newUnfinishedBodies(perSource int) *unfinishedBodies {
+	if perSource <= 0 {
+		return nil
+	}
+	return &unfinishedBodies{perSource: perSource, bySource: map[string]*list.List{}}
+}
+
+// enter registers a body from remoteAddr, cutting off the source's oldest
+// one first when the source is at its bound.
+func (u *unfinishedBodies) enter(remoteAddr string, rc *http.ResponseController) *unfinishedBody {
+	if u == nil {
+		return nil
+	}
+	source, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		source = remoteAddr
+	}
+	b := &unfinishedBody{source: source, rc: rc}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	l := u.bySource[source]
+	if l == nil {
+		l = list.New()
+		u.bySource[source] = l
+	}
+	if l.Len() >= u.perSource {
+		oldest := l.Remove(l.Front()).(*unfinishedBody)
+		oldest.el, oldest.wasCut = nil, true
+		u.n--
+		u.cut.Add(1)
+		// Setting a deadline takes no system call: it is cheap under the
+		// lock, and under it the cut cannot race the body's leave.
+		_ = oldest.rc.SetReadDeadline(time.Now())
+	}
+	b.el = l.PushBack(b)
+	u.n++
+	return b
+}
+
+// leave unregisters b and reports whether it had been cut off for room.
+func (u *unfinishedBodies) leave(b *unfinishedBody) (wasCut bool) {
+	if u == nil {
+		return false
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if b.el != nil {
+		l := u.bySource[b.source]
+		l.Remove(b.el)
+		b.el = nil
+		u.n--
+		if l.Len() == 0 {
+			delete(u.bySource, b.source)
+		}
+	}
+	return b.wasCut
+}
+
+// count is the bodies being read now, for the metrics.
+func (u *unfinishedBodies) count() int {
+	if u == nil {
+		return 0
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.n
+}
+
 // bodyBudget is a counting semaphore over request-body bytes.
 type bodyBudget struct {
-	capacity int64
+	channel    string // peer or ingress, as the metrics label it
+	capacity   int64
+	unfinished *unfinishedBodies // nil on the peer port
 
 	// mu guards used, freed and waiting. A leaf lock.
 	mu      sync.Mutex
@@ -30,11 +265,13 @@ type bodyBudget struct {
 	freed   chan struct{} // closed and replaced when bytes are given back while a request waits
 	waiting int           // requests waiting on freed
 
-	refused atomic.Uint64
+	refused, timedOut atomic.Uint64
 }
 
-func newBodyBudget(capacity int64) *bodyBudget {
-	return &bodyBudget{capacity: capacity, freed: make(chan struct{})}
+// newBodyBudget returns a budget of capacity bytes for channel; a
+// positive perSource bounds the bodies in progress per source address.
+func newBodyBudget(channel string, capacity int64, perSource int) *bodyBudget {
+	return &bodyBudget{channel: channel, capacity: capacity, unfinished: newUnfinishedBodies(perSource), freed: make(chan struct{})}
 }
 
 // acquire reserves n bytes, waiting up to wait for room; it reports false
@@ -96,43 +333,4 @@ func (b *bodyBudget) inUse() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.used
-}
-
-// guard reserves room for a request's body before next reads it, and
-// gives it back when next returns. The reservation is the declared length,
-// or maxBody when the length is not declared (a chunked body is cut off at
-// the handler's cap, which is maxBody); a body declared over maxBody is
-// refused by the handler before it is read, so it reserves nothing. A
-// request that finds no room within bodyBudgetWait is answered 503 with
-// Retry-After, unread, and its connection closed.
-func (b *bodyBudget) guard(next http.Handler, maxBody int64) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n := r.ContentLength
-		switch {
-		case n < 0:
-			n = maxBody
-		case n > maxBody:
-			n = 0
-		}
-		if n == 0 {
-			next.ServeHTTP(w, r)
-			return
-		}
-		if !b.acquire(n, bodyBudgetWait, r.Context().Done()) {
-			b.refused.Add(1)
-			w.Header().Set("Retry-After", strconv.Itoa(1))
-			w.Header().Set("Connection", "close")
-			answer(w, http.StatusServiceUnavailable, "too many request bodies in progress on this node; retry after 1 s")
-			return
-		}
-		defer b.release(n)
-		next.ServeHTTP(w, r)
-	})
-}
-
-// writeMetrics renders the budget.
-func (b *bodyBudget) writeMetrics(t *metricsText) {
-	t.single("nvpair_wlm_request_body_bytes", "gauge", "Bytes of request bodies reserved now, on the peer port and the ingress together.", float64(b.inUse()))
-	t.single("nvpair_wlm_request_body_budget_bytes", "gauge", "The most bytes of request bodies held at once.", float64(b.capacity))
-	t.single("nvpair_wlm_request_body_refused_total", "counter", "Requests answered 503 because the request-body budget had no room for them.", float64(b.refused.Load()))
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,17 +13,15 @@ import (
 )
 
 func TestRequestBodiesOverTheBudgetWaitBrieflyThenGet503WithRetryAfter(t *testing.T) {
-	b := newBodyBudget(100)
+	b := newBodyBudget("test", 100, 0)
 	hold := make(chan struct{})
 	entered := make(chan struct{}, 4)
-	srv := httptest.NewServer(b.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.ReadAll(r.Body)
+	srv := httptest.NewServer(budgetHandler(b, 100, func(r *http.Request) {
 		entered <- struct{}{}
 		if r.URL.Path == "/hold" {
 			<-hold
 		}
-		io.WriteString(w, "ok")
-	}), 100))
+	}))
 	var once sync.Once
 	unhold := func() { once.Do(func() { close(hold) }) }
 	defer srv.Close()
@@ -62,12 +62,9 @@ func TestRequestBodiesOverTheBudgetWaitBrieflyThenGet503WithRetryAfter(t *testin
 }
 
 func TestAChunkedBodyReservesTheWholeCap(t *testing.T) {
-	b := newBodyBudget(150)
+	b := newBodyBudget("test", 150, 0)
 	var during int64
-	srv := httptest.NewServer(b.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		during = b.inUse()
-		io.ReadAll(r.Body)
-	}), 100))
+	srv := httptest.NewServer(budgetHandler(b, 100, func(*http.Request) { during = b.inUse() }))
 	defer srv.Close()
 	req, err := http.NewRequest(http.MethodPost, srv.URL, io.MultiReader(strings.NewReader("abc"))) // no length: chunked
 	netMust(t, err)
@@ -83,7 +80,7 @@ func TestAChunkedBodyReservesTheWholeCap(t *testing.T) {
 // for room gets it as soon as another gives its bytes back, not at the end
 // of its wait.
 func TestABodyWaitingForRoomIsWokenWhenBytesAreGivenBack(t *testing.T) {
-	b := newBodyBudget(100)
+	b := newBodyBudget("test", 100, 0)
 	if !b.acquire(100, time.Millisecond, nil) {
 		t.Fatal("an empty budget had no room")
 	}
@@ -105,5 +102,91 @@ func TestABodyWaitingForRoomIsWokenWhenBytesAreGivenBack(t *testing.T) {
 	}
 	if b.inUse() != 50 {
 		t.Fatalf("%d bytes in use, want 50", b.inUse())
+	}
+}
+
+// budgetHandler reads each request's body through b, calls then with the
+// body's room still held, and answers as the daemon's handlers do.
+func budgetHandler(b *bodyBudget, limit int64, then func(*http.Request)) http.Handler {
+	return http1Answers(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, release, err := b.readBody(w, r, limit)
+		if err != nil {
+			status, reason := bodyRefusal(w, err)
+			answer(w, status, reason)
+			return
+		}
+		defer release()
+		then(r)
+		answer(w, http.StatusOK, "ok")
+	}))
+}
+
+// A client that declares a body and never sends it gives its room back at
+// the body deadline with a 408, long before the server's read timeout.
+func TestABodyDeclaredAndNotSentGivesItsRoomBackAtTheBodyDeadline(t *testing.T) {
+	b := newBodyBudget("test", 1000, 0)
+	srv := httptest.NewServer(budgetHandler(b, 1000, func(*http.Request) {}))
+	defer srv.Close()
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	netMust(t, err)
+	defer c.Close()
+	io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n{")
+	eventually(t, "the body's room reserved", func() bool { return b.inUse() == 900 })
+	c.SetReadDeadline(time.Now().Add(bodyReadTimeout + waitTimeout))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	netMust(t, err)
+	if resp.StatusCode != http.StatusRequestTimeout || !resp.Close {
+		t.Fatalf("a body never sent got %d (close %v), want 408 and the connection closed", resp.StatusCode, resp.Close)
+	}
+	if b.inUse() != 0 || b.timedOut.Load() != 1 {
+		t.Fatalf("after the 408: %d bytes reserved, %d timeouts counted; want 0 and 1", b.inUse(), b.timedOut.Load())
+	}
+}
+
+// One channel's budget full leaves the other's untouched.
+func TestEachChannelHasABodyBudgetOfItsOwn(t *testing.T) {
+	bs := newRequestBodies()
+	if !bs.ingress.acquire(bs.ingress.capacity, time.Millisecond, nil) {
+		t.Fatal("an empty ingress budget had no room")
+	}
+	if !bs.peer.acquire(maxFrameBytes, time.Millisecond, nil) {
+		t.Fatal("the peer port had no room while only the ingress's budget was full")
+	}
+}
+
+// A source at its bound of unfinished bodies has its oldest cut off for the
+// newest, so a producer sharing 127.0.0.1 with a client that never finishes
+// its bodies is still served.
+func TestASourceAtItsBoundOfUnfinishedBodiesLosesItsOldestForTheNewest(t *testing.T) {
+	const perSource = 4
+	b := newBodyBudget("ingress", 1<<20, perSource)
+	srv := httptest.NewServer(budgetHandler(b, 1000, func(*http.Request) {}))
+	defer srv.Close()
+	var stalled []*bufio.Reader
+	for i := range perSource {
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		netMust(t, err)
+		defer c.Close()
+		io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n{")
+		c.SetReadDeadline(time.Now().Add(waitTimeout))
+		stalled = append(stalled, bufio.NewReader(c))
+		eventually(t, "unfinished body "+itoa(i+1), func() bool { return b.unfinished.count() == i+1 })
+	}
+	resp, err := http.Post(srv.URL, "application/json", strings.NewReader("{}"))
+	netMust(t, err)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("a finished body from a source at its bound got %d, want 200", resp.StatusCode)
+	}
+	old, err := http.ReadResponse(stalled[0], nil)
+	netMust(t, err)
+	if old.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("the source's oldest unfinished body got %d, want 408", old.StatusCode)
+	}
+	if got := b.unfinished.cut.Load(); got != 1 {
+		t.Fatalf("%d bodies cut for room, want 1", got)
+	}
+	if got := b.unfinished.count(); got != perSource-1 {
+		t.Fatalf("%d unfinished bodies, want the %d left stalled", got, perSource-1)
 	}
 }

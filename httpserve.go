@@ -135,7 +135,7 @@ func (w *deadlineWriter) SetWriteDeadline(t time.Time) error {
 // read deadlines and flushes handlers ask of it.
 func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// errBodyTooLarge is what readCappedBody and readBodyUpTo return, wrapped
+// errBodyTooLarge is what readBodyUpTo returns, wrapped
 // in a *bodyTooLargeError that names the cap, for a body over the cap.
 var errBodyTooLarge = errors.New("body over the size limit")
 
@@ -147,15 +147,9 @@ func (e *bodyTooLargeError) Error() string { return fmt.Sprintf("body larger tha
 
 func (e *bodyTooLargeError) Unwrap() error { return errBodyTooLarge }
 
-// readCappedBody reads at most maxFrameBytes of the request body, the cap on
-// a single frame. A body over the cap is errBodyTooLarge, whether or not it
-// declared its length.
-func readCappedBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	return readBodyUpTo(w, r, maxFrameBytes)
-}
-
-// readBodyUpTo is readCappedBody with the cap given: the peer port's batches
-// have their own (peerBatchMaxBytes). A declared length over the cap is
+// readBodyUpTo reads at most limit bytes of the request body: maxFrameBytes
+// for a single frame, peerBatchMaxBytes for a batch (bodyBudget.readBody
+// calls it once the body's room is reserved). A declared length over the cap is
 // refused before anything is read; an undeclared one (chunked) is cut off
 // at the cap by http.MaxBytesReader, so no more than limit bytes are ever
 // buffered.

@@ -111,7 +111,7 @@ func (m *Manager) IngressAddr() string {
 }
 
 func (li *localIngress) serve(wg *sync.WaitGroup, ln net.Listener) *http.Server {
-	return li.serveHTTP(wg, ln, li.m.bodies.guard(li, maxFrameBytes), ingressIdleTimeout, li.m.log)
+	return li.serveHTTP(wg, ln, li, ingressIdleTimeout, li.m.log)
 }
 
 // ServeHTTP answers a producer, logs the answer and counts it.
@@ -157,14 +157,15 @@ func (li *localIngress) decide(w http.ResponseWriter, r *http.Request) (int, str
 		}
 		return status, reason, localFrame{}
 	}
-	body, err := readCappedBody(w, r)
-	if errors.Is(err, errBodyTooLarge) {
-		w.Header().Set("Connection", "close")
-		return http.StatusRequestEntityTooLarge, err.Error(), localFrame{}
-	}
+	// Reserved and read only once the checks above passed, so a page or a
+	// misdirected request holds nothing of the ingress's budget; given
+	// back once the frame is written.
+	body, release, err := li.m.bodies.ingress.readBody(w, r, maxFrameBytes)
 	if err != nil {
-		return http.StatusBadRequest, err.Error(), localFrame{}
+		status, reason := bodyRefusal(w, err)
+		return status, reason, localFrame{}
 	}
+	defer release()
 	f, err := li.m.ingestLocalLeased(body, r.Header.Values(leaseHeader))
 	if err == nil {
 		return http.StatusOK, "ok", f

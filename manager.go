@@ -140,7 +140,7 @@ type Manager struct {
 	ingressResponses        *counterVec    // code
 	conns                   listenerLimits // the listeners' connection caps
 	peerRejects             *sourceLog     // the peer port's refusals, rate-limited per source
-	bodies                  *bodyBudget    // request-body bytes held at once, peer port and ingress
+	bodies                  requestBodies  // request-body bytes held at once, per channel
 	serverHandshakeFailures atomic.Uint64
 	resyncUntracked         atomic.Uint64 // broker frames not tracked: the re-sync set was full
 	untrackedLog            dropLogger
@@ -206,7 +206,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		fieldBoundRefusals: newCounterVec(),
 		conns:              newListenerLimits(cfg.Conns),
 		peerRejects:        newSourceLog(),
-		bodies:             newBodyBudget(requestBodyBudget),
+		bodies:             newRequestBodies(),
 	}
 	// Each peer sender reads its heartbeat passes from this Manager's
 	// re-sync set.
@@ -331,7 +331,7 @@ func (m *Manager) stop(servers []*http.Server) {
 }
 
 func (m *Manager) servePeers(wg *sync.WaitGroup, ln net.Listener) *http.Server {
-	srv := newHTTPServer(m.bodies.guard(http.HandlerFunc(m.servePeer), peerBatchMaxBytes), peerServerIdleTimeout, m.log)
+	srv := newHTTPServer(http.HandlerFunc(m.servePeer), peerServerIdleTimeout, m.log)
 	srv.ErrorLog = log.New(&handshakeFailureCounter{n: &m.serverHandshakeFailures, next: srv.ErrorLog.Writer()}, "", 0)
 	srv.TLSConfig = m.trust.serverTLSConfig()
 	srv.ConnState = m.conns.peer.connState

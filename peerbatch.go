@@ -194,15 +194,16 @@ func runPeerBatch(elems [][]byte, handle func([]byte) (status int, reason string
 // written. A batch that was processed is answered 200 with one result per
 // element, whatever those results are.
 func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *requestLog, principal string, reject func(status int, reason string)) {
-	body, err := readBodyUpTo(w, r, peerBatchMaxBytes)
-	if errors.Is(err, errBodyTooLarge) {
-		reject(http.StatusRequestEntityTooLarge, "batch "+err.Error())
-		return
-	}
+	body, release, err := m.bodies.peer.readBody(w, r, peerBatchMaxBytes)
 	if err != nil {
-		reject(http.StatusBadRequest, err.Error())
+		status, reason := bodyRefusal(w, err)
+		if status == http.StatusRequestEntityTooLarge {
+			reason = "batch " + reason
+		}
+		reject(status, reason)
 		return
 	}
+	defer release()
 	elems, err := splitPeerBatch(body)
 	if errors.Is(err, errBatchTooManyFrames) {
 		reject(http.StatusRequestEntityTooLarge, err.Error())

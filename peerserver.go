@@ -112,15 +112,14 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 		m.servePeerBatch(w, r, &log, principal, reject)
 		return
 	}
-	body, err := readCappedBody(w, r)
-	if errors.Is(err, errBodyTooLarge) {
-		reject(http.StatusRequestEntityTooLarge, err.Error())
-		return
-	}
+	// The body is reserved and read only now that the client has shown
+	// its pin: a client without one holds nothing of the peer's budget.
+	body, release, err := m.bodies.peer.readBody(w, r, maxFrameBytes)
 	if err != nil {
-		reject(http.StatusBadRequest, err.Error())
+		reject(bodyRefusal(w, err))
 		return
 	}
+	defer release()
 	// The slot is taken once the body is in, so a client slow to send one
 	// never holds it, and given back before the answer is written.
 	if !m.peerWaiters.acquire(r.Context().Done()) {
