@@ -488,7 +488,7 @@ func TestReadBackWithoutItsHeaderIs400NamingItBeforeAnyWork(t *testing.T) {
 			before := n.m.readBacks.scanned.Load()
 			st, _, body := getReadBack(t, addr, "", c.headers...)
 			if st != http.StatusBadRequest || strings.TrimSpace(string(body)) != c.reason {
-				t.Fatalf("%d %q, want 400 %q", st, body, c.reason)
+				t.Fatalf("%d %.200q, want 400 %q", st, body, c.reason)
 			}
 			if got := n.m.readBacks.scanned.Load(); got != before {
 				t.Fatalf("entries looked at moved %d -> %d for a refused read-back", before, got)
@@ -554,7 +554,7 @@ func TestReadBacksInProgressAreBoundedAndOneMoreIs503WithRetryAfter(t *testing.T
 	st, h, body := getReadBack(t, addr, "limit=1")
 	if st != http.StatusServiceUnavailable || h.Get("Retry-After") != "1" ||
 		strings.TrimSpace(string(body)) != "2 read-backs are in progress, the most this node answers at once; retry after 1 s" {
-		t.Fatalf("one read-back more: %d Retry-After %q %q, want 503 with Retry-After 1", st, h.Get("Retry-After"), body)
+		t.Fatalf("one read-back more: %d Retry-After %q %.200q, want 503 with Retry-After 1", st, h.Get("Retry-After"), body)
 	}
 	if got := n.m.readBacks.busy.Load(); got != 1 {
 		t.Errorf("nvpair_wlm_readback_busy_refusals_total = %d, want 1", got)
