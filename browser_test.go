@@ -67,12 +67,16 @@ import (
 // HTTP/1.1 too), so each request answered 421 reaches the ingress twice and
 // is refused twice.
 //
-// The ingress's check order is Origin (403) -> Host (421) -> path (404) ->
-// method (405) -> Content-Type (415). A browser sends Origin on every
-// request that is not a GET or HEAD (fetch in any mode, preflights, form
-// POSTs, beacons, same-origin POSTs included), so every POST attempt is 403,
-// and no browser request reaches the Content-Type check: 415 is unreachable
-// from a page. A GET carries no Origin; under the rebinding name it is 421.
+// The ingress's check order is Origin (403) -> Host (421) -> Fetch Metadata
+// (403) -> path (404) -> method (405) -> Content-Type (415). A browser sends
+// Origin on every request that is not a GET or HEAD (fetch in any mode,
+// preflights, form POSTs, beacons, same-origin POSTs included), so every
+// POST attempt is 403, and no browser request reaches the Content-Type
+// check: 415 is unreachable from a page. A GET carries no Origin; under the
+// rebinding name it is 421, and otherwise its Sec-Fetch-Site (the attacker's
+// page, another port of 127.0.0.1, is same-site) makes it 403. The
+// read-back's header cannot come from a page: a no-cors fetch drops it, a
+// cors fetch sends a preflight first, which carries Origin.
 
 // browserAttempt is one way a page can try to push a frame into the ingress.
 type browserAttempt struct {
@@ -100,6 +104,8 @@ type browserAttempt struct {
 	// so the test can compare the body the browser built with the frame.
 	echoesForm bool
 	models     string // what the attempt models (for the log of the run)
+	// reason, when set, is what every refusal's logged reason must hold.
+	reason string
 }
 
 const (
@@ -110,6 +116,11 @@ const (
 	rebindHost     = "rebind.test"
 	rebindAddr     = "127.0.0.2" // where Chromium resolves rebind.test
 )
+
+// noCORSRefused is what a page sees of a refused no-cors fetch: an opaque
+// answer it cannot read, or an error when the browser's Opaque Response
+// Blocking drops it.
+var noCORSRefused = regexp.MustCompile(`^(opaque status 0: $|threw TypeError)`)
 
 var browserAttempts = []browserAttempt{
 	{
@@ -205,10 +216,24 @@ var browserAttempts = []browserAttempt{
 	},
 	{
 		name: "fetch-readback-no-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: readBackPath,
-		models: "a blind no-cors GET of the read-back: no Origin, so it is answered; Cross-Origin-Resource-Policy makes the browser drop the answer",
+		models: "a blind no-cors GET of the read-back: no Origin, but its Fetch Metadata marks it a page's, so it is refused before any work",
 		script: `const r = await fetch(T, {mode: "no-cors"});
 			return r.type + " status " + r.status + ": " + await r.text();`,
-		want: []int{200}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"GET"},
+		want: []int{403}, saw: noCORSRefused, methods: []string{"GET"}, reason: "(Sec-Fetch-Site: same-site)",
+	},
+	{
+		name: "fetch-readback-no-cors-header", page: attackerOrigin + "/attack/", target: ingressOrigin, path: readBackPath,
+		models: "a no-cors GET that sets the read-back's header: a no-cors request may carry only CORS-safelisted headers, so the browser drops it",
+		script: `const r = await fetch(T, {mode: "no-cors", headers: {"` + readBackHeader + `": "1"}});
+			return r.type + " status " + r.status + ": " + await r.text();`,
+		want: []int{403}, saw: noCORSRefused, methods: []string{"GET"}, reason: "(Sec-Fetch-Site: same-site)",
+	},
+	{
+		name: "fetch-readback-cors-header", page: attackerOrigin + "/attack/", target: ingressOrigin, path: readBackPath,
+		models: "a cors GET with the read-back's header: not CORS-safelisted, so the browser asks first with an OPTIONS preflight, which carries Origin; the GET never follows",
+		script: `const r = await fetch(T, {headers: {"` + readBackHeader + `": "1"}});
+			return "status " + r.status + ": " + await r.text();`,
+		want: []int{403}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"OPTIONS"},
 	},
 	{
 		name: "rebind-same-origin-readback", page: rebindOrigin + "/rebind/", target: "", path: readBackPath,
@@ -324,6 +349,9 @@ func TestBrowserAttacksAreRefused(t *testing.T) {
 				t.Errorf("the daemon logged rejections %v, want %v:\n%s", statuses, a.want, rejectionLines(got))
 			}
 			for _, r := range got {
+				if a.reason != "" && !strings.Contains(r.line, a.reason) {
+					t.Errorf("the refusal does not give %q:\n%s", a.reason, r.line)
+				}
 				if r.status == http.StatusOK && !strings.Contains(r.line, " listed=1 ") {
 					t.Errorf("the read-back answer did not hold the attempt's secret workload, so it shows nothing:\n%s", r.line)
 				}
@@ -361,7 +389,8 @@ func checkBrowserRequests(t *testing.T, a browserAttempt, reqs []netlogRequest, 
 	t.Helper()
 	var desc []string
 	for _, r := range reqs {
-		desc = append(desc, fmt.Sprintf("%s Host=%s Origin=%q Content-Type=%q -> %d", r.method, r.header("Host"), r.header("Origin"), r.header("Content-Type"), r.status))
+		desc = append(desc, fmt.Sprintf("%s Host=%s Origin=%q Content-Type=%q Sec-Fetch-Site=%q Sec-Fetch-Mode=%q -> %d",
+			r.method, r.header("Host"), r.header("Origin"), r.header("Content-Type"), r.header("Sec-Fetch-Site"), r.header("Sec-Fetch-Mode"), r.status))
 	}
 	t.Logf("the browser sent: %s", strings.Join(desc, "; "))
 	if len(reqs) != len(a.want) {
@@ -378,14 +407,17 @@ func checkBrowserRequests(t *testing.T, a browserAttempt, reqs []netlogRequest, 
 			t.Errorf("request %d: method %s, want %s", j, r.method, a.methods[j])
 		}
 		_, hasOrigin := r.headerOK("Origin")
+		if _, sent := r.headerOK(readBackHeader); sent && r.method != http.MethodOptions {
+			t.Errorf("request %d: the page sent the read-back's header %s without a preflight", j, readBackHeader)
+		}
 		switch a.want[j] {
 		case http.StatusOK:
 			if hasOrigin || a.path != readBackPath {
 				t.Errorf("request %d: answered 200 with an Origin (%v) or on the events path (%q)", j, hasOrigin, a.path)
 			}
 		case http.StatusForbidden:
-			if !hasOrigin {
-				t.Errorf("request %d: refused with 403 but sent no Origin", j)
+			if site, _ := r.headerOK("Sec-Fetch-Site"); !hasOrigin && (site == "" || site == "none") {
+				t.Errorf("request %d: refused with 403 but sent no Origin and no page's Sec-Fetch-Site", j)
 			}
 		case http.StatusMisdirectedRequest:
 			if hasOrigin {
@@ -820,6 +852,14 @@ func (a *attackServer) runChromium(t *testing.T, chromium string, done func() bo
 	a.mu.Lock()
 	a.base = len(ingressRejections(a.d.stderr))
 	a.mu.Unlock()
+	return runChromiumAt(t, chromium, a.pageURL(0), done)
+}
+
+// runChromiumAt loads page in headless Chromium, waits until done reports
+// that what the page does has ended (or Chromium exits, or a deadline),
+// then stops Chromium as runChromium does.
+func runChromiumAt(t *testing.T, chromium, page string, done func() bool) (chromiumRun, error) {
+	t.Helper()
 	dir := t.TempDir()
 	run := chromiumRun{netlog: filepath.Join(dir, "netlog.json")}
 	cmd := exec.Command(chromium,
@@ -831,7 +871,7 @@ func (a *attackServer) runChromium(t *testing.T, chromium string, done func() bo
 		// the test (MAP * applies to address literals too).
 		"--host-resolver-rules=MAP "+rebindHost+" "+rebindAddr+", MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 		"--log-net-log="+run.netlog,
-		a.pageURL(0))
+		page)
 	// Chromium starts helper processes: run it in its own process group,
 	// and end what is left of the group once it has exited.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -1082,4 +1122,246 @@ func upsertIDs(ws []map[string]any) []string {
 		ids = append(ids, id)
 	}
 	return ids
+}
+
+// readBackLoopPage is a page that loops blind read-backs of the ingress,
+// as an attacker's page would to make the daemon work, or to time the
+// answers: LOOPS loops at once, each EACH fetches or until SECONDS have
+// passed, in turn a plain no-cors GET of a requester with jobs, one that
+// also sets the read-back's header (which a no-cors fetch drops) and one
+// of a requester without jobs. It then reports how many it sent.
+const readBackLoopPage = `<!doctype html>
+<html><head><meta charset="utf-8"><link rel="icon" href="data:,"><title>loop</title></head>
+<body><p id="sent">running</p><script>
+const HIT = %[1]s, MISS = %[2]s, REPORT = %[3]s, HEADER = %[4]s;
+const LOOPS = 6, EACH = %[5]d, SECONDS = 5;
+let sent = 0;
+const until = Date.now() + SECONDS * 1000;
+async function loop() {
+	for (let i = 0; i < EACH && Date.now() < until; i++) {
+		const opts = {mode: "no-cors", cache: "no-store"};
+		if (i %% 3 == 1) opts.headers = {[HEADER]: "1"};
+		try { await fetch(i %% 3 == 2 ? MISS : HIT, opts); } catch (e) {}
+		sent++;
+	}
+}
+(async () => {
+	await Promise.all(Array.from({length: LOOPS}, loop));
+	document.getElementById("sent").textContent = sent;
+	try { await fetch(REPORT + "?sent=" + sent, {mode: "no-cors", cache: "no-store"}); } catch (e) {}
+})();
+</script></body></html>
+`
+
+// TestBrowserPageLoopingReadBacksMakesTheDaemonDoNoWork is the issue's
+// attack on the real binary: a page in headless Chromium loops no-cors
+// read-backs of a node holding 100,000 workloads while a producer posts.
+// Every read-back the page sends is refused by its Fetch Metadata before
+// any work, which the walk's count of entries looked at shows: it does not
+// move. The producer gets 200 throughout. And the two timing cases, a
+// requester with jobs and one without, look at the same entries when a
+// program asks them.
+func TestBrowserPageLoopingReadBacksMakesTheDaemonDoNoWork(t *testing.T) {
+	chromium := findChromium(t)
+	const victims, set = 100, 100_000
+	nodes := writeCluster(t, 1)
+	d := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--resync-interval", "1h", "--log-level", "info")
+	t.Cleanup(func() {
+		d.closeStdin()
+		d.wantCleanExit(d.waitExit(waitTimeout))
+	})
+	id := d.readyNodeID()
+	ingress := d.loggedValue("local ingress listening", "addr")
+	metrics := d.loggedValue("metrics endpoint listening", "addr")
+	producer := &http.Client{Timeout: waitTimeout}
+	post := func(body string) (int, time.Duration) {
+		began := time.Now()
+		resp, err := producer.Post("http://"+ingress+peerEventsPath, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Errorf("producer post: %v", err)
+			return 0, 0
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, time.Since(began)
+	}
+	victimFrame := func(i, seq int) string {
+		w := leasedInfo("victim-"+strconv.Itoa(i), "running", seq)
+		w["requesterId"] = "victim"
+		return ingressFrameJSON(w)
+	}
+
+	// The set: the victim's jobs through the ingress, at the head of the
+	// pass order, then the broker's own workloads up to 100,000.
+	for i := range victims {
+		if st, _ := post(victimFrame(i, 1)); st != http.StatusOK {
+			t.Fatalf("victim job %d: status %d", i, st)
+		}
+	}
+	line := lifecycleLine("proxy-ID", "running", id)
+	w := bufio.NewWriterSize(d.stdin, 1<<20)
+	for i := range set - victims {
+		w.WriteString(strings.Replace(line, "proxy-ID", "proxy-"+strconv.Itoa(i), 2))
+		w.WriteByte('\n')
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the set to hold 100,000 workloads", func() bool {
+		return scrapeAddr(t, metrics)["nvpair_wlm_resync_set_entries"] == set
+	})
+
+	// A program's read-backs: the requester with jobs and one without look
+	// at the same entries, the whole set.
+	scanned := func() float64 { return scrapeAddr(t, metrics)["nvpair_wlm_readback_entries_scanned_total"] }
+	for _, q := range []struct {
+		query  string
+		listed int
+	}{{"requesterId=victim&limit=1", 1}, {"requesterId=nobody&limit=1", 0}} {
+		before := scanned()
+		began := time.Now()
+		a := readBack(t, ingress, q.query)
+		took := time.Since(began)
+		if got := scanned() - before; got != set || len(a.Workloads) != q.listed {
+			t.Errorf("%s looked at %.0f entries and listed %d, want all %d and %d", q.query, got, len(a.Workloads), set, q.listed)
+		}
+		t.Logf("a program's %s: %d listed, answered in %s", q.query, len(a.Workloads), took.Round(time.Microsecond))
+	}
+
+	// The producer posts a frame every 5 ms until stop is closed, for its
+	// statuses and, for the log, its latency and the daemon's CPU: first
+	// with nobody else on the ingress, then beside the page.
+	seq := 2
+	produce := func(stop <-chan struct{}) (statuses []int, took []time.Duration) {
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return statuses, took
+			case <-tick.C:
+			}
+			st, d := post(victimFrame(0, seq))
+			seq++
+			statuses, took = append(statuses, st), append(took, d)
+		}
+	}
+	quietStop := make(chan struct{})
+	quietCPU := scrapeAddr(t, metrics)["process_cpu_seconds_total"]
+	quietBegan := time.Now()
+	time.AfterFunc(2*time.Second, func() { close(quietStop) })
+	quietStatuses, quiet := produce(quietStop)
+	quietCPU = scrapeAddr(t, metrics)["process_cpu_seconds_total"] - quietCPU
+	quietFor := time.Since(quietBegan)
+
+	// The page, served from another port of 127.0.0.1.
+	reported := make(chan int, 1)
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/loop":
+			js := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+			target := "http://" + ingress + readBackPath + "?limit=1&requesterId="
+			w.Header().Set("Content-Type", "text/html; charset=utf-8")
+			fmt.Fprintf(w, readBackLoopPage, js(target+"victim"), js(target+"nobody"), js("http://"+r.Host+"/report"), js(readBackHeader), 100)
+		case "/report":
+			n, _ := strconv.Atoi(r.URL.Query().Get("sent"))
+			select {
+			case reported <- n:
+			default:
+			}
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer page.Close()
+
+	before := scrapeAddr(t, metrics)
+	rejectedBefore := strings.Count(d.stderr.String(), `msg="ingress request rejected"`)
+	var statuses []int
+	var loaded []time.Duration
+	producing := make(chan struct{})
+	stop := make(chan struct{})
+	go func() {
+		defer close(producing)
+		statuses, loaded = produce(stop)
+	}()
+	sent := -1
+	out, err := runChromiumAt(t, chromium, page.URL+"/loop", func() bool {
+		select {
+		case n := <-reported:
+			sent = n
+		default:
+		}
+		return sent >= 0
+	})
+	close(stop)
+	<-producing
+	if sent < 0 {
+		browserUnavailable(t, fmt.Sprintf("the page never reported: %v\n%s", err, out.stderrTail()))
+	}
+	after := scrapeAddr(t, metrics)
+	delta := func(series string) float64 { return after[series] - before[series] }
+	t.Logf("the page sent %d read-backs while Chromium ran %s; the daemon's CPU meanwhile %.2f s (%.0f ms/s), alone %.2f s in %s (%.0f ms/s)",
+		sent, out.elapsed.Round(time.Millisecond), delta("process_cpu_seconds_total"), 1000*delta("process_cpu_seconds_total")/out.elapsed.Seconds(),
+		quietCPU, quietFor.Round(time.Millisecond), 1000*quietCPU/quietFor.Seconds())
+	t.Logf("the producer's posts: %d, p50 %s p99 %s beside the page; %d, p50 %s p99 %s alone",
+		len(loaded), percentile(loaded, 50), percentile(loaded, 99), len(quiet), percentile(quiet, 50), percentile(quiet, 99))
+	statuses = append(quietStatuses, statuses...)
+
+	if sent == 0 {
+		t.Fatal("the page sent no read-back")
+	}
+	if got := delta("nvpair_wlm_readback_entries_scanned_total"); got != 0 {
+		t.Errorf("the read-back's walks looked at %.0f entries while the page looped: its requests did work", got)
+	}
+	if got := delta("nvpair_wlm_ingress_fetch_metadata_refusals_total"); got != float64(sent) {
+		t.Errorf("%.0f requests refused by their Fetch Metadata, want the page's %d", got, sent)
+	}
+	if got := delta(`nvpair_wlm_ingress_responses_total{code="403"}`); got != float64(sent) {
+		t.Errorf("%.0f answers 403, want the page's %d", got, sent)
+	}
+	if got := delta(`nvpair_wlm_ingress_responses_total{code="200"}`); got != float64(len(statuses)-len(quietStatuses)) {
+		t.Errorf("%.0f answers 200, want only the producer's %d", got, len(statuses)-len(quietStatuses))
+	}
+	for i, st := range statuses {
+		if st != http.StatusOK {
+			t.Fatalf("the producer's post %d of %d: status %d, want 200", i, len(statuses), st)
+		}
+	}
+	if len(statuses) == 0 {
+		t.Error("the producer posted nothing while the page looped")
+	}
+	// One warning for the page's refusals, then one per 10 s at most.
+	if n := strings.Count(d.stderr.String(), `msg="ingress request rejected"`) - rejectedBefore; n < 1 || n > 1+int(out.elapsed/(10*time.Second))+1 {
+		t.Errorf("%d warnings for %d refusals in %s, want one and then one per 10 s", n, sent, out.elapsed.Round(time.Millisecond))
+	}
+
+	// What the browser sent, by its own network log: every read-back
+	// carries a page's Sec-Fetch-Site, none the read-back's header, and
+	// each was answered 403.
+	netlog, err := parseNetLog(out.netlog)
+	if err != nil {
+		t.Fatalf("chromium's network log: %v", err)
+	}
+	reqs := append(netlog["victim"], netlog["nobody"]...)
+	if len(reqs) != sent {
+		t.Errorf("the network log holds %d read-backs, the page reported %d", len(reqs), sent)
+	}
+	for _, r := range reqs {
+		site, _ := r.headerOK("Sec-Fetch-Site")
+		if _, hdr := r.headerOK(readBackHeader); r.status != http.StatusForbidden || site != "same-site" || hdr {
+			t.Fatalf("the browser sent %s with Sec-Fetch-Site %q (the read-back's header: %v) and read %d; want same-site, no header, 403", r.line, site, hdr, r.status)
+		}
+	}
+}
+
+// percentile returns the p-th percentile of ds (0 for none).
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)].Round(time.Microsecond)
 }

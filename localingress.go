@@ -197,7 +197,7 @@ func refusalOf(w http.ResponseWriter, err error) (int, string) {
 // checkRequest applies the checks that need no body, in order, and returns
 // the status and reason of the first that fails, or 0.
 func (li *localIngress) checkRequest(r *http.Request) (int, string) {
-	if status, reason := li.refuseBrowsers(r); status != 0 {
+	if status, reason := li.refusePages(r); status != 0 { // fetchmetadata.go
 		return status, reason
 	}
 	if r.URL.Path != peerEventsPath {

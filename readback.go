@@ -23,6 +23,15 @@ import (
 // runs. It reads the re-sync set a slice at a time, activeMu released in
 // between, and streams the answer as it goes: no request holds the lock
 // for more than a slice, or the answer in memory.
+//
+// A web page must not be able to make it work (spec 3.5.2): a page's
+// request is refused by its Origin or its Fetch Metadata (fetchmetadata.go)
+// before anything is looked at, and a read-back must carry a header no page
+// can send without a CORS preflight, which the daemon never allows. What a
+// local program can make it do is bounded: readBackMaxInProgress answers
+// at once, each looking at no more than readBackScanMax entries. And every
+// answer looks at the same entries whatever its filter matches, so its time
+// does not tell whether a requester has jobs on this node.
 
 // readBackPath is the read-back's path on the ingress.
 const readBackPath = "/v1/workloads"
@@ -45,6 +54,19 @@ const (
 	// maxCursorBytes bounds the cursor parameter: a cursor this node gives
 	// is at most 5 varints and four 256-byte fields, base64url-encoded.
 	maxCursorBytes = 1440
+	// readBackHeader must be on every read-back, once, with the value
+	// readBackHeaderValue. It is not a CORS-safelisted header: a page's
+	// no-cors fetch drops it, and its cors fetch sends a preflight first,
+	// which the daemon refuses (it carries Origin). A browser that sends
+	// no Fetch Metadata still cannot have a page read back.
+	readBackHeader      = "Workload-Read-Back"
+	readBackHeaderValue = "1"
+	// readBackMaxInProgress bounds the read-backs answered at once; one
+	// more is refused at once with 503 and Retry-After, never queued. A
+	// read-back is a producer's restart-time question, so two at once is
+	// room for a restarting producer and one more, and bounds what a local
+	// program looping on it takes to two walks' worth of CPU.
+	readBackMaxInProgress = 2
 )
 
 // readBackWriteTimeout bounds how long a client may take to read an
@@ -59,7 +81,34 @@ type readBackStats struct {
 	listed   atomic.Uint64 // workloads listed in answers
 	cutBytes atomic.Uint64 // answers ended by readBackPageBytes
 	cutScan  atomic.Uint64 // answers ended by readBackScanMax
+	scanned  atomic.Uint64 // entries of the set looked at by the walks
+	// inProgress is the read-backs being answered, at most
+	// readBackMaxInProgress; busy counts those refused at that bound.
+	inProgress atomic.Int64
+	busy       atomic.Uint64
+	// fetchMetadataRefused counts the requests refused by their Fetch
+	// Metadata on any ingress path (fetchmetadata.go): the check is there
+	// for the read-back's sake.
+	fetchMetadataRefused atomic.Uint64
 }
+
+// begin takes one of the readBackMaxInProgress places, or reports that
+// none is free (and counts the refusal). It never waits.
+func (s *readBackStats) begin() bool {
+	for {
+		n := s.inProgress.Load()
+		if n >= readBackMaxInProgress {
+			s.busy.Add(1)
+			return false
+		}
+		if s.inProgress.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// end gives back the place begin took.
+func (s *readBackStats) end() { s.inProgress.Add(-1) }
 
 // readBackQuery is a read-back request's parameters.
 type readBackQuery struct {
@@ -167,17 +216,34 @@ func parseReadBackQuery(raw string) (readBackQuery, error) {
 	return q, nil
 }
 
-// serveReadBack answers GET /v1/workloads: the Origin (403) and Host (421)
-// checks first, as on the events path, then the method (405 with Allow),
-// then the query (400), then the listing.
+// checkReadBackHeader returns 400 naming readBackHeader unless the
+// request carries it once with its value, else 0.
+func checkReadBackHeader(h http.Header) (int, string) {
+	switch vs := h.Values(readBackHeader); {
+	case len(vs) == 1 && vs[0] == readBackHeaderValue:
+		return 0, ""
+	case len(vs) == 0:
+		return http.StatusBadRequest, "the read-back requires the header " + readBackHeader + ": " + readBackHeaderValue + " (a web page cannot send it)"
+	}
+	return http.StatusBadRequest, "header " + readBackHeader + " must be given once, as " + readBackHeaderValue
+}
+
+// serveReadBack answers GET /v1/workloads: the Origin (403), Host (421)
+// and Fetch Metadata (403) checks first, as on the events path, then the
+// method (405 with Allow), then the read-back header (400), then the
+// query (400), then a place among the read-backs in progress (503), then
+// the listing. Nothing before the listing looks at the set.
 func (li *localIngress) serveReadBack(w http.ResponseWriter, r *http.Request) {
 	log := func() *slog.Logger {
 		return li.m.log.With("channel", "ingress", "remote", r.RemoteAddr, "httpMethod", clipReason(r.Method), "path", readBackPath)
 	}
-	status, reason := li.refuseBrowsers(r)
+	status, reason := li.refusePages(r)
 	if status == 0 && r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
 		status, reason = http.StatusMethodNotAllowed, "method must be GET"
+	}
+	if status == 0 {
+		status, reason = checkReadBackHeader(r.Header)
 	}
 	var q readBackQuery
 	if status == 0 {
@@ -186,6 +252,10 @@ func (li *localIngress) serveReadBack(w http.ResponseWriter, r *http.Request) {
 			status, reason = http.StatusBadRequest, err.Error()
 		}
 	}
+	if status == 0 && !li.m.readBacks.begin() {
+		w.Header().Set("Retry-After", "1")
+		status, reason = http.StatusServiceUnavailable, fmt.Sprintf("%d read-backs are in progress, the most this node answers at once; retry after 1 s", readBackMaxInProgress)
+	}
 	if status != 0 {
 		reason = clipReason(reason)
 		li.m.ingressResponses.inc(statusCode(status))
@@ -193,6 +263,7 @@ func (li *localIngress) serveReadBack(w http.ResponseWriter, r *http.Request) {
 		answer(w, status, reason)
 		return
 	}
+	defer li.m.readBacks.end()
 	li.m.ingressResponses.inc("200")
 	listed, cut := li.m.readBack(w, q)
 	if li.m.log.Enabled(r.Context(), slog.LevelDebug) {
@@ -210,6 +281,18 @@ type readBackItem struct {
 // readBack streams the answer to q and returns how many workloads it
 // listed and which bound, if any, ended it before the end of the set:
 // "limit", "bytes" or "scan" ("client" when the client went away).
+//
+// The walk looks at the same entries whatever the filter matches: from
+// the cursor to the end of the set, or to readBackScanMax entries (rounded
+// up to a slice), and never stops at the limit. An answer that stopped at
+// its limit (or its byte bound) looks on without listing, only to learn
+// whether a further workload matched: if one did, next names the last one
+// listed; if not, next goes on from where the walk ended, or is null at
+// the end of the set. Were the walk to stop at the limit, a filter that
+// matches early would be answered in one slice and one that matches
+// nothing after every entry: the time of ?requesterId=X&limit=1 would say
+// whether X has jobs on this node. What still differs is the work on the
+// workloads listed, at most limit of them, which is the answer itself.
 func (m *Manager) readBack(w http.ResponseWriter, q readBackQuery) (int, string) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -225,13 +308,20 @@ func (m *Manager) readBack(w http.ResponseWriter, q readBackQuery) (int, string)
 	buf.WriteString(`{"workloads":[`)
 	pos := m.readBackStart(q.cursor)
 	listed, pageBytes, visited := 0, 0, 0
-	var next *readBackCursor
-	cut := ""
-	for pos != nil && cut == "" {
-		items, last, n, after := m.readBackSlice(pos)
-		pos, visited = after, visited+n
-		for i, it := range items {
-			info, ok := readBackInfo(it.line, q.requester)
+	var last, lastListed readBackCursor
+	// stopped is the bound that ended the listing ("limit" or "bytes"),
+	// more whether a workload to list was found after it.
+	stopped, more := "", false
+	for pos != nil && visited < readBackScanMax {
+		want := 0
+		if stopped == "" {
+			want = q.limit - listed
+		}
+		v := m.readBackSlice(pos, q.requester, want)
+		pos, visited, last = v.next, visited+v.visited, v.last
+		more = more || v.beyond
+		for i, it := range v.items {
+			info, ok := readBackInfo(it.line)
 			if !ok {
 				continue
 			}
@@ -249,6 +339,7 @@ func (m *Manager) readBack(w http.ResponseWriter, q readBackQuery) (int, string)
 			buf.WriteByte('}')
 			listed++
 			pageBytes += len(info)
+			lastListed = it.cursor
 			// The answer goes out as it is built: a request holds at
 			// most 64 KiB of it and one workload, never the page.
 			if buf.Len() >= 64<<10 {
@@ -257,25 +348,31 @@ func (m *Manager) readBack(w http.ResponseWriter, q readBackQuery) (int, string)
 				}
 				buf.Reset()
 			}
-			if listed < q.limit && pageBytes < readBackPageBytes {
+			switch {
+			case pageBytes >= readBackPageBytes:
+				stopped = "bytes"
+			case listed >= q.limit:
+				stopped = "limit"
+			default:
 				continue
 			}
-			cut = "limit"
-			if pageBytes >= readBackPageBytes {
-				cut = "bytes"
-				m.readBacks.cutBytes.Add(1)
-			}
-			if pos != nil || i < len(items)-1 {
-				c := it.cursor
-				next = &c
-			}
+			more = more || i < len(v.items)-1
 			break
 		}
-		if cut == "" && pos != nil && visited >= readBackScanMax {
-			cut = "scan"
-			m.readBacks.cutScan.Add(1)
-			next = &last
-		}
+	}
+	var next *readBackCursor
+	cut := ""
+	switch {
+	case stopped != "" && more:
+		next, cut = &lastListed, stopped
+	case pos != nil:
+		next, cut = &last, "scan"
+	}
+	switch cut {
+	case "bytes":
+		m.readBacks.cutBytes.Add(1)
+	case "scan":
+		m.readBacks.cutScan.Add(1)
 	}
 	buf.WriteString(`],"next":`)
 	if next == nil {
@@ -300,8 +397,9 @@ func cursorOf(e *resyncEntry) readBackCursor {
 // pass order without a cursor; with one, the entry after the cursor's when
 // it is still in the set (one lookup), else the first entry of a higher
 // order, found by walking from the head a slice at a time, activeMu
-// released in between. An entry removed meanwhile keeps its next pointer
-// (resyncSet.unlink), so the walk goes on from it.
+// released in between, each entry counted as looked at. An entry removed
+// meanwhile keeps its next pointer (resyncSet.unlink), so the walk goes on
+// from it.
 func (m *Manager) readBackStart(c *readBackCursor) *resyncEntry {
 	m.activeMu.Lock()
 	defer m.activeMu.Unlock()
@@ -314,9 +412,11 @@ func (m *Manager) readBackStart(c *readBackCursor) *resyncEntry {
 	}
 	p := s.head
 	for {
-		for n := 0; n < readBackSlice && p != nil && p.order <= c.order; n++ {
+		n := 0
+		for ; n < readBackSlice && p != nil && p.order <= c.order; n++ {
 			p = p.next
 		}
+		m.readBacks.scanned.Add(uint64(n))
 		if p == nil || p.order > c.order {
 			return p
 		}
@@ -325,53 +425,57 @@ func (m *Manager) readBackStart(c *readBackCursor) *resyncEntry {
 	}
 }
 
-// readBackSlice visits up to readBackSlice entries from pos under one hold
-// of activeMu and returns the ingress runs among them that are in the set
-// and not past their retention, the cursor of the last entry visited, how
-// many it visited and where the next slice starts (nil at the end).
-func (m *Manager) readBackSlice(pos *resyncEntry) (items []readBackItem, last readBackCursor, visited int, next *resyncEntry) {
+// readBackVisit is what one slice of a read-back's walk found.
+type readBackVisit struct {
+	items   []readBackItem // the workloads to list, at most the slice's want
+	beyond  bool           // a further workload to list came after them
+	last    readBackCursor // the last entry visited
+	visited int            // the entries looked at
+	next    *resyncEntry   // where the next slice starts; nil at the end
+}
+
+// readBackSlice looks at up to readBackSlice entries from pos under one
+// hold of activeMu, and copies out the first want of those the read-back
+// lists (ingress runs in the set, not past their retention, whose
+// requesterId is requester when it is not nil), noting whether there were
+// more. Each entry costs the same few comparisons whether it is listed or
+// not: the filter reads the requesterId the entry holds, not its line.
+func (m *Manager) readBackSlice(pos *resyncEntry, requester *string, want int) (v readBackVisit) {
 	now := m.now()
 	m.activeMu.Lock()
 	defer m.activeMu.Unlock()
 	s := m.resync
-	for ; visited < readBackSlice && pos != nil; visited++ {
-		e := pos
-		pos, last = e.next, cursorOf(e)
-		if s.entries[e.key] != e || !e.ingress || (!e.terminalAt.IsZero() && now.Sub(e.terminalAt) >= s.retention) {
+	var e *resyncEntry
+	for ; v.visited < readBackSlice && pos != nil; v.visited++ {
+		e, pos = pos, pos.next
+		if s.entries[e.key] != e || !e.ingress || (!e.terminalAt.IsZero() && now.Sub(e.terminalAt) >= s.retention) ||
+			(requester != nil && (!e.hasRequester || e.requester != *requester)) {
 			continue
 		}
-		it := readBackItem{line: e.line, cursor: last}
+		if len(v.items) == want {
+			v.beyond = true
+			continue
+		}
+		it := readBackItem{line: e.line, cursor: cursorOf(e)}
 		it.deadline, _ = m.leases.deadlineOf(workloadRef{e.key.origin, e.key.id}, e.key)
-		items = append(items, it)
+		v.items = append(v.items, it)
 	}
-	return items, last, visited, pos
+	if e != nil {
+		v.last = cursorOf(e)
+	}
+	v.next = pos
+	m.readBacks.scanned.Add(uint64(v.visited))
+	return v
 }
 
-// readBackInfo returns the workload object of a re-assertion line, or
-// false when requester is set and the object's requesterId is not it.
-func readBackInfo(line []byte, requester *string) (json.RawMessage, bool) {
+// readBackInfo returns the workload object of a re-assertion line.
+func readBackInfo(line []byte) (json.RawMessage, bool) {
 	params := (&resyncEntry{line: line}).params()
 	pm, err := validObjectMembers(params)
 	if err != nil {
 		return nil, false
 	}
-	info, ok := member(pm, "workloadInfo")
-	if !ok {
-		return nil, false
-	}
-	if requester == nil {
-		return info, true
-	}
-	ms, err := validObjectMembers(info)
-	if err != nil {
-		return nil, false
-	}
-	v, ok := member(ms, "requesterId")
-	var got *string
-	if !ok || json.Unmarshal(v, &got) != nil || got == nil {
-		return nil, false
-	}
-	return info, *got == *requester
+	return member(pm, "workloadInfo")
 }
 
 // writeReadBackMetrics renders the read-back's counters and bounds.
@@ -383,4 +487,9 @@ func (m *Manager) writeReadBackMetrics(t *metricsText) {
 	t.single("nvpair_wlm_readback_limit_max", "gauge", "The most workloads one read-back answer lists (its limit parameter's maximum).", readBackMaxLimit)
 	t.single("nvpair_wlm_readback_page_bytes_max", "gauge", "The bytes of workload objects after which a read-back answer ends, whatever its limit.", readBackPageBytes)
 	t.single("nvpair_wlm_readback_scan_max", "gauge", "The entries of the re-sync set one read-back answer looks at before it ends with a cursor.", readBackScanMax)
+	t.single("nvpair_wlm_readback_entries_scanned_total", "counter", "Entries of the re-sync set the read-back's walks looked at, listed or not: an answer looks at the same entries whatever its filter matches.", float64(m.readBacks.scanned.Load()))
+	t.single("nvpair_wlm_readback_in_progress", "gauge", "Read-backs being answered.", float64(m.readBacks.inProgress.Load()))
+	t.single("nvpair_wlm_readback_in_progress_max", "gauge", "The most read-backs answered at once; one more is refused 503 with Retry-After.", readBackMaxInProgress)
+	t.single("nvpair_wlm_readback_busy_refusals_total", "counter", "Read-backs refused 503 because the most were in progress.", float64(m.readBacks.busy.Load()))
+	m.writeFetchMetadataMetrics(t)
 }

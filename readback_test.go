@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -31,7 +32,9 @@ func (a readBackAnswer) ids() []string {
 }
 
 // getReadBack sends GET /v1/workloads?query to the ingress at addr, with
-// headers as name/value pairs ("Host" sets the request's Host).
+// headers as name/value pairs ("Host" sets the request's Host). The
+// read-back's header is sent as a producer sends it unless headers name
+// it: then as they give it, and an empty value leaves it out.
 func getReadBack(t testing.TB, addr, query string, headers ...string) (int, http.Header, []byte) {
 	t.Helper()
 	return doReadBack(t, http.MethodGet, addr, query, headers...)
@@ -43,10 +46,18 @@ func doReadBack(t testing.TB, method, addr, query string, headers ...string) (in
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set(readBackHeader, readBackHeaderValue)
 	for i := 0; i+1 < len(headers); i += 2 {
-		if headers[i] == "Host" {
+		if headers[i] == readBackHeader {
+			req.Header.Del(readBackHeader)
+		}
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		switch {
+		case headers[i] == "Host":
 			req.Host = headers[i+1]
-		} else {
+		case headers[i] == readBackHeader && headers[i+1] == "":
+		default:
 			req.Header.Add(headers[i], headers[i+1])
 		}
 	}
@@ -242,7 +253,8 @@ func TestReadBackWalkGoesOnPastEntriesRemovedBetweenTwoSlices(t *testing.T) {
 	n.m.activeMu.Lock()
 	head := n.m.resync.head
 	n.m.activeMu.Unlock()
-	first, _, visited, next := n.m.readBackSlice(head)
+	v := n.m.readBackSlice(head, nil, readBackSlice)
+	first, visited, next := v.items, v.visited, v.next
 	if len(first) != readBackSlice || visited != readBackSlice || next == nil {
 		t.Fatalf("first slice: %d items, %d visited, next %v", len(first), visited, next)
 	}
@@ -252,7 +264,8 @@ func TestReadBackWalkGoesOnPastEntriesRemovedBetweenTwoSlices(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	second, _, _, end := n.m.readBackSlice(next)
+	v = n.m.readBackSlice(next, nil, readBackSlice)
+	second, end := v.items, v.next
 	if len(second) != readBackSlice-2 || end != nil {
 		t.Fatalf("second slice: %d items (want %d), end %v", len(second), readBackSlice-2, end)
 	}
@@ -315,6 +328,9 @@ func TestReadBackRefusesBrowsersAndOtherMethodsBeforeAnythingElse(t *testing.T) 
 		{"HEAD", http.MethodHead, nil, http.StatusMethodNotAllowed},
 		{"OPTIONS (a preflight)", http.MethodOptions, nil, http.StatusMethodNotAllowed},
 		{"method before the query", http.MethodPost, []string{}, http.StatusMethodNotAllowed},
+		{"a page's no-cors GET (Fetch Metadata)", http.MethodGet, []string{"Sec-Fetch-Site", "cross-site", "Sec-Fetch-Mode", "no-cors"}, http.StatusForbidden},
+		{"Fetch Metadata before the method", http.MethodPost, []string{"Sec-Fetch-Site", "same-site"}, http.StatusForbidden},
+		{"Host before Fetch Metadata", http.MethodGet, []string{"Host", "evil.example", "Sec-Fetch-Site", "cross-site"}, http.StatusMisdirectedRequest},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			query := ""
@@ -423,7 +439,7 @@ func TestReadBackClientThatStopsReadingIsDroppedAtTheWriteDeadline(t *testing.T)
 	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := io.WriteString(conn, "GET "+readBackPath+" HTTP/1.1\r\nHost: "+n.m.IngressAddr()+"\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(conn, "GET "+readBackPath+" HTTP/1.1\r\nHost: "+n.m.IngressAddr()+"\r\n"+readBackHeader+": 1\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the read-back to give up on the client", func() bool {
@@ -448,5 +464,218 @@ func trackWideIngressRuns(t *testing.T, n *testNode, count, size int) {
 		ev.info.ID = "wide-" + itoa(100+i)
 		n.m.resync.track(&ev, time.Now(), true)
 		n.m.resync.entries[ev.key()].ingress = true
+	}
+}
+
+// The read-back requires a header a web page cannot send without a CORS
+// preflight: without it, or with it given otherwise, the answer is 400
+// naming it, and nothing of the set is looked at.
+func TestReadBackWithoutItsHeaderIs400NamingItBeforeAnyWork(t *testing.T) {
+	n, _ := readBackNode(t)
+	addr := n.m.IngressAddr()
+	postLeased(t, n, leasedInfo("hdr", "running", 1), 0)
+	for _, c := range []struct {
+		name    string
+		headers []string
+		reason  string
+	}{
+		{"missing", []string{readBackHeader, ""}, "the read-back requires the header Workload-Read-Back: 1 (a web page cannot send it)"},
+		{"another value", []string{readBackHeader, "true"}, "header Workload-Read-Back must be given once, as 1"},
+		{"empty", []string{readBackHeader, " "}, "header Workload-Read-Back must be given once, as 1"},
+		{"twice", []string{readBackHeader, "1", readBackHeader, "1"}, "header Workload-Read-Back must be given once, as 1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := n.m.readBacks.scanned.Load()
+			st, _, body := getReadBack(t, addr, "", c.headers...)
+			if st != http.StatusBadRequest || strings.TrimSpace(string(body)) != c.reason {
+				t.Fatalf("%d %.200q, want 400 %q", st, body, c.reason)
+			}
+			if got := n.m.readBacks.scanned.Load(); got != before {
+				t.Fatalf("entries looked at moved %d -> %d for a refused read-back", before, got)
+			}
+		})
+	}
+	// The method is checked before the header, and the header before the
+	// query: each request has one answer.
+	if st, _, body := doReadBack(t, http.MethodPost, addr, "limit=0", readBackHeader, ""); st != http.StatusMethodNotAllowed {
+		t.Errorf("POST without the header: %d %s, want 405", st, body)
+	}
+	if st, _, body := getReadBack(t, addr, "limit=0", readBackHeader, ""); st != http.StatusBadRequest || !strings.Contains(string(body), readBackHeader) {
+		t.Errorf("a bad query without the header: %d %s, want the header's 400", st, body)
+	}
+	if got := readBack(t, addr, "").ids(); !slices.Equal(got, []string{"hdr"}) {
+		t.Fatalf("with the header: listed %v", got)
+	}
+}
+
+// stallReadBack asks for a read-back on a connection that never reads, so
+// the answer (over 8 MiB, the set holding wide runs) blocks in its write
+// and the read-back stays in progress until the connection is closed.
+func stallReadBack(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(conn, "GET "+readBackPath+"?limit=10000 HTTP/1.1\r\nHost: "+addr+"\r\n"+readBackHeader+": 1\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// At most readBackMaxInProgress read-backs are answered at once; one more
+// is refused at once with 503 and Retry-After, not queued, and is counted;
+// once one ends, read-backs are answered again.
+func TestReadBacksInProgressAreBoundedAndOneMoreIs503WithRetryAfter(t *testing.T) {
+	n, _ := readBackNode(t)
+	addr := n.m.IngressAddr()
+	trackWideIngressRuns(t, n, readBackPageBytes/(200<<10)+2, 200<<10)
+	var stalled []net.Conn
+	for range readBackMaxInProgress {
+		stalled = append(stalled, stallReadBack(t, addr))
+	}
+	eventually(t, "the stalled read-backs to be in progress", func() bool {
+		return n.m.readBacks.inProgress.Load() == readBackMaxInProgress
+	})
+	var metrics strings.Builder
+	if err := n.m.writeMetrics(&metrics); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"\nnvpair_wlm_readback_in_progress 2\n", "\nnvpair_wlm_readback_in_progress_max 2\n"} {
+		if !strings.Contains(metrics.String(), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	scanned := n.m.readBacks.scanned.Load()
+	st, h, body := getReadBack(t, addr, "limit=1")
+	if st != http.StatusServiceUnavailable || h.Get("Retry-After") != "1" ||
+		strings.TrimSpace(string(body)) != "2 read-backs are in progress, the most this node answers at once; retry after 1 s" {
+		t.Fatalf("one read-back more: %d Retry-After %q %.200q, want 503 with Retry-After 1", st, h.Get("Retry-After"), body)
+	}
+	if got := n.m.readBacks.busy.Load(); got != 1 {
+		t.Errorf("nvpair_wlm_readback_busy_refusals_total = %d, want 1", got)
+	}
+	if got := n.m.readBacks.scanned.Load(); got != scanned {
+		t.Errorf("the refused read-back looked at %d entries", got-scanned)
+	}
+	// The producer's frames are not held up by the read-backs.
+	postLeased(t, n, leasedInfo("during", "running", 1), 0)
+
+	stalled[0].Close()
+	eventually(t, "a place to free", func() bool { return n.m.readBacks.inProgress.Load() < readBackMaxInProgress })
+	if got := readBack(t, addr, "limit=1"); len(got.Workloads) != 1 {
+		t.Fatalf("after a place freed: listed %v", got.ids())
+	}
+}
+
+// Every answer looks at the same entries whatever its filter matches, so
+// the time of ?requesterId=X&limit=1 does not tell whether X has jobs on
+// this node: shown by the count of entries looked at, which is
+// deterministic, rather than by the time.
+func TestReadBackLooksAtTheSameEntriesWhetherItsFilterMatchesOrNot(t *testing.T) {
+	n, _ := readBackNode(t, withMaxLiveWorkloads(2*readBackScanMax))
+	// The broker's own workloads, which the read-back looks at and never
+	// lists, around the jobs of two producers: "early" has its jobs at
+	// the head of the set, "late" at its end.
+	ev, err := parseLifecycle(methodStarted, json.RawMessage(`{"workloadInfo":`+mustJSON(t, workload("proxy", "running", n.id))+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxies := func(count int) {
+		n.m.activeMu.Lock()
+		defer n.m.activeMu.Unlock()
+		for range count {
+			ev.info.ID = "proxy-" + itoa(n.m.resync.len())
+			n.m.resync.track(&ev, time.Now(), false)
+		}
+	}
+	post := func(id, requester string) {
+		w := leasedInfo(id, "running", 1)
+		w["requesterId"] = requester
+		postLeased(t, n, w, 0)
+	}
+	post("early-1", "early")
+	post("early-2", "early")
+	proxies(3*readBackSlice + 17)
+	post("late-1", "late")
+	set := n.m.resync.len()
+
+	looked := func(query string) (int, readBackAnswer) {
+		before := n.m.readBacks.scanned.Load()
+		a := readBack(t, n.m.IngressAddr(), query)
+		return int(n.m.readBacks.scanned.Load() - before), a
+	}
+	for _, c := range []struct {
+		query string
+		ids   []string
+		next  bool
+	}{
+		{"requesterId=early&limit=1", []string{"early-1"}, true},
+		{"requesterId=late&limit=1", []string{"late-1"}, false},
+		{"requesterId=nobody&limit=1", nil, false},
+		{"limit=1", []string{"early-1"}, true},
+		{"requesterId=early", []string{"early-1", "early-2"}, false},
+	} {
+		got, a := looked(c.query)
+		if got != set {
+			t.Errorf("%s looked at %d entries, want all %d whatever it matched", c.query, got, set)
+		}
+		if !slices.Equal(a.ids(), c.ids) || (a.Next != nil) != c.next {
+			t.Errorf("%s listed %v, next %v; want %v, a cursor: %v", c.query, a.ids(), a.Next, c.ids, c.next)
+		}
+	}
+	// A filter that matches once and no more says so (next null), though
+	// it stopped at its limit: the walk looked on and found no other.
+	one, _ := looked("requesterId=late&limit=1")
+	none, _ := looked("requesterId=nobody&limit=1")
+	if one != none {
+		t.Fatalf("with a hit %d entries looked at, without %d", one, none)
+	}
+
+	// Past the scan bound the two still look at the same entries: the
+	// bound, rounded up to a whole slice.
+	proxies(readBackScanMax)
+	bound := (readBackScanMax + readBackSlice - 1) / readBackSlice * readBackSlice
+	for _, q := range []string{"requesterId=early&limit=1", "requesterId=nobody&limit=1"} {
+		if got, a := looked(q); got != bound || a.Next == nil {
+			t.Errorf("%s on %d entries looked at %d, next %v; want %d and a cursor", q, n.m.resync.len(), got, a.Next, bound)
+		}
+	}
+}
+
+// BenchmarkReadBackLimit1 is ?requesterId=X&limit=1 on a set of 100,000
+// ingress jobs, when X's 1,000 jobs are at the head of the set ("hit") and
+// when X has none ("none"): the two look at the same entries.
+func BenchmarkReadBackLimit1(b *testing.B) {
+	n := newTestNode(b, withMaxLiveWorkloads(readBackScanMax))
+	var jobs [2]lifecycleEvent
+	for i, requester := range []string{"x", "z"} {
+		w := leasedInfo("job", "running", 1)
+		w["originatedFrom"], w["requesterId"] = n.id, requester
+		ev, err := parseLifecycle(methodStarted, json.RawMessage(`{"workloadInfo":`+mustJSON(b, w)+`}`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		jobs[i] = ev
+	}
+	n.m.activeMu.Lock()
+	for i := range readBackScanMax {
+		e := &jobs[min(i/1000, 1)]
+		e.info.ID = "w-" + itoa(i)
+		n.m.resync.track(e, time.Now(), false)
+		n.m.resync.entries[e.key()].ingress = true
+	}
+	n.m.activeMu.Unlock()
+	for _, c := range []struct{ name, requester string }{{"hit", "x"}, {"none", "y"}} {
+		b.Run(c.name, func(b *testing.B) {
+			q := readBackQuery{limit: 1, requester: &c.requester}
+			for b.Loop() {
+				n.m.readBack(httptest.NewRecorder(), q)
+			}
+		})
 	}
 }

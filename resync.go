@@ -28,6 +28,11 @@ type resyncEntry struct {
 	// ingress says an ingress frame of this run was tracked since the
 	// daemon started: the read-back lists such runs (readback.go).
 	ingress bool
+	// hasRequester and requester are the held event's requesterId, which
+	// the read-back's filter compares without parsing the line (see track
+	// for the bytes it keeps).
+	hasRequester bool
+	requester    string
 	// order is the entry's place in pass order, rising with every entry
 	// linked: the read-back's cursor names it.
 	order uint64
@@ -150,6 +155,17 @@ func (s *resyncSet) track(ev *lifecycleEvent, now time.Time, overLimit bool) tra
 	// spelling: the heartbeat adds its own marker, and a second one would win.
 	e.line = encodeNotification(ev.method, withResync(withoutResync(ev.params)))
 	e.method, e.rank, e.seq, e.hasSeq = ev.method, rankOf(ev.info.State), ev.info.seqNum, ev.info.hasSeq
+	// A new entry's requester is a part of the allocation its key's strings
+	// are parts of (decodeWorkloadInfo), so it costs only its bytes. A later
+	// event's would keep that event's whole allocation alive: the string
+	// held is kept when it is the same, as it nearly always is, else copied.
+	switch {
+	case !held:
+		e.requester = ev.info.requester
+	case e.requester != ev.info.requester:
+		e.requester = strings.Clone(ev.info.requester)
+	}
+	e.hasRequester = ev.info.hasRequester
 	e.gen = s.gen.Add(1)
 	e.terminalAt = time.Time{}
 	if ev.terminal() {

@@ -57,6 +57,11 @@ type workloadInfo struct {
 	// reads it (checkWorkloadTypes), not encoding/json.
 	seqNum int64
 	hasSeq bool
+	// requester is the requesterId when hasRequester (null and absent are
+	// not a requester): the read-back's filter compares it (readback.go)
+	// rather than parse every entry's line on every answer.
+	requester    string
+	hasRequester bool
 }
 
 // workloadKey identifies one run of a workload in the re-sync set.
@@ -229,7 +234,7 @@ func lifecycleParamsOf(pl *scanLevel) (info *scanMember, resync bool, err error)
 // allocation, each field a part of it, and the seq. The members are
 // well-formed (checkTypedMembers), so decoding substitutes nothing.
 func decodeWorkloadInfo(vals *typedValues, stampedOrigin string) workloadInfo {
-	fields := [...]int{wfID, wfModel, wfEngine, wfState, wfOrigin, wfScheduledOn, wfRunID}
+	fields := [...]int{wfID, wfModel, wfEngine, wfState, wfOrigin, wfScheduledOn, wfRunID, wfRequesterID}
 	var stack [512]byte
 	buf := stack[:0]
 	var ends [len(fields)]int
@@ -248,7 +253,8 @@ func decodeWorkloadInfo(vals *typedValues, stampedOrigin string) workloadInfo {
 		return all[start:ends[i]]
 	}
 	w := workloadInfo{ID: part(0), Model: part(1), Engine: part(2), State: part(3),
-		OriginatedFrom: part(4), ScheduledOn: part(5), RunID: part(6)}
+		OriginatedFrom: part(4), ScheduledOn: part(5), RunID: part(6),
+		requester: part(7), hasRequester: vals[wfRequesterID] != nil}
 	if stampedOrigin != "" {
 		w.OriginatedFrom = stampedOrigin
 	}

@@ -117,7 +117,14 @@ func (s *simulator) readBack() (map[string]readBackWorkload, error) {
 		if cursor != "" {
 			u += "&cursor=" + url.QueryEscape(cursor)
 		}
-		resp, err := s.client.Get(u)
+		req, err := http.NewRequest(http.MethodGet, u, nil)
+		if err != nil {
+			return nil, err
+		}
+		// The read-back answers only a request that carries this header,
+		// which no web page can send (see the README's read-back section).
+		req.Header.Set("Workload-Read-Back", "1")
+		resp, err := s.client.Do(req)
 		if err != nil {
 			return nil, err
 		}

@@ -73,6 +73,10 @@ func (f *fakeIngress) serveReadBack(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "want requesterId=devcluster-sim", http.StatusBadRequest)
 		return
 	}
+	if got := r.Header.Values("Workload-Read-Back"); len(got) != 1 || got[0] != "1" {
+		http.Error(w, "the read-back requires the header Workload-Read-Back: 1", http.StatusBadRequest)
+		return
+	}
 	last := map[string]ingressRecord{}
 	for _, rec := range f.recs {
 		if rec.status == http.StatusOK && rec.info != nil {
