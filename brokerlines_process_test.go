@@ -96,7 +96,7 @@ func TestProcessGarbageBrokerLinesMakeABoundedLogAndTheDaemonStillRelays(t *test
 	limit := len(kinds) * (2 + int(elapsed/sourceLogInterval))
 	t.Logf("%d bad broker lines in %v: %d log lines (limit %d)", lines, elapsed.Round(time.Millisecond), badLines, limit)
 	if badLines > limit {
-		t.Fatalf("%d log lines for %d bad broker lines over %v, want at most %d:\n%s", badLines, lines, elapsed, limit, out)
+		t.Fatalf("%d log lines for %d bad broker lines over %v, want at most %d:\n%.4000s", badLines, lines, elapsed, limit, out)
 	}
 	for _, k := range kinds {
 		if got := written[k.kind] + suppressed[k.kind]; got != sent[k.kind] {
