@@ -244,6 +244,7 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 			t.sample(f.name, []string{"peer"}, []string{s.peer}, float64(f.get(s)))
 		}
 	}
+	writeRetryAfterMetrics(&t, stats)
 	depths := m.bcast.peerQueueDepths()
 	t.family("nvpair_wlm_peer_queue_frames", "gauge", fmt.Sprintf("Fresh frames waiting in a peer's queue for delivery (at most %d; a full queue drops the newest); 0 for a peer that left.", peerQueueSize))
 	for _, s := range stats {
