@@ -349,9 +349,11 @@ func TestHeartbeatWaitsOutAPeersRetryAfterAndCarriesOnItsPass(t *testing.T) {
 			for _, id := range want {
 				a.sendLifecycle(workload(id, "running", a.id))
 			}
-			barrier := "barrier"
-			a.broker.send(`{"jsonrpc":"2.0","id":"` + barrier + `","method":"nope"}`)
-			a.broker.waitResponse(`"` + barrier + `"`)
+			// Every frame read, tracked, and past the dispatcher, which would
+			// offer one still in its queue to the new target as fresh.
+			a.broker.send(`{"jsonrpc":"2.0","id":"barrier","method":"nope"}`)
+			a.broker.waitResponse(`"barrier"`)
+			eventually(t, "the frames dispatched", func() bool { return a.m.bcast.undispatched.Load() == 0 })
 			p.setDefer(3, "1")
 			netDiscover(a, p.entry())
 			a.waitTargets(1)
