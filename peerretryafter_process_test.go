@@ -29,7 +29,10 @@ func TestProcessPeerAnswering503RetryAfterIsSentOneRequestPerWaitThenEveryFrameI
 	for _, id := range want {
 		a.send(lifecycleLine(id, "running", nodes[0].ID))
 	}
-	eventually(t, "every frame at the peer", func() bool { return len(peer.accepted()) >= len(want) })
+	// The wait for them is the tests' usual, plus the 6 s the peer asks for.
+	if !holdsWithin(waitTimeout+6*time.Second, func() bool { return len(peer.accepted()) >= len(want) }) {
+		t.Fatalf("the peer took %d of %d frames", len(peer.accepted()), len(want))
+	}
 	if got := peer.accepted(); !slices.Equal(got, want) {
 		t.Fatalf("the peer took %v, want %v once each, in order", got, want)
 	}

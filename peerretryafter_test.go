@@ -314,7 +314,9 @@ func TestFreshFramesWaitOutAPeersRetryAfterAndArriveInOrder(t *testing.T) {
 				a.sendLifecycle(workload(id, "running", a.id))
 			}
 			want = append([]string{"first"}, want...)
-			eventually(t, "every frame at the peer", func() bool { return len(p.accepted()) >= len(want) })
+			if !holdsWithin(waitTimeout+4*time.Second, func() bool { return len(p.accepted()) >= len(want) }) {
+				t.Fatalf("the peer took %d of %d frames", len(p.accepted()), len(want))
+			}
 			if got := p.accepted(); !slices.Equal(got, want) {
 				t.Fatalf("the peer took %v, want %v once each, in order", got, want)
 			}
