@@ -42,7 +42,7 @@ func selectTargets(nodes []discoveredNode, self string, pinned func(principal st
 	var targets []peerTarget
 	for _, n := range nodes {
 		skip := func(reason string) {
-			log.Debug("discovery: not a target", "node", n.Name, "host", n.HostUUID, "reason", reason)
+			log.Debug("discovery: not a target", "node", clipLogged(n.Name), "host", clipLogged(n.HostUUID), "reason", reason)
 		}
 		switch {
 		case n.HostUUID == self:
@@ -63,6 +63,9 @@ func selectTargets(nodes []discoveredNode, self string, pinned func(principal st
 		if name == "" {
 			name = n.HostUUID
 		}
+		// The name is only ever logged (every line of the peer's sender
+		// carries it), so it is kept clipped.
+		name = clipLogged(name)
 		targets = append(targets, peerTarget{hostUUID: n.HostUUID, name: name, principal: n.ClusterUUID, addrs: addrs})
 	}
 	return targets
@@ -90,7 +93,7 @@ func dialAddresses(n discoveredNode, port int) []string {
 func (m *Manager) applyDiscovery(params json.RawMessage) {
 	nodes, err := parseDiscovery(params)
 	if err != nil {
-		m.log.Warn("discovery snapshot dropped", "reason", err)
+		m.brokerLines.warn(m.log, brokerLineBadDiscovery, "reason", clipLogged(err.Error()))
 		return
 	}
 	// The origin index is built before any lock is taken, and swapped in

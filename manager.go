@@ -149,6 +149,10 @@ type Manager struct {
 	batchesReceived         atomic.Uint64 // batches processed on the peer port
 	batchFramesReceived     atomic.Uint64 // their elements
 
+	// brokerLines counts the broker's bad lines and rate-limits the
+	// warnings they cause (brokerlinelog.go).
+	brokerLines *brokerLineLog
+
 	shutdownOnce sync.Once
 	shutdownReq  chan struct{} // closed by a shutdown request from the broker
 
@@ -206,6 +210,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		fieldBoundRefusals: newCounterVec(),
 		conns:              newListenerLimits(cfg.Conns),
 		peerRejects:        newSourceLog(),
+		brokerLines:        newBrokerLineLog(),
 		bodies:             newRequestBodies(),
 	}
 	// Each peer sender reads its heartbeat passes from this Manager's
@@ -290,6 +295,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		close(leasesDone)
 	}
 	m.stop(servers)
+	m.brokerLines.stop(m.log)
 	cancel()
 	wg.Wait()
 	select {
@@ -350,7 +356,7 @@ func (m *Manager) readLoop() {
 	for {
 		line, err := lr.Next()
 		if errors.Is(err, errLineTooLong) {
-			m.log.Warn("local frame skipped", "reason", err)
+			m.brokerLines.warn(m.log, brokerLineTooLong, "reason", err)
 			continue
 		}
 		if err != nil {
@@ -373,12 +379,12 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 		return false
 	}
 	if err := checkFrameUTF8(line); err != nil {
-		m.log.Warn("local frame skipped", "reason", err)
+		m.brokerLines.warn(m.log, brokerLineNotUTF8, "reason", err)
 		return false
 	}
 	var s frameScan
 	if err := s.scanFrame(line); err != nil {
-		m.log.Warn("local frame skipped", "reason", fmt.Sprintf("not JSON: %v", err))
+		m.brokerLines.warn(m.log, brokerLineNotJSON, "reason", clipLogged(fmt.Sprintf("not JSON: %v", err)))
 		return false
 	}
 	env, err := envelopeOf(&s)
@@ -386,14 +392,14 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 		return m.handleControlLine(line)
 	}
 	if env.jsonrpc != "2.0" {
-		m.log.Warn("local frame skipped", "method", env.method, "reason", `jsonrpc must be "2.0"`)
+		m.brokerLines.warn(m.log, brokerLineBadVersion, "method", clipLogged(env.method), "reason", `jsonrpc must be "2.0"`)
 		return false
 	}
 	m.framesReceived.inc("stdio", env.method)
 	m.handleLocal(env.method, &s)
 	if env.id != nil {
 		if err := m.out.respond(env.id, nil, nil); err != nil {
-			m.log.Warn("answer to broker failed", "method", env.method, "id", string(env.id), "reason", err)
+			m.brokerLines.warn(m.log, brokerLineUnanswered, "method", env.method, "id", clipLoggedBytes(env.id), "reason", clipLogged(err.Error()))
 		}
 	}
 	return false
@@ -409,15 +415,15 @@ func isWorkloadMethod(m string) bool { return isLifecycleMethod(m) || m == metho
 func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 	var f rpcFrame
 	if err := json.Unmarshal(line, &f); err != nil {
-		m.log.Warn("local frame skipped", "reason", fmt.Sprintf("not JSON: %v", err))
+		m.brokerLines.warn(m.log, brokerLineNotJSON, "reason", clipLogged(fmt.Sprintf("not JSON: %v", err)))
 		return false
 	}
 	if f.JSONRPC != "2.0" {
-		m.log.Warn("local frame skipped", "method", f.Method, "reason", `jsonrpc must be "2.0"`)
+		m.brokerLines.warn(m.log, brokerLineBadVersion, "method", clipLogged(f.Method), "reason", `jsonrpc must be "2.0"`)
 		return false
 	}
 	if f.isResponse() {
-		m.log.Debug("response from broker ignored", "id", string(f.ID))
+		m.log.Debug("response from broker ignored", "id", clipLoggedBytes(f.ID))
 		return false
 	}
 	m.framesReceived.inc("stdio", knownMethod(f.Method))
@@ -432,17 +438,20 @@ func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 		shutdown = true
 	default:
 		if !f.isRequest() {
-			m.log.Debug("notification ignored", "method", f.Method)
+			m.log.Debug("notification ignored", "method", clipLogged(f.Method))
 			return false
 		}
-		rerr = &rpcError{Code: codeMethodNotFound, Message: "method not found: " + f.Method}
+		// The method is quoted clipped, as a request's values are in an
+		// answer on the other channels: the answer then fits the broker's
+		// line unless the id alone does not.
+		rerr = &rpcError{Code: codeMethodNotFound, Message: "method not found: " + clipReason(f.Method)}
 	}
 	if rerr != nil && !f.isRequest() {
-		m.log.Warn("notification refused", "method", f.Method, "reason", rerr.Message)
+		m.brokerLines.warn(m.log, brokerLineRefused, "method", clipLogged(f.Method), "reason", clipLogged(rerr.Message))
 	}
 	if f.isRequest() {
 		if err := m.out.respond(f.ID, result, rerr); err != nil {
-			m.log.Warn("answer to broker failed", "method", f.Method, "id", string(f.ID), "reason", err)
+			m.brokerLines.warn(m.log, brokerLineUnanswered, "method", clipLogged(f.Method), "id", clipLoggedBytes(f.ID), "reason", clipLogged(err.Error()))
 		}
 	}
 	if shutdown {
@@ -463,7 +472,7 @@ func (m *Manager) handleLocal(method string, s *frameScan) {
 		return
 	}
 	if err != nil {
-		m.log.Warn("local frame dropped", "method", method, "reason", err)
+		m.brokerLines.warn(m.log, brokerLineMalformed, "method", method, "reason", clipLogged(err.Error()))
 		return
 	}
 	m.commitLocal(f, fromBroker)
@@ -476,7 +485,9 @@ func (m *Manager) setLogLevel(params json.RawMessage) (any, *rpcError) {
 	if err := json.Unmarshal(params, &p); err != nil {
 		return nil, &rpcError{Code: codeInvalidParams, Message: fmt.Sprintf("params: %v", err)}
 	}
-	lvl, err := parseLogLevel(p.Level)
+	// The level is quoted clipped in the refusal: no level is that long,
+	// and the answer must fit the broker's line.
+	lvl, err := parseLogLevel(clipField(p.Level))
 	if err != nil {
 		return nil, &rpcError{Code: codeInvalidParams, Message: err.Error()}
 	}

@@ -205,6 +205,7 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	t.single("nvpair_wlm_broker_write_failures_total", "counter", "Writes to the broker that failed.", float64(m.out.failures.Load()))
 	t.single("nvpair_wlm_broker_lines_refused_total", "counter", "Frames not written to the broker because their line would exceed its line limit (--broker-line-max).", float64(m.out.refused.Load()))
 	m.writeBrokerGroupMetrics(&t)
+	m.brokerLines.writeMetrics(&t)
 	t.single("nvpair_wlm_dedup_hits_total", "counter", "Peer frames not written to the broker because they were already seen.", float64(m.dedup.hits.Load()))
 	t.single("nvpair_wlm_dedup_keys", "gauge", fmt.Sprintf("Keys the peer dedup remembers (at most %d).", dedupCapacity), float64(m.dedup.len()))
 	t.single("nvpair_wlm_dedup_bytes", "gauge", fmt.Sprintf("Estimated heap bytes of the peer dedup's keys: %d per key, whatever the frames carried (at most %d).", dedupEntryBytes, dedupMaxBytes), float64(m.dedup.bytes()))
@@ -243,6 +244,7 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 			t.sample(f.name, []string{"peer"}, []string{s.peer}, float64(f.get(s)))
 		}
 	}
+	writeRetryAfterMetrics(&t, stats)
 	depths := m.bcast.peerQueueDepths()
 	t.family("nvpair_wlm_peer_queue_frames", "gauge", fmt.Sprintf("Fresh frames waiting in a peer's queue for delivery (at most %d; a full queue drops the newest); 0 for a peer that left.", peerQueueSize))
 	for _, s := range stats {

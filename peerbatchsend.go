@@ -113,6 +113,12 @@ func (s *peerSender) deliverFreshBatch(frames []outboundFrame) {
 		}
 		var results []peerBatchResult
 		results, err = s.postBatch(s.ctx, linesOf(pending))
+		for errors.Is(err, errDeferred) {
+			// The peer asked to wait: not a failed attempt. The same
+			// frames go again, in order, once the wait is over; an answer
+			// then without the advertisement sends them singly.
+			results, err = s.postBatch(s.ctx, linesOf(pending))
+		}
 		switch {
 		case errors.Is(err, errNotBatching), errors.Is(err, errBatchTooLarge):
 			s.deliverSingly(pending)
@@ -205,6 +211,11 @@ func (s *peerSender) postBatch(ctx context.Context, lines [][]byte) ([]peerBatch
 // took the batch; a rejected element (a 4xx) does not count against it.
 func (s *peerSender) reassertBatch(lines [][]byte) bool {
 	results, err := s.postBatch(s.hbCtx, lines)
+	for errors.Is(err, errDeferred) {
+		// The peer asked to wait: the same slice goes again once the wait
+		// is over, still published as in flight (peerlanes.go).
+		results, err = s.postBatch(s.hbCtx, lines)
+	}
 	if err != nil {
 		if s.hbCtx.Err() == nil {
 			s.stats.reassertFailures.Add(uint64(len(lines)))

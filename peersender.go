@@ -26,6 +26,10 @@ type peerStats struct {
 	reasserted, reassertFailures                  atomic.Uint64 // re-assertions delivered, and not
 	passProgress, passSize                        atomic.Uint64 // entries visited in the pass under way, of the set's size at its start
 	batchesSent, batchFramesSent                  atomic.Uint64
+
+	// Answers whose Retry-After was honoured, and the time they held
+	// the peer's requests (peerretryafter.go).
+	retryAfterWaits, retryAfterHeldNanos atomic.Uint64
 }
 
 // peerSender delivers one peer's fresh frames in order on its fresh lane,
@@ -47,6 +51,11 @@ type peerSender struct {
 	drops     dropLogger // queue-full drops, logged at most once per dropLogInterval
 	failDrops dropLogger // frames of a batch given up, likewise
 	hbErrors  dropLogger // failed re-assertions, likewise
+
+	// hold is what the peer asked the lanes to wait for (Retry-After);
+	// every request passes it first (exchange).
+	hold          peerHold
+	retryAfterLog dropLogger // the deferrals, logged at most once per dropLogInterval
 
 	// advert is what the peer's last answer on either lane advertised
 	// (noteAdvert): the most frames a batch to it may have in the high 32
@@ -193,7 +202,13 @@ func (s *peerSender) reassert(lines [][]byte) bool {
 		return s.reassertBatch(lines)
 	}
 	for _, l := range lines {
-		if err := s.post(s.hbCtx, outboundFrame{line: l}); err != nil {
+		err := s.post(s.hbCtx, outboundFrame{line: l})
+		for errors.Is(err, errDeferred) {
+			// The peer asked to wait: the same re-assertion goes again
+			// once the wait is over (post waits for it).
+			err = s.post(s.hbCtx, outboundFrame{line: l})
+		}
+		if err != nil {
 			if s.hbCtx.Err() == nil {
 				s.stats.reassertFailures.Add(1)
 				s.hbErrors.note(s.log, "peer re-assertion failed; the next pass repeats it", "reason", clipReason(err.Error()))
@@ -211,7 +226,10 @@ func (s *peerSender) reassert(lines [][]byte) bool {
 // errPermanent marks a peer answer that a retry cannot change.
 var errPermanent = errors.New("rejected by peer")
 
-// deliver sends one frame with bounded exponential-backoff retries.
+// deliver sends one frame with bounded exponential-backoff retries. An
+// answer that asks the sender to wait (errDeferred) is not an attempt: the
+// frame waits as long as the peer asks, each wait capped, while the queue
+// behind it is bounded as always.
 func (s *peerSender) deliver(f outboundFrame) error {
 	var err error
 	for attempt := 0; attempt < peerAttempts; attempt++ {
@@ -223,7 +241,14 @@ func (s *peerSender) deliver(f outboundFrame) error {
 			}
 			s.stats.retries.Add(1)
 		}
-		if err = s.post(s.ctx, f); err == nil {
+		err = s.post(s.ctx, f)
+		for errors.Is(err, errDeferred) {
+			// The peer asked to wait: that is not a failed attempt. The
+			// frame goes again, in its place, once the wait is over (post
+			// waits for it, or for the sender's stop).
+			err = s.post(s.ctx, f)
+		}
+		if err == nil {
 			s.stats.succeeded.Add(1)
 			s.stats.latency.observe(time.Since(f.queuedAt))
 			s.log.Debug("delivered to peer", "method", f.method)
@@ -265,13 +290,23 @@ func retryableStatus(status int) bool {
 }
 
 // exchange makes one request within peerAttemptTimeout and returns the
-// answer's status and up to keep bytes of its body. Every answer updates
+// answer's status and up to keep bytes of its body, or errDeferred for an
+// answer that asks the sender to wait (peerretryafter.go). Every answer updates
 // what the sender knows of the peer's batch advertisement. The rest of the
 // body is drained, up to a bound, so the connection goes back to the pool.
 //
 // The body is given as a function that opens it, size bytes long, so the
 // transport can open it again for a request it may resend.
 func (s *peerSender) exchange(ctx context.Context, open func() io.Reader, size int64, contentType string, keep int64) (int, []byte, error) {
+	// While the peer has asked to wait, no request goes to it, from either
+	// lane; the attempt's timeout starts once the wait is over.
+	probe, err := s.hold.wait(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	var status int
+	var deferFor time.Duration // the wait the answer asks for, when the sender honours it
+	defer func() { s.settleHold(probe, status, deferFor) }()
 	ctx, cancel := context.WithTimeout(ctx, peerAttemptTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url, open())
@@ -287,10 +322,14 @@ func (s *peerSender) exchange(ctx context.Context, open func() io.Reader, size i
 	}
 	defer resp.Body.Close()
 	s.noteAdvert(resp.Header.Get(peerBatchHeader))
+	status, deferFor = resp.StatusCode, retryAfterOf(resp)
 	kept, err := io.ReadAll(io.LimitReader(resp.Body, keep))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, peerResponseDrainCap))
 	if err != nil {
 		return 0, nil, fmt.Errorf("read answer: %w", err)
+	}
+	if deferFor > 0 {
+		return status, kept, fmt.Errorf("%w: status %d, Retry-After %s", errDeferred, status, deferFor)
 	}
 	return resp.StatusCode, kept, nil
 }

@@ -28,6 +28,7 @@ const sourceLogMaxSources = 1024
 type sourceLog struct {
 	mu       sync.Mutex // guards bySource; a leaf lock
 	bySource map[sourceLogKey]*sourceLogEntry
+	interval time.Duration // sourceLogInterval; shorter only in tests
 }
 
 type sourceLogKey struct {
@@ -40,7 +41,9 @@ type sourceLogEntry struct {
 	suppressed int       // lines not written since
 }
 
-func newSourceLog() *sourceLog { return &sourceLog{bySource: map[sourceLogKey]*sourceLogEntry{}} }
+func newSourceLog() *sourceLog {
+	return &sourceLog{bySource: map[sourceLogKey]*sourceLogEntry{}, interval: sourceLogInterval}
+}
 
 // log writes msg for an answer with status to remote (an address with its
 // port, as http.Request's RemoteAddr) at level, unless this source had a
@@ -49,26 +52,42 @@ func newSourceLog() *sourceLog { return &sourceLog{bySource: map[sourceLogKey]*s
 // written at debug when the log is at debug: an operator who asked for
 // every detail sees every answer.
 func (l *sourceLog) log(log *slog.Logger, level slog.Level, remote string, status int, msg string, args ...any) {
+	l.logKey(log, level, sourceLogKey{hostOf(remote), status}, msg, args...)
+}
+
+// logKey is log for a key the caller chose (brokerlinelog.go keys the
+// broker's bad lines on their kind). It returns when the lines held back
+// for key may next be written: the end of the key's interval for a line it
+// held back, zero for a line it wrote or a level that is off.
+func (l *sourceLog) logKey(log *slog.Logger, level slog.Level, key sourceLogKey, msg string, args ...any) (heldUntil time.Time) {
 	ctx := context.Background()
 	if !log.Enabled(ctx, level) {
-		return
+		return time.Time{}
 	}
-	n, write := l.admit(sourceLogKey{hostOf(remote), status}, time.Now())
+	n, write, until := l.admitUntil(key, time.Now())
 	if !write {
 		if log.Enabled(ctx, slog.LevelDebug) {
 			log.Log(ctx, slog.LevelDebug, msg, args...)
 		}
-		return
+		return until
 	}
 	if n > 0 {
 		args = append(args, "suppressed", n)
 	}
 	log.Log(context.Background(), level, msg, args...)
+	return time.Time{}
 }
 
 // admit decides whether a line for source may be written at now, and how
 // many were held back before it.
 func (l *sourceLog) admit(key sourceLogKey, now time.Time) (suppressed int, write bool) {
+	suppressed, write, _ = l.admitUntil(key, now)
+	return suppressed, write
+}
+
+// admitUntil is admit that also returns, for a line held back, when the
+// key's interval ends.
+func (l *sourceLog) admitUntil(key sourceLogKey, now time.Time) (suppressed int, write bool, heldUntil time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e := l.bySource[key]
@@ -85,13 +104,33 @@ func (l *sourceLog) admit(key sourceLogKey, now time.Time) (suppressed int, writ
 			l.bySource[key] = e
 		}
 	}
-	if !e.last.IsZero() && now.Sub(e.last) < sourceLogInterval {
+	if !e.last.IsZero() && now.Sub(e.last) < l.interval {
 		e.suppressed++
-		return 0, false
+		return 0, false, e.last.Add(l.interval)
 	}
 	n := e.suppressed
 	e.last, e.suppressed = now, 0
-	return n, true
+	return n, true, time.Time{}
+}
+
+// takeHeld returns the count of lines held back for key and starts a new
+// interval, as a written line does, for a caller that writes that count on
+// its own line when a burst has ended. Before the key's interval has
+// passed it takes nothing and returns when it will have, unless force (the
+// daemon is stopping: the count is written now or never).
+func (l *sourceLog) takeHeld(key sourceLogKey, now time.Time, force bool) (n int, heldUntil time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.bySource[key]
+	if e == nil || e.suppressed == 0 {
+		return 0, time.Time{}
+	}
+	if !force && now.Sub(e.last) < l.interval {
+		return 0, e.last.Add(l.interval)
+	}
+	n = e.suppressed
+	e.last, e.suppressed = now, 0
+	return n, time.Time{}
 }
 
 // forgetQuiet drops the sources without a line within the interval and
@@ -99,7 +138,7 @@ func (l *sourceLog) admit(key sourceLogKey, now time.Time) (suppressed int, writ
 // when the map is full. Called with mu held.
 func (l *sourceLog) forgetQuiet(now time.Time) {
 	for k, e := range l.bySource {
-		if e.suppressed == 0 && now.Sub(e.last) >= sourceLogInterval {
+		if e.suppressed == 0 && now.Sub(e.last) >= l.interval {
 			delete(l.bySource, k)
 		}
 	}

@@ -1,0 +1,419 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"nvpair-workload-manager/internal/devpki"
+)
+
+func TestParseRetryAfterHonoursSecondsAndDatesWithinTheCapAndIgnoresTheRest(t *testing.T) {
+	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	date := func(d time.Duration) string { return now.Add(d).Format(http.TimeFormat) }
+	for _, c := range []struct {
+		value string
+		want  time.Duration
+		ok    bool
+	}{
+		{"2", 2 * time.Second, true},
+		{" 7 ", 7 * time.Second, true},
+		{"30", 30 * time.Second, true},
+		{"31", peerRetryAfterCap, true},
+		{"86400", peerRetryAfterCap, true},
+		{"99999999999999999999999", peerRetryAfterCap, true}, // too large for any integer: past the cap
+		{date(10 * time.Second), 10 * time.Second, true},
+		{now.Add(10 * time.Second).Format(time.RFC850), 10 * time.Second, true},
+		{now.Add(10 * time.Second).Format(time.ANSIC), 10 * time.Second, true},
+		{date(time.Hour), peerRetryAfterCap, true},
+		// Asking for no wait: the answer is a failed attempt, as before.
+		{"0", 0, false},
+		{"000", 0, false},
+		{date(0), 0, false},
+		{date(-time.Hour), 0, false},
+		// Not a Retry-After: ignored, the sender's own backoff applies.
+		{"", 0, false},
+		{"-1", 0, false},
+		{"+2", 0, false},
+		{"1.5", 0, false},
+		{"2s", 0, false},
+		{"soon", 0, false},
+		{"Thu, 03 Dec 2026 10:00:10", 0, false},
+	} {
+		got, ok := parseRetryAfter(c.value, now)
+		if got != c.want || ok != c.ok {
+			t.Errorf("parseRetryAfter(%q) = %v, %v; want %v, %v", c.value, got, ok, c.want, c.ok)
+		}
+	}
+	// A date less than a second away waits the header's resolution.
+	if got, ok := parseRetryAfter(date(0), now.Add(-300*time.Millisecond)); !ok || got != time.Second {
+		t.Errorf("a date 300 ms away = %v, %v; want 1s, true", got, ok)
+	}
+}
+
+func TestPeerHoldLetsNoRequestGoUntilTheWaitThenOneProbeAtATime(t *testing.T) {
+	var h peerHold
+	ctx := context.Background()
+	if probe, err := h.wait(ctx); probe || err != nil {
+		t.Fatalf("a peer that asked nothing: probe %v, err %v; want a plain request", probe, err)
+	}
+	h.settle(false, 0, time.Now())
+	asked := time.Now()
+	if added := h.settle(false, 300*time.Millisecond, asked); added != 300*time.Millisecond {
+		t.Fatalf("the first deferral held the peer %v, want 300ms", added)
+	}
+	// A second deferral within the first extends the hold by the difference.
+	if added := h.settle(false, 200*time.Millisecond, asked); added != 0 {
+		t.Fatalf("a shorter deferral within the hold added %v, want 0", added)
+	}
+	type result struct {
+		probe bool
+		at    time.Time
+	}
+	results := make(chan result, 3)
+	for range 3 {
+		go func() {
+			probe, err := h.wait(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			results <- result{probe, time.Now()}
+		}()
+	}
+	first := <-results
+	if !first.probe || first.at.Before(asked.Add(300*time.Millisecond)) {
+		t.Fatalf("first request: probe %v at %v after the deferral; want the probe, not before 300ms", first.probe, first.at.Sub(asked))
+	}
+	// The others wait for the probe's answer; it defers again.
+	h.settle(true, 200*time.Millisecond, time.Now())
+	second := <-results
+	if !second.probe {
+		t.Fatal("after a second deferral the next request was not a probe")
+	}
+	h.settle(true, 0, time.Now()) // the peer took it
+	if third := <-results; third.probe {
+		t.Fatal("after an answer that was not a deferral, a request was still a probe")
+	}
+	if probe, _ := h.wait(ctx); probe {
+		t.Fatal("a later request was a probe")
+	}
+}
+
+func TestPeerHoldWaitEndsWithItsContext(t *testing.T) {
+	var h peerHold
+	h.settle(false, peerRetryAfterCap, time.Now())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := h.wait(ctx); done <- err }()
+	cancel()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("wait ended without an error when its context did")
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("wait outlived its context")
+	}
+}
+
+// ---- a peer that asks its senders to wait ----
+
+// deferringPeer is a peer written for the tests: a TLS server presenting
+// its pinned identity that answers its first requests 503 with a
+// Retry-After, and 200 after them, recording every request.
+type deferringPeer struct {
+	id       string
+	ident    devpki.Identity
+	addr     string
+	batching bool // it advertises batches
+
+	mu         sync.Mutex // guards the fields below
+	deferLeft  int        // requests still to answer 503
+	retryAfter string     // their Retry-After
+	requests   []peerRequest
+}
+
+// peerRequest is one request the peer was sent.
+type peerRequest struct {
+	at, answered time.Time
+	ids          []string // the workload of each frame
+	status       int
+}
+
+func newDeferringPeer(t testing.TB, ident devpki.Identity, batching bool, deferN int, retryAfter string) *deferringPeer {
+	t.Helper()
+	p := &deferringPeer{id: ident.Principal, ident: ident, batching: batching, deferLeft: deferN, retryAfter: retryAfter}
+	cert, err := ident.TLSCertificate()
+	netMust(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	netMust(t, err)
+	p.addr = ln.Addr().String()
+	srv := &http.Server{
+		Handler:   http.HandlerFunc(p.serve),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert},
+		ErrorLog:  netDiscardLog(),
+	}
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+	return p
+}
+
+func (p *deferringPeer) serve(w http.ResponseWriter, r *http.Request) {
+	at := time.Now()
+	body, _ := io.ReadAll(r.Body)
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	frames := [][]byte{body}
+	if mt == peerBatchContentType {
+		frames = bytes.Split(bytes.TrimSuffix(body, []byte("\n")), []byte("\n"))
+	}
+	var ids []string
+	for _, f := range frames {
+		var v struct {
+			Params struct {
+				WorkloadInfo struct {
+					ID string `json:"id"`
+				} `json:"workloadInfo"`
+			} `json:"params"`
+		}
+		_ = json.Unmarshal(f, &v)
+		ids = append(ids, v.Params.WorkloadInfo.ID)
+	}
+	if p.batching {
+		w.Header().Set(peerBatchHeader, peerBatchAdvert)
+	}
+	p.mu.Lock()
+	status := http.StatusOK
+	if p.deferLeft > 0 {
+		p.deferLeft--
+		status = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", p.retryAfter)
+	}
+	// Recorded before the answer is written: the sender cannot have it
+	// any earlier.
+	p.requests = append(p.requests, peerRequest{at: at, answered: time.Now(), ids: ids, status: status})
+	p.mu.Unlock()
+	switch {
+	case status != http.StatusOK:
+		http.Error(w, "busy", status)
+	case mt == peerBatchContentType:
+		results := make([]peerBatchResult, len(frames))
+		for i := range results {
+			results[i].Status = http.StatusOK
+		}
+		json.NewEncoder(w).Encode(peerBatchAnswer{Results: results})
+	default:
+		io.WriteString(w, "ok\n")
+	}
+}
+
+// setDefer makes the peer answer its next n requests 503 with retryAfter.
+func (p *deferringPeer) setDefer(n int, retryAfter string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.deferLeft, p.retryAfter = n, retryAfter
+}
+
+func (p *deferringPeer) log() []peerRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.requests)
+}
+
+// accepted is the workload of every frame the peer answered 200, in order.
+func (p *deferringPeer) accepted() []string {
+	var out []string
+	for _, r := range p.log() {
+		if r.status == http.StatusOK {
+			out = append(out, r.ids...)
+		}
+	}
+	return out
+}
+
+// checkWaitsHonoured fails unless every request after a 503 came at least
+// wait after that 503 was answered, and returns how many 503s there were.
+func (p *deferringPeer) checkWaitsHonoured(t testing.TB, wait time.Duration) int {
+	t.Helper()
+	reqs := p.log()
+	deferred := 0
+	for i, r := range reqs {
+		if r.status != http.StatusServiceUnavailable {
+			continue
+		}
+		deferred++
+		if i+1 < len(reqs) {
+			if gap := reqs[i+1].at.Sub(r.answered); gap < wait {
+				t.Fatalf("request %d came %v after the 503 %d asking for %v", i+1, gap, i, wait)
+			}
+		}
+	}
+	return deferred
+}
+
+func (p *deferringPeer) pinIn(t testing.TB, n *testNode) {
+	t.Helper()
+	netMust(t, devpki.PinIdentity(n.clusterDir, p.ident))
+}
+
+func (p *deferringPeer) entry() map[string]any {
+	return netAddrEntry(devpki.NewUUID(), p.ident.Principal, p.addr)
+}
+
+func ids(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%02d", prefix, i)
+	}
+	return out
+}
+
+// startWithPeer starts a with p as its only target.
+func startWithPeer(t *testing.T, a *testNode, p *deferringPeer) {
+	t.Helper()
+	p.pinIn(t, a)
+	a.start()
+	netDiscover(a, p.entry())
+	a.waitTargets(1)
+}
+
+func senderStats(t *testing.T, a *testNode) *peerStats {
+	t.Helper()
+	stats := a.m.bcast.peerStatsSnapshot()
+	if len(stats) != 1 {
+		t.Fatalf("%d peers' stats, want 1", len(stats))
+	}
+	return stats[0]
+}
+
+func TestFreshFramesWaitOutAPeersRetryAfterAndArriveInOrder(t *testing.T) {
+	for _, batching := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
+			a := newTestNode(t)
+			p := newDeferringPeer(t, netMint(t, devpki.NewUUID()), batching, 0, "")
+			startWithPeer(t, a, p)
+			// A first frame teaches the sender whether the peer batches.
+			a.sendLifecycle(workload("first", "running", a.id))
+			eventually(t, "the first frame at the peer", func() bool { return len(p.accepted()) == 1 })
+
+			// Three 503s asking for 1 s: more than the three attempts a
+			// frame is given, so a frame counted them would be dropped.
+			p.setDefer(4, "1")
+			want := ids("fresh", 12)
+			for _, id := range want {
+				a.sendLifecycle(workload(id, "running", a.id))
+			}
+			want = append([]string{"first"}, want...)
+			if !holdsWithin(waitTimeout+4*time.Second, func() bool { return len(p.accepted()) >= len(want) }) {
+				t.Fatalf("the peer took %d of %d frames", len(p.accepted()), len(want))
+			}
+			if got := p.accepted(); !slices.Equal(got, want) {
+				t.Fatalf("the peer took %v, want %v once each, in order", got, want)
+			}
+			if n := p.checkWaitsHonoured(t, time.Second); n != 4 {
+				t.Fatalf("%d requests answered 503, want 4", n)
+			}
+			st := senderStats(t, a)
+			if st.dropped.Load() != 0 || st.failedAttempts.Load() != 0 || st.retryAfterWaits.Load() != 4 {
+				t.Fatalf("dropped %d, failed attempts %d, Retry-After waits %d; want 0, 0, 4",
+					st.dropped.Load(), st.failedAttempts.Load(), st.retryAfterWaits.Load())
+			}
+			if held := time.Duration(st.retryAfterHeldNanos.Load()); held < 4*time.Second {
+				t.Fatalf("the peer was held %v, want the 4 s its answers asked for", held)
+			}
+			if !a.logs.contains("level=WARN", "peer asked to wait (Retry-After)", "wait=1s") {
+				t.Fatalf("no warning about the wait:\n%s", a.logs)
+			}
+		})
+	}
+}
+
+func TestHeartbeatWaitsOutAPeersRetryAfterAndCarriesOnItsPass(t *testing.T) {
+	for _, batching := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
+			a := newTestNode(t)
+			p := newDeferringPeer(t, netMint(t, devpki.NewUUID()), batching, 0, "")
+			// The workloads are in the re-sync set before the peer is a
+			// target: they reach it as its backfill, on the heartbeat lane.
+			p.pinIn(t, a)
+			a.start()
+			want := ids("hb", 6)
+			for _, id := range want {
+				a.sendLifecycle(workload(id, "running", a.id))
+			}
+			// Every frame read, tracked, and past the dispatcher, which would
+			// offer one still in its queue to the new target as fresh.
+			a.broker.send(`{"jsonrpc":"2.0","id":"barrier","method":"nope"}`)
+			a.broker.waitResponse(`"barrier"`)
+			eventually(t, "the frames dispatched", func() bool { return a.m.bcast.undispatched.Load() == 0 })
+			p.setDefer(3, "1")
+			netDiscover(a, p.entry())
+			a.waitTargets(1)
+			eventually(t, "the backfill at the peer", func() bool { return len(p.accepted()) >= len(want) })
+			if got := p.accepted(); !slices.Equal(got, want) {
+				t.Fatalf("the peer took %v, want %v once each", got, want)
+			}
+			if n := p.checkWaitsHonoured(t, time.Second); n != 3 {
+				t.Fatalf("%d requests answered 503, want 3", n)
+			}
+			st := senderStats(t, a)
+			if st.passesAbandoned.Load() != 0 || st.reassertFailures.Load() != 0 || st.retryAfterWaits.Load() != 3 {
+				t.Fatalf("passes abandoned %d, re-assertion failures %d, Retry-After waits %d; want 0, 0, 3",
+					st.passesAbandoned.Load(), st.reassertFailures.Load(), st.retryAfterWaits.Load())
+			}
+		})
+	}
+}
+
+func TestARetryAfterThatAsksForNoWaitIsAFailedAttemptAsBefore(t *testing.T) {
+	for _, value := range []string{"0", "soon", "-1", "1.5"} {
+		t.Run(value, func(t *testing.T) {
+			a := newTestNode(t)
+			p := newDeferringPeer(t, netMint(t, devpki.NewUUID()), false, 100, value)
+			startWithPeer(t, a, p)
+			a.sendLifecycle(workload("given-up", "running", a.id))
+			st := senderStats(t, a)
+			eventually(t, "the frame given up", func() bool { return st.dropped.Load() == 1 })
+			if n := len(p.log()); n != peerAttempts {
+				t.Fatalf("%d requests for the frame, want its %d attempts", n, peerAttempts)
+			}
+			if st.retryAfterWaits.Load() != 0 {
+				t.Fatalf("%d Retry-After waits honoured for %q, want none", st.retryAfterWaits.Load(), value)
+			}
+		})
+	}
+}
+
+func TestAPeersRetryAfterDoesNotHoldShutdownPastTheDrainTimeout(t *testing.T) {
+	a := newTestNode(t)
+	p := newDeferringPeer(t, netMint(t, devpki.NewUUID()), false, 1000, "30")
+	startWithPeer(t, a, p)
+	a.sendLifecycle(workload("held", "running", a.id))
+	st := senderStats(t, a)
+	eventually(t, "the peer's wait honoured", func() bool { return st.retryAfterWaits.Load() == 1 })
+	start := time.Now()
+	a.cancel()
+	select {
+	case err := <-a.done:
+		a.done <- err // for the node's cleanup, which waits for it too
+	case <-time.After(peerRetryAfterCap / 2):
+		t.Fatalf("Run still running %v after its stop, held by the peer's 30 s wait", peerRetryAfterCap/2)
+	}
+	if len(p.log()) != 1 {
+		t.Fatalf("%d requests to a peer that asked for 30 s, want 1", len(p.log()))
+	}
+	if !strings.Contains(a.logs.String(), "not drained in time") {
+		t.Fatalf("no warning that the held frame was abandoned:\n%s", a.logs)
+	}
+	t.Logf("stopped %v after the stop with a frame held for 30 s (drain timeout %v)", time.Since(start).Round(time.Millisecond), defaultDrainTimeout)
+}
