@@ -36,7 +36,7 @@ func BenchmarkParsePeerFrame(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if _, err := parsePeerFrame(body); err != nil {
+		if _, err := parsePeerFrame(body, defaultWorkloadMaxBytes); err != nil {
 			b.Fatal(err)
 		}
 	}

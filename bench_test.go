@@ -57,7 +57,7 @@ func BenchmarkParseIngressFrame(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if _, err := parseIngressFrame(body, benchNodeID); err != nil {
+		if _, err := parseIngressFrame(body, benchNodeID, defaultWorkloadMaxBytes); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -550,7 +550,7 @@ func benchResyncSet(b *testing.B, n int) (*resyncSet, float64) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	s := newResyncSet(time.Minute, n, benchNodeID)
+	s := newResyncSet(time.Minute, n, defaultMaxLiveWorkloadBytes, benchNodeID)
 	for _, ev := range benchResyncEvents(b, n) {
 		if s.track(&ev, benchResyncNow, false) != tracked {
 			b.Fatal("a new workload was not tracked")
@@ -583,7 +583,7 @@ func BenchmarkResyncTrack(b *testing.B) {
 	b.Run("churn", func(b *testing.B) {
 		const extra = 4096
 		evs := benchResyncEvents(b, benchSetSize+extra)
-		s := newResyncSet(time.Minute, benchSetSize+1, benchNodeID)
+		s := newResyncSet(time.Minute, benchSetSize+1, defaultMaxLiveWorkloadBytes, benchNodeID)
 		for i := range benchSetSize {
 			s.track(&evs[i], benchResyncNow, false)
 		}

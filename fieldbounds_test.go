@@ -156,7 +156,9 @@ func TestDecodedJSONStringLenIsTheLengthEncodingJSONDecodes(t *testing.T) {
 }
 
 func TestPeerPortRefusesAFieldOverItsBoundWith400NamingIt(t *testing.T) {
-	h := newNetPeerHarness(t)
+	// The field bounds are what is held here: the workload bound, which
+	// would refuse a 900 KB field first (413), is raised out of the way.
+	h := newNetPeerHarness(t, withWorkloadMaxBytes(maxWorkloadMaxBytes))
 	origin := h.client.Principal
 	cases := fieldBoundViolations()
 	for _, tc := range cases {
@@ -202,7 +204,9 @@ func TestPeerPortRefusesAFieldOverItsBoundWith400NamingIt(t *testing.T) {
 }
 
 func TestPeerPortAcceptsFieldsAtTheirBound(t *testing.T) {
-	h := newNetPeerHarness(t)
+	// Some fields at their bound are written with escapes, over 16 KiB of
+	// text: the workload bound is raised out of the way.
+	h := newNetPeerHarness(t, withWorkloadMaxBytes(maxWorkloadMaxBytes))
 	for i, tc := range fieldsAtTheirBound() {
 		t.Run(tc.name, func(t *testing.T) {
 			// A distinct run per case, so none is a duplicate of another.
@@ -216,7 +220,9 @@ func TestPeerPortAcceptsFieldsAtTheirBound(t *testing.T) {
 }
 
 func TestIngressRefusesAFieldOverItsBoundWith400NamingIt(t *testing.T) {
-	n, q := ifxNode(t)
+	// The field bounds are what is held here: the workload bound, which
+	// would refuse a 900 KB field first (413), is raised out of the way.
+	n, q := ifxNode(t, withWorkloadMaxBytes(maxWorkloadMaxBytes))
 	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -291,11 +297,13 @@ func TestIngressBoundsAProducersErrorTextTo4KiB(t *testing.T) {
 }
 
 // The broker's own frames keep their long error texts: error is in no key,
-// and the bound on it is the ingress's alone. Such a frame is tracked and
-// broadcast as it arrived; so is a peer's relayed to the broker.
+// and the bound on it is the ingress's alone (beside the workload bound,
+// which holds the whole frame on every path, and is raised here to its
+// most). Such a frame is tracked and broadcast as it arrived; so is a
+// peer's relayed to the broker.
 func TestLocalChannelAndPeerPortRelayALongErrorTextUntouched(t *testing.T) {
 	long := strings.Repeat("E", 100<<10)
-	n, q := ifxNode(t)
+	n, q := ifxNode(t, withWorkloadMaxBytes(maxWorkloadMaxBytes))
 	line := lifecycleFrameJSON(workloadJSON(n.id, fieldOf("id", "job-long-error"), fieldOf("error", long)))
 	n.m.handleLine([]byte(line))
 	frames := ifxDrain(q)
@@ -306,7 +314,7 @@ func TestLocalChannelAndPeerPortRelayALongErrorTextUntouched(t *testing.T) {
 		t.Fatal("the broker's frame with a long error is not tracked")
 	}
 
-	h := newNetPeerHarness(t)
+	h := newNetPeerHarness(t, withWorkloadMaxBytes(maxWorkloadMaxBytes))
 	body := lifecycleFrameJSON(workloadJSON(h.client.Principal, fieldOf("id", "job-long-error"), fieldOf("error", long)))
 	if status, reason := netPostAnswer(t, h.c, h.addr, []byte(body)); status != http.StatusOK {
 		t.Fatalf("a peer's frame with a %d-byte error: %d (%q), want 200", len(long), status, reason)
@@ -378,7 +386,7 @@ func TestDedupMemoryIsBoundedInBytesWithMaximumLengthFields(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	d := newDedup(dedupCapacity)
 	for i := range frames {
-		f, err := parsePeerFrame([]byte(maxLengthFrame(i, "")))
+		f, err := parsePeerFrame([]byte(maxLengthFrame(i, "")), defaultWorkloadMaxBytes)
 		if err != nil {
 			t.Fatal(err)
 		}

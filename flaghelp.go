@@ -28,7 +28,7 @@ var flagGroups = []struct {
 	{"Cluster", []string{"cluster-dir", "app-dir"}},
 	{"Ingress", []string{"local-ingress", "ingress-max-conns"}},
 	{"Metrics", []string{"metrics", "metrics-max-conns"}},
-	{"Tuning", []string{"resync-interval", "max-live-workloads", "broker-line-max", "drain-timeout", "peer-max-conns", "peer-max-conns-per-source"}},
+	{"Tuning", []string{"resync-interval", "max-live-workloads", "max-live-workload-bytes", "workload-max-bytes", "broker-line-max", "drain-timeout", "peer-max-conns", "peer-max-conns-per-source"}},
 	{"General", []string{"log-level", "version", "help"}},
 }
 
@@ -39,6 +39,7 @@ var flagArgs = map[string]string{
 	"resync-interval": "D", "drain-timeout": "D", "broker-line-max": "BYTES",
 	"max-live-workloads": "N", "peer-max-conns": "N", "peer-max-conns-per-source": "N",
 	"ingress-max-conns": "N", "metrics-max-conns": "N", "log-level": "LEVEL",
+	"max-live-workload-bytes": "BYTES", "workload-max-bytes": "BYTES",
 }
 
 const usageHead = `usage: nvpair-workload-manager [flags]
@@ -64,7 +65,7 @@ func writeUsage(w io.Writer, fs *flag.FlagSet) {
 		if def != "" {
 			usage += " (default " + def + ")"
 		}
-		fmt.Fprintf(&b, "  %-30s %s\n", left, usage)
+		fmt.Fprintf(&b, "  %-32s %s\n", left, usage)
 	}
 	show := func(name string) {
 		listed[name] = true

@@ -23,9 +23,12 @@ const fuzzNodeID = "11111111-2222-4333-8444-555555555555"
 // resync or to a known field spelt another way.
 func FuzzIngressFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
-		fr, err := parseIngressFrame(body, fuzzNodeID)
+		fr, err := parseIngressFrame(body, fuzzNodeID, defaultWorkloadMaxBytes)
 		if err != nil {
 			return
+		}
+		if n := len(fr.params); n > defaultWorkloadMaxBytes+len(`,"originatedFrom":""`)+len(fuzzNodeID) {
+			t.Fatalf("accepted params of %d bytes, over the workload bound and the stamp", n)
 		}
 		if fr.isRemoval() {
 			var p struct {

@@ -162,10 +162,12 @@ func checkSpellingMap(level string, ms *scanLevel, known map[string]string) erro
 // (framescan.go). On top of the checks every path shares (the typed checks
 // included), it enforces the ingress's own rules: a body that is UTF-8
 // throughout, exact field spelling, no resync marker, this node's origin
-// only, a known state and a bounded error text. The frame relayed is the
-// body's own text, byte for byte, but for the origin stamped where it was
-// absent, empty or null. It has no side effects.
-func parseIngressFrame(body []byte, nodeID string) (localFrame, error) {
+// only, a known state and a bounded error text. Params over maxWorkload
+// bytes are refused (*workloadTooLargeError) before anything else is read
+// of them. The frame relayed is the body's own text, byte for byte, but
+// for the origin stamped where it was absent, empty or null. It has no
+// side effects.
+func parseIngressFrame(body []byte, nodeID string, maxWorkload int) (localFrame, error) {
 	if err := checkFrameUTF8(body); err != nil {
 		return localFrame{}, err
 	}
@@ -175,6 +177,9 @@ func parseIngressFrame(body []byte, nodeID string) (localFrame, error) {
 	}
 	method, err := ingressEnvelope(&s)
 	if err != nil {
+		return localFrame{}, err
+	}
+	if err := checkWorkloadBytes(&s, maxWorkload, 0); err != nil {
 		return localFrame{}, err
 	}
 	pl := &s.levels[levelParams]

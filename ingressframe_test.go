@@ -325,7 +325,7 @@ func TestIngressFrameRejectsCaseVariantBypasses(t *testing.T) {
 
 	t.Run("control: the bases are accepted", func(t *testing.T) {
 		for _, body := range []string{lc("", "", base), rm("", `"workloadId":"job-1"`)} {
-			if _, err := parseIngressFrame([]byte(body), "node"); err != nil {
+			if _, err := parseIngressFrame([]byte(body), "node", defaultWorkloadMaxBytes); err != nil {
 				t.Fatalf("base frame %s refused: %v", body, err)
 			}
 		}
@@ -666,7 +666,7 @@ func TestIngressRelaysTheBodysOwnTextWithOnlyTheOriginStamped(t *testing.T) {
 				want = want[:at] + `,"originatedFrom":"` + node + `"` + want[at:]
 			}
 			body := `{"jsonrpc":"2.0", "method":"workload:started", "params":` + tc.params + `}`
-			f, err := parseIngressFrame([]byte(body), node)
+			f, err := parseIngressFrame([]byte(body), node, defaultWorkloadMaxBytes)
 			if err != nil {
 				t.Fatal(err)
 			}

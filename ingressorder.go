@@ -21,16 +21,17 @@ import (
 // Between taking its place and being committed, a frame is in flight. Two
 // checks that used to see every earlier post committed, because ingestMu
 // was held through the commit, account for the frames in flight instead:
-// the live-workload limit counts the runs they would start, and a lease's
-// expiry waits until they are settled before it reads the lease.
+// the live-workload limit counts the runs they would start and the bytes
+// they would add, and a lease's expiry waits until they are settled before
+// it reads the lease.
 
 // ingressInFlight counts the ingress frames that have their place in the
 // broker order and are not yet settled: committed after their write, or
 // failed.
 type ingressInFlight struct {
-	// mu guards n, newRuns and drained. A leaf lock: taken under ingestMu
-	// by a frame taking its place and by the expiry, and alone by the
-	// commit that settles a frame (run by the group's leader) and by a
+	// mu guards n, newRuns, bytes and drained. A leaf lock: taken under
+	// ingestMu by a frame taking its place and by the expiry, and alone by
+	// the commit that settles a frame (run by the group's leader) and by a
 	// failed frame's caller.
 	mu sync.Mutex
 	n  int
@@ -38,24 +39,30 @@ type ingressInFlight struct {
 	// runs the re-sync set did not hold when their frame was checked. The
 	// live-workload check counts each such run once.
 	newRuns map[workloadKey]int
+	// bytes is what the lifecycle frames in flight may add to the re-sync
+	// set: each one's re-assertion line at most. The byte bound's check
+	// counts it as the entry bound's counts newRuns.
+	bytes int64
 	// drained, when not nil, is closed when n falls to 0: the expiry waits
 	// on it.
 	drained chan struct{}
 }
 
-// pendingRuns returns how many runs the frames in flight would start, and
-// whether key is one of them.
-func (q *ingressInFlight) pendingRuns(key workloadKey) (n int, pending bool) {
+// pendingRuns returns how many runs the frames in flight would start,
+// whether key is one of them, and the bytes they may add to the re-sync set.
+func (q *ingressInFlight) pendingRuns(key workloadKey) (n int, pending bool, bytes int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return len(q.newRuns), q.newRuns[key] > 0
+	return len(q.newRuns), q.newRuns[key] > 0, q.bytes
 }
 
-// accept counts a frame in; startsRun says it would start run key.
-func (q *ingressInFlight) accept(key workloadKey, startsRun bool) {
+// accept counts a frame in; startsRun says it would start run key, bytes
+// what it may add to the re-sync set.
+func (q *ingressInFlight) accept(key workloadKey, startsRun bool, bytes int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.n++
+	q.bytes += bytes
 	if startsRun {
 		if q.newRuns == nil {
 			q.newRuns = map[workloadKey]int{}
@@ -65,10 +72,11 @@ func (q *ingressInFlight) accept(key workloadKey, startsRun bool) {
 }
 
 // settle counts a frame out, once it is committed or has failed.
-func (q *ingressInFlight) settle(key workloadKey, startsRun bool) {
+func (q *ingressInFlight) settle(key workloadKey, startsRun bool, bytes int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.n--
+	q.bytes -= bytes
 	if startsRun {
 		if q.newRuns[key]--; q.newRuns[key] == 0 {
 			delete(q.newRuns, key)
@@ -110,44 +118,49 @@ type ingressTurn struct {
 	q         *ingressInFlight
 	key       workloadKey
 	startsRun bool
+	bytes     int64
 }
 
 // enterIngressOrder gives an ingress frame its place in the broker order,
 // with line its broker line and peerLine its line to the peers, both built
-// before ingestMu was taken. Called with ingestMu held; the caller waits
-// on the turn after releasing it. A line over the broker's line limit is
+// before ingestMu was taken; bytes is what it may add to the re-sync set
+// (0 for a removal). Called with ingestMu held; the caller waits on the
+// turn after releasing it. A line over the broker's line limit is
 // returned as it is; a broker already gone as errBrokerWrite. Either
 // leaves nothing in flight.
-func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, peerLine []byte, startsRun bool) (ingressTurn, error) {
+func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, peerLine []byte, startsRun bool, bytes int64) (ingressTurn, error) {
 	q := &m.ingressFlight
 	key := f.life.key() // unused for a removal, which never starts a run
-	q.accept(key, startsRun)
+	q.accept(key, startsRun, bytes)
 	turn, err := m.out.enter(line, func() {
 		m.commitLocalLine(f, fromIngress, peerLine)
-		q.settle(key, startsRun)
+		q.settle(key, startsRun, bytes)
 	})
 	if err != nil {
-		q.settle(key, startsRun)
+		q.settle(key, startsRun, bytes)
 		if errors.Is(err, errLineOverLimit) {
 			return ingressTurn{}, err
 		}
 		return ingressTurn{}, fmt.Errorf("%w: %v", errBrokerWrite, err)
 	}
-	return ingressTurn{turn: turn, q: q, key: key, startsRun: startsRun}, nil
+	return ingressTurn{turn: turn, q: q, key: key, startsRun: startsRun, bytes: bytes}, nil
 }
 
 // wait returns once the frame is written and committed, or as
 // errBrokerWrite once its group's write failed, which committed nothing.
 func (t ingressTurn) wait() error {
 	if err := t.turn.wait(); err != nil {
-		t.q.settle(t.key, t.startsRun)
+		t.q.settle(t.key, t.startsRun, t.bytes)
 		return fmt.Errorf("%w: %v", errBrokerWrite, err)
 	}
 	return nil
 }
 
 // enterLocalFrame is enterIngressOrder for a frame whose lines are built
-// here, under ingestMu: the lease's expiry, rare enough not to matter.
+// here, under ingestMu: the lease's expiry, rare enough not to matter. It
+// is checked against neither of the re-sync set's bounds (it replaces a
+// run the set holds, with a few bytes of error text more), so it counts
+// no bytes in flight.
 func (m *Manager) enterLocalFrame(f localFrame) (ingressTurn, error) {
-	return m.enterIngressOrder(f, frameLine(&f), encodeNotification(f.method, f.params), false)
+	return m.enterIngressOrder(f, frameLine(&f), encodeNotification(f.method, f.params), false, 0)
 }

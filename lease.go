@@ -352,6 +352,15 @@ func (m *Manager) enterExpiry() (ingressTurn, *lease, *slog.Logger, error) {
 	if err != nil {
 		return ingressTurn{}, &l, log, noLiveRunError{err}
 	}
+	if len(f.params) > m.cfg.WorkloadMaxBytes {
+		// A job at the workload bound (3.2) is over it with the expiry's
+		// fields, and every peer would refuse it, for good: it is
+		// retired with its known fields only, as for the line limit.
+		log.Warn("lease expiry frame over the workload bound: retiring the job with its known fields only", "bytes", len(f.params), "limit", m.cfg.WorkloadMaxBytes)
+		if f, err = m.expiryFrame(l, now, true); err != nil {
+			return ingressTurn{}, &l, log, noLiveRunError{err}
+		}
+	}
 	turn, err := m.enterLocalFrame(f)
 	if errors.Is(err, errLineOverLimit) {
 		// The job's own fields and what the producer added are kept when

@@ -124,6 +124,10 @@ func (m *Manager) trackLocal(f *localFrame, src frameSource) bool {
 		m.resyncUntracked.Add(1)
 		m.untrackedLog.note(m.log, "re-sync set full (--max-live-workloads): a new workload is relayed once but not re-asserted",
 			"limit", m.resync.limit, "method", f.method, "id", clipLogged(ref.id))
+	case fullBytes:
+		m.resyncUntracked.Add(1)
+		m.untrackedBytesLog.note(m.log, "re-sync set full (--max-live-workload-bytes): a workload is relayed once but no longer re-asserted",
+			"limitBytes", m.resync.maxBytes, "method", f.method, "id", clipLogged(ref.id))
 	}
 	m.applyLease(f, src, now)
 	return true

@@ -131,7 +131,7 @@ func (li *localIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case status == http.StatusOK:
 		if log.enabled(slog.LevelDebug) {
-			log.logger().Debug("ingress frame accepted", "method", f.method, "id", clipReason(f.workloadID()))
+			log.logger().Debug("ingress frame accepted", "method", f.method, "id", clipLogged(f.workloadID()))
 		}
 	case isBrokerBusy(status, reason):
 		li.m.ingressWaiters.noteRefusal(li.m.log)
@@ -179,7 +179,10 @@ func (li *localIngress) decide(w http.ResponseWriter, r *http.Request) (int, str
 func refusalOf(w http.ResponseWriter, err error) (int, string) {
 	var atLimit *errAtLimit
 	var busy *errBrokerBusy
+	var tooLarge *workloadTooLargeError
 	switch {
+	case errors.As(err, &tooLarge):
+		return http.StatusRequestEntityTooLarge, err.Error()
 	case errors.As(err, &busy):
 		setBrokerBusyHeaders(w)
 		return http.StatusServiceUnavailable, err.Error()
@@ -241,8 +244,11 @@ func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
 // header had the given values (lease.go): a bad one is the producer's
 // mistake, refused before anything is written.
 func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, error) {
-	f, err := parseIngressFrame(body, m.cfg.NodeID)
+	f, err := parseIngressFrame(body, m.cfg.NodeID, m.cfg.WorkloadMaxBytes)
 	m.refusedOverBound(err, "ingress")
+	if m.refusedOverWorkloadBound(err, "ingress") {
+		return f, err // 413 (refusalOf)
+	}
 	if err != nil {
 		return f, fmt.Errorf("%w: %v", errBadFrame, err)
 	}
@@ -269,25 +275,38 @@ func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, er
 // its place in the broker order, under ingestMu. The limit is checked
 // before the broker write, so a refused frame leaves nothing anywhere.
 func (m *Manager) enterIngress(f localFrame, line *bytes.Buffer, peerLine []byte) (ingressTurn, error) {
+	// What the frame may add to the re-sync set: its re-assertion line,
+	// the line to the peers with the marker, at most.
+	var bytes int64
+	if !f.isRemoval() {
+		bytes = int64(len(peerLine) + resyncMarkerBytes)
+	}
 	m.ingestMu.Lock()
 	defer m.ingestMu.Unlock()
-	startsRun, err := m.checkLiveLimit(&f)
+	startsRun, err := m.checkLiveLimit(&f, bytes)
 	if err != nil {
 		putBrokerLine(line)
 		return ingressTurn{}, err
 	}
-	return m.enterIngressOrder(f, line, peerLine, startsRun)
+	return m.enterIngressOrder(f, line, peerLine, startsRun, bytes)
 }
 
-// errAtLimit is an ingress frame refused because it would start a new
-// workload while the re-sync set is at --max-live-workloads: 503, with
-// the time until a slot may free as Retry-After.
+// errAtLimit is an ingress frame refused because the re-sync set is at a
+// bound: it would start a new workload while the set holds
+// --max-live-workloads, or take the set's bytes past
+// --max-live-workload-bytes. 503, with the time until room may free as
+// Retry-After.
 type errAtLimit struct {
-	limit int
+	bound setLimit
+	limit int64
+	held  int64 // the set's bytes, for the byte bound
 	after time.Duration
 }
 
 func (e *errAtLimit) Error() string {
+	if e.bound == limitBytes {
+		return fmt.Sprintf("this node holds %d bytes of workloads, and this frame would take it past its limit of %d (--max-live-workload-bytes); retry after %d s", e.held, e.limit, e.retryAfterSeconds())
+	}
 	return fmt.Sprintf("this node holds %d workloads, its limit (--max-live-workloads); retry after %d s", e.limit, e.retryAfterSeconds())
 }
 
@@ -297,8 +316,10 @@ func (e *errAtLimit) retryAfterSeconds() int {
 
 // checkLiveLimit refuses a lifecycle frame that would start a new run
 // while the re-sync set, with the runs that ingress frames in flight would
-// start, is full; it reports whether the frame would start a run. Called
-// with ingestMu held, so no other ingress frame is checked meanwhile.
+// start, is full, or whose line of up to lineBytes would take the set's
+// bytes, with those the frames in flight may add, past its byte bound; it
+// reports whether the frame would start a run. Called with ingestMu held,
+// so no other ingress frame is checked meanwhile.
 //
 // The runs in flight are read before the set: a frame's commit tracks its
 // run before it leaves the count, so a run is counted once or, for the
@@ -306,20 +327,42 @@ func (e *errAtLimit) retryAfterSeconds() int {
 // all. The set still exceeds its limit when broker frames take the slots
 // of runs in flight (a broker frame is tracked while the set holds fewer
 // than the limit, and an ingress frame already written is tracked
-// anyway), by at most the runs in flight: at most brokerWaitersMax.
-func (m *Manager) checkLiveLimit(f *localFrame) (startsRun bool, err error) {
+// anyway), by at most the runs in flight: at most brokerWaitersMax. The
+// bytes likewise, by at most the lines of the frames in flight.
+func (m *Manager) checkLiveLimit(f *localFrame, lineBytes int64) (startsRun bool, err error) {
 	if f.isRemoval() {
 		return false, nil
 	}
-	pending, counted := m.ingressFlight.pendingRuns(f.life.key())
+	pending, counted, pendingBytes := m.ingressFlight.pendingRuns(f.life.key())
 	if counted {
-		return true, nil // its run's slot is taken already
+		// Its run's slot is taken already; the bytes of the frame in
+		// flight that took it count toward the byte bound.
+		return true, m.checkLiveBytes(pendingBytes, lineBytes)
 	}
 	m.activeMu.Lock()
-	full, held, after := m.resync.atLimit(&f.life, m.now(), pending)
+	hit, held, after := m.resync.atLimit(&f.life, m.now(), pending, pendingBytes, int(lineBytes))
+	size := m.resync.size()
 	m.activeMu.Unlock()
-	if full {
-		return false, &errAtLimit{limit: m.resync.limit, after: after}
+	switch hit {
+	case limitEntries:
+		return false, &errAtLimit{bound: hit, limit: int64(m.resync.limit), after: after}
+	case limitBytes:
+		return false, &errAtLimit{bound: hit, limit: m.resync.maxBytes, held: size, after: after}
 	}
 	return !held, nil
+}
+
+// checkLiveBytes is checkLiveLimit's byte bound alone, for a frame whose
+// new run is in flight already: the set does not hold the run yet, so the
+// frame's whole line is counted, beside the frame in flight's (which it
+// will replace: a refusal comes early rather than late).
+func (m *Manager) checkLiveBytes(pendingBytes, lineBytes int64) error {
+	m.activeMu.Lock()
+	defer m.activeMu.Unlock()
+	now := m.now()
+	m.resync.prune(now)
+	if size := m.resync.size(); size+pendingBytes+lineBytes > m.resync.maxBytes {
+		return &errAtLimit{bound: limitBytes, limit: m.resync.maxBytes, held: size, after: m.resync.retryAfter(now)}
+	}
+	return nil
 }

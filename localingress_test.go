@@ -903,7 +903,11 @@ func TestLocalIngressBrokerDownIs500(t *testing.T) {
 // remembered or queued: 413, with the limit in the reason, logged once at
 // warn and counted. The 1 MiB body cap is not that limit.
 func TestLocalIngressRefusesAFrameOverTheBrokerLineLimitWith413(t *testing.T) {
-	n := newMetricsNode(t, true).start()
+	n := newMetricsNode(t, true)
+	// The frame is within the workload bound at its most, so the line
+	// limit is the bound it meets.
+	n.m.cfg.WorkloadMaxBytes = maxWorkloadMaxBytes
+	n.start()
 	addr := n.m.IngressAddr()
 	ref := workloadRef{n.id, "over-limit"}
 	before := scrape(t, n)
@@ -964,7 +968,7 @@ func TestLocalIngressRefusesAFrameOverTheBrokerLineLimitWith413(t *testing.T) {
 // The line limit is the broker's, set with --broker-line-max: raised to
 // 1 MiB, the same frame is accepted and reaches the broker whole.
 func TestLocalIngressAcceptsTheSameFrameUnderARaisedBrokerLineLimit(t *testing.T) {
-	n := newTestNode(t, withBrokerLineMax(1<<20))
+	n := newTestNode(t, withBrokerLineMax(1<<20), withWorkloadMaxBytes(maxWorkloadMaxBytes))
 	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}

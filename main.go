@@ -34,6 +34,8 @@ type options struct {
 	drainTimeout   time.Duration
 	brokerLineMax  int
 	maxLive        int
+	maxLiveBytes   int64
+	workloadMax    int
 	conns          ConnLimits
 	logLevel       string // the --log-level value, when given
 	logLevelGiven  bool
@@ -57,6 +59,8 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "how long the peer queues may drain at shutdown")
 	lineMax := fs.String("broker-line-max", strconv.Itoa(defaultBrokerLineMax), "longest line written to the broker, newline included, in bytes")
 	fs.IntVar(&o.maxLive, "max-live-workloads", defaultMaxLiveWorkloads, "most workloads the re-sync set holds (live, and terminal within their retention)")
+	fs.Int64Var(&o.maxLiveBytes, "max-live-workload-bytes", defaultMaxLiveWorkloadBytes, "most bytes of workload frames the re-sync set holds")
+	fs.IntVar(&o.workloadMax, "workload-max-bytes", defaultWorkloadMaxBytes, "most bytes of one frame's params (the workload and the members beside it), on every path")
 	fs.IntVar(&o.conns.Peer, "peer-max-conns", defaultPeerMaxConns, "most connections the peer port holds")
 	fs.IntVar(&o.conns.PeerPerSource, "peer-max-conns-per-source", defaultPeerMaxConnsPerSource, "most connections the peer port holds from one address")
 	fs.IntVar(&o.conns.Ingress, "ingress-max-conns", defaultIngressMaxConns, "most connections the local ingress holds")
@@ -89,6 +93,12 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.maxLive < 1 || o.maxLive > maxMaxLiveWorkloads {
 		return o, fmt.Errorf("--max-live-workloads %d: must be between 1 and %d", o.maxLive, maxMaxLiveWorkloads)
+	}
+	if err := checkMaxLiveWorkloadBytes(o.maxLiveBytes); err != nil {
+		return o, fmt.Errorf("--max-live-workload-bytes %d: %w", o.maxLiveBytes, err)
+	}
+	if err := checkWorkloadMaxBytes(o.workloadMax); err != nil {
+		return o, fmt.Errorf("--workload-max-bytes %d: %w", o.workloadMax, err)
 	}
 	if err := checkConnLimits(o.conns); err != nil {
 		return o, err
@@ -183,6 +193,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		Out:              out,
 		Logger:           log,
 		LogLevel:         levelVar,
+
+		MaxLiveWorkloadBytes: o.maxLiveBytes,
+		WorkloadMaxBytes:     o.workloadMax,
 	})
 	if err != nil {
 		return fail(err)

@@ -65,6 +65,12 @@ func TestBadStartupIsOneLineOnStderrAndNonZeroExit(t *testing.T) {
 		{"empty log level", []string{"--log-level", ""}, []string{"--log-level"}},
 		{"live workload limit zero", []string{"--max-live-workloads", "0"}, []string{"--max-live-workloads 0"}},
 		{"live workload limit too large", []string{"--max-live-workloads", "10000001"}, []string{"--max-live-workloads 10000001"}},
+		{"workload bound not a number", []string{"--workload-max-bytes", "16KiB"}, []string{`--workload-max-bytes: "16KiB" is not a whole number`}},
+		{"workload bound too small", []string{"--workload-max-bytes", "4095"}, []string{"--workload-max-bytes 4095", "between 4096 and 1048576 bytes"}},
+		{"workload bound too large", []string{"--workload-max-bytes", "1048577"}, []string{"--workload-max-bytes 1048577", "between 4096 and 1048576 bytes"}},
+		{"live workload bytes not a number", []string{"--max-live-workload-bytes", "256MiB"}, []string{`--max-live-workload-bytes: "256MiB" is not a whole number`}},
+		{"live workload bytes too small", []string{"--max-live-workload-bytes", "1048575"}, []string{"--max-live-workload-bytes 1048575", "between 1048576 and 1099511627776 bytes"}},
+		{"live workload bytes too large", []string{"--max-live-workload-bytes", "1099511627777"}, []string{"--max-live-workload-bytes 1099511627777", "between 1048576 and 1099511627776 bytes"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// A fresh app dir and --port 0 first, so a case that wrongly
@@ -169,7 +175,7 @@ func TestHelpListsEveryFlagInAGroupWithItsDefault(t *testing.T) {
 	}
 	for name, def := range map[string]string{
 		"port": "14320", "resync-interval": "30s", "drain-timeout": "2s", "broker-line-max": "262144",
-		"max-live-workloads": "100000", "peer-max-conns": "1024", "peer-max-conns-per-source": "64",
+		"max-live-workloads": "100000", "max-live-workload-bytes": "268435456", "workload-max-bytes": "16384", "peer-max-conns": "1024", "peer-max-conns-per-source": "64",
 		"ingress-max-conns": "512", "metrics-max-conns": "64",
 		"ipc": "", "cluster-dir": "", "app-dir": "", "local-ingress": "", "metrics": "", "log-level": "", "version": "", "help": "",
 	} {
@@ -343,6 +349,10 @@ func TestParseFlagsAcceptsBoundaryValues(t *testing.T) {
 		{[]string{"--drain-timeout", "1ns"}, func(o options) bool { return o.drainTimeout == time.Nanosecond }},
 		{[]string{"--broker-line-max", "4096"}, func(o options) bool { return o.brokerLineMax == 4096 }},
 		{[]string{"--broker-line-max", "16777216"}, func(o options) bool { return o.brokerLineMax == 16777216 }},
+		{[]string{"--workload-max-bytes", "4096"}, func(o options) bool { return o.workloadMax == 4096 }},
+		{[]string{"--workload-max-bytes", "1048576"}, func(o options) bool { return o.workloadMax == 1048576 }},
+		{[]string{"--max-live-workload-bytes", "1048576"}, func(o options) bool { return o.maxLiveBytes == 1048576 }},
+		{[]string{"--max-live-workload-bytes", "1099511627776"}, func(o options) bool { return o.maxLiveBytes == 1<<40 }},
 		{[]string{"--log-level", "debug"}, func(o options) bool { return o.logLevel == "debug" && o.logLevelGiven }},
 		{[]string{"--log-level", "ERROR"}, func(o options) bool { return o.logLevel == "ERROR" && o.logLevelGiven }},
 		{[]string{"--local-ingress", "127.0.0.1:14324"}, func(o options) bool { return o.localIngress == "127.0.0.1:14324" }},

@@ -45,6 +45,13 @@ type Config struct {
 	// MaxLiveWorkloads bounds the re-sync set (live workloads and terminal
 	// ones within their retention); 0: defaultMaxLiveWorkloads.
 	MaxLiveWorkloads int
+	// MaxLiveWorkloadBytes bounds the bytes of the re-sync set's
+	// re-assertion lines; 0: defaultMaxLiveWorkloadBytes.
+	MaxLiveWorkloadBytes int64
+	// WorkloadMaxBytes bounds one frame's params (its workloadInfo and
+	// every member beside it) on every path; 0: defaultWorkloadMaxBytes.
+	// A request body need never be longer than this plus its envelope.
+	WorkloadMaxBytes int
 	Conns            ConnLimits // the listeners' connection caps
 	In               io.Reader  // frames from the broker
 	Out              io.Writer  // frames to the broker
@@ -146,6 +153,9 @@ type Manager struct {
 	untrackedLog            dropLogger
 	fieldBoundRefusals      *counterVec   // source: frames refused for a field over its bound
 	fieldBoundLog           dropLogger    // the local channel's such refusals
+	workloadBoundRefusals   *counterVec   // source: frames refused for params over --workload-max-bytes
+	workloadBoundLog        dropLogger    // the local channel's such refusals
+	untrackedBytesLog       dropLogger    // broker frames not kept: the re-sync set was at its byte bound
 	batchesReceived         atomic.Uint64 // batches processed on the peer port
 	batchFramesReceived     atomic.Uint64 // their elements
 
@@ -177,6 +187,18 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.MaxLiveWorkloads <= 0 {
 		cfg.MaxLiveWorkloads = defaultMaxLiveWorkloads
 	}
+	if cfg.MaxLiveWorkloadBytes == 0 {
+		cfg.MaxLiveWorkloadBytes = defaultMaxLiveWorkloadBytes
+	}
+	if err := checkMaxLiveWorkloadBytes(cfg.MaxLiveWorkloadBytes); err != nil {
+		return nil, fmt.Errorf("re-sync set byte bound %d: %w", cfg.MaxLiveWorkloadBytes, err)
+	}
+	if cfg.WorkloadMaxBytes == 0 {
+		cfg.WorkloadMaxBytes = defaultWorkloadMaxBytes
+	}
+	if err := checkWorkloadMaxBytes(cfg.WorkloadMaxBytes); err != nil {
+		return nil, fmt.Errorf("workload byte bound %d: %w", cfg.WorkloadMaxBytes, err)
+	}
 	if cfg.BrokerLineMax == 0 {
 		cfg.BrokerLineMax = defaultBrokerLineMax
 	}
@@ -195,7 +217,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		trust:       trust,
 		dedup:       newDedup(dedupCapacity),
 		now:         time.Now,
-		resync:      newResyncSet(retention, cfg.MaxLiveWorkloads, cfg.NodeID),
+		resync:      newResyncSet(retention, cfg.MaxLiveWorkloads, cfg.MaxLiveWorkloadBytes, cfg.NodeID),
 		removed:     newRemovalMemory(retention, removalMemoryCapacity),
 		leases:      newLeaseTable(),
 		leaseUnit:   time.Second,
@@ -212,6 +234,8 @@ func NewManager(cfg Config) (*Manager, error) {
 		peerRejects:        newSourceLog(),
 		brokerLines:        newBrokerLineLog(),
 		bodies:             newRequestBodies(),
+
+		workloadBoundRefusals: newCounterVec(),
 	}
 	// Each peer sender reads its heartbeat passes from this Manager's
 	// re-sync set.
@@ -464,6 +488,13 @@ func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 // already applied it, so nothing goes back up: it is tracked and queued for
 // the peers. A malformed frame is logged and dropped, never broadcast.
 func (m *Manager) handleLocal(method string, s *frameScan) {
+	if err := checkWorkloadBytes(s, m.cfg.WorkloadMaxBytes, 0); m.refusedOverWorkloadBound(err, "stdio") {
+		// The broker has applied it; the peers are not sent it and the
+		// re-sync set does not keep it. Rate-limited like a field over
+		// its bound.
+		m.workloadBoundLog.note(m.log, "local frame not relayed: its params are over the workload bound", "method", method, "reason", err.Error())
+		return
+	}
 	f, err := localFrameFromScan(method, s)
 	if m.refusedOverBound(err, "stdio") {
 		// A broker that sends one such frame may send thousands: the

@@ -213,6 +213,7 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	for _, c := range m.fieldBoundRefusals.snapshot() {
 		t.sample("nvpair_wlm_field_bound_refusals_total", []string{"source"}, c.values, float64(c.n.Load()))
 	}
+	m.writeWorkloadBoundMetrics(&t)
 	t.single("nvpair_wlm_outbound_frames_queued_total", "counter", "Frames queued for the peers at the ordered enqueue point.", float64(m.bcast.queued.Load()))
 	t.single("nvpair_wlm_outbound_frames_dropped_total", "counter", "Frames dropped because the outbound queue was full.", float64(m.bcast.dropped.Load()))
 	t.single("nvpair_wlm_outbound_queue_frames", "gauge", fmt.Sprintf("Frames waiting at the ordered enqueue point for the dispatcher (at most %d).", outboundQueueSize), float64(len(m.bcast.queue)))
@@ -250,6 +251,7 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	for _, s := range stats {
 		t.sample("nvpair_wlm_peer_queue_frames", []string{"peer"}, []string{s.peer}, float64(depths[s.peer]))
 	}
+	writePeerQueueBytes(&t, stats, m.bcast.peerQueueBytes())
 	t.family("nvpair_wlm_peer_delivery_latency_seconds", "histogram", "Time from queueing a frame to its successful delivery to a peer.")
 	for _, s := range stats {
 		t.histogram("nvpair_wlm_peer_delivery_latency_seconds", "peer", s.peer, s.latency)
@@ -269,11 +271,13 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	t.sample("nvpair_wlm_tls_handshake_failures_total", []string{"side"}, []string{"client"}, float64(m.bcast.handshakeFailures.Load()))
 
 	m.activeMu.Lock()
-	resyncSize, removedSize := m.resync.len(), m.removed.len()
+	resyncSize, removedSize, resyncBytes := m.resync.len(), m.removed.len(), m.resync.size()
 	m.activeMu.Unlock()
 	t.single("nvpair_wlm_resync_set_entries", "gauge", "Workload runs held in the re-sync set.", float64(resyncSize))
 	t.single("nvpair_wlm_resync_set_limit_entries", "gauge", "The most workload runs the re-sync set may hold (--max-live-workloads).", float64(m.resync.limit))
-	t.single("nvpair_wlm_resync_untracked_total", "counter", "Broker frames for a new workload relayed but not tracked because the re-sync set was full.", float64(m.resyncUntracked.Load()))
+	t.single("nvpair_wlm_resync_set_bytes", "gauge", "Bytes of the re-assertion lines the re-sync set holds.", float64(resyncBytes))
+	t.single("nvpair_wlm_resync_set_limit_bytes", "gauge", "The most bytes of re-assertion lines the re-sync set may hold (--max-live-workload-bytes).", float64(m.resync.maxBytes))
+	t.single("nvpair_wlm_resync_untracked_total", "counter", "Broker frames relayed but not tracked because the re-sync set was full, in entries (a new workload) or in bytes.", float64(m.resyncUntracked.Load()))
 	t.single("nvpair_wlm_removal_memory_entries", "gauge", "Ingress removals remembered against a replay.", float64(removedSize))
 	writeDeprecatedGauges(&t, float64(resyncSize), float64(m.resync.limit), float64(removedSize))
 	m.conns.writeMetrics(&t)

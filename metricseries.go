@@ -16,9 +16,9 @@ var stdioMethods = append(append([]string(nil), lifecycleAndRemoval...), "discov
 var ingressCodes = []string{"200", "400", "403", "404", "405", "413", "415", "421", "500", "503"}
 
 // presetSeries creates, at zero, the labelled series whose label values
-// are known: frames received by source and method, the field-bound
-// refusals by source and, with the ingress on, its answers by code. It is
-// idempotent, so writeMetrics calls it on every scrape.
+// are known: frames received by source and method, the field-bound and
+// workload-bound refusals by source and, with the ingress on, its answers
+// by code. It is idempotent, so writeMetrics calls it on every scrape.
 func (m *Manager) presetSeries() {
 	sources := []string{"stdio", "peer"}
 	if m.ingress != nil {
@@ -29,6 +29,7 @@ func (m *Manager) presetSeries() {
 	}
 	for _, src := range sources {
 		m.fieldBoundRefusals.touch(src)
+		m.workloadBoundRefusals.touch(src)
 		methods := lifecycleAndRemoval
 		if src == "stdio" {
 			methods = stdioMethods

@@ -79,6 +79,7 @@ func (s *peerSender) gatherFresh(first outboundFrame) []outboundFrame {
 			if !ok {
 				return frames // closed: run sees it on its next receive
 			}
+			s.dequeued(f)
 			if size+len(f.line)+1 > maxBytes {
 				s.carry = &f
 				return frames

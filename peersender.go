@@ -67,6 +67,13 @@ type peerSender struct {
 	// batch being gathered; it goes first in the next one. Only the fresh
 	// lane uses it.
 	carry *outboundFrame
+
+	// queueBytes is the bytes of the frames in queue: added by offer
+	// before a frame is sent on it, taken back by the fresh lane when it
+	// receives one (dequeued). queueMaxBytes bounds it (peerQueueMaxBytes;
+	// a test may lower it before the first offer).
+	queueBytes    atomic.Int64
+	queueMaxBytes int64
 }
 
 func newPeerSender(t peerTarget, stats *peerStats, dialTLS func(context.Context, string, string) (net.Conn, error), hb *heartbeatStream, lanes *laneOrder, log *slog.Logger) *peerSender {
@@ -94,6 +101,8 @@ func newPeerSender(t peerTarget, stats *peerStats, dialTLS func(context.Context,
 		cancel:   cancel,
 		hbCtx:    hbCtx,
 		hbCancel: hbCancel,
+
+		queueMaxBytes: peerQueueMaxBytes,
 	}
 }
 
@@ -118,18 +127,43 @@ func dialInOrder(addrs []string) func(ctx context.Context, network, _ string) (n
 	}
 }
 
-// offer hands a frame to the sender without blocking; a full queue drops the
-// frame for this peer only. Called by the dispatcher under broadcaster.mu.
+// offer hands a frame to the sender without blocking; a full queue (in
+// frames or in bytes, queueFull) drops the frame for this peer only.
+// Called by the dispatcher under broadcaster.mu.
 func (s *peerSender) offer(f outboundFrame) {
 	s.lanes.queued() // before the send: the fresh lane may settle it at once
-	select {
-	case s.queue <- f:
-	default:
-		s.lanes.settled(1)
-		s.stats.queueDropped.Add(1)
-		s.drops.note(s.log, "peer queue full, dropping the newest frame for this peer", "method", f.method)
+	if !s.queueFull(f) {
+		// Counted before the send: the fresh lane may take it at once.
+		n := int64(len(f.line))
+		s.queueBytes.Add(n)
+		select {
+		case s.queue <- f:
+			return
+		default: // not reached: only the dispatcher sends, after queueFull
+			s.queueBytes.Add(-n)
+		}
 	}
+	s.lanes.settled(1)
+	s.stats.queueDropped.Add(1)
+	s.drops.note(s.log, "peer queue full, dropping the newest frame for this peer", "method", f.method)
 }
+
+// queueFull reports whether the peer's queue cannot take f: it holds
+// peerQueueSize frames, or f would take its bytes past queueMaxBytes. A
+// queue that holds no bytes takes any frame, so a frame larger than the
+// byte bound is not refused by every queue for good. Only the dispatcher
+// adds to the queue (under broadcaster.mu), so the room it finds here is
+// still there for its send.
+func (s *peerSender) queueFull(f outboundFrame) bool {
+	if len(s.queue) == cap(s.queue) {
+		return true
+	}
+	held := s.queueBytes.Load()
+	return held > 0 && held+int64(len(f.line)) > s.queueMaxBytes
+}
+
+// dequeued takes a frame the fresh lane received out of the queue's bytes.
+func (s *peerSender) dequeued(f outboundFrame) { s.queueBytes.Add(-int64(len(f.line))) }
 
 func (s *peerSender) stop() {
 	s.cancel()
@@ -161,6 +195,7 @@ func (s *peerSender) run() {
 			if !ok {
 				return
 			}
+			s.dequeued(f)
 			s.deliverFresh(f)
 		}
 	}

@@ -37,8 +37,10 @@ func (e *peerEvent) origin() string {
 }
 
 // parsePeerFrame validates a request body from a peer in one pass over it
-// (framescan.go). It has no side effects.
-func parsePeerFrame(body []byte) (peerEvent, error) {
+// (framescan.go); params over maxWorkload bytes, and the slack a frame at
+// that bound may have gained on its way (peerWorkloadSlack), are refused
+// (*workloadTooLargeError). It has no side effects.
+func parsePeerFrame(body []byte, maxWorkload int) (peerEvent, error) {
 	if err := checkFrameUTF8(body); err != nil {
 		return peerEvent{}, err
 	}
@@ -52,6 +54,9 @@ func parsePeerFrame(body []byte) (peerEvent, error) {
 	}
 	if env.jsonrpc != "2.0" {
 		return peerEvent{}, errors.New(`jsonrpc must be "2.0"`)
+	}
+	if err := checkWorkloadBytes(&s, maxWorkload, peerWorkloadSlack); err != nil {
+		return peerEvent{}, err
 	}
 	switch {
 	case isLifecycleMethod(env.method):
@@ -151,16 +156,21 @@ const reasonAlreadySeen = "already seen"
 // answers 200 when the frame was written (reason "") or already seen
 // (reasonAlreadySeen); 400 when it is not a valid frame; 403 when principal
 // may not send an event of that origin (peerorigin.go), final for a sender
-// that reads the reason; 413 when its line to the broker would be over the
-// line limit, which is final for the sender; 500 when the broker write
+// that reads the reason; 413 when its params are over the workload bound
+// (--workload-max-bytes) or its line to the broker would be over the line
+// limit, each final for the sender; 500 when the broker write
 // failed, which the sender may retry. The reason is not clipped: the
 // caller clips what it logs and answers. A failed write is logged here, at
 // error, because only here is its cause known, and so is a refusal for
 // origin, rate-limited; other rejections are left to the caller, which may
 // summarise them.
 func (m *Manager) handlePeerFrame(log *requestLog, principal string, body []byte) (status int, reason string) {
-	ev, err := parsePeerFrame(body)
+	ev, err := parsePeerFrame(body, m.cfg.WorkloadMaxBytes)
 	m.refusedOverBound(err, "peer")
+	if m.refusedOverWorkloadBound(err, "peer") {
+		// Final for the sender, like a line over the broker's limit.
+		return http.StatusRequestEntityTooLarge, err.Error()
+	}
 	if err != nil {
 		return http.StatusBadRequest, err.Error()
 	}

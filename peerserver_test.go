@@ -179,7 +179,8 @@ func TestPeerServerAnswers413ToBodiesOver1MiB(t *testing.T) {
 // retry. Nothing reaches the broker, and the dedup records nothing: the
 // same frame again is refused again, not taken as already seen.
 func TestPeerServerAnswers413ToAFrameOverTheBrokerLineLimit(t *testing.T) {
-	h := newNetPeerHarness(t)
+	// Within the workload bound at its most: the line limit refuses them.
+	h := newNetPeerHarness(t, withWorkloadMaxBytes(maxWorkloadMaxBytes))
 	origin := h.client.Principal
 	for _, c := range []struct {
 		name string
@@ -215,7 +216,7 @@ func TestPeerServerAnswers413ToAFrameOverTheBrokerLineLimit(t *testing.T) {
 
 // Raised to 1 MiB with --broker-line-max, the same frame is written.
 func TestPeerServerWritesTheSameFrameUnderARaisedBrokerLineLimit(t *testing.T) {
-	h := newNetPeerHarness(t, withBrokerLineMax(1<<20))
+	h := newNetPeerHarness(t, withBrokerLineMax(1<<20), withWorkloadMaxBytes(maxWorkloadMaxBytes))
 	if st := netPost(t, h.c, h.addr, longErrorFrame(t, "peer-long-error", h.client.Principal)); st != http.StatusOK {
 		t.Fatalf("POST = %d, want 200", st)
 	}
@@ -397,7 +398,7 @@ func TestPeerEventAfterFailedBrokerWriteIsDeliveredOnRetry(t *testing.T) {
 			m, err := NewManager(Config{NodeID: devpki.NewUUID(), In: strings.NewReader(""), Out: failing, ClusterDir: t.TempDir()})
 			netMust(t, err)
 			t.Cleanup(func() { m.bcast.close(time.Second) })
-			ev, err := parsePeerFrame(c.body)
+			ev, err := parsePeerFrame(c.body, defaultWorkloadMaxBytes)
 			netMust(t, err)
 			if _, err := m.relayPeerEvent(&ev); err == nil {
 				t.Fatal("relay to a failing broker reported success")

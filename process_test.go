@@ -259,7 +259,10 @@ func TestProcessBrokerLineMaxSetsTheLimitOfLinesToTheBroker(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := writeCluster(t, 1)
-			d := startNode(t, nodes[0], append([]string{"--local-ingress", "127.0.0.1:0"}, tc.extra...)...)
+			// The workload bound at its most, so the line limit is the
+			// bound the long frame meets.
+			args := append([]string{"--local-ingress", "127.0.0.1:0", "--workload-max-bytes", itoa(maxWorkloadMaxBytes)}, tc.extra...)
+			d := startNode(t, nodes[0], args...)
 			ingress := d.loggedValue("local ingress listening", "addr")
 			got, text := postIngress(t, ingress, string(longNoteFrame(t, "proc-long-error", "")))
 			if got != tc.want {

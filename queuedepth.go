@@ -13,3 +13,17 @@ func (b *broadcaster) peerQueueDepths() map[string]int {
 	}
 	return out
 }
+
+// peerQueueBytes returns, by peer principal, the bytes of the fresh frames
+// waiting in that peer's queue (at most peerQueueMaxBytes each, beside
+// peerQueueSize frames). Like peerQueueDepths, it takes broadcaster.mu
+// for one load per peer.
+func (b *broadcaster) peerQueueBytes() map[string]int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[string]int64, len(b.peers))
+	for _, s := range b.peers {
+		out[s.target.principal] += s.queueBytes.Load()
+	}
+	return out
+}

@@ -100,12 +100,18 @@ type resyncSet struct {
 	// from the front only.
 	expiries   []expiry
 	expiryHead int
+
+	// maxBytes bounds bytes, the sum of the entries' re-assertion lines
+	// (--max-live-workload-bytes): the text of the workloads the set keeps,
+	// which the entry bound alone would let reach 100,000 broker lines.
+	maxBytes, bytes int64
 }
 
-func newResyncSet(retention time.Duration, limit int, self string) *resyncSet {
+func newResyncSet(retention time.Duration, limit int, maxBytes int64, self string) *resyncSet {
 	return &resyncSet{
 		retention: retention,
 		limit:     limit,
+		maxBytes:  maxBytes,
 		self:      self,
 		entries:   map[workloadKey]*resyncEntry{},
 		byRef:     map[workloadRef]*resyncEntry{},
@@ -117,17 +123,26 @@ func newResyncSet(retention time.Duration, limit int, self string) *resyncSet {
 type trackOutcome int
 
 const (
-	tracked trackOutcome = iota // recorded as its run's latest event
-	stale                       // the entry held is later (see supersedes)
-	full                        // a new run, and the set is at its limit
+	tracked   trackOutcome = iota // recorded as its run's latest event
+	stale                         // the entry held is later (see supersedes)
+	full                          // a new run, and the set is at its limit
+	fullBytes                     // the set would pass its byte bound: not kept
 )
+
+// resyncMarkerBytes is what the re-assertion marker adds to a frame's line
+// to the peers, at most: `"resync":true,`.
+const resyncMarkerBytes = len(`"resync":true,`)
 
 // track records ev as its run's latest event, unless the entry held is
 // later (see supersedes): the heartbeat re-asserts what the set holds, so a
 // frame that arrived late must not move it back. A new run is not recorded
 // while the set holds limit entries, unless overLimit: the ingress checks
-// the limit before its broker write (atFull) and may not refuse afterwards.
-// A frame that was not recorded is still relayed by the caller.
+// the limit before its broker write (atLimit) and may not refuse
+// afterwards. Nor, unless overLimit, is a frame recorded that would take
+// the set's bytes past maxBytes (fullBytes): a new run is then not
+// tracked, and a run held is dropped, since re-asserting its older state
+// would undo, at every peer, the newer one the caller relays. A frame
+// that was not recorded is still relayed by the caller.
 func (s *resyncSet) track(ev *lifecycleEvent, now time.Time, overLimit bool) trackOutcome {
 	s.prune(now)
 	k := ev.key()
@@ -137,6 +152,19 @@ func (s *resyncSet) track(ev *lifecycleEvent, now time.Time, overLimit bool) tra
 		return stale
 	case !held && !overLimit && len(s.entries) >= s.limit:
 		return full
+	}
+	// The stored params never carry a resync member, whatever its value or
+	// spelling: the heartbeat adds its own marker, and a second one would win.
+	line := encodeNotification(ev.method, withResync(withoutResync(ev.params)))
+	grow := int64(len(line))
+	if held {
+		grow -= int64(len(e.line))
+	}
+	if !overLimit && grow > 0 && s.bytes+grow > s.maxBytes {
+		if held {
+			s.remove(k)
+		}
+		return fullBytes
 	}
 	if !held {
 		if k.origin == s.self {
@@ -151,9 +179,8 @@ func (s *resyncSet) track(ev *lifecycleEvent, now time.Time, overLimit bool) tra
 		e.sibling = s.byRef[ref]
 		s.byRef[ref] = e
 	}
-	// The stored params never carry a resync member, whatever its value or
-	// spelling: the heartbeat adds its own marker, and a second one would win.
-	e.line = encodeNotification(ev.method, withResync(withoutResync(ev.params)))
+	s.bytes += grow
+	e.line = line
 	e.method, e.rank, e.seq, e.hasSeq = ev.method, rankOf(ev.info.State), ev.info.seqNum, ev.info.hasSeq
 	// A new entry's requester is a part of the allocation its key's strings
 	// are parts of (decodeWorkloadInfo), so it costs only its bytes. A later
@@ -175,22 +202,55 @@ func (s *resyncSet) track(ev *lifecycleEvent, now time.Time, overLimit bool) tra
 	return tracked
 }
 
-// atLimit reports whether ev would start a new run while the set, with
-// pending more runs on their way into it, is at its limit, and if so how
-// long until a slot may free: until the oldest terminal entry ages out, or
-// one interval when every entry is live (only a terminal frame or a
-// removal frees a slot then). The wait is advice for a Retry-After, so a
-// queued deadline whose entry has since changed is not looked past. held
-// says whether the set holds ev's run.
-func (s *resyncSet) atLimit(ev *lifecycleEvent, now time.Time, pending int) (full, held bool, after time.Duration) {
+// setLimit names the bound of the re-sync set a frame found reached.
+type setLimit int
+
+const (
+	underLimit   setLimit = iota
+	limitEntries          // --max-live-workloads
+	limitBytes            // --max-live-workload-bytes
+)
+
+// atLimit reports which bound ev would pass: the entry bound when it would
+// start a new run while the set, with pending more runs on their way into
+// it, is at its limit; the byte bound when a line of up to lineBytes,
+// with pendingBytes more on their way, would take the set's bytes past
+// maxBytes (a frame that would not grow the set, a stale one included,
+// passes). When one is reached it says how long until room may free:
+// until the oldest terminal entry ages out, or one interval when every
+// entry is live (only a terminal frame or a removal frees room then). The
+// wait is advice for a Retry-After, so a queued deadline whose entry has
+// since changed is not looked past. held says whether the set holds ev's
+// run.
+func (s *resyncSet) atLimit(ev *lifecycleEvent, now time.Time, pending int, pendingBytes int64, lineBytes int) (hit setLimit, held bool, after time.Duration) {
 	s.prune(now)
-	if _, held = s.entries[ev.key()]; held || len(s.entries)+pending < s.limit {
-		return false, held, 0
+	e, held := s.entries[ev.key()]
+	grow := int64(lineBytes)
+	switch {
+	case held && !supersedes(ev, e):
+		grow = 0 // not tracked: it takes no room
+	case held:
+		grow -= int64(len(e.line))
 	}
+	switch {
+	case !held && len(s.entries)+pending >= s.limit:
+		hit = limitEntries
+	case grow > 0 && s.bytes+pendingBytes+grow > s.maxBytes:
+		hit = limitBytes
+	default:
+		return underLimit, held, 0
+	}
+	return hit, held, s.retryAfter(now)
+}
+
+// retryAfter is how long until room may free in a set at a bound: until
+// the oldest terminal entry ages out, or half the retention when every
+// entry is live. Called with the set pruned.
+func (s *resyncSet) retryAfter(now time.Time) time.Duration {
 	if s.expiryHead < len(s.expiries) {
-		return true, false, s.expiries[s.expiryHead].at.Add(s.retention).Sub(now)
+		return s.expiries[s.expiryHead].at.Add(s.retention).Sub(now)
 	}
-	return true, false, s.retention / 2
+	return s.retention / 2
 }
 
 // supersedes reports whether ev may replace the entry held for its run.
@@ -257,6 +317,7 @@ func (s *resyncSet) untrack(ref workloadRef) {
 	for e := s.byRef[ref]; e != nil; e = e.sibling {
 		s.unlink(e)
 		delete(s.entries, e.key)
+		s.bytes -= int64(len(e.line))
 	}
 	delete(s.byRef, ref)
 }
@@ -268,6 +329,7 @@ func (s *resyncSet) remove(k workloadKey) {
 	}
 	s.unlink(e)
 	delete(s.entries, k)
+	s.bytes -= int64(len(e.line))
 	ref := workloadRef{k.origin, k.id}
 	switch first := s.byRef[ref]; {
 	case first == e && e.sibling == nil:
@@ -366,6 +428,9 @@ func (s *resyncSet) prune(now time.Time) (more bool) {
 }
 
 func (s *resyncSet) len() int { return len(s.entries) }
+
+// size is the bytes the set holds: its entries' re-assertion lines.
+func (s *resyncSet) size() int64 { return s.bytes }
 
 // closeCursor forgets a cursor; the set no longer moves it.
 func (s *resyncSet) closeCursor(c *resyncCursor) { delete(s.cursors, c) }

@@ -13,7 +13,7 @@ import (
 var resyncT0 = time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)
 
 func TestResyncSetTracksTheLatestEventPerRun(t *testing.T) {
-	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, "node-a")
+	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, defaultMaxLiveWorkloadBytes, "node-a")
 	s.trackT(ptr(mustLifecycle(t, workload("job-1", "queued", "node-a"), nil)), resyncT0)
 	s.trackT(ptr(mustLifecycle(t, workload("job-1", "running", "node-a", map[string]any{"seq": 2}), nil)), resyncT0)
 	s.trackT(ptr(mustLifecycle(t, workload("job-2", "queued", "node-a"), nil)), resyncT0)
@@ -29,7 +29,7 @@ func TestResyncSetTracksTheLatestEventPerRun(t *testing.T) {
 }
 
 func TestResyncSetKeysOnOriginEngineRunAndID(t *testing.T) {
-	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, "node-a")
+	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, defaultMaxLiveWorkloadBytes, "node-a")
 	for _, w := range []map[string]any{
 		workload("job-1", "running", "node-a"),
 		workload("job-1", "running", "node-b"),                                                 // other origin
@@ -49,7 +49,7 @@ func TestResyncSetKeysOnOriginEngineRunAndID(t *testing.T) {
 
 func TestResyncSetKeepsATerminalEntryForTheRetentionWindowThenPrunesIt(t *testing.T) {
 	const retention = 60 * time.Second
-	s := newResyncSet(retention, defaultMaxLiveWorkloads, "node-a")
+	s := newResyncSet(retention, defaultMaxLiveWorkloads, defaultMaxLiveWorkloadBytes, "node-a")
 	live := mustLifecycle(t, workload("live", "running", "node-a"), nil)
 	done := mustLifecycle(t, workload("done", "completed", "node-a"), nil)
 	s.trackT(&live, resyncT0)
@@ -84,7 +84,7 @@ func TestResyncSetTerminalStates(t *testing.T) {
 		{"queued", false}, {"running", false}, {"unknown-state", false},
 	} {
 		t.Run(tc.state, func(t *testing.T) {
-			s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, "node-a")
+			s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, defaultMaxLiveWorkloadBytes, "node-a")
 			s.trackT(ptr(mustLifecycle(t, workload("job", tc.state, "node-a"), nil)), resyncT0)
 			kept := len(snapshotIDs(t, s, resyncT0.Add(time.Hour))) == 1
 			if kept == tc.terminal {
@@ -98,7 +98,7 @@ func TestResyncSetIgnoresANonTerminalEventAfterATerminalOne(t *testing.T) {
 	for _, final := range []string{"completed", "failed", "cancelled"} {
 		for _, late := range []string{"queued", "running"} {
 			t.Run(final+"/"+late, func(t *testing.T) {
-				s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, "node-a")
+				s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, defaultMaxLiveWorkloadBytes, "node-a")
 				s.trackT(ptr(mustLifecycle(t, workload("job", "running", "node-a"), nil)), resyncT0)
 				s.trackT(ptr(mustLifecycle(t, workload("job", final, "node-a"), nil)), resyncT0)
 				if s.trackT(ptr(mustLifecycle(t, workload("job", late, "node-a"), nil)), resyncT0.Add(time.Second)) {
@@ -119,7 +119,7 @@ func TestResyncSetIgnoresANonTerminalEventAfterATerminalOne(t *testing.T) {
 
 func TestResyncSetStaleRuleIsPerRun(t *testing.T) {
 	// A new run (other runId) of a finished workload is live work, not stale.
-	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, "node-a")
+	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, defaultMaxLiveWorkloadBytes, "node-a")
 	s.trackT(ptr(mustLifecycle(t, workload("job", "completed", "node-a", map[string]any{"runId": "r1"}), nil)), resyncT0)
 	if !s.trackT(ptr(mustLifecycle(t, workload("job", "running", "node-a", map[string]any{"runId": "r2"}), nil)), resyncT0) {
 		t.Fatal("a running event of another run was refused")
@@ -127,7 +127,7 @@ func TestResyncSetStaleRuleIsPerRun(t *testing.T) {
 }
 
 func TestResyncSetTerminalAfterTerminalReplacesTheEntry(t *testing.T) {
-	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, "node-a")
+	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, defaultMaxLiveWorkloadBytes, "node-a")
 	s.trackT(ptr(mustLifecycle(t, workload("job", "failed", "node-a"), nil)), resyncT0)
 	if !s.trackT(ptr(mustLifecycle(t, workload("job", "cancelled", "node-a"), nil)), resyncT0.Add(30*time.Second)) {
 		t.Fatal("a terminal event after a terminal one was refused")
@@ -138,7 +138,7 @@ func TestResyncSetTerminalAfterTerminalReplacesTheEntry(t *testing.T) {
 }
 
 func TestResyncSetUntrackDropsEveryRunOfTheWorkload(t *testing.T) {
-	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, "node-a")
+	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, defaultMaxLiveWorkloadBytes, "node-a")
 	for _, w := range []map[string]any{
 		workload("job-1", "running", "node-a", map[string]any{"runId": "r1"}),
 		workload("job-1", "running", "node-a", map[string]any{"runId": "r2"}),
@@ -213,7 +213,7 @@ func TestResyncSetStoresParamsWithoutAnyResyncMember(t *testing.T) {
 		t.Run(member, func(t *testing.T) {
 			params := `{"workloadInfo":{"id":"job-1","model":"m","engine":"e","state":"running","originatedFrom":"node-a","custom":"<&>"},` +
 				member + `,"other":{"resync":false}}`
-			s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, "node-a")
+			s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, defaultMaxLiveWorkloadBytes, "node-a")
 			s.trackT(ptr(mustLifecycleRaw(t, methodStarted, params)), resyncT0)
 			entries := s.snapshot(resyncT0)
 			if len(entries) != 1 {
@@ -257,7 +257,7 @@ func TestResyncSetStoresParamsWithoutAnyResyncMember(t *testing.T) {
 
 func TestResyncSetKeepsParamsWithoutAResyncMemberUnchanged(t *testing.T) {
 	params := `{"workloadInfo": {"id":"job-1","model":"m","engine":"e","state":"running","originatedFrom":"node-a"} , "note":"x"}`
-	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, "node-a")
+	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, defaultMaxLiveWorkloadBytes, "node-a")
 	s.trackT(ptr(mustLifecycleRaw(t, methodStarted, params)), resyncT0)
 	if got := string(s.snapshot(resyncT0)[0].params()); got != params {
 		t.Fatalf("stored params = %s, want them byte for byte: %s", got, params)
@@ -345,7 +345,7 @@ func TestResyncSetConvergesOnOutOfOrderFrames(t *testing.T) {
 		{"an unknown state still follows seq", []frame{{"paused", 3}, {"queued", 2}}, []bool{true, false}, frame{"paused", 3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, "node-a")
+			s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, defaultMaxLiveWorkloadBytes, "node-a")
 			for i, f := range tc.frames {
 				override := map[string]any{"seq": f.seq}
 				if f.seq == 0 {
@@ -418,7 +418,7 @@ func (s *resyncSet) trackT(ev *lifecycleEvent, now time.Time) bool {
 }
 
 func TestResyncSetPrunesABudgetAtATimeAndCatchesUp(t *testing.T) {
-	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, "node-a")
+	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, defaultMaxLiveWorkloadBytes, "node-a")
 	const ended = 3*pruneBudget + 10
 	for i := range ended {
 		s.trackT(ptr(mustLifecycle(t, workload(fmt.Sprintf("job-%d", i), "completed", "node-a"), nil)), resyncT0)

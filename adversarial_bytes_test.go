@@ -1,0 +1,161 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"nvpair-workload-manager/internal/devpki"
+)
+
+// Adversarial test against the real binary (issue 20, item 3): producers
+// post frames whose workload carries a 250 KiB member of their own, while
+// the node's one peer never answers. Before the workload byte bound all
+// 1,500 were 200: the re-sync set kept every one (375 MB) and the peer's
+// queue 1,024 more copies, and RSS went from 10 to 650 MiB and stayed
+// there. Now each is 413 naming the bound, and nothing of them is kept.
+// Then the broker enters frames just within the bound: the peer's queue
+// stops at its byte bound, 8 MiB, where 1,024 of them would be 16 MiB.
+
+const (
+	// advBigPosts is how many oversized frames the producers post.
+	advBigPosts = 1500
+	// advBigMember is the size of each one's member of its own.
+	advBigMember = 250 << 10
+	// advBigPosters is how many producers post at once.
+	advBigPosters = 8
+	// advBigRSSBudgetKiB is the RSS the daemon must stay within after the
+	// posts: what it uses at rest (some 10 MiB), the bodies read at once
+	// and not yet collected (8 posts of 250 KiB at a time here; the body
+	// budget caps them at 32 MiB whatever the producers do) and room for
+	// the collector's pacing. Without the bound it reached 650 MiB.
+	advBigRSSBudgetKiB = 64 << 10
+)
+
+func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinTheirBytes(t *testing.T) {
+	nodes := writeCluster(t, 1)
+	hole := newNetBlackHole(t)
+	netMust(t, devpki.PinIdentity(nodes[0].ClusterDir, hole.ident))
+	d := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--log-level", "info")
+	d.waitMethod("discovery:subscribe", 1)
+	ingress := d.loggedValue("local ingress listening", "addr")
+	metrics := d.loggedValue("metrics endpoint listening", "addr")
+	peers, _ := json.Marshal(map[string]any{"nodes": []any{hole.entry()}})
+	d.send(string(encodeNotification("discovery:nodes", peers)))
+	d.waitLog("broadcast targets changed", "total=1")
+
+	frame := func(i int, member string) string {
+		return `{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":{"id":"big-` + itoa(i) +
+			`","model":"m","engine":"e","state":"running","blob":"` + member + `"}}}`
+	}
+	if s, text := postIngress(t, ingress, frame(-1, "small")); s != http.StatusOK {
+		t.Fatalf("a frame well within the bound: %d %q", s, text)
+	}
+	rssBefore := advRSS(d)
+
+	blob := strings.Repeat("b", advBigMember)
+	var next atomic.Int64
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	var firstReason string
+	var wg sync.WaitGroup
+	for range advBigPosters {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= advBigPosts {
+					return
+				}
+				s, text, err := advPost(ingress, frame(i, blob))
+				if err != nil {
+					t.Errorf("post %d: %v", i, err)
+					return
+				}
+				mu.Lock()
+				statuses[s]++
+				if s != http.StatusOK && firstReason == "" {
+					firstReason = text
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	rssAfter := advRSS(d)
+	m := scrapeAddr(t, metrics)
+	queueBytes := m[`nvpair_wlm_peer_queue_bytes{peer="`+hole.ident.Principal+`"}`]
+	queueFrames := m[`nvpair_wlm_peer_queue_frames{peer="`+hole.ident.Principal+`"}`]
+	t.Logf("%d posts with a %d-byte member of their own: answers %v (first refusal %q); RSS %d -> %d KiB; re-sync set %v entries, %v bytes; peer queue %v frames, %v bytes; refusals counted %v",
+		advBigPosts, advBigMember, statuses, firstReason, rssBefore, rssAfter,
+		m["nvpair_wlm_resync_set_entries"], m["nvpair_wlm_resync_set_bytes"], queueFrames, queueBytes,
+		m[`nvpair_wlm_workload_bound_refusals_total{source="ingress"}`])
+
+	if statuses[http.StatusRequestEntityTooLarge] != advBigPosts {
+		t.Fatalf("answers %v, want all %d 413", statuses, advBigPosts)
+	}
+	if want := fmt.Sprintf("over their %d-byte bound (--workload-max-bytes)", defaultWorkloadMaxBytes); !strings.Contains(firstReason, want) {
+		t.Fatalf("the 413's reason %q does not name the bound (%q)", firstReason, want)
+	}
+	if rssAfter > advBigRSSBudgetKiB {
+		t.Fatalf("RSS after the posts is %d KiB, over the budget of %d KiB", rssAfter, advBigRSSBudgetKiB)
+	}
+	if got := m[`nvpair_wlm_workload_bound_refusals_total{source="ingress"}`]; got != advBigPosts {
+		t.Fatalf("refusals counted: %v, want %d", got, advBigPosts)
+	}
+	if n := len(d.withMethod(methodUpsert)); n != 1 {
+		t.Fatalf("%d upserts reached the broker, want only the small frame's", n)
+	}
+	// A producer within the bound is still served.
+	if s, text := postIngress(t, ingress, frame(advBigPosts, strings.Repeat("s", defaultWorkloadMaxBytes/2))); s != http.StatusOK {
+		t.Fatalf("a frame within the bound after the posts: %d %q", s, text)
+	}
+	d.waitMethod(methodUpsert, 2)
+
+	// The broker enters frames just within the bound, more than the
+	// black-holed peer's queue holds in bytes: the queue is full at 8 MiB,
+	// well before its 1,024 frames, and drops the rest for that peer.
+	const brokerFrames = 1000
+	within := strings.Repeat("w", defaultWorkloadMaxBytes-200)
+	for i := range brokerFrames {
+		d.send(`{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":{"id":"broker-` + itoa(i) +
+			`","model":"m","engine":"e","state":"running","originatedFrom":"` + nodes[0].ID + `","blob":"` + within + `"}}}`)
+	}
+	frames := `nvpair_wlm_peer_queue_frames{peer="` + hole.ident.Principal + `"}`
+	dropped := `nvpair_wlm_peer_queue_dropped_total{peer="` + hole.ident.Principal + `"}`
+	queued := `nvpair_wlm_peer_queue_bytes{peer="` + hole.ident.Principal + `"}`
+	eventually(t, "every broker frame queued for the peer or dropped at its full queue", func() bool {
+		m := scrapeAddr(t, metrics)
+		// The fresh lane holds one frame (or a batch) in its request to
+		// the black hole, outside the queue.
+		return m[`nvpair_wlm_frames_received_total{source="stdio",method="workload:started"}`] == brokerFrames &&
+			m[frames]+m[dropped] >= brokerFrames
+	})
+	m = scrapeAddr(t, metrics)
+	t.Logf("%d broker frames with a %d-byte member to a black-holed peer: its queue holds %v frames, %v bytes (bound %v); %v dropped; re-sync set %v bytes; RSS %d KiB",
+		brokerFrames, len(within), m[frames], m[queued], m["nvpair_wlm_peer_queue_limit_bytes"], m[dropped], m["nvpair_wlm_resync_set_bytes"], advRSS(d))
+	if m[queued] > peerQueueMaxBytes || m[queued] < peerQueueMaxBytes-2*defaultWorkloadMaxBytes || m[frames] >= peerQueueSize || m[dropped] == 0 {
+		t.Fatalf("the black-holed peer's queue holds %v frames and %v bytes with %v dropped; want it full at its %d-byte bound",
+			m[frames], m[queued], m[dropped], peerQueueMaxBytes)
+	}
+}
+
+// advPost posts a frame to the ingress from any goroutine and returns the
+// answer's status and text.
+func advPost(addr, frame string) (int, string, error) {
+	c := &http.Client{Timeout: waitTimeout}
+	resp, err := c.Post("http://"+addr+peerEventsPath, "application/json", strings.NewReader(frame))
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b)), err
+}

@@ -1,0 +1,519 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"nvpair-workload-manager/internal/devpki"
+)
+
+// Tests of the byte bounds (workloadbytes.go): one frame's params on every
+// path, the re-sync set's bytes and each peer queue's bytes.
+
+func withWorkloadMaxBytes(n int) nodeOption {
+	return func(c *Config) { c.WorkloadMaxBytes = n }
+}
+
+// setResyncMaxBytes lowers the re-sync set's byte bound below what
+// --max-live-workload-bytes accepts, so a test fills it with a few small
+// frames. Call it before the node takes frames.
+func setResyncMaxBytes(n *testNode, b int64) {
+	n.m.activeMu.Lock()
+	defer n.m.activeMu.Unlock()
+	n.m.resync.maxBytes = b
+}
+
+// resyncBytes is what the node's re-sync set holds, in bytes.
+func resyncBytes(n *testNode) int64 {
+	n.m.activeMu.Lock()
+	defer n.m.activeMu.Unlock()
+	return n.m.resync.size()
+}
+
+// paddedParams is a lifecycle frame's params of exactly size bytes: the
+// workload (with origin, when not empty) and a member of the producer's
+// own beside it, padded to the size.
+func paddedParams(t testing.TB, id, origin string, size int) string {
+	t.Helper()
+	info := `{"id":"` + id + `","model":"m","engine":"e","state":"running"`
+	if origin != "" {
+		info += `,"originatedFrom":"` + origin + `"`
+	}
+	p := `{"workloadInfo":` + info + `},"note":"`
+	pad := size - len(p) - len(`"}`)
+	if pad < 0 {
+		t.Fatalf("params of %d bytes cannot hold the workload %s", size, info)
+	}
+	p += strings.Repeat("n", pad) + `"}`
+	if len(p) != size {
+		t.Fatalf("padded params are %d bytes, want %d", len(p), size)
+	}
+	return p
+}
+
+// paddedFrame is the workload:started frame of paddedParams.
+func paddedFrame(t testing.TB, id, origin string, size int) string {
+	return `{"jsonrpc":"2.0","method":"workload:started","params":` + paddedParams(t, id, origin, size) + `}`
+}
+
+// queuedIDs names the workloads of queued frames, for a failure message
+// that does not quote their padding.
+func queuedIDs(t *testing.T, frames []outboundFrame) []string {
+	ids := make([]string, 0, len(frames))
+	for _, f := range frames {
+		id, _ := ifxFrameWorkload(t, f)
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func overWorkloadBound(size, limit int) string {
+	return (&workloadTooLargeError{size: size, limit: limit}).Error()
+}
+
+func TestIngressRefusesParamsOverTheWorkloadBoundWith413NamingIt(t *testing.T) {
+	const limit = minWorkloadMaxBytes
+	n, q := ifxNode(t, withWorkloadMaxBytes(limit))
+	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	addr := n.m.IngressAddr()
+	if status, reason := postIngress(t, addr, paddedFrame(t, "at-bound", "", limit)); status != http.StatusOK {
+		t.Fatalf("params of exactly %d bytes: %d %q, want 200", limit, status, reason)
+	}
+	if status, reason := postIngress(t, addr, paddedFrame(t, "over-bound", "", limit+1)); status != http.StatusRequestEntityTooLarge || reason != overWorkloadBound(limit+1, limit) {
+		t.Fatalf("params one byte over: %d %q, want 413 %q", status, reason, overWorkloadBound(limit+1, limit))
+	}
+	// The bytes beside the workload count: a removal carrying a member of
+	// its own is refused alike.
+	removal := `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"at-bound","mine":"` + strings.Repeat("r", limit) + `"}}`
+	if status, reason := postIngress(t, addr, removal); status != http.StatusRequestEntityTooLarge || !strings.Contains(reason, "--workload-max-bytes") {
+		t.Fatalf("a removal over the bound: %d %q, want 413 naming the bound", status, reason)
+	}
+	ifxBrokerBarrier(t, n)
+	if ids := netUpsertIDs(n); len(ids) != 1 || ids["at-bound"] != 1 || len(n.broker.withMethod(methodRemove)) != 0 {
+		t.Fatalf("the broker got upserts %v and %d removals, want the frame at the bound only", ids, len(n.broker.withMethod(methodRemove)))
+	}
+	if got := ifxDrain(q); len(got) != 1 || !ifxIsTracked(n, n.id, "at-bound") || ifxIsTracked(n, n.id, "over-bound") {
+		t.Fatalf("queued %v; want the frame at the bound queued and tracked, the one over neither", queuedIDs(t, got))
+	}
+	if got := n.m.workloadBoundRefusals.get("ingress"); got != 2 {
+		t.Fatalf("workload bound refusals counted for the ingress: %d, want 2", got)
+	}
+	if got := n.m.fieldBoundRefusals.get("ingress"); got != 0 {
+		t.Fatalf("field bound refusals counted: %d, want 0", got)
+	}
+	if got := n.m.ingressResponses.get("413"); got != 2 {
+		t.Fatalf("413 answers counted: %d, want 2", got)
+	}
+}
+
+func TestPeerPortRefusesParamsOverTheWorkloadBoundWith413SingleAndPerBatchElement(t *testing.T) {
+	const limit = minWorkloadMaxBytes
+	h := newNetPeerHarness(t, withWorkloadMaxBytes(limit))
+	origin := h.client.Principal
+	frame := func(id string, size int) []byte { return []byte(paddedFrame(t, id, origin, size)) }
+	// The peer port takes what an origin with the same bound may have added
+	// to a frame at it: its ingress's origin stamp, its re-assertion marker.
+	most := limit + peerWorkloadSlack
+	if status, reason := netPostAnswer(t, h.c, h.addr, frame("single-at", most)); status != http.StatusOK {
+		t.Fatalf("params of exactly %d bytes: %d %q, want 200", most, status, reason)
+	}
+	if status, reason := netPostAnswer(t, h.c, h.addr, frame("single-over", most+1)); status != http.StatusRequestEntityTooLarge || reason != overWorkloadBound(most+1, limit) {
+		t.Fatalf("params one byte over: %d %q, want 413 %q", status, reason, overWorkloadBound(most+1, limit))
+	}
+	// A batch element over the bound gets its own 413, final for that
+	// frame, and the elements after it are applied.
+	ans := netPostBatch(t, h.c, h.addr, frame("batch-0", 200), frame("batch-over", 2*limit), frame("batch-2", limit))
+	want := []peerBatchResult{
+		{http.StatusOK, ""},
+		{http.StatusRequestEntityTooLarge, overWorkloadBound(2*limit, limit)},
+		{http.StatusOK, ""},
+	}
+	if ans.status != http.StatusOK || !slices.Equal(ans.results, want) {
+		t.Fatalf("batch answered %d %v, want 200 %v", ans.status, ans.results, want)
+	}
+	h.barrier(t)
+	ids := netUpsertIDs(h.n)
+	if ids["single-at"] != 1 || ids["batch-0"] != 1 || ids["batch-2"] != 1 || ids["single-over"] != 0 || ids["batch-over"] != 0 {
+		t.Fatalf("the broker got %v, want the frames within the bound only", ids)
+	}
+	if got := h.n.m.workloadBoundRefusals.get("peer"); got != 2 {
+		t.Fatalf("workload bound refusals counted for the peer port: %d, want 2", got)
+	}
+}
+
+// A frame a producer posts at the bound, with no origin, is stamped and,
+// on every pass, marked as a re-assertion on its way to the peers: a peer
+// with the same bound takes it fresh and re-asserted alike.
+func TestAFrameAtTheIngressBoundReachesAPeerWithTheSameBoundFreshAndReasserted(t *testing.T) {
+	const limit = minWorkloadMaxBytes
+	a := newTestNode(t, withWorkloadMaxBytes(limit), withResyncInterval(200*time.Millisecond))
+	b := newTestNode(t, withWorkloadMaxBytes(limit))
+	if err := a.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	mesh(t, a, b)
+	if status, reason := postIngress(t, a.m.IngressAddr(), paddedFrame(t, "at-bound", "", limit)); status != http.StatusOK {
+		t.Fatalf("params of exactly %d bytes: %d %q, want 200", limit, status, reason)
+	}
+	b.broker.waitUpserts("at-bound", 3) // fresh, then two re-assertions
+	if got := b.m.workloadBoundRefusals.get("peer"); got != 0 {
+		t.Fatalf("the peer refused %d of them for their size", got)
+	}
+}
+
+func TestBrokerFrameOverTheWorkloadBoundIsNeitherRelayedNorTrackedWithARateLimitedWarning(t *testing.T) {
+	const limit = minWorkloadMaxBytes
+	n, q := ifxNode(t, withWorkloadMaxBytes(limit))
+	line := func(id string, size int) string {
+		return `{"jsonrpc":"2.0","method":"workload:started","params":` + paddedParams(t, id, n.id, size) + `}`
+	}
+	n.m.handleLine([]byte(line("at-bound", limit)))
+	for i := range 3 {
+		n.m.handleLine([]byte(line("over-"+itoa(i), limit+1+i)))
+	}
+	// As a request, it is still answered: the broker applied it.
+	req := `{"jsonrpc":"2.0","id":7,"method":"workload:started","params":` + paddedParams(t, "over-request", n.id, 2*limit) + `}`
+	n.m.handleLine([]byte(req))
+	if got := n.broker.waitResponseLine("7"); !strings.Contains(got, `"result":null`) {
+		t.Fatalf("the request over the bound was answered %s, want null", got)
+	}
+	if got := ifxDrain(q); len(got) != 1 {
+		t.Fatalf("queued %v, want only the frame at the bound", queuedIDs(t, got))
+	}
+	if got := ifxTrackedCount(n); got != 1 || !ifxIsTracked(n, n.id, "at-bound") {
+		t.Fatalf("the re-sync set holds %d runs, want the frame at the bound only", got)
+	}
+	if got := n.m.workloadBoundRefusals.get("stdio"); got != 4 {
+		t.Fatalf("workload bound refusals counted for stdio: %d, want 4", got)
+	}
+	if got := strings.Count(n.logs.String(), "local frame not relayed: its params are over the workload bound"); got != 1 {
+		t.Fatalf("%d warnings for 4 frames over the bound within the interval, want 1; logs:\n%s", got, n.logs)
+	}
+	if !n.logs.contains("level=WARN", "--workload-max-bytes", "dropped=1") {
+		t.Fatalf("the warning does not name the bound and its count; logs:\n%s", n.logs)
+	}
+}
+
+// The set's bytes are its entries' re-assertion lines, whatever adds,
+// replaces or removes them.
+func TestResyncSetCountsTheBytesOfItsLines(t *testing.T) {
+	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, defaultMaxLiveWorkloadBytes, "node-a")
+	now := time.Unix(1_700_000_000, 0)
+	sum := func() int64 {
+		var b int64
+		for _, e := range s.entries {
+			b += int64(len(e.line))
+		}
+		return b
+	}
+	check := func(what string) {
+		t.Helper()
+		if s.size() != sum() {
+			t.Fatalf("%s: the set counts %d bytes, its lines are %d", what, s.size(), sum())
+		}
+	}
+	ev := func(id, state, note string) *lifecycleEvent {
+		f, err := parseLocalFrame(methodFor(state), []byte(`{"workloadInfo":{"id":"`+id+`","model":"m","engine":"e","state":"`+state+`","originatedFrom":"node-a","note":"`+note+`"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &f.life
+	}
+	s.track(ev("a", "running", "x"), now, false)
+	s.track(ev("b", "running", "xx"), now, false)
+	check("two tracked")
+	s.track(ev("a", "running", strings.Repeat("x", 500)), now, false)
+	check("one grown")
+	s.track(ev("a", "completed", ""), now, false)
+	check("one shrunk, terminal")
+	s.untrack(workloadRef{"node-a", "b"})
+	check("one removed")
+	s.prune(now.Add(2 * time.Minute))
+	check("the terminal one pruned")
+	if s.size() != 0 || s.len() != 0 {
+		t.Fatalf("an empty set counts %d bytes in %d entries", s.size(), s.len())
+	}
+}
+
+func TestIngressAtTheResyncByteBoundIs503WithRetryAfterAndWritesNothing(t *testing.T) {
+	n := newTestNode(t, withResyncInterval(30*time.Second))
+	clock := ifxUseClock(n)
+	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	addr := n.m.IngressAddr()
+	for _, id := range []string{"job-1", "job-2"} {
+		if st, body := postIngress(t, addr, liFrame(id)); st != http.StatusOK {
+			t.Fatalf("%s under the bound: %d %s", id, st, body)
+		}
+	}
+	ifxBrokerBarrier(t, n)
+	// Room for a few bytes more, not for a third workload.
+	setResyncMaxBytes(n, resyncBytes(n)+32)
+	written := len(n.broker.withMethod(methodUpsert))
+
+	resp := liPostWithHeaders(t, addr, liFrame("job-3"))
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a new workload at the byte bound: %d, want 503", resp.StatusCode)
+	}
+	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra != 30 {
+		t.Fatalf("Retry-After %q, want half the 60 s retention while every entry is live", resp.Header.Get("Retry-After"))
+	}
+	if _, body := postIngress(t, addr, liFrame("job-3")); !strings.Contains(body, "--max-live-workload-bytes") {
+		t.Fatalf("the reason %q does not name the bound", body)
+	}
+	// An update that grows its workload past the bound is refused too; one
+	// that keeps its size passes.
+	grown := strings.Replace(liFrame("job-1"), `"createdAt"`, `"note":"`+strings.Repeat("n", 64)+`","createdAt"`, 1)
+	if st, body := postIngress(t, addr, grown); st != http.StatusServiceUnavailable || !strings.Contains(body, "--max-live-workload-bytes") {
+		t.Fatalf("an update growing past the bound: %d %s, want 503 naming the bound", st, body)
+	}
+	if st, body := postIngress(t, addr, strings.Replace(liFrame("job-1"), `"seq":1`, `"seq":2`, 1)); st != http.StatusOK {
+		t.Fatalf("an update of the same size at the bound: %d %s", st, body)
+	}
+	ifxBrokerBarrier(t, n)
+	if got := len(n.broker.withMethod(methodUpsert)); got != written+1 || ifxIsTracked(n, n.id, "job-3") {
+		t.Fatalf("a refused frame was written (%d upserts, want %d) or tracked", got, written+1)
+	}
+	if held := resyncBytes(n); held > n.m.resync.maxBytes {
+		t.Fatalf("the set holds %d bytes, over its bound of %d", held, n.m.resync.maxBytes)
+	}
+
+	// A terminal entry frees its bytes once it ages out.
+	done := strings.Replace(liFrame("job-2"), `"running"`, `"failed"`, 1)
+	done = strings.Replace(done, methodStarted, methodErrored, 1)
+	if st, body := postIngress(t, addr, done); st != http.StatusOK {
+		t.Fatalf("ending a held workload at the bound: %d %s", st, body)
+	}
+	resp = liPostWithHeaders(t, addr, liFrame("job-3"))
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "60" {
+		t.Fatalf("with a terminal entry held: %d, Retry-After %q; want 503 and its 60 s retention", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	clock.advance(61 * time.Second)
+	if st, body := postIngress(t, addr, liFrame("job-3")); st != http.StatusOK {
+		t.Fatalf("once the terminal entry aged out: %d %s", st, body)
+	}
+}
+
+func TestBrokerFrameOverTheResyncByteBoundIsRelayedButNotKept(t *testing.T) {
+	n, q := ifxNode(t)
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("stdio-1", "running", n.id, false)))
+	setResyncMaxBytes(n, resyncBytes(n)+32)
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("stdio-2", "running", n.id, false)))
+	if got := ifxDrain(q); len(got) != 2 {
+		t.Fatalf("queued %s, want both frames relayed", ifxDescribe(got))
+	}
+	if !ifxIsTracked(n, n.id, "stdio-1") || ifxIsTracked(n, n.id, "stdio-2") {
+		t.Fatal("want the first tracked and the one over the byte bound not")
+	}
+	// A held workload whose newer frame would pass the bound is relayed
+	// and dropped from the set: re-asserting its older state would undo
+	// the newer one at every peer.
+	grown := `{"jsonrpc":"2.0","method":"workload:completed","params":{"workloadInfo":{"id":"stdio-1","model":"qwen3.5-9b","engine":"llamacpp","state":"completed","originatedFrom":"` +
+		n.id + `","note":"` + strings.Repeat("n", 64) + `"}}}`
+	n.m.handleLine([]byte(grown))
+	if got := ifxDrain(q); len(got) != 1 {
+		t.Fatalf("queued %v, want the grown frame relayed", queuedIDs(t, got))
+	}
+	if ifxIsTracked(n, n.id, "stdio-1") || resyncBytes(n) != 0 {
+		t.Fatalf("the grown workload is still held (%d bytes); want it no longer re-asserted", resyncBytes(n))
+	}
+	if got := n.m.resyncUntracked.Load(); got != 2 {
+		t.Fatalf("untracked counter = %d, want 2", got)
+	}
+	if got := strings.Count(n.logs.String(), "re-sync set full (--max-live-workload-bytes)"); got != 1 {
+		t.Fatalf("%d warnings for two frames within the interval, want 1; logs:\n%s", got, n.logs)
+	}
+}
+
+// The ingress frames in flight count toward the byte bound as their runs
+// count toward the entry bound: ingress posts alone never take the set
+// past it.
+func TestIngressFramesInFlightCountTowardTheResyncByteBound(t *testing.T) {
+	n, _ := ifxNode(t)
+	body := func(id string) []byte { return []byte(ifxLifecycleJSON(id, "running", "")) }
+	if _, err := n.m.ingestLocal(body("old-0")); err != nil {
+		t.Fatal(err)
+	}
+	// What one new run may add: its re-assertion line at most. Room for
+	// two more, less a byte: two in flight fill it, a third would pass it.
+	f, err := parseIngressFrame(body("new-0"), n.id, defaultWorkloadMaxBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	each := int64(len(encodeNotification(f.method, f.params)) + resyncMarkerBytes)
+	setResyncMaxBytes(n, resyncBytes(n)+3*each-1)
+	gw, heldDone := holdBroker(t, n)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			if _, err := n.m.ingestLocal(body(fmt.Sprintf("new-%d", i))); err != nil {
+				t.Errorf("new-%d: %v", i, err)
+			}
+		})
+	}
+	eventually(t, "two new runs in flight", func() bool { return n.m.ingressFlight.inFlight() == 2 })
+	var atLimit *errAtLimit
+	if err := answeredWhileHeld(t, "a third new run", func() error {
+		_, err := n.m.ingestLocal(body("new-2"))
+		return err
+	}); !errors.As(err, &atLimit) || atLimit.bound != limitBytes {
+		t.Fatalf("a third new run while two are in flight at the byte bound: %v, want errAtLimit for bytes (503)", err)
+	}
+	close(gw.release)
+	heldDone()
+	wg.Wait()
+	if held, bound := resyncBytes(n), n.m.resync.maxBytes; ifxTrackedCount(n) != 3 || held > bound {
+		t.Fatalf("the re-sync set holds %d runs, %d bytes; want 3 within its bound of %d", ifxTrackedCount(n), held, bound)
+	}
+}
+
+// A peer's queue is full at its byte bound as at its frame bound: the
+// newest frame is dropped for that peer, and the bytes queued never pass
+// the bound (a frame larger than it is still taken by an empty queue).
+func TestAPeerQueueIsFullAtItsByteBound(t *testing.T) {
+	var undispatched atomic.Int64
+	s := newPeerSender(peerTarget{name: "p", principal: "p", addrs: []string{"127.0.0.1:1"}}, &peerStats{peer: "p", latency: newHistogram()},
+		nil, nil, newLaneOrder(&undispatched), slog.New(slog.DiscardHandler))
+	s.queueMaxBytes = 1000
+	frame := func(n int) outboundFrame { return outboundFrame{method: methodStarted, line: make([]byte, n)} }
+	s.offer(frame(2000)) // an empty queue takes a frame over the bound
+	if len(s.queue) != 1 || s.queueBytes.Load() != 2000 {
+		t.Fatalf("an empty queue: %d frames, %d bytes; want the one large frame", len(s.queue), s.queueBytes.Load())
+	}
+	s.offer(frame(1))
+	if len(s.queue) != 1 || s.stats.queueDropped.Load() != 1 {
+		t.Fatalf("a queue past its byte bound took another frame: %d frames, %d dropped", len(s.queue), s.stats.queueDropped.Load())
+	}
+	s.dequeued(<-s.queue)
+	for range 10 {
+		s.offer(frame(300))
+	}
+	if len(s.queue) != 3 || s.queueBytes.Load() != 900 || s.stats.queueDropped.Load() != 8 {
+		t.Fatalf("ten frames of 300 bytes into a 1000-byte queue: %d queued, %d bytes, %d dropped in all; want 3, 900, 8",
+			len(s.queue), s.queueBytes.Load(), s.stats.queueDropped.Load())
+	}
+	s.offer(frame(100)) // exactly at the bound
+	if len(s.queue) != 4 || s.queueBytes.Load() != 1000 {
+		t.Fatalf("a frame that fills the queue to its bound: %d queued, %d bytes", len(s.queue), s.queueBytes.Load())
+	}
+	for len(s.queue) > 0 {
+		s.dequeued(<-s.queue)
+	}
+	if s.queueBytes.Load() != 0 {
+		t.Fatalf("an emptied queue counts %d bytes", s.queueBytes.Load())
+	}
+}
+
+// The per-peer gauge says how many bytes wait in a peer's queue, and the
+// limit is served beside it.
+func TestPeerQueueBytesCountTheFramesWaitingForAPeer(t *testing.T) {
+	n := newMetricsNode(t, false)
+	hole := newNetBlackHole(t)
+	hole.pinIn(t, n)
+	n.start()
+	n.broker.sendFrame("discovery:nodes", map[string]any{"nodes": []any{hole.entry()}})
+	n.waitTargets(1)
+	series := `nvpair_wlm_peer_queue_bytes{peer="` + hole.ident.Principal + `"}`
+	if v, ok := scrape(t, n)[series]; !ok || v != 0 {
+		t.Fatalf("%s = %v (present %v) before any frame, want 0", series, v, ok)
+	}
+	if v := scrape(t, n)["nvpair_wlm_peer_queue_limit_bytes"]; v != peerQueueMaxBytes {
+		t.Fatalf("nvpair_wlm_peer_queue_limit_bytes = %v, want %d", v, peerQueueMaxBytes)
+	}
+	const sent = 20
+	line := ifxStdioLifecycleJSON("q-00", "running", n.id, false)
+	for i := range sent {
+		n.broker.send(strings.Replace(line, "q-00", fmt.Sprintf("q-%02d", i), 1))
+	}
+	// The fresh lane holds the first frame (or a batch) in its request to
+	// the black hole; the rest wait in the queue, each a line as long as
+	// the first.
+	each := float64(len(line))
+	eventually(t, "frames waiting in the black hole's queue", func() bool {
+		m := scrape(t, n)
+		return m[series] >= (sent-1)*each && m[series] == each*m[`nvpair_wlm_peer_queue_frames{peer="`+hole.ident.Principal+`"}`]
+	})
+}
+
+func TestNewManagerDefaultsTheByteBoundsAndRefusesUnusableOnes(t *testing.T) {
+	for _, tc := range []struct {
+		workload, wantWorkload int   // wantWorkload 0: refused
+		live, wantLive         int64 // wantLive 0: refused
+	}{
+		{0, defaultWorkloadMaxBytes, 0, defaultMaxLiveWorkloadBytes},
+		{minWorkloadMaxBytes, minWorkloadMaxBytes, minMaxLiveWorkloadBytes, minMaxLiveWorkloadBytes},
+		{maxWorkloadMaxBytes, maxWorkloadMaxBytes, maxMaxLiveWorkloadBytes, maxMaxLiveWorkloadBytes},
+		{minWorkloadMaxBytes - 1, 0, 0, defaultMaxLiveWorkloadBytes},
+		{maxWorkloadMaxBytes + 1, 0, 0, defaultMaxLiveWorkloadBytes},
+		{-1, 0, 0, defaultMaxLiveWorkloadBytes},
+		{0, defaultWorkloadMaxBytes, minMaxLiveWorkloadBytes - 1, 0},
+		{0, defaultWorkloadMaxBytes, maxMaxLiveWorkloadBytes + 1, 0},
+		{0, defaultWorkloadMaxBytes, -1, 0},
+	} {
+		m, err := NewManager(Config{NodeID: devpki.NewUUID(), In: strings.NewReader(""), Out: &bytes.Buffer{},
+			ClusterDir: t.TempDir(), WorkloadMaxBytes: tc.workload, MaxLiveWorkloadBytes: tc.live})
+		switch {
+		case tc.wantLive == 0:
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("re-sync set byte bound %d", tc.live)) {
+				t.Errorf("MaxLiveWorkloadBytes %d: NewManager = %v, want an error naming the bound", tc.live, err)
+			}
+			continue
+		case tc.wantWorkload == 0:
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("workload byte bound %d", tc.workload)) {
+				t.Errorf("WorkloadMaxBytes %d: NewManager = %v, want an error naming the bound", tc.workload, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("WorkloadMaxBytes %d, MaxLiveWorkloadBytes %d: %v", tc.workload, tc.live, err)
+		}
+		m.bcast.close(time.Second)
+		if m.cfg.WorkloadMaxBytes != tc.wantWorkload || m.resync.maxBytes != tc.wantLive {
+			t.Errorf("WorkloadMaxBytes %d, MaxLiveWorkloadBytes %d: took %d and %d; want %d and %d",
+				tc.workload, tc.live, m.cfg.WorkloadMaxBytes, m.resync.maxBytes, tc.wantWorkload, tc.wantLive)
+		}
+	}
+}
+
+// A leased job at the workload bound is over it with its expiry's fields,
+// which every peer would refuse for good: its expiry carries the known
+// fields only.
+func TestAnExpiryOverTheWorkloadBoundRetiresTheJobWithItsKnownFields(t *testing.T) {
+	const limit = minWorkloadMaxBytes
+	n := newTestNode(t, withWorkloadMaxBytes(limit))
+	clock := ifxUseClock(n)
+	w := leasedInfo("wide", "running", 1)
+	w["pad"] = ""
+	frame := ingressFrameJSON(w)
+	w["pad"] = strings.Repeat("p", limit-(len(frame)-len(`{"jsonrpc":"2.0","method":"workload:started","params":}`))-8)
+	if _, err := n.m.ingestLocalLeased([]byte(ingressFrameJSON(w)), []string{"5"}); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(5 * time.Second)
+	n.m.expireDue()
+	got := waitExpiry(t, n, "wide")
+	if _, ok := got["pad"]; ok || got["state"] != "failed" {
+		t.Fatalf("the expiry %v: want the known fields only, failed", got)
+	}
+	if leaseCount(n) != 0 || n.m.leases.expired.Load() != 1 {
+		t.Fatalf("%d leases left, %d expired", leaseCount(n), n.m.leases.expired.Load())
+	}
+	if !n.logs.contains("level=WARN", "lease expiry frame over the workload bound", "id=wide") {
+		t.Fatalf("no warning for the narrowed expiry:\n%s", n.logs)
+	}
+}
