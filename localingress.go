@@ -49,6 +49,23 @@ type localIngress struct {
 	rejects *sourceLog // its refusals and failures, rate-limited per source
 }
 
+// ingressEnvelopeAllowance is what an ingress body may hold beyond its
+// params' byte bound: the envelope (jsonrpc, method, an id) and the
+// whitespace a pretty-printing producer puts around them, a few hundred
+// bytes in practice.
+const ingressEnvelopeAllowance = 16 << 10
+
+// ingressBodyMax is the ingress's body cap: the workload byte bound plus
+// the envelope allowance, 32 KiB at the defaults, never more than the
+// 1 MiB frame cap. A body over it could only carry params over the bound,
+// so it is refused (413) before any of it is reserved or read; and the
+// ingress's connections together, 512 at the default cap, can then reserve
+// 16 MiB at most, half the ingress's body budget, so bodies declared and
+// never sent cannot take the room that producers' posts need.
+func ingressBodyMax(workloadMax int) int64 {
+	return min(int64(workloadMax)+ingressEnvelopeAllowance, maxFrameBytes)
+}
+
 // EnableLocalIngress turns the loopback ingress on at addr. It must be
 // called before Run, which binds it. A non-loopback address is refused.
 func (m *Manager) EnableLocalIngress(addr string) error {
@@ -160,7 +177,7 @@ func (li *localIngress) decide(w http.ResponseWriter, r *http.Request) (int, str
 	// Reserved and read only once the checks above passed, so a page or a
 	// misdirected request holds nothing of the ingress's budget; given
 	// back once the frame is written.
-	body, release, err := li.m.bodies.ingress.readBody(w, r, maxFrameBytes)
+	body, release, err := li.m.bodies.ingress.readBody(w, r, ingressBodyMax(li.m.cfg.WorkloadMaxBytes))
 	if err != nil {
 		status, reason := bodyRefusal(w, err)
 		return status, reason, localFrame{}

@@ -339,7 +339,9 @@ func TestLocalIngressRejectionWithUnsentBodyIsAnsweredAtOnce(t *testing.T) {
 	wg.Wait()
 }
 
-// The body cap refuses whatever is over 1 MiB, declared or chunked. The
+// The body cap refuses whatever is over the workload bound plus the
+// envelope allowance (32 KiB at the defaults), declared or chunked, and is
+// never over 1 MiB whatever the bound. The
 // bodies are a valid frame padded with whitespace, so only the cap can
 // refuse them. They go over a raw connection: the server answers 413
 // before it has read the body, and a client that is still writing may see
@@ -347,18 +349,23 @@ func TestLocalIngressRejectionWithUnsentBodyIsAnsweredAtOnce(t *testing.T) {
 func TestLocalIngressBodyCap(t *testing.T) {
 	n := liStartNode(t)
 	addr := n.m.IngressAddr()
+	capped := int(ingressBodyMax(defaultWorkloadMaxBytes))
+	if capped != defaultWorkloadMaxBytes+ingressEnvelopeAllowance || ingressBodyMax(maxWorkloadMaxBytes) != maxFrameBytes {
+		t.Fatalf("the cap is %d at the default bound and %d at the largest, want %d and %d",
+			capped, ingressBodyMax(maxWorkloadMaxBytes), defaultWorkloadMaxBytes+ingressEnvelopeAllowance, maxFrameBytes)
+	}
 	for _, tc := range []struct {
 		name    string
 		size    int
 		chunked bool
 		want    int
 	}{
-		{"exactly 1 MiB", maxFrameBytes, false, http.StatusOK},
-		{"1 MiB + 1", maxFrameBytes + 1, false, http.StatusRequestEntityTooLarge},
-		{"2 MiB", 2 * maxFrameBytes, false, http.StatusRequestEntityTooLarge},
-		{"chunked, exactly 1 MiB", maxFrameBytes, true, http.StatusOK},
-		{"chunked, 1 MiB + 1", maxFrameBytes + 1, true, http.StatusRequestEntityTooLarge},
-		{"chunked, 2 MiB", 2 * maxFrameBytes, true, http.StatusRequestEntityTooLarge},
+		{"exactly the cap", capped, false, http.StatusOK},
+		{"the cap + 1", capped + 1, false, http.StatusRequestEntityTooLarge},
+		{"1 MiB", maxFrameBytes, false, http.StatusRequestEntityTooLarge},
+		{"chunked, exactly the cap", capped, true, http.StatusOK},
+		{"chunked, the cap + 1", capped + 1, true, http.StatusRequestEntityTooLarge},
+		{"chunked, 1 MiB", maxFrameBytes, true, http.StatusRequestEntityTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := liPaddedFrame(t, liFrame("cap-"+strings.NewReplacer(" ", "-", ",", "").Replace(tc.name)), tc.size)
