@@ -235,7 +235,7 @@ func (b *broadcaster) peerStatsSnapshot() []*peerStats {
 // counting handshakes and their failures.
 func (b *broadcaster) dialTLS(t peerTarget) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	dial := dialInOrder(t.addrs)
-	cfg := b.trust.clientTLSConfig(t.principal)
+	cfg := b.trust.clientTLSConfig(t.principal, peerALPN)
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		raw, err := dial(ctx, network, addr)
 		if err != nil {

@@ -17,8 +17,9 @@ import (
 	"time"
 )
 
-// trustReloadInterval is how often the cluster directory is re-read. The
-// contract asks for changes to take effect within 2 seconds.
+// trustReloadInterval is how often the owner of a clusterTrust calls
+// reloadUnlessDone: the contract asks for changes to take effect within 2
+// seconds.
 const trustReloadInterval = time.Second
 
 const principalURIPrefix = "urn:nvpair:node:"
@@ -64,18 +65,6 @@ type clusterTrust struct {
 
 func newClusterTrust(dir string, log *slog.Logger) *clusterTrust {
 	return &clusterTrust{dir: dir, log: log, files: newTrustFiles(dir), pins: map[string][]byte{}, invalid: map[string]string{}}
-}
-
-// watch re-reads the cluster directory until ctx ends and calls onChange
-// after each reload that changed the identity, the pins or the membership.
-// It returns as soon as ctx ends, even while a reload is under way: see
-// reloadUnlessDone.
-func (t *clusterTrust) watch(ctx context.Context, every time.Duration, onChange func()) {
-	runEvery(ctx, every, func() {
-		if changed, finished := t.reloadUnlessDone(ctx); finished && changed {
-			onChange()
-		}
-	})
 }
 
 // reloadUnlessDone runs reload on a goroutine of its own and returns its
@@ -247,6 +236,14 @@ func principalOf(cert *x509.Certificate) string {
 	return cert.Subject.CommonName
 }
 
+// serverHandshakeCount returns the server-side handshakes completed so
+// far, for the metrics.
+func (t *clusterTrust) serverHandshakeCount() uint64 { return t.serverHandshakes.Load() }
+
+// fileStats returns what the reloads read and refused so far, for the
+// metrics.
+func (t *clusterTrust) fileStats() trustFileStats { return t.files.stats() }
+
 // currentIdentity returns the identity this node presents: its keypair
 // while it is a clustered member, else nil. An unclustered node presents no
 // certificate and so completes no handshake, on either side.
@@ -310,11 +307,12 @@ func (t *clusterTrust) authorize(certs []*x509.Certificate) error {
 // the peer server checks the client's certificate against the pins on every
 // request, so a missing or unpinned certificate is answered 403 rather than
 // with a handshake failure the sender cannot tell from a network fault.
-// While the node has no identity, every handshake fails.
-func (t *clusterTrust) serverTLSConfig() *tls.Config {
+// While the node has no identity, every handshake fails. nextProtos is what
+// the server offers by ALPN, the peer port's choice.
+func (t *clusterTrust) serverTLSConfig(nextProtos []string) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		NextProtos: peerALPN,
+		NextProtos: nextProtos,
 		ClientAuth: tls.RequestClientCert,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 			if id := t.currentIdentity(); id != nil {
@@ -333,16 +331,17 @@ func (t *clusterTrust) serverTLSConfig() *tls.Config {
 // clientTLSConfig dials the peer whose principal is given: it presents the
 // current identity and accepts the server only when its certificate equals
 // that peer's pin, read at handshake time so that a re-pinned peer is
-// checked against its new pin.
-func (t *clusterTrust) clientTLSConfig(principal string) *tls.Config {
+// checked against its new pin. nextProtos is what the client offers by
+// ALPN, the peer port's choice.
+func (t *clusterTrust) clientTLSConfig(principal string, nextProtos []string) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		// Chain and name verification are replaced by the pin comparison in
 		// VerifyConnection, which also runs on resumed sessions.
 		InsecureSkipVerify: true,
-		// HTTP/1.1 by name, the one protocol the peer port serves (3.3);
-		// a stock peer's server, which offers h2 as well, picks it.
-		NextProtos: peerALPN,
+		// The caller names HTTP/1.1, the one protocol the peer port serves
+		// (3.3); a stock peer's server, which offers h2 as well, picks it.
+		NextProtos: nextProtos,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			if id := t.currentIdentity(); id != nil {
 				return id, nil

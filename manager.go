@@ -272,7 +272,16 @@ func (m *Manager) Run(ctx context.Context) error {
 	leasesDone := make(chan struct{})
 	if m.announce() == nil {
 		go func() { m.runLeases(ctx); close(leasesDone) }()
-		wg.Go(func() { m.trust.watch(ctx, trustReloadInterval, m.refreshTargets) })
+		// Every reload that changed the identity, the pins or the membership
+		// re-derives the broadcast targets; a reload under way when ctx ends
+		// is abandoned (reloadUnlessDone).
+		wg.Go(func() {
+			runEvery(ctx, trustReloadInterval, func() {
+				if changed, finished := m.trust.reloadUnlessDone(ctx); finished && changed {
+					m.refreshTargets()
+				}
+			})
+		})
 		wg.Go(func() { runEvery(ctx, m.cfg.ResyncInterval, m.pruneResync) })
 		readDone := make(chan struct{})
 		go func() { m.readLoop(); close(readDone) }()
@@ -333,7 +342,7 @@ func (m *Manager) stop(servers []*http.Server) {
 func (m *Manager) servePeers(wg *sync.WaitGroup, ln net.Listener) *http.Server {
 	srv := newHTTPServer(http.HandlerFunc(m.servePeer), peerServerIdleTimeout, m.log)
 	srv.ErrorLog = log.New(&handshakeFailureCounter{n: &m.serverHandshakeFailures, next: srv.ErrorLog.Writer()}, "", 0)
-	srv.TLSConfig = m.trust.serverTLSConfig()
+	srv.TLSConfig = m.trust.serverTLSConfig(peerALPN)
 	srv.ConnState = m.conns.peer.connState
 	wg.Go(func() {
 		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {

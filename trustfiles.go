@@ -266,12 +266,16 @@ func (r *pinRead) holdsTheSameAs(o *pinRead) bool {
 	return r.principal == o.principal && bytes.Equal(r.der, o.der) && r.problem == o.problem
 }
 
-// writeMetrics renders what the trust reload read and refused.
-func (f *trustFiles) writeMetrics(t *metricsText) {
-	t.single("nvpair_wlm_trust_reloads_total", "counter", "Reloads of the cluster directory completed (one per second).", float64(f.reloads.Load()))
-	t.single("nvpair_wlm_cluster_file_reads_total", "counter", "Files of the cluster directory opened for reading (node.crt, node.key, admission.json, pins); flat while none of them changes.", float64(f.reads.Load()))
-	t.family("nvpair_wlm_cluster_files_refused_total", "counter", "Files of the cluster directory refused unread, by reason: not_regular (a device, a named pipe, a directory) or too_large (over nvpair_wlm_cluster_file_limit_bytes); counted each time a changed file is refused.")
-	t.sample("nvpair_wlm_cluster_files_refused_total", []string{"reason"}, []string{"not_regular"}, float64(f.notRegular.Load()))
-	t.sample("nvpair_wlm_cluster_files_refused_total", []string{"reason"}, []string{"too_large"}, float64(f.tooLarge.Load()))
-	t.single("nvpair_wlm_cluster_file_limit_bytes", "gauge", "The largest file the daemon reads from its cluster and app directories; larger ones are refused.", maxClusterFileBytes)
+// trustFileStats is what the trust reloads read and refused, counted since
+// the daemon started.
+type trustFileStats struct {
+	Reloads    uint64 // reload passes completed
+	Reads      uint64 // files opened for reading
+	NotRegular uint64 // files refused as not regular
+	TooLarge   uint64 // files refused as over maxClusterFileBytes
+}
+
+// stats returns the counters; each is read atomically, without the lock.
+func (f *trustFiles) stats() trustFileStats {
+	return trustFileStats{Reloads: f.reloads.Load(), Reads: f.reads.Load(), NotRegular: f.notRegular.Load(), TooLarge: f.tooLarge.Load()}
 }
