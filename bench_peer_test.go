@@ -61,7 +61,7 @@ func BenchmarkServePeer(b *testing.B) {
 	if err := devpki.PinIdentity(m.cfg.ClusterDir, peer); err != nil {
 		b.Fatal(err)
 	}
-	m.trust.reload()
+	m.trust.Reload()
 	cert, err := peer.TLSCertificate()
 	if err != nil {
 		b.Fatal(err)
@@ -96,7 +96,7 @@ func BenchmarkPeerInboundEndToEnd(b *testing.B) {
 	if err := devpki.PinIdentity(r.clusterDir, peer); err != nil {
 		b.Fatal(err)
 	}
-	r.m.trust.reload()
+	r.m.trust.Reload()
 	c := netPeerClient(b, &peer, r.ident.DER)
 	url := "https://" + r.m.PeerAddr().String() + peerEventsPath
 	var next atomic.Int64

@@ -339,7 +339,7 @@ func BenchmarkFanOutEndToEnd(b *testing.B) {
 			"services":    map[string]any{"wl": map[string]any{"port": sinks[i].port}},
 		})
 	}
-	r.m.trust.reload()
+	r.m.trust.Reload()
 	p, _ := json.Marshal(map[string]any{"nodes": nodes})
 	r.send(b, encodeNotification("discovery:nodes", p))
 	eventually(b, "8 targets", func() bool { return r.m.bcast.targetCount() == k })

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"nvpair-workload-manager/internal/pairinstall"
 )
 
 // Outbound delivery settings (contract section 7).
@@ -60,7 +62,7 @@ type outboundFrame struct {
 // A slow or dead peer therefore delays only its own queue.
 type broadcaster struct {
 	log   *slog.Logger
-	trust *clusterTrust
+	trust *pairinstall.ClusterTrust
 	// heartbeat is where each peer sender reads its passes, every interval.
 	heartbeat heartbeatSource
 	interval  time.Duration
@@ -88,7 +90,7 @@ type broadcaster struct {
 	senders      sync.WaitGroup
 }
 
-func newBroadcaster(log *slog.Logger, trust *clusterTrust, heartbeat heartbeatSource, interval time.Duration) *broadcaster {
+func newBroadcaster(log *slog.Logger, trust *pairinstall.ClusterTrust, heartbeat heartbeatSource, interval time.Duration) *broadcaster {
 	b := &broadcaster{
 		log:          log,
 		trust:        trust,
@@ -235,7 +237,7 @@ func (b *broadcaster) peerStatsSnapshot() []*peerStats {
 // counting handshakes and their failures.
 func (b *broadcaster) dialTLS(t peerTarget) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	dial := dialInOrder(t.addrs)
-	cfg := b.trust.clientTLSConfig(t.principal)
+	cfg := b.trust.ClientTLSConfig(t.principal, peerALPN)
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		raw, err := dial(ctx, network, addr)
 		if err != nil {

@@ -475,7 +475,7 @@ func startDaemonProcess(t *testing.T, peer *testNode) *daemonProc {
 	if err := devpki.PinIdentity(peer.clusterDir, ident); err != nil {
 		t.Fatal(err)
 	}
-	peer.m.trust.reload()
+	peer.m.trust.Reload()
 
 	// No heartbeat pass within the test: a browser slow to start on a busy
 	// machine would otherwise see the workloads re-asserted to the peer,

@@ -115,8 +115,8 @@ func (m *Manager) refreshTargets() {
 	m.discoveryMu.Lock()
 	defer m.discoveryMu.Unlock()
 	var targets []peerTarget
-	if m.trust.clustered() { // a node that is not a clustered member broadcasts nothing
-		targets = selectTargets(m.lastNodes, m.cfg.NodeID, func(p string) bool { _, ok := m.trust.pin(p); return ok }, m.log)
+	if m.trust.Clustered() { // a node that is not a clustered member broadcasts nothing
+		targets = selectTargets(m.lastNodes, m.cfg.NodeID, func(p string) bool { _, ok := m.trust.Pin(p); return ok }, m.log)
 	}
 	added, removed := m.bcast.setTargets(targets)
 	if len(added) == 0 && len(removed) == 0 {

@@ -277,7 +277,7 @@ func (s *hbSink) count(kind, id string) int {
 func (s *hbSink) join(t *testing.T, n *testNode) {
 	t.Helper()
 	netMust(t, devpki.PinIdentity(n.clusterDir, s.ident))
-	n.m.trust.reload()
+	n.m.trust.Reload()
 	netDiscover(n, netAddrEntry(s.id, s.ident.Principal, s.addr))
 	n.waitTargets(1)
 }
@@ -374,7 +374,7 @@ func TestMixedClusterBatchingAndSingleFramePeersReceiveEveryFrameInOrder(t *test
 	for _, s := range []*hbSink{batching, single} {
 		netMust(t, devpki.PinIdentity(n.clusterDir, s.ident))
 	}
-	n.m.trust.reload()
+	n.m.trust.Reload()
 	netDiscover(n, netAddrEntry(batching.id, batching.ident.Principal, batching.addr), netAddrEntry(single.id, single.ident.Principal, single.addr))
 	n.waitTargets(2)
 	// The first answer carries the advertisement; what queues behind the

@@ -374,7 +374,7 @@ func mesh(t testing.TB, nodes ...*testNode) {
 		n.start()
 	}
 	for _, n := range nodes {
-		n.m.trust.reload()
+		n.m.trust.Reload()
 		n.discover(nodes...)
 	}
 	for _, n := range nodes {

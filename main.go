@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"nvpair-workload-manager/internal/pairinstall"
 )
 
 func main() {
@@ -109,7 +111,7 @@ func parseFlags(args []string) (options, error) {
 			return o, fmt.Errorf("--log-level: %w", err)
 		}
 	}
-	if o.appDir, err = resolveAppDir(o.appDir, o.clusterDir); err != nil {
+	if o.appDir, err = pairinstall.ResolveAppDir(o.appDir, o.clusterDir); err != nil {
 		return o, fmt.Errorf("no --app-dir or --cluster-dir, and no PAIR data directory: %w", err)
 	}
 	if o.clusterDir == "" {
@@ -151,12 +153,12 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	memLimit := applyMemoryLimit(o.maxLive)
 	log.Debug("memory limit", "bytes", memLimit)
-	node, err := resolveNodeID(o.appDir, o.clusterDir)
+	node, err := pairinstall.ResolveNodeID(o.appDir, o.clusterDir)
 	if err != nil {
 		return fail(err)
 	}
-	if node.notice != "" {
-		log.Warn("node id", "file", node.source, "reason", node.notice)
+	if node.Notice != "" {
+		log.Warn("node id", "file", node.Source, "reason", node.Notice)
 	}
 	// A write to a closed stdout pipe must fail with EPIPE, which the
 	// manager treats as the broker going away, instead of killing the
@@ -179,8 +181,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	m, err := NewManager(Config{
-		NodeID:           node.id,
-		NodeIDFile:       node.source,
+		NodeID:           node.ID,
+		NodeIDFile:       node.Source,
 		Version:          version,
 		PeerAddr:         ":" + strconv.Itoa(o.port),
 		ClusterDir:       o.clusterDir,

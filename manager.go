@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"nvpair-workload-manager/internal/pairinstall"
 )
 
 // Defaults for the settings a Config may leave zero.
@@ -76,7 +78,7 @@ const (
 // heartbeat lane takes activeMu under its laneOrder.mu (laneOrder.mu ->
 // activeMu), for one bounded slice of a pass at a time. Leaf locks, taken
 // under any of these and never around them: broadcaster.mu,
-// brokerWriter.mu, ingressFlight.mu, clusterTrust.mu, dedup.mu,
+// brokerWriter.mu, ingressFlight.mu, pairinstall.ClusterTrust.mu, dedup.mu,
 // leaseTable.mu (activeMu -> leaseTable.mu). No lock is held across a
 // network write to a peer: only the peer senders' lanes write to peers,
 // and they hold none while they do.
@@ -92,7 +94,7 @@ type Manager struct {
 	cfg   Config
 	log   *slog.Logger
 	out   *brokerWriter
-	trust *clusterTrust
+	trust *pairinstall.ClusterTrust
 	dedup *dedup
 	bcast *broadcaster
 	now   func() time.Time
@@ -208,7 +210,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	trust := newClusterTrust(cfg.ClusterDir, cfg.Logger)
+	trust := pairinstall.NewClusterTrust(cfg.ClusterDir, cfg.Logger)
 	retention := 2 * cfg.ResyncInterval
 	m := &Manager{
 		cfg:         cfg,
@@ -284,8 +286,8 @@ func (m *Manager) Run(ctx context.Context) error {
 		listeners = append(listeners, ln)
 	}
 	// The first reload is abandoned, like every later one, if a signal
-	// comes while the file system holds it (clusterTrust.reloadUnlessDone).
-	m.trust.reloadUnlessDone(ctx)
+	// comes while the file system holds it (ClusterTrust.ReloadUnlessDone).
+	m.trust.ReloadUnlessDone(ctx)
 	m.log.Info("started", "nodeId", m.cfg.NodeID, "nodeIdFile", m.cfg.NodeIDFile, "version", m.cfg.Version, "peerAddr", peerLn.Addr().String())
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -301,7 +303,16 @@ func (m *Manager) Run(ctx context.Context) error {
 	leasesDone := make(chan struct{})
 	if m.announce() == nil {
 		go func() { m.runLeases(ctx); close(leasesDone) }()
-		wg.Go(func() { m.trust.watch(ctx, trustReloadInterval, m.refreshTargets) })
+		// Every reload that changed the identity, the pins or the membership
+		// re-derives the broadcast targets; a reload under way when ctx ends
+		// is abandoned (ReloadUnlessDone).
+		wg.Go(func() {
+			runEvery(ctx, pairinstall.ReloadInterval, func() {
+				if changed, finished := m.trust.ReloadUnlessDone(ctx); finished && changed {
+					m.refreshTargets()
+				}
+			})
+		})
 		wg.Go(func() { runEvery(ctx, m.cfg.ResyncInterval, m.pruneResync) })
 		readDone := make(chan struct{})
 		go func() { m.readLoop(); close(readDone) }()
@@ -363,7 +374,7 @@ func (m *Manager) stop(servers []*http.Server) {
 func (m *Manager) servePeers(wg *sync.WaitGroup, ln net.Listener) *http.Server {
 	srv := newHTTPServer(http.HandlerFunc(m.servePeer), peerServerIdleTimeout, m.log)
 	srv.ErrorLog = log.New(&handshakeFailureCounter{n: &m.serverHandshakeFailures, next: srv.ErrorLog.Writer()}, "", 0)
-	srv.TLSConfig = m.trust.serverTLSConfig()
+	srv.TLSConfig = m.trust.ServerTLSConfig(peerALPN)
 	srv.ConnState = m.conns.peer.connState
 	wg.Go(func() {
 		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"nvpair-workload-manager/internal/pairinstall"
 )
 
 // The daemon's numbers are kept by the components that produce them, as
@@ -260,11 +262,17 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	t.single("nvpair_wlm_peer_batches_received_total", "counter", "Batch requests processed on the peer port.", float64(m.batchesReceived.Load()))
 	t.single("nvpair_wlm_peer_batch_frames_received_total", "counter", "Elements of the batches processed on the peer port.", float64(m.batchFramesReceived.Load()))
 	t.single("nvpair_wlm_targets", "gauge", "Current broadcast targets.", float64(m.bcast.targetCount()))
-	t.single("nvpair_wlm_pinned_peers", "gauge", "Peers with a valid pin in the cluster directory.", float64(m.trust.pinCount()))
-	t.single("nvpair_wlm_clustered", "gauge", "1 while this node is a clustered member (identity and an active admission or a pin), else 0.", boolGauge(m.trust.clustered()))
-	m.trust.files.writeMetrics(&t)
+	t.single("nvpair_wlm_pinned_peers", "gauge", "Peers with a valid pin in the cluster directory.", float64(m.trust.PinCount()))
+	t.single("nvpair_wlm_clustered", "gauge", "1 while this node is a clustered member (identity and an active admission or a pin), else 0.", boolGauge(m.trust.Clustered()))
+	files := m.trust.FileStats()
+	t.single("nvpair_wlm_trust_reloads_total", "counter", "Reloads of the cluster directory completed (one per second).", float64(files.Reloads))
+	t.single("nvpair_wlm_cluster_file_reads_total", "counter", "Files of the cluster directory opened for reading (node.crt, node.key, admission.json, pins); flat while none of them changes.", float64(files.Reads))
+	t.family("nvpair_wlm_cluster_files_refused_total", "counter", "Files of the cluster directory refused unread, by reason: not_regular (a device, a named pipe, a directory) or too_large (over nvpair_wlm_cluster_file_limit_bytes); counted each time a changed file is refused.")
+	t.sample("nvpair_wlm_cluster_files_refused_total", []string{"reason"}, []string{"not_regular"}, float64(files.NotRegular))
+	t.sample("nvpair_wlm_cluster_files_refused_total", []string{"reason"}, []string{"too_large"}, float64(files.TooLarge))
+	t.single("nvpair_wlm_cluster_file_limit_bytes", "gauge", "The largest file the daemon reads from its cluster and app directories; larger ones are refused.", pairinstall.MaxFileBytes)
 	t.family("nvpair_wlm_tls_handshakes_total", "counter", "Completed TLS handshakes on the inter-node channel, by side.")
-	t.sample("nvpair_wlm_tls_handshakes_total", []string{"side"}, []string{"server"}, float64(m.trust.serverHandshakes.Load()))
+	t.sample("nvpair_wlm_tls_handshakes_total", []string{"side"}, []string{"server"}, float64(m.trust.ServerHandshakes()))
 	t.sample("nvpair_wlm_tls_handshakes_total", []string{"side"}, []string{"client"}, float64(m.bcast.handshakes.Load()))
 	t.family("nvpair_wlm_tls_handshake_failures_total", "counter", "Failed TLS handshakes on the inter-node channel, by side.")
 	t.sample("nvpair_wlm_tls_handshake_failures_total", []string{"side"}, []string{"server"}, float64(m.serverHandshakeFailures.Load()))

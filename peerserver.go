@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"nvpair-workload-manager/internal/pairinstall"
 )
 
 // peerServerIdleTimeout is how long the peer server keeps an idle
@@ -98,11 +100,11 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 		refuse("TLS required")
 		return
 	}
-	if err := m.trust.authorize(r.TLS.PeerCertificates); err != nil {
+	if err := m.trust.Authorize(r.TLS.PeerCertificates); err != nil {
 		refuse(err.Error())
 		return
 	}
-	principal := principalOf(r.TLS.PeerCertificates[0])
+	principal := pairinstall.PrincipalOf(r.TLS.PeerCertificates[0])
 	log.with("peer", principal)
 	if r.URL.Path != peerEventsPath {
 		reject(http.StatusNotFound, "no such endpoint")

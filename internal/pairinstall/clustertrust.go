@@ -1,4 +1,4 @@
-package main
+package pairinstall
 
 import (
 	"bytes"
@@ -11,15 +11,17 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// trustReloadInterval is how often the cluster directory is re-read. The
-// contract asks for changes to take effect within 2 seconds.
-const trustReloadInterval = time.Second
+// ReloadInterval is how often the owner of a ClusterTrust calls
+// ReloadUnlessDone: the contract asks for changes to take effect within 2
+// seconds.
+const ReloadInterval = time.Second
 
 const principalURIPrefix = "urn:nvpair:node:"
 
@@ -30,19 +32,19 @@ var errNoIdentity = errors.New("this node has no cluster identity (node.crt/node
 // often than a node leaving its cluster.
 var errKeyMissing = errors.New("node.key is missing")
 
-// clusterTrust holds this node's identity, the pinned certificates of the
+// ClusterTrust holds this node's identity, the pinned certificates of the
 // other members and the node's membership, as read from the cluster
 // directory, which the cluster manager writes and this daemon only reads.
-type clusterTrust struct {
+type ClusterTrust struct {
 	dir string
 	log *slog.Logger
 
 	// readMu serializes reloads and guards files, the cache of what they
-	// read. Only reload takes it, never under another lock, and it takes mu
-	// under it to apply what it read (order readMu -> mu). It is held across
-	// the file reads, which are bounded (regular files of at most
-	// maxClusterFileBytes, only those that changed); no handshake or request
-	// ever waits on it.
+	// read. Only Reload (and SetReadHookForTest) takes it, never under
+	// another lock, and it takes mu under it to apply what it read (order
+	// readMu -> mu). It is held across the file reads, which are bounded
+	// (regular files of at most MaxFileBytes, only those that changed); no
+	// handshake or request ever waits on it.
 	readMu sync.Mutex
 	files  *trustFiles
 
@@ -62,32 +64,22 @@ type clusterTrust struct {
 	serverHandshakes atomic.Uint64 // completed server-side handshakes, for the metrics
 }
 
-func newClusterTrust(dir string, log *slog.Logger) *clusterTrust {
-	return &clusterTrust{dir: dir, log: log, files: newTrustFiles(dir), pins: map[string][]byte{}, invalid: map[string]string{}}
+// NewClusterTrust returns the trust of the cluster directory dir, logging
+// to log. It holds nothing until the first Reload.
+func NewClusterTrust(dir string, log *slog.Logger) *ClusterTrust {
+	return &ClusterTrust{dir: dir, log: log, files: newTrustFiles(dir), pins: map[string][]byte{}, invalid: map[string]string{}}
 }
 
-// watch re-reads the cluster directory until ctx ends and calls onChange
-// after each reload that changed the identity, the pins or the membership.
-// It returns as soon as ctx ends, even while a reload is under way: see
-// reloadUnlessDone.
-func (t *clusterTrust) watch(ctx context.Context, every time.Duration, onChange func()) {
-	runEvery(ctx, every, func() {
-		if changed, finished := t.reloadUnlessDone(ctx); finished && changed {
-			onChange()
-		}
-	})
-}
-
-// reloadUnlessDone runs reload on a goroutine of its own and returns its
+// ReloadUnlessDone runs Reload on a goroutine of its own and returns its
 // answer with finished true, or finished false as soon as ctx ends first.
-// The reads are bounded (only regular files, at most maxClusterFileBytes
+// The reads are bounded (only regular files, at most MaxFileBytes
 // each), but a file system can still hold a read for as long as it likes
 // (an unresponsive network mount), and shutdown must not wait for it. An
 // abandoned reload ends when its read does, and applies what it read; no
 // one acts on its answer.
-func (t *clusterTrust) reloadUnlessDone(ctx context.Context) (changed, finished bool) {
+func (t *ClusterTrust) ReloadUnlessDone(ctx context.Context) (changed, finished bool) {
 	answer := make(chan bool, 1) // buffered: an abandoned reload never blocks on it
-	go func() { answer <- t.reload() }()
+	go func() { answer <- t.Reload() }()
 	select {
 	case changed := <-answer:
 		return changed, true
@@ -96,12 +88,12 @@ func (t *clusterTrust) reloadUnlessDone(ctx context.Context) (changed, finished 
 	}
 }
 
-// reload reads the identity, the pins and the admission record, derives
+// Reload reads the identity, the pins and the admission record, derives
 // the membership, and reports whether the identity, the pins or the
 // membership changed. Only the files that changed since the last reload are
 // read (trustFiles), and they are read before mu is taken, so a slow disk
 // never stalls a handshake.
-func (t *clusterTrust) reload() bool {
+func (t *ClusterTrust) Reload() bool {
 	t.readMu.Lock()
 	defer t.readMu.Unlock()
 	defer t.files.reloads.Add(1)
@@ -130,7 +122,7 @@ func (t *clusterTrust) reload() bool {
 // live member's identity too (a quarantined or locked key must not take a
 // node out of its cluster; a cleared admission does that), but leaves a
 // node that is not a member without one.
-func (t *clusterTrust) applyIdentity(ident *tls.Certificate, der []byte, err error) bool {
+func (t *ClusterTrust) applyIdentity(ident *tls.Certificate, der []byte, err error) bool {
 	keep := err != nil && (!errors.Is(err, errKeyMissing) || (t.identity != nil && t.member.clustered))
 	if keep {
 		if issue := err.Error(); issue != t.identityIssue {
@@ -154,7 +146,7 @@ func (t *clusterTrust) applyIdentity(ident *tls.Certificate, der []byte, err err
 	t.identity, t.identityDER, t.selfPrincipal = ident, der, ""
 	switch {
 	case ident != nil:
-		t.selfPrincipal = principalOf(ident.Leaf)
+		t.selfPrincipal = PrincipalOf(ident.Leaf)
 		t.log.Info("cluster identity loaded", "principal", t.selfPrincipal)
 	case had:
 		t.log.Warn("cluster identity absent: serving and broadcasting nothing", "dir", t.dir)
@@ -165,7 +157,7 @@ func (t *clusterTrust) applyIdentity(ident *tls.Certificate, der []byte, err err
 // applyPins takes the result of loadPins and reports whether the pins
 // changed. Nothing is compared when no pin file changed, so an idle reload
 // does no work here. Called with mu held.
-func (t *clusterTrust) applyPins(pins map[string][]byte, invalid map[string]string, filesChanged bool, err error) bool {
+func (t *ClusterTrust) applyPins(pins map[string][]byte, invalid map[string]string, filesChanged bool, err error) bool {
 	if err != nil {
 		t.log.Warn("trusted directory unreadable, keeping the previous pins", "reason", err)
 		return false
@@ -191,7 +183,7 @@ func (t *clusterTrust) applyPins(pins map[string][]byte, invalid map[string]stri
 // It says where the node stands once at startup and again on every
 // transition; a node without identity is warned about at startup, since it
 // is silently unreachable otherwise. Called with mu held.
-func (t *clusterTrust) applyMembership(now membership, first bool) bool {
+func (t *ClusterTrust) applyMembership(now membership, first bool) bool {
 	prev := t.member
 	t.member = now
 	switch {
@@ -226,16 +218,16 @@ func decodePin(name string, b []byte) (string, []byte, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("certPem: %w", err)
 	}
-	principal := principalOf(cert)
+	principal := PrincipalOf(cert)
 	if p.NodeUUID == "" || name != p.NodeUUID || principal != p.NodeUUID {
 		return "", nil, fmt.Errorf("file name %q, nodeUuid %q and certificate principal %q disagree", name, p.NodeUUID, principal)
 	}
 	return principal, block.Bytes, nil
 }
 
-// principalOf returns the UUID a certificate names: its URI SAN
+// PrincipalOf returns the UUID a certificate names: its URI SAN
 // urn:nvpair:node:<uuid>, or else its subject common name.
-func principalOf(cert *x509.Certificate) string {
+func PrincipalOf(cert *x509.Certificate) string {
 	if cert == nil {
 		return ""
 	}
@@ -247,10 +239,32 @@ func principalOf(cert *x509.Certificate) string {
 	return cert.Subject.CommonName
 }
 
-// currentIdentity returns the identity this node presents: its keypair
+// SetReadHookForTest makes every later read of a cluster file call hook
+// with the file's path first, so that a test of the daemon can hold a read
+// where a file system would (an unresponsive network mount). Only tests
+// call it, before the trust is in use.
+func (t *ClusterTrust) SetReadHookForTest(hook func(path string)) {
+	t.readMu.Lock()
+	defer t.readMu.Unlock()
+	read := t.files.read
+	t.files.read = func(path string) ([]byte, os.FileInfo, error) {
+		hook(path)
+		return read(path)
+	}
+}
+
+// ServerHandshakes returns the server-side handshakes completed so
+// far, for the metrics.
+func (t *ClusterTrust) ServerHandshakes() uint64 { return t.serverHandshakes.Load() }
+
+// FileStats returns what the reloads read and refused so far, for the
+// metrics.
+func (t *ClusterTrust) FileStats() FileStats { return t.files.stats() }
+
+// CurrentIdentity returns the identity this node presents: its keypair
 // while it is a clustered member, else nil. An unclustered node presents no
 // certificate and so completes no handshake, on either side.
-func (t *clusterTrust) currentIdentity() *tls.Certificate {
+func (t *ClusterTrust) CurrentIdentity() *tls.Certificate {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if !t.member.clustered {
@@ -259,17 +273,17 @@ func (t *clusterTrust) currentIdentity() *tls.Certificate {
 	return t.identity
 }
 
-// clustered reports whether the node is a clustered member.
-func (t *clusterTrust) clustered() bool {
+// Clustered reports whether the node is a clustered member.
+func (t *ClusterTrust) Clustered() bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return t.member.clustered
 }
 
-// pin returns the certificate a principal must present. The node's own
+// Pin returns the certificate a principal must present. The node's own
 // current leaf counts as pinned (self-trust), so a rotated keypair is
 // followed without a pin file; an unclustered node trusts no one.
-func (t *clusterTrust) pin(principal string) ([]byte, bool) {
+func (t *ClusterTrust) Pin(principal string) ([]byte, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if !t.member.clustered {
@@ -282,20 +296,20 @@ func (t *clusterTrust) pin(principal string) ([]byte, bool) {
 	return der, ok
 }
 
-// pinCount returns the number of pinned peers.
-func (t *clusterTrust) pinCount() int {
+// PinCount returns the number of pinned peers.
+func (t *ClusterTrust) PinCount() int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	return len(t.pins)
 }
 
-// authorize reports whether a peer's certificate is pinned byte for byte.
-func (t *clusterTrust) authorize(certs []*x509.Certificate) error {
+// Authorize reports whether a peer's certificate is pinned byte for byte.
+func (t *ClusterTrust) Authorize(certs []*x509.Certificate) error {
 	if len(certs) == 0 {
 		return errors.New("no client certificate")
 	}
-	principal := principalOf(certs[0])
-	der, ok := t.pin(principal)
+	principal := PrincipalOf(certs[0])
+	der, ok := t.Pin(principal)
 	if !ok {
 		return fmt.Errorf("principal %q is not pinned", principal)
 	}
@@ -305,19 +319,20 @@ func (t *clusterTrust) authorize(certs []*x509.Certificate) error {
 	return nil
 }
 
-// serverTLSConfig presents the current identity and asks every client for a
+// ServerTLSConfig presents the current identity and asks every client for a
 // certificate. The handshake does not require one and verifies no chain:
 // the peer server checks the client's certificate against the pins on every
 // request, so a missing or unpinned certificate is answered 403 rather than
 // with a handshake failure the sender cannot tell from a network fault.
-// While the node has no identity, every handshake fails.
-func (t *clusterTrust) serverTLSConfig() *tls.Config {
+// While the node has no identity, every handshake fails. nextProtos is what
+// the server offers by ALPN, the peer port's choice.
+func (t *ClusterTrust) ServerTLSConfig(nextProtos []string) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		NextProtos: peerALPN,
+		NextProtos: nextProtos,
 		ClientAuth: tls.RequestClientCert,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			if id := t.currentIdentity(); id != nil {
+			if id := t.CurrentIdentity(); id != nil {
 				return id, nil
 			}
 			return nil, errNoIdentity
@@ -330,27 +345,28 @@ func (t *clusterTrust) serverTLSConfig() *tls.Config {
 	}
 }
 
-// clientTLSConfig dials the peer whose principal is given: it presents the
+// ClientTLSConfig dials the peer whose principal is given: it presents the
 // current identity and accepts the server only when its certificate equals
 // that peer's pin, read at handshake time so that a re-pinned peer is
-// checked against its new pin.
-func (t *clusterTrust) clientTLSConfig(principal string) *tls.Config {
+// checked against its new pin. nextProtos is what the client offers by
+// ALPN, the peer port's choice.
+func (t *ClusterTrust) ClientTLSConfig(principal string, nextProtos []string) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		// Chain and name verification are replaced by the pin comparison in
 		// VerifyConnection, which also runs on resumed sessions.
 		InsecureSkipVerify: true,
-		// HTTP/1.1 by name, the one protocol the peer port serves (3.3);
-		// a stock peer's server, which offers h2 as well, picks it.
-		NextProtos: peerALPN,
+		// The caller names HTTP/1.1, the one protocol the peer port serves
+		// (3.3); a stock peer's server, which offers h2 as well, picks it.
+		NextProtos: nextProtos,
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			if id := t.currentIdentity(); id != nil {
+			if id := t.CurrentIdentity(); id != nil {
 				return id, nil
 			}
 			return nil, errNoIdentity
 		},
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			der, ok := t.pin(principal)
+			der, ok := t.Pin(principal)
 			if !ok {
 				return fmt.Errorf("peer %s is no longer pinned", principal)
 			}

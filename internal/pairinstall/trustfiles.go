@@ -1,4 +1,4 @@
-package main
+package pairinstall
 
 import (
 	"bytes"
@@ -32,13 +32,13 @@ type fileStamp struct {
 }
 
 // stampOf stamps a file opened at readAt. A file that is not regular, or
-// larger than maxClusterFileBytes, is settled at once: its content is never
+// larger than MaxFileBytes, is settled at once: its content is never
 // read, and its type and size, which the stamp holds, decide its refusal.
 func stampOf(fi os.FileInfo, readAt time.Time) fileStamp {
 	if fi == nil {
 		return fileStamp{}
 	}
-	refusedUnread := !fi.Mode().IsRegular() || fi.Size() > maxClusterFileBytes
+	refusedUnread := !fi.Mode().IsRegular() || fi.Size() > MaxFileBytes
 	return fileStamp{info: fi, settled: refusedUnread || readAt.Sub(fi.ModTime()) >= settleWindow}
 }
 
@@ -62,7 +62,7 @@ func (s fileStamp) unchangedAt(path string) bool {
 // what it read with each file's stamp, so that a reload reads only the
 // files that changed: 10,000 unchanged pins cost one directory listing and
 // 10,000 stats per reload, no read and no certificate parse. It is not safe
-// for concurrent use: clusterTrust.readMu serializes its callers.
+// for concurrent use: ClusterTrust.readMu serializes its callers.
 type trustFiles struct {
 	dir string
 	// read reads one file; readRegularFile, which tests replace to stall or
@@ -80,7 +80,7 @@ type trustFiles struct {
 	// Counters for the metrics, read without the lock.
 	reads      atomic.Uint64 // files opened for reading
 	notRegular atomic.Uint64 // files refused as not regular
-	tooLarge   atomic.Uint64 // files refused as over maxClusterFileBytes
+	tooLarge   atomic.Uint64 // files refused as over MaxFileBytes
 	reloads    atomic.Uint64 // reload passes completed
 }
 
@@ -266,12 +266,16 @@ func (r *pinRead) holdsTheSameAs(o *pinRead) bool {
 	return r.principal == o.principal && bytes.Equal(r.der, o.der) && r.problem == o.problem
 }
 
-// writeMetrics renders what the trust reload read and refused.
-func (f *trustFiles) writeMetrics(t *metricsText) {
-	t.single("nvpair_wlm_trust_reloads_total", "counter", "Reloads of the cluster directory completed (one per second).", float64(f.reloads.Load()))
-	t.single("nvpair_wlm_cluster_file_reads_total", "counter", "Files of the cluster directory opened for reading (node.crt, node.key, admission.json, pins); flat while none of them changes.", float64(f.reads.Load()))
-	t.family("nvpair_wlm_cluster_files_refused_total", "counter", "Files of the cluster directory refused unread, by reason: not_regular (a device, a named pipe, a directory) or too_large (over nvpair_wlm_cluster_file_limit_bytes); counted each time a changed file is refused.")
-	t.sample("nvpair_wlm_cluster_files_refused_total", []string{"reason"}, []string{"not_regular"}, float64(f.notRegular.Load()))
-	t.sample("nvpair_wlm_cluster_files_refused_total", []string{"reason"}, []string{"too_large"}, float64(f.tooLarge.Load()))
-	t.single("nvpair_wlm_cluster_file_limit_bytes", "gauge", "The largest file the daemon reads from its cluster and app directories; larger ones are refused.", maxClusterFileBytes)
+// FileStats is what the trust reloads read and refused, counted since
+// the daemon started.
+type FileStats struct {
+	Reloads    uint64 // reload passes completed
+	Reads      uint64 // files opened for reading
+	NotRegular uint64 // files refused as not regular
+	TooLarge   uint64 // files refused as over MaxFileBytes
+}
+
+// stats returns the counters; each is read atomically, without the lock.
+func (f *trustFiles) stats() FileStats {
+	return FileStats{Reloads: f.reloads.Load(), Reads: f.reads.Load(), NotRegular: f.notRegular.Load(), TooLarge: f.tooLarge.Load()}
 }

@@ -1,4 +1,4 @@
-package main
+package pairinstall
 
 import (
 	"encoding/json"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // admissionFileName is the cluster admission record the cluster manager
@@ -76,4 +77,19 @@ func deriveMembership(hasIdentity bool, adm admission, pinCount int) membership 
 		return membership{clustered: true, reason: fmt.Sprintf("%d pinned peer(s)", pinCount)}
 	}
 	return membership{reason: "no active admission.json and no pinned peer"}
+}
+
+// maxReasonBytes bounds a value a file put into a log line or an error: an
+// admission record's clusterId, an identity document's node_uuid. It is the
+// daemon's bound on every client-caused reason (spec.md 3.7), kept here
+// because this package imports nothing of the daemon's.
+const maxReasonBytes = 256
+
+// clipReason bounds s to maxReasonBytes, on a UTF-8 boundary, as the
+// daemon's clipReason does.
+func clipReason(s string) string {
+	if len(s) <= maxReasonBytes {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxReasonBytes], "") + "... (truncated)"
 }

@@ -1,4 +1,4 @@
-package main
+package pairinstall
 
 import (
 	"errors"
@@ -8,23 +8,23 @@ import (
 	"os"
 )
 
-// maxClusterFileBytes bounds every file the daemon reads from its cluster
+// MaxFileBytes bounds every file the daemon reads from its cluster
 // and app directories: node.crt, node.key, admission.json, the pins in
 // trusted/, identity.json and node-id.json. Each is a few kilobytes at
 // most (a pin is one certificate, about 1 KiB); anything far larger is not
 // one of them, and reading it whole (a file replaced by a device or a huge
 // log) would grow the daemon without bound.
-const maxClusterFileBytes = 64 << 10
+const MaxFileBytes = 64 << 10
 
 // errNotRegularFile and errFileTooLarge are the two reasons a present file
 // is refused without being parsed; the trust reload counts them apart.
 var (
 	errNotRegularFile = errors.New("not a regular file")
-	errFileTooLarge   = fmt.Errorf("larger than %d bytes", maxClusterFileBytes)
+	errFileTooLarge   = fmt.Errorf("larger than %d bytes", MaxFileBytes)
 )
 
 // readBounded reads a small file, refusing one that is not a regular file
-// or is over maxClusterFileBytes. A missing file is an error wrapping
+// or is over MaxFileBytes. A missing file is an error wrapping
 // os.ErrNotExist.
 func readBounded(path string) ([]byte, error) {
 	b, _, err := readRegularFile(path)
@@ -32,7 +32,7 @@ func readBounded(path string) ([]byte, error) {
 }
 
 // readRegularFile reads path when it is a regular file (a symlink is
-// followed to one) of at most maxClusterFileBytes, and returns its content
+// followed to one) of at most MaxFileBytes, and returns its content
 // and what Stat said of the opened file. The check is made on the opened
 // file, not on the path, so a file swapped in between the check and the
 // read cannot slip past it; and the open does not block, so a named pipe is
@@ -54,14 +54,14 @@ func readRegularFile(path string) ([]byte, os.FileInfo, error) {
 	}
 	// The size Stat reports is only a hint (a file may grow while it is
 	// read): the limited read below is the bound.
-	if fi.Size() > maxClusterFileBytes {
+	if fi.Size() > MaxFileBytes {
 		return nil, fi, errFileTooLarge
 	}
-	b, err := io.ReadAll(io.LimitReader(f, maxClusterFileBytes+1))
+	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil {
 		return nil, fi, fmt.Errorf("read %s: %w", path, err)
 	}
-	if len(b) > maxClusterFileBytes {
+	if len(b) > MaxFileBytes {
 		return nil, fi, errFileTooLarge
 	}
 	return b, fi, nil

@@ -1,4 +1,4 @@
-package main
+package pairinstall
 
 import (
 	"crypto/rand"
@@ -30,29 +30,29 @@ type nodeIdentityDoc struct {
 	CreatedAt int64   `json:"created_at"` // epoch milliseconds
 }
 
-// resolvedNodeID is this node's id and where it came from, for the startup
-// log; notice, when set, is a warning to log (the id is still usable).
-type resolvedNodeID struct {
-	id     string
-	source string // the file that named the node, or the one just written
-	notice string
+// ResolvedNodeID is this node's id and where it came from, for the startup
+// log; Notice, when set, is a warning to log (the id is still usable).
+type ResolvedNodeID struct {
+	ID     string
+	Source string // the file that named the node, or the one just written
+	Notice string
 }
 
-// resolveNodeID returns this node's id as PAIR resolves it: identity.json
+// ResolveNodeID returns this node's id as PAIR resolves it: identity.json
 // in the cluster dir first, else node-id.json in the app dir, else a bare
 // node-id file left by earlier versions of this daemon (carried over into
 // node-id.json), else a new UUID persisted as node-id.json. A file that
 // exists but cannot be read or does not name a UUID is an error naming the
 // file, and it is never overwritten: minting over it would fork the node's
 // identity.
-func resolveNodeID(appDir, clusterDir string) (resolvedNodeID, error) {
+func ResolveNodeID(appDir, clusterDir string) (ResolvedNodeID, error) {
 	for _, path := range []string{filepath.Join(clusterDir, identityFileName), filepath.Join(appDir, nodeIDFileName)} {
 		id, err := readIdentityDoc(path)
 		if err == nil {
-			return resolvedNodeID{id: id, source: path}, nil
+			return ResolvedNodeID{ID: id, Source: path}, nil
 		}
 		if !errors.Is(err, os.ErrNotExist) {
-			return resolvedNodeID{}, err
+			return ResolvedNodeID{}, err
 		}
 	}
 	docPath := filepath.Join(appDir, nodeIDFileName)
@@ -62,19 +62,19 @@ func resolveNodeID(appDir, clusterDir string) (resolvedNodeID, error) {
 	case err == nil:
 		return carryOverLegacyID(appDir, docPath, legacyPath, id), nil
 	case !errors.Is(err, os.ErrNotExist):
-		return resolvedNodeID{}, err
+		return ResolvedNodeID{}, err
 	}
 	id, err = createNodeIDDoc(appDir, docPath, newUUID(), time.Now())
 	if err != nil {
-		return resolvedNodeID{}, err
+		return ResolvedNodeID{}, err
 	}
-	return resolvedNodeID{id: id, source: docPath}, nil
+	return ResolvedNodeID{ID: id, Source: docPath}, nil
 }
 
 // carryOverLegacyID writes the id of an earlier version's node-id file into
 // node-id.json, so producers find it where PAIR keeps it. A failed write is
 // a notice, not an error: the id is known, and the daemon serves with it.
-func carryOverLegacyID(appDir, docPath, legacyPath, id string) resolvedNodeID {
+func carryOverLegacyID(appDir, docPath, legacyPath, id string) ResolvedNodeID {
 	created := time.Now()
 	if st, err := os.Stat(legacyPath); err == nil {
 		created = st.ModTime()
@@ -82,13 +82,13 @@ func carryOverLegacyID(appDir, docPath, legacyPath, id string) resolvedNodeID {
 	written, err := createNodeIDDoc(appDir, docPath, id, created)
 	switch {
 	case err != nil:
-		return resolvedNodeID{id: id, source: legacyPath, notice: fmt.Sprintf("could not carry the node id over into %s: %v", docPath, err)}
+		return ResolvedNodeID{ID: id, Source: legacyPath, Notice: fmt.Sprintf("could not carry the node id over into %s: %v", docPath, err)}
 	case written != id:
 		// Another process wrote node-id.json first: PAIR reads that one, so
 		// it is the node's id from now on.
-		return resolvedNodeID{id: written, source: docPath, notice: fmt.Sprintf("%s names %s, not %s from %s; using %s", docPath, written, id, legacyPath, docPath)}
+		return ResolvedNodeID{ID: written, Source: docPath, Notice: fmt.Sprintf("%s names %s, not %s from %s; using %s", docPath, written, id, legacyPath, docPath)}
 	}
-	return resolvedNodeID{id: id, source: docPath, notice: fmt.Sprintf("node id carried over from %s into %s", legacyPath, docPath)}
+	return ResolvedNodeID{ID: id, Source: docPath, Notice: fmt.Sprintf("node id carried over from %s into %s", legacyPath, docPath)}
 }
 
 // readIdentityDoc returns the UUID an identity document names. An absent

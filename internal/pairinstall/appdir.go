@@ -1,4 +1,4 @@
-package main
+package pairinstall
 
 import (
 	"errors"
@@ -16,10 +16,10 @@ const (
 	pairProductDir = "NVIDIA PAIR"
 )
 
-// resolveAppDir returns the app dir as PAIR's broker implies it: the flag
+// ResolveAppDir returns the app dir as PAIR's broker implies it: the flag
 // when given, else the parent of the cluster dir (the broker passes only
 // --cluster-dir <appdir>/cluster), else the platform's PAIR data dir.
-func resolveAppDir(appDirFlag, clusterDirFlag string) (string, error) {
+func ResolveAppDir(appDirFlag, clusterDirFlag string) (string, error) {
 	switch {
 	case appDirFlag != "":
 		return appDirFlag, nil

@@ -1,4 +1,4 @@
-package main
+package pairinstall
 
 import (
 	"context"
@@ -44,9 +44,9 @@ func readNodeIDDoc(t *testing.T, appDir string) (uuid string, createdAt int64) {
 	return doc.NodeUUID, doc.CreatedAt
 }
 
-func mustResolve(t *testing.T, appDir, clusterDir string) resolvedNodeID {
+func mustResolve(t *testing.T, appDir, clusterDir string) ResolvedNodeID {
 	t.Helper()
-	got, err := resolveNodeID(appDir, clusterDir)
+	got, err := ResolveNodeID(appDir, clusterDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,12 +57,12 @@ func TestResolveNodeIDMintsNodeIDJSONWithMode0600(t *testing.T) {
 	appDir, clusterDir := pairDirs(t) // neither exists yet
 	before := time.Now().UnixMilli()
 	got := mustResolve(t, appDir, clusterDir)
-	if !uuidV4Pattern.MatchString(got.id) {
-		t.Fatalf("minted id %q is not a lowercase version 4 UUID", got.id)
+	if !uuidV4Pattern.MatchString(got.ID) {
+		t.Fatalf("minted id %q is not a lowercase version 4 UUID", got.ID)
 	}
 	uuid, created := readNodeIDDoc(t, appDir)
-	if uuid != got.id {
-		t.Fatalf("node-id.json names %q, the daemon uses %q", uuid, got.id)
+	if uuid != got.ID {
+		t.Fatalf("node-id.json names %q, the daemon uses %q", uuid, got.ID)
 	}
 	if created < before || created > time.Now().UnixMilli() {
 		t.Fatalf("created_at %d is not the time of minting (epoch ms)", created)
@@ -76,8 +76,8 @@ func TestResolveNodeIDMintsNodeIDJSONWithMode0600(t *testing.T) {
 			t.Fatalf("node-id.json mode = %v, want 0600", perm)
 		}
 	}
-	if again := mustResolve(t, appDir, clusterDir); again.id != got.id {
-		t.Fatalf("second resolve = %q, want the same id %q", again.id, got.id)
+	if again := mustResolve(t, appDir, clusterDir); again.ID != got.ID {
+		t.Fatalf("second resolve = %q, want the same id %q", again.ID, got.ID)
 	}
 	if _, err := os.Stat(filepath.Join(clusterDir, identityFileName)); err == nil {
 		t.Fatal("minting wrote identity.json: the cluster dir is the cluster manager's")
@@ -92,10 +92,10 @@ func TestResolveNodeIDMintsDistinctIDs(t *testing.T) {
 	for range 20 {
 		appDir, clusterDir := pairDirs(t)
 		got := mustResolve(t, appDir, clusterDir)
-		if seen[got.id] {
-			t.Fatalf("id %s minted twice", got.id)
+		if seen[got.ID] {
+			t.Fatalf("id %s minted twice", got.ID)
 		}
-		seen[got.id] = true
+		seen[got.ID] = true
 	}
 }
 
@@ -103,15 +103,15 @@ func TestResolveNodeIDPrefersIdentityJSONAndWritesNoNodeIDJSON(t *testing.T) {
 	const fromIdentity, fromNodeID = "11111111-2222-4333-8444-555555555555", "66666666-7777-4888-9999-aaaaaaaaaaaa"
 	appDir, clusterDir := pairDirs(t)
 	writeFile(t, filepath.Join(clusterDir, identityFileName), identityDoc(fromIdentity))
-	if got := mustResolve(t, appDir, clusterDir); got.id != fromIdentity {
-		t.Fatalf("resolved %q, want identity.json's %q", got.id, fromIdentity)
+	if got := mustResolve(t, appDir, clusterDir); got.ID != fromIdentity {
+		t.Fatalf("resolved %q, want identity.json's %q", got.ID, fromIdentity)
 	}
 	if _, err := os.Stat(filepath.Join(appDir, nodeIDFileName)); err == nil {
 		t.Fatal("node-id.json written although identity.json names the node")
 	}
 	writeFile(t, filepath.Join(appDir, nodeIDFileName), identityDoc(fromNodeID))
-	if got := mustResolve(t, appDir, clusterDir); got.id != fromIdentity {
-		t.Fatalf("with both files resolved %q, want identity.json's %q", got.id, fromIdentity)
+	if got := mustResolve(t, appDir, clusterDir); got.ID != fromIdentity {
+		t.Fatalf("with both files resolved %q, want identity.json's %q", got.ID, fromIdentity)
 	}
 }
 
@@ -124,8 +124,8 @@ func TestResolveNodeIDReadsNodeIDJSON(t *testing.T) {
 	} {
 		appDir, clusterDir := pairDirs(t)
 		writeFile(t, filepath.Join(appDir, nodeIDFileName), content)
-		if got := mustResolve(t, appDir, clusterDir); got.id != id {
-			t.Errorf("node-id.json %q: resolved %q, want %q", content, got.id, id)
+		if got := mustResolve(t, appDir, clusterDir); got.ID != id {
+			t.Errorf("node-id.json %q: resolved %q, want %q", content, got.ID, id)
 		}
 		if b, _ := os.ReadFile(filepath.Join(appDir, nodeIDFileName)); string(b) != content {
 			t.Errorf("resolving rewrote node-id.json %q to %q", content, b)
@@ -138,19 +138,19 @@ func TestResolveNodeIDCarriesLegacyNodeIDOverIntoNodeIDJSON(t *testing.T) {
 	appDir, clusterDir := pairDirs(t)
 	writeFile(t, filepath.Join(appDir, legacyNodeIDFileName), "  "+id+"\r\n")
 	got := mustResolve(t, appDir, clusterDir)
-	if got.id != id {
-		t.Fatalf("resolved %q, want the legacy file's %q", got.id, id)
+	if got.ID != id {
+		t.Fatalf("resolved %q, want the legacy file's %q", got.ID, id)
 	}
 	if uuid, _ := readNodeIDDoc(t, appDir); uuid != id {
 		t.Fatalf("node-id.json names %q after the carry-over, want %q", uuid, id)
 	}
-	if got.notice == "" || !strings.Contains(got.notice, "carried over") {
-		t.Fatalf("the carry-over is not reported: notice %q", got.notice)
+	if got.Notice == "" || !strings.Contains(got.Notice, "carried over") {
+		t.Fatalf("the carry-over is not reported: notice %q", got.Notice)
 	}
 	// From now on node-id.json is what counts, even if the legacy file changes.
 	writeFile(t, filepath.Join(appDir, legacyNodeIDFileName), "66666666-7777-4888-9999-aaaaaaaaaaaa")
-	if again := mustResolve(t, appDir, clusterDir); again.id != id {
-		t.Fatalf("second resolve = %q, want node-id.json's %q", again.id, id)
+	if again := mustResolve(t, appDir, clusterDir); again.ID != id {
+		t.Fatalf("second resolve = %q, want node-id.json's %q", again.ID, id)
 	}
 }
 
@@ -169,7 +169,7 @@ func TestResolveNodeIDRefusesABrokenIdentityFileWithoutTouchingIt(t *testing.T) 
 			{"UUID one digit short", `{"node_uuid": "3f2504e0-4f89-41d3-9a0c-0305e82c330"}`, ""},
 			{"braced UUID", `{"node_uuid": "{` + valid + `}"}`, ""},
 			{"bare legacy text", "not-a-uuid\n", ""},
-			{"larger than any identity document", `{"node_uuid": "` + valid + `", "pad": "` + strings.Repeat("x", maxClusterFileBytes) + `"}`, ""},
+			{"larger than any identity document", `{"node_uuid": "` + valid + `", "pad": "` + strings.Repeat("x", MaxFileBytes) + `"}`, ""},
 		} {
 			if file == legacyNodeIDFileName && strings.HasPrefix(tc.content, "{") && tc.name != "larger than any identity document" {
 				continue // the legacy file is a bare UUID: JSON shapes do not apply
@@ -181,9 +181,9 @@ func TestResolveNodeIDRefusesABrokenIdentityFileWithoutTouchingIt(t *testing.T) 
 					path = filepath.Join(clusterDir, file)
 				}
 				writeFile(t, path, tc.content)
-				got, err := resolveNodeID(appDir, clusterDir)
+				got, err := ResolveNodeID(appDir, clusterDir)
 				if err == nil {
-					t.Fatalf("%s %q accepted as %q", file, clip(tc.content), got.id)
+					t.Fatalf("%s %q accepted as %q", file, clip(tc.content), got.ID)
 				}
 				if msg := err.Error(); !strings.Contains(msg, path) || strings.Contains(msg, "\n") {
 					t.Fatalf("error %q is not one line naming %s", msg, path)
@@ -219,8 +219,8 @@ func TestResolveNodeIDRefusesAnUnreadablePath(t *testing.T) {
 		if err := os.MkdirAll(filepath.Join(dir, file), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := resolveNodeID(appDir, clusterDir); err == nil {
-			t.Fatalf("%s that is a directory resolved to %q", file, got.id)
+		if got, err := ResolveNodeID(appDir, clusterDir); err == nil {
+			t.Fatalf("%s that is a directory resolved to %q", file, got.ID)
 		}
 	}
 }
@@ -229,8 +229,8 @@ func TestResolveNodeIDRefusesAnAppDirThatCannotBeCreated(t *testing.T) {
 	parent := t.TempDir()
 	blocker := filepath.Join(parent, "file")
 	writeFile(t, blocker, "x")
-	if got, err := resolveNodeID(filepath.Join(blocker, "app"), filepath.Join(blocker, "app", "cluster")); err == nil {
-		t.Fatalf("app dir under a regular file resolved to %q", got.id)
+	if got, err := ResolveNodeID(filepath.Join(blocker, "app"), filepath.Join(blocker, "app", "cluster")); err == nil {
+		t.Fatalf("app dir under a regular file resolved to %q", got.ID)
 	}
 }
 
@@ -248,8 +248,8 @@ func TestResolveNodeIDRefusesADanglingSymlinkWithoutLooping(t *testing.T) {
 		if err := os.Symlink(filepath.Join(dir, "missing"), filepath.Join(dir, nodeIDFileName)); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := resolveNodeID(dir, filepath.Join(dir, "cluster")); err == nil {
-			t.Fatalf("a dangling node-id.json symlink resolved to %q", got.id)
+		if got, err := ResolveNodeID(dir, filepath.Join(dir, "cluster")); err == nil {
+			t.Fatalf("a dangling node-id.json symlink resolved to %q", got.ID)
 		}
 		return
 	}
@@ -260,6 +260,6 @@ func TestResolveNodeIDRefusesADanglingSymlinkWithoutLooping(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		lines := strings.SplitN(string(out), "\n", 6)
-		t.Fatalf("resolveNodeID on a dangling node-id.json symlink: child %v:\n%s", err, strings.Join(lines[:min(5, len(lines))], "\n"))
+		t.Fatalf("ResolveNodeID on a dangling node-id.json symlink: child %v:\n%s", err, strings.Join(lines[:min(5, len(lines))], "\n"))
 	}
 }

@@ -1,0 +1,25 @@
+// Package pairinstall is the PAIR installation as this daemon finds it on
+// disk: the app dir (the --app-dir flag, the parent of the cluster dir, or
+// the platform's PAIR data dir), the node's identity (identity.json,
+// node-id.json, the legacy node-id file, minting), the bounded reads every
+// one of those files goes through (regular files of at most MaxFileBytes,
+// opened without blocking), and the cluster directory the cluster manager
+// writes: this node's keypair, the pin files of the other members, the
+// admission record and the membership derived from them, with the TLS
+// configurations of the inter-node channel built on them and their live
+// reload (spec.md 3.4, 3.4.1).
+//
+// The package reads those files and never writes the cluster directory;
+// the only file it writes is node-id.json, when no file names the node. It
+// does not schedule its own reloads: its owner calls ReloadUnlessDone every
+// ReloadInterval and acts on the change it reports. Its counters are read
+// through methods (ServerHandshakes, FileStats) by whoever renders the
+// metrics.
+//
+// It must never import another package of this module: not the frame
+// format, not the server protection (connection caps, body budgets,
+// source-limited logs), not the metrics exposition, and nothing of the
+// relay. It needs no net/http either: the peer port's ALPN list is passed
+// to the TLS configurations by their caller. The root's layout test
+// (TestInternalPackagesImportOnlyWhatTheyMay) holds it to that.
+package pairinstall
