@@ -196,19 +196,7 @@ func (b *broadcaster) enqueueReserved(f outboundFrame) bool {
 func (b *broadcaster) dispatch() {
 	defer close(b.dispatchDone)
 	for f := range b.queue {
-		b.mu.Lock()
-		for _, s := range b.peers {
-			s.offer(f)
-		}
-		b.dispatched++
-		b.dispatchedLocked() // after every offer: see laneOrder.freshIdle
-		more := b.transferMarksLocked()
-		b.mu.Unlock()
-		for more {
-			b.mu.Lock()
-			more = b.transferMarksLocked()
-			b.mu.Unlock()
-		}
+		b.dispatchOne(f)
 	}
 	b.mu.Lock()
 	for more := true; more; {
@@ -218,6 +206,23 @@ func (b *broadcaster) dispatch() {
 		close(s.queue) // the sender delivers what is left, then exits
 	}
 	b.mu.Unlock()
+}
+
+// dispatchOne offers f to every peer, then hands on the marks now due.
+func (b *broadcaster) dispatchOne(f outboundFrame) {
+	b.mu.Lock()
+	for _, s := range b.peers {
+		s.offer(f)
+	}
+	b.dispatched++
+	b.dispatchedLocked() // after every offer: see laneOrder.freshIdle
+	more := b.transferMarksLocked()
+	b.mu.Unlock()
+	for more {
+		b.mu.Lock()
+		more = b.transferMarksLocked()
+		b.mu.Unlock()
+	}
 }
 
 // transferMarksLocked hands up to overflowTransferBudget due marks of the

@@ -132,10 +132,11 @@ func TestAFrameOfAMarkedWorkloadJoinsItsMarkEvenWithRoomInTheQueue(t *testing.T)
 func TestEnqueuePointMarksWhenFullAndHandsTheMarksOnOnceTheFramesBeforeThemAreOffered(t *testing.T) {
 	logs := &logBuffer{}
 	b := &broadcaster{
-		log:       slog.New(slog.NewTextHandler(logs, nil)),
-		queue:     make(chan outboundFrame, 2),
-		peers:     map[string]*peerSender{},
-		markLimit: 2,
+		log:          slog.New(slog.NewTextHandler(logs, nil)),
+		queue:        make(chan outboundFrame, 2),
+		peers:        map[string]*peerSender{},
+		markLimit:    2,
+		dispatchDone: make(chan struct{}),
 	}
 	peer := &peerSender{
 		queue: make(chan outboundFrame, 8),
@@ -144,22 +145,32 @@ func TestEnqueuePointMarksWhenFullAndHandsTheMarksOnOnceTheFramesBeforeThemAreOf
 		log:   slog.New(slog.DiscardHandler),
 	}
 	b.peers["p"] = peer
-	// No dispatcher yet: the queue fills exactly.
-	frames := []outboundFrame{
-		{method: methodStarted, ref: refA, line: []byte("a")},
-		{method: methodStarted, ref: refB, line: []byte("b")},
-		{method: methodStarted, ref: refC, line: []byte("c")},   // full: c marked
-		{method: methodRemove, ref: refC, line: []byte("c-rm")}, // joins c's mark
-		{method: methodStarted, ref: workloadRef{"node-a", "d"}, line: []byte("d")},
-		{method: methodStarted, ref: workloadRef{"node-a", "e"}, line: []byte("e")}, // past the bound of 2: dropped
-	}
-	for i, want := range []bool{true, true, true, true, true, false} {
-		if got := b.enqueue(frames[i]); got != want {
-			t.Fatalf("enqueue %d = %v, want %v", i, got, want)
+	refD, refE, refF := workloadRef{"node-a", "d"}, workloadRef{"node-a", "e"}, workloadRef{"node-a", "f"}
+	enqueue := func(f outboundFrame, want bool) {
+		t.Helper()
+		if got := b.enqueue(f); got != want {
+			t.Fatalf("enqueue %s = %v, want %v", f.line, got, want)
 		}
 	}
-	if b.queued.Load() != 2 || b.marked.Load() != 3 || b.dropped.Load() != 1 {
-		t.Fatalf("queued %d marked %d dropped %d, want 2, 3 and 1", b.queued.Load(), b.marked.Load(), b.dropped.Load())
+	// No dispatcher yet: the queue fills exactly.
+	enqueue(outboundFrame{method: methodStarted, ref: refA, line: []byte("a")}, true)
+	enqueue(outboundFrame{method: methodStarted, ref: refB, line: []byte("b")}, true)
+	enqueue(outboundFrame{method: methodStarted, ref: refC, line: []byte("c")}, true) // full: c marked after a and b
+	// a is offered; c's mark waits for b.
+	b.dispatchOne(<-b.queue)
+	if peer.lanes.marks.len() != 0 {
+		t.Fatal("c's mark reached the peer before b, enqueued before it, was offered")
+	}
+	// Room again, but c is marked: its removal joins the mark.
+	enqueue(outboundFrame{method: methodRemove, ref: refC, line: []byte("c-rm")}, true)
+	if len(b.queue) != 1 {
+		t.Fatal("a frame of a workload marked at the enqueue point took the queue's room")
+	}
+	enqueue(outboundFrame{method: methodStarted, ref: refD, line: []byte("d")}, true)
+	enqueue(outboundFrame{method: methodStarted, ref: refE, line: []byte("e")}, true)  // full: e marked
+	enqueue(outboundFrame{method: methodStarted, ref: refF, line: []byte("f")}, false) // past the bound of 2: dropped
+	if b.queued.Load() != 3 || b.marked.Load() != 3 || b.dropped.Load() != 1 {
+		t.Fatalf("queued %d marked %d dropped %d, want 3, 3 and 1", b.queued.Load(), b.marked.Load(), b.dropped.Load())
 	}
 	if b.undispatched.Load() != 2 {
 		t.Fatalf("%d frames counted on their way through the queue, want the 2 in it", b.undispatched.Load())
@@ -167,20 +178,26 @@ func TestEnqueuePointMarksWhenFullAndHandsTheMarksOnOnceTheFramesBeforeThemAreOf
 	if !logs.contains("level=WARN", "outbound queue full: marking workloads") || strings.Contains(logs.String(), "marked=1") {
 		t.Fatalf("want one warning that marking began, without a count:\n%s", logs)
 	}
-	b.dispatchDone = make(chan struct{})
 	go b.dispatch()
-	eventually(t, "the marks handed to the peer", func() bool { return peer.lanes.marks.len() == 2 })
 	close(b.queue)
 	<-b.dispatchDone
 	got := peer.lanes.marks.takeReady(noMark-1, 10)
-	if len(got) != 2 || got[0].ref != refC || got[1].ref.id != "d" {
-		t.Fatalf("the peer's marks are %+v, want c then d", got)
+	want := []overflowMark{
+		{ref: refC, after: 2, removal: true, state: false, frames: 2},
+		{ref: refE, after: 3, removal: false, state: true, frames: 1},
 	}
-	if !got[0].removal || got[0].state || got[0].frames != 2 || got[0].after != 2 {
-		t.Fatalf("c's mark at the peer is %+v, want its removal alone, for 2 frames, after the 2 frames offered before it", got[0])
+	for i := range got {
+		got[i].at = time.Time{}
 	}
-	if lines := []string{string((<-peer.queue).line), string((<-peer.queue).line)}; lines[0] != "a" || lines[1] != "b" {
-		t.Fatalf("the peer's queue holds %q, want a and b in order", lines)
+	if !slices.Equal(got, want) {
+		t.Fatalf("the peer's marks are\n %+v\nwant c's removal after the 2 frames offered before it, then e after 3:\n %+v", got, want)
+	}
+	var lines []string
+	for range len(peer.queue) {
+		lines = append(lines, string((<-peer.queue).line))
+	}
+	if !slices.Equal(lines, []string{"a", "b", "d"}) {
+		t.Fatalf("the peer's queue holds %q, want a, b and d in order", lines)
 	}
 }
 
