@@ -229,14 +229,43 @@ func TestOverflowEndLinesWithinTheIntervalAreHeldAndSummed(t *testing.T) {
 // empty, with room for peerQueueSize frames.
 func overflowNode(t *testing.T, opts ...nodeOption) (*testNode, *hbSink) {
 	t.Helper()
+	return overflowNodeTo(t, false, opts...)
+}
+
+// overflowNodeTo is overflowNode with a batching sink when batching.
+func overflowNodeTo(t *testing.T, batching bool, opts ...nodeOption) (*testNode, *hbSink) {
+	t.Helper()
 	n := newTestNode(t, append([]nodeOption{withResyncInterval(time.Hour)}, opts...)...)
 	n.start()
-	sink := newHBSink(t, false, 0)
+	sink := newHBSink(t, batching, 0)
 	sink.join(t, n)
 	sink.holdAll()
 	n.sendLifecycle(workload("first", "running", n.id))
 	eventually(t, "the first frame in flight at the held peer", func() bool { return sink.requests() == 1 })
 	return n, sink
+}
+
+// sendRunning enters a running workload per id through n's broker, a few
+// hundred at a time, each lot dispatched before the next: the enqueue
+// point (1,024 frames) never fills, so every overflow is the peer queue's
+// and the counts the tests expect do not depend on the scheduler.
+func sendRunning(t *testing.T, n *testNode, state string, ids ...string) {
+	t.Helper()
+	for i, id := range ids {
+		n.sendLifecycle(workload(id, state, n.id))
+		if i%256 == 255 || i == len(ids)-1 {
+			eventually(t, "the frames dispatched", func() bool { return n.m.bcast.undispatched.Load() == 0 })
+		}
+	}
+}
+
+// ids returns prefix-0000 .. prefix-<count-1>.
+func ids(prefix string, count int) []string {
+	out := make([]string, count)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%04d", prefix, i)
+	}
+	return out
 }
 
 // peerMarks is the marks of n's only peer.
@@ -251,12 +280,15 @@ func peerMarks(n *testNode) *overflowMarks {
 }
 
 func TestOverflowReachesThePeerInItsFinalStateInOrderAndLogsTheBurstsCount(t *testing.T) {
-	n, sink := overflowNode(t)
-	fill := make([]string, peerQueueSize)
-	for i := range fill {
-		fill[i] = fmt.Sprintf("fill-%04d", i)
-		n.sendLifecycle(workload(fill[i], "queued", n.id))
+	for _, batching := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) { overflowReachesThePeer(t, batching) })
 	}
+}
+
+func overflowReachesThePeer(t *testing.T, batching bool) {
+	n, sink := overflowNodeTo(t, batching)
+	fill := ids("fill", peerQueueSize)
+	sendRunning(t, n, "queued", fill...)
 	// The queue is full. fill-0005 is in it as queued; its running frame
 	// marks it and must not reach the peer before the queued one.
 	n.sendLifecycle(workload("fill-0005", "running", n.id))
@@ -325,12 +357,8 @@ func TestOverflowPastTheMarksBoundDropsAndCountsIt(t *testing.T) {
 	// marks of x-0007 on find no state to send, and are lost.
 	const limit = peerQueueSize + 10
 	n, sink := overflowNode(t, withMaxLiveWorkloads(limit))
-	for i := range peerQueueSize + 2 {
-		n.sendLifecycle(workload(fmt.Sprintf("w-%04d", i), "running", n.id))
-	}
-	for i := range limit {
-		n.sendLifecycle(workload(fmt.Sprintf("x-%04d", i), "running", n.id))
-	}
+	sendRunning(t, n, "running", ids("w", peerQueueSize+2)...)
+	sendRunning(t, n, "running", ids("x", limit)...)
 	netBarrier(t, n)
 	st := peerStatsOf(n, sink)
 	eventually(t, "the marks at their bound and the rest dropped", func() bool {
@@ -358,5 +386,51 @@ func TestOverflowPastTheMarksBoundDropsAndCountsIt(t *testing.T) {
 	})
 	if got := st.queueDropped.Load(); got != 2+1025 {
 		t.Fatalf("%d frames counted lost to the full queue, want 2 dropped and 1,025 with nothing to send", got)
+	}
+}
+
+func TestFreshFrameWaitsForTheRecoveryInFlightOfItsWorkload(t *testing.T) {
+	// The recovery of a marked workload goes on the heartbeat lane's own
+	// connection: a removal queued fresh after the mark was taken must not
+	// overtake it, or the peer would apply the recovered state last and
+	// show the workload again.
+	n, sink := overflowNode(t)
+	sendRunning(t, n, "running", ids("fill", peerQueueSize)...)
+	n.sendLifecycle(workload("w", "running", n.id)) // full: w marked
+	netBarrier(t, n)
+	eventually(t, "w marked", func() bool { return peerMarks(n).len() == 1 })
+	holding := sink.holdFirst(hbEvent{"resync", "w"}, 500*time.Millisecond)
+	sink.release()
+	waitClosed(t, "w's recovery in flight", holding)
+	n.sendRemove("w")
+	eventually(t, "the recovery and the removal at the peer", func() bool {
+		return sink.count("resync", "w") == 1 && sink.count("remove", "w") == 1
+	})
+	requireNoReassertionAfterRemoval(t, sink.snapshot())
+	if sink.finalState("w") != "removed" {
+		t.Fatalf("w is %q at the peer, want removed", sink.finalState("w"))
+	}
+}
+
+func TestShutdownDrainSendsTheMarkedWorkloadsToo(t *testing.T) {
+	// The drain timeout gives the marked workloads the time it gives the
+	// queue: they are what the queue could not hold.
+	n, sink := overflowNode(t, func(c *Config) { c.DrainTimeout = waitTimeout })
+	sendRunning(t, n, "running", ids("fill", peerQueueSize)...)
+	var marked []string
+	for i := range 10 {
+		marked = append(marked, fmt.Sprintf("marked-%d", i))
+		n.sendLifecycle(workload(marked[i], "running", n.id))
+	}
+	netBarrier(t, n)
+	eventually(t, "10 workloads marked", func() bool { return peerMarks(n).len() == len(marked) })
+	n.broker.toD.Close() // the broker quits: EOF starts the shutdown
+	sink.release()
+	waitRun(t, n, 2*waitTimeout)
+	for _, id := range marked {
+		if sink.count("resync", id) != 1 {
+			t.Fatalf("%s did not reach the peer before the daemon exited: %d of %d marked workloads did",
+				id, sink.count("resync", ""), len(marked))
+		}
 	}
 }
