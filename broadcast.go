@@ -82,7 +82,7 @@ type broadcaster struct {
 
 	// markLimit bounds each set of overflow marks, the enqueue point's and
 	// every peer's: the re-sync set's own bound (--max-live-workloads),
-	// set before the first target. marks are the workloads marked at the
+	// set by setMarkLimit before the first target. marks are the workloads marked at the
 	// enqueue point when it was full; enqueued and dispatched count the
 	// frames put in queue and offered to the peers, so a mark is handed
 	// to the peers once the frames enqueued before it have been offered
@@ -114,6 +114,14 @@ func newBroadcaster(log *slog.Logger, trust *clusterTrust, heartbeat heartbeatSo
 	}
 	go b.dispatch()
 	return b
+}
+
+// setMarkLimit sets the bound of the overflow marks (overflow.go); the
+// Manager calls it before the first target.
+func (b *broadcaster) setMarkLimit(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.markLimit = n
 }
 
 // enqueue queues a frame for every peer without blocking: when the queue is

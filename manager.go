@@ -213,7 +213,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	m.bcast = newBroadcaster(cfg.Logger, trust, m, cfg.ResyncInterval)
 	// The overflow marks name tracked workloads or removals: the re-sync
 	// set's bound is theirs (overflow.go).
-	m.bcast.markLimit = cfg.MaxLiveWorkloads
+	m.bcast.setMarkLimit(cfg.MaxLiveWorkloads)
 	return m, nil
 }
 

@@ -252,11 +252,11 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 		t.sample("nvpair_wlm_peer_queue_frames", []string{"peer"}, []string{s.peer}, float64(depths[s.peer]))
 	}
 	marked := m.bcast.peerOverflowWorkloads()
-	t.family("nvpair_wlm_peer_overflow_workloads", "gauge", fmt.Sprintf("Workloads marked for a peer whose latest state or removal waits for its heartbeat lane (at most %d, --max-live-workloads); 0 for a peer that left.", m.bcast.markLimit))
+	t.family("nvpair_wlm_peer_overflow_workloads", "gauge", fmt.Sprintf("Workloads marked for a peer whose latest state or removal waits for its heartbeat lane (at most %d, --max-live-workloads); 0 for a peer that left.", m.cfg.MaxLiveWorkloads))
 	for _, s := range stats {
 		t.sample("nvpair_wlm_peer_overflow_workloads", []string{"peer"}, []string{s.peer}, float64(marked[s.peer]))
 	}
-	t.single("nvpair_wlm_peer_overflow_limit_workloads", "gauge", "The most workloads marked for one peer, and at the outbound queue, at once (--max-live-workloads).", float64(m.bcast.markLimit))
+	t.single("nvpair_wlm_peer_overflow_limit_workloads", "gauge", "The most workloads marked for one peer, and at the outbound queue, at once (--max-live-workloads).", float64(m.cfg.MaxLiveWorkloads))
 	t.family("nvpair_wlm_peer_delivery_latency_seconds", "histogram", "Time from queueing a frame to its successful delivery to a peer.")
 	for _, s := range stats {
 		t.histogram("nvpair_wlm_peer_delivery_latency_seconds", "peer", s.peer, s.latency)

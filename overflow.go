@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"math"
 	"sync"
@@ -212,12 +211,10 @@ func (o *overflowMarks) settle(taken int, recovered, failed, lost uint64) (sum o
 // peer acts on (its broker is written only those, brokerParams), rebuilt
 // from the ref, so a mark keeps no line of its own.
 func removalLine(ref workloadRef) []byte {
-	origin, _ := json.Marshal(ref.origin)
-	id, _ := json.Marshal(ref.id)
-	p := make([]byte, 0, len(origin)+len(id)+32)
-	p = append(append(append(p, `{"originatedFrom":`...), origin...), `,"workloadId":`...)
-	p = append(append(p, id...), '}')
-	return encodeNotification(methodRemove, p)
+	p := make([]byte, 0, len(ref.origin)+len(ref.id)+40)
+	p = appendJSONString(append(p, `{"originatedFrom":`...), ref.origin)
+	p = appendJSONString(append(p, `,"workloadId":`...), ref.id)
+	return encodeNotification(methodRemove, append(p, '}'))
 }
 
 // overflowLog writes a peer's overflow lines: one when a burst begins and

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -432,5 +433,16 @@ func TestShutdownDrainSendsTheMarkedWorkloadsToo(t *testing.T) {
 			t.Fatalf("%s did not reach the peer before the daemon exited: %d of %d marked workloads did",
 				id, sink.count("resync", ""), len(marked))
 		}
+	}
+}
+
+func TestARecoveredRemovalNamesItsWorkloadAsTheFrameDid(t *testing.T) {
+	ref := workloadRef{"node-<a>", "job \"é\" \\ 1"}
+	line := removalLine(ref)
+	var f rpcFrame
+	netMust(t, json.Unmarshal(line, &f))
+	r, err := parseRemove(f.Params)
+	if err != nil || f.Method != methodRemove || r.ref != ref {
+		t.Fatalf("removal %s parses as %q %+v (%v), want %s naming %+v", line, f.Method, r.ref, err, methodRemove, ref)
 	}
 }

@@ -190,6 +190,9 @@ func (s *peerSender) recoverMarked() {
 	before := s.stats.overflowRecovered.Load()
 	s.deliverMarked(frames)
 	s.lanes.endInFlight()
+	if s.ctx.Err() != nil {
+		return // stopped: the marks are abandoned with the queue
+	}
 	recovered := s.stats.overflowRecovered.Load() - before
 	if sum, ended := s.lanes.marks.settle(len(taken), recovered, uint64(len(frames))-recovered, lost); ended {
 		s.overflow.ended(s.log, sum)
