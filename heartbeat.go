@@ -1,6 +1,9 @@
 package main
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // heartbeatSource is where a peer sender reads its heartbeat passes from:
 // the Manager's re-sync set, behind activeMu. Each take holds the lock for
@@ -221,5 +224,21 @@ func (s *peerSender) runHeartbeat() {
 		if !ok && h.active {
 			h.abandon(time.Now())
 		}
+	}
+}
+
+// sleepCtx waits for d, or less when ctx ends first; it reports whether ctx
+// is still live.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
