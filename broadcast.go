@@ -54,6 +54,7 @@ type outboundFrame struct {
 	line     []byte      // the JSON-RPC notification, the peer request body
 	ref      workloadRef // the workload it names, for the lanes' order (peerlanes.go)
 	queuedAt time.Time   // set by enqueue, for the delivery latency
+	recovery bool        // sent from an overflow mark (overflow.go)
 }
 
 // broadcaster owns the outbound path: one ordered, bounded enqueue point, a
@@ -81,11 +82,23 @@ type broadcaster struct {
 	// peer (see laneOrder.freshIdle).
 	undispatched atomic.Int64
 
+	// markLimit bounds each set of overflow marks, the enqueue point's and
+	// every peer's: the re-sync set's own bound (--max-live-workloads),
+	// set by setMarkLimit before the first target. marks are the workloads marked at the
+	// enqueue point when it was full; enqueued and dispatched count the
+	// frames put in queue and offered to the peers, so a mark is handed
+	// to the peers once the frames enqueued before it have been offered
+	// (overflow.go). The three are guarded by mu.
+	markLimit            int
+	marks                *overflowMarks
+	enqueued, dispatched uint64
+
 	// Counters for the metrics.
-	queued, dropped               atomic.Uint64 // at the enqueue point
+	queued, dropped, marked       atomic.Uint64 // at the enqueue point
 	handshakes, handshakeFailures atomic.Uint64 // client side
 
 	queueDrops   dropLogger
+	queueMarks   overflowLog // its line when the enqueue point begins marking
 	dispatchDone chan struct{}
 	senders      sync.WaitGroup
 }
@@ -99,14 +112,24 @@ func newBroadcaster(log *slog.Logger, trust *pairinstall.ClusterTrust, heartbeat
 		queue:        make(chan outboundFrame, outboundQueueSize),
 		peers:        map[string]*peerSender{},
 		dispatchDone: make(chan struct{}),
+		markLimit:    defaultMaxLiveWorkloads,
 	}
 	go b.dispatch()
 	return b
 }
 
+// setMarkLimit sets the bound of the overflow marks (overflow.go); the
+// Manager calls it before the first target.
+func (b *broadcaster) setMarkLimit(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.markLimit = n
+}
+
 // enqueue queues a frame for every peer without blocking: when the queue is
-// full the newest frame, this one, is dropped with a warning; the heartbeat
-// repairs what a dropped lifecycle frame would have told the peers.
+// full the newest frame, this one, marks its workload for every peer
+// instead, and its latest state follows on their heartbeat lanes
+// (overflow.go).
 func (b *broadcaster) enqueue(f outboundFrame) bool {
 	b.reserve()
 	return b.enqueueReserved(f)
@@ -146,34 +169,88 @@ func (b *broadcaster) enqueueReserved(f outboundFrame) bool {
 		b.dispatchedLocked()
 		return false
 	}
-	select {
-	case b.queue <- f:
-		b.queued.Add(1)
-		return true
-	default:
-		b.dispatchedLocked()
+	if b.marks == nil || !b.marks.holds(f.ref) {
+		select {
+		case b.queue <- f:
+			b.enqueued++
+			b.queued.Add(1)
+			return true
+		default:
+		}
+	}
+	// Full, or the workload is marked already: the frame does not go
+	// through the queue, so no heartbeat lane waits for its dispatch.
+	b.dispatchedLocked()
+	if b.marks == nil {
+		b.marks = newOverflowMarks(b.markLimit)
+	}
+	removal := f.method == methodRemove
+	ok, began := b.marks.add(f.ref, removal, !removal, 1, b.enqueued, f.queuedAt)
+	if !ok {
 		b.dropped.Add(1)
-		b.queueDrops.note(b.log, "outbound queue full, dropping the newest frame", "method", f.method)
+		b.queueDrops.note(b.log, "outbound queue full and its overflow marks at their bound, dropping the newest frame", "method", f.method, "limit", b.markLimit)
 		return false
 	}
+	b.marked.Add(1)
+	if began {
+		// Each peer's line counts these frames when its burst ends.
+		b.queueMarks.began(b.log, "outbound queue full: marking workloads, each peer is sent their latest state on its heartbeat lane",
+			"queue", outboundQueueSize, "limit", b.markLimit)
+	}
+	return true
 }
 
-// dispatch copies frames from the enqueue point to the peer queues, in order.
+// dispatch copies frames from the enqueue point to the peer queues, in
+// order, and hands the workloads marked at the enqueue point to every peer
+// once the frames enqueued before them have been offered.
 func (b *broadcaster) dispatch() {
 	defer close(b.dispatchDone)
 	for f := range b.queue {
-		b.mu.Lock()
-		for _, s := range b.peers {
-			s.offer(f)
-		}
-		b.dispatchedLocked() // after every offer: see laneOrder.freshIdle
-		b.mu.Unlock()
+		b.dispatchOne(f)
 	}
 	b.mu.Lock()
+	for more := true; more; {
+		more = b.transferMarksLocked() // every frame is dispatched: all are due
+	}
 	for _, s := range b.peers {
 		close(s.queue) // the sender delivers what is left, then exits
 	}
 	b.mu.Unlock()
+}
+
+// dispatchOne offers f to every peer, then hands on the marks now due.
+func (b *broadcaster) dispatchOne(f outboundFrame) {
+	b.mu.Lock()
+	for _, s := range b.peers {
+		s.offer(f)
+	}
+	b.dispatched++
+	b.dispatchedLocked() // after every offer: see laneOrder.freshIdle
+	more := b.transferMarksLocked()
+	b.mu.Unlock()
+	for more {
+		b.mu.Lock()
+		more = b.transferMarksLocked()
+		b.mu.Unlock()
+	}
+}
+
+// transferMarksLocked hands up to overflowTransferBudget due marks of the
+// enqueue point to every peer, where each marks its workload as a frame
+// that found that peer's queue full would; it reports whether more are
+// due. Called with mu held.
+func (b *broadcaster) transferMarksLocked() (more bool) {
+	if b.marks == nil || b.marks.len() == 0 {
+		return false
+	}
+	taken := b.marks.takeReady(b.dispatched, overflowTransferBudget)
+	for _, m := range taken {
+		for _, s := range b.peers {
+			s.markOverflow(m.ref, m.removal, m.state, m.frames, m.at)
+		}
+	}
+	b.marks.settle(len(taken), 0, 0, 0)
+	return b.marks.front.Load() <= b.dispatched
 }
 
 // setTargets replaces the target set and returns what was added and removed.
@@ -208,7 +285,7 @@ func (b *broadcaster) setTargets(targets []peerTarget) (added, removed []peerTar
 			}
 			hb := newHeartbeatStream(b.heartbeat, b.interval, st)
 			hb.begin(time.Now()) // the backfill: see heartbeatStream.begin
-			s := newPeerSender(t, st, b.dialTLS(t), hb, newLaneOrder(&b.undispatched), b.log)
+			s := newPeerSender(t, st, b.dialTLS(t), hb, newLaneOrder(&b.undispatched, newOverflowMarks(b.markLimit)), b.log)
 			b.peers[id] = s
 			b.senders.Add(1)
 			go func() {
@@ -284,7 +361,7 @@ func (b *broadcaster) close(drain time.Duration) {
 	b.mu.Lock()
 	pending := 0
 	for _, s := range b.peers {
-		pending += len(s.queue)
+		pending += len(s.queue) + s.lanes.marks.len()
 		s.stop()
 	}
 	b.mu.Unlock()

@@ -14,6 +14,11 @@ type heartbeatSource interface {
 	closeCursor(c *resyncCursor)
 	generation() uint64
 	take(c *resyncCursor, maxFrames, maxBytes int) (r reassertions, size int, done bool)
+	// latestLines returns, for each workload, the re-assertion lines of
+	// the runs the set holds for it (none when it holds none), the run
+	// that changed last last, in one bounded hold: the state a marked
+	// workload is recovered with (overflow.go).
+	latestLines(refs []workloadRef) [][][]byte
 }
 
 // The Manager is the heartbeat source of its broadcaster.
@@ -29,6 +34,16 @@ func (m *Manager) take(c *resyncCursor, maxFrames, maxBytes int) (reassertions, 
 	m.activeMu.Lock()
 	defer m.activeMu.Unlock()
 	return m.resync.take(c, m.now(), maxFrames, maxBytes)
+}
+
+func (m *Manager) latestLines(refs []workloadRef) [][][]byte {
+	m.activeMu.Lock()
+	defer m.activeMu.Unlock()
+	out := make([][][]byte, len(refs))
+	for i, ref := range refs {
+		out[i] = m.resync.latestLines(ref)
+	}
+	return out
 }
 
 // pruneResync drops expired terminal entries even while no pass runs (a
@@ -167,24 +182,40 @@ func (h *heartbeatStream) untilDue() time.Duration { return time.Until(h.next) }
 // runHeartbeat is a peer sender's heartbeat lane: it runs the passes, each
 // slice once the fresh lane is idle and with its workloads published as in
 // flight (peerlanes.go), until the lane's context ends.
+//
+// Workloads marked when the peer's queue was full go first, ahead of the
+// pass and of its schedule and pace, each as soon as it is due (rule 3).
 func (s *peerSender) runHeartbeat() {
 	h, ctx := s.heartbeat, s.hbCtx
 	for {
+		if ctx.Err() != nil {
+			return
+		}
+		if s.lanes.marksReady() {
+			s.recoverMarked()
+			continue
+		}
 		if !h.active {
-			if !sleepCtx(ctx, h.untilDue()) {
-				return
+			if d := h.untilDue(); d > 0 {
+				if !s.lanes.sleep(ctx, d) {
+					return
+				}
+				continue
 			}
 			h.begin(time.Now())
 			continue
 		}
 		if wait := h.paceWait(time.Now()); wait > 0 {
-			if !sleepCtx(ctx, wait) {
+			if !s.lanes.sleep(ctx, wait) {
 				return
 			}
 			continue
 		}
 		if !s.lanes.awaitFreshIdle(ctx) {
 			return
+		}
+		if s.lanes.marksReady() {
+			continue
 		}
 		frames, size := s.heartbeatBounds()
 		r := s.lanes.takeInFlight(func() reassertions { return h.nextLines(frames, size) })

@@ -33,8 +33,11 @@ type hbSink struct {
 	batching bool
 	delay    time.Duration
 
-	mu       sync.Mutex // guards events, batches and failOnce
-	events   []hbEvent
+	mu     sync.Mutex // guards events, batches, final and failOnce
+	events []hbEvent
+	// final is each workload's last state the sink took, "removed" after
+	// a removal: what a peer's broker would show.
+	final    map[string]string
 	batches  int             // requests that carried more than one frame
 	refused  int             // multi-frame requests a single-frame sink refused
 	failOnce map[string]bool // fresh frames answered 500 the first time
@@ -59,6 +62,35 @@ type hbSink struct {
 	holdFor  time.Duration
 	holding  chan struct{}
 	holdDone bool
+
+	// gate, when set, holds every request until it is closed (release);
+	// arrived counts the requests that reached the sink, held or not.
+	gate    chan struct{}
+	arrived int
+}
+
+// holdAll makes every request wait, unrecorded, until release.
+func (s *hbSink) holdAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.gate = make(chan struct{})
+}
+
+// release lets the held requests, and every later one, through.
+func (s *hbSink) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gate != nil {
+		close(s.gate)
+		s.gate = nil
+	}
+}
+
+// requests is how many requests reached the sink so far, held or not.
+func (s *hbSink) requests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.arrived
 }
 
 // holdFirst makes the sink hold the first request that carries ev for d.
@@ -112,6 +144,17 @@ func newHBSink(t *testing.T, batching bool, delay time.Duration) *hbSink {
 
 func (s *hbSink) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
+	s.mu.Lock()
+	s.arrived++
+	gate := s.gate
+	s.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-r.Context().Done():
+			return
+		}
+	}
 	if s.delay > 0 {
 		time.Sleep(s.delay) // a slow peer, by design of the test
 	}
@@ -218,7 +261,30 @@ func (s *hbSink) record(frame []byte) int {
 		return http.StatusInternalServerError
 	}
 	s.events = append(s.events, ev)
+	if s.final == nil {
+		s.final = map[string]string{}
+	}
+	s.final[ev.id] = "removed"
+	if ev.kind != "remove" {
+		var f struct {
+			Params struct {
+				WorkloadInfo struct {
+					State string `json:"state"`
+				} `json:"workloadInfo"`
+			} `json:"params"`
+		}
+		_ = json.Unmarshal(frame, &f)
+		s.final[ev.id] = f.Params.WorkloadInfo.State
+	}
 	return http.StatusOK
+}
+
+// finalState is the last state the sink took for id ("removed" after a
+// removal, "" when it has none).
+func (s *hbSink) finalState(id string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.final[id]
 }
 
 // sinkReason is the reason the sink gives with a status: a 403 is always
@@ -532,6 +598,9 @@ type fakeSource struct{ size, taken int }
 
 func (f *fakeSource) closeCursor(*resyncCursor) {}
 func (f *fakeSource) generation() uint64        { return 0 }
+func (f *fakeSource) latestLines(refs []workloadRef) [][][]byte {
+	return make([][][]byte, len(refs))
+}
 func (f *fakeSource) take(_ *resyncCursor, maxFrames, _ int) (reassertions, int, bool) {
 	size := 0
 	if f.taken == 0 {

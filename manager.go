@@ -242,6 +242,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	// Each peer sender reads its heartbeat passes from this Manager's
 	// re-sync set.
 	m.bcast = newBroadcaster(cfg.Logger, trust, m, cfg.ResyncInterval)
+	// The overflow marks name tracked workloads or removals: the re-sync
+	// set's bound is theirs (overflow.go).
+	m.bcast.setMarkLimit(cfg.MaxLiveWorkloads)
 	return m, nil
 }
 

@@ -217,7 +217,8 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	}
 	m.writeWorkloadBoundMetrics(&t)
 	t.single("nvpair_wlm_outbound_frames_queued_total", "counter", "Frames queued for the peers at the ordered enqueue point.", float64(m.bcast.queued.Load()))
-	t.single("nvpair_wlm_outbound_frames_dropped_total", "counter", "Frames dropped because the outbound queue was full.", float64(m.bcast.dropped.Load()))
+	t.single("nvpair_wlm_outbound_frames_dropped_total", "counter", "Frames dropped because the outbound queue was full and its overflow marks at their bound.", float64(m.bcast.dropped.Load()))
+	t.single("nvpair_wlm_outbound_frames_marked_total", "counter", "Frames that found the outbound queue full and marked their workload for every peer instead: each peer is sent its latest state on its heartbeat lane.", float64(m.bcast.marked.Load()))
 	t.single("nvpair_wlm_outbound_queue_frames", "gauge", fmt.Sprintf("Frames waiting at the ordered enqueue point for the dispatcher (at most %d).", outboundQueueSize), float64(len(m.bcast.queue)))
 
 	stats := m.bcast.peerStatsSnapshot()
@@ -229,7 +230,9 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 		{"nvpair_wlm_peer_delivery_failures_total", "counter", "Failed delivery attempts to a peer.", func(s *peerStats) uint64 { return s.failedAttempts.Load() }},
 		{"nvpair_wlm_peer_delivery_retries_total", "counter", "Delivery attempts to a peer that were retries.", func(s *peerStats) uint64 { return s.retries.Load() }},
 		{"nvpair_wlm_peer_deliveries_dropped_total", "counter", "Frames given up for a peer after their last attempt.", func(s *peerStats) uint64 { return s.dropped.Load() }},
-		{"nvpair_wlm_peer_queue_dropped_total", "counter", "Frames dropped for a peer because its queue was full.", func(s *peerStats) uint64 { return s.queueDropped.Load() }},
+		{"nvpair_wlm_peer_queue_dropped_total", "counter", "Frames lost to a peer's full queue: dropped with its overflow marks at their bound, or marked for a workload the re-sync set did not hold when its mark was sent.", func(s *peerStats) uint64 { return s.queueDropped.Load() }},
+		{"nvpair_wlm_peer_overflow_marked_total", "counter", "Frames that found a peer's queue full, or their workload marked, and marked their workload for the peer's heartbeat lane instead of being dropped.", func(s *peerStats) uint64 { return s.overflowMarked.Load() }},
+		{"nvpair_wlm_peer_overflow_recovered_total", "counter", "Latest states and removals of marked workloads a peer took on its heartbeat lane.", func(s *peerStats) uint64 { return s.overflowRecovered.Load() }},
 		{"nvpair_wlm_peer_batches_sent_total", "counter", "Batch requests sent to a peer that advertised batches.", func(s *peerStats) uint64 { return s.batchesSent.Load() }},
 		{"nvpair_wlm_peer_batch_frames_sent_total", "counter", "Frames sent to a peer inside batches (fresh frames and re-assertions).", func(s *peerStats) uint64 { return s.batchFramesSent.Load() }},
 		{"nvpair_wlm_heartbeat_passes_started_total", "counter", "Heartbeat passes over the re-sync set started for a peer (the first is its backfill).", func(s *peerStats) uint64 { return s.passesStarted.Load() }},
@@ -254,6 +257,12 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 		t.sample("nvpair_wlm_peer_queue_frames", []string{"peer"}, []string{s.peer}, float64(depths[s.peer]))
 	}
 	writePeerQueueBytes(&t, stats, m.bcast.peerQueueBytes())
+	marked := m.bcast.peerOverflowWorkloads()
+	t.family("nvpair_wlm_peer_overflow_workloads", "gauge", fmt.Sprintf("Workloads marked for a peer whose latest state or removal waits for its heartbeat lane (at most %d, --max-live-workloads); 0 for a peer that left.", m.cfg.MaxLiveWorkloads))
+	for _, s := range stats {
+		t.sample("nvpair_wlm_peer_overflow_workloads", []string{"peer"}, []string{s.peer}, float64(marked[s.peer]))
+	}
+	t.single("nvpair_wlm_peer_overflow_limit_workloads", "gauge", "The most workloads marked for one peer, and at the outbound queue, at once (--max-live-workloads).", float64(m.cfg.MaxLiveWorkloads))
 	t.family("nvpair_wlm_peer_delivery_latency_seconds", "histogram", "Time from queueing a frame to its successful delivery to a peer.")
 	for _, s := range stats {
 		t.histogram("nvpair_wlm_peer_delivery_latency_seconds", "peer", s.peer, s.latency)

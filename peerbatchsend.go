@@ -152,8 +152,7 @@ func (s *peerSender) settle(sent []outboundFrame, results []peerBatchResult) (re
 		f := sent[i]
 		switch {
 		case r.Status == http.StatusOK:
-			s.stats.succeeded.Add(1)
-			s.stats.latency.observe(time.Since(f.queuedAt))
+			s.delivered(f)
 		case retryableAnswer(r.Status, r.Reason):
 			s.stats.failedAttempts.Add(1)
 			retry = append(retry, f)

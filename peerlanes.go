@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // A peer sender delivers on two lanes, each with its own connection: the
@@ -29,6 +30,15 @@ import (
 //     published under mu in the same hold as the take, so a frame tracked
 //     after the take always finds them. A workload is thus never re-asserted
 //     to a peer after its removal or a newer frame reached it.
+//  3. A workload marked when the peer's queue was full (overflow.go) goes
+//     out on the heartbeat lane once the frames queued to the fresh lane
+//     before its mark have been delivered or given up, ahead of any slice
+//     of a pass and without waiting for the fresh lane to go idle: the
+//     frames queue in order and settle in order, so a count of those
+//     settled says when. Its frames after the mark joined the mark, so no
+//     frame of it is left in the queue behind the mark; its state is read
+//     from the re-sync set in the take, and the take publishes it as in
+//     flight like a slice of a pass (rule 2).
 type laneOrder struct {
 	// mu guards inflight and done. Lock order: mu is taken before
 	// Manager.activeMu (the heartbeat lane takes its slice under mu) and
@@ -38,27 +48,52 @@ type laneOrder struct {
 	done     chan struct{}            // closed when that request ends
 
 	// pending counts the frames handed to the fresh lane's queue that it
-	// has not yet delivered or given up; idle is poked when it drops to 0.
+	// has not yet delivered or given up; idle is poked when it drops to 0,
+	// and when a marked workload becomes due (rule 3).
 	pending atomic.Int64
 	idle    chan struct{}
 	// undispatched is the broadcaster's count of frames enqueued but not
 	// yet offered to every peer: a frame on its way to this lane's queue.
 	undispatched *atomic.Int64
+
+	// sent counts the frames ever put in the fresh lane's queue (written
+	// by the dispatcher only), settledCount those of them delivered or
+	// given up: frames settle in the order they were queued (rule 3).
+	sent, settledCount atomic.Uint64
+	// marks are this peer's marked workloads (rule 3).
+	marks *overflowMarks
 }
 
-func newLaneOrder(undispatched *atomic.Int64) *laneOrder {
-	return &laneOrder{idle: make(chan struct{}, 1), undispatched: undispatched}
+func newLaneOrder(undispatched *atomic.Int64, marks *overflowMarks) *laneOrder {
+	return &laneOrder{idle: make(chan struct{}, 1), undispatched: undispatched, marks: marks}
 }
 
-// queued counts a frame handed to the fresh lane's queue.
+// queued counts a frame about to be handed to the fresh lane's queue.
 func (o *laneOrder) queued() { o.pending.Add(1) }
 
-// settled counts n frames the fresh lane delivered or gave up, and wakes
-// the heartbeat lane when none is left.
-func (o *laneOrder) settled(n int) {
-	if o.pending.Add(-int64(n)) == 0 {
+// accepted counts a frame the queue took, after queued.
+func (o *laneOrder) accepted() { o.sent.Add(1) }
+
+// withdrawn takes back queued for a frame the queue did not take.
+func (o *laneOrder) withdrawn() {
+	if o.pending.Add(-1) == 0 {
 		o.wake()
 	}
+}
+
+// settled counts n frames the fresh lane delivered or gave up, and wakes
+// the heartbeat lane when none is left or a marked workload is due.
+func (o *laneOrder) settled(n int) {
+	o.settledCount.Add(uint64(n))
+	if o.pending.Add(-int64(n)) == 0 || o.marksReady() {
+		o.wake()
+	}
+}
+
+// marksReady reports whether the first marked workload is due: the frames
+// queued before its mark have all settled (rule 3).
+func (o *laneOrder) marksReady() bool {
+	return o.settledCount.Load() >= o.marks.front.Load()
 }
 
 // wake pokes the heartbeat lane to look at the fresh lane again: the
@@ -79,16 +114,37 @@ func (o *laneOrder) freshIdle() bool {
 	return o.undispatched.Load() == 0 && o.pending.Load() == 0
 }
 
-// awaitFreshIdle waits until the fresh lane is idle (rule 1); it reports
-// false when ctx ends first. Whichever count reaches 0 last pokes idle: the
-// fresh lane when it settles its last frame, the broadcaster when its last
+// awaitFreshIdle waits until the fresh lane is idle (rule 1), or a marked
+// workload is due (rule 3), which goes first; it reports false when ctx
+// ends first. Whichever count reaches 0 last pokes idle: the fresh lane
+// when it settles its last frame, the broadcaster when its last
 // undispatched frame is gone.
 func (o *laneOrder) awaitFreshIdle(ctx context.Context) bool {
-	for !o.freshIdle() {
+	for !o.freshIdle() && !o.marksReady() {
 		select {
 		case <-o.idle:
 		case <-ctx.Done():
 			return false
+		}
+	}
+	return true
+}
+
+// sleep waits for d, or less when a marked workload becomes due first; it
+// reports false when ctx ends first.
+func (o *laneOrder) sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for !o.marksReady() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-o.idle:
 		}
 	}
 	return true

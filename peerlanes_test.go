@@ -11,7 +11,7 @@ func TestHeartbeatLaneWakesWhenTheLastUndispatchedFrameIsGone(t *testing.T) {
 	// undispatched and waits again. The dispatcher's count-out must wake it,
 	// or it waits until this peer's next frame, on a quiet node forever.
 	b := &broadcaster{peers: map[string]*peerSender{}}
-	o := newLaneOrder(&b.undispatched)
+	o := newLaneOrder(&b.undispatched, newOverflowMarks(1))
 	b.peers["p"] = &peerSender{lanes: o}
 	b.reserve() // a frame on its way through the dispatcher
 	o.queued()  // offered to this peer

@@ -270,14 +270,6 @@ func (p *deferringPeer) entry() map[string]any {
 	return netAddrEntry(devpki.NewUUID(), p.ident.Principal, p.addr)
 }
 
-func ids(prefix string, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("%s-%02d", prefix, i)
-	}
-	return out
-}
-
 // startWithPeer starts a with p as its only target.
 func startWithPeer(t *testing.T, a *testNode, p *deferringPeer) {
 	t.Helper()

@@ -30,6 +30,12 @@ type peerStats struct {
 	// Answers whose Retry-After was honoured, and the time they held
 	// the peer's requests (peerretryafter.go).
 	retryAfterWaits, retryAfterHeldNanos atomic.Uint64
+
+	// overflowMarked counts frames that found the queue full (or their
+	// workload marked) and marked their workload instead of being
+	// dropped; overflowRecovered the frames sent from marks that the peer
+	// took (overflow.go).
+	overflowMarked, overflowRecovered atomic.Uint64
 }
 
 // peerSender delivers one peer's fresh frames in order on its fresh lane,
@@ -56,6 +62,9 @@ type peerSender struct {
 	// every request passes it first (exchange).
 	hold          peerHold
 	retryAfterLog dropLogger // the deferrals, logged at most once per dropLogInterval
+
+	// overflow logs the bursts of marked workloads, each when it ends.
+	overflow overflowLog
 
 	// advert is what the peer's last answer on either lane advertised
 	// (noteAdvert): the most frames a batch to it may have in the high 32
@@ -127,10 +136,22 @@ func dialInOrder(addrs []string) func(ctx context.Context, network, _ string) (n
 	}
 }
 
-// offer hands a frame to the sender without blocking; a full queue (in
-// frames or in bytes, queueFull) drops the frame for this peer only.
-// Called by the dispatcher under broadcaster.mu.
+// offer hands a frame to the sender without blocking. A frame that finds
+// the queue full (in frames or in bytes, queueFull), or its workload
+// already marked, marks its workload for this peer instead (overflow.go):
+// its latest state follows on the heartbeat lane. Called by the
+// dispatcher under broadcaster.mu.
 func (s *peerSender) offer(f outboundFrame) {
+	if s.lanes.marks.holds(f.ref) || !s.tryQueue(f) {
+		removal := f.method == methodRemove
+		s.markOverflow(f.ref, removal, !removal, 1, f.queuedAt)
+	}
+}
+
+// tryQueue puts f in the peer's queue unless the queue is full, and
+// reports whether it did: the one place that decides whether this peer's
+// queue is full.
+func (s *peerSender) tryQueue(f outboundFrame) bool {
 	s.lanes.queued() // before the send: the fresh lane may settle it at once
 	if !s.queueFull(f) {
 		// Counted before the send: the fresh lane may take it at once.
@@ -138,14 +159,123 @@ func (s *peerSender) offer(f outboundFrame) {
 		s.queueBytes.Add(n)
 		select {
 		case s.queue <- f:
-			return
+			s.lanes.accepted()
+			return true
 		default: // not reached: only the dispatcher sends, after queueFull
 			s.queueBytes.Add(-n)
 		}
 	}
-	s.lanes.settled(1)
-	s.stats.queueDropped.Add(1)
-	s.drops.note(s.log, "peer queue full, dropping the newest frame for this peer", "method", f.method)
+	s.lanes.withdrawn()
+	return false
+}
+
+// markOverflow marks ref for this peer, standing for frames frames (the
+// latest a removal or a state), to go once the frames queued so far have
+// settled. With the marks at their bound the frames are dropped, as every
+// overflow was before marks: the heartbeat's next pass repairs a
+// lifecycle state, a removal is lost. Called under broadcaster.mu.
+func (s *peerSender) markOverflow(ref workloadRef, removal, state bool, frames uint64, at time.Time) {
+	marks := s.lanes.marks
+	ok, began := marks.add(ref, removal, state, frames, s.lanes.sent.Load(), at)
+	if !ok {
+		s.stats.queueDropped.Add(frames)
+		s.drops.note(s.log, "peer queue full and its overflow marks at their bound, dropping the newest frame for this peer", "limit", marks.limit)
+		return
+	}
+	s.stats.overflowMarked.Add(frames)
+	if began {
+		s.overflow.began(s.log, "peer queue full: marking workloads, their latest state goes on the heartbeat lane",
+			"queue", peerQueueSize, "limit", marks.limit)
+	}
+	if s.lanes.marksReady() {
+		s.lanes.wake()
+	}
+}
+
+// recoverMarked sends the marked workloads that are due, a heartbeat
+// request's worth (rule 3, peerlanes.go): each one's removal and latest
+// state, taken in one hold with the workloads published as in flight.
+// They are delivered as fresh frames are, with retries; a burst's line is
+// written when its last mark has been sent and the set is empty.
+func (s *peerSender) recoverMarked() {
+	maxFrames, _ := s.heartbeatBounds()
+	var taken []overflowMark
+	var states [][][]byte
+	s.lanes.takeInFlight(func() reassertions {
+		taken = s.lanes.marks.takeReady(s.lanes.settledCount.Load(), maxFrames)
+		refs := make([]workloadRef, len(taken))
+		for i := range taken {
+			refs[i] = taken[i].ref
+		}
+		states = s.heartbeat.src.latestLines(refs)
+		return reassertions{refs: refs}
+	})
+	frames, lost := recoveryFrames(taken, states)
+	if lost > 0 {
+		s.stats.queueDropped.Add(lost)
+	}
+	before := s.stats.overflowRecovered.Load()
+	s.deliverMarked(frames)
+	s.lanes.endInFlight()
+	if s.ctx.Err() != nil {
+		return // stopped: the marks are abandoned with the queue
+	}
+	recovered := s.stats.overflowRecovered.Load() - before
+	if sum, ended := s.lanes.marks.settle(len(taken), recovered, uint64(len(frames))-recovered, lost); ended {
+		s.overflow.ended(s.log, sum)
+	}
+}
+
+// recoveryFrames are the frames that recover the marks taken, given the
+// lines the re-sync set holds for each: its removal, then its runs' latest
+// states. A mark for a state the set does not hold has nothing to send:
+// the set did not track the workload (it was full, --max-live-workloads,
+// and the frame was relayed once), or its terminal entry aged out. Those
+// are counted lost.
+func recoveryFrames(taken []overflowMark, states [][][]byte) (frames []outboundFrame, lost uint64) {
+	for i, m := range taken {
+		if m.removal {
+			frames = append(frames, outboundFrame{method: methodRemove, line: removalLine(m.ref), ref: m.ref, queuedAt: m.at, recovery: true})
+		}
+		if !m.state {
+			continue
+		}
+		if len(states[i]) == 0 && !m.removal {
+			lost++
+		}
+		for _, line := range states[i] {
+			frames = append(frames, outboundFrame{method: "re-assertion", line: line, ref: m.ref, queuedAt: m.at, recovery: true})
+		}
+	}
+	return frames, lost
+}
+
+// deliverMarked delivers recovered frames in order, in batches within the
+// peer's bounds when it takes them, with the fresh frames' retries.
+func (s *peerSender) deliverMarked(frames []outboundFrame) {
+	for len(frames) > 0 && s.ctx.Err() == nil {
+		maxFrames, maxBytes := s.batchBounds()
+		n, size := 1, len(frames[0].line)+1
+		for n < len(frames) && n < maxFrames && size+len(frames[n].line)+1 <= maxBytes {
+			size += len(frames[n].line) + 1
+			n++
+		}
+		if n == 1 {
+			s.deliverOne(frames[0])
+		} else {
+			s.deliverFreshBatch(frames[:n])
+		}
+		frames = frames[n:]
+	}
+}
+
+// delivered counts a frame the peer took.
+func (s *peerSender) delivered(f outboundFrame) {
+	s.stats.succeeded.Add(1)
+	s.stats.latency.observe(time.Since(f.queuedAt))
+	if f.recovery {
+		s.stats.overflowRecovered.Add(1)
+	}
 }
 
 // queueFull reports whether the peer's queue cannot take f: it holds
@@ -193,10 +323,25 @@ func (s *peerSender) run() {
 			return
 		case f, ok := <-s.queue:
 			if !ok {
+				s.awaitMarksSent()
 				return
 			}
 			s.dequeued(f)
 			s.deliverFresh(f)
+		}
+	}
+}
+
+// awaitMarksSent waits, once the queue is closed and delivered, until the
+// heartbeat lane has sent the marked workloads, or the sender is stopped:
+// at shutdown they get the drain timeout as the queue does.
+func (s *peerSender) awaitMarksSent() {
+	marks := s.lanes.marks
+	for marks.busy() {
+		select {
+		case <-marks.drained:
+		case <-s.ctx.Done():
+			return
 		}
 	}
 }
@@ -284,8 +429,7 @@ func (s *peerSender) deliver(f outboundFrame) error {
 			err = s.post(s.ctx, f)
 		}
 		if err == nil {
-			s.stats.succeeded.Add(1)
-			s.stats.latency.observe(time.Since(f.queuedAt))
+			s.delivered(f)
 			s.log.Debug("delivered to peer", "method", f.method)
 			return nil
 		}

@@ -27,3 +27,16 @@ func (b *broadcaster) peerQueueBytes() map[string]int64 {
 	}
 	return out
 }
+
+// peerOverflowWorkloads returns, by peer principal, the workloads marked
+// for that peer and not yet taken by its heartbeat lane (overflow.go). It
+// takes broadcaster.mu for an atomic load per peer, no more.
+func (b *broadcaster) peerOverflowWorkloads() map[string]int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[string]int, len(b.peers))
+	for _, s := range b.peers {
+		out[s.target.principal] += s.lanes.marks.len()
+	}
+	return out
+}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -354,6 +356,29 @@ func (s *resyncSet) runsOf(ref workloadRef) []workloadKey {
 		keys = append(keys, e.key)
 	}
 	return keys
+}
+
+// latestLines returns the re-assertion lines of the workload's runs, the
+// run that changed last last: a peer that keys the workload alone keeps
+// the latest.
+func (s *resyncSet) latestLines(ref workloadRef) [][]byte {
+	first := s.byRef[ref]
+	if first == nil {
+		return nil
+	}
+	if first.sibling == nil {
+		return [][]byte{first.line}
+	}
+	var runs []*resyncEntry
+	for e := first; e != nil; e = e.sibling {
+		runs = append(runs, e)
+	}
+	slices.SortFunc(runs, func(a, b *resyncEntry) int { return cmp.Compare(a.gen, b.gen) })
+	lines := make([][]byte, len(runs))
+	for i, e := range runs {
+		lines[i] = e.line
+	}
+	return lines
 }
 
 // link appends e at the end of the pass order.

@@ -383,12 +383,13 @@ func TestIngressFramesInFlightCountTowardTheResyncByteBound(t *testing.T) {
 }
 
 // A peer's queue is full at its byte bound as at its frame bound: the
-// newest frame is dropped for that peer, and the bytes queued never pass
-// the bound (a frame larger than it is still taken by an empty queue).
+// newest frame is not queued (here, with no room for overflow marks, it is
+// dropped for that peer), and the bytes queued never pass the bound (a
+// frame larger than it is still taken by an empty queue).
 func TestAPeerQueueIsFullAtItsByteBound(t *testing.T) {
 	var undispatched atomic.Int64
 	s := newPeerSender(peerTarget{name: "p", principal: "p", addrs: []string{"127.0.0.1:1"}}, &peerStats{peer: "p", latency: newHistogram()},
-		nil, nil, newLaneOrder(&undispatched), slog.New(slog.DiscardHandler))
+		nil, nil, newLaneOrder(&undispatched, newOverflowMarks(0)), slog.New(slog.DiscardHandler))
 	s.queueMaxBytes = 1000
 	frame := func(n int) outboundFrame { return outboundFrame{method: methodStarted, line: make([]byte, n)} }
 	s.offer(frame(2000)) // an empty queue takes a frame over the bound
