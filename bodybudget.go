@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"nvpair-workload-manager/internal/promtext"
 )
 
 // Request bodies (spec 3.7). Each channel that takes bodies, the peer port
@@ -135,7 +137,7 @@ func bodyRefusal(w http.ResponseWriter, err error) (int, string) {
 }
 
 // writeMetrics renders both budgets.
-func (bs requestBodies) writeMetrics(t *metricsText) {
+func (bs requestBodies) writeMetrics(t *promtext.Text) {
 	all := []*bodyBudget{bs.peer, bs.ingress}
 	series := []struct {
 		name, kind, help string
@@ -147,15 +149,15 @@ func (bs requestBodies) writeMetrics(t *metricsText) {
 		{"nvpair_wlm_request_body_timeouts_total", "counter", "Requests answered 408 because their body was not sent within 2 s of their headers, or was cut off for room (ingress).", func(b *bodyBudget) float64 { return float64(b.timedOut.Load()) }},
 	}
 	for _, s := range series {
-		t.family(s.name, s.kind, s.help)
+		t.Family(s.name, s.kind, s.help)
 		for _, b := range all {
-			t.sample(s.name, []string{"channel"}, []string{b.channel}, s.get(b))
+			t.Sample(s.name, []string{"channel"}, []string{b.channel}, s.get(b))
 		}
 	}
 	u := bs.ingress.unfinished
-	t.single("nvpair_wlm_ingress_unfinished_bodies", "gauge", "Ingress request bodies being read now.", float64(u.count()))
-	t.single("nvpair_wlm_ingress_unfinished_bodies_per_source_limit", "gauge", "The most ingress bodies one source address may have in progress; at the bound its oldest is cut off.", float64(u.perSource))
-	t.single("nvpair_wlm_ingress_unfinished_bodies_cut_total", "counter", "Ingress bodies cut off to make room for a newer one from the same source address.", float64(u.cut.Load()))
+	t.Single("nvpair_wlm_ingress_unfinished_bodies", "gauge", "Ingress request bodies being read now.", float64(u.count()))
+	t.Single("nvpair_wlm_ingress_unfinished_bodies_per_source_limit", "gauge", "The most ingress bodies one source address may have in progress; at the bound its oldest is cut off.", float64(u.perSource))
+	t.Single("nvpair_wlm_ingress_unfinished_bodies_cut_total", "counter", "Ingress bodies cut off to make room for a newer one from the same source address.", float64(u.cut.Load()))
 }
 
 // unfinishedBodies tracks the bodies being read on one channel, per source

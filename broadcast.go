@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/pairinstall"
+	"nvpair-workload-manager/internal/promtext"
 )
 
 // Outbound delivery settings (contract section 7).
@@ -277,7 +278,7 @@ func (b *broadcaster) setTargets(targets []peerTarget) (added, removed []peerTar
 		if _, have := b.peers[id]; !have {
 			st := b.stats[t.principal]
 			if st == nil {
-				st = &peerStats{peer: t.principal, latency: newHistogram()}
+				st = &peerStats{peer: t.principal, latency: promtext.NewHistogram()}
 				if b.stats == nil {
 					b.stats = map[string]*peerStats{}
 				}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+
+	"nvpair-workload-manager/internal/promtext"
 )
 
 // Group commit to the broker (spec 6). Every frame the daemon writes up to
@@ -371,8 +373,8 @@ func (m *Manager) emitRemove(r *removalEvent) error {
 }
 
 // writeBrokerGroupMetrics renders the group commit's own series.
-func (m *Manager) writeBrokerGroupMetrics(t *metricsText) {
-	t.single("nvpair_wlm_broker_write_calls_total", "counter", "Write calls to the broker; nvpair_wlm_broker_writes_total over this is the mean frames per write (group commit).", float64(m.out.writeCalls.Load()))
-	t.single("nvpair_wlm_broker_write_groups_at_bound_total", "counter", "Groups of broker frames closed because the next frame would take them past nvpair_wlm_broker_write_group_limit_bytes; that frame went up in the next write.", float64(m.out.groupsAtBound.Load()))
-	t.single("nvpair_wlm_broker_write_group_limit_bytes", "gauge", "The most bytes of frames written to the broker in one write call, unless one frame alone is longer.", brokerGroupMaxBytes)
+func (m *Manager) writeBrokerGroupMetrics(t *promtext.Text) {
+	t.Single("nvpair_wlm_broker_write_calls_total", "counter", "Write calls to the broker; nvpair_wlm_broker_writes_total over this is the mean frames per write (group commit).", float64(m.out.writeCalls.Load()))
+	t.Single("nvpair_wlm_broker_write_groups_at_bound_total", "counter", "Groups of broker frames closed because the next frame would take them past nvpair_wlm_broker_write_group_limit_bytes; that frame went up in the next write.", float64(m.out.groupsAtBound.Load()))
+	t.Single("nvpair_wlm_broker_write_group_limit_bytes", "gauge", "The most bytes of frames written to the broker in one write call, unless one frame alone is longer.", brokerGroupMaxBytes)
 }

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"nvpair-workload-manager/internal/promtext"
 )
 
 // The broker is the daemon's parent and trusted to speak the protocol, but
@@ -126,11 +128,11 @@ func (b *brokerLineLog) stop(log *slog.Logger) {
 }
 
 // writeMetrics renders the bad lines' counters, every kind from the start.
-func (b *brokerLineLog) writeMetrics(t *metricsText) {
+func (b *brokerLineLog) writeMetrics(t *promtext.Text) {
 	const name = "nvpair_wlm_broker_bad_lines_total"
-	t.family(name, "counter", "Lines from the broker the daemon could not act on as sent (skipped, dropped, refused, or a request left unanswered), by kind; each kind is logged at warn at most once per 10 s.")
+	t.Family(name, "counter", "Lines from the broker the daemon could not act on as sent (skipped, dropped, refused, or a request left unanswered), by kind; each kind is logged at warn at most once per 10 s.")
 	for kind := range brokerLineKinds {
-		t.sample(name, []string{"kind"}, []string{brokerLineKindNames[kind]}, float64(b.counts[kind].Load()))
+		t.Sample(name, []string{"kind"}, []string{brokerLineKindNames[kind]}, float64(b.counts[kind].Load()))
 	}
 }
 

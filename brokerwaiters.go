@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"nvpair-workload-manager/internal/promtext"
 )
 
 // Broker stalls are bounded (spec 7). The broker writer blocks while the
@@ -139,14 +141,14 @@ func setBrokerBusyHeaders(w http.ResponseWriter) {
 
 // writeBrokerWaitersMetrics renders the waiters and the refusals of both
 // channels.
-func writeBrokerWaitersMetrics(t *metricsText, channels ...*brokerWaiters) {
-	t.family("nvpair_wlm_broker_waiters", "gauge", "Peer or ingress requests waiting on the broker write now, by channel; at most nvpair_wlm_broker_waiters_limit each.")
+func writeBrokerWaitersMetrics(t *promtext.Text, channels ...*brokerWaiters) {
+	t.Family("nvpair_wlm_broker_waiters", "gauge", "Peer or ingress requests waiting on the broker write now, by channel; at most nvpair_wlm_broker_waiters_limit each.")
 	for _, b := range channels {
-		t.sample("nvpair_wlm_broker_waiters", []string{"channel"}, []string{b.channel}, float64(b.waiting()))
+		t.Sample("nvpair_wlm_broker_waiters", []string{"channel"}, []string{b.channel}, float64(b.waiting()))
 	}
-	t.single("nvpair_wlm_broker_waiters_limit", "gauge", "The most requests of one channel that may wait on the broker write at once.", float64(cap(channels[0].slots)))
-	t.family("nvpair_wlm_broker_busy_refusals_total", "counter", "Peer or ingress requests answered 503 with Retry-After because their channel already had the most requests waiting on the broker write, by channel.")
+	t.Single("nvpair_wlm_broker_waiters_limit", "gauge", "The most requests of one channel that may wait on the broker write at once.", float64(cap(channels[0].slots)))
+	t.Family("nvpair_wlm_broker_busy_refusals_total", "counter", "Peer or ingress requests answered 503 with Retry-After because their channel already had the most requests waiting on the broker write, by channel.")
 	for _, b := range channels {
-		t.sample("nvpair_wlm_broker_busy_refusals_total", []string{"channel"}, []string{b.channel}, float64(b.refused.Load()))
+		t.Sample("nvpair_wlm_broker_busy_refusals_total", []string{"channel"}, []string{b.channel}, float64(b.refused.Load()))
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"nvpair-workload-manager/internal/promtext"
 )
 
 // Connection caps (spec 3.7). Every listener of the daemon
@@ -93,7 +95,7 @@ func newListenerLimits(c ConnLimits) listenerLimits {
 }
 
 // writeMetrics renders the connection caps and what they refused.
-func (ls listenerLimits) writeMetrics(t *metricsText) {
+func (ls listenerLimits) writeMetrics(t *promtext.Text) {
 	all := []*connLimiter{ls.peer, ls.ingress, ls.metrics}
 	series := []struct {
 		name, kind, help string
@@ -106,16 +108,16 @@ func (ls listenerLimits) writeMetrics(t *metricsText) {
 		{"nvpair_wlm_connections_unstarted_total", "counter", "Connections closed because no request started within 3 s of the accept (TLS handshake included).", func(l *connLimiter) float64 { return float64(l.unstarted.Load()) }},
 	}
 	for _, s := range series {
-		t.family(s.name, s.kind, s.help)
+		t.Family(s.name, s.kind, s.help)
 		for _, l := range all {
-			t.sample(s.name, []string{"listener"}, []string{l.name}, s.get(l))
+			t.Sample(s.name, []string{"listener"}, []string{l.name}, s.get(l))
 		}
 	}
 	const refused = "nvpair_wlm_connections_refused_total"
-	t.family(refused, "counter", "Connections closed at the accept, before anything was read, by reason: full (the cap, with none to close for room) or per_source (the source's cap).")
+	t.Family(refused, "counter", "Connections closed at the accept, before anything was read, by reason: full (the cap, with none to close for room) or per_source (the source's cap).")
 	for _, l := range all {
-		t.sample(refused, []string{"listener", "reason"}, []string{l.name, "full"}, float64(l.refusedFull.Load()))
-		t.sample(refused, []string{"listener", "reason"}, []string{l.name, "per_source"}, float64(l.refusedSource.Load()))
+		t.Sample(refused, []string{"listener", "reason"}, []string{l.name, "full"}, float64(l.refusedFull.Load()))
+		t.Sample(refused, []string{"listener", "reason"}, []string{l.name, "per_source"}, float64(l.refusedSource.Load()))
 	}
 }
 

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"net/http"
+
+	"nvpair-workload-manager/internal/promtext"
 )
 
 // Fetch Metadata (spec 3.5): a browser tells the server, in Sec-Fetch-Site
@@ -54,7 +56,7 @@ func (li *localIngress) refusePages(r *http.Request) (int, string) {
 
 // writeFetchMetadataMetrics renders the count of ingress requests refused
 // by their Fetch Metadata.
-func (m *Manager) writeFetchMetadataMetrics(t *metricsText) {
+func (m *Manager) writeFetchMetadataMetrics(t *promtext.Text) {
 	n := m.readBacks.fetchMetadataRefused.Load()
-	t.single("nvpair_wlm_ingress_fetch_metadata_refusals_total", "counter", "Ingress requests refused 403 because a browser marked them as a web page's (Sec-Fetch-Site other than none, or Sec-Fetch-Mode no-cors).", float64(n))
+	t.Single("nvpair_wlm_ingress_fetch_metadata_refusals_total", "counter", "Ingress requests refused 403 because a browser marked them as a web page's (Sec-Fetch-Site other than none, or Sec-Fetch-Mode no-cors).", float64(n))
 }

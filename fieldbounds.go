@@ -20,6 +20,6 @@ func (m *Manager) refusedOverBound(err error, source string) bool {
 	if !errors.As(err, &tooLong) {
 		return false
 	}
-	m.fieldBoundRefusals.inc(source)
+	m.fieldBoundRefusals.Inc(source)
 	return true
 }

@@ -195,7 +195,7 @@ func TestPeerPortRefusesAFieldOverItsBoundWith400NamingIt(t *testing.T) {
 	if rm := h.n.broker.withMethod(methodRemove); len(rm) != 0 {
 		t.Fatalf("a refused removal reached the broker: %v", rm)
 	}
-	if got, want := h.n.m.fieldBoundRefusals.get("peer"), uint64(len(cases)+3); got != want {
+	if got, want := h.n.m.fieldBoundRefusals.Get("peer"), uint64(len(cases)+3); got != want {
 		t.Fatalf("field bound refusals counted for the peer port: %d, want %d", got, want)
 	}
 	if n := h.n.m.dedup.len(); n != 2 {
@@ -255,7 +255,7 @@ func TestIngressRefusesAFieldOverItsBoundWith400NamingIt(t *testing.T) {
 	if got := ifxDrain(q); len(got) != 0 || ifxTrackedCount(n) != 0 || ifxRememberedCount(n) != 0 {
 		t.Fatalf("refused frames were queued (%s), tracked (%d) or remembered (%d)", ifxDescribe(got), ifxTrackedCount(n), ifxRememberedCount(n))
 	}
-	if got := n.m.fieldBoundRefusals.get("ingress"); got != uint64(refused) {
+	if got := n.m.fieldBoundRefusals.Get("ingress"); got != uint64(refused) {
 		t.Fatalf("field bound refusals counted for the ingress: %d, want %d", got, refused)
 	}
 }
@@ -291,7 +291,7 @@ func TestIngressBoundsAProducersErrorTextTo4KiB(t *testing.T) {
 			t.Fatal("the refused frame was queued for the peers")
 		}
 	}
-	if got := n.m.fieldBoundRefusals.get("ingress"); got != 1 {
+	if got := n.m.fieldBoundRefusals.Get("ingress"); got != 1 {
 		t.Fatalf("field bound refusals counted for the ingress: %d, want 1", got)
 	}
 }
@@ -342,7 +342,7 @@ func TestLocalChannelDropsAFrameWithAFieldOverItsBoundWithARateLimitedWarning(t 
 	if c := strings.Count(logs, "a field over its bound"); c != 1 || !n.logs.contains("level=WARN", overBound("workloadInfo.engine", 257)) {
 		t.Fatalf("want one warning naming the field for %d such frames, got %d; logs:\n%s", frames+1, c, logs)
 	}
-	if got := n.m.fieldBoundRefusals.get("stdio"); got != frames+1 {
+	if got := n.m.fieldBoundRefusals.Get("stdio"); got != frames+1 {
 		t.Fatalf("field bound refusals counted for the local channel: %d, want %d", got, frames+1)
 	}
 	// A frame within the bounds after them is taken as ever.

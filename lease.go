@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"nvpair-workload-manager/internal/promtext"
 )
 
 // Producer leases (spec 3.5.1). A producer that opens a job and dies before
@@ -95,14 +97,14 @@ type leaseTable struct {
 	// earlier; one pending wake is enough.
 	wake chan struct{}
 
-	renewed  atomic.Uint64 // a lease armed again while it was held
-	expired  atomic.Uint64 // jobs retired by expiry
-	refused  atomic.Uint64 // requests refused for a bad Workload-Lease header
-	failures *counterVec   // expiries that failed, by reason
+	renewed  atomic.Uint64        // a lease armed again while it was held
+	expired  atomic.Uint64        // jobs retired by expiry
+	refused  atomic.Uint64        // requests refused for a bad Workload-Lease header
+	failures *promtext.CounterVec // expiries that failed, by reason
 }
 
 func newLeaseTable() *leaseTable {
-	return &leaseTable{byRef: map[workloadRef]*lease{}, wake: make(chan struct{}, 1), failures: newCounterVec()}
+	return &leaseTable{byRef: map[workloadRef]*lease{}, wake: make(chan struct{}, 1), failures: promtext.NewCounterVec()}
 }
 
 // arm starts or renews the lease of ref on run key: it runs out d after
@@ -321,7 +323,7 @@ func (m *Manager) expireDue() {
 	case errors.Is(err, errLineOverLimit):
 		m.dropLease(log, *l, "line_limit", err)
 	default:
-		m.leases.failures.inc("broker_write")
+		m.leases.failures.Inc("broker_write")
 		retry := m.leases.postpone(l.ref, m.now())
 		log.Warn("lease expiry not written to the broker; trying again", "reason", err, "retryIn", retry)
 	}
@@ -377,7 +379,7 @@ func (m *Manager) enterExpiry() (ingressTurn, *lease, *slog.Logger, error) {
 // dropLease gives up a lease whose expiry can never be written, loudly.
 func (m *Manager) dropLease(log *slog.Logger, l lease, reason string, err error) {
 	m.leases.end(l.ref)
-	m.leases.failures.inc(reason)
+	m.leases.failures.Inc(reason)
 	log.Error("lease expired but the job could not be retired; the lease is dropped", "reason", err)
 }
 
@@ -452,14 +454,12 @@ func buildExpiryInfo(params json.RawMessage, errText string, now time.Time, seq 
 }
 
 // writeLeaseMetrics renders the leases.
-func (m *Manager) writeLeaseMetrics(t *metricsText) {
-	t.single("nvpair_wlm_leases_active", "gauge", "Ingress workloads held under a producer lease (Workload-Lease) now.", float64(m.leases.len()))
-	t.single("nvpair_wlm_leases_limit", "gauge", "The most leases this node holds: one per live workload, so --max-live-workloads.", float64(m.resync.limit))
-	t.single("nvpair_wlm_leases_renewed_total", "counter", "Leases renewed by a producer's frame while they were held.", float64(m.leases.renewed.Load()))
-	t.single("nvpair_wlm_leases_expired_total", "counter", "Jobs retired as failed because their producer's lease ran out.", float64(m.leases.expired.Load()))
-	t.single("nvpair_wlm_lease_header_refusals_total", "counter", "Ingress frames refused with 400 for a bad Workload-Lease header.", float64(m.leases.refused.Load()))
-	t.family("nvpair_wlm_lease_expiry_failures_total", "counter", "Expiries that could not be written: broker_write (retried with backoff), line_limit or no_entry (the lease is dropped, logged at error).")
-	for _, c := range m.leases.failures.snapshot() {
-		t.sample("nvpair_wlm_lease_expiry_failures_total", []string{"reason"}, c.values, float64(c.n.Load()))
-	}
+func (m *Manager) writeLeaseMetrics(t *promtext.Text) {
+	t.Single("nvpair_wlm_leases_active", "gauge", "Ingress workloads held under a producer lease (Workload-Lease) now.", float64(m.leases.len()))
+	t.Single("nvpair_wlm_leases_limit", "gauge", "The most leases this node holds: one per live workload, so --max-live-workloads.", float64(m.resync.limit))
+	t.Single("nvpair_wlm_leases_renewed_total", "counter", "Leases renewed by a producer's frame while they were held.", float64(m.leases.renewed.Load()))
+	t.Single("nvpair_wlm_leases_expired_total", "counter", "Jobs retired as failed because their producer's lease ran out.", float64(m.leases.expired.Load()))
+	t.Single("nvpair_wlm_lease_header_refusals_total", "counter", "Ingress frames refused with 400 for a bad Workload-Lease header.", float64(m.leases.refused.Load()))
+	t.Family("nvpair_wlm_lease_expiry_failures_total", "counter", "Expiries that could not be written: broker_write (retried with backoff), line_limit or no_entry (the lease is dropped, logged at error).")
+	t.CounterSamples("nvpair_wlm_lease_expiry_failures_total", []string{"reason"}, m.leases.failures)
 }

@@ -304,7 +304,7 @@ func TestWhatEndsALease(t *testing.T) {
 				t.Fatalf("the ended lease still expired: %v", got)
 			}
 			// Ended by the frame, not found dead at its deadline.
-			if got := n.m.leases.failures.get("no_entry"); got != 0 {
+			if got := n.m.leases.failures.Get("no_entry"); got != 0 {
 				t.Fatalf("the lease outlived its job until its deadline (%d dropped for want of a live run)", got)
 			}
 		})
@@ -406,7 +406,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 				t.Fatalf("%s's broker got terminal states %v, want completed alone", n.id[:8], got)
 			}
 		}
-		if got := a.m.leases.failures.get("no_entry"); got != 0 {
+		if got := a.m.leases.failures.Get("no_entry"); got != 0 {
 			t.Fatalf("the expiry went on with a lease the producer's frame had ended (%d dropped)", got)
 		}
 	})
@@ -454,7 +454,7 @@ func TestALeaseWhoseExpiryCannotBeWrittenIsRetriedWithBackoffNotDropped(t *testi
 	ref := workloadRef{n.id, "stuck"}
 	key := workloadKey{n.id, "llamacpp", "run-stuck", "stuck"}
 	n.m.expireDue()
-	if _, held := n.m.leases.deadlineOf(ref, key); !held || n.m.leases.failures.get("broker_write") != 0 {
+	if _, held := n.m.leases.deadlineOf(ref, key); !held || n.m.leases.failures.Get("broker_write") != 0 {
 		t.Fatal("a lease was expired before its deadline")
 	}
 	wantDelays := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
@@ -465,7 +465,7 @@ func TestALeaseWhoseExpiryCannotBeWrittenIsRetriedWithBackoffNotDropped(t *testi
 		if !held || !at.Equal(clock.now().Add(d)) {
 			t.Fatalf("failure %d: lease held %v, next try %v after now, want %v", i+1, held, at.Sub(clock.now()), d)
 		}
-		if got := n.m.leases.failures.get("broker_write"); got != uint64(i+1) {
+		if got := n.m.leases.failures.Get("broker_write"); got != uint64(i+1) {
 			t.Fatalf("failure %d: nvpair_wlm_lease_expiry_failures_total{reason=broker_write} = %d", i+1, got)
 		}
 		clock.advance(d)
@@ -520,8 +520,8 @@ func TestALeaseWhoseRunLeftTheSetIsDroppedWithAnError(t *testing.T) {
 	n.m.activeMu.Unlock()
 	clock.advance(5 * time.Second)
 	n.m.expireDue()
-	if leaseCount(n) != 0 || n.m.leases.failures.get("no_entry") != 1 {
-		t.Fatalf("%d leases, no_entry failures %d; want the lease dropped and counted", leaseCount(n), n.m.leases.failures.get("no_entry"))
+	if leaseCount(n) != 0 || n.m.leases.failures.Get("no_entry") != 1 {
+		t.Fatalf("%d leases, no_entry failures %d; want the lease dropped and counted", leaseCount(n), n.m.leases.failures.Get("no_entry"))
 	}
 	if !n.logs.contains("level=ERROR", "lease expired but the job could not be retired", "id=orphan") {
 		t.Fatalf("no error line for the dropped lease:\n%s", n.logs)

@@ -139,7 +139,7 @@ func (li *localIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	status, reason, f := li.decide(w, r)
 	reason = clipReason(reason)
-	li.m.ingressResponses.inc(statusCode(status))
+	li.m.ingressResponses.Inc(statusCode(status))
 	// The method and path come from the request: clipped, like every
 	// value a client chooses.
 	log := newRequestLog(li.m.log, "ingress", r.RemoteAddr)
@@ -277,7 +277,7 @@ func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, er
 		return f, m.ingressWaiters.busy()
 	}
 	defer m.ingressWaiters.release()
-	m.framesReceived.inc("ingress", f.method)
+	m.framesReceived.Inc("ingress", f.method)
 	// Both lines are built before ingestMu: only the frame's place in the
 	// order is decided under it.
 	line, peerLine := frameLine(&f), encodeNotification(f.method, f.params)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/pairinstall"
+	"nvpair-workload-manager/internal/promtext"
 )
 
 // Defaults for the settings a Config may leave zero.
@@ -145,21 +146,21 @@ type Manager struct {
 	metrics *metricsEndpoint // set by EnableMetrics before Run
 
 	// Metrics the Manager itself owns; the components keep their own.
-	framesReceived          *counterVec    // source, method
-	ingressResponses        *counterVec    // code
-	conns                   listenerLimits // the listeners' connection caps
-	peerRejects             *sourceLog     // the peer port's refusals, rate-limited per source
-	bodies                  requestBodies  // request-body bytes held at once, per channel
+	framesReceived          *promtext.CounterVec // source, method
+	ingressResponses        *promtext.CounterVec // code
+	conns                   listenerLimits       // the listeners' connection caps
+	peerRejects             *sourceLog           // the peer port's refusals, rate-limited per source
+	bodies                  requestBodies        // request-body bytes held at once, per channel
 	serverHandshakeFailures atomic.Uint64
 	resyncUntracked         atomic.Uint64 // broker frames not tracked: the re-sync set was full
 	untrackedLog            dropLogger
-	fieldBoundRefusals      *counterVec   // source: frames refused for a field over its bound
-	fieldBoundLog           dropLogger    // the local channel's such refusals
-	workloadBoundRefusals   *counterVec   // source: frames refused for params over --workload-max-bytes
-	workloadBoundLog        dropLogger    // the local channel's such refusals
-	untrackedBytesLog       dropLogger    // broker frames not kept: the re-sync set was at its byte bound
-	batchesReceived         atomic.Uint64 // batches processed on the peer port
-	batchFramesReceived     atomic.Uint64 // their elements
+	fieldBoundRefusals      *promtext.CounterVec // source: frames refused for a field over its bound
+	fieldBoundLog           dropLogger           // the local channel's such refusals
+	workloadBoundRefusals   *promtext.CounterVec // source: frames refused for params over --workload-max-bytes
+	workloadBoundLog        dropLogger           // the local channel's such refusals
+	untrackedBytesLog       dropLogger           // broker frames not kept: the re-sync set was at its byte bound
+	batchesReceived         atomic.Uint64        // batches processed on the peer port
+	batchFramesReceived     atomic.Uint64        // their elements
 
 	// brokerLines counts the broker's bad lines and rate-limits the
 	// warnings they cause (brokerlinelog.go).
@@ -229,15 +230,15 @@ func NewManager(cfg Config) (*Manager, error) {
 		peerWaiters:    newBrokerWaiters("peer", brokerWaitersMax),
 		ingressWaiters: newBrokerWaiters("ingress", brokerWaitersMax),
 
-		framesReceived:     newCounterVec(),
-		ingressResponses:   newCounterVec(),
-		fieldBoundRefusals: newCounterVec(),
+		framesReceived:     promtext.NewCounterVec(),
+		ingressResponses:   promtext.NewCounterVec(),
+		fieldBoundRefusals: promtext.NewCounterVec(),
 		conns:              newListenerLimits(cfg.Conns),
 		peerRejects:        newSourceLog(),
 		brokerLines:        newBrokerLineLog(),
 		bodies:             newRequestBodies(),
 
-		workloadBoundRefusals: newCounterVec(),
+		workloadBoundRefusals: promtext.NewCounterVec(),
 	}
 	// Each peer sender reads its heartbeat passes from this Manager's
 	// re-sync set.
@@ -433,7 +434,7 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 		m.brokerLines.warn(m.log, brokerLineBadVersion, "method", clipLogged(env.method), "reason", `jsonrpc must be "2.0"`)
 		return false
 	}
-	m.framesReceived.inc("stdio", env.method)
+	m.framesReceived.Inc("stdio", env.method)
 	m.handleLocal(env.method, &s)
 	if env.id != nil {
 		if err := m.out.respond(env.id, nil, nil); err != nil {
@@ -464,7 +465,7 @@ func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 		m.log.Debug("response from broker ignored", "id", clipLoggedBytes(f.ID))
 		return false
 	}
-	m.framesReceived.inc("stdio", knownMethod(f.Method))
+	m.framesReceived.Inc("stdio", knownMethod(f.Method))
 	var result any
 	var rerr *rpcError
 	switch {

@@ -140,7 +140,7 @@ func TestABatchOfValidFramesIsAppliedOnceEachInBatchOrder(t *testing.T) {
 			want = append(want, "remove:job-b"+itoa(i-3))
 		}
 	}
-	before := h.n.m.framesReceived.get("peer", methodStarted)
+	before := h.n.m.framesReceived.Get("peer", methodStarted)
 	a := netPostBatch(t, h.c, h.addr, elems...)
 	if a.status != http.StatusOK || a.header.Get("Content-Type") != "application/json" {
 		t.Fatalf("batch = %d %q (%s), want 200 application/json", a.status, a.header.Get("Content-Type"), a.text)
@@ -155,7 +155,7 @@ func TestABatchOfValidFramesIsAppliedOnceEachInBatchOrder(t *testing.T) {
 	}
 	// Counted as single frames are; the answer came after every element
 	// was handled.
-	if n := h.n.m.framesReceived.get("peer", methodStarted) - before; n != 10 {
+	if n := h.n.m.framesReceived.Get("peer", methodStarted) - before; n != 10 {
 		t.Fatalf("frames received (peer, %s) went up by %d, want 10", methodStarted, n)
 	}
 	h.barrier(t)

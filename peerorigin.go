@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"sync/atomic"
+
+	"nvpair-workload-manager/internal/promtext"
 )
 
 // A peer speaks only for itself (spec 3.3, "Origin rule"). A pinned
@@ -137,9 +139,9 @@ func clipField(s string) string {
 }
 
 // writeMetrics renders the refusals for origin.
-func (g *originGuard) writeMetrics(t *metricsText) {
+func (g *originGuard) writeMetrics(t *promtext.Text) {
 	const name = "nvpair_wlm_peer_origin_refused_total"
-	t.family(name, "counter", "Peer frames refused (403) because their originatedFrom is this node (claim=self) or a node discovery does not list for the sending principal (claim=other).")
-	t.sample(name, []string{"claim"}, []string{claimOther}, float64(g.refusedOther.Load()))
-	t.sample(name, []string{"claim"}, []string{claimSelf}, float64(g.refusedSelf.Load()))
+	t.Family(name, "counter", "Peer frames refused (403) because their originatedFrom is this node (claim=self) or a node discovery does not list for the sending principal (claim=other).")
+	t.Sample(name, []string{"claim"}, []string{claimOther}, float64(g.refusedOther.Load()))
+	t.Sample(name, []string{"claim"}, []string{claimSelf}, float64(g.refusedSelf.Load()))
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"nvpair-workload-manager/internal/promtext"
 )
 
 // A peer that answers 503 or 429 with Retry-After is asking its senders to
@@ -170,14 +172,14 @@ func (s *peerSender) settleHold(probe bool, status int, deferFor time.Duration) 
 }
 
 // writeRetryAfterMetrics renders the peers' deferrals.
-func writeRetryAfterMetrics(t *metricsText, stats []*peerStats) {
+func writeRetryAfterMetrics(t *promtext.Text, stats []*peerStats) {
 	const waits, held = "nvpair_wlm_peer_retry_after_waits_total", "nvpair_wlm_peer_retry_after_held_seconds_total"
-	t.family(waits, "counter", "Answers from a peer (503 or 429) whose Retry-After this node honoured: no request went to the peer, on either lane, until the wait (at most 30 s) was over.")
+	t.Family(waits, "counter", "Answers from a peer (503 or 429) whose Retry-After this node honoured: no request went to the peer, on either lane, until the wait (at most 30 s) was over.")
 	for _, s := range stats {
-		t.sample(waits, []string{"peer"}, []string{s.peer}, float64(s.retryAfterWaits.Load()))
+		t.Sample(waits, []string{"peer"}, []string{s.peer}, float64(s.retryAfterWaits.Load()))
 	}
-	t.family(held, "counter", "Seconds a peer's Retry-After held every request to it.")
+	t.Family(held, "counter", "Seconds a peer's Retry-After held every request to it.")
 	for _, s := range stats {
-		t.sample(held, []string{"peer"}, []string{s.peer}, time.Duration(s.retryAfterHeldNanos.Load()).Seconds())
+		t.Sample(held, []string{"peer"}, []string{s.peer}, time.Duration(s.retryAfterHeldNanos.Load()).Seconds())
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"net/url"
 	"sync/atomic"
 	"time"
+
+	"nvpair-workload-manager/internal/promtext"
 )
 
 // peerStats counts one peer's deliveries and heartbeat passes, for the
@@ -19,7 +21,7 @@ import (
 type peerStats struct {
 	peer                                                      string
 	succeeded, failedAttempts, retries, dropped, queueDropped atomic.Uint64
-	latency                                                   *histogram
+	latency                                                   *promtext.Histogram
 
 	passesStarted, passesCompleted, passesOverrun atomic.Uint64
 	passesAbandoned                               atomic.Uint64 // ended at a failed re-assertion
@@ -272,7 +274,7 @@ func (s *peerSender) deliverMarked(frames []outboundFrame) {
 // delivered counts a frame the peer took.
 func (s *peerSender) delivered(f outboundFrame) {
 	s.stats.succeeded.Add(1)
-	s.stats.latency.observe(time.Since(f.queuedAt))
+	s.stats.latency.Observe(time.Since(f.queuedAt))
 	if f.recovery {
 		s.stats.overflowRecovered.Add(1)
 	}

@@ -179,7 +179,7 @@ func (m *Manager) handlePeerFrame(log *requestLog, principal string, body []byte
 	if status, reason := m.checkPeerOrigin(log, principal, &ev); status != 0 {
 		return status, reason
 	}
-	m.framesReceived.inc("peer", knownMethod(ev.method()))
+	m.framesReceived.Inc("peer", knownMethod(ev.method()))
 	duplicate, err := m.relayPeerEvent(&ev)
 	if errors.Is(err, errLineOverLimit) {
 		// Final for the sender: the same frame would be refused again.

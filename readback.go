@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"nvpair-workload-manager/internal/promtext"
 )
 
 // The read-back (spec 3.5.2): GET /v1/workloads on the ingress lists this
@@ -258,13 +260,13 @@ func (li *localIngress) serveReadBack(w http.ResponseWriter, r *http.Request) {
 	}
 	if status != 0 {
 		reason = clipReason(reason)
-		li.m.ingressResponses.inc(statusCode(status))
+		li.m.ingressResponses.Inc(statusCode(status))
 		li.rejects.log(log(), slog.LevelWarn, r.RemoteAddr, status, "ingress request rejected", "status", status, "reason", reason)
 		answer(w, status, reason)
 		return
 	}
 	defer li.m.readBacks.end()
-	li.m.ingressResponses.inc("200")
+	li.m.ingressResponses.Inc("200")
 	listed, cut := li.m.readBack(w, q)
 	if li.m.log.Enabled(r.Context(), slog.LevelDebug) {
 		log().Debug("ingress read-back answered", "status", http.StatusOK, "listed", listed, "cutBy", cut)
@@ -479,17 +481,17 @@ func readBackInfo(line []byte) (json.RawMessage, bool) {
 }
 
 // writeReadBackMetrics renders the read-back's counters and bounds.
-func (m *Manager) writeReadBackMetrics(t *metricsText) {
-	t.single("nvpair_wlm_readback_listed_total", "counter", "Workloads listed by the ingress read-back (GET /v1/workloads).", float64(m.readBacks.listed.Load()))
-	t.family("nvpair_wlm_readback_pages_cut_total", "counter", "Read-back answers ended before the limit by a bound, with a cursor to go on: bytes (the page's byte bound) or scan (the entries one answer looks at).")
-	t.sample("nvpair_wlm_readback_pages_cut_total", []string{"bound"}, []string{"bytes"}, float64(m.readBacks.cutBytes.Load()))
-	t.sample("nvpair_wlm_readback_pages_cut_total", []string{"bound"}, []string{"scan"}, float64(m.readBacks.cutScan.Load()))
-	t.single("nvpair_wlm_readback_limit_max", "gauge", "The most workloads one read-back answer lists (its limit parameter's maximum).", readBackMaxLimit)
-	t.single("nvpair_wlm_readback_page_bytes_max", "gauge", "The bytes of workload objects after which a read-back answer ends, whatever its limit.", readBackPageBytes)
-	t.single("nvpair_wlm_readback_scan_max", "gauge", "The entries of the re-sync set one read-back answer looks at before it ends with a cursor.", readBackScanMax)
-	t.single("nvpair_wlm_readback_entries_scanned_total", "counter", "Entries of the re-sync set the read-back's walks looked at, listed or not: an answer looks at the same entries whatever its filter matches.", float64(m.readBacks.scanned.Load()))
-	t.single("nvpair_wlm_readback_in_progress", "gauge", "Read-backs being answered.", float64(m.readBacks.inProgress.Load()))
-	t.single("nvpair_wlm_readback_in_progress_max", "gauge", "The most read-backs answered at once; one more is refused 503 with Retry-After.", readBackMaxInProgress)
-	t.single("nvpair_wlm_readback_busy_refusals_total", "counter", "Read-backs refused 503 because the most were in progress.", float64(m.readBacks.busy.Load()))
+func (m *Manager) writeReadBackMetrics(t *promtext.Text) {
+	t.Single("nvpair_wlm_readback_listed_total", "counter", "Workloads listed by the ingress read-back (GET /v1/workloads).", float64(m.readBacks.listed.Load()))
+	t.Family("nvpair_wlm_readback_pages_cut_total", "counter", "Read-back answers ended before the limit by a bound, with a cursor to go on: bytes (the page's byte bound) or scan (the entries one answer looks at).")
+	t.Sample("nvpair_wlm_readback_pages_cut_total", []string{"bound"}, []string{"bytes"}, float64(m.readBacks.cutBytes.Load()))
+	t.Sample("nvpair_wlm_readback_pages_cut_total", []string{"bound"}, []string{"scan"}, float64(m.readBacks.cutScan.Load()))
+	t.Single("nvpair_wlm_readback_limit_max", "gauge", "The most workloads one read-back answer lists (its limit parameter's maximum).", readBackMaxLimit)
+	t.Single("nvpair_wlm_readback_page_bytes_max", "gauge", "The bytes of workload objects after which a read-back answer ends, whatever its limit.", readBackPageBytes)
+	t.Single("nvpair_wlm_readback_scan_max", "gauge", "The entries of the re-sync set one read-back answer looks at before it ends with a cursor.", readBackScanMax)
+	t.Single("nvpair_wlm_readback_entries_scanned_total", "counter", "Entries of the re-sync set the read-back's walks looked at, listed or not: an answer looks at the same entries whatever its filter matches.", float64(m.readBacks.scanned.Load()))
+	t.Single("nvpair_wlm_readback_in_progress", "gauge", "Read-backs being answered.", float64(m.readBacks.inProgress.Load()))
+	t.Single("nvpair_wlm_readback_in_progress_max", "gauge", "The most read-backs answered at once; one more is refused 503 with Retry-After.", readBackMaxInProgress)
+	t.Single("nvpair_wlm_readback_busy_refusals_total", "counter", "Read-backs refused 503 because the most were in progress.", float64(m.readBacks.busy.Load()))
 	m.writeFetchMetadataMetrics(t)
 }

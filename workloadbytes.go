@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+
+	"nvpair-workload-manager/internal/promtext"
 )
 
 // Bytes, not entries, bound what the daemon keeps (issue 20). Before these
@@ -114,26 +116,24 @@ func (m *Manager) refusedOverWorkloadBound(err error, source string) bool {
 	if !errors.As(err, &tooLarge) {
 		return false
 	}
-	m.workloadBoundRefusals.inc(source)
+	m.workloadBoundRefusals.Inc(source)
 	return true
 }
 
 // writeWorkloadBoundMetrics renders the workload byte bound and its
 // refusals by source.
-func (m *Manager) writeWorkloadBoundMetrics(t *metricsText) {
-	t.family("nvpair_wlm_workload_bound_refusals_total", "counter", "Frames refused because their params were over the workload byte bound (--workload-max-bytes), by source (stdio, peer, ingress).")
-	for _, c := range m.workloadBoundRefusals.snapshot() {
-		t.sample("nvpair_wlm_workload_bound_refusals_total", []string{"source"}, c.values, float64(c.n.Load()))
-	}
-	t.single("nvpair_wlm_workload_limit_bytes", "gauge", "The most bytes a frame's params may have on every path (--workload-max-bytes).", float64(m.cfg.WorkloadMaxBytes))
+func (m *Manager) writeWorkloadBoundMetrics(t *promtext.Text) {
+	t.Family("nvpair_wlm_workload_bound_refusals_total", "counter", "Frames refused because their params were over the workload byte bound (--workload-max-bytes), by source (stdio, peer, ingress).")
+	t.CounterSamples("nvpair_wlm_workload_bound_refusals_total", []string{"source"}, m.workloadBoundRefusals)
+	t.Single("nvpair_wlm_workload_limit_bytes", "gauge", "The most bytes a frame's params may have on every path (--workload-max-bytes).", float64(m.cfg.WorkloadMaxBytes))
 }
 
 // writePeerQueueBytes renders the bytes waiting in each peer's queue (0
 // for a peer that left) and their bound.
-func writePeerQueueBytes(t *metricsText, stats []*peerStats, bytes map[string]int64) {
-	t.family("nvpair_wlm_peer_queue_bytes", "gauge", fmt.Sprintf("Bytes of the fresh frames waiting in a peer's queue (at most %d, beside its frames; a queue at either bound is full); 0 for a peer that left.", peerQueueMaxBytes))
+func writePeerQueueBytes(t *promtext.Text, stats []*peerStats, bytes map[string]int64) {
+	t.Family("nvpair_wlm_peer_queue_bytes", "gauge", fmt.Sprintf("Bytes of the fresh frames waiting in a peer's queue (at most %d, beside its frames; a queue at either bound is full); 0 for a peer that left.", peerQueueMaxBytes))
 	for _, s := range stats {
-		t.sample("nvpair_wlm_peer_queue_bytes", []string{"peer"}, []string{s.peer}, float64(bytes[s.peer]))
+		t.Sample("nvpair_wlm_peer_queue_bytes", []string{"peer"}, []string{s.peer}, float64(bytes[s.peer]))
 	}
-	t.single("nvpair_wlm_peer_queue_limit_bytes", "gauge", "The most bytes of fresh frames one peer's queue holds.", peerQueueMaxBytes)
+	t.Single("nvpair_wlm_peer_queue_limit_bytes", "gauge", "The most bytes of fresh frames one peer's queue holds.", peerQueueMaxBytes)
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/promtext"
 )
 
 // Tests of the byte bounds (workloadbytes.go): one frame's params on every
@@ -108,13 +109,13 @@ func TestIngressRefusesParamsOverTheWorkloadBoundWith413NamingIt(t *testing.T) {
 	if got := ifxDrain(q); len(got) != 1 || !ifxIsTracked(n, n.id, "at-bound") || ifxIsTracked(n, n.id, "over-bound") {
 		t.Fatalf("queued %v; want the frame at the bound queued and tracked, the one over neither", queuedIDs(t, got))
 	}
-	if got := n.m.workloadBoundRefusals.get("ingress"); got != 2 {
+	if got := n.m.workloadBoundRefusals.Get("ingress"); got != 2 {
 		t.Fatalf("workload bound refusals counted for the ingress: %d, want 2", got)
 	}
-	if got := n.m.fieldBoundRefusals.get("ingress"); got != 0 {
+	if got := n.m.fieldBoundRefusals.Get("ingress"); got != 0 {
 		t.Fatalf("field bound refusals counted: %d, want 0", got)
 	}
-	if got := n.m.ingressResponses.get("413"); got != 2 {
+	if got := n.m.ingressResponses.Get("413"); got != 2 {
 		t.Fatalf("413 answers counted: %d, want 2", got)
 	}
 }
@@ -149,7 +150,7 @@ func TestPeerPortRefusesParamsOverTheWorkloadBoundWith413SingleAndPerBatchElemen
 	if ids["single-at"] != 1 || ids["batch-0"] != 1 || ids["batch-2"] != 1 || ids["single-over"] != 0 || ids["batch-over"] != 0 {
 		t.Fatalf("the broker got %v, want the frames within the bound only", ids)
 	}
-	if got := h.n.m.workloadBoundRefusals.get("peer"); got != 2 {
+	if got := h.n.m.workloadBoundRefusals.Get("peer"); got != 2 {
 		t.Fatalf("workload bound refusals counted for the peer port: %d, want 2", got)
 	}
 }
@@ -169,7 +170,7 @@ func TestAFrameAtTheIngressBoundReachesAPeerWithTheSameBoundFreshAndReasserted(t
 		t.Fatalf("params of exactly %d bytes: %d %q, want 200", limit, status, reason)
 	}
 	b.broker.waitUpserts("at-bound", 3) // fresh, then two re-assertions
-	if got := b.m.workloadBoundRefusals.get("peer"); got != 0 {
+	if got := b.m.workloadBoundRefusals.Get("peer"); got != 0 {
 		t.Fatalf("the peer refused %d of them for their size", got)
 	}
 }
@@ -196,7 +197,7 @@ func TestBrokerFrameOverTheWorkloadBoundIsNeitherRelayedNorTrackedWithARateLimit
 	if got := ifxTrackedCount(n); got != 1 || !ifxIsTracked(n, n.id, "at-bound") {
 		t.Fatalf("the re-sync set holds %d runs, want the frame at the bound only", got)
 	}
-	if got := n.m.workloadBoundRefusals.get("stdio"); got != 4 {
+	if got := n.m.workloadBoundRefusals.Get("stdio"); got != 4 {
 		t.Fatalf("workload bound refusals counted for stdio: %d, want 4", got)
 	}
 	if got := strings.Count(n.logs.String(), "local frame not relayed: its params are over the workload bound"); got != 1 {
@@ -388,7 +389,7 @@ func TestIngressFramesInFlightCountTowardTheResyncByteBound(t *testing.T) {
 // frame larger than it is still taken by an empty queue).
 func TestAPeerQueueIsFullAtItsByteBound(t *testing.T) {
 	var undispatched atomic.Int64
-	s := newPeerSender(peerTarget{name: "p", principal: "p", addrs: []string{"127.0.0.1:1"}}, &peerStats{peer: "p", latency: newHistogram()},
+	s := newPeerSender(peerTarget{name: "p", principal: "p", addrs: []string{"127.0.0.1:1"}}, &peerStats{peer: "p", latency: promtext.NewHistogram()},
 		nil, nil, newLaneOrder(&undispatched, newOverflowMarks(0)), slog.New(slog.DiscardHandler))
 	s.queueMaxBytes = 1000
 	frame := func(n int) outboundFrame { return outboundFrame{method: methodStarted, line: make([]byte, n)} }

@@ -1,4 +1,4 @@
-package main
+package promtext
 
 import (
 	"bytes"
@@ -11,30 +11,30 @@ import (
 // The process_* metrics in the names every Prometheus client library
 // gives them, read from /proc as they read it, so the dashboards written
 // for those work unchanged. Linux only: elsewhere the families are absent
-// (processmetrics_other.go).
+// (process_other.go).
 
 // userHZ is the kernel's clock tick for /proc's times (USER_HZ): 100 on
 // every Linux architecture Go supports, and what the Prometheus clients
 // assume too.
 const userHZ = 100
 
-// writeProcessMetrics renders the process_* families. A file that cannot
+// WriteProcessMetrics renders the process_* families. A file that cannot
 // be read leaves its families out rather than reporting a wrong zero.
-func writeProcessMetrics(t *metricsText) {
+func WriteProcessMetrics(t *Text) {
 	if st, ok := readSelfStat(); ok {
-		t.single("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.", float64(st.utime+st.stime)/userHZ)
+		t.Single("process_cpu_seconds_total", "counter", "Total user and system CPU time spent in seconds.", float64(st.utime+st.stime)/userHZ)
 		if boot, ok := bootTime(); ok {
-			t.single("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.", float64(boot)+float64(st.starttime)/userHZ)
+			t.Single("process_start_time_seconds", "gauge", "Start time of the process since unix epoch in seconds.", float64(boot)+float64(st.starttime)/userHZ)
 		}
-		t.single("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", float64(st.vsize))
-		t.single("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", float64(st.rss*int64(os.Getpagesize())))
+		t.Single("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", float64(st.vsize))
+		t.Single("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", float64(st.rss*int64(os.Getpagesize())))
 	}
 	if fds, err := os.ReadDir("/proc/self/fd"); err == nil {
-		t.single("process_open_fds", "gauge", "Number of open file descriptors.", float64(len(fds)))
+		t.Single("process_open_fds", "gauge", "Number of open file descriptors.", float64(len(fds)))
 	}
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
-		t.single("process_max_fds", "gauge", "Maximum number of open file descriptors.", float64(lim.Cur))
+		t.Single("process_max_fds", "gauge", "Maximum number of open file descriptors.", float64(lim.Cur))
 	}
 }
 
