@@ -180,6 +180,12 @@ func (li *localIngress) decide(w http.ResponseWriter, r *http.Request) (int, str
 	body, release, err := li.m.bodies.ingress.readBody(w, r, ingressBodyMax(li.m.cfg.WorkloadMaxBytes))
 	if err != nil {
 		status, reason := bodyRefusal(w, err)
+		if status == http.StatusRequestEntityTooLarge {
+			// The cap follows the workload bound: the producer is told the
+			// bound it met, and it is counted, as a frame over it is.
+			li.m.workloadBoundRefusals.Inc("ingress")
+			reason = fmt.Sprintf("%s: its params would be over their %d-byte bound (--workload-max-bytes)", reason, li.m.cfg.WorkloadMaxBytes)
+		}
 		return status, reason, localFrame{}
 	}
 	defer release()
