@@ -121,7 +121,8 @@ func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinThe
 
 	// The broker enters frames just within the bound, more than the
 	// black-holed peer's queue holds in bytes: the queue is full at 8 MiB,
-	// well before its 1,024 frames, and drops the rest for that peer.
+	// well before its 1,024 frames, and the rest are marked for that peer's
+	// heartbeat lane (or dropped, past the marks' bound).
 	const brokerFrames = 1000
 	within := strings.Repeat("w", defaultWorkloadMaxBytes-200)
 	for i := range brokerFrames {
@@ -131,19 +132,20 @@ func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinThe
 	frames := `nvpair_wlm_peer_queue_frames{peer="` + hole.ident.Principal + `"}`
 	dropped := `nvpair_wlm_peer_queue_dropped_total{peer="` + hole.ident.Principal + `"}`
 	queued := `nvpair_wlm_peer_queue_bytes{peer="` + hole.ident.Principal + `"}`
-	eventually(t, "every broker frame queued for the peer or dropped at its full queue", func() bool {
+	marked := `nvpair_wlm_peer_overflow_marked_total{peer="` + hole.ident.Principal + `"}`
+	eventually(t, "every broker frame queued for the peer, or marked or dropped at its full queue", func() bool {
 		m := scrapeAddr(t, metrics)
 		// The fresh lane holds one frame (or a batch) in its request to
 		// the black hole, outside the queue.
 		return m[`nvpair_wlm_frames_received_total{source="stdio",method="workload:started"}`] == brokerFrames &&
-			m[frames]+m[dropped] >= brokerFrames
+			m[frames]+m[dropped]+m[marked] >= brokerFrames
 	})
 	m = scrapeAddr(t, metrics)
-	t.Logf("%d broker frames with a %d-byte member to a black-holed peer: its queue holds %v frames, %v bytes (bound %v); %v dropped; re-sync set %v bytes; RSS %d KiB",
-		brokerFrames, len(within), m[frames], m[queued], m["nvpair_wlm_peer_queue_limit_bytes"], m[dropped], m["nvpair_wlm_resync_set_bytes"], advRSS(d))
-	if m[queued] > peerQueueMaxBytes || m[queued] < peerQueueMaxBytes-2*defaultWorkloadMaxBytes || m[frames] >= peerQueueSize || m[dropped] == 0 {
-		t.Fatalf("the black-holed peer's queue holds %v frames and %v bytes with %v dropped; want it full at its %d-byte bound",
-			m[frames], m[queued], m[dropped], peerQueueMaxBytes)
+	t.Logf("%d broker frames with a %d-byte member to a black-holed peer: its queue holds %v frames, %v bytes (bound %v); %v marked, %v dropped; re-sync set %v bytes; RSS %d KiB",
+		brokerFrames, len(within), m[frames], m[queued], m["nvpair_wlm_peer_queue_limit_bytes"], m[marked], m[dropped], m["nvpair_wlm_resync_set_bytes"], advRSS(d))
+	if m[queued] > peerQueueMaxBytes || m[queued] < peerQueueMaxBytes-2*defaultWorkloadMaxBytes || m[frames] >= peerQueueSize || m[marked]+m[dropped] == 0 {
+		t.Fatalf("the black-holed peer's queue holds %v frames and %v bytes with %v marked and %v dropped; want it full at its %d-byte bound",
+			m[frames], m[queued], m[marked], m[dropped], peerQueueMaxBytes)
 	}
 }
 
