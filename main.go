@@ -13,10 +13,12 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
 
+	"nvpair-workload-manager/internal/brokeripc"
 	"nvpair-workload-manager/internal/pairinstall"
 )
 
@@ -169,7 +171,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	in, out := stdin, stdout
 	if o.ipc != "" {
-		conn, err := openIPC(o.ipc)
+		conn, err := brokeripc.Open(o.ipc)
 		if err != nil {
 			return fail(err)
 		}
@@ -216,4 +218,66 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail(explainAddrError(err, o)) // a listener could not bind
 	}
 	return 0
+}
+
+// memoryBudget is the memory the daemon aims to stay within for a re-sync
+// set of maxLive workloads: 64 MiB for the runtime, the connections and the
+// queues, and 1 KiB per workload (an entry holds its re-assertion line,
+// typically under 500 bytes, and under 400 bytes of keys and indexes).
+func memoryBudget(maxLive int) int64 { return 64<<20 + 1024*int64(maxLive) }
+
+// applyMemoryLimit sets the Go runtime's soft memory limit to the budget,
+// unless the operator set GOMEMLIMIT. Without it the collector lets the heap
+// grow to twice the live data before it runs, so a node holding a large set
+// would use twice the memory it needs; with it, the collector runs as often
+// as it takes to stay under the budget while the live data fits, and never
+// refuses an allocation (the limit is soft). It returns the limit in force.
+func applyMemoryLimit(maxLive int) int64 {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return debug.SetMemoryLimit(-1) // -1 reads the limit without changing it
+	}
+	limit := memoryBudget(maxLive)
+	debug.SetMemoryLimit(limit)
+	return limit
+}
+
+// Version is the build version. PAIR stamps it at build time with
+// -ldflags "-X main.Version=..."; when it is not stamped, buildVersion falls
+// back on what the Go toolchain recorded.
+var Version string
+
+// buildVersion is the version --version prints and ready announces: the
+// stamped Version, else the module version the toolchain recorded (a tag,
+// or a pseudo-version derived from the VCS revision), else the VCS revision
+// itself, else "dev".
+func buildVersion() string {
+	if Version != "" {
+		return Version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "dev"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			modified = s.Value
+		}
+	}
+	if rev == "" {
+		return "dev"
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if modified == "true" {
+		rev += "-dirty"
+	}
+	return "dev-" + rev
 }

@@ -1,6 +1,6 @@
 //go:build windows
 
-package main
+package brokeripc
 
 import (
 	"fmt"
@@ -8,9 +8,9 @@ import (
 	"os"
 )
 
-// openIPC opens the broker's named pipe (\\.\pipe\...) as a file: the broker
+// Open opens the broker's named pipe (\\.\pipe\...) as a file: the broker
 // creates the pipe, and a client end of a named pipe is an ordinary handle.
-func openIPC(path string) (io.ReadWriteCloser, error) {
+func Open(path string) (io.ReadWriteCloser, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open broker pipe %s: %w", path, err)

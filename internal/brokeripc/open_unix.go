@@ -1,6 +1,6 @@
 //go:build !windows
 
-package main
+package brokeripc
 
 import (
 	"fmt"
@@ -8,8 +8,8 @@ import (
 	"net"
 )
 
-// openIPC dials the broker's Unix domain socket.
-func openIPC(path string) (io.ReadWriteCloser, error) {
+// Open dials the broker's Unix domain socket.
+func Open(path string) (io.ReadWriteCloser, error) {
 	c, err := net.Dial("unix", path)
 	if err != nil {
 		return nil, fmt.Errorf("dial broker socket %s: %w", path, err)
