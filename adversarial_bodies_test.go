@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -66,33 +64,18 @@ func TestAdversarialUnsentIngressBodiesLeaveProducersAndAPeerServed(t *testing.T
 			})
 
 			peer := netPeerClient(t, &nodes[1].Identity, nodes[0].Identity.DER)
-			producer := &http.Client{Timeout: waitTimeout}
 			var slowest time.Duration
 			refused := 0
 			const posts = 40
 			for i := range posts {
 				id := "beside-" + itoa(i)
 				start := time.Now()
-				resp, err := producer.Post("http://"+ingressAddr+peerEventsPath, "application/json",
-					strings.NewReader(string(netLifecycleBody(t, workload("local-"+id, "running", nodes[0].ID), nil))))
-				if err != nil {
-					t.Fatalf("producer's post %d: %v", i, err)
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
+				if st, _ := postIngressTo(t, ingressAddr, string(netLifecycleBody(t, workload("local-"+id, "running", nodes[0].ID), nil))); st != http.StatusOK {
 					refused++
 				}
 				slowest = max(slowest, time.Since(start))
-				resp, err = peer.Post("https://"+peerAddr+peerEventsPath, "application/json",
-					bytes.NewReader(netLifecycleBody(t, workload(id, "running", nodes[1].ID), nil)))
-				if err != nil {
-					t.Fatalf("pinned peer's frame %d: %v", i, err)
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					t.Fatalf("pinned peer's frame %d: %d", i, resp.StatusCode)
+				if st, text := netPostAnswer(t, peer, peerAddr, netLifecycleBody(t, workload(id, "running", nodes[1].ID), nil)); st != http.StatusOK {
+					t.Fatalf("pinned peer's frame %d: %d %q", i, st, text)
 				}
 			}
 			m := scrapeProc(t, a)

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -111,29 +109,18 @@ func TestAdversarialHTTP2AndNonReadingClientsCannotLockThePeerPortOut(t *testing
 	})
 
 	peer := netPeerClient(t, &nodes[1].Identity, nodes[0].Identity.DER)
-	producer := &http.Client{Timeout: waitTimeout}
 	var slowest time.Duration
 	for i := range 20 {
 		id := "under-attack-" + itoa(i)
 		start := time.Now()
-		resp, err := peer.Post("https://"+peerAddr+peerEventsPath, "application/json",
-			bytes.NewReader(netLifecycleBody(t, workload(id, "running", nodes[1].ID), nil)))
-		if err != nil {
-			t.Fatalf("pinned peer's frame %d during the attack: %v", i, err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("pinned peer's frame %d during the attack: %d", i, resp.StatusCode)
+		if st, text := netPostAnswer(t, peer, peerAddr, netLifecycleBody(t, workload(id, "running", nodes[1].ID), nil)); st != http.StatusOK {
+			t.Fatalf("pinned peer's frame %d during the attack: %d %q", i, st, text)
 		}
 		slowest = max(slowest, time.Since(start))
 		start = time.Now()
-		resp, err = producer.Post("http://"+ingressAddr+peerEventsPath, "application/json",
-			strings.NewReader(string(netLifecycleBody(t, workload("local-"+id, "running", nodes[0].ID), nil))))
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("producer's post %d during the attack: %v %v", i, resp, err)
+		if st, text := postIngressTo(t, ingressAddr, string(netLifecycleBody(t, workload("local-"+id, "running", nodes[0].ID), nil))); st != http.StatusOK {
+			t.Fatalf("producer's post %d during the attack: %d %q", i, st, text)
 		}
-		resp.Body.Close()
 		slowest = max(slowest, time.Since(start))
 		peer.CloseIdleConnections() // a fresh connection each time, through the attackers' churn
 	}
