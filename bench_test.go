@@ -158,7 +158,7 @@ func BenchmarkDedupDeliverOnce(b *testing.B) {
 func benchDedupKey(i int) dedupDigest {
 	ev := lifecycleEvent{info: workloadInfo{OriginatedFrom: benchNodeID, Engine: "llamacpp", RunID: "run-" + strconv.Itoa(i),
 		ID: "job-" + strconv.Itoa(i), State: "running", seqNum: 1, hasSeq: true}}
-	return ev.dedupKey()
+	return lifecycleDedupKey(&ev)
 }
 
 func BenchmarkEncodeNotification(b *testing.B) {

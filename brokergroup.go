@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -50,6 +51,10 @@ const brokerLineKeepBytes = 64 << 10
 
 // brokerLines recycles the buffers lines are built in, so a frame costs no
 // allocation for its line once the pool is warm.
+// errBrokerGone is returned by every write after the first failed one: the
+// broker is the daemon's parent, and a pipe that failed once does not heal.
+var errBrokerGone = errors.New("broker channel closed")
+
 var brokerLines = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 func getBrokerLine() *bytes.Buffer {

@@ -259,10 +259,6 @@ func trimEOL(b []byte) []byte {
 	return bytes.TrimSuffix(b, []byte("\r"))
 }
 
-// errBrokerGone is returned by every write after the first failed one: the
-// broker is the daemon's parent, and a pipe that failed once does not heal.
-var errBrokerGone = errors.New("broker channel closed")
-
 // The broker reads the daemon's lines with a bounded buffer, and one line
 // longer than that buffer stops it reading the daemon at all. A line written
 // to the broker, its terminating newline included, is at most the line limit

@@ -390,7 +390,7 @@ func TestDedupMemoryIsBoundedInBytesWithMaximumLengthFields(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if dup, err := d.deliverOnce(f.life.dedupKey(), func() error { return nil }); dup || err != nil {
+		if dup, err := d.deliverOnce(lifecycleDedupKey(&f.life), func() error { return nil }); dup || err != nil {
 			t.Fatalf("frame %d: duplicate=%v err=%v, want a write", i, dup, err)
 		}
 	}

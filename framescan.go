@@ -136,6 +136,18 @@ func (s *frameScan) scanParams(b []byte) error {
 	return s.scanTop(b, levelParams)
 }
 
+// params returns the text of the scanned frame's params object, nil when
+// it has none.
+func (s *frameScan) params() json.RawMessage { return s.levels[levelParams].raw }
+
+// lifecycle reads the lifecycle frame a scan holds (lifecycleFromScan).
+func (s *frameScan) lifecycle(method string) (lifecycleEvent, error) {
+	return lifecycleFromScan(method, s, "")
+}
+
+// removal reads the removal a scan holds (removalFromScan).
+func (s *frameScan) removal() (removalEvent, error) { return removalFromScan(s, nil) }
+
 func (s *frameScan) scanTop(b []byte, level int) error {
 	s.b = b
 	for i := range s.levels {

@@ -100,6 +100,13 @@ func (l *scanLevel) exact(name string) *scanMember {
 	return nil
 }
 
+// isWorkloadField reports whether a workload member's name folds to a field
+// the daemon knows.
+func isWorkloadField(name string) bool {
+	_, known := workloadFields[foldKey(name)]
+	return known
+}
+
 // checkSpelling refuses a name that folds to a known field but is spelt
 // otherwise, two names that fold together (an exact repeat included), and
 // any spelling of resync.
@@ -157,6 +164,17 @@ func checkSpellingMap(level string, ms *scanLevel, known map[string]string) erro
 	return nil
 }
 
+// ingressFrame is a producer's frame as the ingress validated it, its
+// origin stamped: a lifecycle event or a removal, and the params relayed.
+type ingressFrame struct {
+	method  string
+	params  json.RawMessage // relayed to the peers as they are
+	life    lifecycleEvent  // set for the lifecycle methods
+	removal removalEvent    // set for workloads:remove
+}
+
+func (f *ingressFrame) isRemoval() bool { return f.method == methodRemove }
+
 // parseIngressFrame validates a producer's request body and returns it as a
 // local-origin frame with its origin stamped, from one pass over the body
 // (framescan.go). On top of the checks every path shares (the typed checks
@@ -167,43 +185,43 @@ func checkSpellingMap(level string, ms *scanLevel, known map[string]string) erro
 // of them. The frame relayed is the body's own text, byte for byte, but
 // for the origin stamped where it was absent, empty or null. It has no
 // side effects.
-func parseIngressFrame(body []byte, nodeID string, maxWorkload int) (localFrame, error) {
+func parseIngressFrame(body []byte, nodeID string, maxWorkload int) (ingressFrame, error) {
 	if err := checkFrameUTF8(body); err != nil {
-		return localFrame{}, err
+		return ingressFrame{}, err
 	}
 	var s frameScan
 	if err := s.scanFrame(body); err != nil {
-		return localFrame{}, fmt.Errorf("envelope: %w", err)
+		return ingressFrame{}, fmt.Errorf("envelope: %w", err)
 	}
 	method, err := ingressEnvelope(&s)
 	if err != nil {
-		return localFrame{}, err
+		return ingressFrame{}, err
 	}
 	if err := checkWorkloadBytes(&s, maxWorkload, 0); err != nil {
-		return localFrame{}, err
+		return ingressFrame{}, err
 	}
 	pl := &s.levels[levelParams]
 	if err := checkSpelling("params", pl, paramsFields); err != nil {
-		return localFrame{}, err
+		return ingressFrame{}, err
 	}
-	f := localFrame{method: method}
+	f := ingressFrame{method: method}
 	if method == methodRemove {
 		stamped, err := stampOrigin(&s, levelParams, nodeID)
 		if err != nil {
-			return localFrame{}, err
+			return ingressFrame{}, err
 		}
 		if f.removal, err = removalFromScan(&s, stamped.origin); err != nil {
-			return localFrame{}, err
+			return ingressFrame{}, err
 		}
 		f.params, f.removal.params = stamped.params, stamped.params
 		return f, checkIngressValues(&f, nodeID)
 	}
 	stamped, err := checkIngressWorkload(&s, nodeID)
 	if err != nil {
-		return localFrame{}, err
+		return ingressFrame{}, err
 	}
 	if f.life, err = lifecycleFromScan(method, &s, nodeID); err != nil {
-		return localFrame{}, err
+		return ingressFrame{}, err
 	}
 	if stamped.params != nil {
 		f.life.params, f.life.raw = stamped.params, stamped.object
@@ -321,7 +339,7 @@ func stampOrigin(s *frameScan, level int, nodeID string) (stampedObject, error) 
 // the state is one of the five and no resync marker was decoded. The id's
 // bound is not the ingress's own: every path holds it (maxKeyFieldBytes),
 // in every spelling, in the parse step before this.
-func checkIngressValues(f *localFrame, nodeID string) error {
+func checkIngressValues(f *ingressFrame, nodeID string) error {
 	origin := f.removal.ref.origin
 	if !f.isRemoval() {
 		origin = f.life.info.OriginatedFrom

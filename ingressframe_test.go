@@ -515,9 +515,9 @@ func TestIngressFrameCheckIngressValuesCatchesWhatTheKeyCheckMissed(t *testing.T
 		{"foreign removal in a variant spelling", methodRemove, `{"workloadId":"job-1","originatedFrom":"` + node + `","OriginatedFrom":"` + ifxForeign + `"}`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f, err := parseLocalFrame(tc.method, json.RawMessage(tc.params))
+			f, err := parsedFrame(tc.method, json.RawMessage(tc.params))
 			if err != nil {
-				t.Fatalf("parseLocalFrame: %v", err)
+				t.Fatalf("parsedFrame: %v", err)
 			}
 			err = checkIngressValues(&f, node)
 			if (err == nil) != tc.ok {
@@ -526,7 +526,7 @@ func TestIngressFrameCheckIngressValuesCatchesWhatTheKeyCheckMissed(t *testing.T
 		})
 	}
 	for _, state := range []string{"queued", "running", "completed", "failed", "cancelled"} {
-		f, err := parseLocalFrame(methodFor(state), json.RawMessage(`{"workloadInfo":{"id":"job-1","model":"m","engine":"e","state":"`+state+`","originatedFrom":"`+node+`"}}`))
+		f, err := parsedFrame(methodFor(state), json.RawMessage(`{"workloadInfo":{"id":"job-1","model":"m","engine":"e","state":"`+state+`","originatedFrom":"`+node+`"}}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -537,6 +537,17 @@ func TestIngressFrameCheckIngressValuesCatchesWhatTheKeyCheckMissed(t *testing.T
 }
 
 // --- helpers -------------------------------------------------------------------------
+
+// parsedFrame parses a frame as every path does, without the ingress's own
+// rules, for checkIngressValues to look at.
+func parsedFrame(method string, params json.RawMessage) (ingressFrame, error) {
+	if method == methodRemove {
+		r, err := parseRemove(params)
+		return ingressFrame{method: method, params: r.params, removal: r}, err
+	}
+	ev, err := parseLifecycle(method, params)
+	return ingressFrame{method: method, params: ev.params, life: ev}, err
+}
 
 // ifxWantRejected ingests body and checks it is refused as the producer's
 // mistake and leaves nothing at the broker, in the re-sync set, in the peer

@@ -429,7 +429,7 @@ func buildExpiryInfo(params json.RawMessage, errText string, now time.Time, seq 
 	if knownOnly {
 		kept := ms[:0:0]
 		for _, mb := range ms {
-			if _, known := workloadFields[foldKey(mb.name)]; known {
+			if isWorkloadField(mb.name) {
 				kept = append(kept, mb)
 			}
 		}

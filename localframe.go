@@ -53,13 +53,13 @@ func parseLocalFrame(method string, params json.RawMessage) (localFrame, error) 
 // localFrameFromScan validates a local-origin frame the stdio path has
 // scanned whole: the same checks as parseLocalFrame, from the one pass.
 func localFrameFromScan(method string, s *frameScan) (localFrame, error) {
-	f := localFrame{method: method, params: s.levels[levelParams].raw}
+	f := localFrame{method: method, params: s.params()}
 	var err error
 	switch {
 	case isLifecycleMethod(method):
-		f.life, err = lifecycleFromScan(method, s, "")
+		f.life, err = s.lifecycle(method)
 	case method == methodRemove:
-		f.removal, err = removalFromScan(s, nil)
+		f.removal, err = s.removal()
 	default:
 		err = fmt.Errorf("unknown method %q", method)
 	}

@@ -261,7 +261,8 @@ func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
 // header had the given values (lease.go): a bad one is the producer's
 // mistake, refused before anything is written.
 func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, error) {
-	f, err := parseIngressFrame(body, m.cfg.NodeID, m.cfg.WorkloadMaxBytes)
+	fr, err := parseIngressFrame(body, m.cfg.NodeID, m.cfg.WorkloadMaxBytes)
+	f := localFrame{method: fr.method, params: fr.params, life: fr.life, removal: fr.removal}
 	m.refusedOverBound(err, "ingress")
 	if m.refusedOverWorkloadBound(err, "ingress") {
 		return f, err // 413 (refusalOf)

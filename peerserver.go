@@ -62,10 +62,10 @@ func parsePeerFrame(body []byte, maxWorkload int) (peerEvent, error) {
 	}
 	switch {
 	case isLifecycleMethod(env.method):
-		ev, err := lifecycleFromScan(env.method, &s, "")
+		ev, err := s.lifecycle(env.method)
 		return peerEvent{life: ev}, err
 	case env.method == methodRemove:
-		r, err := removalFromScan(&s, nil)
+		r, err := s.removal()
 		return peerEvent{isRemoval: true, removal: r}, err
 	default:
 		return peerEvent{}, fmt.Errorf("unknown method %q", env.method)
@@ -205,10 +205,10 @@ func (m *Manager) handlePeerFrame(log *requestLog, principal string, body []byte
 // reach the broker even when the event itself was seen before.
 func (m *Manager) relayPeerEvent(ev *peerEvent) (duplicate bool, err error) {
 	if ev.isRemoval {
-		return m.dedup.deliverOnce(ev.removal.dedupKey(), func() error { return m.emitRemove(&ev.removal) })
+		return m.dedup.deliverOnce(removalDedupKey(&ev.removal), func() error { return m.emitRemove(&ev.removal) })
 	}
 	if ev.life.resync {
 		return false, m.emitUpsert(ev.life.raw)
 	}
-	return m.dedup.deliverOnce(ev.life.dedupKey(), func() error { return m.emitUpsert(ev.life.raw) })
+	return m.dedup.deliverOnce(lifecycleDedupKey(&ev.life), func() error { return m.emitUpsert(ev.life.raw) })
 }

@@ -2,12 +2,9 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 )
 
 // The lifecycle methods a workload's events travel as, on every channel.
@@ -87,16 +84,6 @@ func (e *lifecycleEvent) ref() workloadRef { return workloadRef{e.info.Originate
 
 func (e *lifecycleEvent) terminal() bool { return isTerminalState(e.info.State) }
 
-// dedupKey is the key peers deduplicate a lifecycle event on.
-func (e *lifecycleEvent) dedupKey() dedupDigest {
-	i := &e.info
-	seq := ""
-	if i.hasSeq {
-		seq = strconv.FormatInt(i.seqNum, 10)
-	}
-	return digestKey("L", i.OriginatedFrom, i.Engine, i.RunID, i.ID, i.State, i.ScheduledOn, seq)
-}
-
 // removalEvent is a validated workloads:remove frame.
 type removalEvent struct {
 	ref workloadRef
@@ -109,8 +96,6 @@ type removalEvent struct {
 	params               json.RawMessage
 }
 
-func (r *removalEvent) dedupKey() dedupDigest { return digestKey("R", r.ref.origin, r.ref.id) }
-
 // brokerParams renders the removal's params for the broker from the tokens
 // as they arrived, in the order json.Marshal of a map wrote them before,
 // so a removal that needs no escaping reaches the broker byte for byte as
@@ -122,27 +107,6 @@ func (r *removalEvent) brokerParams() json.RawMessage {
 	b = append(b, `,"workloadId":`...)
 	b = append(b, r.idToken...)
 	return append(b, '}')
-}
-
-// digestKey is the SHA-256 of the parts, each preceded by its length as
-// eight big-endian bytes, so that no two tuples share an encoding and no
-// two share a digest short of a SHA-256 collision. The dedup stores the
-// digest, 32 bytes whatever the parts hold.
-func digestKey(parts ...string) dedupDigest {
-	n := 0
-	for _, p := range parts {
-		n += 8 + len(p)
-	}
-	var stack [1024]byte // the bounded fields of a key fit: no allocation
-	b := stack[:0]
-	if n > len(stack) {
-		b = make([]byte, 0, n)
-	}
-	for _, p := range parts {
-		b = binary.BigEndian.AppendUint64(b, uint64(len(p)))
-		b = append(b, p...)
-	}
-	return sha256.Sum256(b)
 }
 
 var errNotObject = errors.New("must be a JSON object")

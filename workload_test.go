@@ -263,7 +263,7 @@ func TestDedupKeyDistinguishesEveryTupleMember(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		ev := lifecycleEvent{info: decodeWorkloadInfo(&vals, "")}
-		k := ev.dedupKey()
+		k := lifecycleDedupKey(&ev)
 		if other, dup := keys[k]; dup {
 			t.Errorf("cases %q and %q share the dedup key %x", name, other, k)
 		}
@@ -271,12 +271,12 @@ func TestDedupKeyDistinguishesEveryTupleMember(t *testing.T) {
 	}
 	// A removal never shares a key with a lifecycle event.
 	for _, r := range []workloadRef{{"node-a", "job-1"}, {"", ""}} {
-		rk := (&removalEvent{ref: r}).dedupKey()
+		rk := removalDedupKey(&removalEvent{ref: r})
 		if other, dup := keys[rk]; dup {
 			t.Errorf("removal %+v shares the key of lifecycle case %q", r, other)
 		}
 	}
-	if (&removalEvent{ref: workloadRef{"a|b", "c"}}).dedupKey() == (&removalEvent{ref: workloadRef{"a", "b|c"}}).dedupKey() {
+	if removalDedupKey(&removalEvent{ref: workloadRef{"a|b", "c"}}) == removalDedupKey(&removalEvent{ref: workloadRef{"a", "b|c"}}) {
 		t.Error("removal keys collide across the origin/id boundary")
 	}
 }
@@ -293,8 +293,8 @@ func TestDedupKeyIgnoresFieldsOutsideTheTuple(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if eva.dedupKey() != evb.dedupKey() {
-		t.Fatalf("same tuple, different keys: %q vs %q", eva.dedupKey(), evb.dedupKey())
+	if lifecycleDedupKey(&eva) != lifecycleDedupKey(&evb) {
+		t.Fatalf("same tuple, different keys: %q vs %q", lifecycleDedupKey(&eva), lifecycleDedupKey(&evb))
 	}
 }
 

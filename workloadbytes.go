@@ -18,20 +18,6 @@ import (
 //   - each peer queue's bytes, beside its frames: peerQueueMaxBytes.
 
 const (
-	// defaultWorkloadMaxBytes bounds one frame's params. The real
-	// producer's frames are under 2 KiB, and the Jobs list shows only the
-	// fields the daemon knows; 16 KiB leaves a producer eight times that
-	// for fields of its own and an error text.
-	defaultWorkloadMaxBytes = 16 << 10
-	// minWorkloadMaxBytes is the least --workload-max-bytes accepted: any
-	// removal fits (its two fields are at most 1,538 bytes of JSON text
-	// each, spec 3.2), and so does a lifecycle frame with the fields the
-	// daemon knows at ordinary lengths.
-	minWorkloadMaxBytes = 4 << 10
-	// maxWorkloadMaxBytes is the most: no path takes a frame longer than
-	// maxFrameBytes, so a larger bound could refuse nothing.
-	maxWorkloadMaxBytes = maxFrameBytes
-
 	// defaultMaxLiveWorkloadBytes bounds the bytes the re-sync set holds:
 	// 100,000 workloads (the entry bound's default) of some 2.6 KiB each.
 	defaultMaxLiveWorkloadBytes = 256 << 20
@@ -61,45 +47,11 @@ const (
 // was told was accepted would be refused, for good, at every peer.
 const peerWorkloadSlack = len(`,"originatedFrom":""`) + maxKeyFieldBytes + resyncMarkerBytes
 
-// checkWorkloadMaxBytes refuses a --workload-max-bytes outside its range.
-func checkWorkloadMaxBytes(n int) error {
-	if n < minWorkloadMaxBytes || n > maxWorkloadMaxBytes {
-		return fmt.Errorf("must be between %d and %d bytes", minWorkloadMaxBytes, maxWorkloadMaxBytes)
-	}
-	return nil
-}
-
 // checkMaxLiveWorkloadBytes refuses a --max-live-workload-bytes outside
 // its range.
 func checkMaxLiveWorkloadBytes(n int64) error {
 	if n < minMaxLiveWorkloadBytes || n > maxMaxLiveWorkloadBytes {
 		return fmt.Errorf("must be between %d and %d bytes", int64(minMaxLiveWorkloadBytes), int64(maxMaxLiveWorkloadBytes))
-	}
-	return nil
-}
-
-// workloadTooLargeError refuses a frame whose params are over the workload
-// bound: a 413 on the ingress and the peer port (each batch element alike),
-// a rate-limited warning on the local channel.
-type workloadTooLargeError struct {
-	size, limit int
-}
-
-func (e *workloadTooLargeError) Error() string {
-	return fmt.Sprintf("params (the workload and the members beside it) are %d bytes, over their %d-byte bound (--workload-max-bytes)", e.size, e.limit)
-}
-
-// checkWorkloadBytes refuses a scanned frame whose params are over limit
-// bytes, and slack more (the peer port's peerWorkloadSlack; the reason
-// names the bound itself). What is measured is the params object's text as it arrived,
-// whitespace and escapes included: the bytes the daemon relays and keeps,
-// which the scan has already delimited, so the check costs a length and
-// allocates nothing on the way through. A frame without params (or with
-// params that are not an object) passes here and is refused by the checks
-// that name what is missing.
-func checkWorkloadBytes(s *frameScan, limit, slack int) error {
-	if n := len(s.levels[levelParams].raw); n-slack > limit {
-		return &workloadTooLargeError{size: n, limit: limit}
 	}
 	return nil
 }
