@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/pairinstall"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // Outbound delivery settings (contract section 7).
@@ -51,9 +52,9 @@ func (t peerTarget) id() string {
 // outboundFrame is one local-origin frame on its way to the peers.
 type outboundFrame struct {
 	method   string
-	line     []byte      // the JSON-RPC notification, the peer request body
-	ref      workloadRef // the workload it names, for the lanes' order (peerlanes.go)
-	queuedAt time.Time   // set by enqueue, for the delivery latency
+	line     []byte                // the JSON-RPC notification, the peer request body
+	ref      wireframe.WorkloadRef // the workload it names, for the lanes' order (peerlanes.go)
+	queuedAt time.Time             // set by enqueue, for the delivery latency
 }
 
 // broadcaster owns the outbound path: one ordered, bounded enqueue point, a

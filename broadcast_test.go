@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 func TestBroadcastDeadPeerDoesNotDelayHealthyPeer(t *testing.T) {
@@ -436,7 +437,7 @@ func TestEnqueueDropsTheNewestFrameWhenTheQueueIsFull(t *testing.T) {
 		peers: map[string]*peerSender{},
 	}
 	for i, want := range []bool{true, true, false, false} {
-		if got := b.enqueue(outboundFrame{method: methodStarted, line: []byte(itoa(i))}); got != want {
+		if got := b.enqueue(outboundFrame{method: wireframe.MethodStarted, line: []byte(itoa(i))}); got != want {
 			t.Fatalf("enqueue %d = %v, want %v", i, got, want)
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // dedupCapacity bounds the keys the peer server remembers.
@@ -156,17 +158,17 @@ func (d *dedup) len() int {
 func (d *dedup) bytes() int { return d.len() * dedupEntryBytes }
 
 // lifecycleDedupKey is the key peers deduplicate a lifecycle event on.
-func lifecycleDedupKey(e *lifecycleEvent) dedupDigest {
-	i := &e.info
+func lifecycleDedupKey(e *wireframe.Lifecycle) dedupDigest {
+	i := &e.Info
 	seq := ""
-	if i.hasSeq {
-		seq = strconv.FormatInt(i.seqNum, 10)
+	if i.HasSeq {
+		seq = strconv.FormatInt(i.Seq, 10)
 	}
 	return digestKey("L", i.OriginatedFrom, i.Engine, i.RunID, i.ID, i.State, i.ScheduledOn, seq)
 }
 
 // removalDedupKey is the key peers deduplicate a removal on.
-func removalDedupKey(r *removalEvent) dedupDigest { return digestKey("R", r.ref.origin, r.ref.id) }
+func removalDedupKey(r *wireframe.Removal) dedupDigest { return digestKey("R", r.Ref.Origin, r.Ref.ID) }
 
 // digestKey is the SHA-256 of the parts, each preceded by its length as
 // eight big-endian bytes, so that no two tuples share an encoding and no

@@ -25,6 +25,7 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		never []string
 	}{
 		{pkg: "internal/pairinstall", may: nil, never: []string{"net/http"}},
+		{pkg: "internal/wireframe", may: nil, never: []string{"net/http"}},
 	}
 	for _, r := range rules {
 		t.Run(r.pkg, func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/pairinstall"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // The daemon's numbers are kept by the components that produce them, as
@@ -181,7 +182,7 @@ func formatValue(v float64) string {
 // knownMethod bounds the method label: anything else is "other".
 func knownMethod(m string) string {
 	switch m {
-	case methodSubmitted, methodStarted, methodCompleted, methodErrored, methodRemove,
+	case wireframe.MethodSubmitted, wireframe.MethodStarted, wireframe.MethodCompleted, wireframe.MethodErrored, wireframe.MethodRemove,
 		"discovery:nodes", "log/set-level", "shutdown":
 		return m
 	}

@@ -1,5 +1,7 @@
 package main
 
+import "nvpair-workload-manager/internal/wireframe"
+
 // Labelled series whose label values are known before anything happens
 // are rendered from the first scrape, at zero: Prometheus' rate() and
 // increase() need two samples of a series, so a series that appeared only
@@ -7,7 +9,7 @@ package main
 // peer appear when the peer does.
 
 // lifecycleAndRemoval are the methods a peer or a producer may send.
-var lifecycleAndRemoval = []string{methodSubmitted, methodStarted, methodCompleted, methodErrored, methodRemove}
+var lifecycleAndRemoval = []string{wireframe.MethodSubmitted, wireframe.MethodStarted, wireframe.MethodCompleted, wireframe.MethodErrored, wireframe.MethodRemove}
 
 // stdioMethods are the values knownMethod gives a broker's frames.
 var stdioMethods = append(append([]string(nil), lifecycleAndRemoval...), "discovery:nodes", "log/set-level", "shutdown", "other")

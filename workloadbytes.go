@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // Bytes, not entries, bound what the daemon keeps (issue 20). Before these
@@ -23,7 +25,7 @@ const (
 	defaultMaxLiveWorkloadBytes = 256 << 20
 	// minMaxLiveWorkloadBytes is the least --max-live-workload-bytes
 	// accepted: at least one frame of the largest workload bound.
-	minMaxLiveWorkloadBytes = maxWorkloadMaxBytes
+	minMaxLiveWorkloadBytes = wireframe.MaxWorkloadMaxBytes
 	// maxMaxLiveWorkloadBytes is the most: 1 TiB, past any node.
 	maxMaxLiveWorkloadBytes = 1 << 40
 
@@ -45,7 +47,7 @@ const (
 // and its heartbeat adds the re-assertion marker (`"resync":true,`). A
 // peer with the same bound must take all of it, or a frame a producer
 // was told was accepted would be refused, for good, at every peer.
-const peerWorkloadSlack = len(`,"originatedFrom":""`) + maxKeyFieldBytes + resyncMarkerBytes
+const peerWorkloadSlack = len(`,"originatedFrom":""`) + wireframe.MaxKeyFieldBytes + resyncMarkerBytes
 
 // checkMaxLiveWorkloadBytes refuses a --max-live-workload-bytes outside
 // its range.
@@ -62,7 +64,7 @@ func (m *Manager) refusedOverWorkloadBound(err error, source string) bool {
 	if err == nil {
 		return false // the common case, without errors.As's allocation
 	}
-	var tooLarge *workloadTooLargeError
+	var tooLarge *wireframe.WorkloadTooLargeError
 	if !errors.As(err, &tooLarge) {
 		return false
 	}

@@ -1,4 +1,4 @@
-package main
+package wireframe
 
 import "fmt"
 
@@ -7,41 +7,41 @@ import "fmt"
 // (--workload-max-bytes, issue 20).
 
 const (
-	// defaultWorkloadMaxBytes bounds one frame's params. The real
+	// DefaultWorkloadMaxBytes bounds one frame's params. The real
 	// producer's frames are under 2 KiB, and the Jobs list shows only the
 	// fields the daemon knows; 16 KiB leaves a producer eight times that
 	// for fields of its own and an error text.
-	defaultWorkloadMaxBytes = 16 << 10
-	// minWorkloadMaxBytes is the least --workload-max-bytes accepted: any
+	DefaultWorkloadMaxBytes = 16 << 10
+	// MinWorkloadMaxBytes is the least --workload-max-bytes accepted: any
 	// removal fits (its two fields are at most 1,538 bytes of JSON text
 	// each, spec 3.2), and so does a lifecycle frame with the fields the
 	// daemon knows at ordinary lengths.
-	minWorkloadMaxBytes = 4 << 10
-	// maxWorkloadMaxBytes is the most: no path takes a frame longer than
-	// maxFrameBytes, so a larger bound could refuse nothing.
-	maxWorkloadMaxBytes = maxFrameBytes
+	MinWorkloadMaxBytes = 4 << 10
+	// MaxWorkloadMaxBytes is the most: no path takes a frame longer than
+	// MaxBytes, so a larger bound could refuse nothing.
+	MaxWorkloadMaxBytes = MaxBytes
 )
 
-// checkWorkloadMaxBytes refuses a --workload-max-bytes outside its range.
-func checkWorkloadMaxBytes(n int) error {
-	if n < minWorkloadMaxBytes || n > maxWorkloadMaxBytes {
-		return fmt.Errorf("must be between %d and %d bytes", minWorkloadMaxBytes, maxWorkloadMaxBytes)
+// CheckWorkloadMaxBytes refuses a --workload-max-bytes outside its range.
+func CheckWorkloadMaxBytes(n int) error {
+	if n < MinWorkloadMaxBytes || n > MaxWorkloadMaxBytes {
+		return fmt.Errorf("must be between %d and %d bytes", MinWorkloadMaxBytes, MaxWorkloadMaxBytes)
 	}
 	return nil
 }
 
-// workloadTooLargeError refuses a frame whose params are over the workload
+// WorkloadTooLargeError refuses a frame whose params are over the workload
 // bound: a 413 on the ingress and the peer port (each batch element alike),
 // a rate-limited warning on the local channel.
-type workloadTooLargeError struct {
-	size, limit int
+type WorkloadTooLargeError struct {
+	Size, Limit int
 }
 
-func (e *workloadTooLargeError) Error() string {
-	return fmt.Sprintf("params (the workload and the members beside it) are %d bytes, over their %d-byte bound (--workload-max-bytes)", e.size, e.limit)
+func (e *WorkloadTooLargeError) Error() string {
+	return fmt.Sprintf("params (the workload and the members beside it) are %d bytes, over their %d-byte bound (--workload-max-bytes)", e.Size, e.Limit)
 }
 
-// checkWorkloadBytes refuses a scanned frame whose params are over limit
+// CheckWorkloadBytes refuses a scanned frame whose params are over limit
 // bytes, and slack more (the peer port's peerWorkloadSlack; the reason
 // names the bound itself). What is measured is the params object's text as it arrived,
 // whitespace and escapes included: the bytes the daemon relays and keeps,
@@ -49,9 +49,9 @@ func (e *workloadTooLargeError) Error() string {
 // allocates nothing on the way through. A frame without params (or with
 // params that are not an object) passes here and is refused by the checks
 // that name what is missing.
-func checkWorkloadBytes(s *frameScan, limit, slack int) error {
+func CheckWorkloadBytes(s *Scan, limit, slack int) error {
 	if n := len(s.levels[levelParams].raw); n-slack > limit {
-		return &workloadTooLargeError{size: n, limit: limit}
+		return &WorkloadTooLargeError{Size: n, Limit: limit}
 	}
 	return nil
 }
