@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -8,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // Issue 20's unsent-body attack, against the real binary: local
@@ -27,9 +31,9 @@ func TestAdversarialUnsentIngressBodiesLeaveProducersAndAPeerServed(t *testing.T
 		conns    int
 		declared int
 	}{
-		{"36 declaring 1 MiB", 36, maxFrameBytes},
-		{"132 declaring 1 MiB", 132, maxFrameBytes},
-		{"132 declaring the cap", 132, int(ingressBodyMax(defaultWorkloadMaxBytes))},
+		{"36 declaring 1 MiB", 36, wireframe.MaxBytes},
+		{"132 declaring 1 MiB", 132, wireframe.MaxBytes},
+		{"132 declaring the cap", 132, int(ingressBodyMax(wireframe.DefaultWorkloadMaxBytes))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := writeCluster(t, 2)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // Adversarial test against the real binary (issue 20, item 3): producers
@@ -46,7 +47,7 @@ func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinThe
 	ingress := d.loggedValue("local ingress listening", "addr")
 	metrics := d.loggedValue("metrics endpoint listening", "addr")
 	peers, _ := json.Marshal(map[string]any{"nodes": []any{hole.entry()}})
-	d.send(string(encodeNotification("discovery:nodes", peers)))
+	d.send(string(wireframe.EncodeNotification("discovery:nodes", peers)))
 	d.waitLog("broadcast targets changed", "total=1")
 
 	frame := func(i int, member string) string {
@@ -101,7 +102,7 @@ func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinThe
 	if statuses[http.StatusRequestEntityTooLarge] != advBigPosts {
 		t.Fatalf("answers %v, want all %d 413", statuses, advBigPosts)
 	}
-	if want := fmt.Sprintf("over their %d-byte bound (--workload-max-bytes)", defaultWorkloadMaxBytes); !strings.Contains(firstReason, want) {
+	if want := fmt.Sprintf("over their %d-byte bound (--workload-max-bytes)", wireframe.DefaultWorkloadMaxBytes); !strings.Contains(firstReason, want) {
 		t.Fatalf("the 413's reason %q does not name the bound (%q)", firstReason, want)
 	}
 	if rssAfter > advBigRSSBudgetKiB {
@@ -110,21 +111,21 @@ func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinThe
 	if got := m[`nvpair_wlm_workload_bound_refusals_total{source="ingress"}`]; got != advBigPosts {
 		t.Fatalf("refusals counted: %v, want %d", got, advBigPosts)
 	}
-	if n := len(d.withMethod(methodUpsert)); n != 1 {
+	if n := len(d.withMethod(wireframe.MethodUpsert)); n != 1 {
 		t.Fatalf("%d upserts reached the broker, want only the small frame's", n)
 	}
 	// A producer within the bound is still served.
-	if s, text := postIngress(t, ingress, frame(advBigPosts, strings.Repeat("s", defaultWorkloadMaxBytes/2))); s != http.StatusOK {
+	if s, text := postIngress(t, ingress, frame(advBigPosts, strings.Repeat("s", wireframe.DefaultWorkloadMaxBytes/2))); s != http.StatusOK {
 		t.Fatalf("a frame within the bound after the posts: %d %q", s, text)
 	}
-	d.waitMethod(methodUpsert, 2)
+	d.waitMethod(wireframe.MethodUpsert, 2)
 
 	// The broker enters frames just within the bound, more than the
 	// black-holed peer's queue holds in bytes: the queue is full at 8 MiB,
 	// well before its 1,024 frames, and the rest are marked for that peer's
 	// heartbeat lane (or dropped, past the marks' bound).
 	const brokerFrames = 1000
-	within := strings.Repeat("w", defaultWorkloadMaxBytes-200)
+	within := strings.Repeat("w", wireframe.DefaultWorkloadMaxBytes-200)
 	for i := range brokerFrames {
 		d.send(`{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":{"id":"broker-` + itoa(i) +
 			`","model":"m","engine":"e","state":"running","originatedFrom":"` + nodes[0].ID + `","blob":"` + within + `"}}}`)
@@ -143,7 +144,7 @@ func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinThe
 	m = scrapeAddr(t, metrics)
 	t.Logf("%d broker frames with a %d-byte member to a black-holed peer: its queue holds %v frames, %v bytes (bound %v); %v marked, %v dropped; re-sync set %v bytes; RSS %d KiB",
 		brokerFrames, len(within), m[frames], m[queued], m["nvpair_wlm_peer_queue_limit_bytes"], m[marked], m[dropped], m["nvpair_wlm_resync_set_bytes"], advRSS(d))
-	if m[queued] > peerQueueMaxBytes || m[queued] < peerQueueMaxBytes-2*defaultWorkloadMaxBytes || m[frames] >= peerQueueSize || m[marked]+m[dropped] == 0 {
+	if m[queued] > peerQueueMaxBytes || m[queued] < peerQueueMaxBytes-2*wireframe.DefaultWorkloadMaxBytes || m[frames] >= peerQueueSize || m[marked]+m[dropped] == 0 {
 		t.Fatalf("the black-holed peer's queue holds %v frames and %v bytes with %v marked and %v dropped; want it full at its %d-byte bound",
 			m[frames], m[queued], m[marked], m[dropped], peerQueueMaxBytes)
 	}

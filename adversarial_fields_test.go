@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // Adversarial tests against the real binary: a pinned peer that sends
@@ -47,7 +49,7 @@ func TestAdversarialMaximumLengthFieldsThroughAPinnedPeerKeepTheDedupWithinItsBy
 			}
 		}
 	}
-	d.waitMethod(methodUpsert, advFrames)
+	d.waitMethod(wireframe.MethodUpsert, advFrames)
 	m := scrapeAddr(t, metrics)
 	keys, size := m["nvpair_wlm_dedup_keys"], m["nvpair_wlm_dedup_bytes"]
 	if keys != advFrames || size != advFrames*dedupEntryBytes || size > dedupMaxBytes {
@@ -60,18 +62,18 @@ func TestAdversarialMaximumLengthFieldsThroughAPinnedPeerKeepTheDedupWithinItsBy
 	// One byte over, in any bounded field: 400 naming the field and its
 	// bound, and nothing reaches the broker or the dedup.
 	for _, f := range boundedWorkloadFields {
-		members := []string{fieldOf("id", "over-"+f), fieldOf(f, strings.Repeat("a", maxKeyFieldBytes+1))}
+		members := []string{fieldOf("id", "over-"+f), fieldOf(f, strings.Repeat("a", wireframe.MaxKeyFieldBytes+1))}
 		status, reason := netPostAnswer(t, c, addr, []byte(lifecycleFrameJSON(workloadJSON(peer.ID, members...))))
-		if want := overBound("workloadInfo."+f, maxKeyFieldBytes+1); status != http.StatusBadRequest || reason != want {
+		if want := overBound("workloadInfo."+f, wireframe.MaxKeyFieldBytes+1); status != http.StatusBadRequest || reason != want {
 			t.Errorf("%s one byte over: %d %q, want 400 %q", f, status, reason, want)
 		}
 	}
 	for _, tc := range []struct{ body, field string }{
-		{string(netRemoveBody(t, strings.Repeat("w", maxKeyFieldBytes+1), peer.ID)), "params.workloadId"},
-		{string(netRemoveBody(t, "job-1", strings.Repeat("o", maxKeyFieldBytes+1))), "params.originatedFrom"},
+		{string(netRemoveBody(t, strings.Repeat("w", wireframe.MaxKeyFieldBytes+1), peer.ID)), "params.workloadId"},
+		{string(netRemoveBody(t, "job-1", strings.Repeat("o", wireframe.MaxKeyFieldBytes+1))), "params.originatedFrom"},
 	} {
 		status, reason := netPostAnswer(t, c, addr, []byte(tc.body))
-		if want := overBound(tc.field, maxKeyFieldBytes+1); status != http.StatusBadRequest || reason != want {
+		if want := overBound(tc.field, wireframe.MaxKeyFieldBytes+1); status != http.StatusBadRequest || reason != want {
 			t.Errorf("removal with %s one byte over: %d %q, want 400 %q", tc.field, status, reason, want)
 		}
 	}
@@ -87,7 +89,7 @@ func TestAdversarialMaximumLengthFieldsThroughAPinnedPeerKeepTheDedupWithinItsBy
 	// its id, reaches the broker byte for byte, and its removal names the
 	// workload in the same bytes.
 	id, origin := `"a\u00e9\/b"`, `"`+peer.ID+`"`
-	info := `{"id":` + id + `,"model":"m","engine":"` + strings.Repeat("e", maxKeyFieldBytes) + `","state":"running","originatedFrom":` + origin + `,"custom":{"k":[1,2.50]}}`
+	info := `{"id":` + id + `,"model":"m","engine":"` + strings.Repeat("e", wireframe.MaxKeyFieldBytes) + `","state":"running","originatedFrom":` + origin + `,"custom":{"k":[1,2.50]}}`
 	if status, reason := netPostAnswer(t, c, addr, []byte(lifecycleFrameJSON(info))); status != http.StatusOK {
 		t.Fatalf("a frame at the bounds: %d %q", status, reason)
 	}
@@ -95,8 +97,8 @@ func TestAdversarialMaximumLengthFieldsThroughAPinnedPeerKeepTheDedupWithinItsBy
 	if status, reason := netPostAnswer(t, c, addr, []byte(rm)); status != http.StatusOK {
 		t.Fatalf("its removal: %d %q", status, reason)
 	}
-	removals := d.waitMethod(methodRemove, 1)
-	upserts := d.withMethod(methodUpsert)
+	removals := d.waitMethod(wireframe.MethodRemove, 1)
+	upserts := d.withMethod(wireframe.MethodUpsert)
 	if got, want := string(upserts[len(upserts)-1].Params), `{"workloadInfo":`+info+`}`; got != want {
 		t.Fatalf("the broker's upsert params are\n%s\nwant\n%s", got, want)
 	}

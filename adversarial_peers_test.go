@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // Adversarial tests against the real binary (issue 12, points 3 and 7):
@@ -90,14 +91,14 @@ func TestAdversarialPinnedPeerSpeakingForAnotherNodeIsRefusedAndTheVictimKeepsRe
 			t.Fatalf("B holds A's workload as %v", w["state"])
 		}
 	}
-	if len(b.withMethod(methodRemove)) != 0 {
-		t.Fatalf("a removal reached B: %v", b.withMethod(methodRemove))
+	if len(b.withMethod(wireframe.MethodRemove)) != 0 {
+		t.Fatalf("a removal reached B: %v", b.withMethod(wireframe.MethodRemove))
 	}
 	// Nothing forged reached A's broker: no frame about A's own workload
 	// (A never hears its own frames back), none in C's name after the map.
-	if got := a.upsertCount("own-job"); got != 0 || len(a.withMethod(methodRemove)) != 0 || a.upsertCount("c-after") != 0 {
+	if got := a.upsertCount("own-job"); got != 0 || len(a.withMethod(wireframe.MethodRemove)) != 0 || a.upsertCount("c-after") != 0 {
 		t.Fatalf("A's broker got forged frames: %d upserts of its own workload, removals %v, c-after %d",
-			got, a.withMethod(methodRemove), a.upsertCount("c-after"))
+			got, a.withMethod(wireframe.MethodRemove), a.upsertCount("c-after"))
 	}
 	m := scrapeProc(t, a)
 	if m[`nvpair_wlm_peer_origin_refused_total{claim="self"}`] != 4 || m[`nvpair_wlm_peer_origin_refused_total{claim="other"}`] != 2 {

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // benchPeerFrame appends a peer's single frame: workload n of origin, as a
@@ -36,7 +37,7 @@ func BenchmarkParsePeerFrame(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if _, err := parsePeerFrame(body, defaultWorkloadMaxBytes); err != nil {
+		if _, err := parsePeerFrame(body, wireframe.DefaultWorkloadMaxBytes); err != nil {
 			b.Fatal(err)
 		}
 	}

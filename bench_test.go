@@ -5,8 +5,9 @@ package main
 //	go test -run '^$' -bench . -benchmem .
 //	go test -run '^$' -bench 'IngressEndToEnd' -cpuprofile cpu.out -memprofile mem.out .
 //
-// The micro benchmarks measure one function each on the seed's curl frame;
-// the end-to-end ones run a real Manager in process (loopback HTTP ingress
+// The micro benchmarks measure one function each on the seed's curl frame
+// (the frame format's live beside it, in internal/wireframe); the
+// end-to-end ones run a real Manager in process (loopback HTTP ingress
 // with a drained broker pipe; broker pipe to K pinned-mTLS sinks) so a
 // profile shows where the daemon's own time goes. The harness that drives
 // the real binary is cmd/wlmbench.
@@ -34,6 +35,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // benchNodeID is the node id of the benchmarked daemon.
@@ -51,77 +53,6 @@ const benchSeedFrame = `{
 const benchSeedParams = `{"workloadInfo":{"id":"job-42","runId":"job-42","seq":1,"model":"qwen3.5-9b","engine":"llamacpp",` +
 	`"state":"running","createdAt":1789661457000,"startedAt":1789661457000,"completedAt":null,"error":null,` +
 	`"requesterId":"my-scheduler","originatedFrom":"` + benchNodeID + `"}}`
-
-func BenchmarkParseIngressFrame(b *testing.B) {
-	body := []byte(benchSeedFrame)
-	b.ReportAllocs()
-	b.SetBytes(int64(len(body)))
-	for b.Loop() {
-		if _, err := parseIngressFrame(body, benchNodeID, defaultWorkloadMaxBytes); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkCheckSpelling(b *testing.B) {
-	var s frameScan
-	if err := s.scanParams([]byte(benchSeedParams)); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := checkSpelling("workloadInfo", &s.levels[levelInfo], workloadFields); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkScanFrame is the single pass alone over the seed's frame.
-func BenchmarkScanFrame(b *testing.B) {
-	body := []byte(benchSeedFrame)
-	var s frameScan
-	b.ReportAllocs()
-	b.SetBytes(int64(len(body)))
-	for b.Loop() {
-		if err := s.scanFrame(body); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkObjectMembers(b *testing.B) {
-	params, _ := objectMembers([]byte(benchSeedParams))
-	info, _ := member(params, "workloadInfo")
-	b.ReportAllocs()
-	b.SetBytes(int64(len(info)))
-	for b.Loop() {
-		if _, err := objectMembers(info); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func BenchmarkFoldKey(b *testing.B) {
-	for _, name := range []string{"originatedFrom", "ſcheduledOn"} {
-		b.Run(name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				_ = foldKey(name)
-			}
-		})
-	}
-}
-
-func BenchmarkParseLifecycle(b *testing.B) {
-	params := json.RawMessage(benchSeedParams)
-	b.ReportAllocs()
-	b.SetBytes(int64(len(params)))
-	for b.Loop() {
-		if _, err := parseLifecycle(methodStarted, params); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
 
 func BenchmarkDedupDeliverOnce(b *testing.B) {
 	write := func() error { return nil }
@@ -156,25 +87,17 @@ func BenchmarkDedupDeliverOnce(b *testing.B) {
 }
 
 func benchDedupKey(i int) dedupDigest {
-	ev := lifecycleEvent{info: workloadInfo{OriginatedFrom: benchNodeID, Engine: "llamacpp", RunID: "run-" + strconv.Itoa(i),
-		ID: "job-" + strconv.Itoa(i), State: "running", seqNum: 1, hasSeq: true}}
-	return ev.dedupKey()
-}
-
-func BenchmarkEncodeNotification(b *testing.B) {
-	params := json.RawMessage(benchSeedParams)
-	b.ReportAllocs()
-	for b.Loop() {
-		_ = encodeNotification(methodUpsert, params)
-	}
+	ev := wireframe.Lifecycle{Info: wireframe.WorkloadInfo{OriginatedFrom: benchNodeID, Engine: "llamacpp", RunID: "run-" + strconv.Itoa(i),
+		ID: "job-" + strconv.Itoa(i), State: "running", Seq: 1, HasSeq: true}}
+	return lifecycleDedupKey(&ev)
 }
 
 func BenchmarkBrokerWriterNotify(b *testing.B) {
-	w := newBrokerWriter(io.Discard, defaultBrokerLineMax)
+	w := newBrokerWriter(io.Discard, wireframe.DefaultBrokerLineMax)
 	params := json.RawMessage(benchSeedParams)
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := w.notify(methodUpsert, params); err != nil {
+		if err := w.notify(wireframe.MethodUpsert, params); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -194,7 +117,7 @@ func BenchmarkCommitLocal(b *testing.B) {
 			for i := range frames {
 				p := fmt.Sprintf(`{"workloadInfo":{"id":"job-%d","runId":"job-%d","seq":%d,"model":"m","engine":"llamacpp","state":"running","originatedFrom":%q}}`,
 					i, i, i, benchNodeID)
-				f, err := parseLocalFrame(methodStarted, json.RawMessage(p))
+				f, err := parseLocalFrame(wireframe.MethodStarted, json.RawMessage(p))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -301,11 +224,11 @@ func benchPostInParallel(b *testing.B, client *http.Client, url string, frame fu
 
 // benchIngressBody appends a producer's frame for workload n at seq.
 func benchIngressBody(buf []byte, n, seq int64) []byte {
-	state, method := "running", methodStarted
+	state, method := "running", wireframe.MethodStarted
 	if seq == 1 {
-		state, method = "queued", methodSubmitted
+		state, method = "queued", wireframe.MethodSubmitted
 	} else if seq == 3 {
-		state, method = "completed", methodCompleted
+		state, method = "completed", wireframe.MethodCompleted
 	}
 	buf = append(buf, `{"jsonrpc":"2.0","method":"`...)
 	buf = append(buf, method...)
@@ -341,7 +264,7 @@ func BenchmarkFanOutEndToEnd(b *testing.B) {
 	}
 	r.m.trust.Reload()
 	p, _ := json.Marshal(map[string]any{"nodes": nodes})
-	r.send(b, encodeNotification("discovery:nodes", p))
+	r.send(b, wireframe.EncodeNotification("discovery:nodes", p))
 	eventually(b, "8 targets", func() bool { return r.m.bcast.targetCount() == k })
 
 	minDelivered := func() int64 {
@@ -525,15 +448,15 @@ var benchResyncNow = time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)
 
 // benchResyncEvents returns n running workloads shaped like the seed frame,
 // each its own run.
-func benchResyncEvents(b *testing.B, n int) []lifecycleEvent {
+func benchResyncEvents(b *testing.B, n int) []wireframe.Lifecycle {
 	b.Helper()
-	evs := make([]lifecycleEvent, n)
+	evs := make([]wireframe.Lifecycle, n)
 	for i := range evs {
 		id := strconv.Itoa(i)
 		p := `{"workloadInfo":{"id":"job-` + id + `","runId":"job-` + id + `","seq":1,"model":"qwen3.5-9b","engine":"llamacpp",` +
 			`"state":"running","createdAt":1789661457000,"startedAt":1789661457000,"completedAt":null,"error":null,` +
 			`"requesterId":"my-scheduler","originatedFrom":"` + benchNodeID + `"}}`
-		ev, err := parseLifecycle(methodStarted, json.RawMessage(p))
+		ev, err := wireframe.ParseLifecycle(wireframe.MethodStarted, json.RawMessage(p))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -596,7 +519,7 @@ func BenchmarkResyncTrack(b *testing.B) {
 		b.ResetTimer()
 		j := 0
 		for b.Loop() {
-			s.untrack(evs[j%len(evs)].ref())
+			s.untrack(evs[j%len(evs)].Ref())
 			if s.track(&evs[(j+benchSetSize)%len(evs)], benchResyncNow, false) != tracked {
 				b.Fatal("a new workload was not tracked")
 			}
@@ -658,7 +581,7 @@ func BenchmarkTrackWhileTaking(b *testing.B) {
 			m.activeMu.Unlock()
 			frames := make([]localFrame, 4096)
 			for i := range frames {
-				f, err := parseLocalFrame(methodStarted, evs[i].params)
+				f, err := parseLocalFrame(wireframe.MethodStarted, evs[i].Params)
 				if err != nil {
 					b.Fatal(err)
 				}

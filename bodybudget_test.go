@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 func TestRequestBodiesOverTheBudgetWaitBrieflyThenGet503WithRetryAfter(t *testing.T) {
@@ -149,7 +151,7 @@ func TestEachChannelHasABodyBudgetOfItsOwn(t *testing.T) {
 	if !bs.ingress.acquire(bs.ingress.capacity, time.Millisecond, nil) {
 		t.Fatal("an empty ingress budget had no room")
 	}
-	if !bs.peer.acquire(maxFrameBytes, time.Millisecond, nil) {
+	if !bs.peer.acquire(wireframe.MaxBytes, time.Millisecond, nil) {
 		t.Fatal("the peer port had no room while only the ingress's budget was full")
 	}
 }

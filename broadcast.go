@@ -14,6 +14,7 @@ import (
 
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // Outbound delivery settings (contract section 7).
@@ -52,10 +53,10 @@ func (t peerTarget) id() string {
 // outboundFrame is one local-origin frame on its way to the peers.
 type outboundFrame struct {
 	method   string
-	line     []byte      // the JSON-RPC notification, the peer request body
-	ref      workloadRef // the workload it names, for the lanes' order (peerlanes.go)
-	queuedAt time.Time   // set by enqueue, for the delivery latency
-	recovery bool        // sent from an overflow mark (overflow.go)
+	line     []byte                // the JSON-RPC notification, the peer request body
+	ref      wireframe.WorkloadRef // the workload it names, for the lanes' order (peerlanes.go)
+	queuedAt time.Time             // set by enqueue, for the delivery latency
+	recovery bool                  // sent from an overflow mark (overflow.go)
 }
 
 // broadcaster owns the outbound path: one ordered, bounded enqueue point, a
@@ -185,7 +186,7 @@ func (b *broadcaster) enqueueReserved(f outboundFrame) bool {
 	if b.marks == nil {
 		b.marks = newOverflowMarks(b.markLimit)
 	}
-	removal := f.method == methodRemove
+	removal := f.method == wireframe.MethodRemove
 	ok, began := b.marks.add(f.ref, removal, !removal, 1, b.enqueued, f.queuedAt)
 	if !ok {
 		b.dropped.Add(1)

@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
 
 	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // Group commit to the broker (spec 6). Every frame the daemon writes up to
@@ -52,6 +54,10 @@ const brokerLineKeepBytes = 64 << 10
 
 // brokerLines recycles the buffers lines are built in, so a frame costs no
 // allocation for its line once the pool is warm.
+// errBrokerGone is returned by every write after the first failed one: the
+// broker is the daemon's parent, and a pipe that failed once does not heal.
+var errBrokerGone = errors.New("broker channel closed")
+
 var brokerLines = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 func getBrokerLine() *bytes.Buffer {
@@ -142,7 +148,7 @@ func (bw *brokerWriter) enter(buf *bytes.Buffer, after func()) (brokerTurn, erro
 	if size := buf.Len(); size > bw.lineMax {
 		putBrokerLine(buf)
 		bw.refused.Add(1)
-		return brokerTurn{}, &lineOverLimitError{size: size, limit: bw.lineMax}
+		return brokerTurn{}, &wireframe.LineOverLimitError{Size: size, Limit: bw.lineMax}
 	}
 	bw.mu.Lock()
 	defer bw.mu.Unlock()
@@ -303,7 +309,7 @@ func (bw *brokerWriter) writeLine(line []byte) error {
 // notify sends a notification to the broker, its line built once.
 func (bw *brokerWriter) notify(method string, params json.RawMessage) error {
 	b := getBrokerLine()
-	writeNotification(b, method, params)
+	wireframe.WriteNotification(b, method, params)
 	b.WriteByte('\n')
 	return bw.send(b)
 }
@@ -311,13 +317,13 @@ func (bw *brokerWriter) notify(method string, params json.RawMessage) error {
 // respond answers a request of the broker's with a result, or with rerr when
 // it is not nil. A nil result is sent as "result": null, which JSON-RPC
 // requires for a successful answer.
-func (bw *brokerWriter) respond(id json.RawMessage, result any, rerr *rpcError) error {
+func (bw *brokerWriter) respond(id json.RawMessage, result any, rerr *wireframe.RPCError) error {
 	var resp any
 	if rerr != nil {
 		resp = struct {
-			JSONRPC string          `json:"jsonrpc"`
-			ID      json.RawMessage `json:"id"`
-			Error   *rpcError       `json:"error"`
+			JSONRPC string              `json:"jsonrpc"`
+			ID      json.RawMessage     `json:"id"`
+			Error   *wireframe.RPCError `json:"error"`
 		}{"2.0", id, rerr}
 	} else {
 		resp = struct {
@@ -338,17 +344,17 @@ func (bw *brokerWriter) respond(id json.RawMessage, result any, rerr *rpcError) 
 // for params {"workloadInfo":info}, built in one pass.
 func upsertLine(info json.RawMessage) *bytes.Buffer {
 	b := getBrokerLine()
-	b.WriteString(`{"jsonrpc":"2.0","method":"` + methodUpsert + `","params":{"workloadInfo":`)
-	writeOneLine(b, info)
+	b.WriteString(`{"jsonrpc":"2.0","method":"` + wireframe.MethodUpsert + `","params":{"workloadInfo":`)
+	wireframe.WriteOneLine(b, info)
 	b.WriteString("}}\n")
 	return b
 }
 
 // removeLine builds the workloads:remove line of a removal, its newline
 // included, in a pooled buffer.
-func removeLine(r *removalEvent) *bytes.Buffer {
+func removeLine(r *wireframe.Removal) *bytes.Buffer {
 	b := getBrokerLine()
-	writeNotification(b, methodRemove, r.brokerParams())
+	wireframe.WriteNotification(b, wireframe.MethodRemove, r.BrokerParams())
 	b.WriteByte('\n')
 	return b
 }
@@ -358,7 +364,7 @@ func frameLine(f *localFrame) *bytes.Buffer {
 	if f.isRemoval() {
 		return removeLine(&f.removal)
 	}
-	return upsertLine(f.life.raw)
+	return upsertLine(f.life.Raw)
 }
 
 // emitUpsert writes a workload object up to the broker as workloads:upsert.
@@ -368,7 +374,7 @@ func (m *Manager) emitUpsert(info json.RawMessage) error {
 
 // emitRemove writes a removal up to the broker as workloads:remove, naming
 // the workload in the tokens it arrived with (removalEvent.brokerParams).
-func (m *Manager) emitRemove(r *removalEvent) error {
+func (m *Manager) emitRemove(r *wireframe.Removal) error {
 	return m.out.send(removeLine(r))
 }
 

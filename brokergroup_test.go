@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // groupWriter is a broker channel for the group-commit tests. It records
@@ -69,16 +70,16 @@ func (g *groupWriter) calls() (sizes, frames []int) {
 }
 
 // lines returns the complete lines that reached the broker, decoded.
-func (g *groupWriter) lines(t *testing.T) []rpcFrame {
+func (g *groupWriter) lines(t *testing.T) []wireframe.RPC {
 	t.Helper()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	var out []rpcFrame
+	var out []wireframe.RPC
 	for _, l := range bytes.SplitAfter(g.out.Bytes(), []byte("\n")) {
 		if len(l) == 0 || l[len(l)-1] != '\n' {
 			continue // a torn line's head: a broker would discard it
 		}
-		var f rpcFrame
+		var f wireframe.RPC
 		if err := json.Unmarshal(l, &f); err != nil {
 			t.Fatalf("broker line is not JSON: %.200q", l)
 		}
@@ -230,7 +231,7 @@ func TestFramesReadyTogetherAreWrittenInOneWriteInTheOrderTheyWereAccepted(t *te
 	perPeer := map[string][]string{}
 	seen := map[string]int{}
 	for _, f := range gw.lines(t) {
-		if f.Method != methodUpsert {
+		if f.Method != wireframe.MethodUpsert {
 			continue
 		}
 		id := ifxInfoString(t, f.Params, "id")
@@ -373,7 +374,7 @@ func TestAFailedGroupWriteFailsEveryFrameOfTheGroupAndCommitsNone(t *testing.T) 
 // A frame whose line is over the broker's line limit is refused alone, at
 // once, while a group forms: the frames around it are written.
 func TestALineOverTheLimitIsRefusedAloneAndDoesNotJoinAGroup(t *testing.T) {
-	n, q := ifxNode(t, withBrokerLineMax(minBrokerLineMax))
+	n, q := ifxNode(t, withBrokerLineMax(wireframe.MinBrokerLineMax))
 	gw, heldDone := holdBroker(t, n)
 	var wg sync.WaitGroup
 	for _, id := range []string{"before", "after"} {
@@ -384,11 +385,11 @@ func TestALineOverTheLimitIsRefusedAloneAndDoesNotJoinAGroup(t *testing.T) {
 		})
 	}
 	eventually(t, "two frames queued", func() bool { return queuedBehindLeader(n.m.out) == 2 })
-	big := `"note":"` + strings.Repeat("x", minBrokerLineMax) + `"`
+	big := `"note":"` + strings.Repeat("x", wireframe.MinBrokerLineMax) + `"`
 	if err := answeredWhileHeld(t, "an over-long frame", func() error {
 		_, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("big", "running", "", big)))
 		return err
-	}); !errors.Is(err, errLineOverLimit) {
+	}); !errors.Is(err, wireframe.ErrLineOverLimit) {
 		t.Fatalf("an over-long frame while a group forms: %v, want errLineOverLimit", err)
 	}
 	if got := queuedBehindLeader(n.m.out); got != 2 {
@@ -410,7 +411,7 @@ func TestALineOverTheLimitIsRefusedAloneAndDoesNotJoinAGroup(t *testing.T) {
 // frame's is within the bound.
 func TestAGroupIsBoundedInBytesAndTheRestGoesInTheNextWrite(t *testing.T) {
 	gw := newGroupWriter()
-	bw := newBrokerWriter(gw, maxBrokerLineMax)
+	bw := newBrokerWriter(gw, wireframe.MaxBrokerLineMax)
 	held := make(chan error, 1)
 	go func() { held <- bw.notify("test:hold", nil) }()
 	<-gw.held
@@ -530,7 +531,7 @@ func TestUpsertLineIsTheNotificationEncoding(t *testing.T) {
 		"{\"id\":\"a\",\n\"bad\":}", // does not compact: written as it is
 	} {
 		b := upsertLine(json.RawMessage(info))
-		want := string(encodeNotification(methodUpsert, json.RawMessage(`{"workloadInfo":`+info+`}`))) + "\n"
+		want := string(wireframe.EncodeNotification(wireframe.MethodUpsert, json.RawMessage(`{"workloadInfo":`+info+`}`))) + "\n"
 		if b.String() != want {
 			t.Errorf("upsertLine(%q) =\n%q\nwant\n%q", info, b.String(), want)
 		}
@@ -542,7 +543,7 @@ func TestUpsertLineIsTheNotificationEncoding(t *testing.T) {
 // with no group and no handoff.
 func TestALoneFrameIsWrittenByItsOwnCallerWithoutAGroup(t *testing.T) {
 	var buf bytes.Buffer
-	bw := newBrokerWriter(&buf, defaultBrokerLineMax)
+	bw := newBrokerWriter(&buf, wireframe.DefaultBrokerLineMax)
 	for i := range 3 {
 		if err := bw.notify("test:alone", json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))); err != nil {
 			t.Fatal(err)
@@ -615,10 +616,10 @@ func (bw *brokerWriter) writeCounts() (frames, calls uint64) {
 // pipe per op. It uses only notify, so it runs on the writer before group
 // commit too, for a before-and-after comparison.
 func BenchmarkBrokerGroupNotify(b *testing.B) {
-	bw := newBrokerWriter(benchPipe(b), defaultBrokerLineMax)
+	bw := newBrokerWriter(benchPipe(b), wireframe.DefaultBrokerLineMax)
 	params := json.RawMessage(benchSeedParams)
 	benchWriters(b, bw.writeCounts, func(b *testing.B, _ int64) {
-		if err := bw.notify(methodUpsert, params); err != nil {
+		if err := bw.notify(wireframe.MethodUpsert, params); err != nil {
 			b.Fatal(err)
 		}
 	})

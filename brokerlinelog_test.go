@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // The longest a clipped value can be once quoted in a log line: the bound,
@@ -155,9 +157,9 @@ func TestBadBrokerLinesAreCountedByKindAndWarnedOncePerKind(t *testing.T) {
 	lines := map[brokerLineKind]string{
 		brokerLineNotJSON:      `{not json`,
 		brokerLineNotUTF8:      "{\"jsonrpc\":\"2.0\",\"method\":\"x\xff\"}",
-		brokerLineTooLong:      strings.Repeat("x", maxFrameBytes+1),
+		brokerLineTooLong:      strings.Repeat("x", wireframe.MaxBytes+1),
 		brokerLineBadVersion:   `{"jsonrpc":"1.0","method":` + hugeJSON + `}`,
-		brokerLineMalformed:    `{"jsonrpc":"2.0","method":"` + methodStarted + `","params":{"workloadInfo":{"id":"x"}}}`,
+		brokerLineMalformed:    `{"jsonrpc":"2.0","method":"` + wireframe.MethodStarted + `","params":{"workloadInfo":{"id":"x"}}}`,
 		brokerLineRefused:      `{"jsonrpc":"2.0","method":"log/set-level","params":{"level":` + hugeJSON + `}}`,
 		brokerLineBadDiscovery: `{"jsonrpc":"2.0","method":"discovery:nodes","params":{"nodes":` + hugeJSON + `}}`,
 		brokerLineUnanswered:   `{"jsonrpc":"2.0","id":` + hugeJSON + `,"method":"nope"}`,
@@ -172,10 +174,10 @@ func TestBadBrokerLinesAreCountedByKindAndWarnedOncePerKind(t *testing.T) {
 	// fits the broker's line: the request is answered.
 	n.broker.send(`{"jsonrpc":"2.0","id":"method","method":` + hugeJSON + `}`)
 	n.broker.send(`{"jsonrpc":"2.0","id":"level","method":"log/set-level","params":{"level":` + hugeJSON + `}}`)
-	if a := n.broker.waitResponse(`"method"`); a.Error == nil || a.Error.Code != codeMethodNotFound {
+	if a := n.broker.waitResponse(`"method"`); a.Error == nil || a.Error.Code != wireframe.CodeMethodNotFound {
 		t.Fatalf("a request with a huge method answered %+v, want -32601", a)
 	}
-	if a := n.broker.waitResponse(`"level"`); a.Error == nil || a.Error.Code != codeInvalidParams {
+	if a := n.broker.waitResponse(`"level"`); a.Error == nil || a.Error.Code != wireframe.CodeInvalidParams {
 		t.Fatalf("log/set-level with a huge level answered %+v, want -32602", a)
 	}
 	for kind := range brokerLineKinds {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // 44,000 garbage lines from the broker: not JSON, a wrong jsonrpc with a
@@ -29,11 +31,11 @@ func TestProcessGarbageBrokerLinesMakeABoundedLogAndTheDaemonStillRelays(t *test
 		line  func(i int) string
 		every int // this kind is line i when i%every == 0 (checked in order)
 	}{
-		{"too_long", func(int) string { return strings.Repeat("x", maxFrameBytes+100) }, 440},
+		{"too_long", func(int) string { return strings.Repeat("x", wireframe.MaxBytes+100) }, 440},
 		{"bad_jsonrpc", func(int) string { return `{"jsonrpc":"1.0","method":"` + huge + `"}` }, 441},
 		{"unanswered", func(i int) string { return `{"jsonrpc":"2.0","id":"` + huge + strconv.Itoa(i) + `","method":"nope"}` }, 442},
 		{"malformed", func(i int) string {
-			return `{"jsonrpc":"2.0","method":"` + methodStarted + `","params":{"workloadInfo":{"id":"w` + strconv.Itoa(i) + `"}}}`
+			return `{"jsonrpc":"2.0","method":"` + wireframe.MethodStarted + `","params":{"workloadInfo":{"id":"w` + strconv.Itoa(i) + `"}}}`
 		}, 3},
 		{"refused", func(int) string { return `{"jsonrpc":"2.0","method":"log/set-level","params":{"level":"loud"}}` }, 5},
 		{"not_json", func(i int) string { return `{garbage ` + strconv.Itoa(i) }, 1},

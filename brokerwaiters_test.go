@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // gatedWriter holds every write of a relayed frame (workloads:upsert,
@@ -26,7 +27,7 @@ type gatedWriter struct {
 }
 
 func (g *gatedWriter) Write(p []byte) (int, error) {
-	if bytes.Contains(p, []byte(`"method":"`+methodUpsert+`"`)) || bytes.Contains(p, []byte(`"method":"`+methodRemove+`"`)) {
+	if bytes.Contains(p, []byte(`"method":"`+wireframe.MethodUpsert+`"`)) || bytes.Contains(p, []byte(`"method":"`+wireframe.MethodRemove+`"`)) {
 		<-g.gate
 	}
 	return g.w.Write(p)

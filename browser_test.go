@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // This file proves with a real browser (Debian's headless Chromium) that the
@@ -315,7 +316,7 @@ func TestBrowserAttacksAreRefused(t *testing.T) {
 	// Nothing but the barriers (and the workload posted before the browser
 	// started) reached the daemon's broker side or the peer.
 	for _, f := range d.all() {
-		if f.Method == methodRemove {
+		if f.Method == wireframe.MethodRemove {
 			t.Errorf("the daemon's broker got a removal: %s", f.Params)
 		}
 	}
@@ -326,7 +327,7 @@ func TestBrowserAttacksAreRefused(t *testing.T) {
 	if got := upsertIDs(peer.upserts()); !slices.Equal(got, legit) {
 		t.Errorf("upserts at the peer's broker = %q, want only %q", got, legit)
 	}
-	if n := len(peer.broker.withMethod(methodRemove)); n != 0 {
+	if n := len(peer.broker.withMethod(wireframe.MethodRemove)); n != 0 {
 		t.Errorf("the peer's broker got %d removal(s)", n)
 	}
 	if n := strings.Count(d.stderr.String(), `msg="ingress frame accepted"`); n != len(legit) {
@@ -490,7 +491,7 @@ func startDaemonProcess(t *testing.T, peer *testNode) *daemonProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.send(string(encodeNotification("discovery:nodes", p)))
+	d.send(string(wireframe.EncodeNotification("discovery:nodes", p)))
 	d.waitLog(`msg="broadcast targets changed"`, "total=1")
 	return d
 }
@@ -555,7 +556,7 @@ const readBackSecret = "readback-secret"
 // stamp with the node's id.
 func attackFrame(id string) string {
 	b, err := json.Marshal(map[string]any{
-		"jsonrpc": "2.0", "method": methodStarted,
+		"jsonrpc": "2.0", "method": wireframe.MethodStarted,
 		"params": map[string]any{"workloadInfo": map[string]any{
 			"id": id, "runId": "run-" + id, "seq": 1, "model": "qwen3.5-9b", "engine": "llamacpp",
 			"state": "running", "createdAt": 1789661457000,

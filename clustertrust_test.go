@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 func TestNodeWithoutIdentityCompletesNoHandshakeUntilIdentityAppears(t *testing.T) {
@@ -37,7 +38,7 @@ func TestNodeWithoutIdentityCompletesNoHandshakeUntilIdentityAppears(t *testing.
 	if st := netPost(t, c, addr, netLifecycleBody(t, workload("job-1", "running", client.Principal), nil)); st != 200 {
 		t.Fatalf("POST once the identity appeared = %d, want 200", st)
 	}
-	n.broker.waitMethod(methodUpsert, 1)
+	n.broker.waitMethod(wireframe.MethodUpsert, 1)
 }
 
 func TestNodeWithoutIdentityBroadcastsNothingUntilIdentityAppears(t *testing.T) {

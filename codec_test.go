@@ -11,151 +11,21 @@ import (
 	"net/http"
 	"reflect"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
-	"testing/iotest"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
-
-// readAllLines drains a lineReader up to io.EOF and returns what each Next
-// call gave, in order: a copy of the line, or the marker "<too long>" for an
-// errLineTooLong.
-func readAllLines(t *testing.T, lr *lineReader) []string {
-	t.Helper()
-	var out []string
-	for i := 0; ; i++ {
-		if i > 1_000_000 {
-			t.Fatal("lineReader never reached EOF")
-		}
-		line, err := lr.Next()
-		switch {
-		case err == nil:
-			out = append(out, string(line))
-		case errors.Is(err, errLineTooLong):
-			if line != nil {
-				t.Fatalf("errLineTooLong came with %d bytes of line", len(line))
-			}
-			out = append(out, "<too long>")
-		case errors.Is(err, io.EOF):
-			return out
-		default:
-			t.Fatalf("Next: unexpected error %v", err)
-		}
-	}
-}
-
-func TestLineReaderAcceptsALineOfExactlyOneMiB(t *testing.T) {
-	for _, eol := range []string{"\n", "\r\n"} {
-		t.Run(fmt.Sprintf("eol=%q", eol), func(t *testing.T) {
-			big := strings.Repeat("a", maxFrameBytes)
-			lr := newLineReader(strings.NewReader(big+eol+"next"+eol), maxFrameBytes)
-			got := readAllLines(t, lr)
-			if len(got) != 2 || got[0] != big || got[1] != "next" {
-				t.Fatalf("got %d lines (first %d bytes), want the 1 MiB line then %q", len(got), len(got[0]), "next")
-			}
-		})
-	}
-}
-
-func TestLineReaderRejectsTwoMiBLineOnceAndReadsTheNextLineIntact(t *testing.T) {
-	huge := strings.Repeat("x", 2*maxFrameBytes)
-	next := `{"jsonrpc":"2.0","method":"after"}`
-	lr := newLineReader(strings.NewReader(huge+"\n"+next+"\n"), maxFrameBytes)
-
-	if _, err := lr.Next(); !errors.Is(err, errLineTooLong) {
-		t.Fatalf("first Next = %v, want errLineTooLong", err)
-	}
-	line, err := lr.Next()
-	if err != nil || string(line) != next {
-		t.Fatalf("second Next = %q, %v; want the next line intact", line, err)
-	}
-	if _, err := lr.Next(); !errors.Is(err, io.EOF) {
-		t.Fatalf("third Next = %v, want io.EOF (errLineTooLong must be reported once)", err)
-	}
-}
-
-func TestLineReaderRejectsAnOverlongFinalLineWithoutNewline(t *testing.T) {
-	lr := newLineReader(strings.NewReader("ok\n"+strings.Repeat("y", 2*maxFrameBytes)), maxFrameBytes)
-	got := readAllLines(t, lr)
-	if want := []string{"ok", "<too long>"}; !slices.Equal(got, want) {
-		t.Fatalf("lines = %q, want %q", got, want)
-	}
-}
-
-func TestLineReaderNeverBuffersAnOverlongLine(t *testing.T) {
-	lr := newLineReader(strings.NewReader(strings.Repeat("z", 8*maxFrameBytes)+"\nend\n"), maxFrameBytes)
-	if _, err := lr.Next(); !errors.Is(err, errLineTooLong) {
-		t.Fatalf("Next = %v, want errLineTooLong", err)
-	}
-	if c := cap(lr.buf); c > 2*maxFrameBytes {
-		t.Fatalf("line buffer grew to %d bytes reading an 8 MiB line; want at most about the limit", c)
-	}
-	if line, err := lr.Next(); err != nil || string(line) != "end" {
-		t.Fatalf("Next after the long line = %q, %v", line, err)
-	}
-}
-
-func TestLineReaderSplitsLines(t *testing.T) {
-	for _, tc := range []struct {
-		name, in string
-		max      int
-		want     []string
-	}{
-		{"CRLF trimmed", "a\r\nb\r\n", 8, []string{"a", "b"}},
-		{"CR inside a line kept", "a\rb\n", 8, []string{"a\rb"}},
-		{"final line without newline returned before EOF", "x\ny", 8, []string{"x", "y"}},
-		{"final line with CR only", "x\r", 8, []string{"x"}},
-		{"empty lines are returned empty", "\n\r\nq\n", 8, []string{"", "", "q"}},
-		{"empty input is EOF at once", "", 8, nil},
-		{"line at the limit", "12345678\n", 8, []string{"12345678"}},
-		{"line at the limit with CRLF", "12345678\r\n", 8, []string{"12345678"}},
-		{"line far over the limit, then a good one", strings.Repeat("9", 40) + "\nok\n", 8, []string{"<too long>", "ok"}},
-		{"two long lines in a row", strings.Repeat("9", 40) + "\n" + strings.Repeat("8", 20) + "\nok", 8, []string{"<too long>", "<too long>", "ok"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			for _, rd := range []struct {
-				name string
-				r    func(string) io.Reader
-			}{
-				{"whole", func(s string) io.Reader { return strings.NewReader(s) }},
-				{"one byte at a time", func(s string) io.Reader { return iotest.OneByteReader(strings.NewReader(s)) }},
-			} {
-				got := readAllLines(t, newLineReader(rd.r(tc.in), tc.max))
-				if !slices.Equal(got, tc.want) {
-					t.Errorf("%s: lines = %q, want %q", rd.name, got, tc.want)
-				}
-			}
-		})
-	}
-}
-
-func TestLineReaderReadsManyShortLinesAcrossBufferBoundaries(t *testing.T) {
-	const n = 50000 // about 1.2 MB: many 64 KiB buffer refills, lines split across them
-	var in bytes.Buffer
-	for i := range n {
-		fmt.Fprintf(&in, "line-%d-%s\n", i, strings.Repeat("p", i%17))
-	}
-	lr := newLineReader(&in, maxFrameBytes)
-	for i := range n {
-		line, err := lr.Next()
-		if want := fmt.Sprintf("line-%d-%s", i, strings.Repeat("p", i%17)); err != nil || string(line) != want {
-			t.Fatalf("line %d = %q, %v; want %q", i, line, err, want)
-		}
-	}
-	if _, err := lr.Next(); !errors.Is(err, io.EOF) {
-		t.Fatalf("after %d lines Next = %v, want io.EOF", n, err)
-	}
-}
 
 func TestBrokerWriterNeverInterleavesConcurrentFrames(t *testing.T) {
 	// A writer that takes each Write in small pieces and yields in between,
 	// as a pipe under pressure may: without the brokerWriter's own lock two
 	// frames would interleave.
 	cw := &chunkyWriter{}
-	bw := newBrokerWriter(cw, defaultBrokerLineMax)
+	bw := newBrokerWriter(cw, wireframe.DefaultBrokerLineMax)
 	const writers, perWriter = 32, 50
 	payload := strings.Repeat("w", 300)
 	var wg sync.WaitGroup
@@ -205,7 +75,7 @@ func TestBrokerWriterNeverInterleavesConcurrentFrames(t *testing.T) {
 
 func TestBrokerWriterAfterAFailedWriteIsGoneAndNeverWritesAgain(t *testing.T) {
 	fw := &failingWriter{err: syscall.EPIPE}
-	bw := newBrokerWriter(fw, defaultBrokerLineMax)
+	bw := newBrokerWriter(fw, wireframe.DefaultBrokerLineMax)
 	select {
 	case <-bw.gone:
 		t.Fatal("gone closed before any write")
@@ -239,19 +109,19 @@ func TestBrokerWriterAfterAFailedWriteIsGoneAndNeverWritesAgain(t *testing.T) {
 // line, newline included, is exactly size bytes.
 func paddedNotification(t testing.TB, method string, size int) json.RawMessage {
 	t.Helper()
-	empty := len(encodeNotification(method, json.RawMessage(`{"pad":""}`))) + 1
+	empty := len(wireframe.EncodeNotification(method, json.RawMessage(`{"pad":""}`))) + 1
 	if size < empty {
 		t.Fatalf("a %s line is at least %d bytes, more than %d", method, empty, size)
 	}
 	params := json.RawMessage(`{"pad":"` + strings.Repeat("p", size-empty) + `"}`)
-	if got := len(encodeNotification(method, params)) + 1; got != size {
+	if got := len(wireframe.EncodeNotification(method, params)) + 1; got != size {
 		t.Fatalf("padded line is %d bytes, want %d", got, size)
 	}
 	return params
 }
 
 func TestBrokerWriterWritesALineAtTheLimitAndRefusesOneByteMore(t *testing.T) {
-	const limit = minBrokerLineMax
+	const limit = wireframe.MinBrokerLineMax
 	var buf bytes.Buffer
 	bw := newBrokerWriter(&buf, limit)
 
@@ -266,7 +136,7 @@ func TestBrokerWriterWritesALineAtTheLimitAndRefusesOneByteMore(t *testing.T) {
 	// One byte more is refused: nothing written, the sentinel returned with
 	// the size and the limit, the channel not marked gone.
 	err := bw.notify("test:over-limit", paddedNotification(t, "test:over-limit", limit+1))
-	if !errors.Is(err, errLineOverLimit) {
+	if !errors.Is(err, wireframe.ErrLineOverLimit) {
 		t.Fatalf("a %d-byte line with a %d-byte limit = %v, want errLineOverLimit", limit+1, limit, err)
 	}
 	if want := fmt.Sprintf("a %d-byte line to the broker, over its %d-byte line limit", limit+1, limit); !strings.Contains(err.Error(), want) {
@@ -301,18 +171,18 @@ func TestBrokerLineLimitIsWhatAScannerWithThatBufferReads(t *testing.T) {
 	for _, tc := range []struct {
 		size int
 		ok   bool
-	}{{defaultBrokerLineMax, true}, {defaultBrokerLineMax + 1, false}} {
+	}{{wireframe.DefaultBrokerLineMax, true}, {wireframe.DefaultBrokerLineMax + 1, false}} {
 		var buf bytes.Buffer
 		bw := newBrokerWriter(&buf, tc.size) // a writer that takes the line
-		if err := bw.notify(methodUpsert, paddedNotification(t, methodUpsert, tc.size)); err != nil {
+		if err := bw.notify(wireframe.MethodUpsert, paddedNotification(t, wireframe.MethodUpsert, tc.size)); err != nil {
 			t.Fatal(err)
 		}
 		sc := bufio.NewScanner(&buf)
-		sc.Buffer(nil, defaultBrokerLineMax)
+		sc.Buffer(nil, wireframe.DefaultBrokerLineMax)
 		if got := sc.Scan(); got != tc.ok {
-			t.Fatalf("a %d-byte line through a %d-byte scanner: read %v (%v), want %v", tc.size, defaultBrokerLineMax, got, sc.Err(), tc.ok)
+			t.Fatalf("a %d-byte line through a %d-byte scanner: read %v (%v), want %v", tc.size, wireframe.DefaultBrokerLineMax, got, sc.Err(), tc.ok)
 		}
-		if w := newBrokerWriter(io.Discard, defaultBrokerLineMax); (w.notify(methodUpsert, paddedNotification(t, methodUpsert, tc.size)) == nil) != tc.ok {
+		if w := newBrokerWriter(io.Discard, wireframe.DefaultBrokerLineMax); (w.notify(wireframe.MethodUpsert, paddedNotification(t, wireframe.MethodUpsert, tc.size)) == nil) != tc.ok {
 			t.Fatalf("the broker writer with the default limit disagrees with the scanner on a %d-byte line", tc.size)
 		}
 	}
@@ -323,20 +193,20 @@ func TestBrokerWriterRespond(t *testing.T) {
 		name   string
 		id     string
 		result any
-		rerr   *rpcError
+		rerr   *wireframe.RPCError
 		want   string // the whole line, as a JSON value
 	}{
 		{"nil result is result null", `7`, nil, nil, `{"jsonrpc":"2.0","id":7,"result":null}`},
 		{"string id echoed", `"abc"`, nil, nil, `{"jsonrpc":"2.0","id":"abc","result":null}`},
 		{"a result", `2`, map[string]string{"level": "debug"}, nil, `{"jsonrpc":"2.0","id":2,"result":{"level":"debug"}}`},
-		{"an error", `3`, nil, &rpcError{Code: codeMethodNotFound, Message: "method not found"},
+		{"an error", `3`, nil, &wireframe.RPCError{Code: wireframe.CodeMethodNotFound, Message: "method not found"},
 			`{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"method not found"}}`},
-		{"an error wins over a result", `4`, "ignored", &rpcError{Code: codeInvalidParams, Message: "bad level"},
+		{"an error wins over a result", `4`, "ignored", &wireframe.RPCError{Code: wireframe.CodeInvalidParams, Message: "bad level"},
 			`{"jsonrpc":"2.0","id":4,"error":{"code":-32602,"message":"bad level"}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			bw := newBrokerWriter(&buf, defaultBrokerLineMax)
+			bw := newBrokerWriter(&buf, wireframe.DefaultBrokerLineMax)
 			if err := bw.respond(json.RawMessage(tc.id), tc.result, tc.rerr); err != nil {
 				t.Fatal(err)
 			}
@@ -345,42 +215,6 @@ func TestBrokerWriterRespond(t *testing.T) {
 				t.Fatalf("response %q is not exactly one line", out)
 			}
 			assertJSONEqual(t, out, tc.want)
-		})
-	}
-}
-
-func TestEncodeNotificationRoundTripsThroughEncodingJSON(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		method string
-		params json.RawMessage
-	}{
-		{"lifecycle", methodStarted, json.RawMessage(`{"workloadInfo":{"id":"job-1","x":[1,{"y":null}]}}`)},
-		{"no params", "ready", nil},
-		{"empty object", "shutdown", json.RawMessage(`{}`)},
-		{"method needing escapes", "we\"ird\\method\n<&>\u00e9\u2028", json.RawMessage(`{"a":"\u00e9 <b>"}`)},
-		{"array params", "m", json.RawMessage(`[1,"two",{"three":3}]`)},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			line := encodeNotification(tc.method, tc.params)
-			if bytes.ContainsAny(line, "\n\r") {
-				t.Fatalf("notification contains a line break: %q", line)
-			}
-			var f rpcFrame
-			if err := json.Unmarshal(line, &f); err != nil {
-				t.Fatalf("%q does not decode: %v", line, err)
-			}
-			if f.JSONRPC != "2.0" || f.Method != tc.method || f.ID != nil {
-				t.Fatalf("decoded %+v, want a 2.0 notification of %q", f, tc.method)
-			}
-			if !bytes.Equal(f.Params, tc.params) {
-				t.Fatalf("params = %s, want %s byte for byte", f.Params, tc.params)
-			}
-			var m map[string]json.RawMessage
-			_ = json.Unmarshal(line, &m)
-			if _, ok := m["params"]; ok != (tc.params != nil) {
-				t.Fatalf("params member present = %v, want %v", ok, tc.params != nil)
-			}
 		})
 	}
 }
@@ -395,15 +229,15 @@ func TestBrokerWriterWritesEachFrameOnOneLineEvenForMultilineParams(t *testing.T
 		"{\"s\":\"keeps \\n and \\r escapes\", \"n\": {\n}}",
 	} {
 		var buf bytes.Buffer
-		bw := newBrokerWriter(&buf, defaultBrokerLineMax)
-		if err := bw.notify(methodUpsert, json.RawMessage(params)); err != nil {
+		bw := newBrokerWriter(&buf, wireframe.DefaultBrokerLineMax)
+		if err := bw.notify(wireframe.MethodUpsert, json.RawMessage(params)); err != nil {
 			t.Fatal(err)
 		}
 		out := buf.String()
 		if strings.ContainsAny(strings.TrimSuffix(out, "\n"), "\r\n") {
 			t.Fatalf("params %q written as more than one line: %q", params, out)
 		}
-		var f rpcFrame
+		var f wireframe.RPC
 		if err := json.Unmarshal([]byte(out), &f); err != nil {
 			t.Fatalf("frame %q does not decode: %v", out, err)
 		}

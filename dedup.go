@@ -3,15 +3,19 @@ package main
 import (
 	"container/list"
 	"crypto/sha256"
+	"encoding/binary"
+	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // dedupCapacity bounds the keys the peer server remembers.
 const dedupCapacity = 10000
 
 // dedupDigest is a dedup key as the dedup holds it: the SHA-256 of the
-// key's fields (digestKey, workload.go). Stored as a fixed-size array, not
+// key's fields (digestKey). Stored as a fixed-size array, not
 // as the fields or a string of them, it makes every remembered key cost the
 // same bytes whatever the frame carried, so the dedup is bounded in bytes
 // by its capacity.
@@ -152,3 +156,37 @@ func (d *dedup) len() int {
 // bytes estimates the heap the remembered keys hold, for the metrics:
 // dedupEntryBytes per key, at most dedupMaxBytes at the default capacity.
 func (d *dedup) bytes() int { return d.len() * dedupEntryBytes }
+
+// lifecycleDedupKey is the key peers deduplicate a lifecycle event on.
+func lifecycleDedupKey(e *wireframe.Lifecycle) dedupDigest {
+	i := &e.Info
+	seq := ""
+	if i.HasSeq {
+		seq = strconv.FormatInt(i.Seq, 10)
+	}
+	return digestKey("L", i.OriginatedFrom, i.Engine, i.RunID, i.ID, i.State, i.ScheduledOn, seq)
+}
+
+// removalDedupKey is the key peers deduplicate a removal on.
+func removalDedupKey(r *wireframe.Removal) dedupDigest { return digestKey("R", r.Ref.Origin, r.Ref.ID) }
+
+// digestKey is the SHA-256 of the parts, each preceded by its length as
+// eight big-endian bytes, so that no two tuples share an encoding and no
+// two share a digest short of a SHA-256 collision. The dedup stores the
+// digest, 32 bytes whatever the parts hold.
+func digestKey(parts ...string) dedupDigest {
+	n := 0
+	for _, p := range parts {
+		n += 8 + len(p)
+	}
+	var stack [1024]byte // the bounded fields of a key fit: no allocation
+	b := stack[:0]
+	if n > len(stack) {
+		b = make([]byte, 0, n)
+	}
+	for _, p := range parts {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(p)))
+		b = append(b, p...)
+	}
+	return sha256.Sum256(b)
+}

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // A request a browser marks as a web page's, by its Fetch Metadata, is
@@ -63,7 +65,7 @@ func TestFetchMetadataOfAPageIsRefusedOnEveryIngressPathBeforeAnyWork(t *testing
 		for _, c := range refused {
 			t.Run(p.name+"/"+c.name, func(t *testing.T) {
 				refusedBefore, scannedBefore := n.m.readBacks.fetchMetadataRefused.Load(), n.m.readBacks.scanned.Load()
-				received := n.m.framesReceived.Get("ingress", methodStarted)
+				received := n.m.framesReceived.Get("ingress", wireframe.MethodStarted)
 				st, text := p.send(c.headers...)
 				if st != http.StatusForbidden || text != "requests from web pages are refused "+c.reason {
 					t.Fatalf("%d %q, want 403 naming %s", st, text, c.reason)
@@ -71,9 +73,9 @@ func TestFetchMetadataOfAPageIsRefusedOnEveryIngressPathBeforeAnyWork(t *testing
 				if got := n.m.readBacks.fetchMetadataRefused.Load() - refusedBefore; got != 1 {
 					t.Errorf("nvpair_wlm_ingress_fetch_metadata_refusals_total moved by %d, want 1", got)
 				}
-				if n.m.readBacks.scanned.Load() != scannedBefore || n.m.framesReceived.Get("ingress", methodStarted) != received {
+				if n.m.readBacks.scanned.Load() != scannedBefore || n.m.framesReceived.Get("ingress", wireframe.MethodStarted) != received {
 					t.Errorf("the refused request did work: entries looked at %d -> %d, frames received %d -> %d",
-						scannedBefore, n.m.readBacks.scanned.Load(), received, n.m.framesReceived.Get("ingress", methodStarted))
+						scannedBefore, n.m.readBacks.scanned.Load(), received, n.m.framesReceived.Get("ingress", wireframe.MethodStarted))
 				}
 			})
 		}

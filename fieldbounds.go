@@ -1,6 +1,10 @@
 package main
 
-import "errors"
+import (
+	"errors"
+
+	"nvpair-workload-manager/internal/wireframe"
+)
 
 // Field bounds. Every string that identifies a workload or one of its
 // events is at most maxKeyFieldBytes (workloadtypes.go, checked by the
@@ -16,7 +20,7 @@ func (m *Manager) refusedOverBound(err error, source string) bool {
 	if err == nil {
 		return false // the common case, without errors.As's allocation
 	}
-	var tooLong *fieldTooLongError
+	var tooLong *wireframe.FieldTooLongError
 	if !errors.As(err, &tooLong) {
 		return false
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // heartbeatSource is where a peer sender reads its heartbeat passes from:
@@ -18,7 +20,7 @@ type heartbeatSource interface {
 	// the runs the set holds for it (none when it holds none), the run
 	// that changed last last, in one bounded hold: the state a marked
 	// workload is recovered with (overflow.go).
-	latestLines(refs []workloadRef) [][][]byte
+	latestLines(refs []wireframe.WorkloadRef) [][][]byte
 }
 
 // The Manager is the heartbeat source of its broadcaster.
@@ -36,7 +38,7 @@ func (m *Manager) take(c *resyncCursor, maxFrames, maxBytes int) (reassertions, 
 	return m.resync.take(c, m.now(), maxFrames, maxBytes)
 }
 
-func (m *Manager) latestLines(refs []workloadRef) [][][]byte {
+func (m *Manager) latestLines(refs []wireframe.WorkloadRef) [][][]byte {
 	m.activeMu.Lock()
 	defer m.activeMu.Unlock()
 	out := make([][][]byte, len(refs))

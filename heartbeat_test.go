@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // hbEvent is one frame a recording peer received: "fresh", "resync" or
@@ -224,7 +225,7 @@ func parseHBEvent(frame []byte) (hbEvent, bool) {
 	}
 	ev := hbEvent{"fresh", f.Params.WorkloadInfo.ID}
 	switch {
-	case f.Method == methodRemove:
+	case f.Method == wireframe.MethodRemove:
 		ev = hbEvent{"remove", f.Params.WorkloadID}
 	case f.Params.Resync:
 		ev.kind = "resync"
@@ -598,7 +599,7 @@ type fakeSource struct{ size, taken int }
 
 func (f *fakeSource) closeCursor(*resyncCursor) {}
 func (f *fakeSource) generation() uint64        { return 0 }
-func (f *fakeSource) latestLines(refs []workloadRef) [][][]byte {
+func (f *fakeSource) latestLines(refs []wireframe.WorkloadRef) [][][]byte {
 	return make([][][]byte, len(refs))
 }
 func (f *fakeSource) take(_ *resyncCursor, maxFrames, _ int) (reassertions, int, bool) {
@@ -608,7 +609,7 @@ func (f *fakeSource) take(_ *resyncCursor, maxFrames, _ int) (reassertions, int,
 	}
 	n := min(maxFrames, f.size-f.taken)
 	f.taken += n
-	return reassertions{lines: make([][]byte, n), refs: make([]workloadRef, n)}, size, f.taken == f.size
+	return reassertions{lines: make([][]byte, n), refs: make([]wireframe.WorkloadRef, n)}, size, f.taken == f.size
 }
 
 func TestHeartbeatPacesEveryPassButTheBackfillOverMostOfTheInterval(t *testing.T) {
@@ -617,11 +618,11 @@ func TestHeartbeatPacesEveryPassButTheBackfillOverMostOfTheInterval(t *testing.T
 	t0 := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
 
 	h.begin(t0) // the backfill
-	h.nextLines(50, maxFrameBytes)
+	h.nextLines(50, wireframe.MaxBytes)
 	if w := h.paceWait(t0); w != 0 {
 		t.Fatalf("the backfill pass waits %v, want none: a new peer gets the whole set at once", w)
 	}
-	h.nextLines(50, maxFrameBytes)
+	h.nextLines(50, wireframe.MaxBytes)
 	if h.active {
 		t.Fatal("the pass did not end with the set")
 	}
@@ -631,7 +632,7 @@ func TestHeartbeatPacesEveryPassButTheBackfillOverMostOfTheInterval(t *testing.T
 	if w := h.paceWait(t0.Add(2 * time.Second)); w != 0 {
 		t.Fatalf("a paced pass waits %v before its first slice, want none", w)
 	}
-	h.nextLines(50, maxFrameBytes)
+	h.nextLines(50, wireframe.MaxBytes)
 	// Half the set sent: the rest is due over the second half of the
 	// pass's span, passShare of the interval = 2 s.
 	if w := h.paceWait(t0.Add(2 * time.Second)); w != time.Second {

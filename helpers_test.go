@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // waitTimeout bounds every wait on a condition in the tests. Nothing in the
@@ -54,7 +55,7 @@ type frameLog struct {
 	t      testing.TB
 	mu     sync.Mutex // guards lines and frames
 	lines  []string
-	frames []rpcFrame
+	frames []wireframe.RPC
 }
 
 // readFrom records lines from r until it ends. A line that is not a JSON
@@ -65,7 +66,7 @@ func (l *frameLog) readFrom(r io.Reader) {
 		line, err := br.ReadBytes('\n')
 		if len(line) > 0 {
 			line = bytes.TrimSuffix(line, []byte("\n"))
-			var f rpcFrame
+			var f wireframe.RPC
 			if jerr := json.Unmarshal(line, &f); jerr != nil {
 				l.t.Errorf("daemon wrote a line that is not a JSON frame: %q", line)
 			}
@@ -81,10 +82,10 @@ func (l *frameLog) readFrom(r io.Reader) {
 }
 
 // all returns a copy of every frame received so far.
-func (l *frameLog) all() []rpcFrame {
+func (l *frameLog) all() []wireframe.RPC {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]rpcFrame(nil), l.frames...)
+	return append([]wireframe.RPC(nil), l.frames...)
 }
 
 // line returns the raw text of the i-th frame.
@@ -102,15 +103,15 @@ func (l *frameLog) text() string {
 }
 
 // waitFrames waits until n frames have arrived and returns all of them.
-func (l *frameLog) waitFrames(n int) []rpcFrame {
+func (l *frameLog) waitFrames(n int) []wireframe.RPC {
 	l.t.Helper()
 	eventually(l.t, fmt.Sprintf("%d frame(s) from the daemon", n), func() bool { return len(l.all()) >= n })
 	return l.all()
 }
 
 // withMethod returns the frames received so far with the given method.
-func (l *frameLog) withMethod(method string) []rpcFrame {
-	var out []rpcFrame
+func (l *frameLog) withMethod(method string) []wireframe.RPC {
+	var out []wireframe.RPC
 	for _, f := range l.all() {
 		if f.Method == method {
 			out = append(out, f)
@@ -120,7 +121,7 @@ func (l *frameLog) withMethod(method string) []rpcFrame {
 }
 
 // waitMethod waits until n frames with method have arrived and returns them.
-func (l *frameLog) waitMethod(method string, n int) []rpcFrame {
+func (l *frameLog) waitMethod(method string, n int) []wireframe.RPC {
 	l.t.Helper()
 	eventually(l.t, fmt.Sprintf("%d %s frame(s) from the daemon", n, method), func() bool {
 		return len(l.withMethod(method)) >= n
@@ -137,7 +138,7 @@ func (l *frameLog) waitResponseLine(id string) string {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for i, f := range l.frames {
-			if f.isResponse() && string(f.ID) == id {
+			if f.IsResponse() && string(f.ID) == id {
 				raw = l.lines[i]
 				return true
 			}
@@ -148,9 +149,9 @@ func (l *frameLog) waitResponseLine(id string) string {
 }
 
 // waitResponse waits for the answer to request id (its JSON text).
-func (l *frameLog) waitResponse(id string) rpcFrame {
+func (l *frameLog) waitResponse(id string) wireframe.RPC {
 	l.t.Helper()
-	var f rpcFrame
+	var f wireframe.RPC
 	if err := json.Unmarshal([]byte(l.waitResponseLine(id)), &f); err != nil {
 		l.t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func (l *frameLog) waitResponse(id string) rpcFrame {
 // upserts returns the workload objects of the workloads:upsert frames.
 func (l *frameLog) upserts() []map[string]any {
 	var out []map[string]any
-	for _, f := range l.withMethod(methodUpsert) {
+	for _, f := range l.withMethod(wireframe.MethodUpsert) {
 		var p struct {
 			WorkloadInfo map[string]any `json:"workloadInfo"`
 		}
@@ -225,7 +226,7 @@ func (b *testBroker) sendFrame(method string, params any) {
 	if err != nil {
 		b.t.Fatal(err)
 	}
-	b.send(string(encodeNotification(method, p)))
+	b.send(string(wireframe.EncodeNotification(method, p)))
 }
 
 // testNode is one in-process daemon with its own cluster directory.
@@ -428,20 +429,20 @@ func longErrorFrame(t testing.TB, id, origin string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return encodeNotification(methodErrored, p)
+	return wireframe.EncodeNotification(wireframe.MethodErrored, p)
 }
 
 // methodFor returns the lifecycle method that carries a state.
 func methodFor(state string) string {
 	switch state {
 	case "queued":
-		return methodSubmitted
+		return wireframe.MethodSubmitted
 	case "running":
-		return methodStarted
+		return wireframe.MethodStarted
 	case "completed":
-		return methodCompleted
+		return wireframe.MethodCompleted
 	default:
-		return methodErrored
+		return wireframe.MethodErrored
 	}
 }
 
@@ -452,7 +453,7 @@ func (n *testNode) sendLifecycle(w map[string]any) {
 
 // sendRemove sends a local-origin removal from the broker.
 func (n *testNode) sendRemove(id string) {
-	n.broker.sendFrame(methodRemove, map[string]any{"workloadId": id, "originatedFrom": n.id})
+	n.broker.sendFrame(wireframe.MethodRemove, map[string]any{"workloadId": id, "originatedFrom": n.id})
 }
 
 // upserts returns the workload objects the node's broker received.
@@ -531,7 +532,7 @@ func workloadJSON(origin string, members ...string) string {
 
 // lifecycleFrameJSON is a workload:started notification carrying info.
 func lifecycleFrameJSON(info string) string {
-	return `{"jsonrpc":"2.0","method":"` + methodStarted + `","params":{"workloadInfo":` + info + `}}`
+	return `{"jsonrpc":"2.0","method":"` + wireframe.MethodStarted + `","params":{"workloadInfo":` + info + `}}`
 }
 
 // typeViolations are workload object members the broker cannot decode, each
@@ -564,7 +565,7 @@ func resyncHeld(t testing.TB, n *testNode, origin, id string) map[string]any {
 	t.Helper()
 	n.m.activeMu.Lock()
 	var params json.RawMessage
-	keys := n.m.resync.runsOf(workloadRef{origin, id})
+	keys := n.m.resync.runsOf(wireframe.WorkloadRef{Origin: origin, ID: id})
 	if len(keys) > 1 {
 		n.m.activeMu.Unlock()
 		t.Fatalf("the re-sync set holds %d runs of %s, want at most one", len(keys), id)
@@ -593,7 +594,7 @@ func passLines(m *Manager) [][]byte {
 	beginPass(c, m.generation())
 	var out [][]byte
 	for {
-		r, _, done := m.take(c, 64, maxFrameBytes)
+		r, _, done := m.take(c, 64, wireframe.MaxBytes)
 		out = append(out, r.lines...)
 		if done {
 			return out

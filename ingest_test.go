@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // Tests of ingestLocal's ordering, commitLocal and the removal memory, at the
@@ -138,7 +140,7 @@ func TestIngestConcurrentPostsForOneWorkloadKeepOneOrderAtBrokerAndPeers(t *test
 
 		var atBroker []string
 		for _, f := range broker.frames(t) {
-			if f.Method == methodUpsert {
+			if f.Method == wireframe.MethodUpsert {
 				atBroker = append(atBroker, ifxInfoField(t, f.Params, "seq"))
 			}
 		}
@@ -385,7 +387,7 @@ func TestIngestRemovalMemoryCoversOnlyItsOwnOriginAndID(t *testing.T) {
 func TestIngestRemovalMemoryNotCreatedByStdioRemoval(t *testing.T) {
 	n, q := ifxNode(t)
 	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
-	n.m.handleLine([]byte(encodeNotification(methodRemove, json.RawMessage(`{"workloadId":"job-1","originatedFrom":"`+n.id+`"}`))))
+	n.m.handleLine([]byte(wireframe.EncodeNotification(wireframe.MethodRemove, json.RawMessage(`{"workloadId":"job-1","originatedFrom":"`+n.id+`"}`))))
 	if got := ifxDrain(q); len(got) != 2 {
 		t.Fatalf("queued %s, want the stdio upsert and removal", ifxDescribe(got))
 	}
@@ -525,7 +527,7 @@ func ifxWaitQueued(t *testing.T, b *broadcaster, id string) []outboundFrame {
 // ifxParams returns a queued frame's params, checking its envelope.
 func ifxParams(t *testing.T, f outboundFrame) json.RawMessage {
 	t.Helper()
-	var env rpcFrame
+	var env wireframe.RPC
 	if err := json.Unmarshal(f.line, &env); err != nil {
 		t.Fatalf("queued frame is not JSON: %q", f.line)
 	}
@@ -540,7 +542,7 @@ func ifxParams(t *testing.T, f outboundFrame) json.RawMessage {
 func ifxFrameWorkload(t *testing.T, f outboundFrame) (string, bool) {
 	t.Helper()
 	p := ifxParams(t, f)
-	if f.method == methodRemove {
+	if f.method == wireframe.MethodRemove {
 		var r struct {
 			WorkloadID string `json:"workloadId"`
 		}
@@ -622,14 +624,14 @@ func ifxStdioLifecycleJSON(id, state, origin string, resync bool) string {
 	if resync {
 		params = `{"resync":true,"workloadInfo":` + info + `}`
 	}
-	return string(encodeNotification(methodFor(state), json.RawMessage(params)))
+	return string(wireframe.EncodeNotification(methodFor(state), json.RawMessage(params)))
 }
 
 // ifxParseLocal parses a body's params with the shared local-frame
 // validation only.
 func ifxParseLocal(t *testing.T, body string) localFrame {
 	t.Helper()
-	var env rpcFrame
+	var env wireframe.RPC
 	if err := json.Unmarshal([]byte(body), &env); err != nil {
 		t.Fatal(err)
 	}
@@ -649,7 +651,7 @@ func ifxTrackedCount(n *testNode) int {
 func ifxIsTracked(n *testNode, origin, id string) bool {
 	n.m.activeMu.Lock()
 	defer n.m.activeMu.Unlock()
-	return len(n.m.resync.runsOf(workloadRef{origin, id})) > 0
+	return len(n.m.resync.runsOf(wireframe.WorkloadRef{Origin: origin, ID: id})) > 0
 }
 
 func ifxRememberedCount(n *testNode) int {
@@ -663,7 +665,7 @@ func ifxRememberedCount(n *testNode) int {
 func ifxRemembers(n *testNode, origin, id string) bool {
 	n.m.activeMu.Lock()
 	defer n.m.activeMu.Unlock()
-	_, ok := n.m.removed.index[workloadRef{origin, id}]
+	_, ok := n.m.removed.index[wireframe.WorkloadRef{Origin: origin, ID: id}]
 	return ok
 }
 
@@ -747,15 +749,15 @@ func ifxRawBroker(n *testNode) *ifxRaw {
 }
 
 // frames closes the channel and returns every frame written to it.
-func (r *ifxRaw) frames(t *testing.T) []rpcFrame {
+func (r *ifxRaw) frames(t *testing.T) []wireframe.RPC {
 	t.Helper()
 	r.w.Close()
 	<-r.done
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []rpcFrame
+	var out []wireframe.RPC
 	for _, line := range bytes.Split(bytes.TrimSuffix(r.buf.Bytes(), []byte("\n")), []byte("\n")) {
-		var f rpcFrame
+		var f wireframe.RPC
 		if err := json.Unmarshal(line, &f); err != nil {
 			t.Fatalf("broker line is not JSON: %.200q", line)
 		}

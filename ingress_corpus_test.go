@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // The bypass corpus for the ingress's header checks: each case is a request
@@ -157,7 +159,7 @@ func TestIngressOriginContentTypeAndBodyCorpus(t *testing.T) {
 		// not when it appended it: on a loaded machine the last accepted
 		// case's upsert could still be on its way, and would have been
 		// counted as this request's second.
-		before := len(n.broker.waitMethod(methodUpsert, accepted))
+		before := len(n.broker.waitMethod(wireframe.MethodUpsert, accepted))
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
@@ -186,7 +188,7 @@ func TestIngressOriginContentTypeAndBodyCorpus(t *testing.T) {
 		if second, err := http.ReadResponse(br, nil); err == nil && second.StatusCode == 200 {
 			t.Fatal("the bytes past the declared length were accepted as a frame")
 		}
-		ups := n.broker.waitMethod(methodUpsert, before+1)
+		ups := n.broker.waitMethod(wireframe.MethodUpsert, before+1)
 		if len(ups) != before+1 || strings.Contains(string(ups[len(ups)-1].Params), "smuggled") {
 			t.Fatalf("broker got %d upserts, last %s", len(ups)-before, ups[len(ups)-1].Params)
 		}

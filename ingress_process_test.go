@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // curlFrame is the seed document's producer example, as a producer sends it:
@@ -33,7 +35,7 @@ func TestIngressEndToEndAcrossProcesses(t *testing.T) {
 		t.Fatalf("curl-shaped post: status %d", s)
 	}
 	var atA struct{ WorkloadInfo map[string]any }
-	if err := json.Unmarshal(a.waitMethod(methodUpsert, 1)[0].Params, &atA); err != nil {
+	if err := json.Unmarshal(a.waitMethod(wireframe.MethodUpsert, 1)[0].Params, &atA); err != nil {
 		t.Fatal(err)
 	}
 	if atA.WorkloadInfo["originatedFrom"] != nodes[0].ID || atA.WorkloadInfo["harnessSlot"] != 3.0 {
@@ -51,7 +53,7 @@ func TestIngressEndToEndAcrossProcesses(t *testing.T) {
 	}
 	for _, d := range []*daemonProc{a, b} {
 		var rm struct{ WorkloadID, OriginatedFrom string }
-		if err := json.Unmarshal(d.waitMethod(methodRemove, 1)[0].Params, &rm); err != nil {
+		if err := json.Unmarshal(d.waitMethod(wireframe.MethodRemove, 1)[0].Params, &rm); err != nil {
 			t.Fatal(err)
 		}
 		if rm.WorkloadID != "job-42" || rm.OriginatedFrom != nodes[0].ID {

@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"strings"
 	"testing"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // Tests of the ingress frame rules (ingressframe.go), mostly through
@@ -37,10 +38,10 @@ func TestIngressFrameStampsOriginOnLifecycleFrames(t *testing.T) {
 			if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "running", "", extra...))); err != nil {
 				t.Fatalf("ingestLocal: %v", err)
 			}
-			up := n.broker.waitMethod(methodUpsert, 1)
+			up := n.broker.waitMethod(wireframe.MethodUpsert, 1)
 			ifxWantOneOrigin(t, "the broker's upsert", ifxObjectAt(t, up[0].Params, "workloadInfo"), n.id)
 			frames := ifxDrain(q)
-			if len(frames) != 1 || frames[0].method != methodStarted {
+			if len(frames) != 1 || frames[0].method != wireframe.MethodStarted {
 				t.Fatalf("queued %s, want one workload:started", ifxDescribe(frames))
 			}
 			ifxWantOneOrigin(t, "the peer frame", ifxObjectAt(t, ifxParams(t, frames[0]), "workloadInfo"), n.id)
@@ -68,10 +69,10 @@ func TestIngressFrameStampsOriginOnRemovalFrames(t *testing.T) {
 			if _, err := n.m.ingestLocal([]byte(body)); err != nil {
 				t.Fatalf("ingestLocal: %v", err)
 			}
-			rm := n.broker.waitMethod(methodRemove, 1)
+			rm := n.broker.waitMethod(wireframe.MethodRemove, 1)
 			ifxWantOneOrigin(t, "the broker's removal", rm[0].Params, n.id)
 			frames := ifxDrain(q)
-			if len(frames) != 1 || frames[0].method != methodRemove {
+			if len(frames) != 1 || frames[0].method != wireframe.MethodRemove {
 				t.Fatalf("queued %s, want one workloads:remove", ifxDescribe(frames))
 			}
 			ifxWantOneOrigin(t, "the peer frame", ifxParams(t, frames[0]), n.id)
@@ -135,7 +136,7 @@ func TestIngressFrameAcceptsEveryKnownState(t *testing.T) {
 			if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", state, ""))); err != nil {
 				t.Fatalf("state %s refused: %v", state, err)
 			}
-			up := n.broker.waitMethod(methodUpsert, 1)
+			up := n.broker.waitMethod(wireframe.MethodUpsert, 1)
 			if got := ifxInfoString(t, up[0].Params, "state"); got != state {
 				t.Errorf("broker upsert state = %q, want %q", got, state)
 			}
@@ -184,9 +185,9 @@ func TestIngressFrameWorkloadIDLengthBound(t *testing.T) {
 		for _, tc := range ids {
 			t.Run(kind+"/"+tc.name, func(t *testing.T) {
 				n, q := ifxNode(t)
-				body, method := ifxLifecycleJSON(tc.id, "running", ""), methodUpsert
+				body, method := ifxLifecycleJSON(tc.id, "running", ""), wireframe.MethodUpsert
 				if kind == "removal" {
-					body, method = ifxRemoveJSON(tc.id, ""), methodRemove
+					body, method = ifxRemoveJSON(tc.id, ""), wireframe.MethodRemove
 				}
 				if !tc.ok {
 					ifxWantRejected(t, n, q, body)
@@ -325,7 +326,7 @@ func TestIngressFrameRejectsCaseVariantBypasses(t *testing.T) {
 
 	t.Run("control: the bases are accepted", func(t *testing.T) {
 		for _, body := range []string{lc("", "", base), rm("", `"workloadId":"job-1"`)} {
-			if _, err := parseIngressFrame([]byte(body), "node", defaultWorkloadMaxBytes); err != nil {
+			if _, err := wireframe.ParseIngress([]byte(body), "node", wireframe.DefaultWorkloadMaxBytes); err != nil {
 				t.Fatalf("base frame %s refused: %v", body, err)
 			}
 		}
@@ -339,76 +340,6 @@ func TestIngressFrameRejectsCaseVariantBypasses(t *testing.T) {
 			}
 			ifxWantRejected(t, n, q, body)
 		})
-	}
-}
-
-// foldKey must fold two names together exactly when encoding/json would
-// decode one into a field tagged with the other: if it folded less, a
-// variant spelling would slip past the key check and be decoded as the field.
-func TestIngressFrameFoldKeyAgreesWithEncodingJSON(t *testing.T) {
-	canonicals := []string{"state", "originatedFrom", "workloadInfo", "workloadId", "id", "resync", "scheduledOn",
-		"jsonrpc", "kx", "k", "σ", "i", "ß", "ǆ"}
-	names := []string{
-		// ASCII case variants
-		"state", "STATE", "State", "sTaTe", "originatedfrom", "ORIGINATEDFROM", "originatedfRom", "OriginatedFrom",
-		"workloadinfo", "WORKLOADINFO", "WorkloadId", "ID", "Id", "iD", "I", "Resync", "RESYNC", "JSONRPC", "KX", "Kx", "K",
-		// long s, Kelvin sign
-		"\u017ftate", "\u017fTATE", "re\u017fync", "\u017fcheduledOn", "wor\u212AloadInfo", "wor\u212AloadId", "\u212Ax", "\u212A",
-		// Greek sigma forms
-		"σ", "ς", "Σ",
-		// dotless i and dotted capital I: no simple fold to i
-		"ı", "İ", "ıd", "İd", "orıginatedFrom", "orİginatedFrom",
-		// sharp s and its capital; "ss" is not a simple fold
-		"ß", "ẞ", "ss", "SS",
-		// a title-case digraph
-		"Ǆ", "ǅ", "ǆ", "DŽ",
-		// non-letters and near misses
-		"st_ate", "st-ate", "state_", "_state", "state ", " state", "st ate", "1", "_", "-", "sta\u200bte",
-		"ｓｔａｔｅ", "stat\u0435", "workload_info", "workload-id",
-		// invalid UTF-8 and the replacement character
-		"st\xffate", "\xff", "state\xc3", "\xed\xa0\x80", "\ufffd", "st\ufffdate",
-	}
-	for _, canon := range canonicals {
-		typ := reflect.StructOf([]reflect.StructField{{
-			Name: "F", Type: reflect.TypeFor[int](), Tag: reflect.StructTag(`json:"` + canon + `"`),
-		}})
-		if _, ok := typ.Field(0).Tag.Lookup("json"); !ok {
-			t.Fatalf("tag for %q not set", canon)
-		}
-		for _, name := range append(names, canon) {
-			doc := []byte(`{"` + name + `":1}`)
-			// The name as a decoder reports it (invalid UTF-8 replaced):
-			// what objectMembers hands to the key check.
-			var asMap map[string]int
-			if err := json.Unmarshal(doc, &asMap); err != nil || len(asMap) != 1 {
-				t.Fatalf("%q: %v", doc, err)
-			}
-			var decoded string
-			for k := range asMap {
-				decoded = k
-			}
-			v := reflect.New(typ)
-			if err := json.Unmarshal(doc, v.Interface()); err != nil {
-				t.Fatalf("decode %q: %v", doc, err)
-			}
-			jsonMatched := v.Elem().Field(0).Int() == 1
-			if folds := foldKey(decoded) == foldKey(canon); folds != jsonMatched {
-				t.Errorf("name %q, field %q: foldKey says fold-equal=%v, encoding/json matched=%v", name, canon, folds, jsonMatched)
-			}
-		}
-	}
-	// And the key check acts on it: every fold-equal spelling of a known
-	// workload field other than the canonical one is refused.
-	for _, name := range names {
-		var asMap map[string]int
-		_ = json.Unmarshal([]byte(`{"`+name+`":1}`), &asMap)
-		for decoded := range asMap {
-			canon, known := workloadFields[foldKey(decoded)]
-			err := checkSpelling("workloadInfo", levelOfNames(t, []string{decoded}), workloadFields)
-			if want := known && canon != decoded || foldKey(decoded) == resyncFolded; (err != nil) != want {
-				t.Errorf("checkSpelling(%q) = %v, want refused=%v", decoded, err, want)
-			}
-		}
 	}
 }
 
@@ -437,7 +368,7 @@ func TestIngressFramePassesHarnessFrameThroughWithProducerFields(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	up := n.broker.waitMethod(methodUpsert, 1)
+	up := n.broker.waitMethod(wireframe.MethodUpsert, 1)
 	ifxWantPassedThrough(t, "the broker's upsert", in.Params.WorkloadInfo, ifxObjectAt(t, up[0].Params, "workloadInfo"), n.id)
 
 	frames := ifxDrain(q)
@@ -480,59 +411,9 @@ func TestIngressFramePassesRemovalParamsThroughToPeers(t *testing.T) {
 		t.Errorf("the peer removal's params.reason = %s, want the producer's", got)
 	}
 	ifxWantOneOrigin(t, "the peer removal", p, n.id)
-	rm := n.broker.waitMethod(methodRemove, 1)
+	rm := n.broker.waitMethod(wireframe.MethodRemove, 1)
 	if got := ifxStringAt(t, rm[0].Params, "workloadId"); got != "job-42" {
 		t.Errorf("the broker's removal names %q", got)
-	}
-}
-
-// checkIngressValues validates the decoded frame again, so the rules hold for
-// a spelling the key check missed. These frames went through the shared
-// local-frame parse only, never through the key check.
-func TestIngressFrameCheckIngressValuesCatchesWhatTheKeyCheckMissed(t *testing.T) {
-	const node = "3d0b8c4e-1f2a-4b6c-9d8e-7f6a5b4c3d2e"
-	info := func(extra string) string {
-		return `{"workloadInfo":{"id":"job-1","model":"m","engine":"e","state":"running","originatedFrom":"` + node + `"` + extra + `}}`
-	}
-	long := strings.Repeat("a", 257)
-	for _, tc := range []struct {
-		name, method, params string
-		ok                   bool
-	}{
-		{"own origin, known state", methodStarted, info(""), true},
-		{"256-byte id", methodStarted, `{"workloadInfo":{"id":"` + long[:256] + `","model":"m","engine":"e","state":"running","originatedFrom":"` + node + `"}}`, true},
-		{"resync false", methodStarted, `{"resync":false,"workloadInfo":{"id":"job-1","model":"m","engine":"e","state":"running","originatedFrom":"` + node + `"}}`, true},
-		{"own removal", methodRemove, `{"workloadId":"job-1","originatedFrom":"` + node + `"}`, true},
-		{"256-byte removal id", methodRemove, `{"workloadId":"` + long[:256] + `","originatedFrom":"` + node + `"}`, true},
-
-		{"foreign origin", methodStarted, `{"workloadInfo":{"id":"job-1","model":"m","engine":"e","state":"running","originatedFrom":"` + ifxForeign + `"}}`, false},
-		{"foreign origin in a variant spelling", methodStarted, info(`,"originatedfrom":"` + ifxForeign + `"`), false},
-		{"unknown state", methodStarted, `{"workloadInfo":{"id":"job-1","model":"m","engine":"e","state":"weird","originatedFrom":"` + node + `"}}`, false},
-		{"unknown state in a long-s spelling", methodStarted, info(",\"\u017ftate\":\"weird\""), false},
-		{"resync true", methodStarted, `{"resync":true,"workloadInfo":{"id":"job-1","model":"m","engine":"e","state":"running","originatedFrom":"` + node + `"}}`, false},
-		{"resync true in a long-s spelling", methodStarted, "{\"re\u017fync\":true," + info("")[1:], false},
-		{"foreign removal", methodRemove, `{"workloadId":"job-1","originatedFrom":"` + ifxForeign + `"}`, false},
-		{"foreign removal in a variant spelling", methodRemove, `{"workloadId":"job-1","originatedFrom":"` + node + `","OriginatedFrom":"` + ifxForeign + `"}`, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f, err := parseLocalFrame(tc.method, json.RawMessage(tc.params))
-			if err != nil {
-				t.Fatalf("parseLocalFrame: %v", err)
-			}
-			err = checkIngressValues(&f, node)
-			if (err == nil) != tc.ok {
-				t.Errorf("checkIngressValues = %v, want accepted=%v", err, tc.ok)
-			}
-		})
-	}
-	for _, state := range []string{"queued", "running", "completed", "failed", "cancelled"} {
-		f, err := parseLocalFrame(methodFor(state), json.RawMessage(`{"workloadInfo":{"id":"job-1","model":"m","engine":"e","state":"`+state+`","originatedFrom":"`+node+`"}}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := checkIngressValues(&f, node); err != nil {
-			t.Errorf("state %s refused: %v", state, err)
-		}
 	}
 }
 
@@ -567,11 +448,11 @@ func ifxWantRejected(t *testing.T, n *testNode, q *broadcaster, body string) {
 // ifxObjectAt returns the raw value of one member of a JSON object.
 func ifxObjectAt(t *testing.T, obj json.RawMessage, name string) json.RawMessage {
 	t.Helper()
-	ms, err := objectMembers(obj)
+	ms, err := wireframe.ValidObjectMembers(obj)
 	if err != nil {
 		t.Fatalf("%s: %v", obj, err)
 	}
-	v, _ := member(ms, name)
+	v, _ := wireframe.MemberNamed(ms, name)
 	return v
 }
 
@@ -587,13 +468,14 @@ func ifxStringAt(t *testing.T, obj json.RawMessage, name string) string {
 // ifxWantOneOrigin checks that obj has exactly one originatedFrom, node.
 func ifxWantOneOrigin(t *testing.T, where string, obj json.RawMessage, node string) {
 	t.Helper()
-	ms, err := objectMembers(obj)
+	ms, err := wireframe.ValidObjectMembers(obj)
 	if err != nil {
 		t.Fatalf("%s: %s: %v", where, obj, err)
 	}
 	count := 0
 	for _, m := range ms {
-		if foldKey(m.name) == foldKey("originatedFrom") {
+		// Simple Unicode case folding: what encoding/json matches names by.
+		if strings.EqualFold(m.Name, "originatedFrom") {
 			count++
 		}
 	}
@@ -610,11 +492,11 @@ func ifxWantOneOrigin(t *testing.T, where string, obj json.RawMessage, node stri
 // nothing else.
 func ifxWantPassedThrough(t *testing.T, where string, sent, got json.RawMessage, node string) {
 	t.Helper()
-	want, err := objectMembers(sent)
+	want, err := wireframe.ValidObjectMembers(sent)
 	if err != nil {
 		t.Fatal(err)
 	}
-	have, err := objectMembers(got)
+	have, err := wireframe.ValidObjectMembers(got)
 	if err != nil {
 		t.Fatalf("%s: %s: %v", where, got, err)
 	}
@@ -626,61 +508,13 @@ func ifxWantPassedThrough(t *testing.T, where string, sent, got json.RawMessage,
 		return b.String()
 	}
 	stamped, _ := json.Marshal(node)
-	want = append(want, jsonMember{name: "originatedFrom", value: stamped})
+	want = append(want, wireframe.Member{Name: "originatedFrom", Value: stamped})
 	if len(have) != len(want) {
 		t.Fatalf("%s has %d members, want the producer's %d and originatedFrom: %s", where, len(have), len(want)-1, got)
 	}
 	for i := range want {
-		if have[i].name != want[i].name || compact(have[i].value) != compact(want[i].value) {
-			t.Errorf("%s member %d = %s:%s, want %s:%s", where, i, have[i].name, have[i].value, want[i].name, want[i].value)
+		if have[i].Name != want[i].Name || compact(have[i].Value) != compact(want[i].Value) {
+			t.Errorf("%s member %d = %s:%s, want %s:%s", where, i, have[i].Name, have[i].Value, want[i].Name, want[i].Value)
 		}
-	}
-}
-
-func TestIngressRelaysTheBodysOwnTextWithOnlyTheOriginStamped(t *testing.T) {
-	const node = fuzzNodeID
-	info := func(origin string) string {
-		return `{ "id" : "j\u00e9-1",  "model":"m", "engine":"e", "state":"running"` + origin + ` }`
-	}
-	for _, tc := range []struct {
-		name, params, want string
-	}{
-		{"absent: added before the closing brace",
-			`{"workloadInfo":` + info("") + `, "x": [1, 2]}`,
-			`{"workloadInfo":` + info("") + `, "x": [1, 2]}`},
-		{"empty: replaced in place",
-			`{"workloadInfo":` + info(`, "originatedFrom" : ""`) + `}`,
-			`{"workloadInfo":` + info(`, "originatedFrom" : "`+node+`"`) + `}`},
-		{"null: replaced in place",
-			`{"workloadInfo":` + info(`,"originatedFrom":null`) + `}`,
-			`{"workloadInfo":` + info(`,"originatedFrom":"`+node+`"`) + `}`},
-		{"this node: left as sent",
-			`{"workloadInfo":` + info(`,"originatedFrom":"`+node+`"`) + `}`,
-			`{"workloadInfo":` + info(`,"originatedFrom":"`+node+`"`) + `}`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			want := tc.want
-			if strings.HasPrefix(tc.name, "absent") {
-				// The member goes in right before the object's closing brace.
-				at := strings.Index(want, ` }`) + 1
-				want = want[:at] + `,"originatedFrom":"` + node + `"` + want[at:]
-			}
-			body := `{"jsonrpc":"2.0", "method":"workload:started", "params":` + tc.params + `}`
-			f, err := parseIngressFrame([]byte(body), node, defaultWorkloadMaxBytes)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(f.params) != want {
-				t.Fatalf("relayed params\n%s\nwant\n%s", f.params, want)
-			}
-			// The object written to the broker is the relayed one, whole.
-			if raw := string(f.life.raw); !strings.Contains(string(f.params), `"workloadInfo":`+raw) ||
-				!strings.HasPrefix(raw, "{ ") || !strings.HasSuffix(raw, "}") || !strings.Contains(raw, node) {
-				t.Fatalf("workload object %s is not the relayed params' own", raw)
-			}
-			if f.life.info.OriginatedFrom != node || f.life.info.ID != "jé-1" {
-				t.Fatalf("decoded origin %q, id %q", f.life.info.OriginatedFrom, f.life.info.ID)
-			}
-		})
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // The ingress order (spec 3.5, 6). An ingress frame, a producer's post or a
@@ -38,7 +40,7 @@ type ingressInFlight struct {
 	// newRuns counts, per run, the frames in flight that would start it:
 	// runs the re-sync set did not hold when their frame was checked. The
 	// live-workload check counts each such run once.
-	newRuns map[workloadKey]int
+	newRuns map[wireframe.WorkloadKey]int
 	// bytes is what the lifecycle frames in flight may add to the re-sync
 	// set: each one's re-assertion line at most. The byte bound's check
 	// counts it as the entry bound's counts newRuns.
@@ -50,7 +52,7 @@ type ingressInFlight struct {
 
 // pendingRuns returns how many runs the frames in flight would start,
 // whether key is one of them, and the bytes they may add to the re-sync set.
-func (q *ingressInFlight) pendingRuns(key workloadKey) (n int, pending bool, bytes int64) {
+func (q *ingressInFlight) pendingRuns(key wireframe.WorkloadKey) (n int, pending bool, bytes int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.newRuns), q.newRuns[key] > 0, q.bytes
@@ -58,21 +60,21 @@ func (q *ingressInFlight) pendingRuns(key workloadKey) (n int, pending bool, byt
 
 // accept counts a frame in; startsRun says it would start run key, bytes
 // what it may add to the re-sync set.
-func (q *ingressInFlight) accept(key workloadKey, startsRun bool, bytes int64) {
+func (q *ingressInFlight) accept(key wireframe.WorkloadKey, startsRun bool, bytes int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.n++
 	q.bytes += bytes
 	if startsRun {
 		if q.newRuns == nil {
-			q.newRuns = map[workloadKey]int{}
+			q.newRuns = map[wireframe.WorkloadKey]int{}
 		}
 		q.newRuns[key]++
 	}
 }
 
 // settle counts a frame out, once it is committed or has failed.
-func (q *ingressInFlight) settle(key workloadKey, startsRun bool, bytes int64) {
+func (q *ingressInFlight) settle(key wireframe.WorkloadKey, startsRun bool, bytes int64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.n--
@@ -116,7 +118,7 @@ func (q *ingressInFlight) inFlight() int {
 type ingressTurn struct {
 	turn      brokerTurn
 	q         *ingressInFlight
-	key       workloadKey
+	key       wireframe.WorkloadKey
 	startsRun bool
 	bytes     int64
 }
@@ -130,7 +132,7 @@ type ingressTurn struct {
 // leaves nothing in flight.
 func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, peerLine []byte, startsRun bool, bytes int64) (ingressTurn, error) {
 	q := &m.ingressFlight
-	key := f.life.key() // unused for a removal, which never starts a run
+	key := f.life.Key() // unused for a removal, which never starts a run
 	q.accept(key, startsRun, bytes)
 	turn, err := m.out.enter(line, func() {
 		m.commitLocalLine(f, fromIngress, peerLine)
@@ -138,7 +140,7 @@ func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, peerLine [
 	})
 	if err != nil {
 		q.settle(key, startsRun, bytes)
-		if errors.Is(err, errLineOverLimit) {
+		if errors.Is(err, wireframe.ErrLineOverLimit) {
 			return ingressTurn{}, err
 		}
 		return ingressTurn{}, fmt.Errorf("%w: %v", errBrokerWrite, err)
@@ -162,5 +164,5 @@ func (t ingressTurn) wait() error {
 // run the set holds, with a few bytes of error text more), so it counts
 // no bytes in flight.
 func (m *Manager) enterLocalFrame(f localFrame) (ingressTurn, error) {
-	return m.enterIngressOrder(f, frameLine(&f), encodeNotification(f.method, f.params), false, 0)
+	return m.enterIngressOrder(f, frameLine(&f), wireframe.EncodeNotification(f.method, f.params), false, 0)
 }

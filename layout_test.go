@@ -27,6 +27,7 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		{pkg: "internal/pairinstall", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/promtext", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/brokeripc", may: nil, never: []string{"net/http"}},
+		{pkg: "internal/wireframe", may: nil, never: []string{"net/http"}},
 	}
 	for _, r := range rules {
 		t.Run(r.pkg, func(t *testing.T) {

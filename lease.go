@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // Producer leases (spec 3.5.1). A producer that opens a job and dies before
@@ -56,8 +57,8 @@ func parseLeaseHeader(values []string, f *localFrame) (int, error) {
 		return 0, fmt.Errorf("%s given %d times: send it once", leaseHeader, len(values))
 	case f.isRemoval():
 		return 0, fmt.Errorf("%s on a removal: a lease applies to a queued or running frame", leaseHeader)
-	case f.life.terminal():
-		return 0, fmt.Errorf("%s on a %s frame: a lease applies to a queued or running frame; a terminal frame ends it", leaseHeader, f.life.info.State)
+	case f.life.Terminal():
+		return 0, fmt.Errorf("%s on a %s frame: a lease applies to a queued or running frame; a terminal frame ends it", leaseHeader, f.life.Info.State)
 	}
 	v := values[0]
 	n, err := strconv.ParseUint(v, 10, 32)
@@ -70,12 +71,12 @@ func parseLeaseHeader(values []string, f *localFrame) (int, error) {
 // lease is one workload's lease: the run it retires, its length as the
 // producer gave it and when it runs out.
 type lease struct {
-	ref      workloadRef
-	key      workloadKey // the run the last leased frame was about
-	seconds  int         // the length the producer gave, for the expiry's error text
-	deadline time.Time   // the lease runs out; after a failed expiry, the next try
-	failures int         // consecutive failed broker writes of its expiry
-	index    int         // its place in leaseTable.order
+	ref      wireframe.WorkloadRef
+	key      wireframe.WorkloadKey // the run the last leased frame was about
+	seconds  int                   // the length the producer gave, for the expiry's error text
+	deadline time.Time             // the lease runs out; after a failed expiry, the next try
+	failures int                   // consecutive failed broker writes of its expiry
+	index    int                   // its place in leaseTable.order
 }
 
 // leaseTable holds the leases, keyed by workload, and their deadlines in a
@@ -90,7 +91,7 @@ type leaseTable struct {
 	// read-back, under ingestMu by the expiry, and alone by the expiry loop
 	// and the metrics. Nothing is taken under it.
 	mu    sync.Mutex
-	byRef map[workloadRef]*lease
+	byRef map[wireframe.WorkloadRef]*lease
 	order leaseHeap
 
 	// wake tells the expiry loop that the earliest deadline may have moved
@@ -104,12 +105,12 @@ type leaseTable struct {
 }
 
 func newLeaseTable() *leaseTable {
-	return &leaseTable{byRef: map[workloadRef]*lease{}, wake: make(chan struct{}, 1), failures: promtext.NewCounterVec()}
+	return &leaseTable{byRef: map[wireframe.WorkloadRef]*lease{}, wake: make(chan struct{}, 1), failures: promtext.NewCounterVec()}
 }
 
 // arm starts or renews the lease of ref on run key: it runs out d after
 // now. A renewal is counted.
-func (t *leaseTable) arm(ref workloadRef, key workloadKey, seconds int, d time.Duration, now time.Time) {
+func (t *leaseTable) arm(ref wireframe.WorkloadRef, key wireframe.WorkloadKey, seconds int, d time.Duration, now time.Time) {
 	t.mu.Lock()
 	l, held := t.byRef[ref]
 	if held {
@@ -131,7 +132,7 @@ func (t *leaseTable) arm(ref workloadRef, key workloadKey, seconds int, d time.D
 }
 
 // end drops ref's lease, if any, and reports whether there was one.
-func (t *leaseTable) end(ref workloadRef) bool {
+func (t *leaseTable) end(ref wireframe.WorkloadRef) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	l, held := t.byRef[ref]
@@ -145,7 +146,7 @@ func (t *leaseTable) end(ref workloadRef) bool {
 // postpone moves ref's lease to be tried again after a failed expiry, with
 // a backoff that doubles per consecutive failure up to leaseRetryMax. It
 // returns the delay, or 0 when the lease is no longer held.
-func (t *leaseTable) postpone(ref workloadRef, now time.Time) time.Duration {
+func (t *leaseTable) postpone(ref wireframe.WorkloadRef, now time.Time) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	l, held := t.byRef[ref]
@@ -183,7 +184,7 @@ func (t *leaseTable) due(now time.Time) (lease, bool) {
 }
 
 // deadlineOf returns the deadline of ref's lease when it retires run key.
-func (t *leaseTable) deadlineOf(ref workloadRef, key workloadKey) (time.Time, bool) {
+func (t *leaseTable) deadlineOf(ref wireframe.WorkloadRef, key wireframe.WorkloadKey) (time.Time, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if l, held := t.byRef[ref]; held && l.key == key {
@@ -244,11 +245,11 @@ func (h *leaseHeap) Pop() any {
 //   - A broker frame that is not terminal leaves it alone.
 func (m *Manager) applyLease(f *localFrame, src frameSource, now time.Time) {
 	if f.isRemoval() {
-		m.leases.end(f.removal.ref)
+		m.leases.end(f.removal.Ref)
 		return
 	}
-	ref, key := f.life.ref(), f.life.key()
-	if f.life.terminal() {
+	ref, key := f.life.Ref(), f.life.Key()
+	if f.life.Terminal() {
 		m.leases.end(ref)
 	}
 	if src != fromIngress {
@@ -259,7 +260,7 @@ func (m *Manager) applyLease(f *localFrame, src frameSource, now time.Time) {
 		e.ingress = true
 	}
 	switch {
-	case f.life.terminal():
+	case f.life.Terminal():
 	case f.leaseSeconds == 0:
 		m.leases.end(ref)
 	case e != nil && e.terminalAt.IsZero():
@@ -317,10 +318,10 @@ func (m *Manager) expireDue() {
 	switch {
 	case err == nil:
 		m.leases.expired.Add(1)
-		log.Info("lease expired: job retired as failed", "runId", clipLogged(l.key.runID))
+		log.Info("lease expired: job retired as failed", "runId", clipLogged(l.key.RunID))
 	case errors.As(err, new(noLiveRunError)):
 		m.dropLease(log, *l, "no_entry", err)
-	case errors.Is(err, errLineOverLimit):
+	case errors.Is(err, wireframe.ErrLineOverLimit):
 		m.dropLease(log, *l, "line_limit", err)
 	default:
 		m.leases.failures.Inc("broker_write")
@@ -349,7 +350,7 @@ func (m *Manager) enterExpiry() (ingressTurn, *lease, *slog.Logger, error) {
 	if !ok {
 		return ingressTurn{}, nil, nil, nil
 	}
-	log := m.log.With("channel", "lease", "id", clipLogged(l.ref.id), "leaseSeconds", l.seconds)
+	log := m.log.With("channel", "lease", "id", clipLogged(l.ref.ID), "leaseSeconds", l.seconds)
 	f, err := m.expiryFrame(l, now, false)
 	if err != nil {
 		return ingressTurn{}, &l, log, noLiveRunError{err}
@@ -364,7 +365,7 @@ func (m *Manager) enterExpiry() (ingressTurn, *lease, *slog.Logger, error) {
 		}
 	}
 	turn, err := m.enterLocalFrame(f)
-	if errors.Is(err, errLineOverLimit) {
+	if errors.Is(err, wireframe.ErrLineOverLimit) {
 		// The job's own fields and what the producer added are kept when
 		// they fit; a job whose frame does not fit with the expiry's
 		// fields is retired with its known fields only.
@@ -402,7 +403,7 @@ func (m *Manager) expiryFrame(l lease, now time.Time, knownOnly bool) (localFram
 	}
 	m.activeMu.Unlock()
 	if params == nil {
-		return localFrame{}, fmt.Errorf("the re-sync set holds no live run %q of the workload", l.key.runID)
+		return localFrame{}, fmt.Errorf("the re-sync set holds no live run %q of the workload", l.key.RunID)
 	}
 	info, err := buildExpiryInfo(params, leaseExpiryError(l.seconds), now, seq, hasSeq, knownOnly)
 	if err != nil {
@@ -410,37 +411,37 @@ func (m *Manager) expiryFrame(l lease, now time.Time, knownOnly bool) (localFram
 	}
 	p := make([]byte, 0, len(info)+20)
 	p = append(append(append(p, `{"workloadInfo":`...), info...), '}')
-	return parseLocalFrame(methodErrored, p)
+	return parseLocalFrame(wireframe.MethodErrored, p)
 }
 
 // buildExpiryInfo is the workload object of an expiry, from the params of
 // the run's latest event.
 func buildExpiryInfo(params json.RawMessage, errText string, now time.Time, seq int64, hasSeq, knownOnly bool) (json.RawMessage, error) {
-	pm, err := validObjectMembers(params)
+	pm, err := wireframe.ValidObjectMembers(params)
 	if err != nil {
 		return nil, fmt.Errorf("tracked params: %w", err)
 	}
-	raw, ok := member(pm, "workloadInfo")
+	raw, ok := wireframe.MemberNamed(pm, "workloadInfo")
 	if !ok {
 		return nil, errors.New("tracked params hold no workloadInfo")
 	}
-	ms, err := validObjectMembers(raw)
+	ms, err := wireframe.ValidObjectMembers(raw)
 	if err != nil {
 		return nil, fmt.Errorf("tracked workloadInfo: %w", err)
 	}
 	if knownOnly {
 		kept := ms[:0:0]
 		for _, mb := range ms {
-			if _, known := workloadFields[foldKey(mb.name)]; known {
+			if wireframe.IsWorkloadField(mb.Name) {
 				kept = append(kept, mb)
 			}
 		}
 		ms = kept
 	}
 	quoted, _ := json.Marshal(errText)
-	ms = withMember(ms, "state", json.RawMessage(`"failed"`))
-	ms = withMember(ms, "completedAt", strconv.AppendInt(nil, now.UnixMilli(), 10))
-	ms = withMember(ms, "error", quoted)
+	ms = wireframe.WithMember(ms, "state", json.RawMessage(`"failed"`))
+	ms = wireframe.WithMember(ms, "completedAt", strconv.AppendInt(nil, now.UnixMilli(), 10))
+	ms = wireframe.WithMember(ms, "error", quoted)
 	if hasSeq {
 		// At the largest seq there is no next one: the expiry keeps it,
 		// and its state tells it apart from the run's last event.
@@ -448,9 +449,9 @@ func buildExpiryInfo(params json.RawMessage, errText string, now time.Time, seq 
 		if seq < math.MaxInt64 {
 			next = seq + 1
 		}
-		ms = withMember(ms, "seq", strconv.AppendInt(nil, next, 10))
+		ms = wireframe.WithMember(ms, "seq", strconv.AppendInt(nil, next, 10))
 	}
-	return encodeMembers(ms), nil
+	return wireframe.EncodeMembers(ms), nil
 }
 
 // writeLeaseMetrics renders the leases.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // leaseProcPair starts node A with its ingress and node B as its pinned
@@ -34,7 +35,7 @@ func procTerminalStates(d *daemonProc, id string) []string {
 	var out []string
 	for _, w := range d.upserts() {
 		s, _ := w["state"].(string)
-		if w["id"] == id && isTerminalState(s) && (len(out) == 0 || out[len(out)-1] != s) {
+		if w["id"] == id && wireframe.IsTerminalState(s) && (len(out) == 0 || out[len(out)-1] != s) {
 			out = append(out, s)
 		}
 	}
@@ -132,7 +133,7 @@ func TestProcessALeasedJobNotRenewedTurnsFailedAtItsBrokerAndAPeerWithinItsLease
 				t.Errorf("renewed listed with deadline %v, want one ahead", w.LeaseDeadline)
 			}
 		case "crashed", "closed":
-			if w.LeaseDeadline != nil || !isTerminalState(w.WorkloadInfo["state"].(string)) {
+			if w.LeaseDeadline != nil || !wireframe.IsTerminalState(w.WorkloadInfo["state"].(string)) {
 				t.Errorf("%s listed as %v with deadline %v, want terminal and unleased", id, w.WorkloadInfo["state"], w.LeaseDeadline)
 			}
 		}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // leaseTestUnit is one second of Workload-Lease in the in-process tests: a
@@ -106,7 +108,7 @@ func terminalStates(n *testNode, id string) []string {
 	var out []string
 	for _, w := range leaseUpserts(n, id) {
 		s, _ := w["state"].(string)
-		if isTerminalState(s) && (len(out) == 0 || out[len(out)-1] != s) {
+		if wireframe.IsTerminalState(s) && (len(out) == 0 || out[len(out)-1] != s) {
 			out = append(out, s)
 		}
 	}
@@ -152,10 +154,10 @@ func TestWorkloadLeaseHeaderOutsideItsRulesIs400AndWritesNothing(t *testing.T) {
 		})
 	}
 	ifxBrokerBarrier(t, n)
-	if fs := n.broker.withMethod(methodUpsert); len(fs) != 0 {
+	if fs := n.broker.withMethod(wireframe.MethodUpsert); len(fs) != 0 {
 		t.Fatalf("the broker got %d upserts from refused frames", len(fs))
 	}
-	if fs := n.broker.withMethod(methodRemove); len(fs) != 0 {
+	if fs := n.broker.withMethod(wireframe.MethodRemove); len(fs) != 0 {
 		t.Fatalf("the broker got %d removals from refused frames", len(fs))
 	}
 	if ifxIsTracked(n, n.id, "bad-lease") || leaseCount(n) != 0 {
@@ -177,7 +179,7 @@ func TestWorkloadLeaseFromFiveSecondsToADayArmsALeaseOfThatLength(t *testing.T) 
 		before := time.Now()
 		postLeased(t, n, leasedInfo(id, "queued", 1), seconds)
 		after := time.Now()
-		at, ok := n.m.leases.deadlineOf(workloadRef{n.id, id}, workloadKey{n.id, "llamacpp", "run-" + id, id})
+		at, ok := n.m.leases.deadlineOf(wireframe.WorkloadRef{Origin: n.id, ID: id}, wireframe.WorkloadKey{Origin: n.id, Engine: "llamacpp", RunID: "run-" + id, ID: id})
 		want := time.Duration(seconds) * time.Second
 		if !ok || at.Before(before.Add(want)) || at.After(after.Add(want)) {
 			t.Fatalf("lease of %d s: deadline %v (held %v), want %v after the post", seconds, at, ok, want)
@@ -335,7 +337,7 @@ func TestARenewalMovesTheDeadlineByTheLengthItGives(t *testing.T) {
 	if got := leaseExpiries(n, "renewed"); len(got) != 0 {
 		t.Fatalf("the renewed lease expired at its first deadline: %v", got)
 	}
-	at, ok := n.m.leases.deadlineOf(workloadRef{n.id, "renewed"}, workloadKey{n.id, "llamacpp", "run-renewed", "renewed"})
+	at, ok := n.m.leases.deadlineOf(wireframe.WorkloadRef{Origin: n.id, ID: "renewed"}, wireframe.WorkloadKey{Origin: n.id, Engine: "llamacpp", RunID: "run-renewed", ID: "renewed"})
 	if want := renewedAt.Add(60 * leaseTestUnit); !ok || at.Before(want) {
 		t.Fatalf("deadline %v (held %v), want at least %v: the renewal's length", at, ok, want)
 	}
@@ -435,7 +437,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 		if got := leaseExpiries(a, "raced"); len(got) != 0 {
 			t.Fatalf("a job renewed before its expiry was written was retired: %v", got)
 		}
-		if _, held := a.m.leases.deadlineOf(workloadRef{a.id, "raced"}, workloadKey{a.id, "llamacpp", "run-raced", "raced"}); !held {
+		if _, held := a.m.leases.deadlineOf(wireframe.WorkloadRef{Origin: a.id, ID: "raced"}, wireframe.WorkloadKey{Origin: a.id, Engine: "llamacpp", RunID: "run-raced", ID: "raced"}); !held {
 			t.Fatal("the renewed lease is gone")
 		}
 	})
@@ -451,8 +453,8 @@ func TestALeaseWhoseExpiryCannotBeWrittenIsRetriedWithBackoffNotDropped(t *testi
 	if _, err := n.m.ingestLocalLeased([]byte(ingressFrameJSON(leasedInfo("stuck", "running", 1))), []string{"5"}); err != nil {
 		t.Fatal(err)
 	}
-	ref := workloadRef{n.id, "stuck"}
-	key := workloadKey{n.id, "llamacpp", "run-stuck", "stuck"}
+	ref := wireframe.WorkloadRef{Origin: n.id, ID: "stuck"}
+	key := wireframe.WorkloadKey{Origin: n.id, Engine: "llamacpp", RunID: "run-stuck", ID: "stuck"}
 	n.m.expireDue()
 	if _, held := n.m.leases.deadlineOf(ref, key); !held || n.m.leases.failures.Get("broker_write") != 0 {
 		t.Fatal("a lease was expired before its deadline")
@@ -479,7 +481,7 @@ func TestALeaseWhoseExpiryCannotBeWrittenIsRetriedWithBackoffNotDropped(t *testi
 }
 
 func TestAnExpiryOverTheBrokerLineLimitRetiresTheJobWithItsKnownFields(t *testing.T) {
-	n := newTestNode(t, withBrokerLineMax(minBrokerLineMax))
+	n := newTestNode(t, withBrokerLineMax(wireframe.MinBrokerLineMax))
 	clock := ifxUseClock(n)
 	w := leasedInfo("wide", "running", 1)
 	// The running frame's line to the broker is 20 bytes under the limit;
@@ -488,10 +490,10 @@ func TestAnExpiryOverTheBrokerLineLimitRetiresTheJobWithItsKnownFields(t *testin
 		w["originatedFrom"] = n.id // as the ingress stamps it
 		stamped, _ := json.Marshal(w)
 		delete(w, "originatedFrom")
-		return len(encodeNotification(methodUpsert, []byte(`{"workloadInfo":`+string(stamped)+`}`))) + 1
+		return len(wireframe.EncodeNotification(wireframe.MethodUpsert, []byte(`{"workloadInfo":`+string(stamped)+`}`))) + 1
 	}
 	w["pad"] = ""
-	w["pad"] = strings.Repeat("p", minBrokerLineMax-20-lineOf())
+	w["pad"] = strings.Repeat("p", wireframe.MinBrokerLineMax-20-lineOf())
 	if _, err := n.m.ingestLocalLeased([]byte(ingressFrameJSON(w)), []string{"5"}); err != nil {
 		t.Fatal(err)
 	}
@@ -516,7 +518,7 @@ func TestALeaseWhoseRunLeftTheSetIsDroppedWithAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.m.activeMu.Lock()
-	n.m.resync.remove(workloadKey{n.id, "llamacpp", "run-orphan", "orphan"}) // what no path does
+	n.m.resync.remove(wireframe.WorkloadKey{Origin: n.id, Engine: "llamacpp", RunID: "run-orphan", ID: "orphan"}) // what no path does
 	n.m.activeMu.Unlock()
 	clock.advance(5 * time.Second)
 	n.m.expireDue()
@@ -563,17 +565,17 @@ func BenchmarkLeaseExpiry(b *testing.B) {
 			t := newLeaseTable()
 			base := time.Unix(1_700_000_000, 0)
 			for i := range size {
-				ref := workloadRef{"node", "job-" + strconv.Itoa(i)}
-				t.arm(ref, workloadKey{origin: "node", id: ref.id}, 5, time.Duration(i)*time.Millisecond, base)
+				ref := wireframe.WorkloadRef{Origin: "node", ID: "job-" + strconv.Itoa(i)}
+				t.arm(ref, wireframe.WorkloadKey{Origin: "node", ID: ref.ID}, 5, time.Duration(i)*time.Millisecond, base)
 			}
-			refs := make([]workloadRef, b.N)
+			refs := make([]wireframe.WorkloadRef, b.N)
 			for i := range refs {
-				refs[i] = workloadRef{"node", "new-" + strconv.Itoa(i)}
+				refs[i] = wireframe.WorkloadRef{Origin: "node", ID: "new-" + strconv.Itoa(i)}
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				// One lease in, the earliest out: the table stays at size.
-				t.arm(refs[i], workloadKey{origin: "node", id: refs[i].id}, 5, time.Duration(size+i)*time.Millisecond, base)
+				t.arm(refs[i], wireframe.WorkloadKey{Origin: "node", ID: refs[i].ID}, 5, time.Duration(size+i)*time.Millisecond, base)
 				l, ok := t.due(base.Add(time.Duration(size+i) * time.Millisecond))
 				if !ok {
 					b.Fatal("no lease due")
@@ -587,11 +589,11 @@ func BenchmarkLeaseExpiry(b *testing.B) {
 func TestLeaseTableKeepsTheEarliestDeadlineFirst(t *testing.T) {
 	lt := newLeaseTable()
 	base := time.Unix(1_700_000_000, 0)
-	ref := func(i int) workloadRef { return workloadRef{"n", itoa(i)} }
+	ref := func(i int) wireframe.WorkloadRef { return wireframe.WorkloadRef{Origin: "n", ID: itoa(i)} }
 	for i, d := range []int{50, 10, 40, 30, 20} {
-		lt.arm(ref(i), workloadKey{id: itoa(i)}, 5, time.Duration(d)*time.Second, base)
+		lt.arm(ref(i), wireframe.WorkloadKey{ID: itoa(i)}, 5, time.Duration(d)*time.Second, base)
 	}
-	lt.arm(ref(2), workloadKey{id: "2"}, 5, 5*time.Second, base) // renewed earlier
+	lt.arm(ref(2), wireframe.WorkloadKey{ID: "2"}, 5, 5*time.Second, base) // renewed earlier
 	lt.end(ref(1))
 	var order []string
 	for {
@@ -599,7 +601,7 @@ func TestLeaseTableKeepsTheEarliestDeadlineFirst(t *testing.T) {
 		if !ok {
 			break
 		}
-		order = append(order, l.ref.id)
+		order = append(order, l.ref.ID)
 		lt.end(l.ref)
 	}
 	if got := strings.Join(order, ","); got != "2,4,3,0" {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 func withMaxLiveWorkloads(n int) nodeOption {
@@ -37,7 +39,7 @@ func TestIngressAtTheLiveWorkloadLimitIs503WithRetryAfterAndWritesNothing(t *tes
 		}
 	}
 	ifxBrokerBarrier(t, n)
-	written := len(n.broker.withMethod(methodUpsert))
+	written := len(n.broker.withMethod(wireframe.MethodUpsert))
 
 	resp := liPostWithHeaders(t, addr, liFrame("job-3"))
 	if resp.StatusCode != http.StatusServiceUnavailable {
@@ -50,14 +52,14 @@ func TestIngressAtTheLiveWorkloadLimitIs503WithRetryAfterAndWritesNothing(t *tes
 		t.Fatalf("the reason %q does not name the limit", body)
 	}
 	ifxBrokerBarrier(t, n)
-	if got := len(n.broker.withMethod(methodUpsert)); got != written || ifxIsTracked(n, n.id, "job-3") {
+	if got := len(n.broker.withMethod(wireframe.MethodUpsert)); got != written || ifxIsTracked(n, n.id, "job-3") {
 		t.Fatalf("a refused frame was written (%d upserts, want %d) or tracked", got, written)
 	}
 
 	// Updates of held workloads still pass; a terminal one still counts
 	// until it ages out, and then its slot is free.
 	done := strings.Replace(liFrame("job-1"), `"running"`, `"completed"`, 1)
-	done = strings.Replace(done, methodStarted, methodCompleted, 1)
+	done = strings.Replace(done, wireframe.MethodStarted, wireframe.MethodCompleted, 1)
 	if st, body := postIngress(t, addr, done); st != http.StatusOK {
 		t.Fatalf("completing a held workload at the limit: %d %s", st, body)
 	}

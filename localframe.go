@@ -3,48 +3,50 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // localFrame is a validated local-origin frame: one that entered the cluster
 // on this node, from the broker or from the ingress.
 type localFrame struct {
 	method  string
-	params  json.RawMessage // relayed to the peers as they are
-	life    lifecycleEvent  // set for the lifecycle methods
-	removal removalEvent    // set for workloads:remove
+	params  json.RawMessage     // relayed to the peers as they are
+	life    wireframe.Lifecycle // set for the lifecycle methods
+	removal wireframe.Removal   // set for workloads:remove
 	// leaseSeconds is the Workload-Lease an ingress frame carried, 0 for
 	// none (lease.go).
 	leaseSeconds int
 }
 
-func (f *localFrame) isRemoval() bool { return f.method == methodRemove }
+func (f *localFrame) isRemoval() bool { return f.method == wireframe.MethodRemove }
 
 // ref is the workload the frame is about.
-func (f *localFrame) ref() workloadRef {
+func (f *localFrame) ref() wireframe.WorkloadRef {
 	if f.isRemoval() {
-		return f.removal.ref
+		return f.removal.Ref
 	}
-	return f.life.ref()
+	return f.life.Ref()
 }
 
 // workloadID is the id the frame is about, for logs.
 func (f *localFrame) workloadID() string {
 	if f.isRemoval() {
-		return f.removal.ref.id
+		return f.removal.Ref.ID
 	}
-	return f.life.info.ID
+	return f.life.Info.ID
 }
 
 // parseLocalFrame validates a local-origin frame given its method and
 // params. It has no side effects.
 func parseLocalFrame(method string, params json.RawMessage) (localFrame, error) {
 	switch {
-	case isLifecycleMethod(method):
-		ev, err := parseLifecycle(method, params)
-		return localFrame{method: method, params: ev.params, life: ev}, err
-	case method == methodRemove:
-		r, err := parseRemove(params)
-		return localFrame{method: method, params: r.params, removal: r}, err
+	case wireframe.IsLifecycleMethod(method):
+		ev, err := wireframe.ParseLifecycle(method, params)
+		return localFrame{method: method, params: ev.Params, life: ev}, err
+	case method == wireframe.MethodRemove:
+		r, err := wireframe.ParseRemove(params)
+		return localFrame{method: method, params: r.Params, removal: r}, err
 	default:
 		return localFrame{method: method, params: params}, fmt.Errorf("unknown method %q", method)
 	}
@@ -52,14 +54,14 @@ func parseLocalFrame(method string, params json.RawMessage) (localFrame, error) 
 
 // localFrameFromScan validates a local-origin frame the stdio path has
 // scanned whole: the same checks as parseLocalFrame, from the one pass.
-func localFrameFromScan(method string, s *frameScan) (localFrame, error) {
-	f := localFrame{method: method, params: s.levels[levelParams].raw}
+func localFrameFromScan(method string, s *wireframe.Scan) (localFrame, error) {
+	f := localFrame{method: method, params: s.Params()}
 	var err error
 	switch {
-	case isLifecycleMethod(method):
-		f.life, err = lifecycleFromScan(method, s, "")
-	case method == methodRemove:
-		f.removal, err = removalFromScan(s, nil)
+	case wireframe.IsLifecycleMethod(method):
+		f.life, err = s.Lifecycle(method)
+	case method == wireframe.MethodRemove:
+		f.removal, err = s.Removal()
 	default:
 		err = fmt.Errorf("unknown method %q", method)
 	}
@@ -73,7 +75,7 @@ func localFrameFromScan(method string, s *frameScan) (localFrame, error) {
 // pass can read the workload after that (spec 5.1). It reports whether the
 // frame was queued.
 func (m *Manager) commitLocal(f localFrame, src frameSource) bool {
-	return m.commitLocalLine(f, src, encodeNotification(f.method, f.params))
+	return m.commitLocalLine(f, src, wireframe.EncodeNotification(f.method, f.params))
 }
 
 // commitLocalLine is commitLocal with the frame's line to the peers already
@@ -100,34 +102,34 @@ func (m *Manager) commitLocalLine(f localFrame, src frameSource, line []byte) bo
 func (m *Manager) trackLocal(f *localFrame, src frameSource) bool {
 	now := m.now()
 	if f.isRemoval() {
-		m.resync.untrack(f.removal.ref)
+		m.resync.untrack(f.removal.Ref)
 		if src == fromIngress {
-			m.removed.remember(f.removal.ref, now)
+			m.removed.remember(f.removal.Ref, now)
 		}
 		m.applyLease(f, src, now)
 		return true
 	}
-	ref := f.life.ref()
+	ref := f.life.Ref()
 	switch {
 	case src == fromIngress:
 		m.removed.forget(ref)
-	case !f.life.resync && m.removed.holds(ref, now):
+	case !f.life.Resync && m.removed.holds(ref, now):
 		// The broker's replay of a workload a producer removed through the
 		// ingress: tracking it would re-assert it to peers forever.
-		m.log.Debug("replayed frame for a removed ingress workload ignored", "method", f.method, "id", clipLogged(ref.id))
+		m.log.Debug("replayed frame for a removed ingress workload ignored", "method", f.method, "id", clipLogged(ref.ID))
 		return false
 	}
 	switch m.resync.track(&f.life, now, src == fromIngress) {
 	case stale:
-		m.log.Debug("stale event not tracked: the re-sync set holds a later one", "method", f.method, "id", clipLogged(ref.id))
+		m.log.Debug("stale event not tracked: the re-sync set holds a later one", "method", f.method, "id", clipLogged(ref.ID))
 	case full:
 		m.resyncUntracked.Add(1)
 		m.untrackedLog.note(m.log, "re-sync set full (--max-live-workloads): a new workload is relayed once but not re-asserted",
-			"limit", m.resync.limit, "method", f.method, "id", clipLogged(ref.id))
+			"limit", m.resync.limit, "method", f.method, "id", clipLogged(ref.ID))
 	case fullBytes:
 		m.resyncUntracked.Add(1)
 		m.untrackedBytesLog.note(m.log, "re-sync set full (--max-live-workload-bytes): a workload is relayed once but no longer re-asserted",
-			"limitBytes", m.resync.maxBytes, "method", f.method, "id", clipLogged(ref.id))
+			"limitBytes", m.resync.maxBytes, "method", f.method, "id", clipLogged(ref.ID))
 	}
 	m.applyLease(f, src, now)
 	return true

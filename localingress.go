@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // ingressIdleTimeout is how long the ingress keeps an idle keep-alive
@@ -63,7 +65,7 @@ const ingressEnvelopeAllowance = 16 << 10
 // 16 MiB at most, half the ingress's body budget, so bodies declared and
 // never sent cannot take the room that producers' posts need.
 func ingressBodyMax(workloadMax int) int64 {
-	return min(int64(workloadMax)+ingressEnvelopeAllowance, maxFrameBytes)
+	return min(int64(workloadMax)+ingressEnvelopeAllowance, wireframe.MaxBytes)
 }
 
 // EnableLocalIngress turns the loopback ingress on at addr. It must be
@@ -202,7 +204,7 @@ func (li *localIngress) decide(w http.ResponseWriter, r *http.Request) (int, str
 func refusalOf(w http.ResponseWriter, err error) (int, string) {
 	var atLimit *errAtLimit
 	var busy *errBrokerBusy
-	var tooLarge *workloadTooLargeError
+	var tooLarge *wireframe.WorkloadTooLargeError
 	switch {
 	case errors.As(err, &tooLarge):
 		return http.StatusRequestEntityTooLarge, err.Error()
@@ -212,7 +214,7 @@ func refusalOf(w http.ResponseWriter, err error) (int, string) {
 	case errors.As(err, &atLimit):
 		w.Header().Set("Retry-After", strconv.Itoa(atLimit.retryAfterSeconds()))
 		return http.StatusServiceUnavailable, err.Error()
-	case errors.Is(err, errLineOverLimit):
+	case errors.Is(err, wireframe.ErrLineOverLimit):
 		return http.StatusRequestEntityTooLarge, err.Error()
 	case errors.Is(err, errBrokerWrite):
 		return http.StatusInternalServerError, err.Error()
@@ -267,7 +269,8 @@ func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
 // header had the given values (lease.go): a bad one is the producer's
 // mistake, refused before anything is written.
 func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, error) {
-	f, err := parseIngressFrame(body, m.cfg.NodeID, m.cfg.WorkloadMaxBytes)
+	fr, err := wireframe.ParseIngress(body, m.cfg.NodeID, m.cfg.WorkloadMaxBytes)
+	f := localFrame{method: fr.Method, params: fr.Params, life: fr.Life, removal: fr.Removal}
 	m.refusedOverBound(err, "ingress")
 	if m.refusedOverWorkloadBound(err, "ingress") {
 		return f, err // 413 (refusalOf)
@@ -286,7 +289,7 @@ func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, er
 	m.framesReceived.Inc("ingress", f.method)
 	// Both lines are built before ingestMu: only the frame's place in the
 	// order is decided under it.
-	line, peerLine := frameLine(&f), encodeNotification(f.method, f.params)
+	line, peerLine := frameLine(&f), wireframe.EncodeNotification(f.method, f.params)
 	turn, err := m.enterIngress(f, line, peerLine)
 	if err != nil {
 		return f, err
@@ -356,7 +359,7 @@ func (m *Manager) checkLiveLimit(f *localFrame, lineBytes int64) (startsRun bool
 	if f.isRemoval() {
 		return false, nil
 	}
-	pending, counted, pendingBytes := m.ingressFlight.pendingRuns(f.life.key())
+	pending, counted, pendingBytes := m.ingressFlight.pendingRuns(f.life.Key())
 	if counted {
 		// Its run's slot is taken already; the bytes of the frame in
 		// flight that took it count toward the byte bound.

@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // liSeedFrame is the producer example from the feature's description,
@@ -349,10 +351,10 @@ func TestLocalIngressRejectionWithUnsentBodyIsAnsweredAtOnce(t *testing.T) {
 func TestLocalIngressBodyCap(t *testing.T) {
 	n := liStartNode(t)
 	addr := n.m.IngressAddr()
-	capped := int(ingressBodyMax(defaultWorkloadMaxBytes))
-	if capped != defaultWorkloadMaxBytes+ingressEnvelopeAllowance || ingressBodyMax(maxWorkloadMaxBytes) != maxFrameBytes {
+	capped := int(ingressBodyMax(wireframe.DefaultWorkloadMaxBytes))
+	if capped != wireframe.DefaultWorkloadMaxBytes+ingressEnvelopeAllowance || ingressBodyMax(wireframe.MaxWorkloadMaxBytes) != wireframe.MaxBytes {
 		t.Fatalf("the cap is %d at the default bound and %d at the largest, want %d and %d",
-			capped, ingressBodyMax(maxWorkloadMaxBytes), defaultWorkloadMaxBytes+ingressEnvelopeAllowance, maxFrameBytes)
+			capped, ingressBodyMax(wireframe.MaxWorkloadMaxBytes), wireframe.DefaultWorkloadMaxBytes+ingressEnvelopeAllowance, wireframe.MaxBytes)
 	}
 	for _, tc := range []struct {
 		name    string
@@ -362,10 +364,10 @@ func TestLocalIngressBodyCap(t *testing.T) {
 	}{
 		{"exactly the cap", capped, false, http.StatusOK},
 		{"the cap + 1", capped + 1, false, http.StatusRequestEntityTooLarge},
-		{"1 MiB", maxFrameBytes, false, http.StatusRequestEntityTooLarge},
+		{"1 MiB", wireframe.MaxBytes, false, http.StatusRequestEntityTooLarge},
 		{"chunked, exactly the cap", capped, true, http.StatusOK},
 		{"chunked, the cap + 1", capped + 1, true, http.StatusRequestEntityTooLarge},
-		{"chunked, 1 MiB", maxFrameBytes, true, http.StatusRequestEntityTooLarge},
+		{"chunked, 1 MiB", wireframe.MaxBytes, true, http.StatusRequestEntityTooLarge},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body := liPaddedFrame(t, liFrame("cap-"+strings.NewReplacer(" ", "-", ",", "").Replace(tc.name)), tc.size)
@@ -441,7 +443,7 @@ func TestLocalIngressAnswersAfterASlowBrokerWrite(t *testing.T) {
 	case <-time.After(waitTimeout):
 		t.Fatal("no answer after the broker took the frame")
 	}
-	n.broker.waitMethod(methodUpsert, 1)
+	n.broker.waitMethod(wireframe.MethodUpsert, 1)
 }
 
 func TestLocalIngressStopsWhenContextCancelled(t *testing.T) {
@@ -647,17 +649,17 @@ func TestLocalIngressEndToEnd(t *testing.T) {
 		t.Fatalf("curl-shaped frame: status %d (%q), want 200", got, text)
 	}
 
-	atA := a.broker.waitMethod(methodUpsert, 1)
+	atA := a.broker.waitMethod(wireframe.MethodUpsert, 1)
 	wiA := liUpsertInfo(t, atA[0])
 	if wiA["id"] != "job-42" || wiA["originatedFrom"] != a.id || wiA["producerNote"] != "wi-extra" || wiA["requesterId"] != "my-scheduler" {
 		t.Fatalf("upsert at A's broker = %v, want job-42 stamped with %s and the producer's field", wiA, a.id)
 	}
-	b.broker.waitMethod(methodUpsert, 1)
+	b.broker.waitMethod(wireframe.MethodUpsert, 1)
 	wiB := b.upserts()[0]
 	if wiB["id"] != "job-42" || wiB["originatedFrom"] != a.id || wiB["producerNote"] != "wi-extra" {
 		t.Fatalf("upsert at B's broker = %v, want job-42 from %s with the producer's field", wiB, a.id)
 	}
-	ref := workloadRef{a.id, "job-42"}
+	ref := wireframe.WorkloadRef{Origin: a.id, ID: "job-42"}
 	a.m.activeMu.Lock()
 	var tracked []resyncEntry
 	for _, k := range a.m.resync.runsOf(ref) {
@@ -688,7 +690,7 @@ func TestLocalIngressEndToEnd(t *testing.T) {
 		t.Fatalf("removal: status %d (%q), want 200", got, text)
 	}
 	for _, n := range []*testNode{a, b} {
-		rm := n.broker.waitMethod(methodRemove, 1)
+		rm := n.broker.waitMethod(wireframe.MethodRemove, 1)
 		var p map[string]any
 		if err := json.Unmarshal(rm[0].Params, &p); err != nil {
 			t.Fatal(err)
@@ -766,7 +768,7 @@ func TestLocalIngressOutOfOrderProducerFramesConvergeAtThePeer(t *testing.T) {
 	// broker, so the arrival order is the one listed.
 	reachedBroker := func(id string) int {
 		n := 0
-		for _, f := range a.broker.withMethod(methodUpsert) {
+		for _, f := range a.broker.withMethod(wireframe.MethodUpsert) {
 			if bytes.Contains(f.Params, []byte(`"id":"`+id+`"`)) {
 				n++
 			}
@@ -856,7 +858,7 @@ func TestLocalIngressOriginOverHTTP(t *testing.T) {
 	}
 	// The last frame was accepted, so every earlier one has been decided:
 	// the broker holds exactly the accepted ones, all stamped with this node.
-	rms := n.broker.waitMethod(methodRemove, 2)
+	rms := n.broker.waitMethod(wireframe.MethodRemove, 2)
 	ups := n.upserts()
 	if len(ups) != 2 || len(rms) != 2 {
 		t.Fatalf("broker got %d upserts and %d removals, want 2 and 2", len(ups), len(rms))
@@ -913,10 +915,10 @@ func TestLocalIngressRefusesAFrameOverTheBrokerLineLimitWith413(t *testing.T) {
 	n := newMetricsNode(t, true)
 	// The frame is within the workload bound at its most, so the line
 	// limit is the bound it meets.
-	n.m.cfg.WorkloadMaxBytes = maxWorkloadMaxBytes
+	n.m.cfg.WorkloadMaxBytes = wireframe.MaxWorkloadMaxBytes
 	n.start()
 	addr := n.m.IngressAddr()
-	ref := workloadRef{n.id, "over-limit"}
+	ref := wireframe.WorkloadRef{Origin: n.id, ID: "over-limit"}
 	before := scrape(t, n)
 
 	// A removal remembered for the workload: an accepted lifecycle frame
@@ -944,8 +946,8 @@ func TestLocalIngressRefusesAFrameOverTheBrokerLineLimitWith413(t *testing.T) {
 		t.Fatalf("the refused frame reached the broker %d time(s)", c)
 	}
 	for _, line := range strings.Split(n.broker.text(), "\n") {
-		if len(line)+1 > defaultBrokerLineMax {
-			t.Fatalf("the broker got a %d-byte line, over its %d-byte limit", len(line)+1, defaultBrokerLineMax)
+		if len(line)+1 > wireframe.DefaultBrokerLineMax {
+			t.Fatalf("the broker got a %d-byte line, over its %d-byte limit", len(line)+1, wireframe.DefaultBrokerLineMax)
 		}
 	}
 	n.m.activeMu.Lock()
@@ -975,7 +977,7 @@ func TestLocalIngressRefusesAFrameOverTheBrokerLineLimitWith413(t *testing.T) {
 // The line limit is the broker's, set with --broker-line-max: raised to
 // 1 MiB, the same frame is accepted and reaches the broker whole.
 func TestLocalIngressAcceptsTheSameFrameUnderARaisedBrokerLineLimit(t *testing.T) {
-	n := newTestNode(t, withBrokerLineMax(1<<20), withWorkloadMaxBytes(maxWorkloadMaxBytes))
+	n := newTestNode(t, withBrokerLineMax(1<<20), withWorkloadMaxBytes(wireframe.MaxWorkloadMaxBytes))
 	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -988,7 +990,7 @@ func TestLocalIngressAcceptsTheSameFrameUnderARaisedBrokerLineLimit(t *testing.T
 		t.Fatalf("the broker got a %d-byte note, want %d", len(e), longErrorBytes)
 	}
 	n.m.activeMu.Lock()
-	tracked := len(n.m.resync.runsOf(workloadRef{n.id, "long-error"}))
+	tracked := len(n.m.resync.runsOf(wireframe.WorkloadRef{Origin: n.id, ID: "long-error"}))
 	n.m.activeMu.Unlock()
 	if tracked != 1 {
 		t.Fatalf("%d re-sync entries for the accepted frame, want 1", tracked)
@@ -1022,7 +1024,7 @@ func TestLocalIngressLogsRejectionsWithoutTheBody(t *testing.T) {
 			t.Fatalf("%s: no warning with status %d and a reason; logs:\n%s", tc.name, tc.want, n.logs)
 		}
 	}
-	if got, err := liRawPost(addr, addr, liPaddedFrame(t, withMarker, maxFrameBytes+1), false); err != nil || got != http.StatusRequestEntityTooLarge {
+	if got, err := liRawPost(addr, addr, liPaddedFrame(t, withMarker, wireframe.MaxBytes+1), false); err != nil || got != http.StatusRequestEntityTooLarge {
 		t.Fatalf("body cap: status %d, err %v; want 413", got, err)
 	}
 	if !n.logs.contains("level=WARN", `msg="ingress request rejected"`, "status=413", "reason=") {
@@ -1346,7 +1348,7 @@ func (r *liOwnedRun) wait(t testing.TB) error {
 }
 
 // liUpsertInfo decodes the workloadInfo of a workloads:upsert frame.
-func liUpsertInfo(t testing.TB, f rpcFrame) map[string]any {
+func liUpsertInfo(t testing.TB, f wireframe.RPC) map[string]any {
 	t.Helper()
 	var p struct {
 		WorkloadInfo map[string]any `json:"workloadInfo"`

@@ -20,6 +20,7 @@ import (
 
 	"nvpair-workload-manager/internal/brokeripc"
 	"nvpair-workload-manager/internal/pairinstall"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 func main() {
@@ -61,10 +62,10 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.metrics, "metrics", "", "serve GET /metrics (Prometheus) on this loopback address (default off)")
 	fs.DurationVar(&o.resyncInterval, "resync-interval", defaultResyncInterval, "how often each peer is sent a pass over this node's live workloads (the heartbeat)")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "how long the peer queues may drain at shutdown")
-	lineMax := fs.String("broker-line-max", strconv.Itoa(defaultBrokerLineMax), "longest line written to the broker, newline included, in bytes")
+	lineMax := fs.String("broker-line-max", strconv.Itoa(wireframe.DefaultBrokerLineMax), "longest line written to the broker, newline included, in bytes")
 	fs.IntVar(&o.maxLive, "max-live-workloads", defaultMaxLiveWorkloads, "most workloads the re-sync set holds (live, and terminal within their retention)")
 	fs.Int64Var(&o.maxLiveBytes, "max-live-workload-bytes", defaultMaxLiveWorkloadBytes, "most bytes of workload frames the re-sync set holds")
-	fs.IntVar(&o.workloadMax, "workload-max-bytes", defaultWorkloadMaxBytes, "most bytes of one frame's params (the workload and the members beside it), on every path")
+	fs.IntVar(&o.workloadMax, "workload-max-bytes", wireframe.DefaultWorkloadMaxBytes, "most bytes of one frame's params (the workload and the members beside it), on every path")
 	fs.IntVar(&o.conns.Peer, "peer-max-conns", defaultPeerMaxConns, "most connections the peer port holds")
 	fs.IntVar(&o.conns.PeerPerSource, "peer-max-conns-per-source", defaultPeerMaxConnsPerSource, "most connections the peer port holds from one address")
 	fs.IntVar(&o.conns.Ingress, "ingress-max-conns", defaultIngressMaxConns, "most connections the local ingress holds")
@@ -90,9 +91,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	var err error
 	if o.brokerLineMax, err = strconv.Atoi(*lineMax); err != nil {
-		return o, fmt.Errorf("--broker-line-max %q: must be a number of bytes between %d and %d", *lineMax, minBrokerLineMax, maxBrokerLineMax)
+		return o, fmt.Errorf("--broker-line-max %q: must be a number of bytes between %d and %d", *lineMax, wireframe.MinBrokerLineMax, wireframe.MaxBrokerLineMax)
 	}
-	if err := checkBrokerLineMax(o.brokerLineMax); err != nil {
+	if err := wireframe.CheckBrokerLineMax(o.brokerLineMax); err != nil {
 		return o, fmt.Errorf("--broker-line-max %d: %w", o.brokerLineMax, err)
 	}
 	if o.maxLive < 1 || o.maxLive > maxMaxLiveWorkloads {
@@ -101,7 +102,7 @@ func parseFlags(args []string) (options, error) {
 	if err := checkMaxLiveWorkloadBytes(o.maxLiveBytes); err != nil {
 		return o, fmt.Errorf("--max-live-workload-bytes %d: %w", o.maxLiveBytes, err)
 	}
-	if err := checkWorkloadMaxBytes(o.workloadMax); err != nil {
+	if err := wireframe.CheckWorkloadMaxBytes(o.workloadMax); err != nil {
 		return o, fmt.Errorf("--workload-max-bytes %d: %w", o.workloadMax, err)
 	}
 	if err := checkConnLimits(o.conns); err != nil {

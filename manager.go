@@ -17,6 +17,7 @@ import (
 
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // Defaults for the settings a Config may leave zero.
@@ -197,15 +198,15 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("re-sync set byte bound %d: %w", cfg.MaxLiveWorkloadBytes, err)
 	}
 	if cfg.WorkloadMaxBytes == 0 {
-		cfg.WorkloadMaxBytes = defaultWorkloadMaxBytes
+		cfg.WorkloadMaxBytes = wireframe.DefaultWorkloadMaxBytes
 	}
-	if err := checkWorkloadMaxBytes(cfg.WorkloadMaxBytes); err != nil {
+	if err := wireframe.CheckWorkloadMaxBytes(cfg.WorkloadMaxBytes); err != nil {
 		return nil, fmt.Errorf("workload byte bound %d: %w", cfg.WorkloadMaxBytes, err)
 	}
 	if cfg.BrokerLineMax == 0 {
-		cfg.BrokerLineMax = defaultBrokerLineMax
+		cfg.BrokerLineMax = wireframe.DefaultBrokerLineMax
 	}
-	if err := checkBrokerLineMax(cfg.BrokerLineMax); err != nil {
+	if err := wireframe.CheckBrokerLineMax(cfg.BrokerLineMax); err != nil {
 		return nil, fmt.Errorf("broker line limit %d: %w", cfg.BrokerLineMax, err)
 	}
 	if cfg.Logger == nil {
@@ -391,10 +392,10 @@ func (m *Manager) servePeers(wg *sync.WaitGroup, ln net.Listener) *http.Server {
 // readLoop reads the broker's frames until the channel ends or the broker
 // asks for shutdown.
 func (m *Manager) readLoop() {
-	lr := newLineReader(m.cfg.In, maxFrameBytes)
+	lr := wireframe.NewLineReader(m.cfg.In, wireframe.MaxBytes)
 	for {
 		line, err := lr.Next()
-		if errors.Is(err, errLineTooLong) {
+		if errors.Is(err, wireframe.ErrLineTooLong) {
 			m.brokerLines.warn(m.log, brokerLineTooLong, "reason", err)
 			continue
 		}
@@ -417,28 +418,28 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 	if len(bytes.TrimSpace(line)) == 0 {
 		return false
 	}
-	if err := checkFrameUTF8(line); err != nil {
+	if err := wireframe.CheckUTF8(line); err != nil {
 		m.brokerLines.warn(m.log, brokerLineNotUTF8, "reason", err)
 		return false
 	}
-	var s frameScan
-	if err := s.scanFrame(line); err != nil {
+	var s wireframe.Scan
+	if err := s.ScanFrame(line); err != nil {
 		m.brokerLines.warn(m.log, brokerLineNotJSON, "reason", clipLogged(fmt.Sprintf("not JSON: %v", err)))
 		return false
 	}
-	env, err := envelopeOf(&s)
-	if err != nil || !isWorkloadMethod(env.method) {
+	env, err := wireframe.EnvelopeOf(&s)
+	if err != nil || !isWorkloadMethod(env.Method) {
 		return m.handleControlLine(line)
 	}
-	if env.jsonrpc != "2.0" {
-		m.brokerLines.warn(m.log, brokerLineBadVersion, "method", clipLogged(env.method), "reason", `jsonrpc must be "2.0"`)
+	if env.JSONRPC != "2.0" {
+		m.brokerLines.warn(m.log, brokerLineBadVersion, "method", clipLogged(env.Method), "reason", `jsonrpc must be "2.0"`)
 		return false
 	}
-	m.framesReceived.Inc("stdio", env.method)
-	m.handleLocal(env.method, &s)
-	if env.id != nil {
-		if err := m.out.respond(env.id, nil, nil); err != nil {
-			m.brokerLines.warn(m.log, brokerLineUnanswered, "method", env.method, "id", clipLoggedBytes(env.id), "reason", clipLogged(err.Error()))
+	m.framesReceived.Inc("stdio", env.Method)
+	m.handleLocal(env.Method, &s)
+	if env.ID != nil {
+		if err := m.out.respond(env.ID, nil, nil); err != nil {
+			m.brokerLines.warn(m.log, brokerLineUnanswered, "method", env.Method, "id", clipLoggedBytes(env.ID), "reason", clipLogged(err.Error()))
 		}
 	}
 	return false
@@ -446,13 +447,15 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 
 // isWorkloadMethod reports whether a frame of method m carries a workload
 // event: a lifecycle method or a removal.
-func isWorkloadMethod(m string) bool { return isLifecycleMethod(m) || m == methodRemove }
+func isWorkloadMethod(m string) bool {
+	return wireframe.IsLifecycleMethod(m) || m == wireframe.MethodRemove
+}
 
 // handleControlLine handles a frame from the broker that is not a
 // workload event (discovery, log level, shutdown, a response), decoded
 // whole, and reports whether it asked for shutdown.
 func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
-	var f rpcFrame
+	var f wireframe.RPC
 	if err := json.Unmarshal(line, &f); err != nil {
 		m.brokerLines.warn(m.log, brokerLineNotJSON, "reason", clipLogged(fmt.Sprintf("not JSON: %v", err)))
 		return false
@@ -461,13 +464,13 @@ func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 		m.brokerLines.warn(m.log, brokerLineBadVersion, "method", clipLogged(f.Method), "reason", `jsonrpc must be "2.0"`)
 		return false
 	}
-	if f.isResponse() {
+	if f.IsResponse() {
 		m.log.Debug("response from broker ignored", "id", clipLoggedBytes(f.ID))
 		return false
 	}
 	m.framesReceived.Inc("stdio", knownMethod(f.Method))
 	var result any
-	var rerr *rpcError
+	var rerr *wireframe.RPCError
 	switch {
 	case f.Method == "discovery:nodes":
 		m.applyDiscovery(f.Params)
@@ -476,19 +479,19 @@ func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 	case f.Method == "shutdown":
 		shutdown = true
 	default:
-		if !f.isRequest() {
+		if !f.IsRequest() {
 			m.log.Debug("notification ignored", "method", clipLogged(f.Method))
 			return false
 		}
 		// The method is quoted clipped, as a request's values are in an
 		// answer on the other channels: the answer then fits the broker's
 		// line unless the id alone does not.
-		rerr = &rpcError{Code: codeMethodNotFound, Message: "method not found: " + clipReason(f.Method)}
+		rerr = &wireframe.RPCError{Code: wireframe.CodeMethodNotFound, Message: "method not found: " + clipReason(f.Method)}
 	}
-	if rerr != nil && !f.isRequest() {
+	if rerr != nil && !f.IsRequest() {
 		m.brokerLines.warn(m.log, brokerLineRefused, "method", clipLogged(f.Method), "reason", clipLogged(rerr.Message))
 	}
-	if f.isRequest() {
+	if f.IsRequest() {
 		if err := m.out.respond(f.ID, result, rerr); err != nil {
 			m.brokerLines.warn(m.log, brokerLineUnanswered, "method", clipLogged(f.Method), "id", clipLoggedBytes(f.ID), "reason", clipLogged(err.Error()))
 		}
@@ -502,8 +505,8 @@ func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 // handleLocal takes a local-origin frame from the broker. The broker has
 // already applied it, so nothing goes back up: it is tracked and queued for
 // the peers. A malformed frame is logged and dropped, never broadcast.
-func (m *Manager) handleLocal(method string, s *frameScan) {
-	if err := checkWorkloadBytes(s, m.cfg.WorkloadMaxBytes, 0); m.refusedOverWorkloadBound(err, "stdio") {
+func (m *Manager) handleLocal(method string, s *wireframe.Scan) {
+	if err := wireframe.CheckWorkloadBytes(s, m.cfg.WorkloadMaxBytes, 0); m.refusedOverWorkloadBound(err, "stdio") {
 		// The broker has applied it; the peers are not sent it and the
 		// re-sync set does not keep it. Rate-limited like a field over
 		// its bound.
@@ -524,18 +527,18 @@ func (m *Manager) handleLocal(method string, s *frameScan) {
 	m.commitLocal(f, fromBroker)
 }
 
-func (m *Manager) setLogLevel(params json.RawMessage) (any, *rpcError) {
+func (m *Manager) setLogLevel(params json.RawMessage) (any, *wireframe.RPCError) {
 	var p struct {
 		Level string `json:"level"`
 	}
 	if err := json.Unmarshal(params, &p); err != nil {
-		return nil, &rpcError{Code: codeInvalidParams, Message: fmt.Sprintf("params: %v", err)}
+		return nil, &wireframe.RPCError{Code: wireframe.CodeInvalidParams, Message: fmt.Sprintf("params: %v", err)}
 	}
 	// The level is quoted clipped in the refusal: no level is that long,
 	// and the answer must fit the broker's line.
 	lvl, err := parseLogLevel(clipField(p.Level))
 	if err != nil {
-		return nil, &rpcError{Code: codeInvalidParams, Message: err.Error()}
+		return nil, &wireframe.RPCError{Code: wireframe.CodeInvalidParams, Message: err.Error()}
 	}
 	if m.cfg.LogLevel != nil {
 		m.cfg.LogLevel.Set(lvl)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // upsertsOf counts the upserts of workload id at a node's broker.
@@ -30,7 +31,7 @@ func TestTwoManagersRelayOverMTLS(t *testing.T) {
 
 	w := workload("job-1", "running", a.id, map[string]any{"customField": map[string]any{"nested": []any{1.5, "x"}}})
 	a.sendLifecycle(w)
-	got := b.broker.waitMethod(methodUpsert, 1)
+	got := b.broker.waitMethod(wireframe.MethodUpsert, 1)
 	var p struct {
 		WorkloadInfo json.RawMessage `json:"workloadInfo"`
 	}
@@ -43,7 +44,7 @@ func TestTwoManagersRelayOverMTLS(t *testing.T) {
 	}
 
 	a.sendRemove("job-1")
-	rm := b.broker.waitMethod(methodRemove, 1)
+	rm := b.broker.waitMethod(wireframe.MethodRemove, 1)
 	var r struct{ WorkloadID, OriginatedFrom string }
 	if err := json.Unmarshal(rm[0].Params, &r); err != nil {
 		t.Fatal(err)
@@ -51,7 +52,7 @@ func TestTwoManagersRelayOverMTLS(t *testing.T) {
 	if r.WorkloadID != "job-1" || r.OriginatedFrom != a.id {
 		t.Fatalf("B's removal = %+v, want job-1 from A", r)
 	}
-	if len(a.broker.withMethod(methodUpsert)) != 0 {
+	if len(a.broker.withMethod(wireframe.MethodUpsert)) != 0 {
 		t.Fatal("A's own frames were sent back up to A's broker")
 	}
 }
@@ -101,7 +102,7 @@ func TestUnpinnedClientIsRefused(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("status %d, want 403", resp.StatusCode)
 	}
-	if len(b.broker.withMethod(methodUpsert)) != 0 {
+	if len(b.broker.withMethod(wireframe.MethodUpsert)) != 0 {
 		t.Fatal("an unpinned client's frame reached the broker")
 	}
 }
@@ -134,9 +135,9 @@ func TestBrokerRequests(t *testing.T) {
 	}{
 		{"set level", `{"jsonrpc":"2.0","id":1,"method":"log/set-level","params":{"level":"debug"}}`, "1", `{"level":"debug"}`, 0},
 		{"set level any case", `{"jsonrpc":"2.0","id":2,"method":"log/set-level","params":{"level":"WARN"}}`, "2", `{"level":"warn"}`, 0},
-		{"bad level", `{"jsonrpc":"2.0","id":3,"method":"log/set-level","params":{"level":"verbose"}}`, "3", "", codeInvalidParams},
-		{"bad level params", `{"jsonrpc":"2.0","id":4,"method":"log/set-level","params":[1]}`, "4", "", codeInvalidParams},
-		{"unknown request", `{"jsonrpc":"2.0","id":"x","method":"nope"}`, `"x"`, "", codeMethodNotFound},
+		{"bad level", `{"jsonrpc":"2.0","id":3,"method":"log/set-level","params":{"level":"verbose"}}`, "3", "", wireframe.CodeInvalidParams},
+		{"bad level params", `{"jsonrpc":"2.0","id":4,"method":"log/set-level","params":[1]}`, "4", "", wireframe.CodeInvalidParams},
+		{"unknown request", `{"jsonrpc":"2.0","id":"x","method":"nope"}`, `"x"`, "", wireframe.CodeMethodNotFound},
 		{"lifecycle as request", `{"jsonrpc":"2.0","id":5,"method":"workload:started","params":{"workloadInfo":` +
 			mustJSON(t, workload("r", "running", n.id)) + `}}`, "5", "null", 0},
 	}
@@ -176,11 +177,11 @@ func TestBadLinesAreSkippedAndTheLoopGoesOn(t *testing.T) {
 	n.broker.send(`{"jsonrpc":"2.0","method":"some:notification"}`)
 	n.broker.send(``)
 	n.broker.send(`{"jsonrpc":"2.0","id":8,"method":"nope"}`)
-	if resp := n.broker.waitResponse("8"); resp.Error == nil || resp.Error.Code != codeMethodNotFound {
+	if resp := n.broker.waitResponse("8"); resp.Error == nil || resp.Error.Code != wireframe.CodeMethodNotFound {
 		t.Fatalf("answer to 8: %+v", resp)
 	}
 	for _, f := range n.broker.all() {
-		if f.isResponse() && string(f.ID) != "8" {
+		if f.IsResponse() && string(f.ID) != "8" {
 			t.Fatalf("unexpected answer %+v", f)
 		}
 	}
@@ -195,10 +196,10 @@ func TestMalformedLocalFrameIsNeverBroadcast(t *testing.T) {
 	a, b := newTestNode(t), newTestNode(t)
 	mesh(t, a, b)
 	a.sendLifecycle(workload("bad", "running", a.id, map[string]any{"model": nil}))
-	a.broker.sendFrame(methodRemove, map[string]any{"workloadId": "bad"}) // no originatedFrom
+	a.broker.sendFrame(wireframe.MethodRemove, map[string]any{"workloadId": "bad"}) // no originatedFrom
 	a.sendLifecycle(workload("good", "running", a.id))
 	eventually(t, "good at B", func() bool { return upsertsOf(b, "good") == 1 })
-	if upsertsOf(b, "bad") != 0 || len(b.broker.withMethod(methodRemove)) != 0 {
+	if upsertsOf(b, "bad") != 0 || len(b.broker.withMethod(wireframe.MethodRemove)) != 0 {
 		t.Fatal("a malformed local frame reached the peer")
 	}
 	if !a.logs.contains("local frame dropped", "workloadInfo.model is missing") {
@@ -262,7 +263,7 @@ func TestHeartbeat(t *testing.T) {
 	a.sendLifecycle(workload("gone", "running", a.id))
 	eventually(t, "gone at B", func() bool { return upsertsOf(b, "gone") >= 1 })
 	a.sendRemove("gone")
-	b.broker.waitMethod(methodRemove, 1)
+	b.broker.waitMethod(wireframe.MethodRemove, 1)
 	goneAtRemoval := upsertsOf(b, "gone")
 
 	// The first tick comes less than one interval after "done" was tracked,
@@ -283,7 +284,7 @@ func TestHeartbeat(t *testing.T) {
 	if got := upsertsOf(b, "gone"); got != goneAtRemoval {
 		t.Fatalf("a removed workload was re-asserted: %d upserts after removal, %d before", got, goneAtRemoval)
 	}
-	for _, f := range b.broker.withMethod(methodUpsert) {
+	for _, f := range b.broker.withMethod(wireframe.MethodUpsert) {
 		if strings.Contains(string(f.Params), "resync") {
 			t.Fatalf("the resync marker reached the broker: %s", f.Params)
 		}
@@ -332,7 +333,7 @@ func TestShutdownDrainsPeerQueuesBeforeExit(t *testing.T) {
 	if got := a.m.bcast.peerStatsSnapshot()[0].succeeded.Load(); got != frames {
 		t.Fatalf("A delivered %d of %d queued frames before exiting", got, frames)
 	}
-	eventually(t, "every frame at B's broker", func() bool { return len(b.broker.withMethod(methodUpsert)) == frames })
+	eventually(t, "every frame at B's broker", func() bool { return len(b.broker.withMethod(wireframe.MethodUpsert)) == frames })
 }
 
 func TestShutdownDrainIsBoundedByTheDrainTimeout(t *testing.T) {
@@ -356,11 +357,11 @@ func TestNewManagerDefaultsTheBrokerLineLimitAndRefusesAnUnusableOne(t *testing.
 	for _, tc := range []struct {
 		lineMax, want int // want 0: refused
 	}{
-		{0, defaultBrokerLineMax},
-		{minBrokerLineMax, minBrokerLineMax},
-		{maxBrokerLineMax, maxBrokerLineMax},
-		{minBrokerLineMax - 1, 0},
-		{maxBrokerLineMax + 1, 0},
+		{0, wireframe.DefaultBrokerLineMax},
+		{wireframe.MinBrokerLineMax, wireframe.MinBrokerLineMax},
+		{wireframe.MaxBrokerLineMax, wireframe.MaxBrokerLineMax},
+		{wireframe.MinBrokerLineMax - 1, 0},
+		{wireframe.MaxBrokerLineMax + 1, 0},
 		{-1, 0},
 	} {
 		m, err := NewManager(Config{NodeID: devpki.NewUUID(), In: strings.NewReader(""), Out: &bytes.Buffer{},

@@ -7,6 +7,7 @@ import (
 
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // The daemon's numbers are kept by the components that produce them, as
@@ -18,7 +19,7 @@ import (
 // knownMethod bounds the method label: anything else is "other".
 func knownMethod(m string) string {
 	switch m {
-	case methodSubmitted, methodStarted, methodCompleted, methodErrored, methodRemove,
+	case wireframe.MethodSubmitted, wireframe.MethodStarted, wireframe.MethodCompleted, wireframe.MethodErrored, wireframe.MethodRemove,
 		"discovery:nodes", "log/set-level", "shutdown":
 		return m
 	}
@@ -155,7 +156,7 @@ func boolGauge(b bool) float64 {
 // peer appear when the peer does.
 
 // lifecycleAndRemoval are the methods a peer or a producer may send.
-var lifecycleAndRemoval = []string{methodSubmitted, methodStarted, methodCompleted, methodErrored, methodRemove}
+var lifecycleAndRemoval = []string{wireframe.MethodSubmitted, wireframe.MethodStarted, wireframe.MethodCompleted, wireframe.MethodErrored, wireframe.MethodRemove}
 
 // stdioMethods are the values knownMethod gives a broker's frames.
 var stdioMethods = append(append([]string(nil), lifecycleAndRemoval...), "discovery:nodes", "log/set-level", "shutdown", "other")

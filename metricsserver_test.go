@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // scrape reads a node's metrics endpoint into series -> value.
@@ -57,7 +58,9 @@ func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 	a.sendLifecycle(workload("std-1", "running", a.id))
 	a.sendLifecycle(workload("std-1", "running", a.id)) // a duplicate for B's dedup
 	a.sendLifecycle(workload("std-2", "running", a.id))
-	eventually(t, "6 frames at B", func() bool { return len(b.broker.withMethod(methodUpsert))+len(b.broker.withMethod(methodRemove)) == 6 })
+	eventually(t, "6 frames at B", func() bool {
+		return len(b.broker.withMethod(wireframe.MethodUpsert))+len(b.broker.withMethod(wireframe.MethodRemove)) == 6
+	})
 	eventually(t, "A's deliveries counted", func() bool {
 		return delta(scrape(t, a), a0, `nvpair_wlm_peer_deliveries_succeeded_total{peer="`+b.id+`"}`) == 7
 	})
@@ -165,7 +168,7 @@ func TestMetricsCountClientHandshakeFailures(t *testing.T) {
 	eventually(t, "the frame given up for B", func() bool {
 		return scrape(t, a)[`nvpair_wlm_peer_deliveries_dropped_total{peer="`+b.id+`"}`] == 1
 	})
-	if len(b.broker.withMethod(methodUpsert)) != 0 {
+	if len(b.broker.withMethod(wireframe.MethodUpsert)) != 0 {
 		t.Fatal("a frame reached a server whose certificate does not match its pin")
 	}
 }
@@ -228,7 +231,7 @@ func TestMetricsPassPromtoolLint(t *testing.T) {
 	a, b := newMetricsNode(t, true), newMetricsNode(t, false)
 	mesh(t, a, b)
 	a.sendLifecycle(workload("lint", "running", a.id))
-	eventually(t, "a delivery", func() bool { return len(b.broker.withMethod(methodUpsert)) == 1 })
+	eventually(t, "a delivery", func() bool { return len(b.broker.withMethod(wireframe.MethodUpsert)) == 1 })
 	resp, err := http.Get("http://" + a.m.MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)

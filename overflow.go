@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // Overflow degrades to state, never to loss (spec 4, 5.1). A frame that
@@ -34,7 +36,7 @@ const overflowTransferBudget = 256
 // overflowMark is one marked workload: what is to be sent for it, and the
 // place in the frames queued ahead of it that it waits for.
 type overflowMark struct {
-	ref workloadRef
+	ref wireframe.WorkloadRef
 	// after is how many frames had been queued ahead of the mark when it
 	// was made: it may go once that many have been delivered or given up,
 	// so it never overtakes a frame of its workload queued before it.
@@ -60,7 +62,7 @@ type overflowMarks struct {
 	// laneOrder.mu (the heartbeat lane's take); nothing is acquired under
 	// it and no I/O happens under it.
 	mu         sync.Mutex
-	byRef      map[workloadRef]*overflowMark
+	byRef      map[wireframe.WorkloadRef]*overflowMark
 	head, tail *overflowMark
 	burst      overflowSummary
 	inflight   int // marks taken and not yet settled
@@ -91,13 +93,13 @@ type overflowSummary struct {
 }
 
 func newOverflowMarks(limit int) *overflowMarks {
-	o := &overflowMarks{limit: limit, byRef: map[workloadRef]*overflowMark{}, drained: make(chan struct{}, 1)}
+	o := &overflowMarks{limit: limit, byRef: map[wireframe.WorkloadRef]*overflowMark{}, drained: make(chan struct{}, 1)}
 	o.front.Store(noMark)
 	return o
 }
 
 // holds reports whether ref is marked.
-func (o *overflowMarks) holds(ref workloadRef) bool {
+func (o *overflowMarks) holds(ref wireframe.WorkloadRef) bool {
 	if o.size.Load() == 0 {
 		return false
 	}
@@ -122,7 +124,7 @@ func (o *overflowMarks) busy() bool {
 // state marked before it, and a state marked after a removal is sent after
 // it. It reports false, and marks nothing, when ref is new and the set is
 // at its bound; began reports that the mark opened a burst.
-func (o *overflowMarks) add(ref workloadRef, removal, state bool, frames, after uint64, at time.Time) (ok, began bool) {
+func (o *overflowMarks) add(ref wireframe.WorkloadRef, removal, state bool, frames, after uint64, at time.Time) (ok, began bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	m := o.byRef[ref]
@@ -210,11 +212,8 @@ func (o *overflowMarks) settle(taken int, recovered, failed, lost uint64) (sum o
 // removalLine is the removal sent for a marked workload: the two fields a
 // peer acts on (its broker is written only those, brokerParams), rebuilt
 // from the ref, so a mark keeps no line of its own.
-func removalLine(ref workloadRef) []byte {
-	p := make([]byte, 0, len(ref.origin)+len(ref.id)+40)
-	p = appendJSONString(append(p, `{"originatedFrom":`...), ref.origin)
-	p = appendJSONString(append(p, `,"workloadId":`...), ref.id)
-	return encodeNotification(methodRemove, append(p, '}'))
+func removalLine(ref wireframe.WorkloadRef) []byte {
+	return wireframe.EncodeRemoval(ref)
 }
 
 // overflowLog writes a peer's overflow lines: one when a burst begins and

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // overflowBurstDeadline bounds how long a burst that overflowed a peer's
@@ -29,7 +30,7 @@ func TestProcessBurstOverflowingASingleFramePeerReachesItInItsFinalState(t *test
 	d.waitMethod("discovery:subscribe", 1)
 	snapshot, err := json.Marshal(map[string]any{"nodes": []map[string]any{netAddrEntry(sink.id, sink.ident.Principal, sink.addr)}})
 	netMust(t, err)
-	d.send(string(encodeNotification("discovery:nodes", snapshot)))
+	d.send(string(wireframe.EncodeNotification("discovery:nodes", snapshot)))
 	d.waitLog("broadcast targets changed", "total=1")
 
 	// 3,000 workloads entered at once, as a broker's replay after a

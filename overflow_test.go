@@ -9,12 +9,14 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 var (
-	refA = workloadRef{"node-a", "a"}
-	refB = workloadRef{"node-a", "b"}
-	refC = workloadRef{"node-a", "c"}
+	refA = wireframe.WorkloadRef{Origin: "node-a", ID: "a"}
+	refB = wireframe.WorkloadRef{Origin: "node-a", ID: "b"}
+	refC = wireframe.WorkloadRef{Origin: "node-a", ID: "c"}
 )
 
 func TestOverflowMarkKeepsTheLatestFrameAndARemovalOvertakesTheStateBeforeIt(t *testing.T) {
@@ -112,12 +114,12 @@ func TestAFrameOfAMarkedWorkloadJoinsItsMarkEvenWithRoomInTheQueue(t *testing.T)
 		lanes: newLaneOrder(new(atomic.Int64), newOverflowMarks(10)),
 		log:   slog.New(slog.DiscardHandler),
 	}
-	s.offer(outboundFrame{method: methodStarted, ref: refA}) // queued
-	s.offer(outboundFrame{method: methodStarted, ref: refB}) // full: b marked
-	<-s.queue                                                // room again
-	s.offer(outboundFrame{method: methodRemove, ref: refB})
-	s.offer(outboundFrame{method: methodSubmitted, ref: refB})
-	s.offer(outboundFrame{method: methodStarted, ref: refC}) // not marked: queued
+	s.offer(outboundFrame{method: wireframe.MethodStarted, ref: refA}) // queued
+	s.offer(outboundFrame{method: wireframe.MethodStarted, ref: refB}) // full: b marked
+	<-s.queue                                                          // room again
+	s.offer(outboundFrame{method: wireframe.MethodRemove, ref: refB})
+	s.offer(outboundFrame{method: wireframe.MethodSubmitted, ref: refB})
+	s.offer(outboundFrame{method: wireframe.MethodStarted, ref: refC}) // not marked: queued
 	if len(s.queue) != 1 || (<-s.queue).ref != refC {
 		t.Fatal("a frame of the marked workload took the queue's room")
 	}
@@ -147,7 +149,7 @@ func TestEnqueuePointMarksWhenFullAndHandsTheMarksOnOnceTheFramesBeforeThemAreOf
 		log:           slog.New(slog.DiscardHandler),
 	}
 	b.peers["p"] = peer
-	refD, refE, refF := workloadRef{"node-a", "d"}, workloadRef{"node-a", "e"}, workloadRef{"node-a", "f"}
+	refD, refE, refF := wireframe.WorkloadRef{Origin: "node-a", ID: "d"}, wireframe.WorkloadRef{Origin: "node-a", ID: "e"}, wireframe.WorkloadRef{Origin: "node-a", ID: "f"}
 	enqueue := func(f outboundFrame, want bool) {
 		t.Helper()
 		if got := b.enqueue(f); got != want {
@@ -155,22 +157,22 @@ func TestEnqueuePointMarksWhenFullAndHandsTheMarksOnOnceTheFramesBeforeThemAreOf
 		}
 	}
 	// No dispatcher yet: the queue fills exactly.
-	enqueue(outboundFrame{method: methodStarted, ref: refA, line: []byte("a")}, true)
-	enqueue(outboundFrame{method: methodStarted, ref: refB, line: []byte("b")}, true)
-	enqueue(outboundFrame{method: methodStarted, ref: refC, line: []byte("c")}, true) // full: c marked after a and b
+	enqueue(outboundFrame{method: wireframe.MethodStarted, ref: refA, line: []byte("a")}, true)
+	enqueue(outboundFrame{method: wireframe.MethodStarted, ref: refB, line: []byte("b")}, true)
+	enqueue(outboundFrame{method: wireframe.MethodStarted, ref: refC, line: []byte("c")}, true) // full: c marked after a and b
 	// a is offered; c's mark waits for b.
 	b.dispatchOne(<-b.queue)
 	if peer.lanes.marks.len() != 0 {
 		t.Fatal("c's mark reached the peer before b, enqueued before it, was offered")
 	}
 	// Room again, but c is marked: its removal joins the mark.
-	enqueue(outboundFrame{method: methodRemove, ref: refC, line: []byte("c-rm")}, true)
+	enqueue(outboundFrame{method: wireframe.MethodRemove, ref: refC, line: []byte("c-rm")}, true)
 	if len(b.queue) != 1 {
 		t.Fatal("a frame of a workload marked at the enqueue point took the queue's room")
 	}
-	enqueue(outboundFrame{method: methodStarted, ref: refD, line: []byte("d")}, true)
-	enqueue(outboundFrame{method: methodStarted, ref: refE, line: []byte("e")}, true)  // full: e marked
-	enqueue(outboundFrame{method: methodStarted, ref: refF, line: []byte("f")}, false) // past the bound of 2: dropped
+	enqueue(outboundFrame{method: wireframe.MethodStarted, ref: refD, line: []byte("d")}, true)
+	enqueue(outboundFrame{method: wireframe.MethodStarted, ref: refE, line: []byte("e")}, true)  // full: e marked
+	enqueue(outboundFrame{method: wireframe.MethodStarted, ref: refF, line: []byte("f")}, false) // past the bound of 2: dropped
 	if b.queued.Load() != 3 || b.marked.Load() != 3 || b.dropped.Load() != 1 {
 		t.Fatalf("queued %d marked %d dropped %d, want 3, 3 and 1", b.queued.Load(), b.marked.Load(), b.dropped.Load())
 	}
@@ -438,12 +440,12 @@ func TestShutdownDrainSendsTheMarkedWorkloadsToo(t *testing.T) {
 }
 
 func TestARecoveredRemovalNamesItsWorkloadAsTheFrameDid(t *testing.T) {
-	ref := workloadRef{"node-<a>", "job \"é\" \\ 1"}
+	ref := wireframe.WorkloadRef{Origin: "node-<a>", ID: "job \"é\" \\ 1"}
 	line := removalLine(ref)
-	var f rpcFrame
+	var f wireframe.RPC
 	netMust(t, json.Unmarshal(line, &f))
-	r, err := parseRemove(f.Params)
-	if err != nil || f.Method != methodRemove || r.ref != ref {
-		t.Fatalf("removal %s parses as %q %+v (%v), want %s naming %+v", line, f.Method, r.ref, err, methodRemove, ref)
+	r, err := wireframe.ParseRemove(f.Params)
+	if err != nil || f.Method != wireframe.MethodRemove || r.Ref != ref {
+		t.Fatalf("removal %s parses as %q %+v (%v), want %s naming %+v", line, f.Method, r.Ref, err, wireframe.MethodRemove, ref)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // pairNode is one node's user data laid out exactly as a PAIR installation
@@ -75,7 +76,7 @@ func discoverPAIR(t *testing.T, d *daemonProc, peer *pairNode, peerID string, po
 		"trusted": true, "services": map[string]any{"wl": map[string]any{"port": port}},
 	}}})
 	netMust(t, err)
-	d.send(string(encodeNotification("discovery:nodes", p)))
+	d.send(string(wireframe.EncodeNotification("discovery:nodes", p)))
 }
 
 func TestPAIRNodeLayoutDropIn(t *testing.T) {

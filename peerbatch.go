@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // The peer port's batch wire format: the advertisement, the request and the
@@ -41,7 +43,7 @@ const (
 	// read timeout, than a single request always could; and every frame that
 	// may be sent alone fits in a batch of its own, so a sender never needs
 	// a separate rule for a frame too large to batch.
-	peerBatchMaxBytes = maxFrameBytes
+	peerBatchMaxBytes = wireframe.MaxBytes
 )
 
 // peerBatchAdvert is this node's advertisement, sent on every answer of its

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 func TestEveryAnswerOfThePeerPortAdvertisesBatches(t *testing.T) {
@@ -37,7 +38,7 @@ func TestEveryAnswerOfThePeerPortAdvertisesBatches(t *testing.T) {
 		{"another path", 404, func() netAnswer { return netSend(t, h.c, h.addr, "POST", "/v1/other", "application/json", valid) }},
 		{"another method", 405, func() netAnswer { return netSend(t, h.c, h.addr, "GET", peerEventsPath, "", nil) }},
 		{"single frame over 1 MiB", 413, func() netAnswer {
-			return netSend(t, h.c, h.addr, "POST", peerEventsPath, "application/json", make([]byte, maxFrameBytes+1))
+			return netSend(t, h.c, h.addr, "POST", peerEventsPath, "application/json", make([]byte, wireframe.MaxBytes+1))
 		}},
 		{"batch over its byte bound", 413, func() netAnswer {
 			return netSend(t, h.c, h.addr, "POST", peerEventsPath, peerBatchContentType, make([]byte, peerBatchMaxBytes+1))
@@ -81,10 +82,10 @@ func TestASingleFramePostIsAnsweredAsBeforeApartFromTheAdvertisement(t *testing.
 		{"already seen", "POST", peerEventsPath, "application/json", valid, 200, "ok\n", ""},
 		{"without a Content-Type", "POST", peerEventsPath, "", netRemoveBody(t, "job-single", origin), 200, "ok\n", ""},
 		{"unknown method", "POST", peerEventsPath, "application/json",
-			bytes.Replace(valid, []byte(methodStarted), []byte("workload:paused"), 1), 400, "unknown method \"workload:paused\"\n", ""},
+			bytes.Replace(valid, []byte(wireframe.MethodStarted), []byte("workload:paused"), 1), 400, "unknown method \"workload:paused\"\n", ""},
 		{"bad jsonrpc", "POST", peerEventsPath, "application/json",
 			bytes.Replace(valid, []byte(`"2.0"`), []byte(`"1.0"`), 1), 400, "jsonrpc must be \"2.0\"\n", ""},
-		{"over 1 MiB", "POST", peerEventsPath, "application/json", make([]byte, maxFrameBytes+1), 413, "body larger than 1048576 bytes\n", ""},
+		{"over 1 MiB", "POST", peerEventsPath, "application/json", make([]byte, wireframe.MaxBytes+1), 413, "body larger than 1048576 bytes\n", ""},
 		{"another path", "POST", "/v1/other", "application/json", valid, 404, "no such endpoint\n", ""},
 		{"another method", "PUT", peerEventsPath, "application/json", valid, 405, "method must be POST\n", "Allow"},
 	}
@@ -140,7 +141,7 @@ func TestABatchOfValidFramesIsAppliedOnceEachInBatchOrder(t *testing.T) {
 			want = append(want, "remove:job-b"+itoa(i-3))
 		}
 	}
-	before := h.n.m.framesReceived.Get("peer", methodStarted)
+	before := h.n.m.framesReceived.Get("peer", wireframe.MethodStarted)
 	a := netPostBatch(t, h.c, h.addr, elems...)
 	if a.status != http.StatusOK || a.header.Get("Content-Type") != "application/json" {
 		t.Fatalf("batch = %d %q (%s), want 200 application/json", a.status, a.header.Get("Content-Type"), a.text)
@@ -155,8 +156,8 @@ func TestABatchOfValidFramesIsAppliedOnceEachInBatchOrder(t *testing.T) {
 	}
 	// Counted as single frames are; the answer came after every element
 	// was handled.
-	if n := h.n.m.framesReceived.Get("peer", methodStarted) - before; n != 10 {
-		t.Fatalf("frames received (peer, %s) went up by %d, want 10", methodStarted, n)
+	if n := h.n.m.framesReceived.Get("peer", wireframe.MethodStarted) - before; n != 10 {
+		t.Fatalf("frames received (peer, %s) went up by %d, want 10", wireframe.MethodStarted, n)
 	}
 	h.barrier(t)
 	if got := netRelayed(h); !slices.Equal(got, want) {
@@ -170,7 +171,7 @@ func TestABatchElementThatFailsValidationIsAnswered400AndTheOthersAreApplied(t *
 	ok := func(id string) []byte { return netLifecycleBody(t, workload(id, "running", origin), nil) }
 	body := bytes.Join([][]byte{
 		ok("job-v1"),
-		bytes.Replace(ok("job-bad"), []byte(methodStarted), []byte("workload:paused"), 1),
+		bytes.Replace(ok("job-bad"), []byte(wireframe.MethodStarted), []byte("workload:paused"), 1),
 		ok("job-v2"),
 		nil, // an empty line
 		netLifecycleBody(t, workload("job-no-model", "running", origin, map[string]any{"model": nil}), nil),
@@ -381,7 +382,7 @@ func TestABatchFromAClientWithoutItsPinnedCertificateIsAnswered403(t *testing.T)
 		}
 	}
 	h.barrier(t)
-	if ids := netUpsertIDs(h.n); ids["job-intruder"] != 0 || len(h.n.broker.withMethod(methodRemove)) != 0 {
+	if ids := netUpsertIDs(h.n); ids["job-intruder"] != 0 || len(h.n.broker.withMethod(wireframe.MethodRemove)) != 0 {
 		t.Fatalf("a refused batch reached the broker: %v", h.n.broker.all())
 	}
 }
@@ -492,12 +493,12 @@ func netRelayed(h *netPeerHarness) []string {
 	var out []string
 	for _, f := range h.n.broker.all() {
 		switch f.Method {
-		case methodUpsert:
+		case wireframe.MethodUpsert:
 			var p struct{ WorkloadInfo struct{ ID string } }
 			if json.Unmarshal(f.Params, &p) == nil && !strings.HasPrefix(p.WorkloadInfo.ID, "barrier-") {
 				out = append(out, "upsert:"+p.WorkloadInfo.ID)
 			}
-		case methodRemove:
+		case wireframe.MethodRemove:
 			var p struct{ WorkloadID string }
 			if json.Unmarshal(f.Params, &p) == nil {
 				out = append(out, "remove:"+p.WorkloadID)

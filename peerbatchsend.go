@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // The sending side of batched delivery (spec 3.3.1): a peer whose answers
@@ -64,7 +66,7 @@ func (s *peerSender) heartbeatBounds() (frames, size int) {
 	if frames, size := s.batchBounds(); frames > 1 {
 		return min(frames, heartbeatSlice), size
 	}
-	return 1, maxFrameBytes
+	return 1, wireframe.MaxBytes
 }
 
 // gatherFresh returns first and the frames queued behind it, as many as one

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // A peer sender delivers on two lanes, each with its own connection: the
@@ -44,8 +46,8 @@ type laneOrder struct {
 	// Manager.activeMu (the heartbeat lane takes its slice under mu) and
 	// nothing else is acquired under it; no network I/O happens under it.
 	mu       sync.Mutex
-	inflight map[workloadRef]struct{} // the workloads of the heartbeat request in flight; nil when none
-	done     chan struct{}            // closed when that request ends
+	inflight map[wireframe.WorkloadRef]struct{} // the workloads of the heartbeat request in flight; nil when none
+	done     chan struct{}                      // closed when that request ends
 
 	// pending counts the frames handed to the fresh lane's queue that it
 	// has not yet delivered or given up; idle is poked when it drops to 0,
@@ -157,7 +159,7 @@ func (o *laneOrder) takeInFlight(take func() reassertions) reassertions {
 	defer o.mu.Unlock()
 	r := take()
 	if len(r.refs) > 0 {
-		o.inflight = make(map[workloadRef]struct{}, len(r.refs))
+		o.inflight = make(map[wireframe.WorkloadRef]struct{}, len(r.refs))
 		for _, ref := range r.refs {
 			o.inflight[ref] = struct{}{}
 		}

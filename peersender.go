@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // peerStats counts one peer's deliveries and heartbeat passes, for the
@@ -145,7 +146,7 @@ func dialInOrder(addrs []string) func(ctx context.Context, network, _ string) (n
 // dispatcher under broadcaster.mu.
 func (s *peerSender) offer(f outboundFrame) {
 	if s.lanes.marks.holds(f.ref) || !s.tryQueue(f) {
-		removal := f.method == methodRemove
+		removal := f.method == wireframe.MethodRemove
 		s.markOverflow(f.ref, removal, !removal, 1, f.queuedAt)
 	}
 }
@@ -176,7 +177,7 @@ func (s *peerSender) tryQueue(f outboundFrame) bool {
 // settled. With the marks at their bound the frames are dropped, as every
 // overflow was before marks: the heartbeat's next pass repairs a
 // lifecycle state, a removal is lost. Called under broadcaster.mu.
-func (s *peerSender) markOverflow(ref workloadRef, removal, state bool, frames uint64, at time.Time) {
+func (s *peerSender) markOverflow(ref wireframe.WorkloadRef, removal, state bool, frames uint64, at time.Time) {
 	marks := s.lanes.marks
 	ok, began := marks.add(ref, removal, state, frames, s.lanes.sent.Load(), at)
 	if !ok {
@@ -205,7 +206,7 @@ func (s *peerSender) recoverMarked() {
 	var states [][][]byte
 	s.lanes.takeInFlight(func() reassertions {
 		taken = s.lanes.marks.takeReady(s.lanes.settledCount.Load(), maxFrames)
-		refs := make([]workloadRef, len(taken))
+		refs := make([]wireframe.WorkloadRef, len(taken))
 		for i := range taken {
 			refs[i] = taken[i].ref
 		}
@@ -237,7 +238,7 @@ func (s *peerSender) recoverMarked() {
 func recoveryFrames(taken []overflowMark, states [][][]byte) (frames []outboundFrame, lost uint64) {
 	for i, m := range taken {
 		if m.removal {
-			frames = append(frames, outboundFrame{method: methodRemove, line: removalLine(m.ref), ref: m.ref, queuedAt: m.at, recovery: true})
+			frames = append(frames, outboundFrame{method: wireframe.MethodRemove, line: removalLine(m.ref), ref: m.ref, queuedAt: m.at, recovery: true})
 		}
 		if !m.state {
 			continue

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/pairinstall"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // peerServerIdleTimeout is how long the peer server keeps an idle
@@ -19,23 +20,23 @@ const peerServerIdleTimeout = 120 * time.Second
 // frame costs no allocation of its own on the way to the broker.
 type peerEvent struct {
 	isRemoval bool
-	life      lifecycleEvent
-	removal   removalEvent
+	life      wireframe.Lifecycle
+	removal   wireframe.Removal
 }
 
 func (e *peerEvent) method() string {
 	if e.isRemoval {
-		return methodRemove
+		return wireframe.MethodRemove
 	}
-	return e.life.method
+	return e.life.Method
 }
 
 // origin is the node the event says it came from.
 func (e *peerEvent) origin() string {
 	if e.isRemoval {
-		return e.removal.ref.origin
+		return e.removal.Ref.Origin
 	}
-	return e.life.info.OriginatedFrom
+	return e.life.Info.OriginatedFrom
 }
 
 // parsePeerFrame validates a request body from a peer in one pass over it
@@ -43,32 +44,32 @@ func (e *peerEvent) origin() string {
 // that bound may have gained on its way (peerWorkloadSlack), are refused
 // (*workloadTooLargeError). It has no side effects.
 func parsePeerFrame(body []byte, maxWorkload int) (peerEvent, error) {
-	if err := checkFrameUTF8(body); err != nil {
+	if err := wireframe.CheckUTF8(body); err != nil {
 		return peerEvent{}, err
 	}
-	var s frameScan
-	if err := s.scanFrame(body); err != nil {
+	var s wireframe.Scan
+	if err := s.ScanFrame(body); err != nil {
 		return peerEvent{}, fmt.Errorf("not a JSON-RPC frame: %w", err)
 	}
-	env, err := envelopeOf(&s)
+	env, err := wireframe.EnvelopeOf(&s)
 	if err != nil {
 		return peerEvent{}, fmt.Errorf("not a JSON-RPC frame: %w", err)
 	}
-	if env.jsonrpc != "2.0" {
+	if env.JSONRPC != "2.0" {
 		return peerEvent{}, errors.New(`jsonrpc must be "2.0"`)
 	}
-	if err := checkWorkloadBytes(&s, maxWorkload, peerWorkloadSlack); err != nil {
+	if err := wireframe.CheckWorkloadBytes(&s, maxWorkload, peerWorkloadSlack); err != nil {
 		return peerEvent{}, err
 	}
 	switch {
-	case isLifecycleMethod(env.method):
-		ev, err := lifecycleFromScan(env.method, &s, "")
+	case wireframe.IsLifecycleMethod(env.Method):
+		ev, err := s.Lifecycle(env.Method)
 		return peerEvent{life: ev}, err
-	case env.method == methodRemove:
-		r, err := removalFromScan(&s, nil)
+	case env.Method == wireframe.MethodRemove:
+		r, err := s.Removal()
 		return peerEvent{isRemoval: true, removal: r}, err
 	default:
-		return peerEvent{}, fmt.Errorf("unknown method %q", env.method)
+		return peerEvent{}, fmt.Errorf("unknown method %q", env.Method)
 	}
 }
 
@@ -121,7 +122,7 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body is reserved and read only now that the client has shown
 	// its pin: a client without one holds nothing of the peer's budget.
-	body, release, err := m.bodies.peer.readBody(w, r, maxFrameBytes)
+	body, release, err := m.bodies.peer.readBody(w, r, wireframe.MaxBytes)
 	if err != nil {
 		reject(bodyRefusal(w, err))
 		return
@@ -181,7 +182,7 @@ func (m *Manager) handlePeerFrame(log *requestLog, principal string, body []byte
 	}
 	m.framesReceived.Inc("peer", knownMethod(ev.method()))
 	duplicate, err := m.relayPeerEvent(&ev)
-	if errors.Is(err, errLineOverLimit) {
+	if errors.Is(err, wireframe.ErrLineOverLimit) {
 		// Final for the sender: the same frame would be refused again.
 		return http.StatusRequestEntityTooLarge, err.Error()
 	}
@@ -205,10 +206,10 @@ func (m *Manager) handlePeerFrame(log *requestLog, principal string, body []byte
 // reach the broker even when the event itself was seen before.
 func (m *Manager) relayPeerEvent(ev *peerEvent) (duplicate bool, err error) {
 	if ev.isRemoval {
-		return m.dedup.deliverOnce(ev.removal.dedupKey(), func() error { return m.emitRemove(&ev.removal) })
+		return m.dedup.deliverOnce(removalDedupKey(&ev.removal), func() error { return m.emitRemove(&ev.removal) })
 	}
-	if ev.life.resync {
-		return false, m.emitUpsert(ev.life.raw)
+	if ev.life.Resync {
+		return false, m.emitUpsert(ev.life.Raw)
 	}
-	return m.dedup.deliverOnce(ev.life.dedupKey(), func() error { return m.emitUpsert(ev.life.raw) })
+	return m.dedup.deliverOnce(lifecycleDedupKey(&ev.life), func() error { return m.emitUpsert(ev.life.Raw) })
 }

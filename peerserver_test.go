@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 func TestPeerServerClosesTheConnectionOfAClientWithoutAPin(t *testing.T) {
@@ -73,7 +74,7 @@ func TestPeerServerAnswers403ToClientsWithoutTheirPinnedCertificate(t *testing.T
 				t.Fatalf("removal POST = %d, want 403", st)
 			}
 			h.barrier(t)
-			if ids := netUpsertIDs(h.n); ids["job-rejected"] != 0 || len(h.n.broker.withMethod(methodRemove)) != 0 {
+			if ids := netUpsertIDs(h.n); ids["job-rejected"] != 0 || len(h.n.broker.withMethod(wireframe.MethodRemove)) != 0 {
 				t.Fatalf("a rejected frame reached the broker: %v", h.n.broker.all())
 			}
 			if !h.n.logs.contains("peer request rejected", "status=403") {
@@ -116,8 +117,8 @@ func TestPeerServerRejectsMalformedFramesWith400(t *testing.T) {
 		{"JSON array", `[` + valid(nil) + `]`},
 		{`jsonrpc "1.0"`, strings.Replace(valid(nil), `"jsonrpc":"2.0"`, `"jsonrpc":"1.0"`, 1)},
 		{"jsonrpc missing", strings.Replace(valid(nil), `"jsonrpc":"2.0",`, ``, 1)},
-		{"unknown method", strings.Replace(valid(nil), methodStarted, "workload:paused", 1)},
-		{"workloads:upsert is not a peer method", strings.Replace(valid(nil), methodStarted, methodUpsert, 1)},
+		{"unknown method", strings.Replace(valid(nil), wireframe.MethodStarted, "workload:paused", 1)},
+		{"workloads:upsert is not a peer method", strings.Replace(valid(nil), wireframe.MethodStarted, wireframe.MethodUpsert, 1)},
 		{"params missing", `{"jsonrpc":"2.0","method":"workload:started"}`},
 		{"workloadInfo missing", `{"jsonrpc":"2.0","method":"workload:started","params":{}}`},
 		{"workloadInfo not an object", `{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":"job-bad"}}`},
@@ -138,7 +139,7 @@ func TestPeerServerRejectsMalformedFramesWith400(t *testing.T) {
 	}
 	h.barrier(t)
 	for _, f := range h.n.broker.all() {
-		if f.Method == methodRemove || (f.Method == methodUpsert && !bytes.Contains(f.Params, []byte(`"barrier-`))) {
+		if f.Method == wireframe.MethodRemove || (f.Method == wireframe.MethodUpsert && !bytes.Contains(f.Params, []byte(`"barrier-`))) {
 			t.Fatalf("a malformed frame reached the broker: %s %s", f.Method, f.Params)
 		}
 	}
@@ -151,14 +152,14 @@ func TestPeerServerAnswers413ToBodiesOver1MiB(t *testing.T) {
 		b := netLifecycleBody(t, workload(id, "running", h.client.Principal), nil)
 		return append(b, bytes.Repeat([]byte(" "), size-len(b))...)
 	}
-	if st := netPost(t, h.c, h.addr, padded("job-at-cap", maxFrameBytes)); st != http.StatusOK {
+	if st := netPost(t, h.c, h.addr, padded("job-at-cap", wireframe.MaxBytes)); st != http.StatusOK {
 		t.Fatalf("a body of exactly 1 MiB = %d, want 200", st)
 	}
-	if st := netPost(t, h.c, h.addr, padded("job-over-cap", maxFrameBytes+1)); st != http.StatusRequestEntityTooLarge {
+	if st := netPost(t, h.c, h.addr, padded("job-over-cap", wireframe.MaxBytes+1)); st != http.StatusRequestEntityTooLarge {
 		t.Fatalf("a declared body of 1 MiB + 1 = %d, want 413", st)
 	}
 	// Without a declared length (chunked), the cap still holds.
-	req, err := http.NewRequest(http.MethodPost, "https://"+h.addr+peerEventsPath, bytes.NewReader(padded("job-chunked", maxFrameBytes+1)))
+	req, err := http.NewRequest(http.MethodPost, "https://"+h.addr+peerEventsPath, bytes.NewReader(padded("job-chunked", wireframe.MaxBytes+1)))
 	netMust(t, err)
 	req.ContentLength = -1 // unknown: sent chunked
 	resp, err := h.c.Do(req)
@@ -180,7 +181,7 @@ func TestPeerServerAnswers413ToBodiesOver1MiB(t *testing.T) {
 // same frame again is refused again, not taken as already seen.
 func TestPeerServerAnswers413ToAFrameOverTheBrokerLineLimit(t *testing.T) {
 	// Within the workload bound at its most: the line limit refuses them.
-	h := newNetPeerHarness(t, withWorkloadMaxBytes(maxWorkloadMaxBytes))
+	h := newNetPeerHarness(t, withWorkloadMaxBytes(wireframe.MaxWorkloadMaxBytes))
 	origin := h.client.Principal
 	for _, c := range []struct {
 		name string
@@ -201,8 +202,8 @@ func TestPeerServerAnswers413ToAFrameOverTheBrokerLineLimit(t *testing.T) {
 		}
 	}
 	h.barrier(t)
-	if ids := netUpsertIDs(h.n); ids["peer-over-limit"] != 0 || len(h.n.broker.withMethod(methodRemove)) != 0 {
-		t.Fatalf("a refused frame reached the broker: upserts %v, %d removal(s)", ids, len(h.n.broker.withMethod(methodRemove)))
+	if ids := netUpsertIDs(h.n); ids["peer-over-limit"] != 0 || len(h.n.broker.withMethod(wireframe.MethodRemove)) != 0 {
+		t.Fatalf("a refused frame reached the broker: upserts %v, %d removal(s)", ids, len(h.n.broker.withMethod(wireframe.MethodRemove)))
 	}
 	if n := h.n.m.out.refused.Load(); n != 4 {
 		t.Fatalf("%d lines refused, want 4", n)
@@ -216,7 +217,7 @@ func TestPeerServerAnswers413ToAFrameOverTheBrokerLineLimit(t *testing.T) {
 
 // Raised to 1 MiB with --broker-line-max, the same frame is written.
 func TestPeerServerWritesTheSameFrameUnderARaisedBrokerLineLimit(t *testing.T) {
-	h := newNetPeerHarness(t, withBrokerLineMax(1<<20), withWorkloadMaxBytes(maxWorkloadMaxBytes))
+	h := newNetPeerHarness(t, withBrokerLineMax(1<<20), withWorkloadMaxBytes(wireframe.MaxWorkloadMaxBytes))
 	if st := netPost(t, h.c, h.addr, longErrorFrame(t, "peer-long-error", h.client.Principal)); st != http.StatusOK {
 		t.Fatalf("POST = %d, want 200", st)
 	}
@@ -236,7 +237,7 @@ func TestPeerServerRelaysWorkloadInfoUnchanged(t *testing.T) {
 	if st := netPost(t, h.c, h.addr, []byte(body)); st != http.StatusOK {
 		t.Fatalf("POST = %d, want 200", st)
 	}
-	frames := h.n.broker.waitMethod(methodUpsert, 1)
+	frames := h.n.broker.waitMethod(wireframe.MethodUpsert, 1)
 	var p struct {
 		WorkloadInfo json.RawMessage `json:"workloadInfo"`
 	}
@@ -268,7 +269,7 @@ func TestPeerServerDeduplicatesLifecycleEventsByTheirKey(t *testing.T) {
 	}{
 		{"first delivery", "", base, true},
 		{"the same event again", "", base, false},
-		{"the same event from another method", methodSubmitted, base, false},
+		{"the same event from another method", wireframe.MethodSubmitted, base, false},
 		{"another model", "", variant(map[string]any{"model": "other-model"}), false},
 		{"another createdAt and an extra field", "", variant(map[string]any{"createdAt": 1, "extra": "x"}), false},
 		{"another state", "", variant(map[string]any{"state": "completed"}), true},
@@ -283,7 +284,7 @@ func TestPeerServerDeduplicatesLifecycleEventsByTheirKey(t *testing.T) {
 	for _, c := range cases {
 		body := netLifecycleBody(t, c.w, nil)
 		if c.method != "" {
-			body = bytes.Replace(body, []byte(methodStarted), []byte(c.method), 1)
+			body = bytes.Replace(body, []byte(wireframe.MethodStarted), []byte(c.method), 1)
 		}
 		if st := netPost(t, h.c, h.addr, body); st != http.StatusOK {
 			t.Fatalf("%s: POST = %d, want 200 (a duplicate is 200 too)", c.name, st)
@@ -353,7 +354,7 @@ func TestPeerServerRelaysRemovalOnce(t *testing.T) {
 	}
 	h.barrier(t)
 	var got []string
-	for _, f := range h.n.broker.withMethod(methodRemove) {
+	for _, f := range h.n.broker.withMethod(wireframe.MethodRemove) {
 		var p struct{ WorkloadID, OriginatedFrom string }
 		netMust(t, json.Unmarshal(f.Params, &p))
 		got = append(got, p.WorkloadID+"@"+p.OriginatedFrom)
@@ -388,8 +389,8 @@ func TestPeerEventAfterFailedBrokerWriteIsDeliveredOnRetry(t *testing.T) {
 		body   []byte
 		method string
 	}{
-		{"lifecycle", netLifecycleBody(t, workload("job-retry", "running", origin), nil), methodUpsert},
-		{"removal", netRemoveBody(t, "job-retry", origin), methodRemove},
+		{"lifecycle", netLifecycleBody(t, workload("job-retry", "running", origin), nil), wireframe.MethodUpsert},
+		{"removal", netRemoveBody(t, "job-retry", origin), wireframe.MethodRemove},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -398,7 +399,7 @@ func TestPeerEventAfterFailedBrokerWriteIsDeliveredOnRetry(t *testing.T) {
 			m, err := NewManager(Config{NodeID: devpki.NewUUID(), In: strings.NewReader(""), Out: failing, ClusterDir: t.TempDir()})
 			netMust(t, err)
 			t.Cleanup(func() { m.bcast.close(time.Second) })
-			ev, err := parsePeerFrame(c.body, defaultWorkloadMaxBytes)
+			ev, err := parsePeerFrame(c.body, wireframe.DefaultWorkloadMaxBytes)
 			netMust(t, err)
 			if _, err := m.relayPeerEvent(&ev); err == nil {
 				t.Fatal("relay to a failing broker reported success")
@@ -616,14 +617,14 @@ func netLifecycleBody(t testing.TB, w map[string]any, extra map[string]any) []by
 	p, err := json.Marshal(params)
 	netMust(t, err)
 	state, _ := w["state"].(string)
-	return encodeNotification(methodFor(state), p)
+	return wireframe.EncodeNotification(methodFor(state), p)
 }
 
 func netRemoveBody(t testing.TB, id, origin string) []byte {
 	t.Helper()
 	p, err := json.Marshal(map[string]string{"workloadId": id, "originatedFrom": origin})
 	netMust(t, err)
-	return encodeNotification(methodRemove, p)
+	return wireframe.EncodeNotification(wireframe.MethodRemove, p)
 }
 
 // netUpsertIDs counts the workloads:upsert frames at n's broker by workload id.
@@ -658,7 +659,7 @@ type netFailingWriter struct {
 }
 
 func (f *netFailingWriter) Write(p []byte) (int, error) {
-	relay := bytes.Contains(p, []byte(`"method":"`+methodUpsert+`"`)) || bytes.Contains(p, []byte(`"method":"`+methodRemove+`"`))
+	relay := bytes.Contains(p, []byte(`"method":"`+wireframe.MethodUpsert+`"`)) || bytes.Contains(p, []byte(`"method":"`+wireframe.MethodRemove+`"`))
 	if relay && f.fail.Load() {
 		return 0, errors.New("broker pipe closed")
 	}
@@ -672,7 +673,7 @@ type netSlowWriter struct {
 }
 
 func (s *netSlowWriter) Write(p []byte) (int, error) {
-	if bytes.Contains(p, []byte(`"method":"`+methodUpsert+`"`)) {
+	if bytes.Contains(p, []byte(`"method":"`+wireframe.MethodUpsert+`"`)) {
 		time.Sleep(s.delay)
 	}
 	return s.w.Write(p)

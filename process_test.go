@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // The tests in this file run the real binary, built once per test run, and
@@ -37,7 +38,7 @@ func TestProcessAnnouncesReadyThenSubscribes(t *testing.T) {
 	nodes := writeCluster(t, 1)
 	d := startNode(t, nodes[0])
 	frames := d.waitFrames(2)
-	if frames[0].Method != "ready" || frames[0].isRequest() {
+	if frames[0].Method != "ready" || frames[0].IsRequest() {
 		t.Fatalf("first frame = %s, want the ready notification", d.line(0))
 	}
 	var ready struct {
@@ -74,7 +75,7 @@ func TestProcessRelaysLifecycleAndRemovalBetweenNodesThenExitsOnStdinEOF(t *test
 		`"vendorExtra":{"gpus":[0,1],"note":"kept \u00e9"},"bigCounter":123456789012345678901234567890}`
 	a.send(`{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":` + info + `}}`)
 
-	up := b.waitMethod(methodUpsert, 1)[0]
+	up := b.waitMethod(wireframe.MethodUpsert, 1)[0]
 	var p struct {
 		WorkloadInfo json.RawMessage `json:"workloadInfo"`
 	}
@@ -86,7 +87,7 @@ func TestProcessRelaysLifecycleAndRemovalBetweenNodesThenExitsOnStdinEOF(t *test
 	}
 
 	a.send(`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-7","originatedFrom":"` + nodes[0].ID + `"}}`)
-	rm := b.waitMethod(methodRemove, 1)[0]
+	rm := b.waitMethod(wireframe.MethodRemove, 1)[0]
 	var rp struct {
 		WorkloadID     string `json:"workloadId"`
 		OriginatedFrom string `json:"originatedFrom"`
@@ -99,7 +100,7 @@ func TestProcessRelaysLifecycleAndRemovalBetweenNodesThenExitsOnStdinEOF(t *test
 	}
 	// The removal reaching B proves A has handled both frames: the broker
 	// already applied them, so nothing went back up to A's broker.
-	if got := a.withMethod(methodUpsert); len(got) != 0 {
+	if got := a.withMethod(wireframe.MethodUpsert); len(got) != 0 {
 		t.Fatalf("A echoed its broker's own frame back up: %v", got)
 	}
 
@@ -194,8 +195,8 @@ func TestProcessLogSetLevelAnswersResolvedLevelAndTakesEffect(t *testing.T) {
 	}
 
 	d.send(`{"jsonrpc":"2.0","id":3,"method":"log/set-level","params":{"level":"verbose"}}`)
-	if got := d.waitResponse("3"); got.Error == nil || got.Error.Code != codeInvalidParams {
-		t.Fatalf("log/set-level verbose answered %+v, want error %d", got, codeInvalidParams)
+	if got := d.waitResponse("3"); got.Error == nil || got.Error.Code != wireframe.CodeInvalidParams {
+		t.Fatalf("log/set-level verbose answered %+v, want error %d", got, wireframe.CodeInvalidParams)
 	}
 }
 
@@ -205,8 +206,8 @@ func TestProcessAnswersUnknownRequestWithMethodNotFound(t *testing.T) {
 	d.send(`{"jsonrpc":"2.0","method":"nope-notification"}`)
 	d.send(`{"jsonrpc":"2.0","id":1,"method":"nope"}`)
 	got := d.waitResponse("1")
-	if got.Error == nil || got.Error.Code != codeMethodNotFound {
-		t.Fatalf("unknown request answered %+v, want error %d", got, codeMethodNotFound)
+	if got.Error == nil || got.Error.Code != wireframe.CodeMethodNotFound {
+		t.Fatalf("unknown request answered %+v, want error %d", got, wireframe.CodeMethodNotFound)
 	}
 	// The request was handled after the notification, which is not answered.
 	if n := len(d.all()); n != 3 {
@@ -222,8 +223,8 @@ func TestProcessSkipsMalformedAndOverlongLinesAndKeepsWorking(t *testing.T) {
 	// 2 MiB: a request whose padding puts it over the 1 MiB frame limit.
 	d.send(`{"jsonrpc":"2.0","method":"log/set-level","params":{"level":"debug","pad":"` + strings.Repeat("x", 2<<20) + `"}}`)
 	d.send(`{"jsonrpc":"2.0","id":2,"method":"nope"}`)
-	if got := d.waitResponse("2"); got.Error == nil || got.Error.Code != codeMethodNotFound {
-		t.Fatalf("request after the bad lines answered %+v, want error %d", got, codeMethodNotFound)
+	if got := d.waitResponse("2"); got.Error == nil || got.Error.Code != wireframe.CodeMethodNotFound {
+		t.Fatalf("request after the bad lines answered %+v, want error %d", got, wireframe.CodeMethodNotFound)
 	}
 	if n := strings.Count(d.stderr.String(), "local frame skipped"); n != 2 {
 		t.Fatalf("%d skipped frames logged, want 2:\n%s", n, d.stderr.String())
@@ -238,7 +239,7 @@ func TestProcessAcceptsOneMiBLine(t *testing.T) {
 	d := startNode(t, nodes[0])
 	head := `{"jsonrpc":"2.0","id":5,"method":"log/set-level","params":{"level":"info","pad":"`
 	tail := `"}}`
-	d.send(head + strings.Repeat("y", maxFrameBytes-len(head)-len(tail)) + tail)
+	d.send(head + strings.Repeat("y", wireframe.MaxBytes-len(head)-len(tail)) + tail)
 	if got := d.waitResponse("5"); got.Error != nil || !sameJSON(t, got.Result, json.RawMessage(`{"level":"info"}`)) {
 		t.Fatalf("a 1 MiB request answered %+v, want {\"level\":\"info\"}", got)
 	}
@@ -261,7 +262,7 @@ func TestProcessBrokerLineMaxSetsTheLimitOfLinesToTheBroker(t *testing.T) {
 			nodes := writeCluster(t, 1)
 			// The workload bound at its most, so the line limit is the
 			// bound the long frame meets.
-			args := append([]string{"--local-ingress", "127.0.0.1:0", "--workload-max-bytes", itoa(maxWorkloadMaxBytes)}, tc.extra...)
+			args := append([]string{"--local-ingress", "127.0.0.1:0", "--workload-max-bytes", itoa(wireframe.MaxWorkloadMaxBytes)}, tc.extra...)
 			d := startNode(t, nodes[0], args...)
 			ingress := d.loggedValue("local ingress listening", "addr")
 			got, text := postIngress(t, ingress, string(longNoteFrame(t, "proc-long-error", "")))
@@ -322,13 +323,13 @@ func TestProcessWithIPCAnnouncesOnTheSocket(t *testing.T) {
 	defer conn.Close()
 	conn.SetReadDeadline(time.Now().Add(waitTimeout))
 	r := bufio.NewReader(conn)
-	var got []rpcFrame
+	var got []wireframe.RPC
 	for range 2 {
 		line, err := r.ReadBytes('\n')
 		if err != nil {
 			t.Fatalf("read from socket: %v", err)
 		}
-		var f rpcFrame
+		var f wireframe.RPC
 		if err := json.Unmarshal(line, &f); err != nil {
 			t.Fatalf("socket line %q: %v", line, err)
 		}
@@ -341,7 +342,7 @@ func TestProcessWithIPCAnnouncesOnTheSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	line, err := r.ReadBytes('\n')
-	var resp rpcFrame
+	var resp wireframe.RPC
 	if err != nil || json.Unmarshal(line, &resp) != nil || string(resp.ID) != "1" || resp.Error == nil {
 		t.Fatalf("answer on the socket = %q (%v), want the error answer to id 1", line, err)
 	}
@@ -400,7 +401,7 @@ func TestProcessHeartbeatNeverReassertsRemovedWorkload(t *testing.T) {
 	b.waitUpserts("hb-gone", 2) // tracked: re-asserted at least once
 	a.send(`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"hb-gone","originatedFrom":"` + nodes[0].ID + `"}}`)
 	eventually(t, "hb-gone's removal at B", func() bool {
-		for _, f := range b.withMethod(methodRemove) {
+		for _, f := range b.withMethod(wireframe.MethodRemove) {
 			if strings.Contains(string(f.Params), `"hb-gone"`) {
 				return true
 			}
@@ -634,7 +635,7 @@ func (d *daemonProc) discover(node devpki.Node, port int) {
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	d.send(string(encodeNotification("discovery:nodes", p)))
+	d.send(string(wireframe.EncodeNotification("discovery:nodes", p)))
 }
 
 // startPair starts two nodes, each with the other as its only broadcast
@@ -657,7 +658,7 @@ func lifecycleLine(id, state, origin string) string {
 	if err != nil {
 		panic(err)
 	}
-	return string(encodeNotification(methodFor(state), p))
+	return string(wireframe.EncodeNotification(methodFor(state), p))
 }
 
 // sameJSON reports whether two JSON texts are the same value, numbers

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // The read-back (spec 3.5.2): GET /v1/workloads on the ingress lists this
@@ -155,7 +156,7 @@ func decodeCursor(s string) (readBackCursor, error) {
 	fields := []*string{&c.origin, &c.engine, &c.runID, &c.id}
 	for _, f := range fields {
 		l, n := binary.Uvarint(b)
-		if n <= 0 || l > maxKeyFieldBytes || uint64(len(b)-n) < l {
+		if n <= 0 || l > wireframe.MaxKeyFieldBytes || uint64(len(b)-n) < l {
 			return readBackCursor{}, errBadCursor
 		}
 		*f = string(b[n : n+int(l)])
@@ -195,8 +196,8 @@ func parseReadBackQuery(raw string) (readBackQuery, error) {
 			}
 			q.limit = n
 		case "requesterId":
-			if len(v) > maxKeyFieldBytes {
-				return q, fmt.Errorf("requesterId is %d bytes, over its %d-byte bound", len(v), maxKeyFieldBytes)
+			if len(v) > wireframe.MaxKeyFieldBytes {
+				return q, fmt.Errorf("requesterId is %d bytes, over its %d-byte bound", len(v), wireframe.MaxKeyFieldBytes)
 			}
 			if !utf8.ValidString(v) {
 				return q, errors.New("requesterId must be valid UTF-8")
@@ -392,7 +393,7 @@ func (m *Manager) readBack(w http.ResponseWriter, q readBackQuery) (int, string)
 
 // cursorOf is the cursor that names e's place.
 func cursorOf(e *resyncEntry) readBackCursor {
-	return readBackCursor{order: e.order, origin: e.key.origin, engine: e.key.engine, runID: e.key.runID, id: e.key.id}
+	return readBackCursor{order: e.order, origin: e.key.Origin, engine: e.key.Engine, runID: e.key.RunID, id: e.key.ID}
 }
 
 // readBackStart returns the first entry an answer visits: the head of the
@@ -409,7 +410,7 @@ func (m *Manager) readBackStart(c *readBackCursor) *resyncEntry {
 	if c == nil {
 		return s.head
 	}
-	if e := s.entries[workloadKey{c.origin, c.engine, c.runID, c.id}]; e != nil && e.order == c.order {
+	if e := s.entries[wireframe.WorkloadKey{Origin: c.origin, Engine: c.engine, RunID: c.runID, ID: c.id}]; e != nil && e.order == c.order {
 		return e.next
 	}
 	p := s.head
@@ -459,7 +460,7 @@ func (m *Manager) readBackSlice(pos *resyncEntry, requester *string, want int) (
 			continue
 		}
 		it := readBackItem{line: e.line, cursor: cursorOf(e)}
-		it.deadline, _ = m.leases.deadlineOf(workloadRef{e.key.origin, e.key.id}, e.key)
+		it.deadline, _ = m.leases.deadlineOf(wireframe.WorkloadRef{Origin: e.key.Origin, ID: e.key.ID}, e.key)
 		v.items = append(v.items, it)
 	}
 	if e != nil {
@@ -473,11 +474,11 @@ func (m *Manager) readBackSlice(pos *resyncEntry, requester *string, want int) (
 // readBackInfo returns the workload object of a re-assertion line.
 func readBackInfo(line []byte) (json.RawMessage, bool) {
 	params := (&resyncEntry{line: line}).params()
-	pm, err := validObjectMembers(params)
+	pm, err := wireframe.ValidObjectMembers(params)
 	if err != nil {
 		return nil, false
 	}
-	return member(pm, "workloadInfo")
+	return wireframe.MemberNamed(pm, "workloadInfo")
 }
 
 // writeReadBackMetrics renders the read-back's counters and bounds.

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // readBackAnswer is the read-back's JSON answer.
@@ -394,14 +396,14 @@ func TestReadBackEndsAPageAtItsScanBoundWithACursor(t *testing.T) {
 	n, _ := readBackNode(t, withMaxLiveWorkloads(readBackScanMax+2*readBackSlice))
 	// The broker's own workloads, which the read-back looks at and skips:
 	// more than the bound rounded up to a whole slice.
-	ev, err := parseLifecycle(methodStarted, json.RawMessage(`{"workloadInfo":`+mustJSON(t, workload("proxy", "running", n.id))+`}`))
+	ev, err := wireframe.ParseLifecycle(wireframe.MethodStarted, json.RawMessage(`{"workloadInfo":`+mustJSON(t, workload("proxy", "running", n.id))+`}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
 	n.m.activeMu.Lock()
 	for i := range readBackScanMax + readBackSlice {
-		ev.info.ID = "proxy-" + itoa(i)
+		ev.Info.ID = "proxy-" + itoa(i)
 		n.m.resync.track(&ev, now, false)
 	}
 	n.m.activeMu.Unlock()
@@ -454,16 +456,16 @@ func trackWideIngressRuns(t *testing.T, n *testNode, count, size int) {
 	t.Helper()
 	w := leasedInfo("wide", "running", 1)
 	w["originatedFrom"], w["blob"] = n.id, strings.Repeat("b", size)
-	ev, err := parseLifecycle(methodStarted, json.RawMessage(`{"workloadInfo":`+mustJSON(t, w)+`}`))
+	ev, err := wireframe.ParseLifecycle(wireframe.MethodStarted, json.RawMessage(`{"workloadInfo":`+mustJSON(t, w)+`}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	n.m.activeMu.Lock()
 	defer n.m.activeMu.Unlock()
 	for i := range count {
-		ev.info.ID = "wide-" + itoa(100+i)
+		ev.Info.ID = "wide-" + itoa(100+i)
 		n.m.resync.track(&ev, time.Now(), true)
-		n.m.resync.entries[ev.key()].ingress = true
+		n.m.resync.entries[ev.Key()].ingress = true
 	}
 }
 
@@ -581,7 +583,7 @@ func TestReadBackLooksAtTheSameEntriesWhetherItsFilterMatchesOrNot(t *testing.T)
 	// The broker's own workloads, which the read-back looks at and never
 	// lists, around the jobs of two producers: "early" has its jobs at
 	// the head of the set, "late" at its end.
-	ev, err := parseLifecycle(methodStarted, json.RawMessage(`{"workloadInfo":`+mustJSON(t, workload("proxy", "running", n.id))+`}`))
+	ev, err := wireframe.ParseLifecycle(wireframe.MethodStarted, json.RawMessage(`{"workloadInfo":`+mustJSON(t, workload("proxy", "running", n.id))+`}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -589,7 +591,7 @@ func TestReadBackLooksAtTheSameEntriesWhetherItsFilterMatchesOrNot(t *testing.T)
 		n.m.activeMu.Lock()
 		defer n.m.activeMu.Unlock()
 		for range count {
-			ev.info.ID = "proxy-" + itoa(n.m.resync.len())
+			ev.Info.ID = "proxy-" + itoa(n.m.resync.len())
 			n.m.resync.track(&ev, time.Now(), false)
 		}
 	}
@@ -652,11 +654,11 @@ func TestReadBackLooksAtTheSameEntriesWhetherItsFilterMatchesOrNot(t *testing.T)
 // when X has none ("none"): the two look at the same entries.
 func BenchmarkReadBackLimit1(b *testing.B) {
 	n := newTestNode(b, withMaxLiveWorkloads(readBackScanMax))
-	var jobs [2]lifecycleEvent
+	var jobs [2]wireframe.Lifecycle
 	for i, requester := range []string{"x", "z"} {
 		w := leasedInfo("job", "running", 1)
 		w["originatedFrom"], w["requesterId"] = n.id, requester
-		ev, err := parseLifecycle(methodStarted, json.RawMessage(`{"workloadInfo":`+mustJSON(b, w)+`}`))
+		ev, err := wireframe.ParseLifecycle(wireframe.MethodStarted, json.RawMessage(`{"workloadInfo":`+mustJSON(b, w)+`}`))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -665,9 +667,9 @@ func BenchmarkReadBackLimit1(b *testing.B) {
 	n.m.activeMu.Lock()
 	for i := range readBackScanMax {
 		e := &jobs[min(i/1000, 1)]
-		e.info.ID = "w-" + itoa(i)
+		e.Info.ID = "w-" + itoa(i)
 		n.m.resync.track(e, time.Now(), false)
-		n.m.resync.entries[e.key()].ingress = true
+		n.m.resync.entries[e.Key()].ingress = true
 	}
 	n.m.activeMu.Unlock()
 	for _, c := range []struct{ name, requester string }{{"hit", "x"}, {"none", "y"}} {

@@ -3,6 +3,8 @@ package main
 import (
 	"container/list"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // removalMemoryCapacity bounds the removals the ingress remembers.
@@ -21,23 +23,23 @@ const removalMemoryCapacity = 4096
 type removalMemory struct {
 	ttl      time.Duration
 	capacity int
-	order    *list.List                    // front = oldest removal
-	index    map[workloadRef]*list.Element // ref -> its entry in order
+	order    *list.List                              // front = oldest removal
+	index    map[wireframe.WorkloadRef]*list.Element // ref -> its entry in order
 }
 
 type removalEntry struct {
-	ref workloadRef
+	ref wireframe.WorkloadRef
 	at  time.Time
 }
 
 func newRemovalMemory(ttl time.Duration, capacity int) *removalMemory {
-	return &removalMemory{ttl: ttl, capacity: capacity, order: list.New(), index: map[workloadRef]*list.Element{}}
+	return &removalMemory{ttl: ttl, capacity: capacity, order: list.New(), index: map[wireframe.WorkloadRef]*list.Element{}}
 }
 
 // remember records a removal at now. A repeated removal replaces its entry,
 // so it lives a full window from the latest removal and occupies one slot.
 // At capacity the oldest removal is forgotten.
-func (r *removalMemory) remember(ref workloadRef, now time.Time) {
+func (r *removalMemory) remember(ref wireframe.WorkloadRef, now time.Time) {
 	r.prune(now)
 	if e, ok := r.index[ref]; ok {
 		r.order.Remove(e)
@@ -49,14 +51,14 @@ func (r *removalMemory) remember(ref workloadRef, now time.Time) {
 }
 
 // holds reports whether ref was removed within the window.
-func (r *removalMemory) holds(ref workloadRef, now time.Time) bool {
+func (r *removalMemory) holds(ref wireframe.WorkloadRef, now time.Time) bool {
 	r.prune(now)
 	_, ok := r.index[ref]
 	return ok
 }
 
 // forget clears ref: the producer reported the workload anew.
-func (r *removalMemory) forget(ref workloadRef) {
+func (r *removalMemory) forget(ref wireframe.WorkloadRef) {
 	if e, ok := r.index[ref]; ok {
 		r.drop(e)
 	}

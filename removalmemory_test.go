@@ -3,11 +3,13 @@ package main
 import (
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 func TestRemovalMemoryRememberHoldsForget(t *testing.T) {
 	r := newRemovalMemory(time.Minute, 10)
-	a, b := workloadRef{"node-a", "job-1"}, workloadRef{"node-a", "job-2"}
+	a, b := wireframe.WorkloadRef{Origin: "node-a", ID: "job-1"}, wireframe.WorkloadRef{Origin: "node-a", ID: "job-2"}
 	if r.holds(a, resyncT0) {
 		t.Fatal("holds a ref never removed")
 	}
@@ -15,7 +17,7 @@ func TestRemovalMemoryRememberHoldsForget(t *testing.T) {
 	if !r.holds(a, resyncT0) || r.holds(b, resyncT0) {
 		t.Fatal("remember(a) does not hold exactly a")
 	}
-	if r.holds(workloadRef{"node-b", "job-1"}, resyncT0) {
+	if r.holds(wireframe.WorkloadRef{Origin: "node-b", ID: "job-1"}, resyncT0) {
 		t.Fatal("a removal of node-a's job-1 holds node-b's job-1")
 	}
 	r.forget(a)
@@ -31,7 +33,7 @@ func TestRemovalMemoryRememberHoldsForget(t *testing.T) {
 func TestRemovalMemoryExpiresAtTTL(t *testing.T) {
 	const ttl = time.Minute
 	r := newRemovalMemory(ttl, 10)
-	a := workloadRef{"node-a", "job-1"}
+	a := wireframe.WorkloadRef{Origin: "node-a", ID: "job-1"}
 	r.remember(a, resyncT0)
 	if !r.holds(a, resyncT0.Add(ttl-time.Nanosecond)) {
 		t.Fatal("forgotten before its ttl")
@@ -46,7 +48,7 @@ func TestRemovalMemoryExpiresAtTTL(t *testing.T) {
 
 func TestRemovalMemoryAtCapacityForgetsTheOldestFirst(t *testing.T) {
 	r := newRemovalMemory(time.Hour, 3)
-	refs := []workloadRef{{"o", "1"}, {"o", "2"}, {"o", "3"}, {"o", "4"}, {"o", "5"}}
+	refs := []wireframe.WorkloadRef{{Origin: "o", ID: "1"}, {Origin: "o", ID: "2"}, {Origin: "o", ID: "3"}, {Origin: "o", ID: "4"}, {Origin: "o", ID: "5"}}
 	for i, ref := range refs {
 		r.remember(ref, resyncT0.Add(time.Duration(i)*time.Second))
 	}
@@ -63,14 +65,14 @@ func TestRemovalMemoryAtCapacityForgetsTheOldestFirst(t *testing.T) {
 
 func TestRemovalMemoryRepeatedRemovalAtCapacityRefreshesInsteadOfEvicting(t *testing.T) {
 	r := newRemovalMemory(time.Hour, 3)
-	a, b, c, d := workloadRef{"o", "a"}, workloadRef{"o", "b"}, workloadRef{"o", "c"}, workloadRef{"o", "d"}
+	a, b, c, d := wireframe.WorkloadRef{Origin: "o", ID: "a"}, wireframe.WorkloadRef{Origin: "o", ID: "b"}, wireframe.WorkloadRef{Origin: "o", ID: "c"}, wireframe.WorkloadRef{Origin: "o", ID: "d"}
 	r.remember(a, resyncT0)
 	r.remember(b, resyncT0.Add(time.Second))
 	r.remember(c, resyncT0.Add(2*time.Second))
 
 	r.remember(a, resyncT0.Add(3*time.Second)) // at capacity: a moves to newest, nobody is evicted
 	now := resyncT0.Add(4 * time.Second)
-	for _, ref := range []workloadRef{a, b, c} {
+	for _, ref := range []wireframe.WorkloadRef{a, b, c} {
 		if !r.holds(ref, now) {
 			t.Fatalf("a repeated removal at capacity evicted %v", ref)
 		}
@@ -89,7 +91,7 @@ func TestRemovalMemoryRepeatedRemovalAtCapacityRefreshesInsteadOfEvicting(t *tes
 func TestRemovalMemoryRepeatedRemovalLivesAFullTTLFromTheLatest(t *testing.T) {
 	const ttl = time.Minute
 	r := newRemovalMemory(ttl, 10)
-	a, other := workloadRef{"o", "a"}, workloadRef{"o", "other"}
+	a, other := wireframe.WorkloadRef{Origin: "o", ID: "a"}, wireframe.WorkloadRef{Origin: "o", ID: "other"}
 	r.remember(a, resyncT0)
 	r.remember(other, resyncT0.Add(time.Second))
 	latest := resyncT0.Add(40 * time.Second)
@@ -119,21 +121,21 @@ func TestRemovalMemoryPrunesExpiredEntriesAcrossManyEntries(t *testing.T) {
 	const n = 3000
 	r := newRemovalMemory(ttl, removalMemoryCapacity)
 	for i := range n {
-		r.remember(workloadRef{"o", itoa(i)}, resyncT0.Add(time.Duration(i)*time.Millisecond))
+		r.remember(wireframe.WorkloadRef{Origin: "o", ID: itoa(i)}, resyncT0.Add(time.Duration(i)*time.Millisecond))
 	}
 	if r.len() != n {
 		t.Fatalf("len = %d, want %d", r.len(), n)
 	}
 	// At t0+ttl+1000ms the first 1001 removals (0..1000 ms) have expired.
 	now := resyncT0.Add(ttl + 1000*time.Millisecond)
-	if r.holds(workloadRef{"o", "1000"}, now) || !r.holds(workloadRef{"o", "1001"}, now) {
+	if r.holds(wireframe.WorkloadRef{Origin: "o", ID: "1000"}, now) || !r.holds(wireframe.WorkloadRef{Origin: "o", ID: "1001"}, now) {
 		t.Fatal("expiry boundary wrong across many entries")
 	}
 	if r.len() != n-1001 || len(r.index) != n-1001 {
 		t.Fatalf("after prune len=%d index=%d, want %d", r.len(), len(r.index), n-1001)
 	}
 	// A later removal prunes too, not only holds.
-	r.remember(workloadRef{"o", "new"}, resyncT0.Add(ttl+n*time.Millisecond))
+	r.remember(wireframe.WorkloadRef{Origin: "o", ID: "new"}, resyncT0.Add(ttl+n*time.Millisecond))
 	if r.len() != 1 {
 		t.Fatalf("after every old entry expired and one new removal, len = %d, want 1", r.len())
 	}
@@ -142,12 +144,12 @@ func TestRemovalMemoryPrunesExpiredEntriesAcrossManyEntries(t *testing.T) {
 func TestRemovalMemoryCapacityOfTheIngressIs4096(t *testing.T) {
 	r := newRemovalMemory(time.Hour, removalMemoryCapacity)
 	for i := range removalMemoryCapacity + 10 {
-		r.remember(workloadRef{"o", itoa(i)}, resyncT0)
+		r.remember(wireframe.WorkloadRef{Origin: "o", ID: itoa(i)}, resyncT0)
 	}
 	if r.len() != 4096 {
 		t.Fatalf("len = %d, want 4096", r.len())
 	}
-	if r.holds(workloadRef{"o", "9"}, resyncT0) || !r.holds(workloadRef{"o", "10"}, resyncT0) {
+	if r.holds(wireframe.WorkloadRef{Origin: "o", ID: "9"}, resyncT0) || !r.holds(wireframe.WorkloadRef{Origin: "o", ID: "10"}, resyncT0) {
 		t.Fatal("the oldest removals were not the ones forgotten")
 	}
 }

@@ -8,11 +8,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // resyncEntry is the latest event of one local-origin workload run.
 type resyncEntry struct {
-	key workloadKey
+	key wireframe.WorkloadKey
 	// line is the entry's re-assertion, the notification with "resync": true
 	// in its params, encoded once when the entry changes rather than on
 	// every pass to every peer. Its bytes are never modified afterwards, so
@@ -74,7 +76,7 @@ type resyncCursor struct {
 
 // expiry is a terminal entry's deadline, in the order entries ended.
 type expiry struct {
-	key workloadKey
+	key wireframe.WorkloadKey
 	at  time.Time // the entry's terminalAt when it was queued
 }
 
@@ -87,12 +89,12 @@ type expiry struct {
 type resyncSet struct {
 	retention  time.Duration // how long a terminal entry stays
 	limit      int           // the most entries, live and terminal (--max-live-workloads)
-	entries    map[workloadKey]*resyncEntry
-	byRef      map[workloadRef]*resyncEntry // a removal names a ref, not a run: the first of its runs
-	self       string                       // this node's id: every key's origin shares its bytes
-	head, tail *resyncEntry                 // pass order
-	linked     uint64                       // entries ever linked: the last order given
-	cursors    map[*resyncCursor]struct{}   // one per peer sender
+	entries    map[wireframe.WorkloadKey]*resyncEntry
+	byRef      map[wireframe.WorkloadRef]*resyncEntry // a removal names a ref, not a run: the first of its runs
+	self       string                                 // this node's id: every key's origin shares its bytes
+	head, tail *resyncEntry                           // pass order
+	linked     uint64                                 // entries ever linked: the last order given
+	cursors    map[*resyncCursor]struct{}             // one per peer sender
 	// gen counts the changes to the set. It is written under the set's
 	// lock and read without it, when a peer sender starts a pass.
 	gen atomic.Uint64
@@ -115,8 +117,8 @@ func newResyncSet(retention time.Duration, limit int, maxBytes int64, self strin
 		limit:     limit,
 		maxBytes:  maxBytes,
 		self:      self,
-		entries:   map[workloadKey]*resyncEntry{},
-		byRef:     map[workloadRef]*resyncEntry{},
+		entries:   map[wireframe.WorkloadKey]*resyncEntry{},
+		byRef:     map[wireframe.WorkloadRef]*resyncEntry{},
 		cursors:   map[*resyncCursor]struct{}{},
 	}
 }
@@ -145,9 +147,9 @@ const resyncMarkerBytes = len(`"resync":true,`)
 // tracked, and a run held is dropped, since re-asserting its older state
 // would undo, at every peer, the newer one the caller relays. A frame
 // that was not recorded is still relayed by the caller.
-func (s *resyncSet) track(ev *lifecycleEvent, now time.Time, overLimit bool) trackOutcome {
+func (s *resyncSet) track(ev *wireframe.Lifecycle, now time.Time, overLimit bool) trackOutcome {
 	s.prune(now)
-	k := ev.key()
+	k := ev.Key()
 	e, held := s.entries[k]
 	switch {
 	case held && !supersedes(ev, e):
@@ -157,7 +159,7 @@ func (s *resyncSet) track(ev *lifecycleEvent, now time.Time, overLimit bool) tra
 	}
 	// The stored params never carry a resync member, whatever its value or
 	// spelling: the heartbeat adds its own marker, and a second one would win.
-	line := encodeNotification(ev.method, withResync(withoutResync(ev.params)))
+	line := wireframe.EncodeNotification(ev.Method, withResync(withoutResync(ev.Params)))
 	grow := int64(len(line))
 	if held {
 		grow -= int64(len(e.line))
@@ -169,35 +171,35 @@ func (s *resyncSet) track(ev *lifecycleEvent, now time.Time, overLimit bool) tra
 		return fullBytes
 	}
 	if !held {
-		if k.origin == s.self {
+		if k.Origin == s.self {
 			// Every local workload's origin is this node: sharing one
 			// string saves an allocation per entry.
-			k.origin = s.self
+			k.Origin = s.self
 		}
 		e = &resyncEntry{key: k}
 		s.entries[k] = e
 		s.link(e)
-		ref := workloadRef{k.origin, k.id}
+		ref := wireframe.WorkloadRef{Origin: k.Origin, ID: k.ID}
 		e.sibling = s.byRef[ref]
 		s.byRef[ref] = e
 	}
 	s.bytes += grow
 	e.line = line
-	e.method, e.rank, e.seq, e.hasSeq = ev.method, rankOf(ev.info.State), ev.info.seqNum, ev.info.hasSeq
+	e.method, e.rank, e.seq, e.hasSeq = ev.Method, rankOf(ev.Info.State), ev.Info.Seq, ev.Info.HasSeq
 	// A new entry's requester is a part of the allocation its key's strings
 	// are parts of (decodeWorkloadInfo), so it costs only its bytes. A later
 	// event's would keep that event's whole allocation alive: the string
 	// held is kept when it is the same, as it nearly always is, else copied.
 	switch {
 	case !held:
-		e.requester = ev.info.requester
-	case e.requester != ev.info.requester:
-		e.requester = strings.Clone(ev.info.requester)
+		e.requester = ev.Info.Requester
+	case e.requester != ev.Info.Requester:
+		e.requester = strings.Clone(ev.Info.Requester)
 	}
-	e.hasRequester = ev.info.hasRequester
+	e.hasRequester = ev.Info.HasRequester
 	e.gen = s.gen.Add(1)
 	e.terminalAt = time.Time{}
-	if ev.terminal() {
+	if ev.Terminal() {
 		e.terminalAt = now
 		s.expiries = append(s.expiries, expiry{k, now})
 	}
@@ -224,9 +226,9 @@ const (
 // wait is advice for a Retry-After, so a queued deadline whose entry has
 // since changed is not looked past. held says whether the set holds ev's
 // run.
-func (s *resyncSet) atLimit(ev *lifecycleEvent, now time.Time, pending int, pendingBytes int64, lineBytes int) (hit setLimit, held bool, after time.Duration) {
+func (s *resyncSet) atLimit(ev *wireframe.Lifecycle, now time.Time, pending int, pendingBytes int64, lineBytes int) (hit setLimit, held bool, after time.Duration) {
 	s.prune(now)
-	e, held := s.entries[ev.key()]
+	e, held := s.entries[ev.Key()]
 	grow := int64(lineBytes)
 	switch {
 	case held && !supersedes(ev, e):
@@ -277,16 +279,16 @@ func (s *resyncSet) retryAfter(now time.Time) time.Duration {
 //     a running entry. A state outside queued and running has no rank (the
 //     stdio and peer paths allow any state, and nothing says where it
 //     falls), so it neither replaces by rank nor is refused by it.
-func supersedes(ev *lifecycleEvent, held *resyncEntry) bool {
+func supersedes(ev *wireframe.Lifecycle, held *resyncEntry) bool {
 	switch {
-	case ev.terminal():
+	case ev.Terminal():
 		return true
 	case !held.terminalAt.IsZero():
 		return false
-	case ev.info.hasSeq && held.hasSeq:
-		return ev.info.seqNum >= held.seq
+	case ev.Info.HasSeq && held.hasSeq:
+		return ev.Info.Seq >= held.seq
 	}
-	return !rankOf(ev.info.State).before(held.rank)
+	return !rankOf(ev.Info.State).before(held.rank)
 }
 
 // lifecycleRank orders the live states: queued comes before running.
@@ -315,7 +317,7 @@ func (r lifecycleRank) before(other lifecycleRank) bool {
 }
 
 // untrack drops every run of the workload.
-func (s *resyncSet) untrack(ref workloadRef) {
+func (s *resyncSet) untrack(ref wireframe.WorkloadRef) {
 	for e := s.byRef[ref]; e != nil; e = e.sibling {
 		s.unlink(e)
 		delete(s.entries, e.key)
@@ -324,7 +326,7 @@ func (s *resyncSet) untrack(ref workloadRef) {
 	delete(s.byRef, ref)
 }
 
-func (s *resyncSet) remove(k workloadKey) {
+func (s *resyncSet) remove(k wireframe.WorkloadKey) {
 	e := s.entries[k]
 	if e == nil {
 		return
@@ -332,7 +334,7 @@ func (s *resyncSet) remove(k workloadKey) {
 	s.unlink(e)
 	delete(s.entries, k)
 	s.bytes -= int64(len(e.line))
-	ref := workloadRef{k.origin, k.id}
+	ref := wireframe.WorkloadRef{Origin: k.Origin, ID: k.ID}
 	switch first := s.byRef[ref]; {
 	case first == e && e.sibling == nil:
 		delete(s.byRef, ref)
@@ -350,8 +352,8 @@ func (s *resyncSet) remove(k workloadKey) {
 }
 
 // runsOf returns the keys of the workload's runs.
-func (s *resyncSet) runsOf(ref workloadRef) []workloadKey {
-	var keys []workloadKey
+func (s *resyncSet) runsOf(ref wireframe.WorkloadRef) []wireframe.WorkloadKey {
+	var keys []wireframe.WorkloadKey
 	for e := s.byRef[ref]; e != nil; e = e.sibling {
 		keys = append(keys, e.key)
 	}
@@ -361,7 +363,7 @@ func (s *resyncSet) runsOf(ref workloadRef) []workloadKey {
 // latestLines returns the re-assertion lines of the workload's runs, the
 // run that changed last last: a peer that keys the workload alone keeps
 // the latest.
-func (s *resyncSet) latestLines(ref workloadRef) [][]byte {
+func (s *resyncSet) latestLines(ref wireframe.WorkloadRef) [][]byte {
 	first := s.byRef[ref]
 	if first == nil {
 		return nil
@@ -494,7 +496,7 @@ func (s *resyncSet) take(c *resyncCursor, now time.Time, maxFrames, maxBytes int
 			break
 		}
 		r.lines = append(r.lines, e.line)
-		r.refs = append(r.refs, workloadRef{e.key.origin, e.key.id})
+		r.refs = append(r.refs, wireframe.WorkloadRef{Origin: e.key.Origin, ID: e.key.ID})
 		bytes += len(e.line)
 		c.next = e.next
 	}
@@ -505,7 +507,7 @@ func (s *resyncSet) take(c *resyncCursor, now time.Time, maxFrames, maxBytes int
 // the workload each names, in the same order.
 type reassertions struct {
 	lines [][]byte
-	refs  []workloadRef
+	refs  []wireframe.WorkloadRef
 }
 
 // withResync returns params with "resync": true added: the marker that lets

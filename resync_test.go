@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 var resyncT0 = time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)
@@ -19,7 +21,7 @@ func TestResyncSetTracksTheLatestEventPerRun(t *testing.T) {
 	s.trackT(ptr(mustLifecycle(t, workload("job-2", "queued", "node-a"), nil)), resyncT0)
 
 	got := snapshotStates(t, s, resyncT0)
-	want := map[string]string{"job-1": "running/" + methodStarted, "job-2": "queued/" + methodSubmitted}
+	want := map[string]string{"job-1": "running/" + wireframe.MethodStarted, "job-2": "queued/" + wireframe.MethodSubmitted}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("snapshot = %v, want %v", got, want)
 	}
@@ -132,7 +134,7 @@ func TestResyncSetTerminalAfterTerminalReplacesTheEntry(t *testing.T) {
 	if !s.trackT(ptr(mustLifecycle(t, workload("job", "cancelled", "node-a"), nil)), resyncT0.Add(30*time.Second)) {
 		t.Fatal("a terminal event after a terminal one was refused")
 	}
-	if got := snapshotStates(t, s, resyncT0.Add(70*time.Second)); got["job"] != "cancelled/"+methodErrored {
+	if got := snapshotStates(t, s, resyncT0.Add(70*time.Second)); got["job"] != "cancelled/"+wireframe.MethodErrored {
 		t.Fatalf("snapshot = %v, want the cancelled event, retained from its own time", got)
 	}
 }
@@ -148,7 +150,7 @@ func TestResyncSetUntrackDropsEveryRunOfTheWorkload(t *testing.T) {
 	} {
 		s.trackT(ptr(mustLifecycle(t, w, nil)), resyncT0)
 	}
-	s.untrack(workloadRef{"node-a", "job-1"})
+	s.untrack(wireframe.WorkloadRef{Origin: "node-a", ID: "job-1"})
 
 	var got []string
 	for _, e := range s.snapshot(resyncT0) {
@@ -159,10 +161,10 @@ func TestResyncSetUntrackDropsEveryRunOfTheWorkload(t *testing.T) {
 	if want := []string{"node-a/job-2", "node-b/job-1"}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("after untrack(node-a, job-1) the set holds %v, want %v", got, want)
 	}
-	if _, ok := s.byRef[workloadRef{"node-a", "job-1"}]; ok {
+	if _, ok := s.byRef[wireframe.WorkloadRef{Origin: "node-a", ID: "job-1"}]; ok {
 		t.Fatal("the removed workload's ref index survived untrack")
 	}
-	s.untrack(workloadRef{"node-a", "never-tracked"}) // a no-op, not a panic
+	s.untrack(wireframe.WorkloadRef{Origin: "node-a", ID: "never-tracked"}) // a no-op, not a panic
 	if s.len() != 2 {
 		t.Fatalf("len = %d, want 2", s.len())
 	}
@@ -214,7 +216,7 @@ func TestResyncSetStoresParamsWithoutAnyResyncMember(t *testing.T) {
 			params := `{"workloadInfo":{"id":"job-1","model":"m","engine":"e","state":"running","originatedFrom":"node-a","custom":"<&>"},` +
 				member + `,"other":{"resync":false}}`
 			s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, defaultMaxLiveWorkloadBytes, "node-a")
-			s.trackT(ptr(mustLifecycleRaw(t, methodStarted, params)), resyncT0)
+			s.trackT(ptr(mustLifecycleRaw(t, wireframe.MethodStarted, params)), resyncT0)
 			entries := s.snapshot(resyncT0)
 			if len(entries) != 1 {
 				t.Fatalf("%d entries, want 1", len(entries))
@@ -240,9 +242,9 @@ func TestResyncSetStoresParamsWithoutAnyResyncMember(t *testing.T) {
 			if !p.Resync {
 				t.Fatalf("re-assertion %s decodes with resync false", out)
 			}
-			ev, err := parseLifecycle(methodStarted, out)
-			if err != nil || !ev.resync {
-				t.Fatalf("peer parse of the re-assertion: resync=%v err=%v", ev.resync, err)
+			ev, err := wireframe.ParseLifecycle(wireframe.MethodStarted, out)
+			if err != nil || !ev.Resync {
+				t.Fatalf("peer parse of the re-assertion: resync=%v err=%v", ev.Resync, err)
 			}
 			var got, want map[string]any
 			_ = json.Unmarshal(out, &got)
@@ -258,7 +260,7 @@ func TestResyncSetStoresParamsWithoutAnyResyncMember(t *testing.T) {
 func TestResyncSetKeepsParamsWithoutAResyncMemberUnchanged(t *testing.T) {
 	params := `{"workloadInfo": {"id":"job-1","model":"m","engine":"e","state":"running","originatedFrom":"node-a"} , "note":"x"}`
 	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, defaultMaxLiveWorkloadBytes, "node-a")
-	s.trackT(ptr(mustLifecycleRaw(t, methodStarted, params)), resyncT0)
+	s.trackT(ptr(mustLifecycleRaw(t, wireframe.MethodStarted, params)), resyncT0)
 	if got := string(s.snapshot(resyncT0)[0].params()); got != params {
 		t.Fatalf("stored params = %s, want them byte for byte: %s", got, params)
 	}
@@ -404,7 +406,7 @@ func TestOutOfOrderFrameIsRelayedButTheHeartbeatReassertsTheLaterState(t *testin
 		}
 	}
 	for _, line := range passLines(n.m) {
-		f := outboundFrame{method: methodStarted, line: line}
+		f := outboundFrame{method: wireframe.MethodStarted, line: line}
 		if id, state := ifxInfoString(t, ifxParams(t, f), "id"), ifxInfoString(t, ifxParams(t, f), "state"); state != "running" {
 			t.Errorf("the heartbeat re-asserted %s as %s, want running", id, state)
 		}
@@ -413,7 +415,7 @@ func TestOutOfOrderFrameIsRelayedButTheHeartbeatReassertsTheLaterState(t *testin
 
 // trackT tracks ev under no limit pressure and reports whether it was
 // recorded.
-func (s *resyncSet) trackT(ev *lifecycleEvent, now time.Time) bool {
+func (s *resyncSet) trackT(ev *wireframe.Lifecycle, now time.Time) bool {
 	return s.track(ev, now, false) == tracked
 }
 

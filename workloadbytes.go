@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // Bytes, not entries, bound what the daemon keeps (issue 20). Before these
@@ -20,26 +21,12 @@ import (
 //   - each peer queue's bytes, beside its frames: peerQueueMaxBytes.
 
 const (
-	// defaultWorkloadMaxBytes bounds one frame's params. The real
-	// producer's frames are under 2 KiB, and the Jobs list shows only the
-	// fields the daemon knows; 16 KiB leaves a producer eight times that
-	// for fields of its own and an error text.
-	defaultWorkloadMaxBytes = 16 << 10
-	// minWorkloadMaxBytes is the least --workload-max-bytes accepted: any
-	// removal fits (its two fields are at most 1,538 bytes of JSON text
-	// each, spec 3.2), and so does a lifecycle frame with the fields the
-	// daemon knows at ordinary lengths.
-	minWorkloadMaxBytes = 4 << 10
-	// maxWorkloadMaxBytes is the most: no path takes a frame longer than
-	// maxFrameBytes, so a larger bound could refuse nothing.
-	maxWorkloadMaxBytes = maxFrameBytes
-
 	// defaultMaxLiveWorkloadBytes bounds the bytes the re-sync set holds:
 	// 100,000 workloads (the entry bound's default) of some 2.6 KiB each.
 	defaultMaxLiveWorkloadBytes = 256 << 20
 	// minMaxLiveWorkloadBytes is the least --max-live-workload-bytes
 	// accepted: at least one frame of the largest workload bound.
-	minMaxLiveWorkloadBytes = maxWorkloadMaxBytes
+	minMaxLiveWorkloadBytes = wireframe.MaxWorkloadMaxBytes
 	// maxMaxLiveWorkloadBytes is the most: 1 TiB, past any node.
 	maxMaxLiveWorkloadBytes = 1 << 40
 
@@ -61,15 +48,7 @@ const (
 // and its heartbeat adds the re-assertion marker (`"resync":true,`). A
 // peer with the same bound must take all of it, or a frame a producer
 // was told was accepted would be refused, for good, at every peer.
-const peerWorkloadSlack = len(`,"originatedFrom":""`) + maxKeyFieldBytes + resyncMarkerBytes
-
-// checkWorkloadMaxBytes refuses a --workload-max-bytes outside its range.
-func checkWorkloadMaxBytes(n int) error {
-	if n < minWorkloadMaxBytes || n > maxWorkloadMaxBytes {
-		return fmt.Errorf("must be between %d and %d bytes", minWorkloadMaxBytes, maxWorkloadMaxBytes)
-	}
-	return nil
-}
+const peerWorkloadSlack = len(`,"originatedFrom":""`) + wireframe.MaxKeyFieldBytes + resyncMarkerBytes
 
 // checkMaxLiveWorkloadBytes refuses a --max-live-workload-bytes outside
 // its range.
@@ -80,39 +59,13 @@ func checkMaxLiveWorkloadBytes(n int64) error {
 	return nil
 }
 
-// workloadTooLargeError refuses a frame whose params are over the workload
-// bound: a 413 on the ingress and the peer port (each batch element alike),
-// a rate-limited warning on the local channel.
-type workloadTooLargeError struct {
-	size, limit int
-}
-
-func (e *workloadTooLargeError) Error() string {
-	return fmt.Sprintf("params (the workload and the members beside it) are %d bytes, over their %d-byte bound (--workload-max-bytes)", e.size, e.limit)
-}
-
-// checkWorkloadBytes refuses a scanned frame whose params are over limit
-// bytes, and slack more (the peer port's peerWorkloadSlack; the reason
-// names the bound itself). What is measured is the params object's text as it arrived,
-// whitespace and escapes included: the bytes the daemon relays and keeps,
-// which the scan has already delimited, so the check costs a length and
-// allocates nothing on the way through. A frame without params (or with
-// params that are not an object) passes here and is refused by the checks
-// that name what is missing.
-func checkWorkloadBytes(s *frameScan, limit, slack int) error {
-	if n := len(s.levels[levelParams].raw); n-slack > limit {
-		return &workloadTooLargeError{size: n, limit: limit}
-	}
-	return nil
-}
-
 // refusedOverWorkloadBound reports whether err refuses a frame for its
 // size, and counts it for source (stdio, peer, ingress) when it does.
 func (m *Manager) refusedOverWorkloadBound(err error, source string) bool {
 	if err == nil {
 		return false // the common case, without errors.As's allocation
 	}
-	var tooLarge *workloadTooLargeError
+	var tooLarge *wireframe.WorkloadTooLargeError
 	if !errors.As(err, &tooLarge) {
 		return false
 	}

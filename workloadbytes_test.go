@@ -16,6 +16,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // Tests of the byte bounds (workloadbytes.go): one frame's params on every
@@ -79,11 +80,11 @@ func queuedIDs(t *testing.T, frames []outboundFrame) []string {
 }
 
 func overWorkloadBound(size, limit int) string {
-	return (&workloadTooLargeError{size: size, limit: limit}).Error()
+	return (&wireframe.WorkloadTooLargeError{Size: size, Limit: limit}).Error()
 }
 
 func TestIngressRefusesParamsOverTheWorkloadBoundWith413NamingIt(t *testing.T) {
-	const limit = minWorkloadMaxBytes
+	const limit = wireframe.MinWorkloadMaxBytes
 	n, q := ifxNode(t, withWorkloadMaxBytes(limit))
 	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
@@ -103,8 +104,8 @@ func TestIngressRefusesParamsOverTheWorkloadBoundWith413NamingIt(t *testing.T) {
 		t.Fatalf("a removal over the bound: %d %q, want 413 naming the bound", status, reason)
 	}
 	ifxBrokerBarrier(t, n)
-	if ids := netUpsertIDs(n); len(ids) != 1 || ids["at-bound"] != 1 || len(n.broker.withMethod(methodRemove)) != 0 {
-		t.Fatalf("the broker got upserts %v and %d removals, want the frame at the bound only", ids, len(n.broker.withMethod(methodRemove)))
+	if ids := netUpsertIDs(n); len(ids) != 1 || ids["at-bound"] != 1 || len(n.broker.withMethod(wireframe.MethodRemove)) != 0 {
+		t.Fatalf("the broker got upserts %v and %d removals, want the frame at the bound only", ids, len(n.broker.withMethod(wireframe.MethodRemove)))
 	}
 	if got := ifxDrain(q); len(got) != 1 || !ifxIsTracked(n, n.id, "at-bound") || ifxIsTracked(n, n.id, "over-bound") {
 		t.Fatalf("queued %v; want the frame at the bound queued and tracked, the one over neither", queuedIDs(t, got))
@@ -121,7 +122,7 @@ func TestIngressRefusesParamsOverTheWorkloadBoundWith413NamingIt(t *testing.T) {
 }
 
 func TestPeerPortRefusesParamsOverTheWorkloadBoundWith413SingleAndPerBatchElement(t *testing.T) {
-	const limit = minWorkloadMaxBytes
+	const limit = wireframe.MinWorkloadMaxBytes
 	h := newNetPeerHarness(t, withWorkloadMaxBytes(limit))
 	origin := h.client.Principal
 	frame := func(id string, size int) []byte { return []byte(paddedFrame(t, id, origin, size)) }
@@ -159,7 +160,7 @@ func TestPeerPortRefusesParamsOverTheWorkloadBoundWith413SingleAndPerBatchElemen
 // on every pass, marked as a re-assertion on its way to the peers: a peer
 // with the same bound takes it fresh and re-asserted alike.
 func TestAFrameAtTheIngressBoundReachesAPeerWithTheSameBoundFreshAndReasserted(t *testing.T) {
-	const limit = minWorkloadMaxBytes
+	const limit = wireframe.MinWorkloadMaxBytes
 	a := newTestNode(t, withWorkloadMaxBytes(limit), withResyncInterval(200*time.Millisecond))
 	b := newTestNode(t, withWorkloadMaxBytes(limit))
 	if err := a.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
@@ -176,7 +177,7 @@ func TestAFrameAtTheIngressBoundReachesAPeerWithTheSameBoundFreshAndReasserted(t
 }
 
 func TestBrokerFrameOverTheWorkloadBoundIsNeitherRelayedNorTrackedWithARateLimitedWarning(t *testing.T) {
-	const limit = minWorkloadMaxBytes
+	const limit = wireframe.MinWorkloadMaxBytes
 	n, q := ifxNode(t, withWorkloadMaxBytes(limit))
 	line := func(id string, size int) string {
 		return `{"jsonrpc":"2.0","method":"workload:started","params":` + paddedParams(t, id, n.id, size) + `}`
@@ -226,7 +227,7 @@ func TestResyncSetCountsTheBytesOfItsLines(t *testing.T) {
 			t.Fatalf("%s: the set counts %d bytes, its lines are %d", what, s.size(), sum())
 		}
 	}
-	ev := func(id, state, note string) *lifecycleEvent {
+	ev := func(id, state, note string) *wireframe.Lifecycle {
 		f, err := parseLocalFrame(methodFor(state), []byte(`{"workloadInfo":{"id":"`+id+`","model":"m","engine":"e","state":"`+state+`","originatedFrom":"node-a","note":"`+note+`"}}`))
 		if err != nil {
 			t.Fatal(err)
@@ -240,7 +241,7 @@ func TestResyncSetCountsTheBytesOfItsLines(t *testing.T) {
 	check("one grown")
 	s.track(ev("a", "completed", ""), now, false)
 	check("one shrunk, terminal")
-	s.untrack(workloadRef{"node-a", "b"})
+	s.untrack(wireframe.WorkloadRef{Origin: "node-a", ID: "b"})
 	check("one removed")
 	s.prune(now.Add(2 * time.Minute))
 	check("the terminal one pruned")
@@ -265,7 +266,7 @@ func TestIngressAtTheResyncByteBoundIs503WithRetryAfterAndWritesNothing(t *testi
 	ifxBrokerBarrier(t, n)
 	// Room for a few bytes more, not for a third workload.
 	setResyncMaxBytes(n, resyncBytes(n)+32)
-	written := len(n.broker.withMethod(methodUpsert))
+	written := len(n.broker.withMethod(wireframe.MethodUpsert))
 
 	resp := liPostWithHeaders(t, addr, liFrame("job-3"))
 	if resp.StatusCode != http.StatusServiceUnavailable {
@@ -287,7 +288,7 @@ func TestIngressAtTheResyncByteBoundIs503WithRetryAfterAndWritesNothing(t *testi
 		t.Fatalf("an update of the same size at the bound: %d %s", st, body)
 	}
 	ifxBrokerBarrier(t, n)
-	if got := len(n.broker.withMethod(methodUpsert)); got != written+1 || ifxIsTracked(n, n.id, "job-3") {
+	if got := len(n.broker.withMethod(wireframe.MethodUpsert)); got != written+1 || ifxIsTracked(n, n.id, "job-3") {
 		t.Fatalf("a refused frame was written (%d upserts, want %d) or tracked", got, written+1)
 	}
 	if held := resyncBytes(n); held > n.m.resync.maxBytes {
@@ -296,7 +297,7 @@ func TestIngressAtTheResyncByteBoundIs503WithRetryAfterAndWritesNothing(t *testi
 
 	// A terminal entry frees its bytes once it ages out.
 	done := strings.Replace(liFrame("job-2"), `"running"`, `"failed"`, 1)
-	done = strings.Replace(done, methodStarted, methodErrored, 1)
+	done = strings.Replace(done, wireframe.MethodStarted, wireframe.MethodErrored, 1)
 	if st, body := postIngress(t, addr, done); st != http.StatusOK {
 		t.Fatalf("ending a held workload at the bound: %d %s", st, body)
 	}
@@ -352,11 +353,11 @@ func TestIngressFramesInFlightCountTowardTheResyncByteBound(t *testing.T) {
 	}
 	// What one new run may add: its re-assertion line at most. Room for
 	// two more, less a byte: two in flight fill it, a third would pass it.
-	f, err := parseIngressFrame(body("new-0"), n.id, defaultWorkloadMaxBytes)
+	f, err := wireframe.ParseIngress(body("new-0"), n.id, wireframe.DefaultWorkloadMaxBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
-	each := int64(len(encodeNotification(f.method, f.params)) + resyncMarkerBytes)
+	each := int64(len(wireframe.EncodeNotification(f.Method, f.Params)) + resyncMarkerBytes)
 	setResyncMaxBytes(n, resyncBytes(n)+3*each-1)
 	gw, heldDone := holdBroker(t, n)
 	var wg sync.WaitGroup
@@ -392,7 +393,9 @@ func TestAPeerQueueIsFullAtItsByteBound(t *testing.T) {
 	s := newPeerSender(peerTarget{name: "p", principal: "p", addrs: []string{"127.0.0.1:1"}}, &peerStats{peer: "p", latency: promtext.NewHistogram()},
 		nil, nil, newLaneOrder(&undispatched, newOverflowMarks(0)), slog.New(slog.DiscardHandler))
 	s.queueMaxBytes = 1000
-	frame := func(n int) outboundFrame { return outboundFrame{method: methodStarted, line: make([]byte, n)} }
+	frame := func(n int) outboundFrame {
+		return outboundFrame{method: wireframe.MethodStarted, line: make([]byte, n)}
+	}
 	s.offer(frame(2000)) // an empty queue takes a frame over the bound
 	if len(s.queue) != 1 || s.queueBytes.Load() != 2000 {
 		t.Fatalf("an empty queue: %d frames, %d bytes; want the one large frame", len(s.queue), s.queueBytes.Load())
@@ -457,15 +460,15 @@ func TestNewManagerDefaultsTheByteBoundsAndRefusesUnusableOnes(t *testing.T) {
 		workload, wantWorkload int   // wantWorkload 0: refused
 		live, wantLive         int64 // wantLive 0: refused
 	}{
-		{0, defaultWorkloadMaxBytes, 0, defaultMaxLiveWorkloadBytes},
-		{minWorkloadMaxBytes, minWorkloadMaxBytes, minMaxLiveWorkloadBytes, minMaxLiveWorkloadBytes},
-		{maxWorkloadMaxBytes, maxWorkloadMaxBytes, maxMaxLiveWorkloadBytes, maxMaxLiveWorkloadBytes},
-		{minWorkloadMaxBytes - 1, 0, 0, defaultMaxLiveWorkloadBytes},
-		{maxWorkloadMaxBytes + 1, 0, 0, defaultMaxLiveWorkloadBytes},
+		{0, wireframe.DefaultWorkloadMaxBytes, 0, defaultMaxLiveWorkloadBytes},
+		{wireframe.MinWorkloadMaxBytes, wireframe.MinWorkloadMaxBytes, minMaxLiveWorkloadBytes, minMaxLiveWorkloadBytes},
+		{wireframe.MaxWorkloadMaxBytes, wireframe.MaxWorkloadMaxBytes, maxMaxLiveWorkloadBytes, maxMaxLiveWorkloadBytes},
+		{wireframe.MinWorkloadMaxBytes - 1, 0, 0, defaultMaxLiveWorkloadBytes},
+		{wireframe.MaxWorkloadMaxBytes + 1, 0, 0, defaultMaxLiveWorkloadBytes},
 		{-1, 0, 0, defaultMaxLiveWorkloadBytes},
-		{0, defaultWorkloadMaxBytes, minMaxLiveWorkloadBytes - 1, 0},
-		{0, defaultWorkloadMaxBytes, maxMaxLiveWorkloadBytes + 1, 0},
-		{0, defaultWorkloadMaxBytes, -1, 0},
+		{0, wireframe.DefaultWorkloadMaxBytes, minMaxLiveWorkloadBytes - 1, 0},
+		{0, wireframe.DefaultWorkloadMaxBytes, maxMaxLiveWorkloadBytes + 1, 0},
+		{0, wireframe.DefaultWorkloadMaxBytes, -1, 0},
 	} {
 		m, err := NewManager(Config{NodeID: devpki.NewUUID(), In: strings.NewReader(""), Out: &bytes.Buffer{},
 			ClusterDir: t.TempDir(), WorkloadMaxBytes: tc.workload, MaxLiveWorkloadBytes: tc.live})
@@ -496,7 +499,7 @@ func TestNewManagerDefaultsTheByteBoundsAndRefusesUnusableOnes(t *testing.T) {
 // which every peer would refuse for good: its expiry carries the known
 // fields only.
 func TestAnExpiryOverTheWorkloadBoundRetiresTheJobWithItsKnownFields(t *testing.T) {
-	const limit = minWorkloadMaxBytes
+	const limit = wireframe.MinWorkloadMaxBytes
 	n := newTestNode(t, withWorkloadMaxBytes(limit))
 	clock := ifxUseClock(n)
 	w := leasedInfo("wide", "running", 1)

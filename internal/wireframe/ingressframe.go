@@ -1,4 +1,4 @@
-package main
+package wireframe
 
 import (
 	"bytes"
@@ -9,13 +9,13 @@ import (
 	"unicode/utf8"
 )
 
-// maxIngressErrorBytes bounds a producer's error text (workloadInfo.error,
+// MaxIngressErrorBytes bounds a producer's error text (workloadInfo.error,
 // its decoded value). A producer reports a failure, not a log: 4 KiB holds
 // any message worth a Jobs list. The broker's own frames and the peers'
 // are not held to it (the broker may carry a long error text), and error
 // is in no dedup or re-sync key, so nothing longer is ever cut: a frame
 // either travels whole or is refused.
-const maxIngressErrorBytes = 4 << 10
+const MaxIngressErrorBytes = 4 << 10
 
 // The names the ingress knows at each level it checks. encoding/json matches
 // names case-insensitively, so a name that folds to one of these but is
@@ -100,6 +100,13 @@ func (l *scanLevel) exact(name string) *scanMember {
 	return nil
 }
 
+// IsWorkloadField reports whether a workload member's name folds to a field
+// the daemon knows.
+func IsWorkloadField(name string) bool {
+	_, known := workloadFields[foldKey(name)]
+	return known
+}
+
 // checkSpelling refuses a name that folds to a known field but is spelt
 // otherwise, two names that fold together (an exact repeat included), and
 // any spelling of resync.
@@ -157,65 +164,76 @@ func checkSpellingMap(level string, ms *scanLevel, known map[string]string) erro
 	return nil
 }
 
-// parseIngressFrame validates a producer's request body and returns it as a
+// Ingress is a producer's frame as the ingress validated it, its
+// origin stamped: a lifecycle event or a removal, and the params relayed.
+type Ingress struct {
+	Method  string
+	Params  json.RawMessage // relayed to the peers as they are
+	Life    Lifecycle       // set for the lifecycle methods
+	Removal Removal         // set for workloads:remove
+}
+
+func (f *Ingress) isRemoval() bool { return f.Method == MethodRemove }
+
+// ParseIngress validates a producer's request body and returns it as a
 // local-origin frame with its origin stamped, from one pass over the body
 // (framescan.go). On top of the checks every path shares (the typed checks
 // included), it enforces the ingress's own rules: a body that is UTF-8
 // throughout, exact field spelling, no resync marker, this node's origin
 // only, a known state and a bounded error text. Params over maxWorkload
-// bytes are refused (*workloadTooLargeError) before anything else is read
+// bytes are refused (*WorkloadTooLargeError) before anything else is read
 // of them. The frame relayed is the body's own text, byte for byte, but
 // for the origin stamped where it was absent, empty or null. It has no
 // side effects.
-func parseIngressFrame(body []byte, nodeID string, maxWorkload int) (localFrame, error) {
-	if err := checkFrameUTF8(body); err != nil {
-		return localFrame{}, err
+func ParseIngress(body []byte, nodeID string, maxWorkload int) (Ingress, error) {
+	if err := CheckUTF8(body); err != nil {
+		return Ingress{}, err
 	}
-	var s frameScan
-	if err := s.scanFrame(body); err != nil {
-		return localFrame{}, fmt.Errorf("envelope: %w", err)
+	var s Scan
+	if err := s.ScanFrame(body); err != nil {
+		return Ingress{}, fmt.Errorf("envelope: %w", err)
 	}
 	method, err := ingressEnvelope(&s)
 	if err != nil {
-		return localFrame{}, err
+		return Ingress{}, err
 	}
-	if err := checkWorkloadBytes(&s, maxWorkload, 0); err != nil {
-		return localFrame{}, err
+	if err := CheckWorkloadBytes(&s, maxWorkload, 0); err != nil {
+		return Ingress{}, err
 	}
 	pl := &s.levels[levelParams]
 	if err := checkSpelling("params", pl, paramsFields); err != nil {
-		return localFrame{}, err
+		return Ingress{}, err
 	}
-	f := localFrame{method: method}
-	if method == methodRemove {
+	f := Ingress{Method: method}
+	if method == MethodRemove {
 		stamped, err := stampOrigin(&s, levelParams, nodeID)
 		if err != nil {
-			return localFrame{}, err
+			return Ingress{}, err
 		}
-		if f.removal, err = removalFromScan(&s, stamped.origin); err != nil {
-			return localFrame{}, err
+		if f.Removal, err = removalFromScan(&s, stamped.origin); err != nil {
+			return Ingress{}, err
 		}
-		f.params, f.removal.params = stamped.params, stamped.params
+		f.Params, f.Removal.Params = stamped.params, stamped.params
 		return f, checkIngressValues(&f, nodeID)
 	}
 	stamped, err := checkIngressWorkload(&s, nodeID)
 	if err != nil {
-		return localFrame{}, err
+		return Ingress{}, err
 	}
-	if f.life, err = lifecycleFromScan(method, &s, nodeID); err != nil {
-		return localFrame{}, err
+	if f.Life, err = lifecycleFromScan(method, &s, nodeID); err != nil {
+		return Ingress{}, err
 	}
 	if stamped.params != nil {
-		f.life.params, f.life.raw = stamped.params, stamped.object
+		f.Life.Params, f.Life.Raw = stamped.params, stamped.object
 	}
-	f.params = f.life.params
+	f.Params = f.Life.Params
 	return f, checkIngressValues(&f, nodeID)
 }
 
 // ingressEnvelope applies the ingress's rules to a scanned envelope and
 // returns the frame's method: exact spelling, jsonrpc "2.0", a known
 // method, and params that are an object.
-func ingressEnvelope(s *frameScan) (string, error) {
+func ingressEnvelope(s *Scan) (string, error) {
 	env := &s.levels[levelEnvelope]
 	if !env.present {
 		return "", fmt.Errorf("envelope: %w", errNotObject)
@@ -230,7 +248,7 @@ func ingressEnvelope(s *frameScan) (string, error) {
 	if m := env.exact("method"); m == nil || envelopeString(m, "method", &method) != nil {
 		return "", errors.New("method is missing or not a string")
 	}
-	if !isLifecycleMethod(method) && method != methodRemove {
+	if !IsLifecycleMethod(method) && method != MethodRemove {
 		return "", fmt.Errorf("method %q: must be a workload lifecycle method or workloads:remove", method)
 	}
 	if env.exact("params") == nil {
@@ -246,7 +264,7 @@ func ingressEnvelope(s *frameScan) (string, error) {
 // workload object, when it has one (lifecycleFromScan names the problem
 // when it has not): exact spelling, the bound on a producer's error text,
 // and the origin, which it stamps.
-func checkIngressWorkload(s *frameScan, nodeID string) (stampedObject, error) {
+func checkIngressWorkload(s *Scan, nodeID string) (stampedObject, error) {
 	il := &s.levels[levelInfo]
 	if s.levels[levelParams].exact("workloadInfo") == nil || !il.present {
 		return stampedObject{}, nil
@@ -256,7 +274,7 @@ func checkIngressWorkload(s *frameScan, nodeID string) (stampedObject, error) {
 	}
 	// The spelling is checked: error is the one member that can be it.
 	if m := il.exact("error"); m != nil {
-		if err := checkStringBound("workloadInfo", "error", maxIngressErrorBytes, m.value); err != nil {
+		if err := checkStringBound("workloadInfo", "error", MaxIngressErrorBytes, m.value); err != nil {
 			return stampedObject{}, err
 		}
 	}
@@ -278,7 +296,7 @@ type stampedObject struct {
 // body's text with the one member's value replaced, or the one member
 // added before the object's closing brace; an origin sent as this node's
 // id in plain text is left as it is, and nothing is copied.
-func stampOrigin(s *frameScan, level int, nodeID string) (stampedObject, error) {
+func stampOrigin(s *Scan, level int, nodeID string) (stampedObject, error) {
 	var qbuf [96]byte
 	quoted := appendJSONString(qbuf[:0], nodeID)
 	l, pl := &s.levels[level], &s.levels[levelParams]
@@ -319,16 +337,16 @@ func stampOrigin(s *frameScan, level int, nodeID string) (stampedObject, error) 
 // checkIngressValues validates the decoded frame again, so the ingress rules
 // hold even for a spelling the name check missed: the origin is this node,
 // the state is one of the five and no resync marker was decoded. The id's
-// bound is not the ingress's own: every path holds it (maxKeyFieldBytes),
+// bound is not the ingress's own: every path holds it (MaxKeyFieldBytes),
 // in every spelling, in the parse step before this.
-func checkIngressValues(f *localFrame, nodeID string) error {
-	origin := f.removal.ref.origin
+func checkIngressValues(f *Ingress, nodeID string) error {
+	origin := f.Removal.Ref.Origin
 	if !f.isRemoval() {
-		origin = f.life.info.OriginatedFrom
-		if _, known := workloadStates[f.life.info.State]; !known {
-			return fmt.Errorf("state %q: must be queued, running, completed, failed or cancelled", f.life.info.State)
+		origin = f.Life.Info.OriginatedFrom
+		if _, known := workloadStates[f.Life.Info.State]; !known {
+			return fmt.Errorf("state %q: must be queued, running, completed, failed or cancelled", f.Life.Info.State)
 		}
-		if f.life.resync {
+		if f.Life.Resync {
 			return errors.New("resync is reserved for peers' re-assertions")
 		}
 	}

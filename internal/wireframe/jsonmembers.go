@@ -1,4 +1,4 @@
-package main
+package wireframe
 
 import (
 	"bytes"
@@ -13,10 +13,10 @@ import (
 // two names and matches names without regard to case: the spelling rules of
 // ingressframe.go need to see every name as it was sent.
 
-// jsonMember is one name/value pair of a JSON object, in document order.
-type jsonMember struct {
-	name  string
-	value json.RawMessage
+// Member is one name/value pair of a JSON object, in document order.
+type Member struct {
+	Name  string
+	Value json.RawMessage
 }
 
 // objectMembers returns the members of a JSON object in order, repeated
@@ -27,21 +27,21 @@ type jsonMember struct {
 // encoding/json unquotes them (json.Unmarshal whenever a name has an escape
 // or is not valid UTF-8). Anything json.Valid refuses goes through the
 // decoder, for its error.
-func objectMembers(raw []byte) ([]jsonMember, error) {
+func objectMembers(raw []byte) ([]Member, error) {
 	if !json.Valid(raw) {
 		return objectMembersDecoded(raw)
 	}
-	return validObjectMembers(raw)
+	return ValidObjectMembers(raw)
 }
 
-// validObjectMembers is objectMembers for raw known to be valid JSON, such
+// ValidObjectMembers is objectMembers for raw known to be valid JSON, such
 // as a member value of a document objectMembers accepted.
-func validObjectMembers(raw []byte) ([]jsonMember, error) {
+func ValidObjectMembers(raw []byte) ([]Member, error) {
 	i := skipJSONSpace(raw, 0)
 	if i == len(raw) || raw[i] != '{' {
 		return nil, errNotObject
 	}
-	ms := make([]jsonMember, 0, 16)
+	ms := make([]Member, 0, 16)
 	i = skipJSONSpace(raw, i+1)
 	if raw[i] == '}' {
 		return ms, nil
@@ -55,7 +55,7 @@ func validObjectMembers(raw []byte) ([]jsonMember, error) {
 		i = skipJSONSpace(raw, end)
 		i = skipJSONSpace(raw, i+1) // the colon
 		vEnd := skipJSONValue(raw, i)
-		ms = append(ms, jsonMember{name: name, value: raw[i:vEnd:vEnd]})
+		ms = append(ms, Member{Name: name, Value: raw[i:vEnd:vEnd]})
 		i = skipJSONSpace(raw, vEnd)
 		if raw[i] == '}' {
 			return ms, nil
@@ -126,12 +126,12 @@ func skipJSONValue(b []byte, i int) int {
 
 // objectMembersDecoded is objectMembers through encoding/json's Decoder,
 // which names the error in a document that is not valid.
-func objectMembersDecoded(raw []byte) ([]jsonMember, error) {
+func objectMembersDecoded(raw []byte) ([]Member, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil, errNotObject
 	}
-	var ms []jsonMember
+	var ms []Member
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -141,7 +141,7 @@ func objectMembersDecoded(raw []byte) ([]jsonMember, error) {
 		if err := dec.Decode(&v); err != nil {
 			return nil, err
 		}
-		ms = append(ms, jsonMember{name: tok.(string), value: v})
+		ms = append(ms, Member{Name: tok.(string), Value: v})
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
 		return nil, err
@@ -152,21 +152,22 @@ func objectMembersDecoded(raw []byte) ([]jsonMember, error) {
 	return ms, nil
 }
 
-func member(ms []jsonMember, name string) (json.RawMessage, bool) {
+// MemberNamed returns the value of the first member named name.
+func MemberNamed(ms []Member, name string) (json.RawMessage, bool) {
 	for _, m := range ms {
-		if m.name == name {
-			return m.value, true
+		if m.Name == name {
+			return m.Value, true
 		}
 	}
 	return nil, false
 }
 
-// encodeMembers renders members as a JSON object, in order, values untouched.
-func encodeMembers(ms []jsonMember) json.RawMessage {
+// EncodeMembers renders members as a JSON object, in order, values untouched.
+func EncodeMembers(ms []Member) json.RawMessage {
 	var b bytes.Buffer
 	n := 2 // the braces
 	for _, m := range ms {
-		n += len(m.name) + len(m.value) + 4 // quotes, colon, comma
+		n += len(m.Name) + len(m.Value) + 4 // quotes, colon, comma
 	}
 	b.Grow(n) // exact for plain names: no slack is kept with the frame
 	b.WriteByte('{')
@@ -174,26 +175,26 @@ func encodeMembers(ms []jsonMember) json.RawMessage {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		writeJSONString(&b, m.name)
+		writeJSONString(&b, m.Name)
 		b.WriteByte(':')
-		b.Write(m.value)
+		b.Write(m.Value)
 	}
 	b.WriteByte('}')
 	return b.Bytes()
 }
 
-// withMember returns ms with name set to value, in place when present.
-func withMember(ms []jsonMember, name string, value json.RawMessage) []jsonMember {
-	out := make([]jsonMember, 0, len(ms)+1)
+// WithMember returns ms with name set to value, in place when present.
+func WithMember(ms []Member, name string, value json.RawMessage) []Member {
+	out := make([]Member, 0, len(ms)+1)
 	found := false
 	for _, m := range ms {
-		if m.name == name {
-			m.value, found = value, true
+		if m.Name == name {
+			m.Value, found = value, true
 		}
 		out = append(out, m)
 	}
 	if !found {
-		out = append(out, jsonMember{name, value})
+		out = append(out, Member{name, value})
 	}
 	return out
 }

@@ -1,4 +1,4 @@
-package main
+package wireframe
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 )
 
 // The single pass over a frame (issue 14). Every path reads a frame once:
-// frameScan walks the text a single time, validating its grammar exactly as
+// Scan walks the text a single time, validating its grammar exactly as
 // encoding/json does (json.Valid's grammar and its nesting limit), and
 // records the members of the three objects the daemon interprets, in
 // document order, repeats included: the envelope, its params, and the
@@ -21,7 +21,7 @@ import (
 // member that holds an object, and a later one replaces what an earlier
 // one recorded; a later one that is not an object leaves none.
 //
-// A whole frame is checked for UTF-8 first (checkFrameUTF8, on every path),
+// A whole frame is checked for UTF-8 first (CheckUTF8, on every path),
 // so that no byte that is not UTF-8 is ever relayed; the scanner marks such
 // bytes inside a string too (scanString.badUTF8), so that params scanned on
 // their own hold the typed fields to the same rule.
@@ -39,7 +39,7 @@ type scanString struct {
 	loneSurrogate bool
 	// badUTF8: raw bytes that are not UTF-8 (or encode a surrogate), which
 	// encoding/json also turns into U+FFFD. A whole frame is checked
-	// before it is scanned; params handed to parseLifecycle on their own
+	// before it is scanned; params handed to ParseLifecycle on their own
 	// are checked here.
 	badUTF8 bool
 }
@@ -113,8 +113,8 @@ const (
 	levelInfo
 )
 
-// frameScan is the result of one pass over a frame.
-type frameScan struct {
+// Scan is the result of one pass over a frame.
+type Scan struct {
 	b      []byte
 	levels [3]scanLevel
 	depth  int
@@ -124,19 +124,31 @@ type frameScan struct {
 // refuse; scanSyntaxError replaces it with encoding/json's own wording.
 var errScanSyntax = errors.New("invalid JSON")
 
-// scanFrame scans a whole frame: an envelope object with params and their
+// ScanFrame scans a whole frame: an envelope object with params and their
 // workloadInfo.
-func (s *frameScan) scanFrame(b []byte) error {
+func (s *Scan) ScanFrame(b []byte) error {
 	return s.scanTop(b, levelEnvelope)
 }
 
 // scanParams scans a params object on its own (a frame whose envelope was
 // decoded elsewhere).
-func (s *frameScan) scanParams(b []byte) error {
+func (s *Scan) scanParams(b []byte) error {
 	return s.scanTop(b, levelParams)
 }
 
-func (s *frameScan) scanTop(b []byte, level int) error {
+// Params returns the text of the scanned frame's params object, nil when
+// it has none.
+func (s *Scan) Params() json.RawMessage { return s.levels[levelParams].raw }
+
+// Lifecycle reads the lifecycle frame a scan holds (lifecycleFromScan).
+func (s *Scan) Lifecycle(method string) (Lifecycle, error) {
+	return lifecycleFromScan(method, s, "")
+}
+
+// Removal reads the removal a scan holds (removalFromScan).
+func (s *Scan) Removal() (Removal, error) { return removalFromScan(s, nil) }
+
+func (s *Scan) scanTop(b []byte, level int) error {
 	s.b = b
 	for i := range s.levels {
 		s.levels[i].reset()
@@ -176,7 +188,7 @@ func scanSyntaxError(b []byte) error {
 // scanObject scans the object at b[i] and, at a level the daemon
 // interprets, records its members and descends into the member that opens
 // the next level.
-func (s *frameScan) scanObject(i, level int) (int, error) {
+func (s *Scan) scanObject(i, level int) (int, error) {
 	// Only the three interpreted levels come here, so the nesting limit is
 	// for skipContainer to hold; the depth counts them.
 	s.depth++
@@ -267,7 +279,7 @@ var foldedNames = map[string]string{
 }
 
 // clearFrom resets level and the levels below it.
-func (s *frameScan) clearFrom(level int) {
+func (s *Scan) clearFrom(level int) {
 	for l := level; l < len(s.levels); l++ {
 		s.levels[l].reset()
 	}
@@ -276,7 +288,7 @@ func (s *frameScan) clearFrom(level int) {
 // skipValue validates the value at b[i] and returns the index past it,
 // without recording anything. Nested containers are walked iteratively,
 // with their count held to encoding/json's nesting limit.
-func (s *frameScan) skipValue(i int) (int, error) {
+func (s *Scan) skipValue(i int) (int, error) {
 	if c := s.b[i]; c == '{' || c == '[' {
 		return s.skipContainer(i)
 	}
@@ -286,7 +298,7 @@ func (s *frameScan) skipValue(i int) (int, error) {
 // skipContainer validates the object or array at b[i]. Its open
 // containers are kept on a stack of bits (1: object), inline for the
 // depths any real frame has.
-func (s *frameScan) skipContainer(i int) (int, error) {
+func (s *Scan) skipContainer(i int) (int, error) {
 	b := s.b
 	var inline [8]uint64
 	stack := inline[:]
@@ -398,7 +410,7 @@ func scanMemberName(b []byte, i int) (int, error) {
 }
 
 // skipScalar validates a string, number or literal at b[i].
-func (s *frameScan) skipScalar(i int) (int, error) {
+func (s *Scan) skipScalar(i int) (int, error) {
 	switch c := s.b[i]; {
 	case c == '"':
 		end, _, err := scanStringToken(s.b, i)

@@ -1,4 +1,4 @@
-package main
+package wireframe
 
 import (
 	"fmt"
@@ -73,14 +73,14 @@ func typedFields(fields ...typedField) map[string]typedField {
 	return m
 }
 
-// maxKeyFieldBytes bounds, in bytes of its decoded UTF-8 value, every string
+// MaxKeyFieldBytes bounds, in bytes of its decoded UTF-8 value, every string
 // field that identifies a workload or an event of one: the fields the dedup
 // key, the re-sync set's key and the removal memory are made of, and the
 // model and requester beside them. A bound on these keeps every structure
 // keyed by them bounded in bytes, not only in entries, whatever a peer or a
 // producer sends; 256 bytes is far more than any id, node UUID or engine
 // name the cluster uses.
-const maxKeyFieldBytes = 256
+const MaxKeyFieldBytes = 256
 
 // The indexes of the workload fields in workloadTypedFields, in the order
 // it lists them, and of the removal's in removalTypedFields.
@@ -109,27 +109,27 @@ var (
 	// workloadTypedFields are the members of a workload object the broker
 	// decodes, with their types (contract, section 3).
 	workloadTypedFields = typedFields(
-		typedField{name: "id", typ: typeString, maxBytes: maxKeyFieldBytes},
-		typedField{name: "model", typ: typeString, maxBytes: maxKeyFieldBytes},
-		typedField{name: "engine", typ: typeString, maxBytes: maxKeyFieldBytes},
+		typedField{name: "id", typ: typeString, maxBytes: MaxKeyFieldBytes},
+		typedField{name: "model", typ: typeString, maxBytes: MaxKeyFieldBytes},
+		typedField{name: "engine", typ: typeString, maxBytes: MaxKeyFieldBytes},
 		typedField{name: "state", typ: typeString, maxBytes: 0},
-		typedField{name: "originatedFrom", typ: typeString, maxBytes: maxKeyFieldBytes},
-		typedField{name: "runId", typ: typeStringOrNull, maxBytes: maxKeyFieldBytes},
-		typedField{name: "scheduledOn", typ: typeStringOrNull, maxBytes: maxKeyFieldBytes},
+		typedField{name: "originatedFrom", typ: typeString, maxBytes: MaxKeyFieldBytes},
+		typedField{name: "runId", typ: typeStringOrNull, maxBytes: MaxKeyFieldBytes},
+		typedField{name: "scheduledOn", typ: typeStringOrNull, maxBytes: MaxKeyFieldBytes},
 		typedField{name: "createdAt", typ: typeEpochMillis, maxBytes: 0},
 		typedField{name: "startedAt", typ: typeEpochMillisNull, maxBytes: 0},
 		typedField{name: "completedAt", typ: typeEpochMillisNull, maxBytes: 0},
 		// error is bounded on the ingress only (ingressframe.go): the broker
 		// and the stock peers send long error texts, and error is in no key.
 		typedField{name: "error", typ: typeStringOrNull, maxBytes: 0},
-		typedField{name: "requesterId", typ: typeStringOrNull, maxBytes: maxKeyFieldBytes},
+		typedField{name: "requesterId", typ: typeStringOrNull, maxBytes: MaxKeyFieldBytes},
 		typedField{name: "seq", typ: typeSeq, maxBytes: 0},
 	)
 	// removalTypedFields are the members of a workloads:remove frame's params
 	// the broker decodes.
 	removalTypedFields = typedFields(
-		typedField{name: "workloadId", typ: typeString, maxBytes: maxKeyFieldBytes},
-		typedField{name: "originatedFrom", typ: typeString, maxBytes: maxKeyFieldBytes},
+		typedField{name: "workloadId", typ: typeString, maxBytes: MaxKeyFieldBytes},
+		typedField{name: "originatedFrom", typ: typeString, maxBytes: MaxKeyFieldBytes},
 	)
 )
 
@@ -198,17 +198,17 @@ func checkMemberType(level string, f typedField, m *scanMember) error {
 	return fmt.Errorf("%s.%s %s", level, f.name, what)
 }
 
-// fieldTooLongError refuses a string member over its field's bound. It is
+// FieldTooLongError refuses a string member over its field's bound. It is
 // a type of its own so that each path can count these refusals
 // (nvpair_wlm_field_bound_refusals_total).
-type fieldTooLongError struct {
+type FieldTooLongError struct {
 	field  string // with its level: "workloadInfo.engine"
 	sentAs string // the member's name when it was not the field's spelling
 	size   int    // the decoded value's bytes
 	limit  int
 }
 
-func (e *fieldTooLongError) Error() string {
+func (e *FieldTooLongError) Error() string {
 	msg := fmt.Sprintf("%s is %d bytes, over its %d-byte bound", e.field, e.size, e.limit)
 	if e.sentAs != "" {
 		msg += fmt.Sprintf(" (sent as %q)", e.sentAs)
@@ -220,7 +220,7 @@ func (e *fieldTooLongError) Error() string {
 // whose decoded value is over limit bytes; limit 0 bounds nothing. The
 // bound is on the decoded value, the string every structure keyed by it
 // holds, not on its escaped text: "\u00e9" is the two bytes of é.
-func checkStringBound(level, field string, limit int, v []byte) *fieldTooLongError {
+func checkStringBound(level, field string, limit int, v []byte) *FieldTooLongError {
 	if limit == 0 || !isJSONStringValue(v) {
 		return nil
 	}
@@ -230,7 +230,7 @@ func checkStringBound(level, field string, limit int, v []byte) *fieldTooLongErr
 		return nil
 	}
 	if n := decodedJSONStringLen(v); n > limit {
-		return &fieldTooLongError{field: level + "." + field, size: n, limit: limit}
+		return &FieldTooLongError{field: level + "." + field, size: n, limit: limit}
 	}
 	return nil
 }

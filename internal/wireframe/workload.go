@@ -1,23 +1,20 @@
-package main
+package wireframe
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 )
 
 // The lifecycle methods a workload's events travel as, on every channel.
 const (
-	methodSubmitted = "workload:submitted"
-	methodStarted   = "workload:started"
-	methodCompleted = "workload:completed"
-	methodErrored   = "workload:errored"
-	methodRemove    = "workloads:remove"
-	methodUpsert    = "workloads:upsert"
+	MethodSubmitted = "workload:submitted"
+	MethodStarted   = "workload:started"
+	MethodCompleted = "workload:completed"
+	MethodErrored   = "workload:errored"
+	MethodRemove    = "workloads:remove"
+	MethodUpsert    = "workloads:upsert"
 )
 
 // workloadStates maps each known state to whether it is terminal.
@@ -29,22 +26,23 @@ var workloadStates = map[string]bool{
 	"cancelled": true,
 }
 
-func isLifecycleMethod(m string) bool {
+// IsLifecycleMethod reports whether m is one of the four lifecycle methods.
+func IsLifecycleMethod(m string) bool {
 	switch m {
-	case methodSubmitted, methodStarted, methodCompleted, methodErrored:
+	case MethodSubmitted, MethodStarted, MethodCompleted, MethodErrored:
 		return true
 	}
 	return false
 }
 
-// isTerminalState reports whether a workload in state s has ended. On the
+// IsTerminalState reports whether a workload in state s has ended. On the
 // stdio and peer paths any non-empty state passes validation; an unknown one
 // is treated as live.
-func isTerminalState(s string) bool { return workloadStates[s] }
+func IsTerminalState(s string) bool { return workloadStates[s] }
 
-// workloadInfo holds the fields of a workload object that the daemon reads.
+// WorkloadInfo holds the fields of a workload object that the daemon reads.
 // It is never re-encoded: the object travels as the raw JSON it arrived as.
-type workloadInfo struct {
+type WorkloadInfo struct {
 	ID             string `json:"id"`
 	Model          string `json:"model"`
 	Engine         string `json:"engine"`
@@ -55,67 +53,58 @@ type workloadInfo struct {
 
 	// seqNum is the producer's event counter when hasSeq; the typed check
 	// reads it (checkWorkloadTypes), not encoding/json.
-	seqNum int64
-	hasSeq bool
+	Seq    int64
+	HasSeq bool
 	// requester is the requesterId when hasRequester (null and absent are
 	// not a requester): the read-back's filter compares it (readback.go)
 	// rather than parse every entry's line on every answer.
-	requester    string
-	hasRequester bool
+	Requester    string
+	HasRequester bool
 }
 
-// workloadKey identifies one run of a workload in the re-sync set.
-type workloadKey struct{ origin, engine, runID, id string }
+// WorkloadKey identifies one run of a workload in the re-sync set.
+type WorkloadKey struct{ Origin, Engine, RunID, ID string }
 
-// workloadRef identifies a workload across runs: what a removal names.
-type workloadRef struct{ origin, id string }
+// WorkloadRef identifies a workload across runs: what a removal names.
+type WorkloadRef struct{ Origin, ID string }
 
-// lifecycleEvent is a validated lifecycle frame.
-type lifecycleEvent struct {
-	method string
-	info   workloadInfo
-	raw    json.RawMessage // the workload object exactly as it arrived
-	params json.RawMessage // the frame's params exactly as they arrived
-	resync bool            // params carried "resync": true
+// Lifecycle is a validated lifecycle frame.
+type Lifecycle struct {
+	Method string
+	Info   WorkloadInfo
+	Raw    json.RawMessage // the workload object exactly as it arrived
+	Params json.RawMessage // the frame's params exactly as they arrived
+	Resync bool            // params carried "resync": true
 }
 
-func (e *lifecycleEvent) key() workloadKey {
-	return workloadKey{e.info.OriginatedFrom, e.info.Engine, e.info.RunID, e.info.ID}
+// Key is the run the event is about: its re-sync set key.
+func (e *Lifecycle) Key() WorkloadKey {
+	return WorkloadKey{e.Info.OriginatedFrom, e.Info.Engine, e.Info.RunID, e.Info.ID}
 }
 
-func (e *lifecycleEvent) ref() workloadRef { return workloadRef{e.info.OriginatedFrom, e.info.ID} }
+// Ref is the workload the event is about, across runs.
+func (e *Lifecycle) Ref() WorkloadRef { return WorkloadRef{e.Info.OriginatedFrom, e.Info.ID} }
 
-func (e *lifecycleEvent) terminal() bool { return isTerminalState(e.info.State) }
+// Terminal reports whether the event ends its workload.
+func (e *Lifecycle) Terminal() bool { return IsTerminalState(e.Info.State) }
 
-// dedupKey is the key peers deduplicate a lifecycle event on.
-func (e *lifecycleEvent) dedupKey() dedupDigest {
-	i := &e.info
-	seq := ""
-	if i.hasSeq {
-		seq = strconv.FormatInt(i.seqNum, 10)
-	}
-	return digestKey("L", i.OriginatedFrom, i.Engine, i.RunID, i.ID, i.State, i.ScheduledOn, seq)
-}
-
-// removalEvent is a validated workloads:remove frame.
-type removalEvent struct {
-	ref workloadRef
+// Removal is a validated workloads:remove frame.
+type Removal struct {
+	Ref WorkloadRef
 	// idToken and originToken are the JSON string tokens of workloadId and
 	// originatedFrom exactly as they arrived. The removal the broker gets
 	// is built from them, not from ref re-encoded, so it names the
 	// workload in the very bytes the upsert named it in (an escape such as
 	// \u00e9 or \/ stays an escape).
 	idToken, originToken json.RawMessage
-	params               json.RawMessage
+	Params               json.RawMessage
 }
 
-func (r *removalEvent) dedupKey() dedupDigest { return digestKey("R", r.ref.origin, r.ref.id) }
-
-// brokerParams renders the removal's params for the broker from the tokens
+// BrokerParams renders the removal's params for the broker from the tokens
 // as they arrived, in the order json.Marshal of a map wrote them before,
 // so a removal that needs no escaping reaches the broker byte for byte as
 // it always did.
-func (r *removalEvent) brokerParams() json.RawMessage {
+func (r *Removal) BrokerParams() json.RawMessage {
 	b := make([]byte, 0, len(r.idToken)+len(r.originToken)+32)
 	b = append(b, `{"originatedFrom":`...)
 	b = append(b, r.originToken...)
@@ -124,44 +113,23 @@ func (r *removalEvent) brokerParams() json.RawMessage {
 	return append(b, '}')
 }
 
-// digestKey is the SHA-256 of the parts, each preceded by its length as
-// eight big-endian bytes, so that no two tuples share an encoding and no
-// two share a digest short of a SHA-256 collision. The dedup stores the
-// digest, 32 bytes whatever the parts hold.
-func digestKey(parts ...string) dedupDigest {
-	n := 0
-	for _, p := range parts {
-		n += 8 + len(p)
-	}
-	var stack [1024]byte // the bounded fields of a key fit: no allocation
-	b := stack[:0]
-	if n > len(stack) {
-		b = make([]byte, 0, n)
-	}
-	for _, p := range parts {
-		b = binary.BigEndian.AppendUint64(b, uint64(len(p)))
-		b = append(b, p...)
-	}
-	return sha256.Sum256(b)
-}
-
 var errNotObject = errors.New("must be a JSON object")
 
-// parseLifecycle validates a lifecycle frame's params: a workload object
+// ParseLifecycle validates a lifecycle frame's params: a workload object
 // whose known members have the types the broker decodes (workloadtypes.go),
 // with every required field present and non-empty. The stdio path, the
 // ingress and the peer port all go through it, or through lifecycleFromScan
 // when they have scanned the whole frame. It has no side effects.
-func parseLifecycle(method string, params json.RawMessage) (lifecycleEvent, error) {
-	if !isLifecycleMethod(method) {
-		return lifecycleEvent{}, fmt.Errorf("unknown method %q", method)
+func ParseLifecycle(method string, params json.RawMessage) (Lifecycle, error) {
+	if !IsLifecycleMethod(method) {
+		return Lifecycle{}, fmt.Errorf("unknown method %q", method)
 	}
 	if !isJSONObject(params) {
-		return lifecycleEvent{}, fmt.Errorf("params: %w", errNotObject)
+		return Lifecycle{}, fmt.Errorf("params: %w", errNotObject)
 	}
-	var s frameScan
+	var s Scan
 	if err := s.scanParams(params); err != nil {
-		return lifecycleEvent{}, fmt.Errorf("params: %w", err)
+		return Lifecycle{}, fmt.Errorf("params: %w", err)
 	}
 	return lifecycleFromScan(method, &s, "")
 }
@@ -172,21 +140,21 @@ func parseLifecycle(method string, params json.RawMessage) (lifecycleEvent, erro
 // stampedOrigin, when not "", is the origin the ingress stamped: the
 // object's own originatedFrom member was checked by the stamp, and the
 // event's raw object and params are the caller's to set.
-func lifecycleFromScan(method string, s *frameScan, stampedOrigin string) (lifecycleEvent, error) {
+func lifecycleFromScan(method string, s *Scan, stampedOrigin string) (Lifecycle, error) {
 	pl := &s.levels[levelParams]
 	if !pl.present {
-		return lifecycleEvent{}, fmt.Errorf("params: %w", errNotObject)
+		return Lifecycle{}, fmt.Errorf("params: %w", errNotObject)
 	}
 	info, resync, err := lifecycleParamsOf(pl)
 	if err != nil {
-		return lifecycleEvent{}, err
+		return Lifecycle{}, err
 	}
 	if info == nil {
-		return lifecycleEvent{}, errors.New("params.workloadInfo is missing")
+		return Lifecycle{}, errors.New("params.workloadInfo is missing")
 	}
 	il := &s.levels[levelInfo]
 	if !il.present {
-		return lifecycleEvent{}, fmt.Errorf("params.workloadInfo: %w", errNotObject)
+		return Lifecycle{}, fmt.Errorf("params.workloadInfo: %w", errNotObject)
 	}
 	skip := ""
 	if stampedOrigin != "" {
@@ -194,12 +162,12 @@ func lifecycleFromScan(method string, s *frameScan, stampedOrigin string) (lifec
 	}
 	vals, err := checkTypedMembers("workloadInfo", il, workloadTypedFields, skip)
 	if err != nil {
-		return lifecycleEvent{}, err
+		return Lifecycle{}, err
 	}
-	ev := lifecycleEvent{method: method, raw: il.raw, params: pl.raw, resync: resync}
-	ev.info = decodeWorkloadInfo(&vals, stampedOrigin)
-	if err := ev.info.validate(); err != nil {
-		return lifecycleEvent{}, err
+	ev := Lifecycle{Method: method, Raw: il.raw, Params: pl.raw, Resync: resync}
+	ev.Info = decodeWorkloadInfo(&vals, stampedOrigin)
+	if err := ev.Info.validate(); err != nil {
+		return Lifecycle{}, err
 	}
 	return ev, nil
 }
@@ -230,10 +198,10 @@ func lifecycleParamsOf(pl *scanLevel) (info *scanMember, resync bool, err error)
 	return info, resync, nil
 }
 
-// decodeWorkloadInfo decodes the string fields the daemon reads into one
+// decodeworkloadInfo decodes the string fields the daemon reads into one
 // allocation, each field a part of it, and the seq. The members are
 // well-formed (checkTypedMembers), so decoding substitutes nothing.
-func decodeWorkloadInfo(vals *typedValues, stampedOrigin string) workloadInfo {
+func decodeWorkloadInfo(vals *typedValues, stampedOrigin string) WorkloadInfo {
 	fields := [...]int{wfID, wfModel, wfEngine, wfState, wfOrigin, wfScheduledOn, wfRunID, wfRequesterID}
 	var stack [512]byte
 	buf := stack[:0]
@@ -252,19 +220,19 @@ func decodeWorkloadInfo(vals *typedValues, stampedOrigin string) workloadInfo {
 		}
 		return all[start:ends[i]]
 	}
-	w := workloadInfo{ID: part(0), Model: part(1), Engine: part(2), State: part(3),
+	w := WorkloadInfo{ID: part(0), Model: part(1), Engine: part(2), State: part(3),
 		OriginatedFrom: part(4), ScheduledOn: part(5), RunID: part(6),
-		requester: part(7), hasRequester: vals[wfRequesterID] != nil}
+		Requester: part(7), HasRequester: vals[wfRequesterID] != nil}
 	if stampedOrigin != "" {
 		w.OriginatedFrom = stampedOrigin
 	}
 	if m := vals[wfSeq]; m != nil {
-		w.seqNum, w.hasSeq = parseJSONInteger(m.value)
+		w.Seq, w.HasSeq = parseJSONInteger(m.value)
 	}
 	return w
 }
 
-func (i *workloadInfo) validate() error {
+func (i *WorkloadInfo) validate() error {
 	for _, f := range []struct{ name, v string }{
 		{"id", i.ID}, {"model", i.Model}, {"engine", i.Engine},
 		{"state", i.State}, {"originatedFrom", i.OriginatedFrom},
@@ -276,16 +244,16 @@ func (i *workloadInfo) validate() error {
 	return nil
 }
 
-// parseRemove validates a workloads:remove frame's params: the typed checks
+// ParseRemove validates a workloads:remove frame's params: the typed checks
 // of workloadtypes.go, then a non-empty workloadId and originatedFrom. It
 // has no side effects.
-func parseRemove(params json.RawMessage) (removalEvent, error) {
+func ParseRemove(params json.RawMessage) (Removal, error) {
 	if !isJSONObject(params) {
-		return removalEvent{}, fmt.Errorf("params: %w", errNotObject)
+		return Removal{}, fmt.Errorf("params: %w", errNotObject)
 	}
-	var s frameScan
+	var s Scan
 	if err := s.scanParams(params); err != nil {
-		return removalEvent{}, fmt.Errorf("params: %w", err)
+		return Removal{}, fmt.Errorf("params: %w", err)
 	}
 	return removalFromScan(&s, nil)
 }
@@ -296,10 +264,10 @@ func parseRemove(params json.RawMessage) (removalEvent, error) {
 // when not nil, is the origin token the ingress stamped: the params' own
 // originatedFrom was checked by the stamp, and the event's params are the
 // caller's to set.
-func removalFromScan(s *frameScan, stampedOrigin json.RawMessage) (removalEvent, error) {
+func removalFromScan(s *Scan, stampedOrigin json.RawMessage) (Removal, error) {
 	pl := &s.levels[levelParams]
 	if !pl.present {
-		return removalEvent{}, fmt.Errorf("params: %w", errNotObject)
+		return Removal{}, fmt.Errorf("params: %w", errNotObject)
 	}
 	skip := ""
 	if stampedOrigin != nil {
@@ -307,9 +275,9 @@ func removalFromScan(s *frameScan, stampedOrigin json.RawMessage) (removalEvent,
 	}
 	vals, err := checkTypedMembers("params", pl, removalTypedFields, skip)
 	if err != nil {
-		return removalEvent{}, err
+		return Removal{}, err
 	}
-	r := removalEvent{params: pl.raw, originToken: stampedOrigin}
+	r := Removal{Params: pl.raw, originToken: stampedOrigin}
 	if m := vals[rfWorkloadID]; m != nil {
 		r.idToken = m.value
 	}
@@ -319,16 +287,16 @@ func removalFromScan(s *frameScan, stampedOrigin json.RawMessage) (removalEvent,
 	// The tokens are well-formed strings (checkTypedMembers): decoding them
 	// substitutes nothing.
 	if r.idToken != nil {
-		r.ref.id = string(appendUnquoted(nil, r.idToken))
+		r.Ref.ID = string(appendUnquoted(nil, r.idToken))
 	}
 	if r.originToken != nil {
-		r.ref.origin = string(appendUnquoted(nil, r.originToken))
+		r.Ref.Origin = string(appendUnquoted(nil, r.originToken))
 	}
-	if r.ref.id == "" {
-		return removalEvent{}, errors.New("params.workloadId is missing or empty")
+	if r.Ref.ID == "" {
+		return Removal{}, errors.New("params.workloadId is missing or empty")
 	}
-	if r.ref.origin == "" {
-		return removalEvent{}, errors.New("params.originatedFrom is missing or empty")
+	if r.Ref.Origin == "" {
+		return Removal{}, errors.New("params.originatedFrom is missing or empty")
 	}
 	return r, nil
 }

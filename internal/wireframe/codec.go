@@ -1,4 +1,4 @@
-package main
+package wireframe
 
 import (
 	"bufio"
@@ -10,47 +10,48 @@ import (
 	"unicode/utf8"
 )
 
-// maxFrameBytes bounds one frame on every channel: a stdio line, a peer
+// MaxBytes bounds one frame on every channel: a stdio line, a peer
 // request body and an ingress request body.
-const maxFrameBytes = 1 << 20
+const MaxBytes = 1 << 20
 
 // JSON-RPC 2.0 error codes the daemon answers with.
 const (
-	codeMethodNotFound = -32601
-	codeInvalidParams  = -32602
+	CodeMethodNotFound = -32601
+	CodeInvalidParams  = -32602
 )
 
-// rpcFrame is one JSON-RPC 2.0 message: a request (method and id), a
+// RPC is one JSON-RPC 2.0 message: a request (method and id), a
 // notification (method, no id) or a response (id with result or error).
 // Params and results stay raw so that nothing the daemon does not know about
 // is lost on the way through.
-type rpcFrame struct {
+type RPC struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id,omitempty"`
 	Method  string          `json:"method,omitempty"`
 	Params  json.RawMessage `json:"params,omitempty"`
 	Result  json.RawMessage `json:"result,omitempty"`
-	Error   *rpcError       `json:"error,omitempty"`
+	Error   *RPCError       `json:"error,omitempty"`
 }
 
-type rpcError struct {
+// RPCError is a JSON-RPC 2.0 error object.
+type RPCError struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
 }
 
-// isRequest reports whether the frame expects an answer. encoding/json hands
+// IsRequest reports whether the frame expects an answer. encoding/json hands
 // a present "id": null to RawMessage as "null", so presence is what counts.
-func (f *rpcFrame) isRequest() bool { return f.Method != "" && f.ID != nil }
+func (f *RPC) IsRequest() bool { return f.Method != "" && f.ID != nil }
 
-// isResponse reports whether the frame answers a request of ours.
-func (f *rpcFrame) isResponse() bool { return f.Method == "" && f.ID != nil }
+// IsResponse reports whether the frame answers a request of ours.
+func (f *RPC) IsResponse() bool { return f.Method == "" && f.ID != nil }
 
-// rpcEnvelope is what the daemon reads of a scanned frame's envelope, as
-// encoding/json would decode it into rpcFrame: each member the last whose
+// Envelope is what the daemon reads of a scanned frame's envelope, as
+// encoding/json would decode it into RPC: each member the last whose
 // name folds to it, a null jsonrpc or method leaving it as it was.
-type rpcEnvelope struct {
-	jsonrpc, method string
-	id              json.RawMessage // nil when absent
+type Envelope struct {
+	JSONRPC, Method string
+	ID              json.RawMessage // nil when absent
 }
 
 // The folded names of the envelope members the daemon reads.
@@ -60,13 +61,13 @@ var (
 	foldedID      = foldKey("id")
 )
 
-// envelopeOf reads the envelope of a frame scanned whole (frameScan). A
+// EnvelopeOf reads the envelope of a frame scanned whole (Scan). A
 // frame that is not an object, or whose jsonrpc or method is neither a
 // string nor null, is refused, as encoding/json refuses it. The other
 // members of an envelope (a response's result or error) are not read: a
 // frame the daemon acts on is a notification or a request.
-func envelopeOf(s *frameScan) (rpcEnvelope, error) {
-	var env rpcEnvelope
+func EnvelopeOf(s *Scan) (Envelope, error) {
+	var env Envelope
 	el := &s.levels[levelEnvelope]
 	if !el.present {
 		return env, errNotObject
@@ -76,15 +77,15 @@ func envelopeOf(s *frameScan) (rpcEnvelope, error) {
 		m := el.member(i)
 		switch string(m.foldedName(buf[:0])) {
 		case foldedJSONRPC:
-			if err := envelopeString(m, "jsonrpc", &env.jsonrpc); err != nil {
+			if err := envelopeString(m, "jsonrpc", &env.JSONRPC); err != nil {
 				return env, err
 			}
 		case foldedMethod:
-			if err := envelopeString(m, "method", &env.method); err != nil {
+			if err := envelopeString(m, "method", &env.Method); err != nil {
 				return env, err
 			}
 		case foldedID:
-			env.id = m.value
+			env.ID = m.value
 		}
 	}
 	return env, nil
@@ -105,47 +106,47 @@ func envelopeString(m *scanMember, name string, dst *string) error {
 	switch string(v) {
 	case "2.0":
 		*dst = "2.0"
-	case methodSubmitted:
-		*dst = methodSubmitted
-	case methodStarted:
-		*dst = methodStarted
-	case methodCompleted:
-		*dst = methodCompleted
-	case methodErrored:
-		*dst = methodErrored
-	case methodRemove:
-		*dst = methodRemove
+	case MethodSubmitted:
+		*dst = MethodSubmitted
+	case MethodStarted:
+		*dst = MethodStarted
+	case MethodCompleted:
+		*dst = MethodCompleted
+	case MethodErrored:
+		*dst = MethodErrored
+	case MethodRemove:
+		*dst = MethodRemove
 	default:
 		*dst = string(v)
 	}
 	return nil
 }
 
-// encodeNotification renders one notification line without its newline.
-func encodeNotification(method string, params json.RawMessage) []byte {
+// EncodeNotification renders one notification line without its newline.
+func EncodeNotification(method string, params json.RawMessage) []byte {
 	var b bytes.Buffer
 	b.Grow(len(method) + len(params) + 48)
-	writeNotification(&b, method, params)
+	WriteNotification(&b, method, params)
 	return b.Bytes()
 }
 
-// writeNotification writes one notification line, without its newline, to
+// WriteNotification writes one notification line, without its newline, to
 // b: the one encoding of a notification, for the peers and the broker alike.
-func writeNotification(b *bytes.Buffer, method string, params json.RawMessage) {
+func WriteNotification(b *bytes.Buffer, method string, params json.RawMessage) {
 	b.WriteString(`{"jsonrpc":"2.0","method":`)
 	writeJSONString(b, method)
 	if params != nil {
 		b.WriteString(`,"params":`)
-		writeOneLine(b, params)
+		WriteOneLine(b, params)
 	}
 	b.WriteByte('}')
 }
 
-// writeOneLine writes a JSON value to b on one line. A frame is one line.
+// WriteOneLine writes a JSON value to b on one line. A frame is one line.
 // JSON allows line breaks only as whitespace between tokens, and a producer
 // or a peer may send pretty-printed JSON: compacting drops that whitespace
 // and changes no value. A value that does not compact is written as it is.
-func writeOneLine(b *bytes.Buffer, v json.RawMessage) {
+func WriteOneLine(b *bytes.Buffer, v json.RawMessage) {
 	// Two byte searches: each is vectorized, where ContainsAny walks the
 	// value a byte at a time, on every frame.
 	if bytes.IndexByte(v, '\n') >= 0 || bytes.IndexByte(v, '\r') >= 0 {
@@ -199,35 +200,36 @@ func jsonPlain(s string) bool {
 // are not UTF-8 on the broker's stdout, which the broker cannot decode.
 var errFrameNotUTF8 = errors.New("frame is not valid UTF-8")
 
-// checkFrameUTF8 refuses a frame that is not valid UTF-8 throughout.
-func checkFrameUTF8(frame []byte) error {
+// CheckUTF8 refuses a frame that is not valid UTF-8 throughout.
+func CheckUTF8(frame []byte) error {
 	if !utf8.Valid(frame) {
 		return errFrameNotUTF8
 	}
 	return nil
 }
 
-// errLineTooLong is returned, once per over-long line, by lineReader.Next
+// ErrLineTooLong is returned, once per over-long line, by LineReader.Next
 // after the whole line has been consumed, so the next call reads the next
 // line.
-var errLineTooLong = errors.New("line longer than the frame limit")
+var ErrLineTooLong = errors.New("line longer than the frame limit")
 
-// lineReader splits a stream into newline-delimited frames of at most
+// LineReader splits a stream into newline-delimited frames of at most
 // maxLine bytes without ever buffering more than that.
-type lineReader struct {
+type LineReader struct {
 	r       *bufio.Reader
 	maxLine int
 	buf     []byte
 }
 
-func newLineReader(r io.Reader, maxLine int) *lineReader {
-	return &lineReader{r: bufio.NewReaderSize(r, 64<<10), maxLine: maxLine}
+// NewLineReader reads r in lines of at most maxLine bytes.
+func NewLineReader(r io.Reader, maxLine int) *LineReader {
+	return &LineReader{r: bufio.NewReaderSize(r, 64<<10), maxLine: maxLine}
 }
 
 // Next returns the next line without its line terminator. The returned slice
 // is valid until the next call. A final line without a newline is returned
 // before io.EOF.
-func (l *lineReader) Next() ([]byte, error) {
+func (l *LineReader) Next() ([]byte, error) {
 	l.buf = l.buf[:0]
 	tooLong := false
 	for {
@@ -243,7 +245,7 @@ func (l *lineReader) Next() ([]byte, error) {
 		case err == nil, errors.Is(err, io.EOF) && (len(l.buf) > 0 || tooLong):
 			line := trimEOL(l.buf)
 			if tooLong || len(line) > l.maxLine {
-				return nil, errLineTooLong
+				return nil, ErrLineTooLong
 			}
 			return line, nil
 		case errors.Is(err, bufio.ErrBufferFull):
@@ -259,50 +261,57 @@ func trimEOL(b []byte) []byte {
 	return bytes.TrimSuffix(b, []byte("\r"))
 }
 
-// errBrokerGone is returned by every write after the first failed one: the
-// broker is the daemon's parent, and a pipe that failed once does not heal.
-var errBrokerGone = errors.New("broker channel closed")
-
 // The broker reads the daemon's lines with a bounded buffer, and one line
 // longer than that buffer stops it reading the daemon at all. A line written
 // to the broker, its terminating newline included, is at most the line limit
 // (Config.BrokerLineMax, --broker-line-max).
 const (
-	// defaultBrokerLineMax is the line buffer of PAIR's broker: 256 KiB.
-	defaultBrokerLineMax = 256 << 10
-	// minBrokerLineMax leaves room for every frame of the daemon's own
+	// DefaultBrokerLineMax is the line buffer of PAIR's broker: 256 KiB.
+	DefaultBrokerLineMax = 256 << 10
+	// MinBrokerLineMax leaves room for every frame of the daemon's own
 	// (ready, discovery:subscribe, the answers to the broker's requests)
 	// with a wide margin: they are all under 1 KiB.
-	minBrokerLineMax = 4 << 10
-	// maxBrokerLineMax is past the longest line the daemon can build: a
-	// frame comes from a body of at most maxFrameBytes, and re-encoding a
+	MinBrokerLineMax = 4 << 10
+	// MaxBrokerLineMax is past the longest line the daemon can build: a
+	// frame comes from a body of at most MaxBytes, and re-encoding a
 	// string at most sextuples it (one byte to a \u escape). A larger limit
 	// could never refuse anything.
-	maxBrokerLineMax = 16 << 20
+	MaxBrokerLineMax = 16 << 20
 )
 
-// checkBrokerLineMax reports whether n is a usable line limit.
-func checkBrokerLineMax(n int) error {
-	if n < minBrokerLineMax || n > maxBrokerLineMax {
-		return fmt.Errorf("must be between %d and %d bytes", minBrokerLineMax, maxBrokerLineMax)
+// CheckBrokerLineMax reports whether n is a usable line limit.
+func CheckBrokerLineMax(n int) error {
+	if n < MinBrokerLineMax || n > MaxBrokerLineMax {
+		return fmt.Errorf("must be between %d and %d bytes", MinBrokerLineMax, MaxBrokerLineMax)
 	}
 	return nil
 }
 
-// errLineOverLimit is what writeLine returns, wrapped in a
-// *lineOverLimitError, for a frame whose line would exceed the line limit.
+// ErrLineOverLimit is what writeLine returns, wrapped in a
+// *LineOverLimitError, for a frame whose line would exceed the line limit.
 // Nothing is written and the broker channel stays usable: only that frame
 // is refused.
-var errLineOverLimit = errors.New("line over the broker's line limit")
+var ErrLineOverLimit = errors.New("line over the broker's line limit")
 
-// lineOverLimitError says how long the refused line would have been.
-type lineOverLimitError struct {
-	size  int // the line with its newline
-	limit int
+// LineOverLimitError says how long the refused line would have been.
+type LineOverLimitError struct {
+	Size  int // the line with its newline
+	Limit int
 }
 
-func (e *lineOverLimitError) Error() string {
-	return fmt.Sprintf("frame would be a %d-byte line to the broker, over its %d-byte line limit (--broker-line-max)", e.size, e.limit)
+func (e *LineOverLimitError) Error() string {
+	return fmt.Sprintf("frame would be a %d-byte line to the broker, over its %d-byte line limit (--broker-line-max)", e.Size, e.Limit)
 }
 
-func (e *lineOverLimitError) Unwrap() error { return errLineOverLimit }
+func (e *LineOverLimitError) Unwrap() error { return ErrLineOverLimit }
+
+// EncodeRemoval is the workloads:remove notification for ref with the two
+// fields a peer acts on, originatedFrom and workloadId, each encoded as
+// EncodeNotification encodes a string: what a peer is sent for a removal
+// rebuilt from its key alone.
+func EncodeRemoval(ref WorkloadRef) []byte {
+	p := make([]byte, 0, len(ref.Origin)+len(ref.ID)+40)
+	p = appendJSONString(append(p, `{"originatedFrom":`...), ref.Origin)
+	p = appendJSONString(append(p, `,"workloadId":`...), ref.ID)
+	return EncodeNotification(MethodRemove, append(p, '}'))
+}

@@ -1,4 +1,4 @@
-package main
+package wireframe
 
 import (
 	"encoding/json"
@@ -22,8 +22,8 @@ func TestScanGrammarIsJSONValid(t *testing.T) {
 		`{"a":-}`, `{"a":tru}`, `{"a":nul}`, `{"a":"\x"}`, `{"a":"\u12"}`, "{\"a\":\"\x01\"}", `{"a":[1,]}`, `{"a":[1}`,
 		`{"a":{"b":1]}`, `{"a" 1}`, `{1:1}`, ``, ` `, `{"a":"x`, `{"a":[`, `{"a":1`, `{"a":+1}`, `{"a":"\ud800"}`,
 	} {
-		var s frameScan
-		got := s.scanFrame([]byte(doc)) == nil
+		var s Scan
+		got := s.ScanFrame([]byte(doc)) == nil
 		if want := json.Valid([]byte(doc)); got != want {
 			t.Errorf("scan(%q) valid=%v, json.Valid=%v", doc, got, want)
 		}
@@ -35,8 +35,8 @@ func TestScanHoldsEncodingJSONsNestingLimit(t *testing.T) {
 		for _, open := range []string{"[", `{"params":`, `{"x":`} {
 			close := map[string]string{"[": "]", `{"params":`: "}", `{"x":`: "}"}[open]
 			doc := []byte(strings.Repeat(open, depth) + "1" + strings.Repeat(close, depth))
-			var s frameScan
-			got := s.scanFrame(doc) == nil
+			var s Scan
+			got := s.ScanFrame(doc) == nil
 			if want := json.Valid(doc); got != want {
 				t.Errorf("depth %d of %q: scan valid=%v, json.Valid=%v", depth, open, got, want)
 			}
@@ -97,8 +97,8 @@ func FuzzScanMatchesJSONValid(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, doc []byte) {
-		var s frameScan
-		err := s.scanFrame(doc)
+		var s Scan
+		err := s.ScanFrame(doc)
 		if valid := json.Valid(doc); (err == nil) != valid {
 			t.Fatalf("scan error %v, json.Valid %v", err, valid)
 		}
@@ -139,14 +139,14 @@ func FuzzSinglePassMatchesTypedDecode(f *testing.F) {
 			return
 		}
 		if ev.isRemoval {
-			if got := (typedPeerEvent{removal: true, id: ev.removal.ref.id, origin: ev.removal.ref.origin}); got != want {
+			if got := (typedPeerEvent{removal: true, id: ev.removal.Ref.ID, origin: ev.removal.Ref.Origin}); got != want {
 				t.Fatalf("single pass read %+v, typed decode %+v", got, want)
 			}
 			return
 		}
-		i := ev.life.info
+		i := ev.life.Info
 		got := typedPeerEvent{id: i.ID, origin: i.OriginatedFrom, model: i.Model, engine: i.Engine, state: i.State,
-			runID: i.RunID, scheduledOn: i.ScheduledOn, seq: i.seqNum, hasSeq: i.hasSeq, resync: ev.life.resync}
+			runID: i.RunID, scheduledOn: i.ScheduledOn, seq: i.Seq, hasSeq: i.HasSeq, resync: ev.life.Resync}
 		if got != want {
 			t.Fatalf("single pass read %+v, typed decode %+v", got, want)
 		}
@@ -163,7 +163,7 @@ const (
 )
 
 func parseErrorClass(err error) string {
-	var tooLong *fieldTooLongError
+	var tooLong *FieldTooLongError
 	var syntax *json.SyntaxError
 	switch {
 	case err == nil:
@@ -206,7 +206,7 @@ func typedDecodePeerFrame(body []byte) (typedPeerEvent, string) {
 	if !isJSONObject(env.Params) {
 		return typedPeerEvent{}, classRule
 	}
-	if env.Method == methodRemove {
+	if env.Method == MethodRemove {
 		var r struct {
 			WorkloadID     tdString `json:"workloadId"`
 			OriginatedFrom tdString `json:"originatedFrom"`
@@ -219,7 +219,7 @@ func typedDecodePeerFrame(body []byte) (typedPeerEvent, string) {
 		}
 		return typedPeerEvent{removal: true, id: r.WorkloadID.v, origin: r.OriginatedFrom.v}, classAccepted
 	}
-	if !isLifecycleMethod(env.Method) {
+	if !IsLifecycleMethod(env.Method) {
 		return typedPeerEvent{}, classRule
 	}
 	var p struct {
@@ -336,10 +336,10 @@ type (
 	}
 )
 
-func (d *tdString) UnmarshalJSON(b []byte) error { return tdText(b, false, maxKeyFieldBytes, &d.v) }
+func (d *tdString) UnmarshalJSON(b []byte) error { return tdText(b, false, MaxKeyFieldBytes, &d.v) }
 func (d *tdState) UnmarshalJSON(b []byte) error  { return tdText(b, false, 0, &d.v) }
 func (d *tdNullString) UnmarshalJSON(b []byte) error {
-	return tdText(b, true, maxKeyFieldBytes, &d.v)
+	return tdText(b, true, MaxKeyFieldBytes, &d.v)
 }
 func (d *tdNullText) UnmarshalJSON(b []byte) error { return tdText(b, true, 0, &d.v) }
 
