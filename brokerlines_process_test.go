@@ -1,6 +1,7 @@
 package main
 
 import (
+	"nvpair-workload-manager/internal/httpguard"
 	"regexp"
 	"strconv"
 	"strings"
@@ -93,7 +94,7 @@ func TestProcessGarbageBrokerLinesMakeABoundedLogAndTheDaemonStillRelays(t *test
 			written[kind]++ // a count-only line stands for no line of its own
 		}
 	}
-	limit := len(kinds) * (2 + int(elapsed/sourceLogInterval))
+	limit := len(kinds) * (2 + int(elapsed/httpguard.SourceLogInterval))
 	t.Logf("%d bad broker lines in %v: %d log lines (limit %d)", lines, elapsed.Round(time.Millisecond), badLines, limit)
 	if badLines > limit {
 		t.Fatalf("%d log lines for %d bad broker lines over %v, want at most %d:\n%.4000s", badLines, lines, elapsed, limit, out)

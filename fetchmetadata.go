@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/promtext"
 )
 
@@ -28,7 +29,7 @@ import (
 func refuseFetchMetadata(h http.Header) (int, string) {
 	for _, v := range h.Values("Sec-Fetch-Site") {
 		if v != "none" {
-			return http.StatusForbidden, fmt.Sprintf("requests from web pages are refused (Sec-Fetch-Site: %s)", clipReason(v))
+			return http.StatusForbidden, fmt.Sprintf("requests from web pages are refused (Sec-Fetch-Site: %s)", httpguard.ClipReason(v))
 		}
 	}
 	for _, v := range h.Values("Sec-Fetch-Mode") {

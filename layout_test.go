@@ -26,6 +26,7 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 	}{
 		{pkg: "internal/pairinstall", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/promtext", may: nil, never: []string{"net/http"}},
+		{pkg: "internal/httpguard", may: []string{"internal/promtext"}},
 	}
 	for _, r := range rules {
 		t.Run(r.pkg, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/promtext"
 )
 
@@ -62,7 +63,7 @@ func parseLeaseHeader(values []string, f *localFrame) (int, error) {
 	v := values[0]
 	n, err := strconv.ParseUint(v, 10, 32)
 	if err != nil || n < minLeaseSeconds || n > maxLeaseSeconds {
-		return 0, fmt.Errorf("%s %q: must be a whole number of seconds from %d to %d", leaseHeader, clipReason(v), minLeaseSeconds, maxLeaseSeconds)
+		return 0, fmt.Errorf("%s %q: must be a whole number of seconds from %d to %d", leaseHeader, httpguard.ClipReason(v), minLeaseSeconds, maxLeaseSeconds)
 	}
 	return int(n), nil
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"nvpair-workload-manager/internal/httpguard"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -321,7 +322,7 @@ func TestLocalIngressRejectionWithUnsentBodyIsAnsweredAtOnce(t *testing.T) {
 	} {
 		wg.Go(func() {
 			// Each waits for the server's read timeout: run them together.
-			resp, took, closed, err := liRawAnswer(addr, tc.head+"Content-Length: 1000\r\n\r\n", serverReadTimeout+2*time.Second)
+			resp, took, closed, err := liRawAnswer(addr, tc.head+"Content-Length: 1000\r\n\r\n", httpguard.ServerReadTimeout+2*time.Second)
 			switch {
 			case err != nil:
 				t.Errorf("%s: %v", tc.name, err)
@@ -431,7 +432,7 @@ func TestLocalIngressAnswersAfterASlowBrokerWrite(t *testing.T) {
 	}
 	// The broker takes longer than an answer's write deadline: a deadline
 	// armed before the answer starts would drop it.
-	time.Sleep(answerWriteTimeout + time.Second)
+	time.Sleep(httpguard.AnswerWriteTimeout + time.Second)
 	stall.unblock()
 	select {
 	case r := <-res:

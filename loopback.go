@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"nvpair-workload-manager/internal/httpguard"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,16 +19,16 @@ import (
 // loopback (the ingress, the metrics endpoint) and, once bound, its port,
 // which the Host check requires.
 type loopbackBinding struct {
-	what  string       // names the listener in errors
-	addr  string       // as configured
-	conns *connLimiter // caps its connections
+	what  string                 // names the listener in errors
+	addr  string                 // as configured
+	conns *httpguard.ConnLimiter // caps its connections
 
 	mu   sync.Mutex // guards port
 	port string
 }
 
 // newLoopbackBinding refuses an address that is not loopback.
-func newLoopbackBinding(what, addr string, conns *connLimiter) (*loopbackBinding, error) {
+func newLoopbackBinding(what, addr string, conns *httpguard.ConnLimiter) (*loopbackBinding, error) {
 	if err := checkLoopbackBind(addr); err != nil {
 		return nil, &addrError{listener: what, addr: addr, err: err}
 	}
@@ -44,7 +45,7 @@ func (b *loopbackBinding) listen() (net.Listener, error) {
 	b.mu.Lock()
 	b.port = port
 	b.mu.Unlock()
-	return b.conns.listen(ln), nil
+	return b.conns.Listen(ln), nil
 }
 
 func (b *loopbackBinding) boundPort() string {
@@ -67,8 +68,8 @@ func (b *loopbackBinding) boundAddr() string {
 // serveHTTP serves h on ln in plaintext until the returned server is shut
 // down.
 func (b *loopbackBinding) serveHTTP(wg *sync.WaitGroup, ln net.Listener, h http.Handler, idle time.Duration, log *slog.Logger) *http.Server {
-	srv := newHTTPServer(h, idle, log)
-	srv.ConnState = b.conns.connState
+	srv := httpguard.NewHTTPServer(h, idle, log)
+	srv.ConnState = b.conns.ConnState
 	log.Info(b.what+" listening", "addr", ln.Addr().String())
 	wg.Go(func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

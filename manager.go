@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/promtext"
 )
@@ -55,9 +56,9 @@ type Config struct {
 	// every member beside it) on every path; 0: defaultWorkloadMaxBytes.
 	// A request body need never be longer than this plus its envelope.
 	WorkloadMaxBytes int
-	Conns            ConnLimits // the listeners' connection caps
-	In               io.Reader  // frames from the broker
-	Out              io.Writer  // frames to the broker
+	Conns            httpguard.ConnLimits // the listeners' connection caps
+	In               io.Reader            // frames from the broker
+	Out              io.Writer            // frames to the broker
 	Logger           *slog.Logger
 	LogLevel         *slog.LevelVar // changed by log/set-level; may be nil
 }
@@ -146,11 +147,11 @@ type Manager struct {
 	metrics *metricsEndpoint // set by EnableMetrics before Run
 
 	// Metrics the Manager itself owns; the components keep their own.
-	framesReceived          *promtext.CounterVec // source, method
-	ingressResponses        *promtext.CounterVec // code
-	conns                   listenerLimits       // the listeners' connection caps
-	peerRejects             *sourceLog           // the peer port's refusals, rate-limited per source
-	bodies                  requestBodies        // request-body bytes held at once, per channel
+	framesReceived          *promtext.CounterVec     // source, method
+	ingressResponses        *promtext.CounterVec     // code
+	conns                   httpguard.ListenerLimits // the listeners' connection caps
+	peerRejects             *httpguard.SourceLog     // the peer port's refusals, rate-limited per source
+	bodies                  httpguard.RequestBodies  // request-body bytes held at once, per channel
 	serverHandshakeFailures atomic.Uint64
 	resyncUntracked         atomic.Uint64 // broker frames not tracked: the re-sync set was full
 	untrackedLog            dropLogger
@@ -233,10 +234,10 @@ func NewManager(cfg Config) (*Manager, error) {
 		framesReceived:     promtext.NewCounterVec(),
 		ingressResponses:   promtext.NewCounterVec(),
 		fieldBoundRefusals: promtext.NewCounterVec(),
-		conns:              newListenerLimits(cfg.Conns),
-		peerRejects:        newSourceLog(),
+		conns:              httpguard.NewListenerLimits(cfg.Conns),
+		peerRejects:        httpguard.NewSourceLog(),
 		brokerLines:        newBrokerLineLog(),
-		bodies:             newRequestBodies(),
+		bodies:             httpguard.NewRequestBodies(),
 
 		workloadBoundRefusals: promtext.NewCounterVec(),
 	}
@@ -265,7 +266,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	if err != nil {
 		return &addrError{listener: peerListenerName, addr: m.cfg.PeerAddr, err: err}
 	}
-	peerLn = m.conns.peer.listen(peerLn)
+	peerLn = m.conns.Peer.Listen(peerLn)
 	m.addrMu.Lock()
 	m.peerAddr = peerLn.Addr()
 	m.addrMu.Unlock()
@@ -376,10 +377,10 @@ func (m *Manager) stop(servers []*http.Server) {
 }
 
 func (m *Manager) servePeers(wg *sync.WaitGroup, ln net.Listener) *http.Server {
-	srv := newHTTPServer(http.HandlerFunc(m.servePeer), peerServerIdleTimeout, m.log)
+	srv := httpguard.NewHTTPServer(http.HandlerFunc(m.servePeer), peerServerIdleTimeout, m.log)
 	srv.ErrorLog = log.New(&handshakeFailureCounter{n: &m.serverHandshakeFailures, next: srv.ErrorLog.Writer()}, "", 0)
-	srv.TLSConfig = m.trust.ServerTLSConfig(peerALPN)
-	srv.ConnState = m.conns.peer.connState
+	srv.TLSConfig = m.trust.ServerTLSConfig(httpguard.PeerALPN)
+	srv.ConnState = m.conns.Peer.ConnState
 	wg.Go(func() {
 		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			m.log.Error("peer server stopped", "reason", err)
@@ -483,7 +484,7 @@ func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 		// The method is quoted clipped, as a request's values are in an
 		// answer on the other channels: the answer then fits the broker's
 		// line unless the id alone does not.
-		rerr = &rpcError{Code: codeMethodNotFound, Message: "method not found: " + clipReason(f.Method)}
+		rerr = &rpcError{Code: codeMethodNotFound, Message: "method not found: " + httpguard.ClipReason(f.Method)}
 	}
 	if rerr != nil && !f.isRequest() {
 		m.brokerLines.warn(m.log, brokerLineRefused, "method", clipLogged(f.Method), "reason", clipLogged(rerr.Message))
@@ -514,7 +515,7 @@ func (m *Manager) handleLocal(method string, s *frameScan) {
 	if m.refusedOverBound(err, "stdio") {
 		// A broker that sends one such frame may send thousands: the
 		// warning is rate-limited (fieldbounds.go).
-		m.fieldBoundLog.note(m.log, "local frame dropped: a field over its bound", "method", method, "reason", clipReason(err.Error()))
+		m.fieldBoundLog.note(m.log, "local frame dropped: a field over its bound", "method", method, "reason", httpguard.ClipReason(err.Error()))
 		return
 	}
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"nvpair-workload-manager/internal/httpguard"
 	"strconv"
 	"sync"
 )
@@ -19,17 +20,17 @@ const metricsIdleTimeout = ingressIdleTimeout
 type metricsEndpoint struct {
 	*loopbackBinding
 	m       *Manager
-	rejects *sourceLog // its refusals, rate-limited per source
+	rejects *httpguard.SourceLog // its refusals, rate-limited per source
 }
 
 // EnableMetrics turns the metrics endpoint on at addr. It must be called
 // before Run, which binds it. A non-loopback address is refused.
 func (m *Manager) EnableMetrics(addr string) error {
-	b, err := newLoopbackBinding("metrics endpoint", addr, m.conns.metrics)
+	b, err := newLoopbackBinding("metrics endpoint", addr, m.conns.Metrics)
 	if err != nil {
 		return err
 	}
-	m.metrics = &metricsEndpoint{loopbackBinding: b, m: m, rejects: newSourceLog()}
+	m.metrics = &metricsEndpoint{loopbackBinding: b, m: m, rejects: httpguard.NewSourceLog()}
 	return nil
 }
 
@@ -56,14 +57,14 @@ func (e *metricsEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		status, reason = http.StatusMethodNotAllowed, "method must be GET or HEAD"
 	}
 	if status != 0 {
-		reason = clipReason(reason) // it may quote the Host
-		e.rejects.log(e.m.log, slog.LevelWarn, r.RemoteAddr, status, "metrics request rejected", "status", status, "reason", reason)
-		answer(w, status, reason)
+		reason = httpguard.ClipReason(reason) // it may quote the Host
+		e.rejects.Log(e.m.log, slog.LevelWarn, r.RemoteAddr, status, "metrics request rejected", "status", status, "reason", reason)
+		httpguard.Answer(w, status, reason)
 		return
 	}
 	var b bytes.Buffer
 	if err := e.m.writeMetrics(&b); err != nil {
-		answer(w, http.StatusInternalServerError, err.Error())
+		httpguard.Answer(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")

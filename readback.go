@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/promtext"
 )
 
@@ -184,14 +185,14 @@ func parseReadBackQuery(raw string) (readBackQuery, error) {
 	for _, k := range names {
 		vs := values[k]
 		if len(vs) > 1 {
-			return q, fmt.Errorf("%s given %d times: give it once", clipReason(k), len(vs))
+			return q, fmt.Errorf("%s given %d times: give it once", httpguard.ClipReason(k), len(vs))
 		}
 		v := vs[0]
 		switch k {
 		case "limit":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > readBackMaxLimit {
-				return q, fmt.Errorf("limit %q: must be a whole number from 1 to %d", clipReason(v), readBackMaxLimit)
+				return q, fmt.Errorf("limit %q: must be a whole number from 1 to %d", httpguard.ClipReason(v), readBackMaxLimit)
 			}
 			q.limit = n
 		case "requesterId":
@@ -212,7 +213,7 @@ func parseReadBackQuery(raw string) (readBackQuery, error) {
 			}
 			q.cursor = &c
 		default:
-			return q, fmt.Errorf("unknown query parameter %q: the read-back takes limit, cursor and requesterId", clipReason(k))
+			return q, fmt.Errorf("unknown query parameter %q: the read-back takes limit, cursor and requesterId", httpguard.ClipReason(k))
 		}
 	}
 	return q, nil
@@ -237,7 +238,7 @@ func checkReadBackHeader(h http.Header) (int, string) {
 // the listing. Nothing before the listing looks at the set.
 func (li *localIngress) serveReadBack(w http.ResponseWriter, r *http.Request) {
 	log := func() *slog.Logger {
-		return li.m.log.With("channel", "ingress", "remote", r.RemoteAddr, "httpMethod", clipReason(r.Method), "path", readBackPath)
+		return li.m.log.With("channel", "ingress", "remote", r.RemoteAddr, "httpMethod", httpguard.ClipReason(r.Method), "path", readBackPath)
 	}
 	status, reason := li.refusePages(r)
 	if status == 0 && r.Method != http.MethodGet {
@@ -259,10 +260,10 @@ func (li *localIngress) serveReadBack(w http.ResponseWriter, r *http.Request) {
 		status, reason = http.StatusServiceUnavailable, fmt.Sprintf("%d read-backs are in progress, the most this node answers at once; retry after 1 s", readBackMaxInProgress)
 	}
 	if status != 0 {
-		reason = clipReason(reason)
-		li.m.ingressResponses.Inc(statusCode(status))
-		li.rejects.log(log(), slog.LevelWarn, r.RemoteAddr, status, "ingress request rejected", "status", status, "reason", reason)
-		answer(w, status, reason)
+		reason = httpguard.ClipReason(reason)
+		li.m.ingressResponses.Inc(httpguard.StatusCode(status))
+		li.rejects.Log(log(), slog.LevelWarn, r.RemoteAddr, status, "ingress request rejected", "status", status, "reason", reason)
+		httpguard.Answer(w, status, reason)
 		return
 	}
 	defer li.m.readBacks.end()
