@@ -2,12 +2,13 @@ package main
 
 import (
 	"log/slog"
-	"nvpair-workload-manager/internal/httpguard"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/httpguard"
 )
 
 // The longest a clipped value can be once quoted in a log line: the bound,

@@ -1,12 +1,13 @@
 package main
 
 import (
-	"nvpair-workload-manager/internal/httpguard"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/httpguard"
 )
 
 // 44,000 garbage lines from the broker: not JSON, a wrong jsonrpc with a

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"nvpair-workload-manager/internal/httpguard"
 	"runtime"
 	"slices"
 	"strings"
 	"testing"
+
+	"nvpair-workload-manager/internal/httpguard"
 )
 
 // longNoteWorkload is longErrorWorkload with its long text in a member the

@@ -9,13 +9,14 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"nvpair-workload-manager/internal/httpguard"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"nvpair-workload-manager/internal/httpguard"
 )
 
 // ingressIdleTimeout is how long the ingress keeps an idle keep-alive
@@ -45,7 +46,7 @@ var (
 // type is not JSON (the only types a page can send without a preflight are
 // form and text types).
 type localIngress struct {
-	*loopbackBinding
+	*httpguard.LoopbackBinding
 	m       *Manager
 	rejects *httpguard.SourceLog // its refusals and failures, rate-limited per source
 }
@@ -79,11 +80,11 @@ func (m *Manager) EnableLocalIngress(addr string) error {
 }
 
 func newLocalIngress(m *Manager, addr string) (*localIngress, error) {
-	b, err := newLoopbackBinding("local ingress", addr, m.conns.Ingress)
+	b, err := httpguard.NewLoopbackBinding("local ingress", addr, m.conns.Ingress)
 	if err != nil {
 		return nil, err
 	}
-	return &localIngress{loopbackBinding: b, m: m, rejects: httpguard.NewSourceLog()}, nil
+	return &localIngress{LoopbackBinding: b, m: m, rejects: httpguard.NewSourceLog()}, nil
 }
 
 // resolveIngressAddr returns the ingress address: the flag's when given,
@@ -125,11 +126,11 @@ func (m *Manager) IngressAddr() string {
 	if m.ingress == nil {
 		return ""
 	}
-	return m.ingress.boundAddr()
+	return m.ingress.BoundAddr()
 }
 
 func (li *localIngress) serve(wg *sync.WaitGroup, ln net.Listener) *http.Server {
-	return li.serveHTTP(wg, ln, li, ingressIdleTimeout, li.m.log)
+	return li.Serve(wg, ln, li, ingressIdleTimeout, li.m.log)
 }
 
 // ServeHTTP answers a producer, logs the answer and counts it.
@@ -389,4 +390,19 @@ func (m *Manager) checkLiveBytes(pendingBytes, lineBytes int64) error {
 		return &errAtLimit{bound: limitBytes, limit: m.resync.maxBytes, held: size, after: m.resync.retryAfter(now)}
 	}
 	return nil
+}
+
+// refusePages applies the ingress's browser checks, in order: Origin (403)
+// and Host (421) as on every loopback listener, then Fetch Metadata (403),
+// counted. It returns 0 when none applies. Every ingress path runs it
+// first, before it reads a body or looks at the re-sync set.
+func (li *localIngress) refusePages(r *http.Request) (int, string) {
+	if status, reason := li.RefuseBrowsers(r); status != 0 {
+		return status, reason
+	}
+	status, reason := httpguard.RefuseFetchMetadata(r.Header)
+	if status != 0 {
+		li.m.readBacks.fetchMetadataRefused.Add(1)
+	}
+	return status, reason
 }

@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"nvpair-workload-manager/internal/httpguard"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -21,6 +20,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/httpguard"
 )
 
 // liSeedFrame is the producer example from the feature's description,
@@ -256,10 +257,14 @@ func TestLocalIngressHeaderRejectionsDoNotReadTheBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	li.mu.Lock()
-	li.port = "14324"
-	li.mu.Unlock()
-	const url = "http://127.0.0.1:14324" + peerEventsPath
+	// Bound, so that the Host check has a port; the test calls the handler
+	// directly and never accepts on ln.
+	ln, err := li.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	url := "http://" + li.BoundAddr() + peerEventsPath
 	cases := []struct {
 		name   string
 		method string
@@ -267,7 +272,7 @@ func TestLocalIngressHeaderRejectionsDoNotReadTheBody(t *testing.T) {
 		want   int
 	}{
 		{"Origin", http.MethodPost, func(r *http.Request) { r.Header.Set("Origin", "null") }, http.StatusForbidden},
-		{"Host", http.MethodPost, func(r *http.Request) { r.Host = "evil.example:14324" }, http.StatusMisdirectedRequest},
+		{"Host", http.MethodPost, func(r *http.Request) { r.Host = "evil.example:" + li.BoundPort() }, http.StatusMisdirectedRequest},
 		{"method", http.MethodPut, func(*http.Request) {}, http.StatusMethodNotAllowed},
 		{"content type", http.MethodPost, func(r *http.Request) { r.Header.Set("Content-Type", "text/plain") }, http.StatusUnsupportedMediaType},
 	}
@@ -387,7 +392,7 @@ func TestLocalIngressServerTimeouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := li.listen()
+	ln, err := li.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -264,7 +264,7 @@ func (m *Manager) PeerAddr() net.Addr {
 func (m *Manager) Run(ctx context.Context) error {
 	peerLn, err := net.Listen("tcp", m.cfg.PeerAddr)
 	if err != nil {
-		return &addrError{listener: peerListenerName, addr: m.cfg.PeerAddr, err: err}
+		return &httpguard.AddrError{Listener: peerListenerName, Addr: m.cfg.PeerAddr, Err: err}
 	}
 	peerLn = m.conns.Peer.Listen(peerLn)
 	m.addrMu.Lock()
@@ -281,7 +281,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	listeners := []net.Listener{peerLn}
 	for _, x := range extras {
-		ln, err := x.listen()
+		ln, err := x.Listen()
 		if err != nil {
 			for _, l := range listeners {
 				l.Close()
@@ -348,7 +348,7 @@ func (m *Manager) Run(ctx context.Context) error {
 // loopbackServer is an optional plaintext listener on loopback: the ingress
 // or the metrics endpoint.
 type loopbackServer interface {
-	listen() (net.Listener, error)
+	Listen() (net.Listener, error)
 	serve(wg *sync.WaitGroup, ln net.Listener) *http.Server
 }
 

@@ -5,9 +5,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"nvpair-workload-manager/internal/httpguard"
 	"strconv"
 	"sync"
+
+	"nvpair-workload-manager/internal/httpguard"
 )
 
 // metricsIdleTimeout is how long the metrics endpoint keeps an idle
@@ -18,7 +19,7 @@ const metricsIdleTimeout = ingressIdleTimeout
 // loopback address, with the same refusal of browsers as the ingress: the
 // numbers are harmless, but a page must not read them either.
 type metricsEndpoint struct {
-	*loopbackBinding
+	*httpguard.LoopbackBinding
 	m       *Manager
 	rejects *httpguard.SourceLog // its refusals, rate-limited per source
 }
@@ -26,11 +27,11 @@ type metricsEndpoint struct {
 // EnableMetrics turns the metrics endpoint on at addr. It must be called
 // before Run, which binds it. A non-loopback address is refused.
 func (m *Manager) EnableMetrics(addr string) error {
-	b, err := newLoopbackBinding("metrics endpoint", addr, m.conns.Metrics)
+	b, err := httpguard.NewLoopbackBinding("metrics endpoint", addr, m.conns.Metrics)
 	if err != nil {
 		return err
 	}
-	m.metrics = &metricsEndpoint{loopbackBinding: b, m: m, rejects: httpguard.NewSourceLog()}
+	m.metrics = &metricsEndpoint{LoopbackBinding: b, m: m, rejects: httpguard.NewSourceLog()}
 	return nil
 }
 
@@ -39,15 +40,15 @@ func (m *Manager) MetricsAddr() string {
 	if m.metrics == nil {
 		return ""
 	}
-	return m.metrics.boundAddr()
+	return m.metrics.BoundAddr()
 }
 
 func (e *metricsEndpoint) serve(wg *sync.WaitGroup, ln net.Listener) *http.Server {
-	return e.serveHTTP(wg, ln, e, metricsIdleTimeout, e.m.log)
+	return e.Serve(wg, ln, e, metricsIdleTimeout, e.m.log)
 }
 
 func (e *metricsEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	status, reason := e.refuseBrowsers(r)
+	status, reason := e.RefuseBrowsers(r)
 	switch {
 	case status != 0:
 	case r.URL.Path != "/metrics":

@@ -8,9 +8,10 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	"nvpair-workload-manager/internal/httpguard"
 	"strconv"
 	"strings"
+
+	"nvpair-workload-manager/internal/httpguard"
 )
 
 // The peer port's batch wire format: the advertisement, the request and the

@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"nvpair-workload-manager/internal/httpguard"
 	"time"
+
+	"nvpair-workload-manager/internal/httpguard"
 )
 
 // The sending side of batched delivery (spec 3.3.1): a peer whose answers

@@ -496,3 +496,10 @@ func (m *Manager) writeReadBackMetrics(t *promtext.Text) {
 	t.Single("nvpair_wlm_readback_busy_refusals_total", "counter", "Read-backs refused 503 because the most were in progress.", float64(m.readBacks.busy.Load()))
 	m.writeFetchMetadataMetrics(t)
 }
+
+// writeFetchMetadataMetrics renders the count of ingress requests refused
+// by their Fetch Metadata.
+func (m *Manager) writeFetchMetadataMetrics(t *promtext.Text) {
+	n := m.readBacks.fetchMetadataRefused.Load()
+	t.Single("nvpair_wlm_ingress_fetch_metadata_refusals_total", "counter", "Ingress requests refused 403 because a browser marked them as a web page's (Sec-Fetch-Site other than none, or Sec-Fetch-Mode no-cors).", float64(n))
+}

@@ -6,7 +6,9 @@
 // the log lines a client can cause, rate-limited per source; a request's
 // logger, built only when a line is written; and what every server of the
 // daemon shares: the protocols served, the timeouts, the write deadline on
-// an answer, bounded body reads, clipped reasons and the one-line answers.
+// an answer, bounded body reads, clipped reasons and the one-line answers;
+// and the refusal of browsers on the loopback listeners (spec.md 3.5): the
+// loopback-only bind, the Origin and Host checks, and Fetch Metadata.
 //
 // It owns how a client is held to its bounds, never what a request means:
 // the handlers, the frames and the relay stay with their owners, which pass
