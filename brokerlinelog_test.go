@@ -7,41 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"nvpair-workload-manager/internal/httpguard"
 )
-
-// The longest a clipped value can be once quoted in a log line: the bound,
-// the truncation mark and the two quotes.
-const maxQuotedLogged = httpguard.MaxReasonBytes + len("... (truncated)") + 2
-
-func TestClipLoggedKeepsAValueWithinTheBoundOnceQuoted(t *testing.T) {
-	for name, s := range map[string]string{
-		"letters":       strings.Repeat("A", 900_000),
-		"controls":      strings.Repeat("\x01", 900_000),
-		"quotes":        strings.Repeat(`"\`, 450_000),
-		"C1 controls":   strings.Repeat("\u0085", 450_000),
-		"invalid bytes": strings.Repeat("\xff", 900_000),
-		"tags":          strings.Repeat("\U000e0001", 225_000),
-		"mixed":         strings.Repeat("é\x01€\"\U0001F600\xfe\t", 60_000),
-	} {
-		clipped := clipLogged(s)
-		if q := strconv.Quote(clipped); len(q) > maxQuotedLogged {
-			t.Errorf("%s: quoted, the clipped value is %d bytes, over %d", name, len(q), maxQuotedLogged)
-		}
-		if !strings.HasSuffix(clipped, "... (truncated)") || !strings.HasPrefix(s, strings.TrimSuffix(clipped, "... (truncated)")) {
-			t.Errorf("%s: clipped to %.40q..., want a start of the value and the truncation mark", name, clipped)
-		}
-		if got := clipLoggedBytes([]byte(s)); got != clipped {
-			t.Errorf("%s: clipLoggedBytes %.40q..., want what clipLogged gives", name, got)
-		}
-	}
-	for _, s := range []string{"", "log/set-level", `"an id"`, strings.Repeat("x", httpguard.MaxReasonBytes), strings.Repeat("\x01", httpguard.MaxReasonBytes/4)} {
-		if got := clipLogged(s); got != s {
-			t.Errorf("a value within the bound was changed: %q -> %q", s, got)
-		}
-	}
-}
 
 // brokerLog is a brokerLineLog whose interval is short, writing to a
 // buffer at level.

@@ -318,7 +318,7 @@ func (m *Manager) expireDue() {
 	switch {
 	case err == nil:
 		m.leases.expired.Add(1)
-		log.Info("lease expired: job retired as failed", "runId", clipLogged(l.key.runID))
+		log.Info("lease expired: job retired as failed", "runId", httpguard.ClipLogged(l.key.runID))
 	case errors.As(err, new(noLiveRunError)):
 		m.dropLease(log, *l, "no_entry", err)
 	case errors.Is(err, errLineOverLimit):
@@ -350,7 +350,7 @@ func (m *Manager) enterExpiry() (ingressTurn, *lease, *slog.Logger, error) {
 	if !ok {
 		return ingressTurn{}, nil, nil, nil
 	}
-	log := m.log.With("channel", "lease", "id", clipLogged(l.ref.id), "leaseSeconds", l.seconds)
+	log := m.log.With("channel", "lease", "id", httpguard.ClipLogged(l.ref.id), "leaseSeconds", l.seconds)
 	f, err := m.expiryFrame(l, now, false)
 	if err != nil {
 		return ingressTurn{}, &l, log, noLiveRunError{err}

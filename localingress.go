@@ -150,7 +150,7 @@ func (li *localIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case status == http.StatusOK:
 		if log.Enabled(slog.LevelDebug) {
-			log.Logger().Debug("ingress frame accepted", "method", f.method, "id", clipLogged(f.workloadID()))
+			log.Logger().Debug("ingress frame accepted", "method", f.method, "id", httpguard.ClipLogged(f.workloadID()))
 		}
 	case isBrokerBusy(status, reason):
 		li.m.ingressWaiters.noteRefusal(li.m.log)

@@ -424,7 +424,7 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 	}
 	var s frameScan
 	if err := s.scanFrame(line); err != nil {
-		m.brokerLines.warn(m.log, brokerLineNotJSON, "reason", clipLogged(fmt.Sprintf("not JSON: %v", err)))
+		m.brokerLines.warn(m.log, brokerLineNotJSON, "reason", httpguard.ClipLogged(fmt.Sprintf("not JSON: %v", err)))
 		return false
 	}
 	env, err := envelopeOf(&s)
@@ -432,14 +432,14 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 		return m.handleControlLine(line)
 	}
 	if env.jsonrpc != "2.0" {
-		m.brokerLines.warn(m.log, brokerLineBadVersion, "method", clipLogged(env.method), "reason", `jsonrpc must be "2.0"`)
+		m.brokerLines.warn(m.log, brokerLineBadVersion, "method", httpguard.ClipLogged(env.method), "reason", `jsonrpc must be "2.0"`)
 		return false
 	}
 	m.framesReceived.Inc("stdio", env.method)
 	m.handleLocal(env.method, &s)
 	if env.id != nil {
 		if err := m.out.respond(env.id, nil, nil); err != nil {
-			m.brokerLines.warn(m.log, brokerLineUnanswered, "method", env.method, "id", clipLoggedBytes(env.id), "reason", clipLogged(err.Error()))
+			m.brokerLines.warn(m.log, brokerLineUnanswered, "method", env.method, "id", httpguard.ClipLoggedBytes(env.id), "reason", httpguard.ClipLogged(err.Error()))
 		}
 	}
 	return false
@@ -455,15 +455,15 @@ func isWorkloadMethod(m string) bool { return isLifecycleMethod(m) || m == metho
 func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 	var f rpcFrame
 	if err := json.Unmarshal(line, &f); err != nil {
-		m.brokerLines.warn(m.log, brokerLineNotJSON, "reason", clipLogged(fmt.Sprintf("not JSON: %v", err)))
+		m.brokerLines.warn(m.log, brokerLineNotJSON, "reason", httpguard.ClipLogged(fmt.Sprintf("not JSON: %v", err)))
 		return false
 	}
 	if f.JSONRPC != "2.0" {
-		m.brokerLines.warn(m.log, brokerLineBadVersion, "method", clipLogged(f.Method), "reason", `jsonrpc must be "2.0"`)
+		m.brokerLines.warn(m.log, brokerLineBadVersion, "method", httpguard.ClipLogged(f.Method), "reason", `jsonrpc must be "2.0"`)
 		return false
 	}
 	if f.isResponse() {
-		m.log.Debug("response from broker ignored", "id", clipLoggedBytes(f.ID))
+		m.log.Debug("response from broker ignored", "id", httpguard.ClipLoggedBytes(f.ID))
 		return false
 	}
 	m.framesReceived.Inc("stdio", knownMethod(f.Method))
@@ -478,7 +478,7 @@ func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 		shutdown = true
 	default:
 		if !f.isRequest() {
-			m.log.Debug("notification ignored", "method", clipLogged(f.Method))
+			m.log.Debug("notification ignored", "method", httpguard.ClipLogged(f.Method))
 			return false
 		}
 		// The method is quoted clipped, as a request's values are in an
@@ -487,11 +487,11 @@ func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 		rerr = &rpcError{Code: codeMethodNotFound, Message: "method not found: " + httpguard.ClipReason(f.Method)}
 	}
 	if rerr != nil && !f.isRequest() {
-		m.brokerLines.warn(m.log, brokerLineRefused, "method", clipLogged(f.Method), "reason", clipLogged(rerr.Message))
+		m.brokerLines.warn(m.log, brokerLineRefused, "method", httpguard.ClipLogged(f.Method), "reason", httpguard.ClipLogged(rerr.Message))
 	}
 	if f.isRequest() {
 		if err := m.out.respond(f.ID, result, rerr); err != nil {
-			m.brokerLines.warn(m.log, brokerLineUnanswered, "method", clipLogged(f.Method), "id", clipLoggedBytes(f.ID), "reason", clipLogged(err.Error()))
+			m.brokerLines.warn(m.log, brokerLineUnanswered, "method", httpguard.ClipLogged(f.Method), "id", httpguard.ClipLoggedBytes(f.ID), "reason", httpguard.ClipLogged(err.Error()))
 		}
 	}
 	if shutdown {
@@ -519,7 +519,7 @@ func (m *Manager) handleLocal(method string, s *frameScan) {
 		return
 	}
 	if err != nil {
-		m.brokerLines.warn(m.log, brokerLineMalformed, "method", method, "reason", clipLogged(err.Error()))
+		m.brokerLines.warn(m.log, brokerLineMalformed, "method", method, "reason", httpguard.ClipLogged(err.Error()))
 		return
 	}
 	m.commitLocal(f, fromBroker)

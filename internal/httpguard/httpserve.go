@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Timeouts shared by the daemon's HTTP servers. There is deliberately no
@@ -188,6 +189,55 @@ func ClipReason(s string) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:MaxReasonBytes], "") + "... (truncated)"
+}
+
+// ClipLogged bounds a value for a log line: it keeps the longest start of
+// s that takes at most MaxReasonBytes once the log's text format has
+// quoted it, cut on a character boundary and marked as ClipReason marks
+// it. ClipReason counts bytes, which is enough for values that cannot hold
+// control characters (a request's path or Host); a value decoded from a
+// JSON string can, and quoted, a control character takes four bytes
+// (\x01): 256 of them clipped by bytes would be a kilobyte of log line.
+func ClipLogged(s string) string {
+	w := 0
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if w += quotedWidth(r, size); w > MaxReasonBytes {
+			return s[:i] + "... (truncated)"
+		}
+		i += size
+	}
+	return s
+}
+
+// ClipLoggedBytes is ClipLogged for a value held as bytes (a raw JSON id),
+// without converting more of it than can be kept: every byte takes at
+// least one byte quoted, so no more than MaxReasonBytes+1 of them are
+// looked at.
+func ClipLoggedBytes(b []byte) string {
+	return ClipLogged(string(b[:min(len(b), MaxReasonBytes+1)]))
+}
+
+// quotedWidth is how many bytes strconv.Quote, which slog's text handler
+// uses, writes for the character r that takes size bytes of a string: at
+// least size.
+func quotedWidth(r rune, size int) int {
+	switch {
+	case r == utf8.RuneError && size == 1:
+		return 4 // an invalid byte: \xff
+	case r == '"' || r == '\\':
+		return 2
+	case r == '\a' || r == '\b' || r == '\f' || r == '\n' || r == '\r' || r == '\t' || r == '\v':
+		return 2
+	case r < ' ' || r == 0x7f:
+		return 4 // \x01
+	case strconv.IsPrint(r):
+		return size
+	case r < 0x10000:
+		return 6 // \u0085
+	default:
+		return 10 // \U000e0001
+	}
 }
 
 // answer writes a one-line plain-text answer.
