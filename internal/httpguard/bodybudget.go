@@ -52,11 +52,11 @@ var bodyReadTimeout = 2 * time.Second
 // producer that posts each frame on its own goroutine keeps in flight.
 const ingressUnfinishedPerSource = 64
 
-// errNoBodyRoom is readBody's error when the channel's budget had no room
+// errNoBodyRoom is ReadBody's error when the channel's budget had no room
 // within bodyBudgetWait.
 var errNoBodyRoom = errors.New("too many request bodies in progress on this node; retry after 1 s")
 
-// errBodyDeadline is readBody's error when the body did not arrive within
+// errBodyDeadline is ReadBody's error when the body did not arrive within
 // bodyReadTimeout, or was cut off to make room for another of its source.
 var errBodyDeadline = errors.New("request body not received in time")
 
@@ -65,6 +65,8 @@ type RequestBodies struct {
 	Peer, Ingress *BodyBudget
 }
 
+// NewRequestBodies returns the budgets of the peer port and the ingress,
+// the ingress with its bound on unfinished bodies per source.
 func NewRequestBodies() RequestBodies {
 	return RequestBodies{
 		Peer:    newBodyBudget("peer", requestBodyBudget, 0),
@@ -72,7 +74,7 @@ func NewRequestBodies() RequestBodies {
 	}
 }
 
-// readBody reserves room in b for r's body, reads it under the body
+// ReadBody reserves room in b for r's body, reads it under the body
 // deadline and returns it with the function that gives the room back,
 // which the caller calls once it no longer holds the body (after its
 // broker write). The reservation is the declared length, or limit when
@@ -115,7 +117,7 @@ func (b *BodyBudget) ReadBody(w http.ResponseWriter, r *http.Request, limit int6
 	return body, release, nil
 }
 
-// BodyRefusal is the answer to readBody's error, with the headers it
+// BodyRefusal is the answer to ReadBody's error, with the headers it
 // needs: 413 for a body over the cap, 503 with Retry-After when the budget
 // had no room, 408 for a body not sent in time, 400 for a body that could
 // not be read. Every refusal but the 400 closes the connection: the body
@@ -136,7 +138,7 @@ func BodyRefusal(w http.ResponseWriter, err error) (int, string) {
 	return http.StatusBadRequest, err.Error()
 }
 
-// writeMetrics renders both budgets.
+// WriteMetrics renders both budgets.
 func (bs RequestBodies) WriteMetrics(t *promtext.Text) {
 	all := []*BodyBudget{bs.Peer, bs.Ingress}
 	series := []struct {

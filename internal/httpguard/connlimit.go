@@ -80,6 +80,8 @@ type ListenerLimits struct {
 	Peer, Ingress, Metrics *ConnLimiter
 }
 
+// NewListenerLimits returns the limiters of the three listeners, a zero
+// cap in c taking its default.
 func NewListenerLimits(c ConnLimits) ListenerLimits {
 	orDefault := func(v, d int) int {
 		if v <= 0 {
@@ -94,7 +96,7 @@ func NewListenerLimits(c ConnLimits) ListenerLimits {
 	}
 }
 
-// writeMetrics renders the connection caps and what they refused.
+// WriteMetrics renders the connection caps and what they refused.
 func (ls ListenerLimits) WriteMetrics(t *promtext.Text) {
 	all := []*ConnLimiter{ls.Peer, ls.Ingress, ls.Metrics}
 	series := []struct {
@@ -126,7 +128,8 @@ type ConnLimiter struct {
 	name      string // the listener, as the metrics label it
 	max       int
 	perSource int // 0: no per-source cap (a loopback listener, where every client is one address)
-	// firstRequest is connFirstRequest; tests shorten it.
+	// FirstRequest is connFirstRequest; a test may change it before the
+	// listener accepts its first connection.
 	FirstRequest time.Duration
 
 	// mu guards open, bySource and waiting. A leaf lock: connections are
@@ -164,7 +167,7 @@ func (c *limitedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// listen wraps ln so that its connections are capped.
+// Listen wraps ln so that its connections are capped.
 func (l *ConnLimiter) Listen(ln net.Listener) net.Listener {
 	return &limitListener{Listener: ln, lim: l}
 }
@@ -280,7 +283,7 @@ func (l *ConnLimiter) dropLocked(c *limitedConn) {
 	}
 }
 
-// connState is the server's http.Server.ConnState hook: a connection with
+// ConnState is the server's http.Server.ConnState hook: a connection with
 // a request in progress cannot be closed for room, and one that has
 // started a request has met its first-request deadline.
 func (l *ConnLimiter) ConnState(c net.Conn, state http.ConnState) {
@@ -321,7 +324,7 @@ func sourceOf(a net.Addr) string {
 	return host
 }
 
-// openConns is the listener's connection count, for the metrics.
+// OpenConns is the listener's connection count, for the metrics.
 func (l *ConnLimiter) OpenConns() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -148,8 +148,8 @@ func (e *bodyTooLargeError) Error() string { return fmt.Sprintf("body larger tha
 
 func (e *bodyTooLargeError) Unwrap() error { return errBodyTooLarge }
 
-// readBodyUpTo reads at most limit bytes of the request body: maxFrameBytes
-// for a single frame, peerBatchMaxBytes for a batch (BodyBudget.readBody
+// readBodyUpTo reads at most limit bytes of the request body: the cap of
+// a single frame or of a batch, which the caller names (BodyBudget.ReadBody
 // calls it once the body's room is reserved). A declared length over the cap is
 // refused before anything is read; an undeclared one (chunked) is cut off
 // at the cap by http.MaxBytesReader, so no more than limit bytes are ever
@@ -240,7 +240,7 @@ func quotedWidth(r rune, size int) int {
 	}
 }
 
-// answer writes a one-line plain-text answer.
+// Answer writes a one-line plain-text answer.
 func Answer(w http.ResponseWriter, status int, text string) {
 	h := w.Header()
 	h["Content-Type"] = textPlainUTF8

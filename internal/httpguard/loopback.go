@@ -47,6 +47,7 @@ func (b *LoopbackBinding) Listen() (net.Listener, error) {
 	return b.conns.Listen(ln), nil
 }
 
+// BoundPort is the port the listener is bound to, or "" before it is.
 func (b *LoopbackBinding) BoundPort() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -27,7 +27,7 @@ func NewRequestLog(base *slog.Logger, channel, remote string) RequestLog {
 	return RequestLog{base: base, channel: channel, remote: remote}
 }
 
-// with adds an attribute to every line of the request from here on.
+// With adds an attribute to every line of the request from here on.
 func (l *RequestLog) With(key, value string) {
 	if l.n+2 > len(l.extra) {
 		panic("RequestLog: more attributes than it holds")
@@ -37,7 +37,7 @@ func (l *RequestLog) With(key, value string) {
 	l.built = nil
 }
 
-// logger returns the request's logger, building it on first use.
+// Logger returns the request's logger, building it on first use.
 func (l *RequestLog) Logger() *slog.Logger {
 	if l.built == nil {
 		args := []any{"channel", l.channel, "remote", l.remote}
@@ -49,7 +49,7 @@ func (l *RequestLog) Logger() *slog.Logger {
 	return l.built
 }
 
-// enabled reports whether a line at level would be written.
+// Enabled reports whether a line at level would be written.
 func (l *RequestLog) Enabled(level slog.Level) bool {
 	return l.base.Enabled(context.Background(), level)
 }

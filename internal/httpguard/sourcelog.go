@@ -28,9 +28,14 @@ const sourceLogMaxSources = 1024
 type SourceLog struct {
 	mu       sync.Mutex // guards bySource; a leaf lock
 	bySource map[SourceLogKey]*sourceLogEntry
-	Interval time.Duration // SourceLogInterval; shorter only in tests
+	// Interval is SourceLogInterval; a test may change it before the first
+	// line is logged.
+	Interval time.Duration
 }
 
+// SourceLogKey is what SourceLog keeps apart: a source (an address, or a
+// name the caller chose) and a kind of answer (an HTTP status, or a kind
+// the caller numbers).
 type SourceLogKey struct {
 	Source string
 	Status int
@@ -41,11 +46,12 @@ type sourceLogEntry struct {
 	suppressed int       // lines not written since
 }
 
+// NewSourceLog returns an empty SourceLog with the default interval.
 func NewSourceLog() *SourceLog {
 	return &SourceLog{bySource: map[SourceLogKey]*sourceLogEntry{}, Interval: SourceLogInterval}
 }
 
-// log writes msg for an answer with status to remote (an address with its
+// Log writes msg for an answer with status to remote (an address with its
 // port, as http.Request's RemoteAddr) at level, unless this source had a
 // line for that status within SourceLogInterval; a line written after some
 // were held back says how many, as "suppressed". A line held back is still
@@ -55,7 +61,7 @@ func (l *SourceLog) Log(log *slog.Logger, level slog.Level, remote string, statu
 	l.LogKey(log, level, SourceLogKey{hostOf(remote), status}, msg, args...)
 }
 
-// logKey is log for a key the caller chose (brokerlinelog.go keys the
+// LogKey is Log for a key the caller chose (brokerlinelog.go keys the
 // broker's bad lines on their kind). It returns when the lines held back
 // for key may next be written: the end of the key's interval for a line it
 // held back, zero for a line it wrote or a level that is off.
@@ -113,7 +119,7 @@ func (l *SourceLog) admitUntil(key SourceLogKey, now time.Time) (suppressed int,
 	return n, true, time.Time{}
 }
 
-// takeHeld returns the count of lines held back for key and starts a new
+// TakeHeld returns the count of lines held back for key and starts a new
 // interval, as a written line does, for a caller that writes that count on
 // its own line when a burst has ended. Before the key's interval has
 // passed it takes nothing and returns when it will have, unless force (the
