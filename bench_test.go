@@ -155,12 +155,12 @@ func BenchmarkServeIngress(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ln, err := li.listen()
+	ln, err := li.Listen()
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer ln.Close()
-	host := li.boundAddr()
+	host := li.BoundAddr()
 	var buf []byte
 	var n int64
 	b.ReportAllocs()

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/wireframe"
@@ -316,7 +317,7 @@ func (b *broadcaster) peerStatsSnapshot() []*peerStats {
 // counting handshakes and their failures.
 func (b *broadcaster) dialTLS(t peerTarget) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	dial := dialInOrder(t.addrs)
-	cfg := b.trust.ClientTLSConfig(t.principal, peerALPN)
+	cfg := b.trust.ClientTLSConfig(t.principal, httpguard.PeerALPN)
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		raw, err := dial(ctx, network, addr)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -158,8 +159,8 @@ func peerFrame(t *testing.T, principal, id string, seq int) []byte {
 }
 
 // discardLog is a peer request's log that writes nothing.
-func discardLog() *requestLog {
-	l := newRequestLog(slog.New(slog.DiscardHandler), "peer", "test")
+func discardLog() *httpguard.RequestLog {
+	l := httpguard.NewRequestLog(slog.New(slog.DiscardHandler), "peer", "test")
 	return &l
 }
 

@@ -2,12 +2,11 @@ package main
 
 import (
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/promtext"
 )
 
@@ -19,7 +18,7 @@ import (
 // one. So the warnings a broker line can cause go through a limiter like
 // the listeners' (sourcelog.go), keyed on the kind of fault instead of a
 // client's address, and every value from the line that reaches a log line
-// is clipped (clipLogged).
+// is clipped (httpguard.ClipLogged).
 
 // brokerLineKind is a kind of fault in a line from the broker: the key of
 // its warnings' limiter and the label of its counter.
@@ -51,14 +50,14 @@ var brokerLineMsgs = [brokerLineKinds]string{
 
 // brokerLineLog rate-limits the warnings bad broker lines cause: per kind,
 // the first is written at once, then at most one line per interval
-// (sourceLogInterval, 10 s), which carries suppressed=N, the lines held
+// (httpguard.SourceLogInterval, 10 s), which carries suppressed=N, the lines held
 // back since the last. When a burst ends, the count of what it held back
 // is written on a line of its own at the end of the interval, and at the
 // latest when the daemon stops, so a burst of 44,000 lines is two lines
 // that account for all of them, not one line that says nothing of the
 // rest. At debug level every line is still written (at debug).
 type brokerLineLog struct {
-	limiter *sourceLog // keyed on the kind, under the source "broker"
+	limiter *httpguard.SourceLog // keyed on the kind, under the source "broker"
 	counts  [brokerLineKinds]atomic.Uint64
 
 	mu      sync.Mutex // guards armed and stopped; a leaf lock, never held while the limiter's is taken or a line is written
@@ -66,18 +65,18 @@ type brokerLineLog struct {
 	stopped bool
 }
 
-func newBrokerLineLog() *brokerLineLog { return &brokerLineLog{limiter: newSourceLog()} }
+func newBrokerLineLog() *brokerLineLog { return &brokerLineLog{limiter: httpguard.NewSourceLog()} }
 
-func brokerLineKey(kind brokerLineKind) sourceLogKey {
-	return sourceLogKey{source: "broker", status: int(kind)}
+func brokerLineKey(kind brokerLineKind) httpguard.SourceLogKey {
+	return httpguard.SourceLogKey{Source: "broker", Status: int(kind)}
 }
 
 // warn counts a bad line of kind and logs it at warn unless a line of its
 // kind was written within the interval; args are the line's details, each
-// value from the line clipped by the caller (clipLogged).
+// value from the line clipped by the caller (httpguard.ClipLogged).
 func (b *brokerLineLog) warn(log *slog.Logger, kind brokerLineKind, args ...any) {
 	b.counts[kind].Add(1)
-	if until := b.limiter.logKey(log, slog.LevelWarn, brokerLineKey(kind), brokerLineMsgs[kind], args...); !until.IsZero() {
+	if until := b.limiter.LogKey(log, slog.LevelWarn, brokerLineKey(kind), brokerLineMsgs[kind], args...); !until.IsZero() {
 		b.arm(log, kind, until)
 	}
 }
@@ -104,7 +103,7 @@ func (b *brokerLineLog) flush(log *slog.Logger, kind brokerLineKind) {
 	if stopped {
 		return
 	}
-	n, until := b.limiter.takeHeld(brokerLineKey(kind), time.Now(), false)
+	n, until := b.limiter.TakeHeld(brokerLineKey(kind), time.Now(), false)
 	switch {
 	case n > 0:
 		log.Warn(brokerLineMsgs[kind], "kind", brokerLineKindNames[kind], "suppressed", n)
@@ -121,7 +120,7 @@ func (b *brokerLineLog) stop(log *slog.Logger) {
 	b.stopped = true
 	b.mu.Unlock()
 	for kind := range brokerLineKinds {
-		if n, _ := b.limiter.takeHeld(brokerLineKey(kind), time.Now(), true); n > 0 {
+		if n, _ := b.limiter.TakeHeld(brokerLineKey(kind), time.Now(), true); n > 0 {
 			log.Warn(brokerLineMsgs[kind], "kind", brokerLineKindNames[kind], "suppressed", n)
 		}
 	}
@@ -133,54 +132,5 @@ func (b *brokerLineLog) writeMetrics(t *promtext.Text) {
 	t.Family(name, "counter", "Lines from the broker the daemon could not act on as sent (skipped, dropped, refused, or a request left unanswered), by kind; each kind is logged at warn at most once per 10 s.")
 	for kind := range brokerLineKinds {
 		t.Sample(name, []string{"kind"}, []string{brokerLineKindNames[kind]}, float64(b.counts[kind].Load()))
-	}
-}
-
-// clipLogged bounds a value for a log line: it keeps the longest start of
-// s that takes at most maxReasonBytes once the log's text format has
-// quoted it, cut on a character boundary and marked as clipReason marks
-// it. clipReason counts bytes, which is enough for values that cannot hold
-// control characters (a request's path or Host); a value decoded from a
-// JSON string can, and quoted, a control character takes four bytes
-// (\x01): 256 of them clipped by bytes would be a kilobyte of log line.
-func clipLogged(s string) string {
-	w := 0
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if w += quotedWidth(r, size); w > maxReasonBytes {
-			return s[:i] + "... (truncated)"
-		}
-		i += size
-	}
-	return s
-}
-
-// clipLoggedBytes is clipLogged for a value held as bytes (a raw JSON id),
-// without converting more of it than can be kept: every byte takes at
-// least one byte quoted, so no more than maxReasonBytes+1 of them are
-// looked at.
-func clipLoggedBytes(b []byte) string {
-	return clipLogged(string(b[:min(len(b), maxReasonBytes+1)]))
-}
-
-// quotedWidth is how many bytes strconv.Quote, which slog's text handler
-// uses, writes for the character r that takes size bytes of a string: at
-// least size.
-func quotedWidth(r rune, size int) int {
-	switch {
-	case r == utf8.RuneError && size == 1:
-		return 4 // an invalid byte: \xff
-	case r == '"' || r == '\\':
-		return 2
-	case r == '\a' || r == '\b' || r == '\f' || r == '\n' || r == '\r' || r == '\t' || r == '\v':
-		return 2
-	case r < ' ' || r == 0x7f:
-		return 4 // \x01
-	case strconv.IsPrint(r):
-		return size
-	case r < 0x10000:
-		return 6 // \u0085
-	default:
-		return 10 // \U000e0001
 	}
 }

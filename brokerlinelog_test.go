@@ -11,43 +11,11 @@ import (
 	"nvpair-workload-manager/internal/wireframe"
 )
 
-// The longest a clipped value can be once quoted in a log line: the bound,
-// the truncation mark and the two quotes.
-const maxQuotedLogged = maxReasonBytes + len("... (truncated)") + 2
-
-func TestClipLoggedKeepsAValueWithinTheBoundOnceQuoted(t *testing.T) {
-	for name, s := range map[string]string{
-		"letters":       strings.Repeat("A", 900_000),
-		"controls":      strings.Repeat("\x01", 900_000),
-		"quotes":        strings.Repeat(`"\`, 450_000),
-		"C1 controls":   strings.Repeat("\u0085", 450_000),
-		"invalid bytes": strings.Repeat("\xff", 900_000),
-		"tags":          strings.Repeat("\U000e0001", 225_000),
-		"mixed":         strings.Repeat("é\x01€\"\U0001F600\xfe\t", 60_000),
-	} {
-		clipped := clipLogged(s)
-		if q := strconv.Quote(clipped); len(q) > maxQuotedLogged {
-			t.Errorf("%s: quoted, the clipped value is %d bytes, over %d", name, len(q), maxQuotedLogged)
-		}
-		if !strings.HasSuffix(clipped, "... (truncated)") || !strings.HasPrefix(s, strings.TrimSuffix(clipped, "... (truncated)")) {
-			t.Errorf("%s: clipped to %.40q..., want a start of the value and the truncation mark", name, clipped)
-		}
-		if got := clipLoggedBytes([]byte(s)); got != clipped {
-			t.Errorf("%s: clipLoggedBytes %.40q..., want what clipLogged gives", name, got)
-		}
-	}
-	for _, s := range []string{"", "log/set-level", `"an id"`, strings.Repeat("x", maxReasonBytes), strings.Repeat("\x01", maxReasonBytes/4)} {
-		if got := clipLogged(s); got != s {
-			t.Errorf("a value within the bound was changed: %q -> %q", s, got)
-		}
-	}
-}
-
 // brokerLog is a brokerLineLog whose interval is short, writing to a
 // buffer at level.
 func brokerLog(level slog.Level, interval time.Duration) (*brokerLineLog, *slog.Logger, *logBuffer) {
 	b := newBrokerLineLog()
-	b.limiter.interval = interval
+	b.limiter.Interval = interval
 	var buf logBuffer
 	return b, slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: level})), &buf
 }
@@ -70,14 +38,14 @@ func TestBrokerLineLogWritesTheFirstLineThenOnePerIntervalAndTheBurstCount(t *te
 	b.mu.Lock()
 	armed := b.armed
 	b.mu.Unlock()
-	if n, _ := b.limiter.takeHeld(brokerLineKey(brokerLineNotJSON), time.Now(), true); n != 0 || armed != [brokerLineKinds]bool{} {
+	if n, _ := b.limiter.TakeHeld(brokerLineKey(brokerLineNotJSON), time.Now(), true); n != 0 || armed != [brokerLineKinds]bool{} {
 		t.Fatalf("after the count: %d lines still held back, flushes armed %v", n, armed)
 	}
 	if got := b.counts[brokerLineNotJSON].Load(); got != 1000 {
 		t.Fatalf("counted %d not-JSON lines, want 1000", got)
 	}
 	// A later line, past the interval, is written at once.
-	eventually(t, "an interval after the count", func() bool { return time.Since(counted) > b.limiter.interval })
+	eventually(t, "an interval after the count", func() bool { return time.Since(counted) > b.limiter.Interval })
 	b.warn(log, brokerLineNotJSON, "reason", "again")
 	if !buf.contains("reason=again") {
 		t.Fatalf("a bad line after a quiet interval was not written:\n%s", buf.String())
@@ -144,7 +112,7 @@ func newInfoLogNode(t *testing.T) (*testNode, *logBuffer) {
 	n := newTestNode(t, func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})
-	n.m.brokerLines.limiter.interval = time.Hour
+	n.m.brokerLines.limiter.Interval = time.Hour
 	return n.start(), &logs
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -95,7 +96,7 @@ func TestProcessGarbageBrokerLinesMakeABoundedLogAndTheDaemonStillRelays(t *test
 			written[kind]++ // a count-only line stands for no line of its own
 		}
 	}
-	limit := len(kinds) * (2 + int(elapsed/sourceLogInterval))
+	limit := len(kinds) * (2 + int(elapsed/httpguard.SourceLogInterval))
 	t.Logf("%d bad broker lines in %v: %d log lines (limit %d)", lines, elapsed.Round(time.Millisecond), badLines, limit)
 	if badLines > limit {
 		t.Fatalf("%d log lines for %d bad broker lines over %v, want at most %d:\n%.4000s", badLines, lines, elapsed, limit, out)

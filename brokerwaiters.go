@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/promtext"
 )
 
@@ -129,7 +130,7 @@ func (b *brokerWaiters) noteRefusal(log *slog.Logger) {
 func (b *brokerWaiters) refuse(w http.ResponseWriter, log *slog.Logger) {
 	b.noteRefusal(log)
 	setBrokerBusyHeaders(w)
-	answer(w, http.StatusServiceUnavailable, b.busy().Error())
+	httpguard.Answer(w, http.StatusServiceUnavailable, b.busy().Error())
 }
 
 // setBrokerBusyHeaders sets what every refusal for a stalled broker

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -69,7 +70,7 @@ func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingB
 		if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
 			t.Fatal(err)
 		}
-	}, opt, withConnLimits(ConnLimits{PeerPerSource: 1024}))
+	}, opt, withConnLimits(httpguard.ConnLimits{PeerPerSource: 1024}))
 	ingressPost := func(t *testing.T, id string, within time.Duration) busyAnswer {
 		return doBusyAnswer(t, within, http.DefaultClient, "http://"+h.n.m.IngressAddr()+peerEventsPath, "application/json",
 			[]byte(ifxLifecycleJSON(id, "running", "")))

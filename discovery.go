@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+
+	"nvpair-workload-manager/internal/httpguard"
 )
 
 // discoveredNode is one entry of a discovery:nodes snapshot.
@@ -42,7 +44,7 @@ func selectTargets(nodes []discoveredNode, self string, pinned func(principal st
 	var targets []peerTarget
 	for _, n := range nodes {
 		skip := func(reason string) {
-			log.Debug("discovery: not a target", "node", clipLogged(n.Name), "host", clipLogged(n.HostUUID), "reason", reason)
+			log.Debug("discovery: not a target", "node", httpguard.ClipLogged(n.Name), "host", httpguard.ClipLogged(n.HostUUID), "reason", reason)
 		}
 		switch {
 		case n.HostUUID == self:
@@ -65,7 +67,7 @@ func selectTargets(nodes []discoveredNode, self string, pinned func(principal st
 		}
 		// The name is only ever logged (every line of the peer's sender
 		// carries it), so it is kept clipped.
-		name = clipLogged(name)
+		name = httpguard.ClipLogged(name)
 		targets = append(targets, peerTarget{hostUUID: n.HostUUID, name: name, principal: n.ClusterUUID, addrs: addrs})
 	}
 	return targets
@@ -93,7 +95,7 @@ func dialAddresses(n discoveredNode, port int) []string {
 func (m *Manager) applyDiscovery(params json.RawMessage) {
 	nodes, err := parseDiscovery(params)
 	if err != nil {
-		m.brokerLines.warn(m.log, brokerLineBadDiscovery, "reason", clipLogged(err.Error()))
+		m.brokerLines.warn(m.log, brokerLineBadDiscovery, "reason", httpguard.ClipLogged(err.Error()))
 		return
 	}
 	// The origin index is built before any lock is taken, and swapped in

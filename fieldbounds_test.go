@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -149,7 +150,7 @@ func TestPeerPortRefusesAFieldOverItsBoundWith400NamingIt(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			status, reason := netPostAnswer(t, h.c, h.addr, []byte(lifecycleFrameJSON(workloadJSON(origin, tc.member))))
-			if status != http.StatusBadRequest || reason != clipReason(tc.reason) {
+			if status != http.StatusBadRequest || reason != httpguard.ClipReason(tc.reason) {
 				t.Fatalf("status %d (%q), want 400 %q", status, reason, tc.reason)
 			}
 		})
@@ -222,7 +223,7 @@ func TestIngressRefusesAFieldOverItsBoundWith400NamingIt(t *testing.T) {
 		}
 		t.Run(tc.name, func(t *testing.T) {
 			status, reason := postIngress(t, addr, lifecycleFrameJSON(workloadJSON("", tc.member)))
-			if status != http.StatusBadRequest || reason != clipReason("bad frame: "+tc.reason) {
+			if status != http.StatusBadRequest || reason != httpguard.ClipReason("bad frame: "+tc.reason) {
 				t.Fatalf("status %d (%q), want 400 naming %q", status, reason, tc.reason)
 			}
 		})

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"nvpair-workload-manager/internal/httpguard"
 )
 
 // The daemon's --help and its flag errors. main.go defines the flags; this
@@ -195,50 +197,36 @@ func exampleValue(name string, fs *flag.FlagSet) string {
 	return "VALUE"
 }
 
-// addrError is a listener address the daemon could not use: refused (the
-// ingress and the metrics endpoint take loopback only) or not bound (a
-// port in use). It names the listener and the address; main.go names the
-// flag or file the address came from, which only it knows.
-type addrError struct {
-	listener string // "peer port", "local ingress", "metrics endpoint"
-	addr     string
-	err      error
-}
-
-func (e *addrError) Error() string { return fmt.Sprintf("%s %s: %v", e.listener, e.addr, e.err) }
-
-func (e *addrError) Unwrap() error { return e.err }
-
-// from says where the address came from: a flag (as "--port") with the
-// value the user gave, or a file.
-func (e *addrError) from(source, value string) error {
+// addrErrorFrom says where the address of e came from: a flag (as
+// "--port") with the value the user gave, or a file.
+func addrErrorFrom(e *httpguard.AddrError, source, value string) error {
 	hint := ""
-	if errors.Is(e.err, syscall.EADDRINUSE) {
+	if errors.Is(e.Err, syscall.EADDRINUSE) {
 		hint = "; another process holds that port (is another nvpair-workload-manager running?)"
 	}
 	if len(source) > 2 && source[:2] == "--" {
-		return fmt.Errorf("%s %s: %v%s", source, value, e.err, hint)
+		return fmt.Errorf("%s %s: %v%s", source, value, e.Err, hint)
 	}
-	return fmt.Errorf("%s %s (from %s): %v%s", e.listener, e.addr, source, e.err, hint)
+	return fmt.Errorf("%s %s (from %s): %v%s", e.Listener, e.Addr, source, e.Err, hint)
 }
 
 // explainAddrError names the flag or file that gave a listener's address
 // in err, when err is about one; other errors are returned as they are.
 func explainAddrError(err error, o options) error {
-	var ae *addrError
+	var ae *httpguard.AddrError
 	if !errors.As(err, &ae) {
 		return err
 	}
-	switch ae.listener {
+	switch ae.Listener {
 	case peerListenerName:
-		return ae.from("--port", fmt.Sprint(o.port))
+		return addrErrorFrom(ae, "--port", fmt.Sprint(o.port))
 	case ingressListenerName:
 		if o.localIngress != "" {
-			return ae.from("--local-ingress", o.localIngress)
+			return addrErrorFrom(ae, "--local-ingress", o.localIngress)
 		}
-		return ae.from(`"listen" in `+filepath.Join(o.appDir, ingressConfigFile), "")
+		return addrErrorFrom(ae, `"listen" in `+filepath.Join(o.appDir, ingressConfigFile), "")
 	case metricsListenerName:
-		return ae.from("--metrics", o.metrics)
+		return addrErrorFrom(ae, "--metrics", o.metrics)
 	}
 	return err
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -251,7 +252,7 @@ func withResyncInterval(d time.Duration) nodeOption {
 
 // withConnLimits sets the listeners' connection caps: a test whose many
 // connections all come from 127.0.0.1 raises the per-source cap.
-func withConnLimits(c ConnLimits) nodeOption {
+func withConnLimits(c httpguard.ConnLimits) nodeOption {
 	return func(cfg *Config) { cfg.Conns = c }
 }
 
@@ -294,8 +295,8 @@ func newTestNode(t testing.TB, opts ...nodeOption) *testNode {
 	// fresh connection was closed just after its handshake ("http: server
 	// closed idle connection") in CI's loaded pass. That deadline's own
 	// tests set theirs (connlimit_test.go).
-	for _, l := range []*connLimiter{n.m.conns.peer, n.m.conns.ingress, n.m.conns.metrics} {
-		l.firstRequest = waitTimeout
+	for _, l := range []*httpguard.ConnLimiter{n.m.conns.Peer, n.m.conns.Ingress, n.m.conns.Metrics} {
+		l.FirstRequest = waitTimeout
 	}
 	return n
 }

@@ -57,7 +57,7 @@ func TestIngressHostBypassCorpus(t *testing.T) {
 	}
 	n.start()
 	addr := n.m.IngressAddr()
-	port := n.m.ingress.boundPort()
+	port := n.m.ingress.BoundPort()
 	other, _ := strconv.Atoi(port)
 	hostname, _ := os.Hostname()
 	ct := "Content-Type: application/json"

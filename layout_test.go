@@ -28,6 +28,7 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		{pkg: "internal/promtext", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/brokeripc", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/wireframe", may: nil, never: []string{"net/http"}},
+		{pkg: "internal/httpguard", may: []string{"internal/promtext"}},
 	}
 	for _, r := range rules {
 		t.Run(r.pkg, func(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -63,7 +64,7 @@ func parseLeaseHeader(values []string, f *localFrame) (int, error) {
 	v := values[0]
 	n, err := strconv.ParseUint(v, 10, 32)
 	if err != nil || n < minLeaseSeconds || n > maxLeaseSeconds {
-		return 0, fmt.Errorf("%s %q: must be a whole number of seconds from %d to %d", leaseHeader, clipReason(v), minLeaseSeconds, maxLeaseSeconds)
+		return 0, fmt.Errorf("%s %q: must be a whole number of seconds from %d to %d", leaseHeader, httpguard.ClipReason(v), minLeaseSeconds, maxLeaseSeconds)
 	}
 	return int(n), nil
 }
@@ -318,7 +319,7 @@ func (m *Manager) expireDue() {
 	switch {
 	case err == nil:
 		m.leases.expired.Add(1)
-		log.Info("lease expired: job retired as failed", "runId", clipLogged(l.key.RunID))
+		log.Info("lease expired: job retired as failed", "runId", httpguard.ClipLogged(l.key.RunID))
 	case errors.As(err, new(noLiveRunError)):
 		m.dropLease(log, *l, "no_entry", err)
 	case errors.Is(err, wireframe.ErrLineOverLimit):
@@ -350,7 +351,7 @@ func (m *Manager) enterExpiry() (ingressTurn, *lease, *slog.Logger, error) {
 	if !ok {
 		return ingressTurn{}, nil, nil, nil
 	}
-	log := m.log.With("channel", "lease", "id", clipLogged(l.ref.ID), "leaseSeconds", l.seconds)
+	log := m.log.With("channel", "lease", "id", httpguard.ClipLogged(l.ref.ID), "leaseSeconds", l.seconds)
 	f, err := m.expiryFrame(l, now, false)
 	if err != nil {
 		return ingressTurn{}, &l, log, noLiveRunError{err}

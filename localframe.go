@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -116,20 +117,20 @@ func (m *Manager) trackLocal(f *localFrame, src frameSource) bool {
 	case !f.life.Resync && m.removed.holds(ref, now):
 		// The broker's replay of a workload a producer removed through the
 		// ingress: tracking it would re-assert it to peers forever.
-		m.log.Debug("replayed frame for a removed ingress workload ignored", "method", f.method, "id", clipLogged(ref.ID))
+		m.log.Debug("replayed frame for a removed ingress workload ignored", "method", f.method, "id", httpguard.ClipLogged(ref.ID))
 		return false
 	}
 	switch m.resync.track(&f.life, now, src == fromIngress) {
 	case stale:
-		m.log.Debug("stale event not tracked: the re-sync set holds a later one", "method", f.method, "id", clipLogged(ref.ID))
+		m.log.Debug("stale event not tracked: the re-sync set holds a later one", "method", f.method, "id", httpguard.ClipLogged(ref.ID))
 	case full:
 		m.resyncUntracked.Add(1)
 		m.untrackedLog.note(m.log, "re-sync set full (--max-live-workloads): a new workload is relayed once but not re-asserted",
-			"limit", m.resync.limit, "method", f.method, "id", clipLogged(ref.ID))
+			"limit", m.resync.limit, "method", f.method, "id", httpguard.ClipLogged(ref.ID))
 	case fullBytes:
 		m.resyncUntracked.Add(1)
 		m.untrackedBytesLog.note(m.log, "re-sync set full (--max-live-workload-bytes): a workload is relayed once but no longer re-asserted",
-			"limitBytes", m.resync.maxBytes, "method", f.method, "id", clipLogged(ref.ID))
+			"limitBytes", m.resync.maxBytes, "method", f.method, "id", httpguard.ClipLogged(ref.ID))
 	}
 	m.applyLease(f, src, now)
 	return true

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -46,9 +47,9 @@ var (
 // type is not JSON (the only types a page can send without a preflight are
 // form and text types).
 type localIngress struct {
-	*loopbackBinding
+	*httpguard.LoopbackBinding
 	m       *Manager
-	rejects *sourceLog // its refusals and failures, rate-limited per source
+	rejects *httpguard.SourceLog // its refusals and failures, rate-limited per source
 }
 
 // ingressEnvelopeAllowance is what an ingress body may hold beyond its
@@ -80,11 +81,11 @@ func (m *Manager) EnableLocalIngress(addr string) error {
 }
 
 func newLocalIngress(m *Manager, addr string) (*localIngress, error) {
-	b, err := newLoopbackBinding("local ingress", addr, m.conns.ingress)
+	b, err := httpguard.NewLoopbackBinding("local ingress", addr, m.conns.Ingress)
 	if err != nil {
 		return nil, err
 	}
-	return &localIngress{loopbackBinding: b, m: m, rejects: newSourceLog()}, nil
+	return &localIngress{LoopbackBinding: b, m: m, rejects: httpguard.NewSourceLog()}, nil
 }
 
 // resolveIngressAddr returns the ingress address: the flag's when given,
@@ -126,11 +127,11 @@ func (m *Manager) IngressAddr() string {
 	if m.ingress == nil {
 		return ""
 	}
-	return m.ingress.boundAddr()
+	return m.ingress.BoundAddr()
 }
 
 func (li *localIngress) serve(wg *sync.WaitGroup, ln net.Listener) *http.Server {
-	return li.serveHTTP(wg, ln, li, ingressIdleTimeout, li.m.log)
+	return li.Serve(wg, ln, li, ingressIdleTimeout, li.m.log)
 }
 
 // ServeHTTP answers a producer, logs the answer and counts it.
@@ -140,26 +141,26 @@ func (li *localIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	status, reason, f := li.decide(w, r)
-	reason = clipReason(reason)
-	li.m.ingressResponses.Inc(statusCode(status))
+	reason = httpguard.ClipReason(reason)
+	li.m.ingressResponses.Inc(httpguard.StatusCode(status))
 	// The method and path come from the request: clipped, like every
 	// value a client chooses.
-	log := newRequestLog(li.m.log, "ingress", r.RemoteAddr)
-	log.with("httpMethod", clipReason(r.Method))
-	log.with("path", clipReason(r.URL.Path))
+	log := httpguard.NewRequestLog(li.m.log, "ingress", r.RemoteAddr)
+	log.With("httpMethod", httpguard.ClipReason(r.Method))
+	log.With("path", httpguard.ClipReason(r.URL.Path))
 	switch {
 	case status == http.StatusOK:
-		if log.enabled(slog.LevelDebug) {
-			log.logger().Debug("ingress frame accepted", "method", f.method, "id", clipLogged(f.workloadID()))
+		if log.Enabled(slog.LevelDebug) {
+			log.Logger().Debug("ingress frame accepted", "method", f.method, "id", httpguard.ClipLogged(f.workloadID()))
 		}
 	case isBrokerBusy(status, reason):
 		li.m.ingressWaiters.noteRefusal(li.m.log)
 	case status >= http.StatusInternalServerError:
-		li.rejects.log(log.logger(), slog.LevelError, r.RemoteAddr, status, "ingress frame not accepted", "status", status, "reason", reason)
+		li.rejects.Log(log.Logger(), slog.LevelError, r.RemoteAddr, status, "ingress frame not accepted", "status", status, "reason", reason)
 	default:
-		li.rejects.log(log.logger(), slog.LevelWarn, r.RemoteAddr, status, "ingress request rejected", "status", status, "reason", reason)
+		li.rejects.Log(log.Logger(), slog.LevelWarn, r.RemoteAddr, status, "ingress request rejected", "status", status, "reason", reason)
 	}
-	answer(w, status, reason)
+	httpguard.Answer(w, status, reason)
 }
 
 // decide runs the checks in a fixed order, so every request gets one
@@ -179,9 +180,9 @@ func (li *localIngress) decide(w http.ResponseWriter, r *http.Request) (int, str
 	// Reserved and read only once the checks above passed, so a page or a
 	// misdirected request holds nothing of the ingress's budget; given
 	// back once the frame is written.
-	body, release, err := li.m.bodies.ingress.readBody(w, r, ingressBodyMax(li.m.cfg.WorkloadMaxBytes))
+	body, release, err := li.m.bodies.Ingress.ReadBody(w, r, ingressBodyMax(li.m.cfg.WorkloadMaxBytes))
 	if err != nil {
-		status, reason := bodyRefusal(w, err)
+		status, reason := httpguard.BodyRefusal(w, err)
 		if status == http.StatusRequestEntityTooLarge {
 			// The cap follows the workload bound: the producer is told the
 			// bound it met, and it is counted, as a frame over it is.
@@ -391,4 +392,19 @@ func (m *Manager) checkLiveBytes(pendingBytes, lineBytes int64) error {
 		return &errAtLimit{bound: limitBytes, limit: m.resync.maxBytes, held: size, after: m.resync.retryAfter(now)}
 	}
 	return nil
+}
+
+// refusePages applies the ingress's browser checks, in order: Origin (403)
+// and Host (421) as on every loopback listener, then Fetch Metadata (403),
+// counted. It returns 0 when none applies. Every ingress path runs it
+// first, before it reads a body or looks at the re-sync set.
+func (li *localIngress) refusePages(r *http.Request) (int, string) {
+	if status, reason := li.RefuseBrowsers(r); status != 0 {
+		return status, reason
+	}
+	status, reason := httpguard.RefuseFetchMetadata(r.Header)
+	if status != 0 {
+		li.m.readBacks.fetchMetadataRefused.Add(1)
+	}
+	return status, reason
 }

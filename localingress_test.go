@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -257,10 +258,14 @@ func TestLocalIngressHeaderRejectionsDoNotReadTheBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	li.mu.Lock()
-	li.port = "14324"
-	li.mu.Unlock()
-	const url = "http://127.0.0.1:14324" + peerEventsPath
+	// Bound, so that the Host check has a port; the test calls the handler
+	// directly and never accepts on ln.
+	ln, err := li.Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	url := "http://" + li.BoundAddr() + peerEventsPath
 	cases := []struct {
 		name   string
 		method string
@@ -268,7 +273,7 @@ func TestLocalIngressHeaderRejectionsDoNotReadTheBody(t *testing.T) {
 		want   int
 	}{
 		{"Origin", http.MethodPost, func(r *http.Request) { r.Header.Set("Origin", "null") }, http.StatusForbidden},
-		{"Host", http.MethodPost, func(r *http.Request) { r.Host = "evil.example:14324" }, http.StatusMisdirectedRequest},
+		{"Host", http.MethodPost, func(r *http.Request) { r.Host = "evil.example:" + li.BoundPort() }, http.StatusMisdirectedRequest},
 		{"method", http.MethodPut, func(*http.Request) {}, http.StatusMethodNotAllowed},
 		{"content type", http.MethodPost, func(r *http.Request) { r.Header.Set("Content-Type", "text/plain") }, http.StatusUnsupportedMediaType},
 	}
@@ -323,7 +328,7 @@ func TestLocalIngressRejectionWithUnsentBodyIsAnsweredAtOnce(t *testing.T) {
 	} {
 		wg.Go(func() {
 			// Each waits for the server's read timeout: run them together.
-			resp, took, closed, err := liRawAnswer(addr, tc.head+"Content-Length: 1000\r\n\r\n", serverReadTimeout+2*time.Second)
+			resp, took, closed, err := liRawAnswer(addr, tc.head+"Content-Length: 1000\r\n\r\n", httpguard.ServerReadTimeout+2*time.Second)
 			switch {
 			case err != nil:
 				t.Errorf("%s: %v", tc.name, err)
@@ -388,7 +393,7 @@ func TestLocalIngressServerTimeouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := li.listen()
+	ln, err := li.Listen()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +438,7 @@ func TestLocalIngressAnswersAfterASlowBrokerWrite(t *testing.T) {
 	}
 	// The broker takes longer than an answer's write deadline: a deadline
 	// armed before the answer starts would drop it.
-	time.Sleep(answerWriteTimeout + time.Second)
+	time.Sleep(httpguard.AnswerWriteTimeout + time.Second)
 	stall.unblock()
 	select {
 	case r := <-res:

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/brokeripc"
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -41,7 +42,7 @@ type options struct {
 	maxLive        int
 	maxLiveBytes   int64
 	workloadMax    int
-	conns          ConnLimits
+	conns          httpguard.ConnLimits
 	logLevel       string // the --log-level value, when given
 	logLevelGiven  bool
 	showVersion    bool
@@ -66,10 +67,10 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.maxLive, "max-live-workloads", defaultMaxLiveWorkloads, "most workloads the re-sync set holds (live, and terminal within their retention)")
 	fs.Int64Var(&o.maxLiveBytes, "max-live-workload-bytes", defaultMaxLiveWorkloadBytes, "most bytes of workload frames the re-sync set holds")
 	fs.IntVar(&o.workloadMax, "workload-max-bytes", wireframe.DefaultWorkloadMaxBytes, "most bytes of one frame's params (the workload and the members beside it), on every path")
-	fs.IntVar(&o.conns.Peer, "peer-max-conns", defaultPeerMaxConns, "most connections the peer port holds")
-	fs.IntVar(&o.conns.PeerPerSource, "peer-max-conns-per-source", defaultPeerMaxConnsPerSource, "most connections the peer port holds from one address")
-	fs.IntVar(&o.conns.Ingress, "ingress-max-conns", defaultIngressMaxConns, "most connections the local ingress holds")
-	fs.IntVar(&o.conns.Metrics, "metrics-max-conns", defaultMetricsMaxConns, "most connections the metrics endpoint holds")
+	fs.IntVar(&o.conns.Peer, "peer-max-conns", httpguard.DefaultPeerMaxConns, "most connections the peer port holds")
+	fs.IntVar(&o.conns.PeerPerSource, "peer-max-conns-per-source", httpguard.DefaultPeerMaxConnsPerSource, "most connections the peer port holds from one address")
+	fs.IntVar(&o.conns.Ingress, "ingress-max-conns", httpguard.DefaultIngressMaxConns, "most connections the local ingress holds")
+	fs.IntVar(&o.conns.Metrics, "metrics-max-conns", httpguard.DefaultMetricsMaxConns, "most connections the metrics endpoint holds")
 	fs.StringVar(&o.logLevel, "log-level", "", "error, warn, info or debug (default: $NVPAIR_LOG_LEVEL, else info)")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	o.usage = func(w io.Writer) { writeUsage(w, fs) }
@@ -105,7 +106,7 @@ func parseFlags(args []string) (options, error) {
 	if err := wireframe.CheckWorkloadMaxBytes(o.workloadMax); err != nil {
 		return o, fmt.Errorf("--workload-max-bytes %d: %w", o.workloadMax, err)
 	}
-	if err := checkConnLimits(o.conns); err != nil {
+	if err := httpguard.CheckConnLimits(o.conns); err != nil {
 		return o, err
 	}
 	fs.Visit(func(f *flag.Flag) { o.logLevelGiven = o.logLevelGiven || f.Name == "log-level" })
@@ -151,7 +152,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	levelVar.Set(level)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: levelVar}))
 	if levelWarning != "" {
-		log.Warn("log level from the environment ignored", "reason", clipReason(levelWarning))
+		log.Warn("log level from the environment ignored", "reason", httpguard.ClipReason(levelWarning))
 	}
 
 	memLimit := applyMemoryLimit(o.maxLive)

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/wireframe"
@@ -56,9 +57,9 @@ type Config struct {
 	// every member beside it) on every path; 0: defaultWorkloadMaxBytes.
 	// A request body need never be longer than this plus its envelope.
 	WorkloadMaxBytes int
-	Conns            ConnLimits // the listeners' connection caps
-	In               io.Reader  // frames from the broker
-	Out              io.Writer  // frames to the broker
+	Conns            httpguard.ConnLimits // the listeners' connection caps
+	In               io.Reader            // frames from the broker
+	Out              io.Writer            // frames to the broker
 	Logger           *slog.Logger
 	LogLevel         *slog.LevelVar // changed by log/set-level; may be nil
 }
@@ -147,11 +148,11 @@ type Manager struct {
 	metrics *metricsEndpoint // set by EnableMetrics before Run
 
 	// Metrics the Manager itself owns; the components keep their own.
-	framesReceived          *promtext.CounterVec // source, method
-	ingressResponses        *promtext.CounterVec // code
-	conns                   listenerLimits       // the listeners' connection caps
-	peerRejects             *sourceLog           // the peer port's refusals, rate-limited per source
-	bodies                  requestBodies        // request-body bytes held at once, per channel
+	framesReceived          *promtext.CounterVec     // source, method
+	ingressResponses        *promtext.CounterVec     // code
+	conns                   httpguard.ListenerLimits // the listeners' connection caps
+	peerRejects             *httpguard.SourceLog     // the peer port's refusals, rate-limited per source
+	bodies                  httpguard.RequestBodies  // request-body bytes held at once, per channel
 	serverHandshakeFailures atomic.Uint64
 	resyncUntracked         atomic.Uint64 // broker frames not tracked: the re-sync set was full
 	untrackedLog            dropLogger
@@ -234,10 +235,10 @@ func NewManager(cfg Config) (*Manager, error) {
 		framesReceived:     promtext.NewCounterVec(),
 		ingressResponses:   promtext.NewCounterVec(),
 		fieldBoundRefusals: promtext.NewCounterVec(),
-		conns:              newListenerLimits(cfg.Conns),
-		peerRejects:        newSourceLog(),
+		conns:              httpguard.NewListenerLimits(cfg.Conns),
+		peerRejects:        httpguard.NewSourceLog(),
 		brokerLines:        newBrokerLineLog(),
-		bodies:             newRequestBodies(),
+		bodies:             httpguard.NewRequestBodies(),
 
 		workloadBoundRefusals: promtext.NewCounterVec(),
 	}
@@ -264,9 +265,9 @@ func (m *Manager) PeerAddr() net.Addr {
 func (m *Manager) Run(ctx context.Context) error {
 	peerLn, err := net.Listen("tcp", m.cfg.PeerAddr)
 	if err != nil {
-		return &addrError{listener: peerListenerName, addr: m.cfg.PeerAddr, err: err}
+		return &httpguard.AddrError{Listener: peerListenerName, Addr: m.cfg.PeerAddr, Err: err}
 	}
-	peerLn = m.conns.peer.listen(peerLn)
+	peerLn = m.conns.Peer.Listen(peerLn)
 	m.addrMu.Lock()
 	m.peerAddr = peerLn.Addr()
 	m.addrMu.Unlock()
@@ -281,7 +282,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	listeners := []net.Listener{peerLn}
 	for _, x := range extras {
-		ln, err := x.listen()
+		ln, err := x.Listen()
 		if err != nil {
 			for _, l := range listeners {
 				l.Close()
@@ -348,7 +349,7 @@ func (m *Manager) Run(ctx context.Context) error {
 // loopbackServer is an optional plaintext listener on loopback: the ingress
 // or the metrics endpoint.
 type loopbackServer interface {
-	listen() (net.Listener, error)
+	Listen() (net.Listener, error)
 	serve(wg *sync.WaitGroup, ln net.Listener) *http.Server
 }
 
@@ -377,10 +378,10 @@ func (m *Manager) stop(servers []*http.Server) {
 }
 
 func (m *Manager) servePeers(wg *sync.WaitGroup, ln net.Listener) *http.Server {
-	srv := newHTTPServer(http.HandlerFunc(m.servePeer), peerServerIdleTimeout, m.log)
+	srv := httpguard.NewHTTPServer(http.HandlerFunc(m.servePeer), peerServerIdleTimeout, m.log)
 	srv.ErrorLog = log.New(&handshakeFailureCounter{n: &m.serverHandshakeFailures, next: srv.ErrorLog.Writer()}, "", 0)
-	srv.TLSConfig = m.trust.ServerTLSConfig(peerALPN)
-	srv.ConnState = m.conns.peer.connState
+	srv.TLSConfig = m.trust.ServerTLSConfig(httpguard.PeerALPN)
+	srv.ConnState = m.conns.Peer.ConnState
 	wg.Go(func() {
 		if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			m.log.Error("peer server stopped", "reason", err)
@@ -424,7 +425,7 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 	}
 	var s wireframe.Scan
 	if err := s.ScanFrame(line); err != nil {
-		m.brokerLines.warn(m.log, brokerLineNotJSON, "reason", clipLogged(fmt.Sprintf("not JSON: %v", err)))
+		m.brokerLines.warn(m.log, brokerLineNotJSON, "reason", httpguard.ClipLogged(fmt.Sprintf("not JSON: %v", err)))
 		return false
 	}
 	env, err := wireframe.EnvelopeOf(&s)
@@ -432,14 +433,14 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 		return m.handleControlLine(line)
 	}
 	if env.JSONRPC != "2.0" {
-		m.brokerLines.warn(m.log, brokerLineBadVersion, "method", clipLogged(env.Method), "reason", `jsonrpc must be "2.0"`)
+		m.brokerLines.warn(m.log, brokerLineBadVersion, "method", httpguard.ClipLogged(env.Method), "reason", `jsonrpc must be "2.0"`)
 		return false
 	}
 	m.framesReceived.Inc("stdio", env.Method)
 	m.handleLocal(env.Method, &s)
 	if env.ID != nil {
 		if err := m.out.respond(env.ID, nil, nil); err != nil {
-			m.brokerLines.warn(m.log, brokerLineUnanswered, "method", env.Method, "id", clipLoggedBytes(env.ID), "reason", clipLogged(err.Error()))
+			m.brokerLines.warn(m.log, brokerLineUnanswered, "method", env.Method, "id", httpguard.ClipLoggedBytes(env.ID), "reason", httpguard.ClipLogged(err.Error()))
 		}
 	}
 	return false
@@ -457,15 +458,15 @@ func isWorkloadMethod(m string) bool {
 func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 	var f wireframe.RPC
 	if err := json.Unmarshal(line, &f); err != nil {
-		m.brokerLines.warn(m.log, brokerLineNotJSON, "reason", clipLogged(fmt.Sprintf("not JSON: %v", err)))
+		m.brokerLines.warn(m.log, brokerLineNotJSON, "reason", httpguard.ClipLogged(fmt.Sprintf("not JSON: %v", err)))
 		return false
 	}
 	if f.JSONRPC != "2.0" {
-		m.brokerLines.warn(m.log, brokerLineBadVersion, "method", clipLogged(f.Method), "reason", `jsonrpc must be "2.0"`)
+		m.brokerLines.warn(m.log, brokerLineBadVersion, "method", httpguard.ClipLogged(f.Method), "reason", `jsonrpc must be "2.0"`)
 		return false
 	}
 	if f.IsResponse() {
-		m.log.Debug("response from broker ignored", "id", clipLoggedBytes(f.ID))
+		m.log.Debug("response from broker ignored", "id", httpguard.ClipLoggedBytes(f.ID))
 		return false
 	}
 	m.framesReceived.Inc("stdio", knownMethod(f.Method))
@@ -480,20 +481,20 @@ func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 		shutdown = true
 	default:
 		if !f.IsRequest() {
-			m.log.Debug("notification ignored", "method", clipLogged(f.Method))
+			m.log.Debug("notification ignored", "method", httpguard.ClipLogged(f.Method))
 			return false
 		}
 		// The method is quoted clipped, as a request's values are in an
 		// answer on the other channels: the answer then fits the broker's
 		// line unless the id alone does not.
-		rerr = &wireframe.RPCError{Code: wireframe.CodeMethodNotFound, Message: "method not found: " + clipReason(f.Method)}
+		rerr = &wireframe.RPCError{Code: wireframe.CodeMethodNotFound, Message: "method not found: " + httpguard.ClipReason(f.Method)}
 	}
 	if rerr != nil && !f.IsRequest() {
-		m.brokerLines.warn(m.log, brokerLineRefused, "method", clipLogged(f.Method), "reason", clipLogged(rerr.Message))
+		m.brokerLines.warn(m.log, brokerLineRefused, "method", httpguard.ClipLogged(f.Method), "reason", httpguard.ClipLogged(rerr.Message))
 	}
 	if f.IsRequest() {
 		if err := m.out.respond(f.ID, result, rerr); err != nil {
-			m.brokerLines.warn(m.log, brokerLineUnanswered, "method", clipLogged(f.Method), "id", clipLoggedBytes(f.ID), "reason", clipLogged(err.Error()))
+			m.brokerLines.warn(m.log, brokerLineUnanswered, "method", httpguard.ClipLogged(f.Method), "id", httpguard.ClipLoggedBytes(f.ID), "reason", httpguard.ClipLogged(err.Error()))
 		}
 	}
 	if shutdown {
@@ -517,11 +518,11 @@ func (m *Manager) handleLocal(method string, s *wireframe.Scan) {
 	if m.refusedOverBound(err, "stdio") {
 		// A broker that sends one such frame may send thousands: the
 		// warning is rate-limited (fieldbounds.go).
-		m.fieldBoundLog.note(m.log, "local frame dropped: a field over its bound", "method", method, "reason", clipReason(err.Error()))
+		m.fieldBoundLog.note(m.log, "local frame dropped: a field over its bound", "method", method, "reason", httpguard.ClipReason(err.Error()))
 		return
 	}
 	if err != nil {
-		m.brokerLines.warn(m.log, brokerLineMalformed, "method", method, "reason", clipLogged(err.Error()))
+		m.brokerLines.warn(m.log, brokerLineMalformed, "method", method, "reason", httpguard.ClipLogged(err.Error()))
 		return
 	}
 	m.commitLocal(f, fromBroker)

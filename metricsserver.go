@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+
+	"nvpair-workload-manager/internal/httpguard"
 )
 
 // metricsIdleTimeout is how long the metrics endpoint keeps an idle
@@ -17,19 +19,19 @@ const metricsIdleTimeout = ingressIdleTimeout
 // loopback address, with the same refusal of browsers as the ingress: the
 // numbers are harmless, but a page must not read them either.
 type metricsEndpoint struct {
-	*loopbackBinding
+	*httpguard.LoopbackBinding
 	m       *Manager
-	rejects *sourceLog // its refusals, rate-limited per source
+	rejects *httpguard.SourceLog // its refusals, rate-limited per source
 }
 
 // EnableMetrics turns the metrics endpoint on at addr. It must be called
 // before Run, which binds it. A non-loopback address is refused.
 func (m *Manager) EnableMetrics(addr string) error {
-	b, err := newLoopbackBinding("metrics endpoint", addr, m.conns.metrics)
+	b, err := httpguard.NewLoopbackBinding("metrics endpoint", addr, m.conns.Metrics)
 	if err != nil {
 		return err
 	}
-	m.metrics = &metricsEndpoint{loopbackBinding: b, m: m, rejects: newSourceLog()}
+	m.metrics = &metricsEndpoint{LoopbackBinding: b, m: m, rejects: httpguard.NewSourceLog()}
 	return nil
 }
 
@@ -38,15 +40,15 @@ func (m *Manager) MetricsAddr() string {
 	if m.metrics == nil {
 		return ""
 	}
-	return m.metrics.boundAddr()
+	return m.metrics.BoundAddr()
 }
 
 func (e *metricsEndpoint) serve(wg *sync.WaitGroup, ln net.Listener) *http.Server {
-	return e.serveHTTP(wg, ln, e, metricsIdleTimeout, e.m.log)
+	return e.Serve(wg, ln, e, metricsIdleTimeout, e.m.log)
 }
 
 func (e *metricsEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	status, reason := e.refuseBrowsers(r)
+	status, reason := e.RefuseBrowsers(r)
 	switch {
 	case status != 0:
 	case r.URL.Path != "/metrics":
@@ -56,14 +58,14 @@ func (e *metricsEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		status, reason = http.StatusMethodNotAllowed, "method must be GET or HEAD"
 	}
 	if status != 0 {
-		reason = clipReason(reason) // it may quote the Host
-		e.rejects.log(e.m.log, slog.LevelWarn, r.RemoteAddr, status, "metrics request rejected", "status", status, "reason", reason)
-		answer(w, status, reason)
+		reason = httpguard.ClipReason(reason) // it may quote the Host
+		e.rejects.Log(e.m.log, slog.LevelWarn, r.RemoteAddr, status, "metrics request rejected", "status", status, "reason", reason)
+		httpguard.Answer(w, status, reason)
 		return
 	}
 	var b bytes.Buffer
 	if err := e.m.writeMetrics(&b); err != nil {
-		answer(w, http.StatusInternalServerError, err.Error())
+		httpguard.Answer(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")

@@ -175,7 +175,7 @@ func TestMetricsCountClientHandshakeFailures(t *testing.T) {
 
 func TestMetricsEndpointRefusesBrowsersAndOtherMethods(t *testing.T) {
 	n := newMetricsNode(t, false).start()
-	port := n.m.metrics.boundPort()
+	port := n.m.metrics.BoundPort()
 	cases := []struct {
 		name, method, path, host string
 		header                   map[string]string

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -183,7 +184,7 @@ func runPeerBatch(elems [][]byte, handle func([]byte) (status int, reason string
 			results[i] = peerBatchResult{http.StatusBadRequest, reasonEmptyElement}
 		default:
 			status, reason := handle(e)
-			results[i] = peerBatchResult{status, clipReason(reason)}
+			results[i] = peerBatchResult{status, httpguard.ClipReason(reason)}
 			failed = status >= http.StatusInternalServerError
 		}
 	}
@@ -195,10 +196,10 @@ func runPeerBatch(elems [][]byte, handle func([]byte) (status int, reason string
 // looked at, so a batch over them is refused whole and nothing of it is
 // written. A batch that was processed is answered 200 with one result per
 // element, whatever those results are.
-func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *requestLog, principal string, reject func(status int, reason string)) {
-	body, release, err := m.bodies.peer.readBody(w, r, peerBatchMaxBytes)
+func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *httpguard.RequestLog, principal string, reject func(status int, reason string)) {
+	body, release, err := m.bodies.Peer.ReadBody(w, r, peerBatchMaxBytes)
 	if err != nil {
-		status, reason := bodyRefusal(w, err)
+		status, reason := httpguard.BodyRefusal(w, err)
 		if status == http.StatusRequestEntityTooLarge {
 			reason = "batch " + reason
 		}
@@ -218,7 +219,7 @@ func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *re
 	// A batch is one request waiting on the broker, whatever its length: it
 	// takes one slot for all its elements, which it writes one at a time.
 	if !m.peerWaiters.acquire(r.Context().Done()) {
-		m.peerWaiters.refuse(w, log.logger())
+		m.peerWaiters.refuse(w, log.Logger())
 		return
 	}
 	m.batchesReceived.Add(1)
@@ -229,8 +230,8 @@ func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *re
 	b, err := json.Marshal(peerBatchAnswer{Results: results})
 	if err != nil {
 		// Ints and strings always marshal; this is not reached.
-		log.logger().Error("peer batch answer not encoded", "reason", err)
-		answer(w, http.StatusInternalServerError, "answer not encoded")
+		log.Logger().Error("peer batch answer not encoded", "reason", err)
+		httpguard.Answer(w, http.StatusInternalServerError, "answer not encoded")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -245,7 +246,7 @@ func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *re
 // first of them; a failed broker write was already logged at error, and a
 // refusal for origin, rate-limited, by handlePeerFrame: alone, those
 // leave the batch's line at debug.
-func logPeerBatch(log *requestLog, results []peerBatchResult) {
+func logPeerBatch(log *httpguard.RequestLog, results []peerBatchResult) {
 	var ok, rejected, notAttempted, originRefused int
 	first := -1
 	for i, res := range results {
@@ -265,12 +266,12 @@ func logPeerBatch(log *requestLog, results []peerBatchResult) {
 		}
 	}
 	if first < 0 {
-		if log.enabled(slog.LevelDebug) {
-			log.logger().Debug("peer batch accepted", "elements", len(results), "originRefused", originRefused)
+		if log.Enabled(slog.LevelDebug) {
+			log.Logger().Debug("peer batch accepted", "elements", len(results), "originRefused", originRefused)
 		}
 		return
 	}
-	log.logger().Warn("peer batch elements rejected", "elements", len(results), "ok", ok,
+	log.Logger().Warn("peer batch elements rejected", "elements", len(results), "ok", ok,
 		"rejected", rejected, "notAttempted", notAttempted, "originRefused", originRefused, "firstIndex", first,
 		"status", results[first].Status, "reason", results[first].Reason)
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -267,7 +268,7 @@ func TestRunPeerBatchHandsNothingOnAfterAFailure(t *testing.T) {
 		case "fail":
 			return 500, "broker unavailable"
 		case "bad":
-			return 400, strings.Repeat("x", 2*maxReasonBytes)
+			return 400, strings.Repeat("x", 2*httpguard.MaxReasonBytes)
 		}
 		return 200, ""
 	}
@@ -282,7 +283,7 @@ func TestRunPeerBatchHandsNothingOnAfterAFailure(t *testing.T) {
 			t.Fatalf("element %d: %+v, want %d", i, r, want[i])
 		}
 	}
-	if results[1].Reason != clipReason(strings.Repeat("x", 2*maxReasonBytes)) || results[2].Reason != "empty element" {
+	if results[1].Reason != httpguard.ClipReason(strings.Repeat("x", 2*httpguard.MaxReasonBytes)) || results[2].Reason != "empty element" {
 		t.Fatalf("reasons %q, %q: want the first clipped, the second \"empty element\"", results[1].Reason, results[2].Reason)
 	}
 }

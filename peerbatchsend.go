@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -178,7 +179,7 @@ func (s *peerSender) deliverSingly(frames []outboundFrame) {
 // dropFresh gives frames up for this peer, with a rate-limited warning.
 func (s *peerSender) dropFresh(frames []outboundFrame, err error) {
 	s.stats.dropped.Add(uint64(len(frames)))
-	s.failDrops.note(s.log, "peer delivery failed, frames dropped for this peer", "frames", len(frames), "reason", clipReason(err.Error()))
+	s.failDrops.note(s.log, "peer delivery failed, frames dropped for this peer", "frames", len(frames), "reason", httpguard.ClipReason(err.Error()))
 }
 
 // postBatch makes one batch attempt and returns its per-element results.
@@ -221,7 +222,7 @@ func (s *peerSender) reassertBatch(lines [][]byte) bool {
 	if err != nil {
 		if s.hbCtx.Err() == nil {
 			s.stats.reassertFailures.Add(uint64(len(lines)))
-			s.hbErrors.note(s.log, "peer re-assertions failed; the next pass repeats them", "frames", len(lines), "reason", clipReason(err.Error()))
+			s.hbErrors.note(s.log, "peer re-assertions failed; the next pass repeats them", "frames", len(lines), "reason", httpguard.ClipReason(err.Error()))
 		}
 		return false
 	}

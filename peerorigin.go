@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/promtext"
 )
 
@@ -99,7 +100,7 @@ func (g *originGuard) originRefusal(self, principal, origin string) (claim, reas
 // last line; 0 when it may. The log is
 // rate-limited because a misbehaving peer can send thousands a second, and
 // one line with a count says as much.
-func (m *Manager) checkPeerOrigin(log *requestLog, principal string, ev *peerEvent) (status int, reason string) {
+func (m *Manager) checkPeerOrigin(log *httpguard.RequestLog, principal string, ev *peerEvent) (status int, reason string) {
 	claim, reason := m.origins.originRefusal(m.cfg.NodeID, principal, ev.origin())
 	if claim == "" {
 		return 0, ""
@@ -109,7 +110,7 @@ func (m *Manager) checkPeerOrigin(log *requestLog, principal string, ev *peerEve
 	} else {
 		m.origins.refusedOther.Add(1)
 	}
-	m.origins.log.noteCounted(log.logger(), "refused", "peer frames refused for their origin", "claim", claim, "reason", clipReason(reason))
+	m.origins.log.noteCounted(log.Logger(), "refused", "peer frames refused for their origin", "claim", claim, "reason", httpguard.ClipReason(reason))
 	return http.StatusForbidden, reason
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -96,7 +97,7 @@ func newPeerSender(t peerTarget, stats *peerStats, dialTLS func(context.Context,
 		MaxIdleConns:        peerMaxIdleConns,
 		MaxIdleConnsPerHost: peerMaxIdleConns,
 		IdleConnTimeout:     peerClientIdleTimeout,
-		Protocols:           http1Only,
+		Protocols:           httpguard.HTTP1Only,
 	}
 	return &peerSender{
 		target:    t,
@@ -394,7 +395,7 @@ func (s *peerSender) reassert(lines [][]byte) bool {
 		if err != nil {
 			if s.hbCtx.Err() == nil {
 				s.stats.reassertFailures.Add(1)
-				s.hbErrors.note(s.log, "peer re-assertion failed; the next pass repeats it", "reason", clipReason(err.Error()))
+				s.hbErrors.note(s.log, "peer re-assertion failed; the next pass repeats it", "reason", httpguard.ClipReason(err.Error()))
 			}
 			// A rejection is about this entry (a peer refuses it as too
 			// large, say): the rest of the pass goes on. Any other failure

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -84,11 +85,11 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 	// last had from it, and a sender that never sees the header keeps
 	// sending single frames, which is all a stock daemon understands.
 	w.Header()[peerBatchHeader] = peerBatchAdvertValue
-	log := newRequestLog(m.log, "peer", r.RemoteAddr)
+	log := httpguard.NewRequestLog(m.log, "peer", r.RemoteAddr)
 	reject := func(status int, reason string) {
-		reason = clipReason(reason)
-		m.peerRejects.log(log.logger(), slog.LevelWarn, r.RemoteAddr, status, "peer request rejected", "status", status, "reason", reason)
-		answer(w, status, reason)
+		reason = httpguard.ClipReason(reason)
+		m.peerRejects.Log(log.Logger(), slog.LevelWarn, r.RemoteAddr, status, "peer request rejected", "status", status, "reason", reason)
+		httpguard.Answer(w, status, reason)
 	}
 	// A client that is not a pinned peer gets its 403 and loses the
 	// connection: keeping it open would let it hold a slot of the peer
@@ -106,7 +107,7 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	principal := pairinstall.PrincipalOf(r.TLS.PeerCertificates[0])
-	log.with("peer", principal)
+	log.With("peer", principal)
 	if r.URL.Path != peerEventsPath {
 		reject(http.StatusNotFound, "no such endpoint")
 		return
@@ -122,16 +123,16 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body is reserved and read only now that the client has shown
 	// its pin: a client without one holds nothing of the peer's budget.
-	body, release, err := m.bodies.peer.readBody(w, r, wireframe.MaxBytes)
+	body, release, err := m.bodies.Peer.ReadBody(w, r, wireframe.MaxBytes)
 	if err != nil {
-		reject(bodyRefusal(w, err))
+		reject(httpguard.BodyRefusal(w, err))
 		return
 	}
 	defer release()
 	// The slot is taken once the body is in, so a client slow to send one
 	// never holds it, and given back before the answer is written.
 	if !m.peerWaiters.acquire(r.Context().Done()) {
-		m.peerWaiters.refuse(w, log.logger())
+		m.peerWaiters.refuse(w, log.Logger())
 		return
 	}
 	status, reason := m.handlePeerFrame(&log, principal, body)
@@ -139,11 +140,11 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case status == http.StatusOK:
 		// Written or already seen: the sender needs no more than that.
-		answer(w, http.StatusOK, "ok")
+		httpguard.Answer(w, http.StatusOK, "ok")
 	case status == http.StatusInternalServerError, isOriginRefusal(status, reason):
 		// Already logged by handlePeerFrame: a failed write with its error,
 		// a refusal for origin at most once per interval.
-		answer(w, status, clipReason(reason))
+		httpguard.Answer(w, status, httpguard.ClipReason(reason))
 	default:
 		reject(status, reason)
 	}
@@ -167,7 +168,7 @@ const reasonAlreadySeen = "already seen"
 // error, because only here is its cause known, and so is a refusal for
 // origin, rate-limited; other rejections are left to the caller, which may
 // summarise them.
-func (m *Manager) handlePeerFrame(log *requestLog, principal string, body []byte) (status int, reason string) {
+func (m *Manager) handlePeerFrame(log *httpguard.RequestLog, principal string, body []byte) (status int, reason string) {
 	ev, err := parsePeerFrame(body, m.cfg.WorkloadMaxBytes)
 	m.refusedOverBound(err, "peer")
 	if m.refusedOverWorkloadBound(err, "peer") {
@@ -187,11 +188,11 @@ func (m *Manager) handlePeerFrame(log *requestLog, principal string, body []byte
 		return http.StatusRequestEntityTooLarge, err.Error()
 	}
 	if err != nil {
-		log.logger().Error("broker write failed", "status", http.StatusInternalServerError, "reason", err)
+		log.Logger().Error("broker write failed", "status", http.StatusInternalServerError, "reason", err)
 		return http.StatusInternalServerError, "broker unavailable"
 	}
-	if log.enabled(slog.LevelDebug) {
-		log.logger().Debug("peer frame accepted", "duplicate", duplicate)
+	if log.Enabled(slog.LevelDebug) {
+		log.Logger().Debug("peer frame accepted", "duplicate", duplicate)
 	}
 	if duplicate {
 		return http.StatusOK, reasonAlreadySeen

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/httpguard"
 )
 
 // Every listener serves HTTP/1.1 and HTTP/1.0 and nothing else (spec 3.7,
@@ -221,7 +222,7 @@ func TestEveryListenerAnswersPipelinedRequestsInOrder(t *testing.T) {
 // window of 0) loses its connection, and the listener its slot, at the
 // answer's write deadline. The metrics endpoint's answers are tens of KiB,
 // so a few hundred pipelined scrapes fill the socket buffers; the deadline
-// is armed by http1Answers, which wraps every listener alike (the 505 tests
+// is armed by httpguard.HTTP1Answers, which wraps every listener alike (the 505 tests
 // above see the same wrapper on each).
 func TestAnAnswerTheClientDoesNotReadEndsAtTheWriteDeadline(t *testing.T) {
 	n := newTestNode(t)
@@ -247,8 +248,8 @@ func TestAnAnswerTheClientDoesNotReadEndsAtTheWriteDeadline(t *testing.T) {
 	// The client never reads. The server's writes block once the buffers
 	// are full, then fail at the deadline and the server closes the
 	// connection: the client's own writes then fail too.
-	if !holdsWithin(answerWriteTimeout+waitTimeout, func() bool { return n.m.conns.metrics.openConns() == 0 && len(writeErr) == 1 }) {
+	if !holdsWithin(httpguard.AnswerWriteTimeout+waitTimeout, func() bool { return n.m.conns.Metrics.OpenConns() == 0 && len(writeErr) == 1 }) {
 		t.Fatalf("%s after the client stopped reading: %d connection(s) still open, the client's writes still accepted",
-			answerWriteTimeout+waitTimeout, n.m.conns.metrics.openConns())
+			httpguard.AnswerWriteTimeout+waitTimeout, n.m.conns.Metrics.OpenConns())
 	}
 }

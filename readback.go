@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -185,14 +186,14 @@ func parseReadBackQuery(raw string) (readBackQuery, error) {
 	for _, k := range names {
 		vs := values[k]
 		if len(vs) > 1 {
-			return q, fmt.Errorf("%s given %d times: give it once", clipReason(k), len(vs))
+			return q, fmt.Errorf("%s given %d times: give it once", httpguard.ClipReason(k), len(vs))
 		}
 		v := vs[0]
 		switch k {
 		case "limit":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 || n > readBackMaxLimit {
-				return q, fmt.Errorf("limit %q: must be a whole number from 1 to %d", clipReason(v), readBackMaxLimit)
+				return q, fmt.Errorf("limit %q: must be a whole number from 1 to %d", httpguard.ClipReason(v), readBackMaxLimit)
 			}
 			q.limit = n
 		case "requesterId":
@@ -213,7 +214,7 @@ func parseReadBackQuery(raw string) (readBackQuery, error) {
 			}
 			q.cursor = &c
 		default:
-			return q, fmt.Errorf("unknown query parameter %q: the read-back takes limit, cursor and requesterId", clipReason(k))
+			return q, fmt.Errorf("unknown query parameter %q: the read-back takes limit, cursor and requesterId", httpguard.ClipReason(k))
 		}
 	}
 	return q, nil
@@ -238,7 +239,7 @@ func checkReadBackHeader(h http.Header) (int, string) {
 // the listing. Nothing before the listing looks at the set.
 func (li *localIngress) serveReadBack(w http.ResponseWriter, r *http.Request) {
 	log := func() *slog.Logger {
-		return li.m.log.With("channel", "ingress", "remote", r.RemoteAddr, "httpMethod", clipReason(r.Method), "path", readBackPath)
+		return li.m.log.With("channel", "ingress", "remote", r.RemoteAddr, "httpMethod", httpguard.ClipReason(r.Method), "path", readBackPath)
 	}
 	status, reason := li.refusePages(r)
 	if status == 0 && r.Method != http.MethodGet {
@@ -260,10 +261,10 @@ func (li *localIngress) serveReadBack(w http.ResponseWriter, r *http.Request) {
 		status, reason = http.StatusServiceUnavailable, fmt.Sprintf("%d read-backs are in progress, the most this node answers at once; retry after 1 s", readBackMaxInProgress)
 	}
 	if status != 0 {
-		reason = clipReason(reason)
-		li.m.ingressResponses.Inc(statusCode(status))
-		li.rejects.log(log(), slog.LevelWarn, r.RemoteAddr, status, "ingress request rejected", "status", status, "reason", reason)
-		answer(w, status, reason)
+		reason = httpguard.ClipReason(reason)
+		li.m.ingressResponses.Inc(httpguard.StatusCode(status))
+		li.rejects.Log(log(), slog.LevelWarn, r.RemoteAddr, status, "ingress request rejected", "status", status, "reason", reason)
+		httpguard.Answer(w, status, reason)
 		return
 	}
 	defer li.m.readBacks.end()
@@ -495,4 +496,11 @@ func (m *Manager) writeReadBackMetrics(t *promtext.Text) {
 	t.Single("nvpair_wlm_readback_in_progress_max", "gauge", "The most read-backs answered at once; one more is refused 503 with Retry-After.", readBackMaxInProgress)
 	t.Single("nvpair_wlm_readback_busy_refusals_total", "counter", "Read-backs refused 503 because the most were in progress.", float64(m.readBacks.busy.Load()))
 	m.writeFetchMetadataMetrics(t)
+}
+
+// writeFetchMetadataMetrics renders the count of ingress requests refused
+// by their Fetch Metadata.
+func (m *Manager) writeFetchMetadataMetrics(t *promtext.Text) {
+	n := m.readBacks.fetchMetadataRefused.Load()
+	t.Single("nvpair_wlm_ingress_fetch_metadata_refusals_total", "counter", "Ingress requests refused 403 because a browser marked them as a web page's (Sec-Fetch-Site other than none, or Sec-Fetch-Mode no-cors).", float64(n))
 }

@@ -1,4 +1,4 @@
-package main
+package httpguard
 
 import (
 	"container/list"
@@ -42,10 +42,10 @@ import (
 // at startup (4,096 on a stock Linux, far more under systemd), with room
 // for the peer clients, the pins and the pipes.
 const (
-	defaultPeerMaxConns          = 1024
-	defaultPeerMaxConnsPerSource = 64
-	defaultIngressMaxConns       = 512
-	defaultMetricsMaxConns       = 64
+	DefaultPeerMaxConns          = 1024
+	DefaultPeerMaxConnsPerSource = 64
+	DefaultIngressMaxConns       = 512
+	DefaultMetricsMaxConns       = 64
 	// connFirstRequest bounds the handshake plus the first request's
 	// headers: on a LAN or loopback both take milliseconds.
 	connFirstRequest = 3 * time.Second
@@ -61,9 +61,9 @@ type ConnLimits struct {
 // beyond what any listener of a small cluster needs.
 const maxConnCap = 1 << 20
 
-// checkConnLimits refuses a connection flag out of range, in one line that
+// CheckConnLimits refuses a connection flag out of range, in one line that
 // names the flag.
-func checkConnLimits(c ConnLimits) error {
+func CheckConnLimits(c ConnLimits) error {
 	for _, f := range []struct {
 		name string
 		v    int
@@ -75,37 +75,39 @@ func checkConnLimits(c ConnLimits) error {
 	return nil
 }
 
-// listenerLimits are the Manager's three limiters.
-type listenerLimits struct {
-	peer, ingress, metrics *connLimiter
+// ListenerLimits are the Manager's three limiters.
+type ListenerLimits struct {
+	Peer, Ingress, Metrics *ConnLimiter
 }
 
-func newListenerLimits(c ConnLimits) listenerLimits {
+// NewListenerLimits returns the limiters of the three listeners, a zero
+// cap in c taking its default.
+func NewListenerLimits(c ConnLimits) ListenerLimits {
 	orDefault := func(v, d int) int {
 		if v <= 0 {
 			return d
 		}
 		return v
 	}
-	return listenerLimits{
-		peer:    newConnLimiter("peer", orDefault(c.Peer, defaultPeerMaxConns), orDefault(c.PeerPerSource, defaultPeerMaxConnsPerSource)),
-		ingress: newConnLimiter("ingress", orDefault(c.Ingress, defaultIngressMaxConns), 0),
-		metrics: newConnLimiter("metrics", orDefault(c.Metrics, defaultMetricsMaxConns), 0),
+	return ListenerLimits{
+		Peer:    newConnLimiter("peer", orDefault(c.Peer, DefaultPeerMaxConns), orDefault(c.PeerPerSource, DefaultPeerMaxConnsPerSource)),
+		Ingress: newConnLimiter("ingress", orDefault(c.Ingress, DefaultIngressMaxConns), 0),
+		Metrics: newConnLimiter("metrics", orDefault(c.Metrics, DefaultMetricsMaxConns), 0),
 	}
 }
 
-// writeMetrics renders the connection caps and what they refused.
-func (ls listenerLimits) writeMetrics(t *promtext.Text) {
-	all := []*connLimiter{ls.peer, ls.ingress, ls.metrics}
+// WriteMetrics renders the connection caps and what they refused.
+func (ls ListenerLimits) WriteMetrics(t *promtext.Text) {
+	all := []*ConnLimiter{ls.Peer, ls.Ingress, ls.Metrics}
 	series := []struct {
 		name, kind, help string
-		get              func(*connLimiter) float64
+		get              func(*ConnLimiter) float64
 	}{
-		{"nvpair_wlm_connections_open", "gauge", "Connections a listener holds (peer, ingress, metrics).", func(l *connLimiter) float64 { return float64(l.openConns()) }},
-		{"nvpair_wlm_connections_limit", "gauge", "The most connections a listener holds (--peer-max-conns, --ingress-max-conns, --metrics-max-conns).", func(l *connLimiter) float64 { return float64(l.max) }},
-		{"nvpair_wlm_connections_per_source_limit", "gauge", "The most connections a listener holds from one source address (--peer-max-conns-per-source); 0: no per-source cap.", func(l *connLimiter) float64 { return float64(l.perSource) }},
-		{"nvpair_wlm_connections_closed_for_room_total", "counter", "Connections without a request in progress closed to make room for a new one at the cap.", func(l *connLimiter) float64 { return float64(l.evicted.Load()) }},
-		{"nvpair_wlm_connections_unstarted_total", "counter", "Connections closed because no request started within 3 s of the accept (TLS handshake included).", func(l *connLimiter) float64 { return float64(l.unstarted.Load()) }},
+		{"nvpair_wlm_connections_open", "gauge", "Connections a listener holds (peer, ingress, metrics).", func(l *ConnLimiter) float64 { return float64(l.OpenConns()) }},
+		{"nvpair_wlm_connections_limit", "gauge", "The most connections a listener holds (--peer-max-conns, --ingress-max-conns, --metrics-max-conns).", func(l *ConnLimiter) float64 { return float64(l.max) }},
+		{"nvpair_wlm_connections_per_source_limit", "gauge", "The most connections a listener holds from one source address (--peer-max-conns-per-source); 0: no per-source cap.", func(l *ConnLimiter) float64 { return float64(l.perSource) }},
+		{"nvpair_wlm_connections_closed_for_room_total", "counter", "Connections without a request in progress closed to make room for a new one at the cap.", func(l *ConnLimiter) float64 { return float64(l.evicted.Load()) }},
+		{"nvpair_wlm_connections_unstarted_total", "counter", "Connections closed because no request started within 3 s of the accept (TLS handshake included).", func(l *ConnLimiter) float64 { return float64(l.unstarted.Load()) }},
 	}
 	for _, s := range series {
 		t.Family(s.name, s.kind, s.help)
@@ -121,13 +123,14 @@ func (ls listenerLimits) writeMetrics(t *promtext.Text) {
 	}
 }
 
-// connLimiter caps one listener's connections.
-type connLimiter struct {
+// ConnLimiter caps one listener's connections.
+type ConnLimiter struct {
 	name      string // the listener, as the metrics label it
 	max       int
 	perSource int // 0: no per-source cap (a loopback listener, where every client is one address)
-	// firstRequest is connFirstRequest; tests shorten it.
-	firstRequest time.Duration
+	// FirstRequest is connFirstRequest; a test may change it before the
+	// listener accepts its first connection.
+	FirstRequest time.Duration
 
 	// mu guards open, bySource and waiting. A leaf lock: connections are
 	// closed after it is released.
@@ -141,15 +144,15 @@ type connLimiter struct {
 	refusedFull, refusedSource, evicted, unstarted atomic.Uint64
 }
 
-func newConnLimiter(name string, max, perSource int) *connLimiter {
-	return &connLimiter{name: name, max: max, perSource: perSource, firstRequest: connFirstRequest, bySource: map[string]int{}, waiting: list.New()}
+func newConnLimiter(name string, max, perSource int) *ConnLimiter {
+	return &ConnLimiter{name: name, max: max, perSource: perSource, FirstRequest: connFirstRequest, bySource: map[string]int{}, waiting: list.New()}
 }
 
 // limitedConn is an admitted connection: it gives its slot back when it is
 // closed, by the server, by its first-request timer, or for room.
 type limitedConn struct {
 	net.Conn
-	lim     *connLimiter
+	lim     *ConnLimiter
 	source  string
 	started *time.Timer // closes the connection unless a request starts in time
 	// Guarded by lim.mu: whether the connection still counts against the
@@ -164,14 +167,14 @@ func (c *limitedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// listen wraps ln so that its connections are capped.
-func (l *connLimiter) listen(ln net.Listener) net.Listener {
+// Listen wraps ln so that its connections are capped.
+func (l *ConnLimiter) Listen(ln net.Listener) net.Listener {
 	return &limitListener{Listener: ln, lim: l}
 }
 
 type limitListener struct {
 	net.Listener
-	lim *connLimiter
+	lim *ConnLimiter
 }
 
 // Accept returns the next connection admitted under the caps; a refused
@@ -190,7 +193,7 @@ func (ln *limitListener) Accept() (net.Conn, error) {
 
 // admit takes c under the caps, making room by closing the longest-waiting
 // connection when the listener is full, or closes c and returns nil.
-func (l *connLimiter) admit(c net.Conn) *limitedConn {
+func (l *ConnLimiter) admit(c net.Conn) *limitedConn {
 	source := sourceOf(c.RemoteAddr())
 	l.mu.Lock()
 	if l.perSource > 0 && l.bySource[source] >= l.perSource {
@@ -217,7 +220,7 @@ func (l *connLimiter) admit(c net.Conn) *limitedConn {
 	l.open++
 	l.bySource[source]++
 	lc.waitEl = l.waiting.PushBack(lc)
-	lc.started = time.AfterFunc(l.firstRequest, func() {
+	lc.started = time.AfterFunc(l.FirstRequest, func() {
 		// Not lc.Close: that would read lc.started, which this goroutine
 		// has no ordering with.
 		l.unstarted.Add(1)
@@ -243,7 +246,7 @@ func (l *connLimiter) admit(c net.Conn) *limitedConn {
 // larger one is down to its size. The walk is over at most the cap's
 // connections and runs only at the cap. Called with mu held; front is
 // l.waiting.Front(), not nil.
-func (l *connLimiter) roomVictimLocked(front *list.Element) *limitedConn {
+func (l *ConnLimiter) roomVictimLocked(front *list.Element) *limitedConn {
 	victim := front.Value.(*limitedConn)
 	most := l.bySource[victim.source]
 	for e := front.Next(); e != nil; e = e.Next() {
@@ -256,7 +259,7 @@ func (l *connLimiter) roomVictimLocked(front *list.Element) *limitedConn {
 }
 
 // release gives a closed connection's slot back, once.
-func (l *connLimiter) release(c *limitedConn) {
+func (l *ConnLimiter) release(c *limitedConn) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if c.slotted {
@@ -266,7 +269,7 @@ func (l *connLimiter) release(c *limitedConn) {
 
 // dropLocked takes c out of the counts and the waiting list. Called with
 // mu held, for a connection that is slotted.
-func (l *connLimiter) dropLocked(c *limitedConn) {
+func (l *ConnLimiter) dropLocked(c *limitedConn) {
 	c.slotted = false
 	if c.waitEl != nil {
 		l.waiting.Remove(c.waitEl)
@@ -280,10 +283,10 @@ func (l *connLimiter) dropLocked(c *limitedConn) {
 	}
 }
 
-// connState is the server's http.Server.ConnState hook: a connection with
+// ConnState is the server's http.Server.ConnState hook: a connection with
 // a request in progress cannot be closed for room, and one that has
 // started a request has met its first-request deadline.
-func (l *connLimiter) connState(c net.Conn, state http.ConnState) {
+func (l *ConnLimiter) ConnState(c net.Conn, state http.ConnState) {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
 	}
@@ -321,8 +324,8 @@ func sourceOf(a net.Addr) string {
 	return host
 }
 
-// openConns is the listener's connection count, for the metrics.
-func (l *connLimiter) openConns() int {
+// OpenConns is the listener's connection count, for the metrics.
+func (l *ConnLimiter) OpenConns() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.open

@@ -1,4 +1,4 @@
-package main
+package httpguard
 
 import (
 	"crypto/tls"
@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Timeouts shared by the daemon's HTTP servers. There is deliberately no
@@ -18,21 +19,21 @@ import (
 // and a slow broker would make the server drop the answer of a frame that
 // had already landed (the sender would then retry a frame that was
 // accepted). The write deadline is instead armed when the answer starts
-// (answerWriteTimeout), on the client's side of the socket only.
+// (AnswerWriteTimeout), on the client's side of the socket only.
 const (
 	serverReadHeaderTimeout = 5 * time.Second
-	serverReadTimeout       = 10 * time.Second
-	// answerWriteTimeout bounds how long a client may take to take an
+	ServerReadTimeout       = 10 * time.Second
+	// AnswerWriteTimeout bounds how long a client may take to take an
 	// answer, from its first byte: a refusal or a frame's answer is a few
 	// hundred bytes and a metrics page some tens of KiB, so on loopback or
 	// a LAN it is written in milliseconds. A client that does not read
 	// (a receive window of 0) loses its connection at the deadline, and
 	// with it its connection slot, its body reservation and its broker
 	// waiter slot, all of which are given back when the handler returns.
-	answerWriteTimeout = 5 * time.Second
+	AnswerWriteTimeout = 5 * time.Second
 )
 
-// http1Only is the set of protocols every listener of the daemon serves:
+// HTTP1Only is the set of protocols every listener of the daemon serves:
 // HTTP/1.1 and HTTP/1.0, never HTTP/2 (neither negotiated by ALPN on the
 // peer port nor spoken in plaintext, by prior knowledge or by upgrade, on
 // the loopback listeners). HTTP/2 multiplexes streams with their own flow
@@ -40,29 +41,29 @@ const (
 // answers and the connection caps (3.7) would count it once; the daemon's
 // peers and producers send one small request at a time, which HTTP/1.1
 // serves as well. spec.md 3.7 lists the protocols per listener.
-var http1Only = func() *http.Protocols {
+var HTTP1Only = func() *http.Protocols {
 	var p http.Protocols
 	p.SetHTTP1(true)
 	return &p
 }()
 
-// peerALPN is what the peer port offers by ALPN: HTTP/1.1 alone, so a
+// PeerALPN is what the peer port offers by ALPN: HTTP/1.1 alone, so a
 // client that offers only h2 fails the handshake (no_application_protocol)
 // rather than being served a protocol the spec does not name. A client
 // that offers no ALPN at all (a stock daemon's net/http client offers
 // h2 and http/1.1) is served HTTP/1.1.
-var peerALPN = []string{"http/1.1"}
+var PeerALPN = []string{"http/1.1"}
 
-// newHTTPServer returns a server with the daemon's timeouts and protocols
+// NewHTTPServer returns a server with the daemon's timeouts and protocols
 // whose internal errors (failed handshakes, malformed requests) go to the
 // log at debug.
-func newHTTPServer(h http.Handler, idle time.Duration, log *slog.Logger) *http.Server {
+func NewHTTPServer(h http.Handler, idle time.Duration, log *slog.Logger) *http.Server {
 	return &http.Server{
-		Handler:           http1Answers(h),
+		Handler:           HTTP1Answers(h),
 		ReadHeaderTimeout: serverReadHeaderTimeout,
-		ReadTimeout:       serverReadTimeout,
+		ReadTimeout:       ServerReadTimeout,
 		IdleTimeout:       idle,
-		Protocols:         http1Only,
+		Protocols:         HTTP1Only,
 		// A non-nil map without "h2" is the older way to say the same as
 		// Protocols; set too, so no configuration path can bring h2 back.
 		TLSNextProto: map[string]func(*http.Server, *tls.Conn, http.Handler){},
@@ -70,15 +71,15 @@ func newHTTPServer(h http.Handler, idle time.Duration, log *slog.Logger) *http.S
 	}
 }
 
-// http1Answers wraps every listener's handler: it answers a request that
+// HTTP1Answers wraps every listener's handler: it answers a request that
 // is not HTTP/1.x (net/http hands its handlers the HTTP/2 preface,
 // "PRI * HTTP/2.0", for them to take over) with 505 and closes the
 // connection, and it puts a write deadline on every answer.
-func http1Answers(next http.Handler) http.Handler {
+func HTTP1Answers(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ProtoMajor != 1 {
 			w.Header().Set("Connection", "close")
-			answer(w, http.StatusHTTPVersionNotSupported, "this listener speaks HTTP/1.1 only")
+			Answer(w, http.StatusHTTPVersionNotSupported, "this listener speaks HTTP/1.1 only")
 			return
 		}
 		dw := deadlineWriter{ResponseWriter: w}
@@ -105,7 +106,7 @@ type deadlineWriter struct {
 func (w *deadlineWriter) arm() {
 	if !w.armed {
 		w.armed = true
-		w.setDeadline(time.Now().Add(answerWriteTimeout))
+		w.setDeadline(time.Now().Add(AnswerWriteTimeout))
 	}
 }
 
@@ -147,8 +148,8 @@ func (e *bodyTooLargeError) Error() string { return fmt.Sprintf("body larger tha
 
 func (e *bodyTooLargeError) Unwrap() error { return errBodyTooLarge }
 
-// readBodyUpTo reads at most limit bytes of the request body: maxFrameBytes
-// for a single frame, peerBatchMaxBytes for a batch (bodyBudget.readBody
+// readBodyUpTo reads at most limit bytes of the request body: the cap of
+// a single frame or of a batch, which the caller names (BodyBudget.ReadBody
 // calls it once the body's room is reserved). A declared length over the cap is
 // refused before anything is read; an undeclared one (chunked) is cut off
 // at the cap by http.MaxBytesReader, so no more than limit bytes are ever
@@ -177,21 +178,70 @@ func readBodyUpTo(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, 
 	return b, nil
 }
 
-// maxReasonBytes bounds the reason of a rejection. A reason may quote a
+// MaxReasonBytes bounds the reason of a rejection. A reason may quote a
 // value from the request (a state, an origin, a field name, the Host), and
 // neither the log nor the answer may carry the body.
-const maxReasonBytes = 256
+const MaxReasonBytes = 256
 
-// clipReason bounds a reason to maxReasonBytes, on a UTF-8 boundary.
-func clipReason(s string) string {
-	if len(s) <= maxReasonBytes {
+// ClipReason bounds a reason to MaxReasonBytes, on a UTF-8 boundary.
+func ClipReason(s string) string {
+	if len(s) <= MaxReasonBytes {
 		return s
 	}
-	return strings.ToValidUTF8(s[:maxReasonBytes], "") + "... (truncated)"
+	return strings.ToValidUTF8(s[:MaxReasonBytes], "") + "... (truncated)"
 }
 
-// answer writes a one-line plain-text answer.
-func answer(w http.ResponseWriter, status int, text string) {
+// ClipLogged bounds a value for a log line: it keeps the longest start of
+// s that takes at most MaxReasonBytes once the log's text format has
+// quoted it, cut on a character boundary and marked as ClipReason marks
+// it. ClipReason counts bytes, which is enough for values that cannot hold
+// control characters (a request's path or Host); a value decoded from a
+// JSON string can, and quoted, a control character takes four bytes
+// (\x01): 256 of them clipped by bytes would be a kilobyte of log line.
+func ClipLogged(s string) string {
+	w := 0
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if w += quotedWidth(r, size); w > MaxReasonBytes {
+			return s[:i] + "... (truncated)"
+		}
+		i += size
+	}
+	return s
+}
+
+// ClipLoggedBytes is ClipLogged for a value held as bytes (a raw JSON id),
+// without converting more of it than can be kept: every byte takes at
+// least one byte quoted, so no more than MaxReasonBytes+1 of them are
+// looked at.
+func ClipLoggedBytes(b []byte) string {
+	return ClipLogged(string(b[:min(len(b), MaxReasonBytes+1)]))
+}
+
+// quotedWidth is how many bytes strconv.Quote, which slog's text handler
+// uses, writes for the character r that takes size bytes of a string: at
+// least size.
+func quotedWidth(r rune, size int) int {
+	switch {
+	case r == utf8.RuneError && size == 1:
+		return 4 // an invalid byte: \xff
+	case r == '"' || r == '\\':
+		return 2
+	case r == '\a' || r == '\b' || r == '\f' || r == '\n' || r == '\r' || r == '\t' || r == '\v':
+		return 2
+	case r < ' ' || r == 0x7f:
+		return 4 // \x01
+	case strconv.IsPrint(r):
+		return size
+	case r < 0x10000:
+		return 6 // \u0085
+	default:
+		return 10 // \U000e0001
+	}
+}
+
+// Answer writes a one-line plain-text answer.
+func Answer(w http.ResponseWriter, status int, text string) {
 	h := w.Header()
 	h["Content-Type"] = textPlainUTF8
 	h["X-Content-Type-Options"] = noSniff
@@ -209,9 +259,9 @@ var (
 	noSniff       = []string{"nosniff"}
 )
 
-// statusCode is a status as its decimal text, the label of the responses
+// StatusCode is a status as its decimal text, the label of the responses
 // counters; the common one without an allocation.
-func statusCode(status int) string {
+func StatusCode(status int) string {
 	if status == http.StatusOK {
 		return "200"
 	}

@@ -1,4 +1,4 @@
-package main
+package httpguard
 
 import (
 	"container/list"
@@ -52,34 +52,36 @@ var bodyReadTimeout = 2 * time.Second
 // producer that posts each frame on its own goroutine keeps in flight.
 const ingressUnfinishedPerSource = 64
 
-// errNoBodyRoom is readBody's error when the channel's budget had no room
+// errNoBodyRoom is ReadBody's error when the channel's budget had no room
 // within bodyBudgetWait.
 var errNoBodyRoom = errors.New("too many request bodies in progress on this node; retry after 1 s")
 
-// errBodyDeadline is readBody's error when the body did not arrive within
+// errBodyDeadline is ReadBody's error when the body did not arrive within
 // bodyReadTimeout, or was cut off to make room for another of its source.
 var errBodyDeadline = errors.New("request body not received in time")
 
-// requestBodies are the daemon's body budgets, one per channel.
-type requestBodies struct {
-	peer, ingress *bodyBudget
+// RequestBodies are the daemon's body budgets, one per channel.
+type RequestBodies struct {
+	Peer, Ingress *BodyBudget
 }
 
-func newRequestBodies() requestBodies {
-	return requestBodies{
-		peer:    newBodyBudget("peer", requestBodyBudget, 0),
-		ingress: newBodyBudget("ingress", requestBodyBudget, ingressUnfinishedPerSource),
+// NewRequestBodies returns the budgets of the peer port and the ingress,
+// the ingress with its bound on unfinished bodies per source.
+func NewRequestBodies() RequestBodies {
+	return RequestBodies{
+		Peer:    newBodyBudget("peer", requestBodyBudget, 0),
+		Ingress: newBodyBudget("ingress", requestBodyBudget, ingressUnfinishedPerSource),
 	}
 }
 
-// readBody reserves room in b for r's body, reads it under the body
+// ReadBody reserves room in b for r's body, reads it under the body
 // deadline and returns it with the function that gives the room back,
 // which the caller calls once it no longer holds the body (after its
 // broker write). The reservation is the declared length, or limit when
 // the length is not declared (a chunked body is cut off at limit); a body
 // declared over limit is refused before anything is reserved or read. On
-// error nothing is held; bodyRefusal gives the answer.
-func (b *bodyBudget) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, func(), error) {
+// error nothing is held; BodyRefusal gives the answer.
+func (b *BodyBudget) ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, func(), error) {
 	if r.ContentLength > limit {
 		return nil, nil, &bodyTooLargeError{limit}
 	}
@@ -115,12 +117,12 @@ func (b *bodyBudget) readBody(w http.ResponseWriter, r *http.Request, limit int6
 	return body, release, nil
 }
 
-// bodyRefusal is the answer to readBody's error, with the headers it
+// BodyRefusal is the answer to ReadBody's error, with the headers it
 // needs: 413 for a body over the cap, 503 with Retry-After when the budget
 // had no room, 408 for a body not sent in time, 400 for a body that could
 // not be read. Every refusal but the 400 closes the connection: the body
 // was not read to its end, so the connection cannot carry another request.
-func bodyRefusal(w http.ResponseWriter, err error) (int, string) {
+func BodyRefusal(w http.ResponseWriter, err error) (int, string) {
 	switch {
 	case errors.Is(err, errBodyTooLarge):
 		w.Header().Set("Connection", "close")
@@ -136,17 +138,17 @@ func bodyRefusal(w http.ResponseWriter, err error) (int, string) {
 	return http.StatusBadRequest, err.Error()
 }
 
-// writeMetrics renders both budgets.
-func (bs requestBodies) writeMetrics(t *promtext.Text) {
-	all := []*bodyBudget{bs.peer, bs.ingress}
+// WriteMetrics renders both budgets.
+func (bs RequestBodies) WriteMetrics(t *promtext.Text) {
+	all := []*BodyBudget{bs.Peer, bs.Ingress}
 	series := []struct {
 		name, kind, help string
-		get              func(*bodyBudget) float64
+		get              func(*BodyBudget) float64
 	}{
-		{"nvpair_wlm_request_body_bytes", "gauge", "Bytes of request bodies reserved now, per channel (peer, ingress).", func(b *bodyBudget) float64 { return float64(b.inUse()) }},
-		{"nvpair_wlm_request_body_budget_bytes", "gauge", "The most bytes of request bodies a channel holds at once.", func(b *bodyBudget) float64 { return float64(b.capacity) }},
-		{"nvpair_wlm_request_body_refused_total", "counter", "Requests answered 503 because their channel's request-body budget had no room for them.", func(b *bodyBudget) float64 { return float64(b.refused.Load()) }},
-		{"nvpair_wlm_request_body_timeouts_total", "counter", "Requests answered 408 because their body was not sent within 2 s of their headers, or was cut off for room (ingress).", func(b *bodyBudget) float64 { return float64(b.timedOut.Load()) }},
+		{"nvpair_wlm_request_body_bytes", "gauge", "Bytes of request bodies reserved now, per channel (peer, ingress).", func(b *BodyBudget) float64 { return float64(b.inUse()) }},
+		{"nvpair_wlm_request_body_budget_bytes", "gauge", "The most bytes of request bodies a channel holds at once.", func(b *BodyBudget) float64 { return float64(b.capacity) }},
+		{"nvpair_wlm_request_body_refused_total", "counter", "Requests answered 503 because their channel's request-body budget had no room for them.", func(b *BodyBudget) float64 { return float64(b.refused.Load()) }},
+		{"nvpair_wlm_request_body_timeouts_total", "counter", "Requests answered 408 because their body was not sent within 2 s of their headers, or was cut off for room (ingress).", func(b *BodyBudget) float64 { return float64(b.timedOut.Load()) }},
 	}
 	for _, s := range series {
 		t.Family(s.name, s.kind, s.help)
@@ -154,7 +156,7 @@ func (bs requestBodies) writeMetrics(t *promtext.Text) {
 			t.Sample(s.name, []string{"channel"}, []string{b.channel}, s.get(b))
 		}
 	}
-	u := bs.ingress.unfinished
+	u := bs.Ingress.unfinished
 	t.Single("nvpair_wlm_ingress_unfinished_bodies", "gauge", "Ingress request bodies being read now.", float64(u.count()))
 	t.Single("nvpair_wlm_ingress_unfinished_bodies_per_source_limit", "gauge", "The most ingress bodies one source address may have in progress; at the bound its oldest is cut off.", float64(u.perSource))
 	t.Single("nvpair_wlm_ingress_unfinished_bodies_cut_total", "counter", "Ingress bodies cut off to make room for a newer one from the same source address.", float64(u.cut.Load()))
@@ -255,8 +257,8 @@ func (u *unfinishedBodies) count() int {
 	return u.n
 }
 
-// bodyBudget is a counting semaphore over request-body bytes.
-type bodyBudget struct {
+// BodyBudget is a counting semaphore over request-body bytes.
+type BodyBudget struct {
 	channel    string // peer or ingress, as the metrics label it
 	capacity   int64
 	unfinished *unfinishedBodies // nil on the peer port
@@ -272,14 +274,14 @@ type bodyBudget struct {
 
 // newBodyBudget returns a budget of capacity bytes for channel; a
 // positive perSource bounds the bodies in progress per source address.
-func newBodyBudget(channel string, capacity int64, perSource int) *bodyBudget {
-	return &bodyBudget{channel: channel, capacity: capacity, unfinished: newUnfinishedBodies(perSource), freed: make(chan struct{})}
+func newBodyBudget(channel string, capacity int64, perSource int) *BodyBudget {
+	return &BodyBudget{channel: channel, capacity: capacity, unfinished: newUnfinishedBodies(perSource), freed: make(chan struct{})}
 }
 
 // acquire reserves n bytes, waiting up to wait for room; it reports false
 // when there was none by then. n is at most the capacity (the callers'
 // caps are far below it).
-func (b *bodyBudget) acquire(n int64, wait time.Duration, done <-chan struct{}) bool {
+func (b *BodyBudget) acquire(n int64, wait time.Duration, done <-chan struct{}) bool {
 	b.mu.Lock()
 	if b.used+n <= b.capacity {
 		// The common case: room at once, with no timer and no wait.
@@ -320,7 +322,7 @@ func (b *bodyBudget) acquire(n int64, wait time.Duration, done <-chan struct{}) 
 
 // release gives n bytes back and wakes the requests waiting for room, if
 // any: with none waiting, the channel is left as it is.
-func (b *bodyBudget) release(n int64) {
+func (b *BodyBudget) release(n int64) {
 	b.mu.Lock()
 	b.used -= n
 	if b.waiting > 0 {
@@ -331,7 +333,7 @@ func (b *bodyBudget) release(n int64) {
 }
 
 // inUse is the bytes reserved now, for the metrics.
-func (b *bodyBudget) inUse() int64 {
+func (b *BodyBudget) inUse() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.used

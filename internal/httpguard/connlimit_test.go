@@ -1,4 +1,4 @@
-package main
+package httpguard
 
 import (
 	"bufio"
@@ -12,11 +12,11 @@ import (
 	"time"
 )
 
-// limitedServer is a plaintext HTTP server behind a connLimiter whose
+// limitedServer is a plaintext HTTP server behind a ConnLimiter whose
 // handler holds each request until release is closed, so a test controls
 // which connections have a request in progress.
 type limitedServer struct {
-	lim      *connLimiter
+	lim      *ConnLimiter
 	addr     string
 	release  chan struct{}
 	inFlight sync.WaitGroup
@@ -27,7 +27,7 @@ func startLimitedServer(t *testing.T, max, perSource int, firstRequest time.Dura
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	netMust(t, err)
 	s := &limitedServer{lim: newConnLimiter("test", max, perSource), addr: ln.Addr().String(), release: make(chan struct{})}
-	s.lim.firstRequest = firstRequest
+	s.lim.FirstRequest = firstRequest
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/hold" {
@@ -35,10 +35,10 @@ func startLimitedServer(t *testing.T, max, perSource int, firstRequest time.Dura
 			}
 			io.WriteString(w, "ok\n")
 		}),
-		ConnState: s.lim.connState,
+		ConnState: s.lim.ConnState,
 		ErrorLog:  netDiscardLog(),
 	}
-	go srv.Serve(s.lim.listen(ln))
+	go srv.Serve(s.lim.Listen(ln))
 	t.Cleanup(func() {
 		select {
 		case <-s.release:
@@ -101,7 +101,7 @@ func TestConnectionOverTheCapIsClosedAtOnceWhenEveryConnectionIsBusy(t *testing.
 	if got := s.lim.refusedFull.Load(); got != 1 {
 		t.Fatalf("refused (full) = %d, want 1", got)
 	}
-	if n := s.lim.openConns(); n != 3 {
+	if n := s.lim.OpenConns(); n != 3 {
 		t.Fatalf("%d connections open, want the cap, 3", n)
 	}
 }
@@ -114,7 +114,7 @@ func TestAtTheCapTheLongestWaitingIdleConnectionMakesRoomForANewClient(t *testin
 	for range 4 {
 		flood = append(flood, s.rawConn(t, nil))
 	}
-	eventually(t, "the flood admitted", func() bool { return s.lim.openConns() == 4 })
+	eventually(t, "the flood admitted", func() bool { return s.lim.OpenConns() == 4 })
 	status, err := get(s.rawConn(t, nil), "/")
 	if err != nil || status != "HTTP/1.1 200 OK" {
 		t.Fatalf("the client at the cap got %q, %v; want 200", status, err)
@@ -125,7 +125,7 @@ func TestAtTheCapTheLongestWaitingIdleConnectionMakesRoomForANewClient(t *testin
 	if got := s.lim.evicted.Load(); got != 1 {
 		t.Fatalf("closed for room = %d, want 1", got)
 	}
-	if n := s.lim.openConns(); n > 4 {
+	if n := s.lim.OpenConns(); n > 4 {
 		t.Fatalf("%d connections open, over the cap of 4", n)
 	}
 }
@@ -139,13 +139,13 @@ func TestAtTheCapRoomIsTakenFromTheSourceHoldingTheMostConnections(t *testing.T)
 	}
 	s := startLimitedServer(t, 4, 0, time.Minute)
 	peer := s.rawConn(t, nil) // the oldest, from 127.0.0.1
-	eventually(t, "the peer's connection admitted", func() bool { return s.lim.openConns() == 1 })
+	eventually(t, "the peer's connection admitted", func() bool { return s.lim.OpenConns() == 1 })
 	flooder := &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}
 	var flood []net.Conn
 	for range 3 {
 		flood = append(flood, s.rawConn(t, flooder))
 	}
-	eventually(t, "the flood admitted", func() bool { return s.lim.openConns() == 4 })
+	eventually(t, "the flood admitted", func() bool { return s.lim.OpenConns() == 4 })
 	for i := range 3 {
 		s.rawConn(t, flooder) // at the cap: each closes one of the flood's
 		if !closedByServer(flood[i], 2*time.Second) {
@@ -164,7 +164,7 @@ func TestOneSourceIsCappedAndOtherSourcesAreNot(t *testing.T) {
 	s := startLimitedServer(t, 10, 2, time.Minute)
 	s.rawConn(t, nil)
 	s.rawConn(t, nil)
-	eventually(t, "two connections from 127.0.0.1", func() bool { return s.lim.openConns() == 2 })
+	eventually(t, "two connections from 127.0.0.1", func() bool { return s.lim.OpenConns() == 2 })
 	if !closedByServer(s.rawConn(t, nil), 2*time.Second) {
 		t.Fatal("a third connection from one source was not closed")
 	}
@@ -190,7 +190,7 @@ func TestAConnectionThatStartsNoRequestIsClosedAtTheFirstRequestDeadline(t *test
 	if got := s.lim.unstarted.Load(); got != 1 {
 		t.Fatalf("unstarted = %d, want 1 (the busy connection started its request in time)", got)
 	}
-	eventually(t, "the silent connection's slot given back", func() bool { return s.lim.openConns() == 1 })
+	eventually(t, "the silent connection's slot given back", func() bool { return s.lim.OpenConns() == 1 })
 }
 
 func TestConnectionSlotsAreGivenBackWhenConnectionsClose(t *testing.T) {
@@ -201,7 +201,7 @@ func TestConnectionSlotsAreGivenBackWhenConnectionsClose(t *testing.T) {
 			t.Fatalf("GET = %q, %v", status, err)
 		}
 		c.Close()
-		eventually(t, "the slot given back", func() bool { return s.lim.openConns() == 0 })
+		eventually(t, "the slot given back", func() bool { return s.lim.OpenConns() == 0 })
 	}
 	if got := s.lim.refusedFull.Load() + s.lim.evicted.Load(); got != 0 {
 		t.Fatalf("%d connections refused or closed for room, want none: each closed before the next", got)

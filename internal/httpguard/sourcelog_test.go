@@ -1,4 +1,4 @@
-package main
+package httpguard
 
 import (
 	"bytes"
@@ -10,11 +10,11 @@ import (
 )
 
 func TestSourceLogWritesTheFirstLinePerSourceAndStatusThenOnePerInterval(t *testing.T) {
-	l := newSourceLog()
+	l := NewSourceLog()
 	t0 := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
-	a403 := sourceLogKey{"10.0.0.1", 403}
+	a403 := SourceLogKey{"10.0.0.1", 403}
 	steps := []struct {
-		key   sourceLogKey
+		key   SourceLogKey
 		at    time.Duration
 		write bool
 		held  int
@@ -22,10 +22,10 @@ func TestSourceLogWritesTheFirstLinePerSourceAndStatusThenOnePerInterval(t *test
 		{a403, 0, true, 0},
 		{a403, time.Second, false, 0},
 		{a403, 2 * time.Second, false, 0},
-		{sourceLogKey{"10.0.0.1", 400}, 2 * time.Second, true, 0}, // a new kind of mistake is told at once
-		{sourceLogKey{"10.0.0.2", 403}, 2 * time.Second, true, 0}, // so is another client
-		{a403, sourceLogInterval, true, 2},                        // the summary carries what was held back
-		{a403, sourceLogInterval + time.Second, false, 0},
+		{SourceLogKey{"10.0.0.1", 400}, 2 * time.Second, true, 0}, // a new kind of mistake is told at once
+		{SourceLogKey{"10.0.0.2", 403}, 2 * time.Second, true, 0}, // so is another client
+		{a403, SourceLogInterval, true, 2},                        // the summary carries what was held back
+		{a403, SourceLogInterval + time.Second, false, 0},
 	}
 	for i, s := range steps {
 		held, write := l.admit(s.key, t0.Add(s.at))
@@ -39,9 +39,9 @@ func TestSourceLogHoldsBackAtWarnButWritesEveryLineAtDebug(t *testing.T) {
 	for _, level := range []slog.Level{slog.LevelInfo, slog.LevelDebug} {
 		var b bytes.Buffer
 		log := slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: level}))
-		l := newSourceLog()
+		l := NewSourceLog()
 		for range 5 {
-			l.log(log, slog.LevelWarn, "127.0.0.1:5000", 403, "refused")
+			l.Log(log, slog.LevelWarn, "127.0.0.1:5000", 403, "refused")
 		}
 		want := 1
 		if level == slog.LevelDebug {
@@ -57,11 +57,11 @@ func TestSourceLogHoldsBackAtWarnButWritesEveryLineAtDebug(t *testing.T) {
 }
 
 func TestSourceLogIsBoundedWhateverTheNumberOfSources(t *testing.T) {
-	l := newSourceLog()
+	l := NewSourceLog()
 	now := time.Now()
 	written := 0
 	for i := range 4 * sourceLogMaxSources {
-		if _, w := l.admit(sourceLogKey{fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255), 403}, now); w {
+		if _, w := l.admit(SourceLogKey{fmt.Sprintf("10.%d.%d.%d", i>>16, (i>>8)&255, i&255), 403}, now); w {
 			written++
 		}
 	}
@@ -72,7 +72,7 @@ func TestSourceLogIsBoundedWhateverTheNumberOfSources(t *testing.T) {
 		t.Fatalf("%d lines written for %d sources in one interval, want one per kept source and one shared: %d", written, 4*sourceLogMaxSources, sourceLogMaxSources+1)
 	}
 	// Once the interval has passed, quiet sources are forgotten to make room.
-	if _, w := l.admit(sourceLogKey{"192.168.0.1", 403}, now.Add(sourceLogInterval)); !w {
+	if _, w := l.admit(SourceLogKey{"192.168.0.1", 403}, now.Add(SourceLogInterval)); !w {
 		t.Fatal("a new source after the interval was not written")
 	}
 	if len(l.bySource) > sourceLogMaxSources+1 {

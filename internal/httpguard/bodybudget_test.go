@@ -1,4 +1,4 @@
-package main
+package httpguard
 
 import (
 	"bufio"
@@ -6,12 +6,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"nvpair-workload-manager/internal/wireframe"
 )
 
 func TestRequestBodiesOverTheBudgetWaitBrieflyThenGet503WithRetryAfter(t *testing.T) {
@@ -109,17 +108,17 @@ func TestABodyWaitingForRoomIsWokenWhenBytesAreGivenBack(t *testing.T) {
 
 // budgetHandler reads each request's body through b, calls then with the
 // body's room still held, and answers as the daemon's handlers do.
-func budgetHandler(b *bodyBudget, limit int64, then func(*http.Request)) http.Handler {
-	return http1Answers(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, release, err := b.readBody(w, r, limit)
+func budgetHandler(b *BodyBudget, limit int64, then func(*http.Request)) http.Handler {
+	return HTTP1Answers(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, release, err := b.ReadBody(w, r, limit)
 		if err != nil {
-			status, reason := bodyRefusal(w, err)
-			answer(w, status, reason)
+			status, reason := BodyRefusal(w, err)
+			Answer(w, status, reason)
 			return
 		}
 		defer release()
 		then(r)
-		answer(w, http.StatusOK, "ok")
+		Answer(w, http.StatusOK, "ok")
 	}))
 }
 
@@ -147,11 +146,11 @@ func TestABodyDeclaredAndNotSentGivesItsRoomBackAtTheBodyDeadline(t *testing.T) 
 
 // One channel's budget full leaves the other's untouched.
 func TestEachChannelHasABodyBudgetOfItsOwn(t *testing.T) {
-	bs := newRequestBodies()
-	if !bs.ingress.acquire(bs.ingress.capacity, time.Millisecond, nil) {
+	bs := NewRequestBodies()
+	if !bs.Ingress.acquire(bs.Ingress.capacity, time.Millisecond, nil) {
 		t.Fatal("an empty ingress budget had no room")
 	}
-	if !bs.peer.acquire(wireframe.MaxBytes, time.Millisecond, nil) {
+	if !bs.Peer.acquire(1<<20, time.Millisecond, nil) {
 		t.Fatal("the peer port had no room while only the ingress's budget was full")
 	}
 }
@@ -172,7 +171,7 @@ func TestASourceAtItsBoundOfUnfinishedBodiesLosesItsOldestForTheNewest(t *testin
 		io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n{")
 		c.SetReadDeadline(time.Now().Add(waitTimeout))
 		stalled = append(stalled, bufio.NewReader(c))
-		eventually(t, "unfinished body "+itoa(i+1), func() bool { return b.unfinished.count() == i+1 })
+		eventually(t, "unfinished body "+strconv.Itoa(i+1), func() bool { return b.unfinished.count() == i+1 })
 	}
 	resp, err := http.Post(srv.URL, "application/json", strings.NewReader("{}"))
 	netMust(t, err)

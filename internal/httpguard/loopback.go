@@ -1,4 +1,4 @@
-package main
+package httpguard
 
 import (
 	"errors"
@@ -14,49 +14,50 @@ import (
 	"unicode/utf8"
 )
 
-// loopbackBinding is the address of a plaintext listener that may only bind
+// LoopbackBinding is the address of a plaintext listener that may only bind
 // loopback (the ingress, the metrics endpoint) and, once bound, its port,
 // which the Host check requires.
-type loopbackBinding struct {
+type LoopbackBinding struct {
 	what  string       // names the listener in errors
 	addr  string       // as configured
-	conns *connLimiter // caps its connections
+	conns *ConnLimiter // caps its connections
 
 	mu   sync.Mutex // guards port
 	port string
 }
 
-// newLoopbackBinding refuses an address that is not loopback.
-func newLoopbackBinding(what, addr string, conns *connLimiter) (*loopbackBinding, error) {
+// NewLoopbackBinding refuses an address that is not loopback.
+func NewLoopbackBinding(what, addr string, conns *ConnLimiter) (*LoopbackBinding, error) {
 	if err := checkLoopbackBind(addr); err != nil {
-		return nil, &addrError{listener: what, addr: addr, err: err}
+		return nil, &AddrError{Listener: what, Addr: addr, Err: err}
 	}
-	return &loopbackBinding{what: what, addr: addr, conns: conns}, nil
+	return &LoopbackBinding{what: what, addr: addr, conns: conns}, nil
 }
 
-// listen binds the address. A taken port is an error that fails startup.
-func (b *loopbackBinding) listen() (net.Listener, error) {
+// Listen binds the address. A taken port is an error that fails startup.
+func (b *LoopbackBinding) Listen() (net.Listener, error) {
 	ln, err := net.Listen("tcp", b.addr)
 	if err != nil {
-		return nil, &addrError{listener: b.what, addr: b.addr, err: err}
+		return nil, &AddrError{Listener: b.what, Addr: b.addr, Err: err}
 	}
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	b.mu.Lock()
 	b.port = port
 	b.mu.Unlock()
-	return b.conns.listen(ln), nil
+	return b.conns.Listen(ln), nil
 }
 
-func (b *loopbackBinding) boundPort() string {
+// BoundPort is the port the listener is bound to, or "" before it is.
+func (b *LoopbackBinding) BoundPort() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.port
 }
 
-// boundAddr returns the configured host with the bound port, or "" before
+// BoundAddr returns the configured host with the bound port, or "" before
 // the listener is bound.
-func (b *loopbackBinding) boundAddr() string {
-	port := b.boundPort()
+func (b *LoopbackBinding) BoundAddr() string {
+	port := b.BoundPort()
 	if port == "" {
 		return ""
 	}
@@ -64,11 +65,11 @@ func (b *loopbackBinding) boundAddr() string {
 	return net.JoinHostPort(host, port)
 }
 
-// serveHTTP serves h on ln in plaintext until the returned server is shut
+// Serve serves h on ln in plaintext until the returned server is shut
 // down.
-func (b *loopbackBinding) serveHTTP(wg *sync.WaitGroup, ln net.Listener, h http.Handler, idle time.Duration, log *slog.Logger) *http.Server {
-	srv := newHTTPServer(h, idle, log)
-	srv.ConnState = b.conns.connState
+func (b *LoopbackBinding) Serve(wg *sync.WaitGroup, ln net.Listener, h http.Handler, idle time.Duration, log *slog.Logger) *http.Server {
+	srv := NewHTTPServer(h, idle, log)
+	srv.ConnState = b.conns.ConnState
 	log.Info(b.what+" listening", "addr", ln.Addr().String())
 	wg.Go(func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -78,15 +79,15 @@ func (b *loopbackBinding) serveHTTP(wg *sync.WaitGroup, ln net.Listener, h http.
 	return srv
 }
 
-// refuseBrowsers returns 403 for a request that carries an Origin header
+// RefuseBrowsers returns 403 for a request that carries an Origin header
 // (only browsers send one; any value, "null" and empty included) and 421
 // for one whose Host is not a loopback name with the bound port (what a
 // DNS-rebinding page sends), or 0 when neither applies.
-func (b *loopbackBinding) refuseBrowsers(r *http.Request) (int, string) {
+func (b *LoopbackBinding) RefuseBrowsers(r *http.Request) (int, string) {
 	if _, browser := r.Header["Origin"]; browser {
 		return http.StatusForbidden, "requests from web pages are refused (Origin header present)"
 	}
-	if !hostAllowed(r.Host, b.boundPort()) {
+	if !hostAllowed(r.Host, b.BoundPort()) {
 		return http.StatusMisdirectedRequest, fmt.Sprintf("host %q is not this loopback %s", r.Host, b.what)
 	}
 	return 0, ""
@@ -150,3 +151,17 @@ func hostAllowed(host, boundPort string) bool {
 	// "[127.0.0.1]:port" and any other non-canonical bracketing.
 	return net.JoinHostPort(name, port) == host && isLoopbackName(name)
 }
+
+// AddrError is a listener address the daemon could not use: refused (the
+// ingress and the metrics endpoint take loopback only) or not bound (a
+// port in use). It names the listener and the address; the daemon's main
+// names the flag or file the address came from, which only it knows.
+type AddrError struct {
+	Listener string // "peer port", "local ingress", "metrics endpoint"
+	Addr     string
+	Err      error
+}
+
+func (e *AddrError) Error() string { return fmt.Sprintf("%s %s: %v", e.Listener, e.Addr, e.Err) }
+
+func (e *AddrError) Unwrap() error { return e.Err }
