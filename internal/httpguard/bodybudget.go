@@ -109,6 +109,16 @@ func (b *BodyBudget) ReadBody(w http.ResponseWriter, r *http.Request, limit int6
 		release()
 		var ne net.Error
 		if cut || (errors.As(err, &ne) && ne.Timeout()) {
+			if cut {
+				// Counted here, where the cut is known to have ended a
+				// read: a body whose last byte came in just before its cut
+				// is read in full and not counted. net/http may then take
+				// that late deadline, on its read-ahead, for the client
+				// gone and cancel r.Context(); the ingress uses no context
+				// after the body, and a peer-port caller that does sees a
+				// client gone, which it already answers.
+				b.unfinished.cut.Add(1)
+			}
 			b.timedOut.Add(1)
 			return nil, nil, fmt.Errorf("%w: %d bytes declared, not all sent within %s", errBodyDeadline, r.ContentLength, bodyReadTimeout)
 		}
@@ -218,7 +228,6 @@ func (u *unfinishedBodies) enter(remoteAddr string, rc *http.ResponseController)
 		oldest := l.Remove(l.Front()).(*unfinishedBody)
 		oldest.el, oldest.wasCut = nil, true
 		u.n--
-		u.cut.Add(1)
 		// Setting a deadline takes no system call: it is cheap under the
 		// lock, and under it the cut cannot race the body's leave.
 		_ = oldest.rc.SetReadDeadline(time.Now())

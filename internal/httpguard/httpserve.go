@@ -77,16 +77,16 @@ func NewHTTPServer(h http.Handler, idle time.Duration, log *slog.Logger) *http.S
 // connection, and it puts a write deadline on every answer.
 func HTTP1Answers(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// No deadline is left over from a keep-alive connection's previous
+		// answer: net/http clears the write deadline after every request
+		// (conn.serve, go1.26), so a "100 Continue" written while this
+		// request reads its body is not cut off by it.
+		dw := deadlineWriter{ResponseWriter: w}
 		if r.ProtoMajor != 1 {
-			w.Header().Set("Connection", "close")
-			Answer(w, http.StatusHTTPVersionNotSupported, "this listener speaks HTTP/1.1 only")
+			dw.Header().Set("Connection", "close")
+			Answer(&dw, http.StatusHTTPVersionNotSupported, "this listener speaks HTTP/1.1 only")
 			return
 		}
-		dw := deadlineWriter{ResponseWriter: w}
-		// A keep-alive connection keeps the deadline of its previous
-		// answer; cleared, so a "100 Continue" written while this request
-		// reads its body is not cut off by it.
-		dw.setDeadline(time.Time{})
 		next.ServeHTTP(&dw, r)
 		// An answer the handler left to net/http (none does today) is
 		// still written under a deadline.
