@@ -128,19 +128,28 @@ func (s *hbSink) resyncTries() int {
 func newHBSink(t *testing.T, batching bool, delay time.Duration) *hbSink {
 	t.Helper()
 	s := &hbSink{id: devpki.NewUUID(), ident: netMint(t, devpki.NewUUID()), batching: batching, delay: delay, failOnce: map[string]bool{}}
-	cert, err := s.ident.TLSCertificate()
+	s.addr = serveStandInPeer(t, s.ident, s.serve)
+	return s
+}
+
+// serveStandInPeer serves handler over TLS on a loopback port of its own,
+// presenting ident's certificate and asking for the client's, as a peer's
+// server does (the pin checks are the stand-in's own), until the test
+// ends; it returns the address it bound.
+func serveStandInPeer(t testing.TB, ident devpki.Identity, handler http.HandlerFunc) string {
+	t.Helper()
+	cert, err := ident.TLSCertificate()
 	netMust(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	netMust(t, err)
-	s.addr = ln.Addr().String()
 	srv := &http.Server{
-		Handler:   http.HandlerFunc(s.serve),
+		Handler:   handler,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert},
 		ErrorLog:  netDiscardLog(),
 	}
 	go srv.ServeTLS(ln, "", "")
 	t.Cleanup(func() { srv.Close() })
-	return s
+	return ln.Addr().String()
 }
 
 func (s *hbSink) serve(w http.ResponseWriter, r *http.Request) {

@@ -58,12 +58,21 @@ func TestIngressAtTheLiveWorkloadLimitIs503WithRetryAfterAndWritesNothing(t *tes
 
 	// Updates of held workloads still pass; a terminal one still counts
 	// until it ages out, and then its slot is free.
-	done := strings.Replace(liFrame("job-1"), `"running"`, `"completed"`, 1)
-	done = strings.Replace(done, wireframe.MethodStarted, wireframe.MethodCompleted, 1)
+	requireTerminalEntryHoldsItsRoomUntilItAgesOut(t, addr, clock, "job-1", "completed", wireframe.MethodCompleted)
+}
+
+// requireTerminalEntryHoldsItsRoomUntilItAgesOut ends the held workload id
+// in state (by method) at a bound of the re-sync set: a new workload is
+// still 503 with the terminal retention (60 s) as its Retry-After, and
+// admitted once the clock has passed it.
+func requireTerminalEntryHoldsItsRoomUntilItAgesOut(t *testing.T, addr string, clock *ifxClock, id, state, method string) {
+	t.Helper()
+	done := strings.Replace(liFrame(id), `"running"`, `"`+state+`"`, 1)
+	done = strings.Replace(done, wireframe.MethodStarted, method, 1)
 	if st, body := postIngress(t, addr, done); st != http.StatusOK {
-		t.Fatalf("completing a held workload at the limit: %d %s", st, body)
+		t.Fatalf("ending a held workload at the bound: %d %s", st, body)
 	}
-	resp = liPostWithHeaders(t, addr, liFrame("job-3"))
+	resp := liPostWithHeaders(t, addr, liFrame("job-3"))
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "60" {
 		t.Fatalf("with a terminal entry held: %d, Retry-After %q; want 503 and its 60 s retention", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}

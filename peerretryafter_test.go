@@ -3,12 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"mime"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -154,18 +152,7 @@ type peerRequest struct {
 func newDeferringPeer(t testing.TB, ident devpki.Identity, batching bool, deferN int, retryAfter string) *deferringPeer {
 	t.Helper()
 	p := &deferringPeer{id: ident.Principal, ident: ident, batching: batching, deferLeft: deferN, retryAfter: retryAfter}
-	cert, err := ident.TLSCertificate()
-	netMust(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	netMust(t, err)
-	p.addr = ln.Addr().String()
-	srv := &http.Server{
-		Handler:   http.HandlerFunc(p.serve),
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, ClientAuth: tls.RequestClientCert},
-		ErrorLog:  netDiscardLog(),
-	}
-	go srv.ServeTLS(ln, "", "")
-	t.Cleanup(func() { srv.Close() })
+	p.addr = serveStandInPeer(t, ident, p.serve)
 	return p
 }
 

@@ -296,19 +296,7 @@ func TestIngressAtTheResyncByteBoundIs503WithRetryAfterAndWritesNothing(t *testi
 	}
 
 	// A terminal entry frees its bytes once it ages out.
-	done := strings.Replace(liFrame("job-2"), `"running"`, `"failed"`, 1)
-	done = strings.Replace(done, wireframe.MethodStarted, wireframe.MethodErrored, 1)
-	if st, body := postIngress(t, addr, done); st != http.StatusOK {
-		t.Fatalf("ending a held workload at the bound: %d %s", st, body)
-	}
-	resp = liPostWithHeaders(t, addr, liFrame("job-3"))
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "60" {
-		t.Fatalf("with a terminal entry held: %d, Retry-After %q; want 503 and its 60 s retention", resp.StatusCode, resp.Header.Get("Retry-After"))
-	}
-	clock.advance(61 * time.Second)
-	if st, body := postIngress(t, addr, liFrame("job-3")); st != http.StatusOK {
-		t.Fatalf("once the terminal entry aged out: %d %s", st, body)
-	}
+	requireTerminalEntryHoldsItsRoomUntilItAgesOut(t, addr, clock, "job-2", "failed", wireframe.MethodErrored)
 }
 
 func TestBrokerFrameOverTheResyncByteBoundIsRelayedButNotKept(t *testing.T) {
