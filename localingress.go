@@ -90,7 +90,17 @@ func newLocalIngress(m *Manager, addr string) (*localIngress, error) {
 
 // resolveIngressAddr returns the ingress address: the flag's when given,
 // else the listen address in <appDir>/workload-ingress.json. An absent or
-// empty file means off; a malformed one means off, with one warning.
+// empty file means off.
+//
+// **Decision** (spec 3.5): any bad value in the file also means off, with
+// one ERROR line naming the file, saying what is wrong and showing a valid
+// file, and the daemon goes on relaying. The file is read at every start,
+// and PAIR's supervisor restarts a worker that exits: were a bad file fatal,
+// the node would loop with its relay down until someone fixed it. A bad
+// value is JSON that is not one object, a member other than "listen" spelt
+// exactly so (the frames refuse case variants; so does the file), or an
+// address that is not loopback with a numeric port. A bad flag still fails
+// the start: the operator is there to read it.
 func resolveIngressAddr(flagAddr, appDir string, log *slog.Logger) (string, error) {
 	if flagAddr != "" {
 		return flagAddr, nil
@@ -100,25 +110,47 @@ func resolveIngressAddr(flagAddr, appDir string, log *slog.Logger) (string, erro
 	if errors.Is(err, os.ErrNotExist) {
 		return "", nil
 	}
-	if err != nil {
-		log.Warn("local ingress off: config unreadable", "file", path, "reason", err)
+	if err == nil && len(strings.TrimSpace(string(b))) == 0 {
 		return "", nil
 	}
-	if len(strings.TrimSpace(string(b))) == 0 {
-		return "", nil
-	}
-	var cfg struct {
-		Listen string `json:"listen"`
-	}
-	if err := json.Unmarshal(b, &cfg); err != nil || cfg.Listen == "" {
-		reason := "no listen address"
-		if err != nil {
-			reason = err.Error()
+	if err == nil {
+		var addr string
+		if addr, err = parseIngressConfig(b); err == nil {
+			return addr, nil
 		}
-		log.Warn("local ingress off: malformed config", "file", path, "reason", reason)
-		return "", nil
 	}
-	return cfg.Listen, nil
+	log.Error("local ingress off: "+ingressConfigFile+" is not usable; the daemon relays without it",
+		"file", path, "reason", httpguard.ClipReason(err.Error()), "valid", validIngressConfig)
+	return "", nil
+}
+
+// validIngressConfig is the example the error line shows.
+const validIngressConfig = `{"listen": "127.0.0.1:14324"}`
+
+// parseIngressConfig reads the file's one member, "listen", and checks its
+// address is loopback with a numeric port.
+func parseIngressConfig(b []byte) (string, error) {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(b, &members); err != nil || members == nil {
+		return "", errors.New("not a JSON object")
+	}
+	for name := range members {
+		if name != "listen" {
+			return "", fmt.Errorf("unknown member %q: the file has one member, \"listen\"", name)
+		}
+	}
+	raw, ok := members["listen"]
+	if !ok {
+		return "", errors.New(`no "listen" member`)
+	}
+	var addr string
+	if err := json.Unmarshal(raw, &addr); err != nil || addr == "" {
+		return "", errors.New(`"listen" is not a HOST:PORT string`)
+	}
+	if err := httpguard.CheckLoopbackBind(addr); err != nil {
+		return "", fmt.Errorf("listen %q: %w", addr, err)
+	}
+	return addr, nil
 }
 
 // IngressAddr returns the ingress's bound address once Run has bound it,

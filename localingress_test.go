@@ -541,11 +541,11 @@ func TestLocalIngressRefusesNonLoopbackBindAddresses(t *testing.T) {
 
 func TestResolveIngressAddrFlagAndFile(t *testing.T) {
 	cases := []struct {
-		name     string
-		flag     string
-		file     *string // nil: no file
-		want     string
-		warnings int
+		name   string
+		flag   string
+		file   *string // nil: no file
+		want   string
+		errors int // ERROR lines: one for every file that turns the ingress off
 	}{
 		{"flag wins over file", "127.0.0.1:15000", liStrPtr(`{"listen": "127.0.0.1:14324"}`), "127.0.0.1:15000", 0},
 		{"flag without file", "localhost:15001", nil, "localhost:15001", 0},
@@ -555,10 +555,15 @@ func TestResolveIngressAddrFlagAndFile(t *testing.T) {
 		{"blank file: off", "", liStrPtr(" \n\t\n"), "", 0},
 		{"malformed file: off", "", liStrPtr(`{"listen": "127.0.0.1:14324"`), "", 1},
 		{"not an object: off", "", liStrPtr(`["127.0.0.1:14324"]`), "", 1},
+		{"null: off", "", liStrPtr(`null`), "", 1},
 		{"wrong type: off", "", liStrPtr(`{"listen": 14324}`), "", 1},
 		{"no listen address: off", "", liStrPtr(`{"port": 14324}`), "", 1},
-		// Resolution does not judge the address; EnableLocalIngress does.
-		{"non-loopback file returned as is", "", liStrPtr(`{"listen": "0.0.0.0:14324"}`), "0.0.0.0:14324", 0},
+		{"empty listen address: off", "", liStrPtr(`{"listen": ""}`), "", 1},
+		{"listen spelt in another case: off", "", liStrPtr(`{"Listen": "127.0.0.1:14324"}`), "", 1},
+		{"a member beside listen: off", "", liStrPtr(`{"listen": "127.0.0.1:14324", "port": 1}`), "", 1},
+		{"non-loopback address: off", "", liStrPtr(`{"listen": "0.0.0.0:14324"}`), "", 1},
+		{"not a port: off", "", liStrPtr(`{"listen": "127.0.0.1:http"}`), "", 1},
+		{"no port: off", "", liStrPtr(`{"listen": "127.0.0.1"}`), "", 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -575,11 +580,11 @@ func TestResolveIngressAddrFlagAndFile(t *testing.T) {
 			if got != tc.want {
 				t.Fatalf("address = %q, want %q", got, tc.want)
 			}
-			if w := strings.Count(logs.String(), "level=WARN"); w != tc.warnings {
-				t.Fatalf("%d warning(s), want %d; logs:\n%s", w, tc.warnings, logs)
+			if e := strings.Count(logs.String(), "level=ERROR"); e != tc.errors {
+				t.Fatalf("%d error line(s), want %d; logs:\n%s", e, tc.errors, logs)
 			}
-			if tc.warnings > 0 && !logs.contains("level=WARN", ingressConfigFile) {
-				t.Fatalf("the warning does not name the file; logs:\n%s", logs)
+			if tc.errors > 0 && !logs.contains("level=ERROR", ingressConfigFile, "127.0.0.1:14324") {
+				t.Fatalf("the error line does not name the file and show a valid one; logs:\n%s", logs)
 			}
 		})
 	}
@@ -603,7 +608,6 @@ func TestRunExitsOnUnusableIngressAddress(t *testing.T) {
 		name, flag, file, addr string
 	}{
 		{"non-loopback flag", "0.0.0.0:14326", "", "0.0.0.0:14326"},
-		{"non-loopback file", "", `{"listen": "192.168.1.10:14324"}`, "192.168.1.10:14324"},
 		{"taken port", taken.Addr().String(), "", taken.Addr().String()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -626,6 +630,29 @@ func TestRunExitsOnUnusableIngressAddress(t *testing.T) {
 			}
 			if stdout.Len() != 0 {
 				t.Fatalf("a daemon that failed to start wrote to the broker: %q", stdout.String())
+			}
+		})
+	}
+}
+
+// A bad workload-ingress.json is not fatal: the daemon starts and relays
+// with the ingress off and says so in one ERROR line, so PAIR's supervisor,
+// which restarts a worker that exits, does not loop the node with its relay
+// down (spec 3.5).
+func TestRunRelaysWithTheIngressOffWhenItsFileIsBad(t *testing.T) {
+	for _, file := range []string{`{"listen": "192.168.1.10:14324"}`, `{"Listen": "127.0.0.1:14324"}`, `{"listen": `} {
+		t.Run(file, func(t *testing.T) {
+			app := t.TempDir()
+			writeFile(t, filepath.Join(app, ingressConfigFile), file)
+			var stdout, stderr bytes.Buffer
+			if code := run([]string{"--app-dir", app, "--port", "0"}, strings.NewReader(""), &stdout, &stderr); code != 0 {
+				t.Fatalf("exit %d, want 0 (the broker closed stdin); stderr:\n%s", code, stderr.String())
+			}
+			if n := strings.Count(stderr.String(), "level=ERROR"); n != 1 || !strings.Contains(stderr.String(), "local ingress off") {
+				t.Fatalf("%d ERROR line(s), want one saying the ingress is off; stderr:\n%s", n, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), `"method":"ready"`) || strings.Contains(stderr.String(), "local ingress listening") {
+				t.Fatalf("want the daemon ready with no ingress; stdout %q, stderr:\n%s", stdout.String(), stderr.String())
 			}
 		})
 	}

@@ -28,7 +28,7 @@ type LoopbackBinding struct {
 
 // NewLoopbackBinding refuses an address that is not loopback.
 func NewLoopbackBinding(what, addr string, conns *ConnLimiter) (*LoopbackBinding, error) {
-	if err := checkLoopbackBind(addr); err != nil {
+	if err := CheckLoopbackBind(addr); err != nil {
 		return nil, &AddrError{Listener: what, Addr: addr, Err: err}
 	}
 	return &LoopbackBinding{what: what, addr: addr, conns: conns}, nil
@@ -93,9 +93,9 @@ func (b *LoopbackBinding) RefuseBrowsers(r *http.Request) (int, string) {
 	return 0, ""
 }
 
-// checkLoopbackBind accepts localhost, a 127.0.0.0/8 address or ::1, with a
+// CheckLoopbackBind accepts localhost, a 127.0.0.0/8 address or ::1, with a
 // numeric port.
-func checkLoopbackBind(addr string) error {
+func CheckLoopbackBind(addr string) error {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("not HOST:PORT: %w", err)
