@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -115,8 +116,14 @@ func parseFlags(args []string) (options, error) {
 			return o, fmt.Errorf("--log-level: %w", err)
 		}
 	}
+	appDirFromCluster := o.appDir == "" && o.clusterDir != ""
 	if o.appDir, err = pairinstall.ResolveAppDir(o.appDir, o.clusterDir); err != nil {
 		return o, fmt.Errorf("no --app-dir or --cluster-dir, and no PAIR data directory: %w", err)
+	}
+	if appDirFromCluster {
+		if err := requireAppDir(o.appDir); err != nil {
+			return o, fmt.Errorf("--cluster-dir %s: %w", httpguard.ClipReason(o.clusterDir), err)
+		}
 	}
 	if o.clusterDir == "" {
 		o.clusterDir = filepath.Join(o.appDir, "cluster")
@@ -282,4 +289,23 @@ func buildVersion() string {
 		rev += "-dirty"
 	}
 	return "dev-" + rev
+}
+
+// requireAppDir refuses an app dir, derived from --cluster-dir, that is not
+// an existing directory. PAIR passes <app-dir>/cluster for a dir it made,
+// so a missing parent is a typo or a node that is not installed: were it
+// created, the daemon would mint a new node id there and join the cluster
+// as a node nobody knows (or write node-id.json at the filesystem's root
+// for /nonexistent/app/cluster). Nothing is created before this check.
+func requireAppDir(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("its app dir %s does not exist (PAIR passes <app-dir>/cluster; is the path right?); nothing was created", httpguard.ClipReason(dir))
+	case err != nil:
+		return fmt.Errorf("its app dir: %w", err)
+	case !fi.IsDir():
+		return fmt.Errorf("its app dir %s is not a directory", httpguard.ClipReason(dir))
+	}
+	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -423,5 +425,35 @@ func TestMemoryLimitFollowsTheLiveWorkloadBoundUnlessGOMEMLIMITIsSet(t *testing.
 	debug.SetMemoryLimit(1 << 30) // what the runtime read from GOMEMLIMIT at start
 	if got := applyMemoryLimit(100_000); got != 1<<30 {
 		t.Fatalf("with GOMEMLIMIT set the limit became %d, want the operator's %d", got, 1<<30)
+	}
+}
+
+// A --cluster-dir whose app dir does not exist is a typo or a node that is
+// not installed: one line naming it, exit 2, and nothing created, so no new
+// node id is minted for a node nobody knows.
+func TestAClusterDirWhoseAppDirIsMissingIsRefusedAndNothingIsCreated(t *testing.T) {
+	base := t.TempDir()
+	notADir := filepath.Join(base, "file")
+	writeFile(t, notADir, "x")
+	for _, tc := range []struct {
+		name, clusterDir, appDir, want string
+	}{
+		{"a missing app dir", filepath.Join(base, "typo", "app", "cluster"), filepath.Join(base, "typo", "app"), "does not exist"},
+		{"an app dir that is a file", filepath.Join(notADir, "cluster"), notADir, "is not a directory"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run([]string{"--cluster-dir", tc.clusterDir, "--port", "0"}, strings.NewReader(""), &stdout, &stderr)
+			lines := strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n")
+			if code != 2 || len(lines) != 1 || !strings.Contains(lines[0], "--cluster-dir") || !strings.Contains(lines[0], tc.appDir) || !strings.Contains(lines[0], tc.want) {
+				t.Fatalf("exit %d, stderr %q; want exit 2 and one line naming --cluster-dir and %s (%s)", code, stderr.String(), tc.appDir, tc.want)
+			}
+			if stdout.Len() != 0 {
+				t.Fatalf("a daemon that did not start wrote to the broker: %q", stdout.String())
+			}
+			if _, err := os.Stat(filepath.Join(base, "typo")); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("something was created under %s: %v", base, err)
+			}
+		})
 	}
 }
