@@ -171,6 +171,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if node.Notice != "" {
 		log.Warn("node id", "file", node.Source, "reason", node.Notice)
 	}
+	// From here a start that fails (a port taken, an unusable listener)
+	// forgets the id it minted, so it leaves no identity of a node that
+	// never ran (spec 3.4.1). Run fails only before the node announces
+	// itself; an id that was read is never touched.
+	failBeforeMint := fail
+	fail = func(err error) int {
+		_ = node.ForgetMinted() // one that cannot be removed is read by the next start, as before
+		return failBeforeMint(err)
+	}
 	// A write to a closed stdout pipe must fail with EPIPE, which the
 	// manager treats as the broker going away, instead of killing the
 	// process with SIGPIPE.

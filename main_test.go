@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -455,5 +456,34 @@ func TestAClusterDirWhoseAppDirIsMissingIsRefusedAndNothingIsCreated(t *testing.
 				t.Fatalf("something was created under %s: %v", base, err)
 			}
 		})
+	}
+}
+
+// A start that fails leaves no node id behind when it minted one, and never
+// touches an id it read.
+func TestAFailedStartForgetsTheNodeIDItMintedAndKeepsOneItRead(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	netMust(t, err)
+	defer taken.Close()
+	port := strconv.Itoa(taken.Addr().(*net.TCPAddr).Port)
+	start := func(app string) int {
+		var stdout, stderr bytes.Buffer
+		return run([]string{"--app-dir", app, "--port", port}, strings.NewReader(""), &stdout, &stderr)
+	}
+	fresh := t.TempDir()
+	if code := start(fresh); code != 1 {
+		t.Fatalf("a start on a taken port: exit %d, want 1", code)
+	}
+	if _, err := os.Stat(filepath.Join(fresh, "node-id.json")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the failed start left a node-id.json behind: %v", err)
+	}
+	known := t.TempDir()
+	doc := `{"node_uuid": "11111111-2222-4333-8444-555555555555", "created_at": 1}` + "\n"
+	writeFile(t, filepath.Join(known, "node-id.json"), doc)
+	if code := start(known); code != 1 {
+		t.Fatalf("a start on a taken port: exit %d, want 1", code)
+	}
+	if b, err := os.ReadFile(filepath.Join(known, "node-id.json")); err != nil || string(b) != doc {
+		t.Fatalf("the failed start changed the node's existing id: %q, %v", b, err)
 	}
 }

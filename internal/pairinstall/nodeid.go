@@ -36,6 +36,21 @@ type ResolvedNodeID struct {
 	ID     string
 	Source string // the file that named the node, or the one just written
 	Notice string
+	// Minted says this resolution made the id and wrote Source: no file
+	// named a node before it.
+	Minted bool
+}
+
+// ForgetMinted removes the node-id.json this resolution minted, for a start
+// that failed before the node announced itself: the next start then mints
+// (or finds) the node's id afresh, and a failed start leaves no identity of
+// a node that never ran. An id that was read, or carried over from an
+// earlier version's file, is never removed.
+func (r ResolvedNodeID) ForgetMinted() error {
+	if !r.Minted {
+		return nil
+	}
+	return os.Remove(r.Source)
 }
 
 // ResolveNodeID returns this node's id as PAIR resolves it: identity.json
@@ -64,11 +79,14 @@ func ResolveNodeID(appDir, clusterDir string) (ResolvedNodeID, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return ResolvedNodeID{}, err
 	}
-	id, err = createNodeIDDoc(appDir, docPath, newUUID(), time.Now())
+	minted := newUUID()
+	id, err = createNodeIDDoc(appDir, docPath, minted, time.Now())
 	if err != nil {
 		return ResolvedNodeID{}, err
 	}
-	return ResolvedNodeID{ID: id, Source: docPath}, nil
+	// Another process may have written node-id.json first: then its id is
+	// read back, and that file is not this start's to remove.
+	return ResolvedNodeID{ID: id, Source: docPath, Minted: id == minted}, nil
 }
 
 // carryOverLegacyID writes the id of an earlier version's node-id file into
