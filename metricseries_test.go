@@ -86,12 +86,7 @@ func TestProcessMetricsInTheStandardNames(t *testing.T) {
 // that never answers wait in its queue, and the per-peer gauge says how
 // many.
 func TestPeerQueueDepthCountsTheFramesWaitingForAPeer(t *testing.T) {
-	n := newMetricsNode(t, false)
-	hole := newNetBlackHole(t)
-	hole.pinIn(t, n)
-	n.start()
-	n.broker.sendFrame("discovery:nodes", map[string]any{"nodes": []any{hole.entry()}})
-	n.waitTargets(1)
+	n, hole := startWithBlackHoledPeer(t)
 	series := `nvpair_wlm_peer_queue_frames{peer="` + hole.ident.Principal + `"}`
 	if v, ok := scrape(t, n)[series]; !ok || v != 0 {
 		t.Fatalf("%s = %v (present %v) before any frame, want 0", series, v, ok)
@@ -116,4 +111,18 @@ func spendCPU(d time.Duration) {
 	for end := time.Now().Add(d); time.Now().Before(end); {
 		sum = sha256.Sum256(sum[:])
 	}
+}
+
+// startWithBlackHoledPeer starts a node with its metrics endpoint whose one
+// broadcast target is a pinned peer that never answers, so what is sent to
+// it stays in its queue.
+func startWithBlackHoledPeer(t *testing.T) (*testNode, *netBlackHole) {
+	t.Helper()
+	n := newMetricsNode(t, false)
+	hole := newNetBlackHole(t)
+	hole.pinIn(t, n)
+	n.start()
+	n.broker.sendFrame("discovery:nodes", map[string]any{"nodes": []any{hole.entry()}})
+	n.waitTargets(1)
+	return n, hole
 }

@@ -415,12 +415,7 @@ func TestAPeerQueueIsFullAtItsByteBound(t *testing.T) {
 // The per-peer gauge says how many bytes wait in a peer's queue, and the
 // limit is served beside it.
 func TestPeerQueueBytesCountTheFramesWaitingForAPeer(t *testing.T) {
-	n := newMetricsNode(t, false)
-	hole := newNetBlackHole(t)
-	hole.pinIn(t, n)
-	n.start()
-	n.broker.sendFrame("discovery:nodes", map[string]any{"nodes": []any{hole.entry()}})
-	n.waitTargets(1)
+	n, hole := startWithBlackHoledPeer(t)
 	series := `nvpair_wlm_peer_queue_bytes{peer="` + hole.ident.Principal + `"}`
 	if v, ok := scrape(t, n)[series]; !ok || v != 0 {
 		t.Fatalf("%s = %v (present %v) before any frame, want 0", series, v, ok)
