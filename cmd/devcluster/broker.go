@@ -7,27 +7,34 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"nvpair-workload-manager/internal/pairbroker"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 )
 
-// jobKey identifies a workload in a broker's store: ids are unique per
-// origin node only.
+// jobKey is a workload as a removal names it: ids are unique per origin
+// node only.
 type jobKey struct{ origin, id string }
 
-// job is one entry of a node's Jobs store.
+// job is one row of a node's Jobs list: a record of its broker's store
+// (internal/pairbroker), as the view shows it.
 type job struct {
 	Origin    string
 	ID        string
 	Model     string
 	Engine    string
 	State     string
+	Inferred  bool            // failed by the broker's own inference, not by the origin's word
 	CreatedAt int64           // epoch ms from the workload object; 0 when absent
-	Info      json.RawMessage // the workload object exactly as the broker got it
-	heard     time.Time       // when the broker last got an event for it
-	updated   time.Time       // when the workload object last changed
+	Info      json.RawMessage // the workload object as the broker holds it
+	updated   time.Time       // when the record last changed
+}
+
+func jobOf(r pairbroker.Record) job {
+	return job{Origin: r.Origin, ID: r.ID, Model: r.Model, Engine: r.Engine, State: r.State, Inferred: r.Inferred,
+		CreatedAt: r.CreatedAt, Info: r.Info, updated: r.Updated}
 }
 
 func (j job) terminal() bool {
@@ -40,70 +47,41 @@ func (j job) terminal() bool {
 
 // lifecycleMethod is the method a workload in state travels as: what a
 // broker replays it with.
-func lifecycleMethod(state string) string {
-	switch state {
-	case "queued":
-		return "workload:submitted"
-	case "running":
-		return "workload:started"
-	case "completed":
-		return "workload:completed"
-	default: // failed, cancelled, or a state the broker does not know
-		return "workload:errored"
-	}
-}
+func lifecycleMethod(state string) string { return pairbroker.ReplayMethod(state) }
 
-// parseJob reads the fields of a workload object the store shows.
-func parseJob(info json.RawMessage, now time.Time) (job, error) {
-	var w struct {
-		ID             string `json:"id"`
-		Model          string `json:"model"`
-		Engine         string `json:"engine"`
-		State          string `json:"state"`
-		OriginatedFrom string `json:"originatedFrom"`
-		CreatedAt      *int64 `json:"createdAt"`
-	}
-	if err := json.Unmarshal(info, &w); err != nil {
-		return job{}, fmt.Errorf("workloadInfo: %w", err)
-	}
-	if w.ID == "" || w.OriginatedFrom == "" || w.State == "" {
-		return job{}, errors.New("workloadInfo: id, state and originatedFrom are required")
-	}
-	j := job{Origin: w.OriginatedFrom, ID: w.ID, Model: w.Model, Engine: w.Engine, State: w.State,
-		Info: slices.Clone(info), heard: now}
-	if w.CreatedAt != nil {
-		j.CreatedAt = *w.CreatedAt
-	}
-	return j, nil
-}
-
-// broker plays one node's broker, the way the desktop back end does: it
-// owns the node's Jobs store, feeds it from the daemon's workloads:upsert and
-// workloads:remove and from the local-origin frames it sends the daemon
-// itself, pushes discovery:nodes snapshots, and replays its store to a
-// (re)started daemon. It answers nothing it need not.
+// broker plays one node's broker, the way PAIR's desktop back end does: it
+// owns the node's Jobs store (internal/pairbroker, PAIR's merge), feeds it
+// from the daemon's workloads:upsert and workloads:remove and from the
+// local-origin frames it sends the daemon itself, pushes discovery:nodes
+// snapshots, fails by inference what a departed node or a silent origin
+// left live, and replays its store to a (re)started daemon. It answers
+// nothing it need not.
 type broker struct {
-	nodeID      string
-	name        string
-	retireAfter time.Duration // a remote live workload not heard about this long is retired
-	now         func() time.Time
-	logf        func(format string, args ...any) // devcluster's own notes; may be nil
+	nodeID     string
+	name       string
+	staleAfter time.Duration                    // the staleness budget of the sweep; 0: no sweep
+	logf       func(format string, args ...any) // devcluster's own notes; may be nil
+	store      *pairbroker.Store
 
 	// wmu serializes writes to the daemon's stdin, and orders the local
-	// frames after a replay: a frame applied while the daemon is not
-	// attached reaches it through the replay, one applied after through
-	// its own write. It is taken before mu, never under it.
-	wmu  sync.Mutex
-	w    io.WriteCloser // the daemon's stdin; nil while none is attached
-	live bool           // the attached daemon subscribed: frames may be written
-
-	mu      sync.Mutex // guards jobs and changes; a leaf lock
-	jobs    map[jobKey]job
-	changes uint64
+	// frames after a replay: a frame applied while no daemon is attached
+	// reaches the next one through its replay, one applied after the
+	// replay through its own write. It is taken before the store's lock,
+	// never under it.
+	wmu   sync.Mutex
+	w     io.WriteCloser  // the daemon's stdin; nil while none is attached
+	live  bool            // the replay is written: lifecycle frames may follow
+	subd  bool            // the daemon subscribed to discovery: snapshots may follow
+	nodes map[string]bool // the node ids of the last discovery snapshot; nil before the first
 }
 
-func newBroker(nodeID, name string, retireAfter time.Duration) *broker {
-	return &broker{nodeID: nodeID, name: name, retireAfter: retireAfter, now: time.Now, jobs: map[jobKey]job{}}
+func newBroker(nodeID, name string, staleAfter time.Duration) *broker {
+	return newBrokerAt(nodeID, name, staleAfter, nil)
+}
+
+// newBrokerAt is newBroker with the store's clock (time.Now when nil).
+func newBrokerAt(nodeID, name string, staleAfter time.Duration, now func() time.Time) *broker {
+	return &broker{nodeID: nodeID, name: name, staleAfter: staleAfter, store: pairbroker.New(now)}
 }
 
 func (b *broker) notef(format string, args ...any) {
@@ -112,37 +90,14 @@ func (b *broker) notef(format string, args ...any) {
 	}
 }
 
-// attach gives the broker a new daemon's stdin. Nothing is written to it
-// until the daemon subscribes (subscribed).
-func (b *broker) attach(stdin io.WriteCloser) {
+// attach gives the broker a new daemon's stdin and replays the store to
+// it at once, before the daemon's ready, as PAIR's broker rehydrates a
+// (re)started workload manager: the frames wait in the pipe until the
+// daemon reads them. It returns how many frames it replayed.
+func (b *broker) attach(stdin io.WriteCloser) (int, error) {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
-	b.w, b.live = stdin, false
-}
-
-// detach forgets the daemon and closes its stdin, which is the daemon's
-// shutdown signal. The store is kept: it is the broker's, not the daemon's.
-func (b *broker) detach() {
-	b.wmu.Lock()
-	defer b.wmu.Unlock()
-	if b.w != nil {
-		b.w.Close()
-	}
-	b.w, b.live = nil, false
-}
-
-// subscribed answers the daemon's discovery:subscribe: it pushes the
-// directory snapshot, then replays the store's own-origin workloads, then
-// lets the local frames through. It returns how many frames it replayed.
-func (b *broker) subscribed(discovery json.RawMessage) (int, error) {
-	b.wmu.Lock()
-	defer b.wmu.Unlock()
-	if b.w == nil {
-		return 0, errors.New("no daemon attached")
-	}
-	if err := b.writeLocked("discovery:nodes", discovery); err != nil {
-		return 0, err
-	}
+	b.w, b.live, b.subd = stdin, false, false
 	frames := b.replayFrames()
 	for _, f := range frames {
 		if err := b.writeLocked(f.method, f.params); err != nil {
@@ -153,32 +108,46 @@ func (b *broker) subscribed(discovery json.RawMessage) (int, error) {
 	return len(frames), nil
 }
 
+// detach forgets the daemon and closes its stdin, which is the daemon's
+// shutdown signal. The store is kept: it is the broker's, not the daemon's.
+func (b *broker) detach() {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	if b.w != nil {
+		b.w.Close()
+	}
+	b.w, b.live, b.subd = nil, false, false
+}
+
+// subscribed answers the daemon's discovery:subscribe with the directory
+// snapshot, and lets later snapshots through.
+func (b *broker) subscribed(discovery json.RawMessage) error {
+	b.wmu.Lock()
+	defer b.wmu.Unlock()
+	if b.w == nil {
+		return errors.New("no daemon attached")
+	}
+	if err := b.writeLocked("discovery:nodes", discovery); err != nil {
+		return err
+	}
+	b.subd = true
+	return nil
+}
+
 type frame struct {
 	method string
 	params json.RawMessage
 }
 
-// replayFrames is the replay the broker owes a restarted daemon: a
-// lifecycle frame for each workload it holds whose origin is this node,
-// those that reached it through the ingress included, oldest first.
+// replayFrames is the replay the broker owes a restarted daemon
+// (pairbroker.Store.Replay): a lifecycle frame for each live workload this
+// node originated, those that reached it through the ingress included, and
+// for each it finished within the last minute, oldest first.
 func (b *broker) replayFrames() []frame {
-	b.mu.Lock()
-	own := make([]job, 0, len(b.jobs))
-	for _, j := range b.jobs {
-		if j.Origin == b.nodeID {
-			own = append(own, j)
-		}
-	}
-	b.mu.Unlock()
-	slices.SortFunc(own, func(x, y job) int {
-		if c := cmpInt(x.CreatedAt, y.CreatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(x.ID, y.ID)
-	})
-	out := make([]frame, 0, len(own))
-	for _, j := range own {
-		out = append(out, frame{lifecycleMethod(j.State), workloadParams(j.Info)})
+	recs := b.store.Replay(b.nodeID, pairbroker.ReplayWindow)
+	out := make([]frame, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, frame{pairbroker.ReplayMethod(r.State), workloadParams(r.Info)})
 	}
 	return out
 }
@@ -188,13 +157,35 @@ func workloadParams(info json.RawMessage) json.RawMessage {
 	return append(append(append(p, `{"workloadInfo":`...), info...), '}')
 }
 
-// discovery pushes a directory snapshot to a subscribed daemon.
-func (b *broker) discovery(params json.RawMessage) {
+// discovery takes a directory snapshot: it fails by inference the live
+// workloads of every node that left it (PAIR's node-loss sweep), and pushes
+// it to a subscribed daemon. It returns the workloads it failed.
+func (b *broker) discovery(params json.RawMessage) []job {
+	var snap struct {
+		Nodes []struct {
+			HostUUID string `json:"hostUuid"`
+		} `json:"nodes"`
+	}
+	json.Unmarshal(params, &snap)
+	now := map[string]bool{}
+	for _, n := range snap.Nodes {
+		now[n.HostUUID] = true
+	}
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
-	if b.live {
+	var failed []job
+	for id := range b.nodes {
+		if !now[id] && id != b.nodeID {
+			for _, r := range b.store.FailNode(b.nodeID, id, "node left discovery") {
+				failed = append(failed, jobOf(r))
+			}
+		}
+	}
+	b.nodes = now
+	if b.subd {
 		b.writeLocked("discovery:nodes", params) // a failure detaches; the next start resends
 	}
+	return failed
 }
 
 // writeLocked writes one notification; called with wmu held. A failed write
@@ -217,20 +208,21 @@ func (b *broker) writeLocked(method string, params json.RawMessage) error {
 
 // local applies a local-origin lifecycle event to the store, as the desktop
 // back end does for its own proxies' work, and sends it to the daemon when
-// one is running; otherwise the next replay carries it.
+// one is attached, whatever the merge said, as PAIR's broker forwards every
+// frame its proxies emit; otherwise the next replay carries it.
 func (b *broker) local(method string, info json.RawMessage) error {
-	j, err := parseJob(info, b.now())
+	in, err := pairbroker.Parse(info)
 	if err != nil {
 		return err
 	}
-	if j.Origin != b.nodeID {
-		return fmt.Errorf("%s: local workload %q names origin %s", b.name, j.ID, j.Origin)
+	if in.Origin != b.nodeID {
+		return fmt.Errorf("%s: local workload %q names origin %s", b.name, in.ID, in.Origin)
 	}
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
-	b.put(j)
+	b.store.Apply(in)
 	if b.live {
-		b.writeLocked(method, workloadParams(j.Info))
+		b.writeLocked(method, workloadParams(in.Info))
 	}
 	return nil
 }
@@ -241,7 +233,7 @@ func (b *broker) local(method string, info json.RawMessage) error {
 func (b *broker) localRemove(id string) {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
-	b.drop(jobKey{b.nodeID, id})
+	b.store.Remove(b.nodeID, id)
 	if b.live {
 		p, _ := json.Marshal(map[string]string{"workloadId": id, "originatedFrom": b.nodeID})
 		b.writeLocked("workloads:remove", p)
@@ -302,12 +294,12 @@ func (b *broker) handle(line []byte, onReady func(string), onSubscribe func()) {
 			b.notef("workloads:upsert: %v", err)
 			return
 		}
-		j, err := parseJob(p.WorkloadInfo, b.now())
+		in, err := pairbroker.Parse(p.WorkloadInfo)
 		if err != nil {
 			b.notef("workloads:upsert: %v", err)
 			return
 		}
-		b.put(j)
+		b.store.Apply(in)
 	case "workloads:remove":
 		var p struct {
 			WorkloadID     string `json:"workloadId"`
@@ -317,7 +309,7 @@ func (b *broker) handle(line []byte, onReady func(string), onSubscribe func()) {
 			b.notef("workloads:remove: malformed params %s", f.Params)
 			return
 		}
-		b.drop(jobKey{p.OriginatedFrom, p.WorkloadID})
+		b.store.Remove(p.OriginatedFrom, p.WorkloadID)
 	case "":
 		// a response: the broker sends no requests, so there is nothing to match
 	default:
@@ -339,56 +331,28 @@ func (b *broker) answerUnknown(id json.RawMessage, method string) {
 	}
 }
 
-func (b *broker) put(j job) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	k := jobKey{j.Origin, j.ID}
-	j.updated = j.heard
-	if old, ok := b.jobs[k]; ok && bytes.Equal(old.Info, j.Info) {
-		j.updated = old.updated // a re-assertion: heard, not changed
-	}
-	b.jobs[k] = j
-	b.changes++
-}
-
-func (b *broker) drop(k jobKey) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if _, ok := b.jobs[k]; ok {
-		delete(b.jobs, k)
-		b.changes++
-	}
-}
-
-// retire drops the workloads of other nodes that are still live but that
-// nobody re-asserted for retireAfter, as the desktop back end does: their
-// origin's heartbeat stopped, so they are gone. It returns what it dropped.
-func (b *broker) retire() []job {
-	if b.retireAfter <= 0 {
+// sweep fails by inference the other nodes' live workloads whose origin
+// has not re-asserted them for the staleness budget (PAIR's staleness
+// sweep: the absence-based half of convergence, which the daemons'
+// heartbeat feeds), and returns them.
+func (b *broker) sweep() []job {
+	if b.staleAfter <= 0 {
 		return nil
 	}
-	now := b.now()
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	var out []job
-	for k, j := range b.jobs {
-		if j.Origin != b.nodeID && !j.terminal() && now.Sub(j.heard) >= b.retireAfter {
-			delete(b.jobs, k)
-			b.changes++
-			out = append(out, j)
-		}
+	for _, r := range b.store.SweepStale(b.nodeID, b.staleAfter, fmt.Sprintf("origin silent for %s", b.staleAfter)) {
+		out = append(out, jobOf(r))
 	}
 	return out
 }
 
-// snapshot returns a copy of the store, the latest changed first.
+// snapshot returns the Jobs list, the latest changed first.
 func (b *broker) snapshot() []job {
-	b.mu.Lock()
-	out := make([]job, 0, len(b.jobs))
-	for _, j := range b.jobs {
-		out = append(out, j)
+	recs := b.store.Snapshot()
+	out := make([]job, 0, len(recs))
+	for _, r := range recs {
+		out = append(out, jobOf(r))
 	}
-	b.mu.Unlock()
 	sortJobs(out)
 	return out
 }
@@ -411,10 +375,8 @@ func sortJobs(js []job) {
 }
 
 func (b *broker) get(origin, id string) (job, bool) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	j, ok := b.jobs[jobKey{origin, id}]
-	return j, ok
+	r, ok := b.store.Get(origin, id)
+	return jobOf(r), ok
 }
 
 func cmpInt(a, b int64) int {

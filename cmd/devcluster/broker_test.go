@@ -68,9 +68,10 @@ func (d *daemonEnd) methods() []string {
 }
 
 // info renders a workload object with a field the broker does not know, to
-// check it is carried as it came.
+// check it is carried as it came. It carries no seq, so the state rank
+// orders two events of one job (pairbroker's merge).
 func info(origin, id, state string, createdAt int64) json.RawMessage {
-	return json.RawMessage(fmt.Sprintf(`{"id":%q,"model":"m","engine":"e","state":%q,"originatedFrom":%q,"seq":1,"createdAt":%d,"x-extra":{"kept":true}}`,
+	return json.RawMessage(fmt.Sprintf(`{"id":%q,"model":"m","engine":"e","state":%q,"originatedFrom":%q,"createdAt":%d,"x-extra":{"kept":true}}`,
 		id, state, origin, createdAt))
 }
 
@@ -83,7 +84,10 @@ const (
 	other = "22222222-2222-4222-8222-222222222222"
 )
 
-func TestBrokerReplaysItsOwnOriginWorkloadsAfterTheDiscoverySnapshot(t *testing.T) {
+// A (re)started daemon gets the replay as soon as it starts, before its
+// ready, as PAIR's broker rehydrates a restarted workload manager; the
+// discovery snapshot follows its discovery:subscribe.
+func TestBrokerReplaysItsOwnOriginWorkloadsBeforeTheDaemonIsReady(t *testing.T) {
 	b := newBroker(self, "node1", 0)
 	// Its store holds: a local job, an ingress job (an upsert from its own
 	// daemon), a failed one, and a peer's job, which it must not replay.
@@ -95,55 +99,58 @@ func TestBrokerReplaysItsOwnOriginWorkloadsAfterTheDiscoverySnapshot(t *testing.
 	b.handle(upsertLine(info(other, "peer-run", "running", 50)), nil, nil)
 
 	d := newDaemonEnd(t)
-	b.attach(d.w)
-	snap := json.RawMessage(`{"nodes":[]}`)
-	n, err := b.subscribed(snap)
+	n, err := b.attach(d.w)
 	if err != nil || n != 3 {
-		t.Fatalf("subscribed = %d, %v; want 3 replayed", n, err)
+		t.Fatalf("attach = %d, %v; want 3 replayed", n, err)
 	}
-	eventually(t, "4 frames at the daemon", func() bool { return len(d.got()) == 4 })
-	got := d.got()
-	if got[0].Method != "discovery:nodes" || string(got[0].Params) != string(snap) {
-		t.Errorf("first frame %s %s, want the discovery snapshot before any replay", got[0].Method, got[0].Params)
-	}
+	eventually(t, "3 frames at the daemon", func() bool { return len(d.got()) == 3 })
 	want := []struct{ method, id, state string }{
 		{"workload:completed", "ingress-done", "completed"},
 		{"workload:errored", "local-failed", "failed"},
 		{"workload:submitted", "local-q", "queued"},
 	}
+	got := d.got()
 	for i, w := range want {
-		f := got[i+1]
+		f := got[i]
 		var p struct{ WorkloadInfo json.RawMessage }
 		json.Unmarshal(f.Params, &p)
 		if f.Method != w.method || string(p.WorkloadInfo) != string(info(self, w.id, w.state, map[string]int64{"ingress-done": 100, "local-failed": 200, "local-q": 300}[w.id])) {
 			t.Errorf("replay frame %d = %s %s, want %s with the workload object as stored", i, f.Method, p.WorkloadInfo, w.method)
 		}
 	}
+	snap := json.RawMessage(`{"nodes":[]}`)
+	b.discovery(snap) // not subscribed yet: not written
+	if err := b.subscribed(snap); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the discovery snapshot", func() bool { return len(d.got()) == 4 })
+	if f := d.got()[3]; f.Method != "discovery:nodes" || string(f.Params) != string(snap) {
+		t.Errorf("frame after the replay %s %s, want the snapshot once, on the subscription", f.Method, f.Params)
+	}
 }
 
-func TestBrokerSendsLocalFramesOnlyToASubscribedDaemonAndInOrder(t *testing.T) {
+func TestBrokerSendsLocalFramesAfterTheReplayAndInOrder(t *testing.T) {
 	b := newBroker(self, "node1", 0)
-	d := newDaemonEnd(t)
-	b.attach(d.w)
-	// Before the daemon subscribed, a local frame goes to the store only;
+	// Before a daemon is attached, a local frame goes to the store only;
 	// the replay carries it.
 	if err := b.local("workload:started", info(self, "early", "running", 1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.subscribed(json.RawMessage(`{"nodes":[]}`)); err != nil {
+	d := newDaemonEnd(t)
+	if _, err := b.attach(d.w); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.local("workload:completed", info(self, "early", "completed", 1)); err != nil {
 		t.Fatal(err)
 	}
 	b.localRemove("early")
-	eventually(t, "4 frames", func() bool { return len(d.got()) == 4 })
-	want := "discovery:nodes workload:started workload:completed workloads:remove"
+	eventually(t, "3 frames", func() bool { return len(d.got()) == 3 })
+	want := "workload:started workload:completed workloads:remove"
 	if got := strings.Join(d.methods(), " "); got != want {
 		t.Fatalf("frames %q, want %q (replay first, then each local frame once)", got, want)
 	}
 	var rm map[string]string
-	json.Unmarshal(d.got()[3].Params, &rm)
+	json.Unmarshal(d.got()[2].Params, &rm)
 	if rm["workloadId"] != "early" || rm["originatedFrom"] != self {
 		t.Errorf("removal params %v, want workloadId and originatedFrom set", rm)
 	}
@@ -216,29 +223,55 @@ func TestBrokerAnswersOnlyRequestsItDoesNotServe(t *testing.T) {
 	}
 }
 
-func TestBrokerRetiresOnlyRemoteLiveWorkloadsNobodyReasserted(t *testing.T) {
+func TestBrokerSweepFailsOnlyRemoteLiveWorkloadsNobodyReasserted(t *testing.T) {
 	now := time.Unix(1000, 0)
-	b := newBroker(self, "node1", 10*time.Second)
-	b.now = func() time.Time { return now }
+	b := newBrokerAt(self, "node1", 10*time.Second, func() time.Time { return now })
 	b.handle(upsertLine(info(other, "silent-live", "running", 1)), nil, nil)
 	b.handle(upsertLine(info(other, "silent-done", "completed", 1)), nil, nil)
 	b.handle(upsertLine(info(self, "own-live", "queued", 1)), nil, nil)
 	b.handle(upsertLine(info(other, "reasserted", "running", 1)), nil, nil)
 
 	now = now.Add(9 * time.Second)
-	if got := b.retire(); len(got) != 0 {
-		t.Fatalf("retired %v before the window", got)
+	if got := b.sweep(); len(got) != 0 {
+		t.Fatalf("failed %v before the budget", got)
 	}
 	b.handle(upsertLine(info(other, "reasserted", "running", 1)), nil, nil) // a heartbeat
 	now = now.Add(time.Second)
-	got := b.retire()
-	if len(got) != 1 || got[0].ID != "silent-live" {
-		t.Fatalf("retired %+v, want only silent-live", got)
+	got := b.sweep()
+	if len(got) != 1 || got[0].ID != "silent-live" || got[0].State != "failed" || !got[0].Inferred {
+		t.Fatalf("swept %+v, want only silent-live, failed by inference", got)
 	}
-	for _, id := range []struct{ origin, id string }{{other, "silent-done"}, {self, "own-live"}, {other, "reasserted"}} {
-		if _, ok := b.get(id.origin, id.id); !ok {
-			t.Errorf("%s was retired", id.id)
+	for _, w := range []struct{ origin, id, state string }{{other, "silent-done", "completed"}, {self, "own-live", "queued"}, {other, "reasserted", "running"}} {
+		if j, ok := b.get(w.origin, w.id); !ok || j.State != w.state {
+			t.Errorf("%s is %+v, want %s", w.id, j, w.state)
 		}
+	}
+	// The origin speaks again: its word undoes the guess.
+	b.handle(upsertLine(info(other, "silent-live", "running", 1)), nil, nil)
+	if j, _ := b.get(other, "silent-live"); j.State != "running" || j.Inferred {
+		t.Errorf("after the origin's re-assertion: %+v", j)
+	}
+}
+
+// A node that leaves the discovery snapshot has its live workloads failed
+// by inference at every broker that saw it go.
+func TestBrokerFailsADepartedNodesLiveWorkloads(t *testing.T) {
+	b := newBroker(self, "node1", 0)
+	b.handle(upsertLine(info(other, "live", "running", 1)), nil, nil)
+	b.handle(upsertLine(info(other, "done", "completed", 1)), nil, nil)
+	both := json.RawMessage(`{"nodes":[{"hostUuid":"` + self + `"},{"hostUuid":"` + other + `"}]}`)
+	if got := b.discovery(both); len(got) != 0 {
+		t.Fatalf("the first snapshot failed %v", got)
+	}
+	got := b.discovery(json.RawMessage(`{"nodes":[{"hostUuid":"` + self + `"}]}`))
+	if len(got) != 1 || got[0].ID != "live" || got[0].State != "failed" {
+		t.Fatalf("failed %+v, want the departed node's live job", got)
+	}
+	if j, _ := b.get(other, "done"); j.State != "completed" {
+		t.Errorf("a finished job of the departed node became %s", j.State)
+	}
+	if got := b.discovery(both); len(got) != 0 {
+		t.Errorf("the node's return failed %v", got)
 	}
 }
 

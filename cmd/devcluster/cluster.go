@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"nvpair-workload-manager/internal/pairbroker"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,8 +23,7 @@ import (
 // Timeouts of the process management.
 const (
 	readyTimeout = 20 * time.Second // from start to the daemon's discovery:subscribe
-	stopTimeout  = 6 * time.Second  // from closing stdin to the exit, before a kill
-	killTimeout  = 5 * time.Second  // from the kill to the exit
+	killTimeout  = 5 * time.Second  // from a kill the devcluster itself makes (a crash it injects) to the exit
 )
 
 // clusterConfig is what a cluster needs to run its daemons.
@@ -32,6 +32,7 @@ type clusterConfig struct {
 	ingress        string // node 1's --local-ingress; port 0 lets the daemon pick one
 	metrics        bool   // give every daemon a --metrics endpoint on a loopback port it picks
 	resyncInterval time.Duration
+	staleAfter     time.Duration // the brokers' staleness budget (pairbroker.Store.SweepStale); 0: no sweep
 	logLevel       string
 	logf           func(format string, args ...any) // devcluster's notes (never nil)
 }
@@ -114,7 +115,7 @@ func newCluster(cfg clusterConfig, members []devpki.Node, logDir string) *cluste
 			clusterDir: m.ClusterDir,
 			logPath:    filepath.Join(logDir, fmt.Sprintf("node%d.log", i+1)),
 		}
-		n.broker = newBroker(m.ID, n.name, retireIntervals*cfg.resyncInterval)
+		n.broker = newBroker(m.ID, n.name, cfg.staleAfter)
 		n.broker.logf = cfg.logf
 		if i == 0 {
 			n.wantIngress = cfg.ingress
@@ -124,10 +125,6 @@ func newCluster(cfg clusterConfig, members []devpki.Node, logDir string) *cluste
 	}
 	return c
 }
-
-// retireIntervals is how many heartbeat intervals a broker waits before it
-// retires a remote live workload nobody re-asserted.
-const retireIntervals = 5
 
 // startAll starts every daemon at once and waits until each has subscribed.
 // On an error every daemon started is stopped again.
@@ -303,7 +300,11 @@ func (c *cluster) launch(n *node) (*process, error) {
 	n.mu.Lock()
 	n.proc = p
 	n.mu.Unlock()
-	n.broker.attach(stdin)
+	if replayed, err := n.broker.attach(stdin); err != nil {
+		c.cfg.logf("%s: replay: %v", n.name, err)
+	} else if replayed > 0 {
+		c.cfg.logf("%s: broker replayed %d workloads to the restarted daemon", n.name, replayed)
+	}
 	go c.supervise(n, p, stdout)
 	return p, nil
 }
@@ -365,7 +366,8 @@ func (c *cluster) awaitSubscribed(n *node, p *process) error {
 }
 
 // nodeUp is called when n's daemon subscribed: its broker pushes the
-// directory and replays its store, then every other member learns of it.
+// directory (it replayed its store when the daemon started), then every
+// other member learns of it.
 func (c *cluster) nodeUp(n *node, p *process) {
 	c.discMu.Lock()
 	defer c.discMu.Unlock()
@@ -373,11 +375,8 @@ func (c *cluster) nodeUp(n *node, p *process) {
 	n.up = n.proc == p
 	n.mu.Unlock()
 	snap := c.directory()
-	replayed, err := n.broker.subscribed(snap)
-	if err != nil {
+	if err := n.broker.subscribed(snap); err != nil {
 		c.cfg.logf("%s: %v", n.name, err)
-	} else if replayed > 0 {
-		c.cfg.logf("%s: broker replayed %d workloads to the restarted daemon", n.name, replayed)
 	}
 	c.pushLocked(n, snap)
 }
@@ -398,11 +397,19 @@ func (c *cluster) nodeDown(n *node, p *process) {
 	c.pushLocked(n, c.directory())
 }
 
-// pushLocked sends snap to every member but except; called with discMu held.
+// pushLocked sends snap to every member but except, and notes what each
+// broker failed by inference because a node left; called with discMu held.
 func (c *cluster) pushLocked(except *node, snap json.RawMessage) {
+	names := map[string]string{}
 	for _, o := range c.nodes {
-		if o != except {
-			o.broker.discovery(snap)
+		names[o.id] = o.short
+	}
+	for _, o := range c.nodes {
+		if o == except {
+			continue
+		}
+		for _, j := range o.broker.discovery(snap) {
+			c.cfg.logf("%s inferred %s/%s failed: its node left discovery", o.name, names[j.Origin], j.ID)
 		}
 	}
 }
@@ -473,6 +480,19 @@ func (n *node) peerPort() int {
 	return n.port
 }
 
+// sweep runs every broker's staleness sweep and notes what it failed.
+func (c *cluster) sweep() {
+	names := map[string]string{}
+	for _, o := range c.nodes {
+		names[o.id] = o.short
+	}
+	for _, n := range c.nodes {
+		for _, j := range n.broker.sweep() {
+			c.cfg.logf("%s inferred %s/%s failed: not re-asserted for %s", n.name, names[j.Origin], j.ID, c.cfg.staleAfter)
+		}
+	}
+}
+
 // allUp reports whether every daemon is running.
 func (c *cluster) allUp() bool {
 	for _, n := range c.nodes {
@@ -500,10 +520,11 @@ func (c *cluster) kill(n *node) error {
 	}
 }
 
-// stop ends every daemon: stdin closed (their shutdown signal), a deadline,
-// then a kill for what remains. It returns what went wrong: a daemon that
-// had to be killed, or that did not exit with status 0 (contract section 2:
-// stdin EOF is a clean shutdown).
+// stop ends every daemon with PAIR's broker's stop sequence (pairbroker.Stop:
+// stdin closed, their shutdown signal; 3 s; terminate; 2 s; kill). It returns
+// what went wrong: a daemon that needed more than its closed stdin, or that
+// did not exit with status 0 (contract section 2: stdin EOF is a clean
+// shutdown).
 func (c *cluster) stop() []string {
 	var problems []string
 	var mu sync.Mutex
@@ -511,12 +532,12 @@ func (c *cluster) stop() []string {
 	for _, n := range c.nodes {
 		if p := n.current(); p != nil {
 			wg.Go(func() {
-				killed, reported := c.stopProcess(n, p)
+				result, reported := c.stopProcess(n, p)
 				var problem string
 				switch {
 				case reported:
-				case killed:
-					problem = fmt.Sprintf("%s (pid %d) ignored its closed stdin for %s and was killed", n.name, p.pid, stopTimeout)
+				case result != pairbroker.ExitedOnEOF:
+					problem = fmt.Sprintf("%s (pid %d) did not exit within %s of its closed stdin: %s", n.name, p.pid, pairbroker.StopGrace, result)
 				case p.err != nil:
 					problem = fmt.Sprintf("%s (pid %d) exited with %v: %s", n.name, p.pid, p.err, logTail(n.logPath, 3))
 				}
@@ -533,35 +554,30 @@ func (c *cluster) stop() []string {
 	return problems
 }
 
-// stopProcess closes p's stdin and waits for it, killing it after
-// stopTimeout. It reports whether it had to kill, and whether p had ended
-// before and its end was already reported (or was deliberate).
-func (c *cluster) stopProcess(n *node, p *process) (killed, reported bool) {
+// stopProcess runs the stop sequence on p. It reports how it ended, and
+// whether p had ended before and its end was already reported (or was
+// deliberate).
+func (c *cluster) stopProcess(n *node, p *process) (pairbroker.StopResult, bool) {
 	select {
 	case <-p.done:
-		return false, true
+		return pairbroker.ExitedOnEOF, true
 	default:
 	}
 	p.markExpected()
-	n.mu.Lock()
-	current := n.proc == p
-	n.mu.Unlock()
-	if current {
-		n.broker.detach()
+	closeStdin := func() error {
+		n.mu.Lock()
+		current := n.proc == p
+		n.mu.Unlock()
+		if current {
+			n.broker.detach()
+		}
+		return nil
 	}
-	select {
-	case <-p.done:
-		return false, false
-	case <-time.After(stopTimeout):
+	result := pairbroker.Stop(closeStdin, func() error { return terminate(p.cmd.Process) }, p.cmd.Process.Kill, p.done, pairbroker.StopGrace)
+	if result != pairbroker.ExitedOnEOF {
+		c.cfg.logf("%s (pid %d) did not exit within %s of its closed stdin: %s", n.name, p.pid, pairbroker.StopGrace, result)
 	}
-	c.cfg.logf("%s (pid %d) did not exit %s after its stdin closed: killed", n.name, p.pid, stopTimeout)
-	p.cmd.Process.Kill()
-	select {
-	case <-p.done:
-	case <-time.After(killTimeout):
-		c.cfg.logf("%s (pid %d) did not exit after a kill", n.name, p.pid)
-	}
-	return true, false
+	return result, false
 }
 
 // allPIDs returns every daemon process id the cluster ever started.

@@ -46,6 +46,7 @@ type config struct {
 	metrics        bool
 	duration       time.Duration
 	resyncInterval time.Duration
+	staleAfter     time.Duration
 	logLevel       string
 }
 
@@ -70,6 +71,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.metrics, "metrics", false, "give every daemon a --metrics endpoint on a free loopback port; the summary shows each node's per-peer delivery counters")
 	fs.DurationVar(&c.duration, "duration", 0, "end the run after this long and report convergence (0: until Ctrl-C)")
 	fs.DurationVar(&c.resyncInterval, "resync-interval", 2*time.Second, "the daemons' --resync-interval (heartbeat)")
+	fs.DurationVar(&c.staleAfter, "stale-after", defaultStaleAfter, "the brokers' staleness budget: another node's live job not re-asserted this long is failed by inference (PAIR's default; 10s shows it within a demo)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "the daemons' --log-level: info or debug (the dev cluster reads their startup lines)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -83,6 +85,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("--duration %s: must not be negative", c.duration)
 	case c.resyncInterval < 100*time.Millisecond:
 		return c, fmt.Errorf("--resync-interval %s: must be at least 100ms", c.resyncInterval)
+	case c.staleAfter < 2*c.resyncInterval:
+		// A budget under two heartbeats fails live jobs between two
+		// re-assertions: the views would flap, not converge.
+		return c, fmt.Errorf("--stale-after %s: must be at least twice --resync-interval (%s)", c.staleAfter, 2*c.resyncInterval)
 	case !strings.EqualFold(c.logLevel, "info") && !strings.EqualFold(c.logLevel, "debug"):
 		// The ports are learned from the daemons' startup lines, at info.
 		return c, fmt.Errorf("--log-level %q: must be info or debug; the dev cluster learns the daemons' ports from their info lines", c.logLevel)
@@ -160,7 +166,7 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 		return fail(fmt.Errorf("mint the cluster: %w", err))
 	}
 	c := newCluster(clusterConfig{bin: bin, ingress: cfg.ingress, metrics: cfg.metrics, resyncInterval: cfg.resyncInterval,
-		logLevel: cfg.logLevel, logf: logf}, members, dir)
+		staleAfter: cfg.staleAfter, logLevel: cfg.logLevel, logf: logf}, members, dir)
 	if h.created != nil {
 		h.created(c)
 	}
@@ -173,7 +179,7 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 	}
 	// The startup lines stay above the view: a redraw in place starts at
 	// the top of the screen, so the header prints them again.
-	startup := []string{fmt.Sprintf("devcluster: %d nodes under %s, heartbeat %s", cfg.nodes, dir, cfg.resyncInterval)}
+	startup := []string{fmt.Sprintf("devcluster: %d nodes under %s, heartbeat %s, staleness budget %s", cfg.nodes, dir, cfg.resyncInterval, cfg.staleAfter)}
 	for _, n := range c.nodes {
 		line := fmt.Sprintf("devcluster: %s pid %d id %s peer port %d log %s", n.name, n.current().pid, n.id, n.peerPort(), n.logPath)
 		if a := n.ingressAddr(); a != "" {
@@ -237,8 +243,8 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 		timeout = t.C
 	}
 	failed := false
-	retire := time.NewTicker(cfg.resyncInterval)
-	defer retire.Stop()
+	sweep := time.NewTicker(sweepInterval(cfg.staleAfter))
+	defer sweep.Stop()
 wait:
 	for {
 		select {
@@ -251,12 +257,8 @@ wait:
 			logf("%s (pid %d) exited on its own (%v): %s", ev.node.name, ev.pid, ev.err, logTail(ev.node.logPath, 3))
 			failed = true
 			break wait
-		case <-retire.C:
-			for _, n := range c.nodes {
-				for _, j := range n.broker.retire() {
-					logf("%s retired %s/%s: not re-asserted for %d heartbeats", n.name, j.Origin, j.ID, retireIntervals)
-				}
-			}
+		case <-sweep.C:
+			c.sweep()
 		}
 	}
 
@@ -271,12 +273,15 @@ wait:
 	if h.finished != nil {
 		h.finished(c)
 	}
+	// The Jobs lists as they converged: once the daemons stop, each broker
+	// sees the others leave discovery and fails their live jobs.
+	final := c.views()
 	for _, problem := range c.stop() {
 		fmt.Fprintf(stderr, "devcluster: %s\n", problem)
 		failed = true
 	}
 	fmt.Fprintln(stdout)
-	summary(stdout, c.views(), deliveries, ok, why)
+	summary(stdout, final, deliveries, ok, why)
 	noteMu.Lock()
 	if tty && len(notes) > 0 {
 		fmt.Fprintln(stdout, "last notes:\n  "+strings.Join(notes, "\n  "))
@@ -286,6 +291,17 @@ wait:
 		return 1
 	}
 	return 0
+}
+
+// defaultStaleAfter is PAIR's broker's staleness budget: a live workload of
+// another node that its origin has not re-asserted for this long is failed
+// by inference (the budget PAIR's workloadstore staleness tests use).
+const defaultStaleAfter = 5 * time.Minute
+
+// sweepInterval is how often the brokers sweep: a fifth of the budget, so a
+// silent workload is failed at most a fifth late, and at most every second.
+func sweepInterval(staleAfter time.Duration) time.Duration {
+	return min(max(staleAfter/5, 100*time.Millisecond), time.Second)
 }
 
 // awaitConvergence waits, until deadline or a signal, for every node to
