@@ -276,7 +276,8 @@ func (b *broker) handle(line []byte, onReady func(string), onSubscribe func()) {
 			NodeID string `json:"nodeId"`
 		}
 		json.Unmarshal(f.Params, &p)
-		if p.NodeID != b.nodeID {
+		// The stock workload manager's ready carries only its version.
+		if p.NodeID != "" && p.NodeID != b.nodeID {
 			b.notef("daemon announced node id %q, want %q", p.NodeID, b.nodeID)
 		}
 		if onReady != nil {

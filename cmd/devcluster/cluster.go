@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
@@ -29,6 +30,8 @@ const (
 // clusterConfig is what a cluster needs to run its daemons.
 type clusterConfig struct {
 	bin            string // the daemon's binary
+	stockBin       string // the stock daemon's binary, for the stock nodes
+	stock          int    // how many nodes, the last ones, run the stock daemon
 	ingress        string // node 1's --local-ingress; port 0 lets the daemon pick one
 	metrics        bool   // give every daemon a --metrics endpoint on a loopback port it picks
 	resyncInterval time.Duration
@@ -48,6 +51,7 @@ type node struct {
 	clusterDir string
 	logPath    string
 	broker     *broker
+	stock      bool // the node runs the stock workload manager (stock.go)
 
 	mu          sync.Mutex // guards the fields below
 	port        int        // the inter-node port the daemon bound, kept across restarts; 0 before the first start
@@ -101,6 +105,14 @@ type cluster struct {
 	pids  []int // every daemon process ever started
 
 	unexpected chan exitEvent // buffered; a daemon that died on its own
+
+	// pickPort picks a stock node's port (stock.go's pickPort when nil); a
+	// test makes it race another process.
+	pickPort func() (int, error)
+
+	// stopping is set once the whole cluster stops: its daemons' exits
+	// are no node losses to tell the brokers of.
+	stopping atomic.Bool
 }
 
 func newCluster(cfg clusterConfig, members []devpki.Node, logDir string) *cluster {
@@ -116,11 +128,12 @@ func newCluster(cfg clusterConfig, members []devpki.Node, logDir string) *cluste
 			logPath:    filepath.Join(logDir, fmt.Sprintf("node%d.log", i+1)),
 		}
 		n.broker = newBroker(m.ID, n.name, cfg.staleAfter)
+		n.stock = i >= len(members)-cfg.stock
 		n.broker.logf = cfg.logf
 		if i == 0 {
 			n.wantIngress = cfg.ingress
 		}
-		n.wantMetrics = cfg.metrics
+		n.wantMetrics = cfg.metrics && !n.stock // the stock daemon has no metrics endpoint
 		c.nodes = append(c.nodes, n)
 	}
 	return c
@@ -149,6 +162,9 @@ func (c *cluster) startAll() error {
 // discovery entries and the producers' address stay valid. Nothing picks a
 // port by opening and closing it, which another process could take first.
 func (c *cluster) start(n *node) error {
+	if n.stock {
+		return c.startStock(n)
+	}
 	p, err := c.launch(n)
 	if err != nil {
 		return err
@@ -236,6 +252,12 @@ func logValue(line, key string) string {
 func (n *node) args(c *cluster) []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if n.stock {
+		// The stock daemon takes --port, --cluster-dir, --ipc and
+		// --log-level, finds its app dir as the cluster dir's parent and
+		// its heartbeat is fixed (30 s).
+		return []string{"--port", strconv.Itoa(n.port), "--cluster-dir", n.clusterDir, "--log-level", "info"}
+	}
 	a := []string{
 		"--port", strconv.Itoa(n.port),
 		"--app-dir", n.appDir,
@@ -276,7 +298,11 @@ func (c *cluster) launch(n *node) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(c.cfg.bin, n.args(c)...)
+	bin := c.cfg.bin
+	if n.stock {
+		bin = c.cfg.stockBin
+	}
+	cmd := exec.Command(bin, n.args(c)...)
 	cmd.Stderr = logf
 	cmd.SysProcAttr = childProcAttr()
 	stdin, err := cmd.StdinPipe()
@@ -289,7 +315,7 @@ func (c *cluster) launch(n *node) (*process, error) {
 		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("%s: start %s: %w", n.name, c.cfg.bin, err)
+		return nil, fmt.Errorf("%s: start %s: %w", n.name, bin, err)
 	}
 	p := &process{cmd: cmd, pid: cmd.Process.Pid, logFrom: logFrom, subscribed: make(chan struct{}),
 		done: make(chan struct{}), expectedCh: make(chan struct{})}
@@ -315,7 +341,11 @@ func (c *cluster) supervise(n *node, p *process, stdout io.Reader) {
 	var once sync.Once
 	err := n.broker.serve(stdout, nil, func() {
 		once.Do(func() {
-			if err := c.learnPorts(n, p); err != nil {
+			learn := c.learnPorts
+			if n.stock {
+				learn = func(n *node, _ *process) error { return awaitStockListening(n) }
+			}
+			if err := learn(n, p); err != nil {
 				p.startErr = err
 				p.markExpected() // start reports it
 				p.cmd.Process.Kill()
@@ -394,7 +424,9 @@ func (c *cluster) nodeDown(n *node, p *process) {
 	if current {
 		n.broker.detach()
 	}
-	c.pushLocked(n, c.directory())
+	if !c.stopping.Load() {
+		c.pushLocked(n, c.directory())
+	}
 }
 
 // pushLocked sends snap to every member but except, and notes what each
@@ -526,6 +558,7 @@ func (c *cluster) kill(n *node) error {
 // did not exit with status 0 (contract section 2: stdin EOF is a clean
 // shutdown).
 func (c *cluster) stop() []string {
+	c.stopping.Store(true)
 	var problems []string
 	var mu sync.Mutex
 	var wg sync.WaitGroup

@@ -41,6 +41,8 @@ type config struct {
 	dir            string
 	keep           bool
 	bin            string
+	stock          int
+	stockBin       string
 	ingress        string
 	simulate       bool
 	metrics        bool
@@ -66,6 +68,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.dir, "dir", "", "working directory, empty or absent (default: a new temporary directory, removed on exit unless --keep)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary working directory on exit")
 	fs.StringVar(&c.bin, "bin", "", "the daemon's binary (default: go build the module root into the working directory)")
+	fs.IntVar(&c.stock, "stock", 0, "run this many nodes, the last ones, on the stock workload manager built from ../shared/upstream (node 1 stays ours: it carries the ingress)")
+	fs.StringVar(&c.stockBin, "stock-bin", "", "the stock workload manager's binary (default: go build it from shared/upstream above the module root)")
 	fs.StringVar(&c.ingress, "ingress", "127.0.0.1:14324", "node 1's --local-ingress address; port 0 picks a free port")
 	fs.BoolVar(&c.simulate, "simulate", false, "drive simulated traffic through node 1's ingress and the other nodes' brokers")
 	fs.BoolVar(&c.metrics, "metrics", false, "give every daemon a --metrics endpoint on a free loopback port; the summary shows each node's per-peer delivery counters")
@@ -81,6 +85,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	case c.nodes < 1 || c.nodes > 16:
 		return c, fmt.Errorf("--nodes %d: must be between 1 and 16", c.nodes)
+	case c.stock < 0 || c.stock >= c.nodes:
+		return c, fmt.Errorf("--stock %d: must be between 0 and --nodes minus 1 (%d): node 1 runs this daemon, for its ingress", c.stock, c.nodes-1)
+	case c.stockBin != "" && c.stock == 0:
+		return c, fmt.Errorf("--stock-bin %s: give --stock N too", c.stockBin)
 	case c.duration < 0:
 		return c, fmt.Errorf("--duration %s: must not be negative", c.duration)
 	case c.resyncInterval < 100*time.Millisecond:
@@ -161,11 +169,31 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 		return fail(err)
 	}
 
+	stockBin := cfg.stockBin
+	if cfg.stock > 0 && stockBin == "" {
+		root, err := moduleRoot()
+		if err != nil {
+			return fail(fmt.Errorf("%v (or pass --stock-bin PATH)", err))
+		}
+		src, err := findUpstream(root)
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "devcluster: building the stock workload manager from %s\n", src)
+		if stockBin, err = buildStock(src, filepath.Join(dir, "bin")); err != nil {
+			return fail(err)
+		}
+	} else if stockBin != "" {
+		if stockBin, err = filepath.Abs(stockBin); err != nil {
+			return fail(err)
+		}
+	}
+
 	members, err := devpki.WriteCluster(dir, cfg.nodes)
 	if err != nil {
 		return fail(fmt.Errorf("mint the cluster: %w", err))
 	}
-	c := newCluster(clusterConfig{bin: bin, ingress: cfg.ingress, metrics: cfg.metrics, resyncInterval: cfg.resyncInterval,
+	c := newCluster(clusterConfig{bin: bin, stockBin: stockBin, stock: cfg.stock, ingress: cfg.ingress, metrics: cfg.metrics, resyncInterval: cfg.resyncInterval,
 		staleAfter: cfg.staleAfter, logLevel: cfg.logLevel, logf: logf}, members, dir)
 	if h.created != nil {
 		h.created(c)
@@ -182,6 +210,9 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 	startup := []string{fmt.Sprintf("devcluster: %d nodes under %s, heartbeat %s, staleness budget %s", cfg.nodes, dir, cfg.resyncInterval, cfg.staleAfter)}
 	for _, n := range c.nodes {
 		line := fmt.Sprintf("devcluster: %s pid %d id %s peer port %d log %s", n.name, n.current().pid, n.id, n.peerPort(), n.logPath)
+		if n.stock {
+			line += " (stock workload manager)"
+		}
 		if a := n.ingressAddr(); a != "" {
 			line += " ingress http://" + a + "/v1/workloads/events"
 		}

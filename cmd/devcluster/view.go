@@ -49,13 +49,14 @@ type nodeView struct {
 	short string
 	id    string
 	up    bool
+	stock bool  // the node runs the stock workload manager
 	jobs  []job // the latest changed first
 }
 
 func (c *cluster) views() []nodeView {
 	out := make([]nodeView, len(c.nodes))
 	for i, n := range c.nodes {
-		out[i] = nodeView{name: n.name, short: n.short, id: n.id, up: n.isUp(), jobs: n.broker.snapshot()}
+		out[i] = nodeView{name: n.name, short: n.short, id: n.id, up: n.isUp(), stock: n.stock, jobs: n.broker.snapshot()}
 	}
 	return out
 }
@@ -168,11 +169,15 @@ func column(v nodeView, names map[string]string, now time.Time, layout []int, ma
 }
 
 // columnTitle is the line above a node's column: its name, whether its
-// daemon is up, and how many jobs its broker holds.
+// daemon is up, whether it is the stock workload manager, and how many
+// jobs its broker holds.
 func columnTitle(v nodeView) string {
 	status := "up"
 	if !v.up {
 		status = "DOWN"
+	}
+	if v.stock {
+		status += ", stock"
 	}
 	return fmt.Sprintf("%s (%s) %s, %d jobs", v.name, v.short, status, len(v.jobs))
 }
