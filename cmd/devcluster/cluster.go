@@ -106,6 +106,10 @@ type cluster struct {
 
 	unexpected chan exitEvent // buffered; a daemon that died on its own
 
+	// links, under --chaos, carries every node's traffic to every other
+	// node (chaosnet.go); nil otherwise. Set before the first start.
+	links *linkNet
+
 	// pickPort picks a stock node's port (stock.go's pickPort when nil); a
 	// test makes it race another process.
 	pickPort func() (int, error)
@@ -404,11 +408,10 @@ func (c *cluster) nodeUp(n *node, p *process) {
 	n.mu.Lock()
 	n.up = n.proc == p
 	n.mu.Unlock()
-	snap := c.directory()
-	if err := n.broker.subscribed(snap); err != nil {
+	if err := n.broker.subscribed(c.directoryFor(n)); err != nil {
 		c.cfg.logf("%s: %v", n.name, err)
 	}
-	c.pushLocked(n, snap)
+	c.pushLocked(n)
 }
 
 // nodeDown takes n out of the directory once its daemon has exited.
@@ -425,13 +428,14 @@ func (c *cluster) nodeDown(n *node, p *process) {
 		n.broker.detach()
 	}
 	if !c.stopping.Load() {
-		c.pushLocked(n, c.directory())
+		c.pushLocked(n)
 	}
 }
 
-// pushLocked sends snap to every member but except, and notes what each
-// broker failed by inference because a node left; called with discMu held.
-func (c *cluster) pushLocked(except *node, snap json.RawMessage) {
+// pushLocked sends the directory to every member but except, and notes what
+// each broker failed by inference because a node left; called with discMu
+// held.
+func (c *cluster) pushLocked(except *node) {
 	names := map[string]string{}
 	for _, o := range c.nodes {
 		names[o.id] = o.short
@@ -440,17 +444,19 @@ func (c *cluster) pushLocked(except *node, snap json.RawMessage) {
 		if o == except {
 			continue
 		}
-		for _, j := range o.broker.discovery(snap) {
+		for _, j := range o.broker.discovery(c.directoryFor(o)) {
 			c.cfg.logf("%s inferred %s/%s failed: its node left discovery", o.name, names[j.Origin], j.ID)
 		}
 	}
 }
 
-// directory is the discovery:nodes snapshot: every member whose daemon is
-// up, as the desktop's discovery would list it. devpki gives a node's
-// certificate the node id as its principal, so hostUuid and clusterUuid are
-// the same UUID.
-func (c *cluster) directory() json.RawMessage {
+// directoryFor is the discovery:nodes snapshot node r gets: every member
+// whose daemon is up, as the desktop's discovery would list it. devpki
+// gives a node's certificate the node id as its principal, so hostUuid and
+// clusterUuid are the same UUID. Under --chaos each peer's port is the
+// port of r's own link to it (chaosnet.go), so the dev cluster can cut or
+// slow that link.
+func (c *cluster) directoryFor(r *node) json.RawMessage {
 	type wl struct {
 		Port int `json:"port"`
 	}
@@ -471,6 +477,9 @@ func (c *cluster) directory() json.RawMessage {
 		n.mu.Unlock()
 		if !up {
 			continue
+		}
+		if c.links != nil && n != r {
+			port = c.links.port(r, n)
 		}
 		nodes = append(nodes, entry{HostUUID: n.id, Name: n.name, IP: "127.0.0.1", Addresses: []string{"127.0.0.1"},
 			ClusterUUID: n.id, Trusted: true, Services: map[string]wl{"wl": {port}}, LastSeen: time.Now().Unix()})

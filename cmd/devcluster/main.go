@@ -45,6 +45,7 @@ type config struct {
 	stockBin       string
 	ingress        string
 	simulate       bool
+	chaos          bool
 	metrics        bool
 	duration       time.Duration
 	resyncInterval time.Duration
@@ -72,6 +73,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.stockBin, "stock-bin", "", "the stock workload manager's binary (default: go build it from shared/upstream above the module root)")
 	fs.StringVar(&c.ingress, "ingress", "127.0.0.1:14324", "node 1's --local-ingress address; port 0 picks a free port")
 	fs.BoolVar(&c.simulate, "simulate", false, "drive simulated traffic through node 1's ingress and the other nodes' brokers")
+	fs.BoolVar(&c.chaos, "chaos", false, "with --simulate: restart a daemon, kill the leased producer mid-job, cut a node off for longer than the staleness budget and slow one node's answers, logging each fault; the run must still converge with every job as its producer meant")
 	fs.BoolVar(&c.metrics, "metrics", false, "give every daemon a --metrics endpoint on a free loopback port; the summary shows each node's per-peer delivery counters")
 	fs.DurationVar(&c.duration, "duration", 0, "end the run after this long and report convergence (0: until Ctrl-C)")
 	fs.DurationVar(&c.resyncInterval, "resync-interval", 2*time.Second, "the daemons' --resync-interval (heartbeat)")
@@ -79,6 +81,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "the daemons' --log-level: info or debug (the dev cluster reads their startup lines)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
+	}
+	staleGiven := false
+	fs.Visit(func(f *flag.Flag) { staleGiven = staleGiven || f.Name == "stale-after" })
+	if c.chaos && !staleGiven {
+		// PAIR's 5 minutes would make the cut outlast any demo: a short
+		// budget, five heartbeats, shows the sweep within the run.
+		c.staleAfter = 5 * c.resyncInterval
 	}
 	switch {
 	case fs.NArg() > 0:
@@ -97,6 +106,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		// A budget under two heartbeats fails live jobs between two
 		// re-assertions: the views would flap, not converge.
 		return c, fmt.Errorf("--stale-after %s: must be at least twice --resync-interval (%s)", c.staleAfter, 2*c.resyncInterval)
+	case c.chaos && !c.simulate:
+		return c, errors.New("--chaos needs --simulate: the faults are injected while traffic runs")
+	case c.chaos && c.nodes < 2:
+		return c, fmt.Errorf("--chaos needs at least 2 nodes, not --nodes %d", c.nodes)
+	case c.chaos && c.duration > 0 && c.duration < chaosNeeds(c):
+		return c, fmt.Errorf("--duration %s: --chaos needs at least %s to inject and heal every fault (a shorter --stale-after or --resync-interval shortens it)", c.duration, chaosNeeds(c).Round(time.Second))
 	case !strings.EqualFold(c.logLevel, "info") && !strings.EqualFold(c.logLevel, "debug"):
 		// The ports are learned from the daemons' startup lines, at info.
 		return c, fmt.Errorf("--log-level %q: must be info or debug; the dev cluster learns the daemons' ports from their info lines", c.logLevel)
@@ -195,6 +210,12 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 	}
 	c := newCluster(clusterConfig{bin: bin, stockBin: stockBin, stock: cfg.stock, ingress: cfg.ingress, metrics: cfg.metrics, resyncInterval: cfg.resyncInterval,
 		staleAfter: cfg.staleAfter, logLevel: cfg.logLevel, logf: logf}, members, dir)
+	if cfg.chaos {
+		if c.links, err = newLinkNet(c); err != nil {
+			return fail(err)
+		}
+		defer c.links.close() // after the daemons stopped
+	}
 	if h.created != nil {
 		h.created(c)
 	}
@@ -225,11 +246,23 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 	fmt.Fprintln(stdout, strings.Join(startup, "\n"))
 
 	var sim *simulator
+	chaosDone := make(chan struct{})
+	chaosCtx, stopChaos := context.WithCancel(context.Background())
 	if cfg.simulate {
 		sim = newSimulator(c)
+		if cfg.chaos {
+			sim.crashShare = 0 // the chaos kills the producer once, at a time of its choosing
+		}
 		sim.start()
 	}
+	if cfg.chaos {
+		go func() { runChaos(chaosCtx, c, sim, cfg, logf); close(chaosDone) }()
+	} else {
+		close(chaosDone)
+	}
 	stopSim := func() {
+		stopChaos()
+		<-chaosDone // every fault undone
 		if sim != nil {
 			sim.stop()
 		}
@@ -313,6 +346,14 @@ wait:
 	}
 	fmt.Fprintln(stdout)
 	summary(stdout, final, deliveries, ok, why)
+	if cfg.chaos && ok {
+		if bad := intentVerdict(checkIntents(sim, final[0])); bad != "" {
+			fmt.Fprintf(stdout, "as meant: no (%s)\n", bad)
+			failed = true
+		} else {
+			fmt.Fprintln(stdout, "as meant: yes (every job in the state its producer or broker last meant; a lease-expired job failed)")
+		}
+	}
 	noteMu.Lock()
 	if tty && len(notes) > 0 {
 		fmt.Fprintln(stdout, "last notes:\n  "+strings.Join(notes, "\n  "))

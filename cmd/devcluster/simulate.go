@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -104,6 +105,10 @@ type simulator struct {
 	// (simlease.go): simCrashShare and simRenewEvery but in tests.
 	crashShare float64
 	renewEvery time.Duration
+	// crashNext makes the ingress producer crash on the next job it would
+	// move on; endsHeld stops every path from ending a job (chaos.go).
+	crashNext atomic.Bool
+	endsHeld  atomic.Bool
 
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -125,6 +130,45 @@ func (s *simulator) holdRemovals() {
 	s.removalMu.Lock()
 	defer s.removalMu.Unlock()
 	s.removalsHeld = true
+}
+
+// resumeRemovals lets the removals go again after holdRemovals.
+func (s *simulator) resumeRemovals() {
+	s.removalMu.Lock()
+	defer s.removalMu.Unlock()
+	s.removalsHeld = false
+}
+
+// intended returns, once the traffic has stopped, the state each path last
+// meant for each job it has not removed, and whether the job is leased
+// through node 1's ingress (a lease-expired job is failed).
+func (s *simulator) intended() map[jobKey]simIntent {
+	out := map[jobKey]simIntent{}
+	for _, p := range s.paths {
+		origin := s.c.nodes[0].id
+		if p.node != nil {
+			origin = p.node.id
+		}
+		for _, j := range p.jobs {
+			out[jobKey{origin, j.info.ID}] = simIntent{state: j.info.State, leased: p.node == nil, crashed: j.crashed}
+		}
+	}
+	return out
+}
+
+// simIntent is what a path last meant for a job.
+type simIntent struct {
+	state   string
+	leased  bool // reported through the ingress with a lease
+	crashed bool // its producer stopped reporting it
+}
+
+// accepts reports whether a Jobs list showing state honours the intent: the
+// state last reported, or failed for a leased job still live when its
+// producer stopped (crashed, or at the end of the traffic).
+func (i simIntent) accepts(state string) bool {
+	live := i.state == "queued" || i.state == "running"
+	return state == i.state || (state == "failed" && i.leased && (live || i.crashed))
 }
 
 // removedJobs returns every workload the simulator removed.
@@ -217,6 +261,13 @@ func (p *simPath) step(ctx context.Context) {
 		}
 	}
 	if j := p.silentStockJob(live, now); j != nil {
+		if p.s.endsHeld.Load() && j.info.State == "running" {
+			// It may not end now (chaos.go): report it again as it is.
+			if p.send(ctx, "workload:started", j.info) {
+				j.sentAt = now
+			}
+			return
+		}
 		p.advance(ctx, j, now)
 		return
 	}
@@ -296,14 +347,20 @@ func (p *simPath) submit(ctx context.Context, now time.Time) {
 // advance moves a live job on: queued -> running (sometimes cancelled),
 // running -> completed (sometimes failed or cancelled).
 func (p *simPath) advance(ctx context.Context, j *simJob, now time.Time) {
-	if p.node == nil && p.rng.Float64() < p.s.crashShare {
+	if p.node == nil && (p.rng.Float64() < p.s.crashShare || p.s.crashNext.CompareAndSwap(true, false)) {
 		p.crash(j)
 		return
+	}
+	if p.s.endsHeld.Load() && j.info.State != "queued" {
+		return // no job ends while a fault could lose its end (chaos.go)
 	}
 	next := j.info
 	next.Seq++
 	ms := now.UnixMilli()
 	r := p.rng.Float64()
+	if p.s.endsHeld.Load() {
+		r = 0 // queued -> running, never cancelled
+	}
 	method := "workload:errored"
 	switch {
 	case j.info.State == "queued" && r < 0.9:

@@ -1,0 +1,168 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// linkNet carries the inter-node traffic of a --chaos run: one loopback
+// TCP relay per ordered pair of nodes (from, to), whose port is what from's
+// discovery snapshot lists for to (cluster.directoryFor). The relay copies
+// bytes, TLS and all, so the daemons' pinned mTLS runs end to end through
+// it; it lets the dev cluster cut a node off (every link from or to it
+// refuses and drops its connections) and slow a node's answers (the bytes
+// it sends back on every link to it are held a while) without touching a
+// daemon.
+type linkNet struct {
+	c *cluster
+
+	mu    sync.Mutex // guards the fields below; a leaf lock
+	links map[[2]*node]*link
+	cut   map[*node]bool
+	slow  map[*node]time.Duration
+}
+
+type link struct {
+	from, to *node
+	ln       net.Listener
+	conns    map[net.Conn]bool // both ends of every relayed connection; guarded by linkNet.mu
+}
+
+// newLinkNet opens a relay for every ordered pair of c's nodes.
+func newLinkNet(c *cluster) (*linkNet, error) {
+	l := &linkNet{c: c, links: map[[2]*node]*link{}, cut: map[*node]bool{}, slow: map[*node]time.Duration{}}
+	for _, from := range c.nodes {
+		for _, to := range c.nodes {
+			if from == to {
+				continue
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				l.close()
+				return nil, fmt.Errorf("chaos link %s->%s: %w", from.name, to.name, err)
+			}
+			k := &link{from: from, to: to, ln: ln, conns: map[net.Conn]bool{}}
+			l.links[[2]*node{from, to}] = k
+			go l.serve(k)
+		}
+	}
+	return l, nil
+}
+
+// port is the port from dials to reach to.
+func (l *linkNet) port(from, to *node) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.links[[2]*node{from, to}].ln.Addr().(*net.TCPAddr).Port
+}
+
+func (l *linkNet) serve(k *link) {
+	for {
+		in, err := k.ln.Accept()
+		if err != nil {
+			return // closed
+		}
+		go l.relay(k, in)
+	}
+}
+
+// relay carries one connection of link k to its node's daemon, unless
+// either end is cut off.
+func (l *linkNet) relay(k *link, in net.Conn) {
+	l.mu.Lock()
+	blocked := l.cut[k.from] || l.cut[k.to]
+	l.mu.Unlock()
+	if blocked {
+		in.Close()
+		return
+	}
+	out, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(k.to.peerPort())), 5*time.Second)
+	if err != nil {
+		in.Close()
+		return
+	}
+	l.mu.Lock()
+	if l.cut[k.from] || l.cut[k.to] {
+		l.mu.Unlock()
+		in.Close()
+		out.Close()
+		return
+	}
+	k.conns[in], k.conns[out] = true, true
+	l.mu.Unlock()
+	done := make(chan struct{}, 2)
+	go func() { io.Copy(out, in); done <- struct{}{} }()
+	go func() { l.copyAnswers(in, out, k.to); done <- struct{}{} }()
+	<-done
+	in.Close()
+	out.Close()
+	<-done
+	l.mu.Lock()
+	delete(k.conns, in)
+	delete(k.conns, out)
+	l.mu.Unlock()
+}
+
+// copyAnswers copies what node to sends back, holding each chunk while to
+// is slowed.
+func (l *linkNet) copyAnswers(dst io.Writer, src io.Reader, to *node) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			l.mu.Lock()
+			d := l.slow[to]
+			l.mu.Unlock()
+			if d > 0 {
+				time.Sleep(d)
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// setCut cuts n off (every link from or to it drops its connections and
+// refuses new ones) or brings it back.
+func (l *linkNet) setCut(n *node, cut bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.cut[n] = cut
+	if !cut {
+		return
+	}
+	for key, k := range l.links {
+		if key[0] == n || key[1] == n {
+			for conn := range k.conns {
+				conn.Close()
+			}
+		}
+	}
+}
+
+// setSlow holds every answer n sends on its links for d (0: not slowed).
+func (l *linkNet) setSlow(n *node, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.slow[n] = d
+}
+
+// close stops every relay and drops its connections.
+func (l *linkNet) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, k := range l.links {
+		k.ln.Close()
+		for conn := range k.conns {
+			conn.Close()
+		}
+	}
+}
