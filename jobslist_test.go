@@ -1,0 +1,60 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+
+	"nvpair-workload-manager/internal/pairbroker"
+	"nvpair-workload-manager/internal/wireframe"
+)
+
+// jobsList folds every workloads:upsert and workloads:remove the daemon
+// wrote to its broker, in order, through PAIR's broker's merge
+// (internal/pairbroker, the model the dev cluster's brokers use): what the
+// Jobs list of a PAIR broker fed by this daemon shows. A test asserting
+// what a user would see uses it, not the last upsert, which is what a
+// last-write store would show.
+func (l *frameLog) jobsList() *pairbroker.Store {
+	s := pairbroker.New(nil)
+	for _, f := range l.all() {
+		switch f.Method {
+		case wireframe.MethodUpsert:
+			var p struct {
+				WorkloadInfo json.RawMessage `json:"workloadInfo"`
+			}
+			if json.Unmarshal(f.Params, &p) == nil {
+				if in, err := pairbroker.Parse(p.WorkloadInfo); err == nil {
+					s.Apply(in)
+				}
+			}
+		case wireframe.MethodRemove:
+			var p struct {
+				WorkloadID     string `json:"workloadId"`
+				OriginatedFrom string `json:"originatedFrom"`
+			}
+			if json.Unmarshal(f.Params, &p) == nil {
+				s.Remove(p.OriginatedFrom, p.WorkloadID)
+			}
+		}
+	}
+	return s
+}
+
+// A job's frames relayed out of order (its producer posts each on its own
+// goroutine, so the terminal can come first): the peer's daemon relays
+// both, the last upsert its broker gets is the queued one, and PAIR's
+// broker still shows the job completed.
+func TestAPeersJobsListKeepsATerminalRelayedBeforeItsQueuedFrame(t *testing.T) {
+	a, b := newTestNode(t), newTestNode(t)
+	mesh(t, a, b)
+	a.sendLifecycle(workload("ooo", "completed", a.id, map[string]any{"seq": 3}))
+	a.sendLifecycle(workload("ooo", "queued", a.id, map[string]any{"seq": 1}))
+	b.broker.waitUpserts("ooo", 2)
+	ups := b.upserts()
+	if last := ups[len(ups)-1]; last["state"] != "queued" {
+		t.Fatalf("the last upsert is %v; the test wants the queued frame last", last["state"])
+	}
+	if r, ok := b.broker.jobsList().Get(a.id, "ooo"); !ok || r.State != "completed" {
+		t.Fatalf("the peer's Jobs list shows %+v, want the job completed", r)
+	}
+}
