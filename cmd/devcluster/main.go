@@ -386,6 +386,9 @@ func awaitConvergence(c *cluster, deadline time.Duration, sigs <-chan os.Signal)
 	streak := 0
 	var why string
 	for {
+		// The brokers go on sweeping while the views settle, as PAIR's do:
+		// the verdict is on what a user would see.
+		c.sweep()
 		var ok bool
 		ok, why = converged(c.views())
 		if ok {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -63,5 +64,26 @@ func TestDevclusterOutOfOrderProducerConvergesOnTheTerminalState(t *testing.T) {
 	time.Sleep(5 * resync / 2)
 	if ok, why := awaitConvergence(c, 3*resync+3*time.Second, nil); !ok || !holds(c.nodes, c.nodes[0].id, "ooo-1", "completed") {
 		t.Fatalf("after two heartbeats: converged %v (%s)", ok, why)
+	}
+}
+
+// The brokers go on sweeping while the verdict is awaited: a job its origin
+// stopped re-asserting is failed at the other brokers, as PAIR's would
+// show it, and the views do not agree.
+func TestTheConvergenceVerdictSeesTheStalenessSweep(t *testing.T) {
+	c := paperCluster(t, 2)
+	const budget = 200 * time.Millisecond
+	c.cfg.staleAfter = budget
+	for _, n := range c.nodes {
+		n.broker.staleAfter = budget
+	}
+	n1 := c.nodes[0]
+	for _, n := range c.nodes {
+		n.broker.handle(upsertLine(info(n1.id, "silent", "running", 1)), nil, nil)
+	}
+	time.Sleep(budget + 50*time.Millisecond) // node 1's job is now past the budget at node 2
+	ok, why := awaitConvergence(c, 500*time.Millisecond, nil)
+	if ok || !strings.Contains(why, "silent failed") {
+		t.Fatalf("verdict %v %q, want node 2 to show node 1's silent job failed", ok, why)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -128,4 +129,37 @@ func holdPort(t *testing.T) (interface{ Close() error }, int) {
 		t.Fatal(err)
 	}
 	return ln, ln.Addr().(*net.TCPAddr).Port
+}
+
+// A stock node's path moves a job on before a third of the staleness
+// budget passes without a frame for it, and finishes its live jobs when the
+// traffic stops: the stock daemon re-asserts them only every 30 s.
+func TestAStockPathKeepsItsJobsFromGoingSilent(t *testing.T) {
+	c := paperCluster(t, 2)
+	c.cfg.staleAfter = 3 * time.Second
+	n := c.nodes[1]
+	n.stock = true
+	s := newSimulator(c)
+	p := &simPath{s: s, prefix: n.short, node: n, rng: rand.New(rand.NewPCG(1, 2))}
+	s.paths = []*simPath{p}
+	now := time.Now()
+	fresh := &simJob{info: workloadInfo{ID: "n2-0001", Model: "m", Engine: "e", State: "running", OriginatedFrom: n.id, Seq: 2, CreatedAt: now.UnixMilli()}, sentAt: now}
+	silent := &simJob{info: workloadInfo{ID: "n2-0002", Model: "m", Engine: "e", State: "queued", OriginatedFrom: n.id, Seq: 1, CreatedAt: now.UnixMilli()}, sentAt: now.Add(-time.Second)}
+	p.jobs = []*simJob{fresh, silent}
+	if got := p.silentStockJob(p.jobs, now); got != silent {
+		t.Fatalf("silentStockJob = %+v, want the job a third of the budget quiet", got)
+	}
+	if got := p.silentStockJob([]*simJob{fresh}, now); got != nil {
+		t.Fatalf("a job just reported was picked: %+v", got)
+	}
+	ours := &simPath{s: s, prefix: "n1", node: c.nodes[0]}
+	if got := ours.silentStockJob(p.jobs, now); got != nil {
+		t.Fatal("a path of this daemon's node was kept moving too")
+	}
+	s.stop()
+	for _, id := range []string{"n2-0001", "n2-0002"} {
+		if j, ok := n.broker.get(n.id, id); !ok || j.State != "completed" {
+			t.Errorf("after the traffic stopped %s is %+v, want completed", id, j)
+		}
+	}
 }
