@@ -5,6 +5,7 @@ package installtest
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -94,6 +95,7 @@ type node struct {
 	log     string // the worker's stderr and the supervisor's starts and exits
 	ingress string // the loopback address workload-ingress.json names
 	sup     *exec.Cmd
+	supIn   io.WriteCloser // the supervisor's stdin: it stops when this closes
 }
 
 func newNode(t *testing.T) *node {
@@ -122,14 +124,19 @@ func newNode(t *testing.T) *node {
 	// once do not share the peer port.
 	args := filepath.Join(dir, "worker-args")
 	writeFile(t, args, strings.Join([]string{"--port", "0", "--log-level", "info", "--cluster-dir", filepath.Join(n.appDir, "cluster")}, "\n")+"\n")
-	n.sup = exec.Command(built.supervisor, "--exe", n.exe, "--args", args, "--lines", n.lines, "--log", n.log, "--restart-delay", "100ms", "--max-duration", "10m")
+	n.sup = exec.Command(built.supervisor, "--exe", n.exe, "--args", args, "--lines", n.lines, "--log", n.log, "--restart-delay", "100ms", "--max-duration", "10m", "--watch-stdin")
 	n.sup.Env = n.env()
+	var err error
+	if n.supIn, err = n.sup.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
 	if err := n.sup.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		n.sup.Process.Signal(syscall.SIGTERM)
 		n.sup.Wait()
+		n.supIn.Close()
 		if t.Failed() {
 			t.Logf("worker log:\n%s", readFile(t, n.log))
 			t.Logf("broker lines:\n%s", readFile(t, n.lines))

@@ -17,8 +17,9 @@
 // (one line each, as read), each start and exit is a line in --log, and the
 // supervisor's own pid is in --pidfile once it runs. SIGTERM or SIGINT stop
 // it and the worker (the worker sees its stdin close, as when the broker
-// goes away). It stops by itself after --max-duration, so a test that dies
-// leaves no supervisor restarting a worker for long.
+// goes away). With --watch-stdin the end of its own stdin stops it too, so
+// a test that dies (and so closes the pipe) leaves no supervisor behind; and
+// it stops by itself after --max-duration whatever happens.
 package main
 
 import (
@@ -44,6 +45,7 @@ func main() {
 	pidfile := flag.String("pidfile", "", "write this supervisor's pid here once it runs")
 	restartDelay := flag.Duration("restart-delay", 200*time.Millisecond, "wait this long before starting an exited worker again")
 	maxDuration := flag.Duration("max-duration", 10*time.Minute, "stop by itself after this long")
+	watchStdin := flag.Bool("watch-stdin", false, "stop when stdin ends (give it a pipe from the test: a test that dies closes it)")
 	flag.Parse()
 	if *exe == "" || *argsPath == "" || *linesPath == "" || *logPath == "" || flag.NArg() != 0 {
 		fmt.Fprintln(os.Stderr, "pairsupervisor: --exe, --args, --lines and --log are required, and nothing else")
@@ -59,6 +61,12 @@ func main() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *maxDuration)
 	defer cancel()
+	if *watchStdin {
+		go func() {
+			io.Copy(io.Discard, os.Stdin)
+			cancel()
+		}()
+	}
 
 	lines, err := os.OpenFile(*linesPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
