@@ -379,3 +379,20 @@ func readFile(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// TestInstallScriptPassesShellcheck holds scripts/install.sh to POSIX sh as
+// shellcheck reads it: the script runs on macOS's sh and on dash, where a
+// bashism fails only on the operator's node.
+func TestInstallScriptPassesShellcheck(t *testing.T) {
+	sc, err := exec.LookPath("shellcheck")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("shellcheck is not installed (.ci/run installs it)")
+		}
+		t.Skip("shellcheck is not installed")
+	}
+	out, err := exec.Command(sc, "--shell=sh", "--severity=style", filepath.Join("..", "..", "scripts", "install.sh")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("shellcheck scripts/install.sh: %v\n%s", err, out)
+	}
+}
