@@ -187,3 +187,22 @@ func TestAlertRulesAndDashboardUseServedMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestREADMEListsEveryAlert: the README's alert table names every alert of
+// the rules file, and no other.
+func TestREADMEListsEveryAlert(t *testing.T) {
+	section := readmeSection(t, "### Alerts and a dashboard")
+	listed := map[string]bool{}
+	for _, m := range regexp.MustCompile("(?m)^\\| `(NvpairWlm[A-Za-z]+)` \\|").FindAllStringSubmatch(section, -1) {
+		listed[m[1]] = true
+	}
+	for _, r := range alertRules(t) {
+		if !listed[r.name] {
+			t.Errorf("the README's alert table does not list %s", r.name)
+		}
+		delete(listed, r.name)
+	}
+	for name := range listed {
+		t.Errorf("the README's alert table lists %s, which the rules file does not have", name)
+	}
+}
