@@ -233,8 +233,12 @@ frame() {
 # timeout for the ingress to answer first (the worker may just have
 # started).
 check() {
-	node=$(node_id)
-	addr=$(ingress_addr)
+	# check runs as a condition (if check, check ||), where sh ignores set -e:
+	# every failure below returns explicitly. An empty id would not fail the
+	# post (the ingress stamps its own id), so a check that could not read
+	# the node's id must never get that far.
+	node=$(node_id) || return 1
+	addr=$(ingress_addr) || return 1
 	base="http://$addr"
 	end=$(($(date +%s) + timeout))
 	until curl -sf --max-time 5 -o /dev/null -H 'Workload-Read-Back: 1' "$base/v1/workloads?requesterId=install-check&limit=1" 2>/dev/null; do

@@ -396,3 +396,20 @@ func TestInstallScriptPassesShellcheck(t *testing.T) {
 		t.Fatalf("shellcheck scripts/install.sh: %v\n%s", err, out)
 	}
 }
+
+func TestCheckFailsWhenNoFileNamesTheNode(t *testing.T) {
+	n := newNode(t)
+	if out, code := n.script("install", built.next, "--listen", n.ingress, "--timeout", "60"); code != 0 {
+		t.Fatalf("install exited %d, want 0:\n%s", code, out)
+	}
+	// The running daemon knows its id, but no file names it any more: a
+	// check that posted without an id would pass on the ingress's stamp
+	// and prove nothing about the id producers read.
+	if err := os.Remove(filepath.Join(n.appDir, "node-id.json")); err != nil {
+		t.Fatal(err)
+	}
+	out, code := n.script("check", "--timeout", "5")
+	if code == 0 || !strings.Contains(out, "no node id yet") {
+		t.Fatalf("check without a node id file exited %d, want a failure naming it:\n%s", code, out)
+	}
+}
