@@ -242,6 +242,13 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 		}
 		startup = append(startup, line)
 	}
+	if cfg.metrics {
+		line, err := writePrometheusConfig(dir, c.nodes)
+		if err != nil {
+			return fail(err)
+		}
+		startup = append(startup, line)
+	}
 	startup = append(startup, "devcluster: all nodes up")
 	fmt.Fprintln(stdout, strings.Join(startup, "\n"))
 

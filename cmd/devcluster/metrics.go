@@ -2,10 +2,13 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -268,4 +271,65 @@ func deliveryReport(w io.Writer, views []nodeView, deliveries []nodeDeliveries) 
 			fmt.Fprintln(w, b.String())
 		}
 	}
+}
+
+// prometheusJob is the scrape job's name in the config --metrics writes:
+// the one deploy/prometheus/nvpair-wlm-rules.yml's NvpairWlmDown watches
+// and the README's scrape configuration uses.
+const prometheusJob = "nvpair-workload-manager"
+
+// rulesFileInModule is the alert rules file, relative to the module root.
+var rulesFileInModule = filepath.Join("deploy", "prometheus", "nvpair-wlm-rules.yml")
+
+// writePrometheusConfig writes prometheus.yml into dir for this run: one
+// scrape job over every node's metrics address (labelled with the node's
+// name), at the 15 s interval the README's queries assume, loading the
+// module's alert rules when the source tree is at hand. The daemons keep
+// their metrics ports across restarts, so the file holds for the whole
+// run. It returns the line to print: the file and the command that
+// watches the cluster with it.
+func writePrometheusConfig(dir string, nodes []*node) (string, error) {
+	var b strings.Builder
+	b.WriteString("# Written by devcluster --metrics for this run's daemons; their metrics\n")
+	b.WriteString("# ports are picked at random and kept across restarts.\n")
+	b.WriteString("global:\n  scrape_interval: 15s\n  evaluation_interval: 15s\n")
+	if root, err := moduleRoot(); err == nil {
+		if rules := filepath.Join(root, rulesFileInModule); fileExists(rules) {
+			fmt.Fprintf(&b, "rule_files:\n  - %s\n", yamlString(rules))
+		}
+	}
+	fmt.Fprintf(&b, "scrape_configs:\n  - job_name: %s\n    static_configs:\n", prometheusJob)
+	for _, n := range nodes {
+		addr := n.metricsAddr()
+		if addr == "" {
+			return "", fmt.Errorf("%s has no metrics address", n.name)
+		}
+		fmt.Fprintf(&b, "      - targets: [%s]\n        labels:\n          node: %s\n", yamlString(addr), yamlString(n.name))
+	}
+	path := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		return "", fmt.Errorf("write the Prometheus config: %w", err)
+	}
+	return fmt.Sprintf("devcluster: Prometheus config %s; watch the cluster with: prometheus --config.file=%s --storage.tsdb.path=%s",
+		path, shellWord(path), shellWord(filepath.Join(dir, "prometheus"))), nil
+}
+
+// yamlString quotes s for YAML: a JSON string is a YAML double-quoted one.
+func yamlString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// shellWord quotes s for a POSIX shell when it needs it, so the printed
+// command can be pasted as it is.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-:") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+func fileExists(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular()
 }

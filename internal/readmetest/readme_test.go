@@ -18,7 +18,6 @@
 package readmetest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -276,107 +275,121 @@ func TestREADMEBuildAndRunByHand(t *testing.T) {
 	}
 }
 
-// daemonProcess is a daemon the test started as PAIR's broker does.
-type daemonProcess struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	mu     sync.Mutex
-	stderr bytes.Buffer
-	done   chan struct{}
-}
-
-func (d *daemonProcess) log() string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.stderr.String()
+// supervisor is internal/pairsupervisor running the stock workload
+// manager the way PAIR's broker does: it starts the worker again whenever
+// it exits, which is what the install script relies on.
+type supervisor struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser // it stops when this closes (as when the test dies)
+	log   string         // the worker's stderr and the supervisor's starts and exits
+	done  chan struct{}
 }
 
 func TestREADMEInstallOnAPAIRNode(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the installation blocks use Linux's ~/.config")
 	}
+	if _, err := exec.LookPath("curl"); err != nil {
+		skipOrFail(t, "curl is not installed")
+	}
 	root := moduleRoot(t)
+	removeNew(t, filepath.Join(root, "nvpair-workload-manager"))
 	home := t.TempDir()
 	appDir := filepath.Join(home, ".config", "Nvidia Corporation", "NVIDIA PAIR")
-	if err := os.MkdirAll(appDir, 0o700); err != nil { // what a PAIR installation has
-		t.Fatal(err)
+	installDir := filepath.Join(t.TempDir(), "NVIDIA PAIR", "bin")
+	for _, d := range []string{appDir, installDir} { // what a PAIR installation has
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
 	}
-	env := []string{"HOME=" + home, "XDG_CONFIG_HOME="}
-	bin := filepath.Join(t.TempDir(), "nvpair-workload-manager")
-	if out, err := exec.Command("go", "build", "-o", bin, root).CombinedOutput(); err != nil {
+	// The home is new, but Go's caches are the machine's: the README's
+	// build in the block then takes seconds, not a build of the standard
+	// library from nothing.
+	goEnv, err := exec.Command("go", "env", "GOCACHE", "GOMODCACHE", "GOPATH").Output()
+	if err != nil {
+		t.Fatalf("go env: %v", err)
+	}
+	caches := strings.Fields(string(goEnv))
+	if len(caches) != 3 {
+		t.Fatalf("go env printed %q, want three paths", goEnv)
+	}
+	env := []string{"HOME=" + home, "XDG_CONFIG_HOME=", "GOCACHE=" + caches[0], "GOMODCACHE=" + caches[1], "GOPATH=" + caches[2]}
+	// The stock workload manager: a build of ours with another version,
+	// which the README's rollback must bring back.
+	exe := filepath.Join(installDir, "nvpair-workload-manager")
+	if out, err := exec.Command("go", "build", "-ldflags", "-X main.Version=stock", "-o", exe, root).CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	var d *daemonProcess
+	stock, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s *supervisor
 	for _, b := range blocksOf(t, "pair-node") {
-		if b.words["daemon"] && d == nil {
-			d = startAsPAIRDoes(t, bin, appDir, env)
+		if b.words["supervised"] && s == nil {
+			s = superviseAsPAIRDoes(t, exe, appDir, env)
 		}
-		r := runBlock(t, b, home, env, time.Minute)
+		r := runBlock(t, b, root, env, 3*time.Minute)
+		if r.code != 0 && s != nil && portTaken(readLog(s.log)) {
+			skipOrFail(t, "port 14324 is taken on this machine: "+readLog(s.log))
+		}
 		wantOK(t, b, r)
 	}
-	if d == nil {
-		t.Fatal("no pair-node block started the daemon")
+	if s == nil {
+		t.Fatal("no pair-node block started the supervised worker")
 	}
-	d.stdin.Close() // the broker going away: exit 0
-	select {
-	case <-d.done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the daemon did not exit after its stdin closed")
-	}
-	if code := d.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("the daemon exited %d:\n%s", code, d.log())
+	// The last block rolled back: the stock executable is in place again.
+	if now, err := os.ReadFile(exe); err != nil || !bytes.Equal(now, stock) {
+		t.Fatalf("after the README's rollback the worker's executable is not the stock one (err %v)", err)
 	}
 }
 
-// startAsPAIRDoes starts the daemon the way PAIR's broker does (only
-// --log-level and --cluster-dir) and waits until its ingress listens.
-func startAsPAIRDoes(t *testing.T, bin, appDir string, env []string) *daemonProcess {
+func readLog(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
+
+// superviseAsPAIRDoes runs exe under internal/pairsupervisor with the
+// broker's two arguments (only --log-level and --cluster-dir) and waits
+// until the worker has started.
+func superviseAsPAIRDoes(t *testing.T, exe, appDir string, env []string) *supervisor {
 	t.Helper()
-	d := &daemonProcess{done: make(chan struct{})}
-	d.cmd = exec.Command(bin, "--log-level", "info", "--cluster-dir", filepath.Join(appDir, "cluster"))
-	d.cmd.Env = append(os.Environ(), env...)
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "pairsupervisor")
+	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(moduleRoot(t), "internal", "pairsupervisor")).CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	args := filepath.Join(dir, "args")
+	if err := os.WriteFile(args, []byte("--log-level\ninfo\n--cluster-dir\n"+filepath.Join(appDir, "cluster")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := &supervisor{log: filepath.Join(dir, "worker.log"), done: make(chan struct{})}
+	s.cmd = exec.Command(bin, "--exe", exe, "--args", args, "--lines", filepath.Join(dir, "broker-lines"), "--log", s.log, "--max-duration", "10m", "--watch-stdin")
+	s.cmd.Env = append(os.Environ(), env...)
 	var err error
-	if d.stdin, err = d.cmd.StdinPipe(); err != nil {
+	if s.stdin, err = s.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}
-	d.cmd.Stdout = io.Discard
-	pr, pw := io.Pipe()
-	d.cmd.Stderr = pw
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			d.mu.Lock()
-			d.stderr.WriteString(sc.Text() + "\n")
-			d.mu.Unlock()
-		}
-	}()
-	if err := d.cmd.Start(); err != nil {
+	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { d.cmd.Wait(); pw.Close(); close(d.done) }()
+	go func() { s.cmd.Wait(); close(s.done) }()
 	t.Cleanup(func() {
-		d.cmd.Process.Kill()
-		<-d.done
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		<-s.done
+		s.stdin.Close()
 		if t.Failed() {
-			t.Logf("daemon log:\n%s", d.log())
+			t.Logf("worker log:\n%s", readLog(s.log))
 		}
 	})
 	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(d.log(), `msg="local ingress listening" addr=127.0.0.1:14324`) {
-		select {
-		case <-d.done:
-			if portTaken(d.log()) {
-				skipOrFail(t, "port 14324 is taken on this machine: "+d.log())
-			}
-			t.Fatalf("the daemon exited at start:\n%s", d.log())
-		default:
-		}
+	for !strings.Contains(readLog(s.log), `msg=started`) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the daemon's ingress did not listen on 127.0.0.1:14324 from workload-ingress.json:\n%s", d.log())
+			t.Fatalf("the supervised worker did not start:\n%s", readLog(s.log))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return d
+	return s
 }
 
 // devcluster is a running dev cluster command and what it printed.
