@@ -164,6 +164,19 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	memLimit := applyMemoryLimit(o.maxLive)
 	log.Debug("memory limit", "bytes", memLimit)
+	// One daemon per app dir: a second one would relay the same node id
+	// beside the first, so every frame twice and two heartbeats. The lock
+	// is taken before the node id is resolved, so two starts on a fresh
+	// app dir never mint two ids (spec 3.4.1).
+	lock, err := pairinstall.LockAppDir(o.appDir, appDirLockWait)
+	if held := (*pairinstall.HeldError)(nil); errors.As(err, &held) {
+		fmt.Fprintf(stderr, "nvpair-workload-manager: %v\n", err)
+		return exitAnotherInstance
+	}
+	if err != nil {
+		return fail(err)
+	}
+	defer lock.Release()
 	node, err := pairinstall.ResolveNodeID(o.appDir, o.clusterDir)
 	if err != nil {
 		return fail(err)
@@ -237,6 +250,19 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// appDirLockWait is how long a start waits for the app dir's lock before
+// it gives up: a supervisor that restarts the worker while the old one
+// still shuts down (within the drain timeout and the servers' grace) gets
+// its new worker started, not refused, and a supervisor restarting a
+// refused worker does so at most once per wait rather than in a hot loop.
+const appDirLockWait = 5 * time.Second
+
+// exitAnotherInstance is the exit status of a start refused because
+// another daemon holds the app dir (spec 3.4.1): not 1 (a failed start)
+// nor 2 (a usage error), so a supervisor or an operator's script can tell
+// "already running" apart.
+const exitAnotherInstance = 3
 
 // memoryBudget is the memory the daemon aims to stay within for a re-sync
 // set of maxLive workloads: 64 MiB for the runtime, the connections and the
