@@ -116,6 +116,22 @@ func parseFlags(args []string) (options, error) {
 			return o, fmt.Errorf("--log-level: %w", err)
 		}
 	}
+	// An address of the wrong form is a usage error like any other bad
+	// value (exit 2); one that is right but cannot be bound (a port taken)
+	// is found when it is bound, and is a failed start (exit 1).
+	for _, a := range []struct{ flag, addr string }{{"--local-ingress", o.localIngress}, {"--metrics", o.metrics}} {
+		if a.addr == "" {
+			continue
+		}
+		if err := httpguard.CheckLoopbackBind(a.addr); err != nil {
+			return o, fmt.Errorf("%s %s: %w", a.flag, httpguard.ClipReason(a.addr), err)
+		}
+	}
+	for _, d := range []struct{ flag, dir string }{{"--app-dir", o.appDir}, {"--cluster-dir", o.clusterDir}} {
+		if fi, err := os.Stat(d.dir); d.dir != "" && err == nil && !fi.IsDir() {
+			return o, fmt.Errorf("%s %s: not a directory", d.flag, httpguard.ClipReason(d.dir))
+		}
+	}
 	appDirFromCluster := o.appDir == "" && o.clusterDir != ""
 	if o.appDir, err = pairinstall.ResolveAppDir(o.appDir, o.clusterDir); err != nil {
 		return o, fmt.Errorf("no --app-dir or --cluster-dir, and no PAIR data directory: %w", err)
@@ -204,7 +220,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if o.ipc != "" {
 		conn, err := brokeripc.Open(o.ipc)
 		if err != nil {
-			return fail(err)
+			// Nothing listens at the path the flag names: a bad value,
+			// exit 2 like the others, naming the flag.
+			_ = node.ForgetMinted()
+			fmt.Fprintf(stderr, "nvpair-workload-manager: --ipc %s: %v\n", httpguard.ClipReason(o.ipc), err)
+			return 2
 		}
 		defer conn.Close()
 		in, out = conn, conn
