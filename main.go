@@ -14,12 +14,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
 
 	"nvpair-workload-manager/internal/brokeripc"
+	"nvpair-workload-manager/internal/cliflags"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/wireframe"
@@ -75,7 +77,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "", "error, warn, info or debug (default: $NVPAIR_LOG_LEVEL, else info)")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	o.usage = func(w io.Writer) { writeUsage(w, fs) }
-	explain := explainFlagErrors(fs)
+	explain := cliflags.Explain(fs, flagArgs)
 	if err := fs.Parse(args); err != nil {
 		return o, explain(err)
 	}
@@ -164,7 +166,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	version := buildVersion()
 	if o.showVersion {
-		fmt.Fprintln(stdout, version)
+		fmt.Fprintln(stdout, versionLine(version))
 		return 0
 	}
 	level, levelWarning, err := resolveLogLevel(o.logLevel, o.logLevelGiven, os.Getenv(logLevelEnv))
@@ -303,6 +305,15 @@ func applyMemoryLimit(maxLive int) int64 {
 	limit := memoryBudget(maxLive)
 	debug.SetMemoryLimit(limit)
 	return limit
+}
+
+// versionLine is what --version prints: the program's name, its version,
+// the Go release it was built with and the platform it was built for, as
+// in "nvpair-workload-manager 1.0.0 go1.26.0 linux/amd64". Fields are
+// separated by single spaces and the version is the second, so a script
+// reads it with awk '{print $2}'; ready.version carries the version alone.
+func versionLine(version string) string {
+	return fmt.Sprintf("nvpair-workload-manager %s %s %s/%s", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // Version is the build version. PAIR stamps it at build time with
