@@ -502,7 +502,7 @@ func (c *cluster) kill(n *node) error {
 
 // stop ends every daemon: stdin closed (their shutdown signal), a deadline,
 // then a kill for what remains. It returns what went wrong: a daemon that
-// had to be killed, or that did not exit with status 0 (contract section 2:
+// had to be killed, or that did not exit with status 0 (spec.md 3.1:
 // stdin EOF is a clean shutdown).
 func (c *cluster) stop() []string {
 	var problems []string

@@ -239,7 +239,7 @@ func TestDevclusterHealsAKilledAndRestartedNode(t *testing.T) {
 		return holds(all, n2.id, "probe-done", "completed") && holds(all, n2.id, "probe-live", "running")
 	})
 
-	// Removals are never repaired (contract section 7): none may be in
+	// Removals are never repaired (spec.md 5): none may be in
 	// flight when node 2 dies, nor be made while it is down or rejoining.
 	sim.holdRemovals()
 	eventually(t, "every removal so far to have reached every node", func() bool {

@@ -45,7 +45,7 @@ import (
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-// workload is the object the ingress takes (contract section 3). Metadata
+// workload is the object the ingress takes (spec.md 3.2). Metadata
 // only: never put prompts, messages or responses in it.
 type workload struct {
 	ID          string  `json:"id"`
