@@ -175,14 +175,15 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 	// the top of the screen, so the header prints them again.
 	startup := []string{fmt.Sprintf("devcluster: %d nodes under %s, heartbeat %s", cfg.nodes, dir, cfg.resyncInterval)}
 	for _, n := range c.nodes {
-		line := fmt.Sprintf("devcluster: %s pid %d id %s peer port %d log %s", n.name, n.current().pid, n.id, n.peerPort(), n.logPath)
+		startup = append(startup, fmt.Sprintf("devcluster: %s pid %d id %s peer port %d log %s", n.name, n.current().pid, n.id, n.peerPort(), n.logPath))
+		// Each URL on a line of its own, which the view never cuts at the
+		// terminal's width (fitLine): a URL cut short cannot be copied.
 		if a := n.ingressAddr(); a != "" {
-			line += " ingress http://" + a + "/v1/workloads/events"
+			startup = append(startup, fmt.Sprintf("devcluster: %s ingress http://%s/v1/workloads/events", n.name, a))
 		}
 		if a := n.metricsAddr(); a != "" {
-			line += " metrics http://" + a + "/metrics"
+			startup = append(startup, fmt.Sprintf("devcluster: %s metrics http://%s/metrics", n.name, a))
 		}
-		startup = append(startup, line)
 	}
 	startup = append(startup, "devcluster: all nodes up")
 	fmt.Fprintln(stdout, strings.Join(startup, "\n"))
