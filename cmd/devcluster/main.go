@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"nvpair-workload-manager/internal/cliflags"
 	"nvpair-workload-manager/internal/devpki"
 )
 
@@ -59,8 +60,10 @@ shows every node's Jobs list side by side. Ctrl-C stops it.
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("devcluster", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	// The flag package's own errors are not printed: cliflags turns them
+	// into one line naming the flag, which run prints (exit 2).
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	fs.IntVar(&c.nodes, "nodes", 3, "number of nodes (1 to 16)")
 	fs.StringVar(&c.dir, "dir", "", "working directory, empty or absent (default: a new temporary directory, removed on exit unless --keep)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary working directory on exit")
@@ -71,8 +74,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.duration, "duration", 0, "end the run after this long and report convergence (0: until Ctrl-C)")
 	fs.DurationVar(&c.resyncInterval, "resync-interval", 2*time.Second, "the daemons' --resync-interval (heartbeat)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "the daemons' --log-level: info or debug (the dev cluster reads their startup lines)")
+	explain := cliflags.Explain(fs, map[string]string{"nodes": "N", "dir": "DIR", "bin": "PATH", "ingress": "HOST:PORT", "duration": "D", "log-level": "LEVEL"})
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stderr, usage)
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+		}
+		return c, explain(err)
 	}
 	switch {
 	case fs.NArg() > 0:
