@@ -18,7 +18,7 @@ import (
 	"nvpair-workload-manager/internal/wireframe"
 )
 
-// Outbound delivery settings (contract section 7).
+// Outbound delivery settings (spec.md section 4).
 const (
 	outboundQueueSize    = 1024
 	peerQueueSize        = 1024

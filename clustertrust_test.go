@@ -177,7 +177,7 @@ func netHandshake(addr string, ident *devpki.Identity) error {
 }
 
 // netWithin waits until cond holds and fails the test if that takes longer
-// than limit: for the properties the contract bounds in time.
+// than limit: for the properties the spec bounds in time.
 func netWithin(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	start := time.Now()

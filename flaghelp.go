@@ -8,17 +8,16 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"nvpair-workload-manager/internal/httpguard"
 )
 
 // The daemon's --help and its flag errors. main.go defines the flags; this
-// file only explains them: it groups them for --help and turns the flag
+// file only explains them: it groups them for --help, and the flag
 // package's terse errors ("invalid value "5" for flag -resync-interval:
-// parse error") into ones that say what was expected. Every message names
-// a flag with two dashes, as the README and --help spell it; Go's flag
-// package accepts one or two alike.
+// parse error") become, through internal/cliflags, ones that say what was
+// expected. Every message names a flag with two dashes, as the README and
+// --help spell it; Go's flag package accepts one or two alike.
 
 // flagGroups orders --help: each group's flags, in order. A flag main.go
 // defines and no group lists is shown under "other"
@@ -109,92 +108,6 @@ func shownDefault(f *flag.Flag) string {
 		return ""
 	}
 	return f.DefValue
-}
-
-// explainedValue wraps a flag's value so that a value it refuses is
-// remembered with the flag's name, for explainFlagError.
-type explainedValue struct {
-	flag.Value
-	name   string
-	refuse *flagValueError // where a refusal is recorded; shared by the set
-}
-
-// flagValueError is a value a flag refused.
-type flagValueError struct {
-	name, value string
-	kind        any // the flag's type, from its Get: what was expected
-}
-
-func (v *explainedValue) Set(s string) error {
-	err := v.Value.Set(s)
-	if err != nil && v.refuse.name == "" {
-		var kind any
-		if g, ok := v.Value.(flag.Getter); ok {
-			kind = g.Get()
-		}
-		*v.refuse = flagValueError{name: v.name, value: s, kind: kind}
-	}
-	return err
-}
-
-// explainedBool is explainedValue for a switch, which takes no value.
-type explainedBool struct{ *explainedValue }
-
-func (v explainedBool) IsBoolFlag() bool { return true }
-
-// explainFlagErrors wraps every flag of fs and returns what turns a
-// failed fs.Parse's error into one that says what was expected.
-func explainFlagErrors(fs *flag.FlagSet) func(error) error {
-	refused := new(flagValueError)
-	fs.VisitAll(func(f *flag.Flag) {
-		v := &explainedValue{Value: f.Value, name: f.Name, refuse: refused}
-		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
-			f.Value = explainedBool{v}
-		} else {
-			f.Value = v
-		}
-	})
-	return func(err error) error {
-		if err == nil || errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		if refused.name != "" {
-			return refused.explain()
-		}
-		msg := err.Error()
-		if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
-			return fmt.Errorf("unknown flag --%s (--help lists the flags)", name)
-		}
-		if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
-			return fmt.Errorf("--%s needs a value, like --%s %s", name, name, exampleValue(name, fs))
-		}
-		return err
-	}
-}
-
-// explain says what the flag expected instead of the value it was given.
-func (e *flagValueError) explain() error {
-	switch e.kind.(type) {
-	case time.Duration:
-		return fmt.Errorf("--%s: %q is not a duration; write it with a unit, like 5s or 1m", e.name, e.value)
-	case int, int64, uint, uint64:
-		return fmt.Errorf("--%s: %q is not a whole number", e.name, e.value)
-	case bool:
-		return fmt.Errorf("--%s: %q is not true or false; give the flag alone to turn it on", e.name, e.value)
-	}
-	return fmt.Errorf("--%s: %q is not a valid value", e.name, e.value)
-}
-
-// exampleValue is a value to show with a flag given without one: its
-// default, else its placeholder.
-func exampleValue(name string, fs *flag.FlagSet) string {
-	if f := fs.Lookup(name); f != nil && shownDefault(f) != "" {
-		return shownDefault(f)
-	}
-	if a := flagArgs[name]; a != "" {
-		return a
-	}
-	return "VALUE"
 }
 
 // addrErrorFrom says where the address of e came from: a flag (as

@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// parseLogLevel accepts exactly the levels the contract names.
+// parseLogLevel accepts exactly the levels spec.md 3.1 names (log/set-level).
 func parseLogLevel(s string) (slog.Level, error) {
 	switch strings.ToLower(s) {
 	case "error":
@@ -21,7 +21,7 @@ func parseLogLevel(s string) (slog.Level, error) {
 	return 0, fmt.Errorf("log level %q: must be error, warn, info or debug", s)
 }
 
-// levelName is the contract's name for a level.
+// levelName is a level's name as spec.md 3.1 spells it.
 func levelName(l slog.Level) string { return strings.ToLower(l.String()) }
 
 // logLevelEnv is the environment variable every PAIR service falls back on

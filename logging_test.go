@@ -24,7 +24,7 @@ func TestParseLogLevelAcceptsTheFourLevelsInAnyCase(t *testing.T) {
 
 func TestParseLogLevelRefusesOtherNames(t *testing.T) {
 	// slog.Level.UnmarshalText would take "info+2" or "DEBUG-4" as
-	// offsets from a level; the contract names exactly four levels.
+	// offsets from a level; spec.md 3.1 names exactly four levels.
 	for _, in := range []string{"", "verbose", "info+2", "debug-4", "warning", "trace", "fatal", " info", "info ", "INFO\n", "0", "-4", "DEBUG+0"} {
 		if lvl, err := parseLogLevel(in); err == nil {
 			t.Errorf("parseLogLevel(%q) = %v, want an error", in, lvl)

@@ -14,12 +14,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"syscall"
 	"time"
 
 	"nvpair-workload-manager/internal/brokeripc"
+	"nvpair-workload-manager/internal/cliflags"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/wireframe"
@@ -75,7 +77,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.logLevel, "log-level", "", "error, warn, info or debug (default: $NVPAIR_LOG_LEVEL, else info)")
 	fs.BoolVar(&o.showVersion, "version", false, "print the version and exit")
 	o.usage = func(w io.Writer) { writeUsage(w, fs) }
-	explain := explainFlagErrors(fs)
+	explain := cliflags.Explain(fs, flagArgs)
 	if err := fs.Parse(args); err != nil {
 		return o, explain(err)
 	}
@@ -116,6 +118,22 @@ func parseFlags(args []string) (options, error) {
 			return o, fmt.Errorf("--log-level: %w", err)
 		}
 	}
+	// An address of the wrong form is a usage error like any other bad
+	// value (exit 2); one that is right but cannot be bound (a port taken)
+	// is found when it is bound, and is a failed start (exit 1).
+	for _, a := range []struct{ flag, addr string }{{"--local-ingress", o.localIngress}, {"--metrics", o.metrics}} {
+		if a.addr == "" {
+			continue
+		}
+		if err := httpguard.CheckLoopbackBind(a.addr); err != nil {
+			return o, fmt.Errorf("%s %s: %w", a.flag, httpguard.ClipReason(a.addr), err)
+		}
+	}
+	for _, d := range []struct{ flag, dir string }{{"--app-dir", o.appDir}, {"--cluster-dir", o.clusterDir}} {
+		if fi, err := os.Stat(d.dir); d.dir != "" && err == nil && !fi.IsDir() {
+			return o, fmt.Errorf("%s %s: not a directory", d.flag, httpguard.ClipReason(d.dir))
+		}
+	}
 	appDirFromCluster := o.appDir == "" && o.clusterDir != ""
 	if o.appDir, err = pairinstall.ResolveAppDir(o.appDir, o.clusterDir); err != nil {
 		return o, fmt.Errorf("no --app-dir or --cluster-dir, and no PAIR data directory: %w", err)
@@ -148,7 +166,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	version := buildVersion()
 	if o.showVersion {
-		fmt.Fprintln(stdout, version)
+		fmt.Fprintln(stdout, versionLine(version))
 		return 0
 	}
 	level, levelWarning, err := resolveLogLevel(o.logLevel, o.logLevelGiven, os.Getenv(logLevelEnv))
@@ -164,6 +182,19 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	memLimit := applyMemoryLimit(o.maxLive)
 	log.Debug("memory limit", "bytes", memLimit)
+	// One daemon per app dir: a second one would relay the same node id
+	// beside the first, so every frame twice and two heartbeats. The lock
+	// is taken before the node id is resolved, so two starts on a fresh
+	// app dir never mint two ids (spec 3.4.1).
+	lock, err := pairinstall.LockAppDir(o.appDir, appDirLockWait)
+	if held := (*pairinstall.HeldError)(nil); errors.As(err, &held) {
+		fmt.Fprintf(stderr, "nvpair-workload-manager: %v\n", err)
+		return exitAnotherInstance
+	}
+	if err != nil {
+		return fail(err)
+	}
+	defer lock.Release()
 	node, err := pairinstall.ResolveNodeID(o.appDir, o.clusterDir)
 	if err != nil {
 		return fail(err)
@@ -191,7 +222,11 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if o.ipc != "" {
 		conn, err := brokeripc.Open(o.ipc)
 		if err != nil {
-			return fail(err)
+			// Nothing listens at the path the flag names: a bad value,
+			// exit 2 like the others, naming the flag.
+			_ = node.ForgetMinted()
+			fmt.Fprintf(stderr, "nvpair-workload-manager: --ipc %s: %v\n", httpguard.ClipReason(o.ipc), err)
+			return 2
 		}
 		defer conn.Close()
 		in, out = conn, conn
@@ -238,6 +273,19 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// appDirLockWait is how long a start waits for the app dir's lock before
+// it gives up: a supervisor that restarts the worker while the old one
+// still shuts down (within the drain timeout and the servers' grace) gets
+// its new worker started, not refused, and a supervisor restarting a
+// refused worker does so at most once per wait rather than in a hot loop.
+const appDirLockWait = 5 * time.Second
+
+// exitAnotherInstance is the exit status of a start refused because
+// another daemon holds the app dir (spec 3.4.1): not 1 (a failed start)
+// nor 2 (a usage error), so a supervisor or an operator's script can tell
+// "already running" apart.
+const exitAnotherInstance = 3
+
 // memoryBudget is the memory the daemon aims to stay within for a re-sync
 // set of maxLive workloads: 64 MiB for the runtime, the connections and the
 // queues, and 1 KiB per workload (an entry holds its re-assertion line,
@@ -257,6 +305,15 @@ func applyMemoryLimit(maxLive int) int64 {
 	limit := memoryBudget(maxLive)
 	debug.SetMemoryLimit(limit)
 	return limit
+}
+
+// versionLine is what --version prints: the program's name, its version,
+// the Go release it was built with and the platform it was built for, as
+// in "nvpair-workload-manager 1.0.0 go1.26.0 linux/amd64". Fields are
+// separated by single spaces and the version is the second, so a script
+// reads it with awk '{print $2}'; ready.version carries the version alone.
+func versionLine(version string) string {
+	return fmt.Sprintf("nvpair-workload-manager %s %s %s/%s", version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // Version is the build version. PAIR stamps it at build time with

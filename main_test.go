@@ -112,8 +112,8 @@ func TestVersionFlagPrintsTheStampedVersionAndReadyAnnouncesIt(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	out, err := exec.Command(bin, "--version").Output()
-	if err != nil || string(out) != stamped+"\n" {
-		t.Fatalf("--version of a stamped build = %q, %v; want %q", out, err, stamped+"\n")
+	if want := "nvpair-workload-manager " + stamped + " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH + "\n"; err != nil || string(out) != want {
+		t.Fatalf("--version of a stamped build = %q, %v; want %q", out, err, want)
 	}
 	nodes := writeCluster(t, 1)
 	d := startDaemonBinary(t, bin, nil, "--app-dir", nodes[0].AppDir, "--port", "0")
@@ -127,9 +127,11 @@ func TestVersionFlagPrintsTheStampedVersionAndReadyAnnouncesIt(t *testing.T) {
 
 func TestVersionFlagOfAnUnstampedBuildPrintsTheBuildInfoVersion(t *testing.T) {
 	code, stdout, stderr := runBinary(t, "--version")
-	v := strings.TrimSuffix(stdout, "\n")
-	if code != 0 || stderr != "" || v == "" || strings.ContainsAny(v, " \n") {
-		t.Fatalf("--version: exit %d, stdout %q, stderr %q; want 0 and one version word", code, stdout, stderr)
+	// The name, the version, the Go release and the platform, one line.
+	f := strings.Split(strings.TrimSuffix(stdout, "\n"), " ")
+	if code != 0 || stderr != "" || strings.Count(stdout, "\n") != 1 || len(f) != 4 ||
+		f[0] != "nvpair-workload-manager" || f[1] == "" || f[2] != runtime.Version() || f[3] != runtime.GOOS+"/"+runtime.GOARCH {
+		t.Fatalf("--version: exit %d, stdout %q, stderr %q; want 0 and \"nvpair-workload-manager VERSION %s %s/%s\"", code, stdout, stderr, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	}
 }
 

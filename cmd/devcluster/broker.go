@@ -229,7 +229,7 @@ func (b *broker) local(method string, info json.RawMessage) error {
 
 // localRemove removes a local-origin workload from the store and tells the
 // daemon. A removal made while no daemon runs reaches no peer: removals are
-// never replayed (contract section 7).
+// never replayed (spec.md 5: a removal leaves the re-sync set).
 func (b *broker) localRemove(id string) {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()

@@ -564,7 +564,7 @@ func (c *cluster) kill(n *node) error {
 // stop ends every daemon with PAIR's broker's stop sequence (pairbroker.Stop:
 // stdin closed, their shutdown signal; 3 s; terminate; 2 s; kill). It returns
 // what went wrong: a daemon that needed more than its closed stdin, or that
-// did not exit with status 0 (contract section 2: stdin EOF is a clean
+// did not exit with status 0 (spec.md 3.1: stdin EOF is a clean
 // shutdown).
 func (c *cluster) stop() []string {
 	c.stopping.Store(true)

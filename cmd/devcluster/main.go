@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"nvpair-workload-manager/internal/cliflags"
 	"nvpair-workload-manager/internal/devpki"
 )
 
@@ -63,8 +64,10 @@ shows every node's Jobs list side by side. Ctrl-C stops it.
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("devcluster", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
+	// The flag package's own errors are not printed: cliflags turns them
+	// into one line naming the flag, which run prints (exit 2).
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	fs.IntVar(&c.nodes, "nodes", 3, "number of nodes (1 to 16)")
 	fs.StringVar(&c.dir, "dir", "", "working directory, empty or absent (default: a new temporary directory, removed on exit unless --keep)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the temporary working directory on exit")
@@ -79,8 +82,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.resyncInterval, "resync-interval", 2*time.Second, "the daemons' --resync-interval (heartbeat)")
 	fs.DurationVar(&c.staleAfter, "stale-after", defaultStaleAfter, "the brokers' staleness budget: another node's live job not re-asserted this long is failed by inference (PAIR's default; 10s shows it within a demo)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "the daemons' --log-level: info or debug (the dev cluster reads their startup lines)")
+	explain := cliflags.Explain(fs, map[string]string{"nodes": "N", "dir": "DIR", "bin": "PATH", "ingress": "HOST:PORT", "duration": "D", "resync-interval": "D", "stale-after": "D", "stock": "N", "stock-bin": "PATH", "log-level": "LEVEL"})
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stderr, usage)
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+		}
+		return c, explain(err)
 	}
 	staleGiven := false
 	fs.Visit(func(f *flag.Flag) { staleGiven = staleGiven || f.Name == "stale-after" })
@@ -234,13 +243,15 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 		if n.stock {
 			line += " (stock workload manager)"
 		}
+		startup = append(startup, line)
+		// Each URL on a line of its own, which the view never cuts at the
+		// terminal's width (fitLine): a URL cut short cannot be copied.
 		if a := n.ingressAddr(); a != "" {
-			line += " ingress http://" + a + "/v1/workloads/events"
+			startup = append(startup, fmt.Sprintf("devcluster: %s ingress http://%s/v1/workloads/events", n.name, a))
 		}
 		if a := n.metricsAddr(); a != "" {
-			line += " metrics http://" + a + "/metrics"
+			startup = append(startup, fmt.Sprintf("devcluster: %s metrics http://%s/metrics", n.name, a))
 		}
-		startup = append(startup, line)
 	}
 	if cfg.metrics {
 		line, err := writePrometheusConfig(dir, c.nodes)

@@ -35,8 +35,8 @@ var (
 	simEngines = []string{"llamacpp", "vllm", "sglang", "mlx"}
 )
 
-// workloadInfo is the workload object the simulator reports (contract
-// section 3), in the field order of the contract.
+// workloadInfo is the workload object the simulator reports (spec.md
+// 3.2), in the field order of the README's workload object table.
 type workloadInfo struct {
 	ID             string  `json:"id"`
 	Model          string  `json:"model"`
@@ -124,7 +124,8 @@ type simulator struct {
 }
 
 // holdRemovals stops the removals and returns once none is in flight.
-// Removals are never replayed nor re-asserted (contract section 7): a test
+// Removals are never replayed nor re-asserted (spec.md 5: a removal leaves the
+// re-sync set, so no heartbeat repairs one): a test
 // that kills a node holds them, so that none can miss the dead node.
 func (s *simulator) holdRemovals() {
 	s.removalMu.Lock()

@@ -111,6 +111,23 @@ func age(now time.Time, createdAtMs int64) string {
 	}
 }
 
+// fitLine fits a line of the view to a terminal w columns wide (0:
+// unknown, left as it is) and says how many rows it takes. A line is
+// clipped, except one that shows a URL: cut, a URL points nowhere and
+// cannot be copied, so it is kept whole (the startup lines put each URL
+// on its own line) and the terminal wraps it over as many rows as it
+// needs, which the view's height accounts for.
+func fitLine(l string, w int) (string, int) {
+	n := utf8.RuneCountInString(l)
+	switch {
+	case w <= 0 || n <= w:
+		return l, 1
+	case strings.Contains(l, "http://"):
+		return l, (n + w - 1) / w
+	}
+	return clip(l, w), 1
+}
+
 func clip(s string, n int) string {
 	if utf8.RuneCountInString(s) <= n {
 		return s
@@ -328,11 +345,15 @@ func (v *viewer) draw(now time.Time) {
 		if v.size != nil {
 			w, h = v.size()
 		}
-		lines = append(lines, sideBySide(views, now, w, rowsPerNode(h, len(lines)))...)
-		if w > 0 {
-			for i, l := range lines {
-				lines[i] = clip(l, w)
-			}
+		headerRows := 0
+		for i, l := range lines {
+			var rows int
+			lines[i], rows = fitLine(l, w)
+			headerRows += rows
+		}
+		for _, l := range sideBySide(views, now, w, rowsPerNode(h, headerRows)) {
+			l, _ = fitLine(l, w)
+			lines = append(lines, l)
 		}
 		var b strings.Builder
 		b.WriteString("\x1b[H") // home; each line clears its rest, then the screen below

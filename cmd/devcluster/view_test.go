@@ -291,3 +291,33 @@ func TestSummaryHeadsEachNodesListWithItsColumns(t *testing.T) {
 		}
 	}
 }
+
+// On a terminal narrower than a URL the view keeps the URL whole (the
+// terminal wraps it) and clips the other lines, and the wrapped rows are
+// counted so the view still fits the height.
+func TestViewerKeepsURLsWholeOnANarrowTerminal(t *testing.T) {
+	c := threeBusyNodes(t, 60)
+	var out bytes.Buffer
+	url := "devcluster: node1 ingress http://127.0.0.1:14324/v1/workloads/events"
+	long := "devcluster: node1 pid 4242 id 0d6c1f35-8a54-4c1e-9f1e-3c1b2a7d9e10 peer port 40001 log /tmp/x/node1.log"
+	v := &viewer{c: c, out: &out, tty: true, header: func() []string { return []string{long, url} },
+		size: func() (int, int) { return 40, 30 }, start: time.Now()}
+	v.draw(time.Now())
+	s := strings.TrimSuffix(strings.TrimPrefix(out.String(), "\x1b[H"), "\x1b[J")
+	lines := strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+	if got := strings.TrimSuffix(lines[1], "\x1b[K"); got != url {
+		t.Fatalf("line 2 = %q, want the whole URL line %q", got, url)
+	}
+	rows := 0
+	for i, l := range lines {
+		l = strings.TrimSuffix(l, "\x1b[K")
+		n := utf8.RuneCountInString(l)
+		if n > 40 && !strings.Contains(l, "http://") {
+			t.Errorf("line %d is %d columns on a 40-column terminal: %q", i+1, n, l)
+		}
+		rows += max(1, (n+39)/40)
+	}
+	if rows > 29 {
+		t.Fatalf("the view takes %d rows of a 30-row terminal, want at most 29 (the URL's wrapped rows counted):\n%s", rows, s)
+	}
+}

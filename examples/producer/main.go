@@ -36,16 +36,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"nvpair-workload-manager/internal/cliflags"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-// workload is the object the ingress takes (contract section 3). Metadata
+// workload is the object the ingress takes (spec.md 3.2). Metadata
 // only: never put prompts, messages or responses in it.
 type workload struct {
 	ID          string  `json:"id"`
@@ -63,7 +66,7 @@ type workload struct {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("producer", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // errors are one line of ours (internal/cliflags), help is on stdout
 	addr := fs.String("addr", "127.0.0.1:14324", "the node's loopback ingress, HOST:PORT")
 	id := fs.String("id", "", "the job id (default: example-producer-<random>)")
 	model := fs.String("model", "qwen3-8b", "the model the job runs")
@@ -73,8 +76,33 @@ func run(args []string, stdout, stderr io.Writer) int {
 	backoff := fs.Duration("backoff", 200*time.Millisecond, "first retry delay; doubled on each retry")
 	leaseFor := fs.Duration("lease", 30*time.Second, "the lease on the queued and running frames, whole seconds from 5s to 24h; renewed at a third of it while the job runs; 0 reports without a lease")
 	abandon := fs.Bool("abandon", false, "exit after reporting the job running, without closing it, as a crashed producer would: its lease retires it")
+	explain := cliflags.Explain(fs, map[string]string{"addr": "HOST:PORT", "id": "ID", "model": "MODEL", "engine": "ENGINE"})
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, "usage: producer [flags]\n\nReports one job's life (queued, running, completed) to a node's local ingress.\n\n")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return 0
+		}
+		fmt.Fprintf(stderr, "producer: %v\n", explain(err))
 		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "producer: unexpected argument %q (--help lists the flags)\n", fs.Arg(0))
+		return 2
+	}
+	if _, _, err := net.SplitHostPort(*addr); err != nil {
+		fmt.Fprintf(stderr, "producer: --addr %q: not HOST:PORT, like 127.0.0.1:14324\n", *addr)
+		return 2
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--work", *work}, {"--backoff", *backoff}} {
+		if d.v < 0 {
+			fmt.Fprintf(stderr, "producer: %s %s: must not be negative\n", d.flag, d.v)
+			return 2
+		}
 	}
 	if *leaseFor != 0 && (*leaseFor < 5*time.Second || *leaseFor > 24*time.Hour || *leaseFor%time.Second != 0) {
 		fmt.Fprintf(stderr, "producer: --lease %s: must be whole seconds from 5s to 24h, or 0\n", *leaseFor)

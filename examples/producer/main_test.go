@@ -191,3 +191,43 @@ func TestProducerRefusesALeaseTheDaemonWouldRefuse(t *testing.T) {
 		}
 	}
 }
+
+// Every flag with a bad value is one line naming the flag with two dashes,
+// and exit status 2, before anything is sent; --help is exit 0.
+func TestProducerRefusesABadFlagWithStatus2AndOneLine(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--addr", "14324"}, `--addr "14324": not HOST:PORT`},
+		{[]string{"--addr"}, "--addr needs a value, like --addr 127.0.0.1:14324"},
+		{[]string{"--id"}, "--id needs a value, like --id ID"},
+		{[]string{"--model"}, "--model needs a value, like --model qwen3-8b"},
+		{[]string{"--engine"}, "--engine needs a value, like --engine llamacpp"},
+		{[]string{"--work", "1"}, `--work: "1" is not a duration`},
+		{[]string{"--work", "-1s"}, "--work -1s: must not be negative"},
+		{[]string{"--attempts", "many"}, `--attempts: "many" is not a whole number`},
+		{[]string{"--backoff", "fast"}, `--backoff: "fast" is not a duration`},
+		{[]string{"--backoff", "-1s"}, "--backoff -1s: must not be negative"},
+		{[]string{"--lease", "30"}, `--lease: "30" is not a duration`},
+		{[]string{"--lease", "1s"}, "--lease 1s"},
+		{[]string{"--abandon=sometimes"}, `--abandon: "sometimes" is not true or false`},
+		{[]string{"--bogus"}, "unknown flag --bogus (--help lists the flags)"},
+		{[]string{"stray"}, `unexpected argument "stray"`},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(tc.args, &stdout, &stderr); code != 2 {
+			t.Errorf("%v: exit status %d, want 2", tc.args, code)
+		}
+		if got := stderr.String(); strings.Count(got, "\n") != 1 || !strings.HasPrefix(got, "producer: ") || !strings.Contains(got, tc.want) {
+			t.Errorf("%v: stderr %q, want one line naming the flag: %q", tc.args, got, tc.want)
+		}
+		if stdout.Len() != 0 {
+			t.Errorf("%v: stdout %q, want nothing", tc.args, stdout.String())
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--help"}, &stdout, &stderr); code != 0 || !strings.Contains(stdout.String(), "-lease") {
+		t.Errorf("--help: exit %d, stdout %q", code, stdout.String())
+	}
+}

@@ -1,5 +1,5 @@
 // Package devpki mints cluster identities and writes them in the cluster
-// directory layout the daemon reads (contract section 5). Tests, the dev
+// directory layout the daemon reads (spec.md 3.4). Tests, the dev
 // cluster and the benchmark harness share it so that they all exercise the
 // same layout the daemon expects from the cluster manager.
 package devpki

@@ -10,7 +10,9 @@
 // reload (spec.md 3.4, 3.4.1).
 //
 // The package reads those files and never writes the cluster directory;
-// the only file it writes is node-id.json, when no file names the node. It
+// the only files it writes are node-id.json, when no file names the node,
+// and the app dir's lock file (workload-manager.lock), which holds the pid of
+// the daemon that runs on the app dir. It
 // does not schedule its own reloads: its owner calls ReloadUnlessDone every
 // ReloadInterval and acts on the change it reports. Its counters are read
 // through methods (ServerHandshakes, FileStats) by whoever renders the

@@ -513,7 +513,9 @@ func TestREADMEQuickstartRunsAndTheJobsReachEveryNode(t *testing.T) {
 	d := startDevcluster(t, quick)
 	d.waitFor(t, "devcluster: all nodes up", startupLimit)
 	for _, b := range blocksOf(t, "with-devcluster") {
-		wantOK(t, b, runBlock(t, b, moduleRoot(t), nil, 2*time.Minute))
+		// PAUSE shortens the whole-life demo's pauses, there for a reader
+		// to watch each step: the steps and their answers are the same.
+		wantOK(t, b, runBlock(t, b, moduleRoot(t), []string{"PAUSE=0.2"}, 2*time.Minute))
 	}
 	if err := syscall.Kill(-d.cmd.Process.Pid, syscall.SIGINT); err != nil {
 		t.Fatal(err)

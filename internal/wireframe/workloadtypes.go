@@ -107,7 +107,7 @@ const (
 
 var (
 	// workloadTypedFields are the members of a workload object the broker
-	// decodes, with their types (contract, section 3).
+	// decodes, with their types (spec.md 3.2, Types).
 	workloadTypedFields = typedFields(
 		typedField{name: "id", typ: typeString, maxBytes: MaxKeyFieldBytes},
 		typedField{name: "model", typ: typeString, maxBytes: MaxKeyFieldBytes},
