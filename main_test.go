@@ -176,7 +176,7 @@ func TestHelpListsEveryFlagInAGroupWithItsDefault(t *testing.T) {
 		}
 	}
 	for name, def := range map[string]string{
-		"port": "14320", "resync-interval": "30s", "drain-timeout": "2s", "broker-line-max": "262144",
+		"port": "14320", "resync-interval": "30s", "drain-timeout": "1.5s", "broker-line-max": "262144",
 		"max-live-workloads": "100000", "max-live-workload-bytes": "268435456", "workload-max-bytes": "16384", "peer-max-conns": "1024", "peer-max-conns-per-source": "64",
 		"ingress-max-conns": "512", "metrics-max-conns": "64",
 		"ipc": "", "cluster-dir": "", "app-dir": "", "local-ingress": "", "metrics": "", "log-level": "", "version": "", "help": "",

@@ -32,8 +32,15 @@ const (
 	// maxMaxLiveWorkloads is the largest --max-live-workloads accepted: a
 	// set that size holds gigabytes, past any node this daemon serves.
 	maxMaxLiveWorkloads = 10_000_000
-	defaultDrainTimeout = 2 * time.Second
-	serverShutdownGrace = time.Second
+	// The shutdown budget (spec 4, "Shutdown"): once the broker closes
+	// stdin, PAIR waits 3 s before it terminates the daemon, so the
+	// daemon's own deadlines add up to 2 s, whatever its peers and its
+	// broker do, and leave the rest for the process's exit on a busy
+	// machine. The listeners' grace lets requests in flight finish their
+	// broker write (milliseconds with a broker that reads; nothing helps
+	// one that does not); the drain gets the rest, for the peer queues.
+	defaultDrainTimeout = 1500 * time.Millisecond
+	serverShutdownGrace = 500 * time.Millisecond
 )
 
 // Config is everything a Manager needs. Zero durations and a zero
@@ -305,7 +312,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	// The expiry loop is not waited for like the others: an expiry blocked
 	// on a broker that does not read would hold shutdown, as a request
-	// blocked there does not. It is given the servers' grace to return.
+	// blocked there does not. It is waited for only until the shutdown's
+	// deadline.
 	leasesDone := make(chan struct{})
 	if m.announce() == nil {
 		go func() { m.runLeases(ctx); close(leasesDone) }()
@@ -335,13 +343,20 @@ func (m *Manager) Run(ctx context.Context) error {
 	} else {
 		close(leasesDone)
 	}
+	// Everything below ends by this deadline, so the daemon exits within
+	// PAIR's stop grace (spec 4, "Shutdown").
+	deadline := time.Now().Add(serverShutdownGrace + m.cfg.DrainTimeout)
+	// The periodic loops and the lease expiry have no work to do in a
+	// shutdown: they are stopped first, so that an expiry blocked on a
+	// broker that does not read has the whole budget to return instead of
+	// a wait of its own after it.
+	cancel()
 	m.stop(servers)
 	m.brokerLines.stop(m.log)
-	cancel()
 	wg.Wait()
 	select {
 	case <-leasesDone:
-	case <-time.After(serverShutdownGrace):
+	case <-time.After(time.Until(deadline)):
 	}
 	return nil
 }

@@ -30,8 +30,9 @@ import (
 // Unix socket with --ipc), with cluster directories minted by devpki.
 
 // exitDeadline bounds how long a daemon may take to exit once told to. The
-// peer queues' default drain time is 2 s and the servers' grace 1 s, so a
-// daemon that takes longer has not shut down promptly.
+// peer queues' default drain time is 1.5 s and the servers' grace 0.5 s, so
+// a daemon that takes longer has not shut down promptly (the tight bound is
+// TestProcessExitsWithinThePAIRStopGraceWhateverItsPeersAndBrokerDo's).
 const exitDeadline = 5 * time.Second
 
 func TestProcessAnnouncesReadyThenSubscribes(t *testing.T) {
