@@ -7,11 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"nvpair-workload-manager/internal/pairbroker"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"nvpair-workload-manager/internal/pairbroker"
 )
 
 // jobKey is a workload as a removal names it: ids are unique per origin

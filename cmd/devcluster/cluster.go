@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"nvpair-workload-manager/internal/pairbroker"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/pairbroker"
 )
 
 // Timeouts of the process management.

@@ -28,6 +28,7 @@ import (
 
 	"nvpair-workload-manager/internal/cliflags"
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/stockwlm"
 )
 
 func main() {
@@ -199,12 +200,12 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 		if err != nil {
 			return fail(fmt.Errorf("%v (or pass --stock-bin PATH)", err))
 		}
-		src, err := findUpstream(root)
+		src, err := stockwlm.Find(root)
 		if err != nil {
-			return fail(err)
+			return fail(fmt.Errorf("%v (or pass --stock-bin PATH)", err))
 		}
 		fmt.Fprintf(stdout, "devcluster: building the stock workload manager from %s\n", src)
-		if stockBin, err = buildStock(src, filepath.Join(dir, "bin")); err != nil {
+		if stockBin, err = stockwlm.Build("", src, filepath.Join(dir, "bin")); err != nil {
 			return fail(err)
 		}
 	} else if stockBin != "" {

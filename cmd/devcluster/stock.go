@@ -5,59 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
 )
 
 // The stock workload manager (PAIR's own, built from the published source
-// in ../shared/upstream) as some of the dev cluster's nodes, so that a
-// mixed-version cluster can be watched. It is run, never copied from.
-//
-// Branch `stock` may grow a shared helper to find and build it; this one is
-// the dev cluster's own until the two are merged.
-
-// stockSourceDir is the stock daemon's package inside an upstream tree.
-var stockSourceDir = filepath.Join("services", "nvpair-workload-manager")
-
-// findUpstream walks up from dir looking for shared/upstream holding the
-// stock daemon's source, and returns that package's directory.
-func findUpstream(dir string) (string, error) {
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		src := filepath.Join(d, "shared", "upstream", stockSourceDir)
-		if _, err := os.Stat(filepath.Join(src, "main.go")); err == nil {
-			return src, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("no shared/upstream/%s above %s (or pass --stock-bin PATH)", filepath.ToSlash(stockSourceDir), dir)
-		}
-	}
-}
-
-// buildStock builds the stock daemon from src into outDir, as
-// ../shared/upstream/NOTICE.md says: go build in its own module, which
-// fetches nothing on Linux.
-func buildStock(src, outDir string) (string, error) {
-	goBin, err := goTool()
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(outDir, "stock-workload-manager")
-	if runtime.GOOS == "windows" {
-		bin += ".exe"
-	}
-	cmd := exec.Command(goBin, "build", "-o", bin, ".")
-	cmd.Dir = src
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build the stock daemon in %s: %v\n%s", src, err, out)
-	}
-	return bin, nil
-}
+// in ../shared/upstream by internal/stockwlm) as some of the dev cluster's
+// nodes, so that a mixed-version cluster can be watched. It is run, never
+// copied from.
 
 // stockBindTries is how many ports a stock daemon's first start tries.
 const stockBindTries = 5

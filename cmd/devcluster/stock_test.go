@@ -3,12 +3,12 @@ package main
 import (
 	"math/rand/v2"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/stockwlm"
 )
 
 var (
@@ -25,32 +25,15 @@ func stockBinary(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := findUpstream(root)
+	src, err := stockwlm.Find(root)
 	if err != nil {
 		t.Skipf("no stock workload manager to run: %v", err)
 	}
-	stockOnce.Do(func() { stockBin, stockErr = buildStock(src, testTmp) })
+	stockOnce.Do(func() { stockBin, stockErr = stockwlm.Build("", src, testTmp) })
 	if stockErr != nil {
 		t.Fatal(stockErr)
 	}
 	return stockBin
-}
-
-func TestFindUpstreamWalksUpFromTheModuleRoot(t *testing.T) {
-	top := t.TempDir()
-	src := filepath.Join(top, "shared", "upstream", stockSourceDir)
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	os.WriteFile(filepath.Join(src, "main.go"), []byte("package main\n"), 0o644)
-	deep := filepath.Join(top, "work", "repo")
-	os.MkdirAll(deep, 0o755)
-	if got, err := findUpstream(deep); err != nil || got != src {
-		t.Fatalf("findUpstream(%s) = %s, %v; want %s", deep, got, err, src)
-	}
-	if _, err := findUpstream(t.TempDir()); err == nil || !strings.Contains(err.Error(), "--stock-bin") {
-		t.Errorf("no upstream above: %v, want an error that names --stock-bin", err)
-	}
 }
 
 func TestParseFlagsRefusesAStockCountThatLeavesNoIngressNode(t *testing.T) {
