@@ -29,6 +29,7 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		{pkg: "internal/brokeripc", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/wireframe", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/httpguard", may: []string{"internal/promtext"}},
+		{pkg: "internal/ownjournal", may: nil, never: []string{"net/http"}},
 	}
 	for _, r := range rules {
 		t.Run(r.pkg, func(t *testing.T) {
