@@ -155,7 +155,7 @@ func TestProcessALeasedIngressJobIsFailedOnBothNodesAfterItsDaemonIsKilledAndRes
 		eventually(t, "the expiry of crashed", func() bool { return procExpiry(d, "crashed") != nil })
 	}
 	took := time.Since(posted)
-	if limit := (minLeaseSeconds+restartLeaseGrace+1)*time.Second; took > limit {
+	if limit := (minLeaseSeconds + restartLeaseGrace + 1) * time.Second; took > limit {
 		t.Fatalf("the expiry reached both brokers %s after the post, over the lease plus the restart grace plus 1 s (%s)", took, limit)
 	}
 	t.Logf("a %d s lease across a kill -9 and restart: the job was failed at both brokers %s after it was posted", minLeaseSeconds, took.Round(time.Millisecond))
