@@ -5,8 +5,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"nvpair-workload-manager/internal/ownjournal"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // withJournal gives the node an ownership journal in its own directory.
@@ -111,5 +113,38 @@ func TestJournalAtItsBoundOmitsAndCounts(t *testing.T) {
 	}
 	if !n.logs.contains("level=WARN", "ownership journal at its byte bound") {
 		t.Fatal("no warning at the bound")
+	}
+}
+
+// A lease restored from the journal is armed when the broker replays its
+// job: a deadline still ahead is kept; one that passed while the daemon
+// was down runs out the restart grace after the replay, so a producer that
+// outlived the restart has time to renew.
+func TestJournalRestoredLeaseIsArmedOnTheReplayWithTheRestartGrace(t *testing.T) {
+	n, _ := ifxNode(t)
+	clock := ifxUseClock(n)
+	now := clock.now()
+	ahead, passed := now.Add(20*time.Second), now.Add(-time.Hour)
+	n.m.activeMu.Lock()
+	n.m.own.restored = map[wireframe.WorkloadRef]restoredOwn{
+		{Origin: n.id, ID: "ahead"}:  {seconds: 30, deadline: ahead},
+		{Origin: n.id, ID: "passed"}: {seconds: 30, deadline: passed},
+	}
+	n.m.activeMu.Unlock()
+	for _, id := range []string{"ahead", "passed"} {
+		n.m.handleLine([]byte(ifxStdioLifecycleJSON(id, "running", n.id, false)))
+	}
+	for id, want := range map[string]time.Time{"ahead": ahead, "passed": now.Add(restartLeaseGrace * time.Second)} {
+		ref := wireframe.WorkloadRef{Origin: n.id, ID: id}
+		seconds, got := n.m.leases.leaseOf(ref)
+		if seconds != 30 || !got.Equal(want) {
+			t.Errorf("%s: lease of %d s to %v, want 30 s to %v", id, seconds, got, want)
+		}
+	}
+	n.m.activeMu.Lock()
+	owned, restored := len(n.m.own.owned), len(n.m.own.restored)
+	n.m.activeMu.Unlock()
+	if owned != 2 || restored != 0 {
+		t.Fatalf("after the replay %d owned and %d still restored, want 2 and 0", owned, restored)
 	}
 }
