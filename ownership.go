@@ -196,12 +196,16 @@ func (m *Manager) loadJournal() {
 // journalSnapshot copies what the journal holds, under activeMu: owned
 // workloads leased ones first, then the removals newest first, and stops
 // copying once the entries' cost reaches the journal's bound, so the hold
-// is bounded by the bound, not by the sets.
+// is bounded by the bound, not by the sets. The copy is of string headers
+// and numbers only, under one hold of leaseTable.mu: encoding is done
+// after both are released.
 func (m *Manager) journalSnapshot() (s ownjournal.State, omitted int) {
 	m.activeMu.Lock()
 	defer m.activeMu.Unlock()
 	budget := m.journal.maxBytes
-	var unleased []ownjournal.Owned
+	n := m.own.len()
+	s.Owned = make([]ownjournal.Owned, 0, n)
+	unleased := make([]ownjournal.Owned, 0, n)
 	take := func(ref wireframe.WorkloadRef, seconds int, deadline time.Time) {
 		c := ownjournal.Cost(ref.Origin, ref.ID)
 		if c > budget {
@@ -217,10 +221,15 @@ func (m *Manager) journalSnapshot() (s ownjournal.State, omitted int) {
 		o.LeaseSeconds, o.LeaseDeadline = seconds, deadline.UnixMilli()
 		s.Owned = append(s.Owned, o)
 	}
+	m.leases.mu.Lock()
 	for ref := range m.own.owned {
-		seconds, deadline := m.leases.leaseOf(ref)
-		take(ref, seconds, deadline)
+		if l := m.leases.byRef[ref]; l != nil {
+			take(ref, l.seconds, l.deadline)
+		} else {
+			take(ref, 0, time.Time{})
+		}
 	}
+	m.leases.mu.Unlock()
 	for ref, r := range m.own.restored {
 		take(ref, r.seconds, r.deadline)
 	}
@@ -334,7 +343,7 @@ func isNotOwned(err error) bool { return errors.As(err, new(*errNotOwned)) }
 // cost fits budget, and returns them oldest first with omitted plus the
 // number left out.
 func (r *removalMemory) snapshot(budget, omitted int) ([]ownjournal.Removed, int) {
-	var out []ownjournal.Removed
+	out := make([]ownjournal.Removed, 0, r.order.Len())
 	n := 0
 	for e := r.order.Back(); e != nil; e = e.Prev() {
 		x := e.Value.(removalEntry)

@@ -79,35 +79,43 @@ func Cost(origin, id string) int { return len(origin) + len(id) + entryOverhead 
 // their number is returned. Removals kept stay oldest first in the file.
 func Encode(s State, maxBytes int) (file []byte, omitted int) {
 	budget := maxBytes - headerMax - len(`{"owned":[],"removed":[]}`) - 1
-	var owned, removed [][]byte
-	for i, o := range s.Owned {
-		e := encodeEntry(o.Origin, o.ID, int64(o.LeaseSeconds), o.LeaseDeadline)
-		if len(e)+1 > budget {
-			omitted += len(s.Owned) - i
-			break
-		}
-		budget -= len(e) + 1
-		owned = append(owned, e)
-	}
-	for i := len(s.Removed) - 1; i >= 0; i-- {
-		r := s.Removed[i]
-		e := encodeEntry(r.Origin, r.ID, r.At)
-		if len(e)+1 > budget {
-			omitted += i + 1
-			break
-		}
-		budget -= len(e) + 1
-		removed = append(removed, e)
-	}
 	var b bytes.Buffer
+	b.Grow(min(maxBytes, 64<<10))
 	b.WriteString(`{"owned":[`)
-	b.Write(bytes.Join(owned, []byte(",")))
-	b.WriteString(`],"removed":[`)
-	for i := len(removed) - 1; i >= 0; i-- {
-		b.Write(removed[i])
+	for i, o := range s.Owned {
+		mark := b.Len()
 		if i > 0 {
 			b.WriteByte(',')
 		}
+		appendEntry(&b, o.Origin, o.ID, int64(o.LeaseSeconds), o.LeaseDeadline)
+		if b.Len()-mark > budget {
+			b.Truncate(mark)
+			omitted += len(s.Owned) - i
+			break
+		}
+		budget -= b.Len() - mark
+	}
+	b.WriteString(`],"removed":[`)
+	// The newest removals are the ones kept: find how many fit, newest
+	// first, then write those oldest first.
+	first := len(s.Removed)
+	var scratch bytes.Buffer
+	for i := len(s.Removed) - 1; i >= 0; i-- {
+		scratch.Reset()
+		r := s.Removed[i]
+		appendEntry(&scratch, r.Origin, r.ID, r.At)
+		if scratch.Len()+1 > budget {
+			omitted += i + 1
+			break
+		}
+		budget -= scratch.Len() + 1
+		first = i
+	}
+	for i, r := range s.Removed[first:] {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		appendEntry(&b, r.Origin, r.ID, r.At)
 	}
 	b.WriteString("]}")
 	out := fmt.Appendf(nil, "%s crc32c=%08x bytes=%d\n", magic, crc32.Checksum(b.Bytes(), castagnoli), b.Len())
@@ -116,14 +124,33 @@ func Encode(s State, maxBytes int) (file []byte, omitted int) {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func encodeEntry(origin, id string, nums ...int64) []byte {
-	o, _ := json.Marshal(origin)
-	i, _ := json.Marshal(id)
-	e := append(append(append([]byte{'['}, o...), ','), i...)
-	for _, n := range nums {
-		e = strconv.AppendInt(append(e, ','), n, 10)
+func appendEntry(b *bytes.Buffer, origin, id string, nums ...int64) {
+	b.WriteByte('[')
+	appendString(b, origin)
+	b.WriteByte(',')
+	appendString(b, id)
+	var n [20]byte
+	for _, v := range nums {
+		b.WriteByte(',')
+		b.Write(strconv.AppendInt(n[:0], v, 10))
 	}
-	return append(e, ']')
+	b.WriteByte(']')
+}
+
+// appendString writes s as a JSON string: as it is when it needs no
+// escape (printable ASCII without a quote or backslash, as ids nearly
+// always are), else as encoding/json escapes it.
+func appendString(b *bytes.Buffer, s string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			b.Write(q)
+			return
+		}
+	}
+	b.WriteByte('"')
+	b.WriteString(s)
+	b.WriteByte('"')
 }
 
 // Decode reads a journal file of at most maxBytes. Anything but a whole
