@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -214,4 +215,29 @@ func TestProcessFiveThousandIngressRemovalsThenAReplayBringNoneBack(t *testing.T
 	if back != 0 {
 		t.Fatalf("%d of %d removed jobs came back with the replay", back, jobs)
 	}
+}
+
+// The real binary started over a torn journal logs one warning and starts
+// fresh: it announces itself and relays.
+func TestProcessATornJournalIsOneWarningAndTheDaemonStarts(t *testing.T) {
+	t.Parallel()
+	nodes := writeCluster(t, 1)
+	good, _ := ownjournal.Encode(ownjournal.State{Owned: []ownjournal.Owned{{Origin: nodes[0].ID, ID: "job-1"}}}, ownjournal.DefaultMaxBytes)
+	path := filepath.Join(nodes[0].AppDir, ownjournal.FileName)
+	if err := os.WriteFile(path, good[:len(good)-3], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0")
+	a.waitMethod("ready", 1)
+	a.waitLog("ownership journal unusable", "torn write")
+	if got := strings.Count(a.stderr.String(), "ownership journal unusable"); got != 1 {
+		t.Fatalf("%d warnings, want one", got)
+	}
+	if st, text := postIngress(t, a.loggedValue("local ingress listening", "addr"), ingressFrameJSON(leasedInfo("job-2", "running", 1))); st != http.StatusOK {
+		t.Fatalf("post after a fresh start: %d %s", st, text)
+	}
+	eventually(t, "the journal rewritten whole", func() bool {
+		s, err := ownjournal.Read(path, ownjournal.DefaultMaxBytes)
+		return err == nil && journalOwns(s, "job-2", false) && !journalOwns(s, "job-1", false)
+	})
 }

@@ -148,3 +148,25 @@ func TestJournalRestoredLeaseIsArmedOnTheReplayWithTheRestartGrace(t *testing.T)
 		t.Fatalf("after the replay %d owned and %d still restored, want 2 and 0", owned, restored)
 	}
 }
+
+// A journal that cannot be written (here its directory is a file: the
+// temporary file cannot be made, whoever runs the test) is counted and
+// warned, and the daemon goes on; that a failed write leaves the previous
+// journal whole is the atomic write's (TestWriteReplacesWholeAndReadsBack).
+func TestJournalWriteFailureIsCountedAndWarned(t *testing.T) {
+	notDir := filepath.Join(t.TempDir(), "app")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := newTestNode(t, withJournal(filepath.Join(notDir, ownjournal.FileName), 0))
+	q := ifxCaptureQueue(n)
+	ifxOwn(t, n, q, "job-1")
+	n.m.writeJournal()
+	n.m.writeJournal()
+	if n.m.journal.failures.Load() != 2 || n.m.journal.writes.Load() != 0 {
+		t.Fatalf("failed writes: %d counted, %d writes, want 2 and 0", n.m.journal.failures.Load(), n.m.journal.writes.Load())
+	}
+	if got := strings.Count(n.logs.String(), "ownership journal not written"); got != 1 || !n.logs.contains("level=WARN", "not a directory") {
+		t.Fatalf("%d warnings for two failed writes within 10 s, want one naming the reason:\n%s", got, n.logs.String())
+	}
+}
