@@ -52,6 +52,7 @@ func (m *Manager) latestLines(refs []wireframe.WorkloadRef) [][][]byte {
 // node without peers still frees them), a budget at a time with activeMu
 // released in between.
 func (m *Manager) pruneResync() {
+	m.dropRestored(m.now())
 	for more := true; more; {
 		m.activeMu.Lock()
 		more = m.resync.prune(m.now())

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
@@ -278,8 +280,12 @@ func TestIngestRemovalMemoryBlocksReplayOnFreshlyStartedManager(t *testing.T) {
 	n, q := ifxNode(t)
 	n.start()
 
-	// The worker was just (re)started: nothing is tracked. The producer's
-	// removal arrives first, then the broker's replay of its store.
+	// The worker was just (re)started: nothing is tracked, and the journal
+	// says the producer owns job-1. The producer's removal arrives first,
+	// then the broker's replay of its store.
+	n.m.activeMu.Lock()
+	n.m.own.restored = map[wireframe.WorkloadRef]restoredOwn{{Origin: n.id, ID: "job-1"}: {}}
+	n.m.activeMu.Unlock()
 	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
 		t.Fatal(err)
 	}
@@ -305,6 +311,7 @@ func TestIngestRemovalMemoryBlocksReplayOnFreshlyStartedManager(t *testing.T) {
 
 func TestIngestRemovalMemoryClearedByNewIngressLifecycleFrame(t *testing.T) {
 	n, q := ifxNode(t)
+	ifxOwn(t, n, q, "job-1")
 	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
 		t.Fatal(err)
 	}
@@ -331,6 +338,7 @@ func TestIngestRemovalMemoryClearedByNewIngressLifecycleFrame(t *testing.T) {
 func TestIngestRemovalMemoryExpiresAfterRetentionWindow(t *testing.T) {
 	n, q := ifxNode(t)
 	clock := ifxUseClock(n)
+	ifxOwn(t, n, q, "job-1")
 	retention := 2 * n.m.cfg.ResyncInterval
 	if retention != time.Minute {
 		t.Fatalf("terminal-retention window = %v, want one minute by default", retention)
@@ -361,6 +369,7 @@ func TestIngestRemovalMemoryExpiresAfterRetentionWindow(t *testing.T) {
 
 func TestIngestRemovalMemoryCoversOnlyItsOwnOriginAndID(t *testing.T) {
 	n, q := ifxNode(t)
+	ifxOwn(t, n, q, "job-1")
 	other := "0b7c2f4e-7a51-4d3e-9c1f-2e8a5b6d4c3a"
 	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
 		t.Fatal(err)
@@ -403,6 +412,7 @@ func TestIngestRemovalMemoryNotCreatedByStdioRemoval(t *testing.T) {
 
 func TestIngestRemovalMemoryDoesNotBlockResyncTaggedStdioFrame(t *testing.T) {
 	n, q := ifxNode(t)
+	ifxOwn(t, n, q, "job-1")
 	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
 		t.Fatal(err)
 	}
@@ -416,30 +426,42 @@ func TestIngestRemovalMemoryDoesNotBlockResyncTaggedStdioFrame(t *testing.T) {
 	}
 }
 
-func TestIngestRemovalMemoryCapForgetsOldestFirst(t *testing.T) {
+// TestIngestRemovalMemoryAtItsCapRefusesRatherThanForgets fills the
+// removal memory: the next removal of an owned workload is refused 503
+// with the time until the oldest entry expires, and a replay of every
+// removal accepted brings none back.
+func TestIngestRemovalMemoryAtItsCapRefusesRatherThanForgets(t *testing.T) {
 	n, q := ifxNode(t)
-	ifxUseClock(n) // nothing expires while the removals are made
-	for i := 0; i <= removalMemoryCapacity; i++ {
+	clock := ifxUseClock(n)
+	const capacity = 8
+	n.m.removed.capacity = capacity
+	for i := range capacity + 1 {
+		ifxOwn(t, n, q, fmt.Sprintf("r-%d", i))
+	}
+	for i := range capacity {
 		if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON(fmt.Sprintf("r-%d", i), ""))); err != nil {
 			t.Fatal(err)
 		}
-		if i%512 == 0 {
-			ifxDrain(q) // keep the bounded peer queue from filling
-		}
+		clock.advance(time.Second)
 	}
 	ifxDrain(q)
-	if got := ifxRememberedCount(n); got != removalMemoryCapacity {
-		t.Fatalf("removal memory holds %d entries after %d removals, want the cap %d", got, removalMemoryCapacity+1, removalMemoryCapacity)
+	_, err := n.m.ingestLocal([]byte(ifxRemoveJSON(fmt.Sprintf("r-%d", capacity), "")))
+	var full *errRemovalsFull
+	if !errors.As(err, &full) {
+		t.Fatalf("a removal past the memory's cap: %v, want it refused", err)
 	}
-	// The 4097th removal forgot the oldest: its replay is tracked again.
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("r-0", "running", n.id, false)))
-	if got := ifxDrain(q); len(got) != 1 || !ifxIsTracked(n, n.id, "r-0") {
-		t.Errorf("the oldest removal, past the cap, still blocks its replay (queued %s)", ifxDescribe(got))
+	w := httptest.NewRecorder()
+	if status, reason := refusalOf(w, err); status != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "52" || !strings.Contains(reason, "8 removals") {
+		t.Fatalf("refusal %d %q Retry-After %q, want 503, the bound named, retry when the oldest expires (52 s)", status, reason, w.Header().Get("Retry-After"))
 	}
-	for _, id := range []string{"r-1", fmt.Sprintf("r-%d", removalMemoryCapacity)} {
+	if got := ifxDrain(q); len(got) != 0 || !ifxIsTracked(n, n.id, fmt.Sprintf("r-%d", capacity)) || n.m.removed.refusals.Load() != 1 {
+		t.Fatalf("a refused removal queued %s or untracked its workload", ifxDescribe(got))
+	}
+	for i := range capacity {
+		id := fmt.Sprintf("r-%d", i)
 		n.m.handleLine([]byte(ifxStdioLifecycleJSON(id, "running", n.id, false)))
 		if got := ifxDrain(q); len(got) != 0 || ifxIsTracked(n, n.id, id) {
-			t.Errorf("%s, still within the cap, did not block its replay (queued %s)", id, ifxDescribe(got))
+			t.Errorf("%s, removed, came back with the broker's replay (queued %s)", id, ifxDescribe(got))
 		}
 	}
 }
@@ -447,6 +469,7 @@ func TestIngestRemovalMemoryCapForgetsOldestFirst(t *testing.T) {
 func TestIngestRemovalMemoryRepeatedRemovalKeepsOneRefreshedEntry(t *testing.T) {
 	n, q := ifxNode(t)
 	clock := ifxUseClock(n)
+	ifxOwn(t, n, q, "job-1")
 	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
 		t.Fatal(err)
 	}
@@ -466,6 +489,16 @@ func TestIngestRemovalMemoryRepeatedRemovalKeepsOneRefreshedEntry(t *testing.T) 
 }
 
 // --- helpers (this file and ingressframe_test.go) ---------------------------------
+
+// ifxOwn posts a running frame of id through the ingress, so a producer
+// owns it, and drains the peer queue.
+func ifxOwn(t *testing.T, n *testNode, q *broadcaster, id string) {
+	t.Helper()
+	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON(id, "running", ""))); err != nil {
+		t.Fatal(err)
+	}
+	ifxDrain(q)
+}
 
 // ifxNode builds a node that is not started, with its peer queue captured.
 func ifxNode(t *testing.T, opts ...nodeOption) (*testNode, *broadcaster) {

@@ -64,6 +64,7 @@ func TestIngressFrameStampsOriginOnRemovalFrames(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n, q := ifxNode(t)
+			ifxOwn(t, n, q, "job-1") // a removal is remembered for an owned workload
 			body := `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-1"` +
 				strings.ReplaceAll(tc.member, "NODE", n.id) + `}}`
 			if _, err := n.m.ingestLocal([]byte(body)); err != nil {

@@ -194,6 +194,17 @@ func (t *leaseTable) deadlineOf(ref wireframe.WorkloadRef, key wireframe.Workloa
 	return time.Time{}, false
 }
 
+// leaseOf returns the length and deadline of ref's lease, 0 seconds for
+// none.
+func (t *leaseTable) leaseOf(ref wireframe.WorkloadRef) (int, time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if l, held := t.byRef[ref]; held {
+		return l.seconds, l.deadline
+	}
+	return 0, time.Time{}
+}
+
 func (t *leaseTable) len() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -103,14 +103,27 @@ func (m *Manager) commitLocalLine(f localFrame, src frameSource, line []byte) bo
 func (m *Manager) trackLocal(f *localFrame, src frameSource) bool {
 	now := m.now()
 	if f.isRemoval() {
-		m.resync.untrack(f.removal.Ref)
-		if src == fromIngress {
-			m.removed.remember(f.removal.Ref, now)
+		// The removal memory covers the producers' own workloads only
+		// (checkOwner refused a broker-owned one), and a repeated removal
+		// of one it remembers refreshes it.
+		ref := f.removal.Ref
+		ours := m.own.owns(ref) || m.removed.holds(ref, now)
+		m.resync.untrack(ref)
+		m.own.drop(ref)
+		if src == fromIngress && ours {
+			m.removed.remember(ref, now)
 		}
 		m.applyLease(f, src, now)
+		m.journal.changed()
 		return true
 	}
 	ref := f.life.Ref()
+	// A broker frame for a workload a producer owns is the broker's
+	// replay or echo of the producer's: still the producer's.
+	owned := src == fromIngress || m.own.owns(ref)
+	if owned {
+		defer m.journal.changed()
+	}
 	switch {
 	case src == fromIngress:
 		m.removed.forget(ref)
@@ -133,5 +146,6 @@ func (m *Manager) trackLocal(f *localFrame, src frameSource) bool {
 			"limitBytes", m.resync.maxBytes, "method", f.method, "id", httpguard.ClipLogged(ref.ID))
 	}
 	m.applyLease(f, src, now)
+	m.trackOwned(f, src, owned, now)
 	return true
 }

@@ -237,12 +237,18 @@ func (li *localIngress) decide(w http.ResponseWriter, r *http.Request) (int, str
 func refusalOf(w http.ResponseWriter, err error) (int, string) {
 	var atLimit *errAtLimit
 	var busy *errBrokerBusy
+	var removalsFull *errRemovalsFull
 	var tooLarge *wireframe.WorkloadTooLargeError
 	switch {
 	case errors.As(err, &tooLarge):
 		return http.StatusRequestEntityTooLarge, err.Error()
 	case errors.As(err, &busy):
 		setBrokerBusyHeaders(w)
+		return http.StatusServiceUnavailable, err.Error()
+	case isNotOwned(err):
+		return http.StatusConflict, err.Error()
+	case errors.As(err, &removalsFull):
+		w.Header().Set("Retry-After", strconv.Itoa(removalsFull.retryAfterSeconds()))
 		return http.StatusServiceUnavailable, err.Error()
 	case errors.As(err, &atLimit):
 		w.Header().Set("Retry-After", strconv.Itoa(atLimit.retryAfterSeconds()))
@@ -342,6 +348,10 @@ func (m *Manager) enterIngress(f localFrame, line *bytes.Buffer, peerLine []byte
 	}
 	m.ingestMu.Lock()
 	defer m.ingestMu.Unlock()
+	if err := m.checkOwner(&f); err != nil {
+		putBrokerLine(line)
+		return ingressTurn{}, err
+	}
 	startsRun, err := m.checkLiveLimit(&f, bytes)
 	if err != nil {
 		putBrokerLine(line)

@@ -23,6 +23,7 @@ import (
 	"nvpair-workload-manager/internal/brokeripc"
 	"nvpair-workload-manager/internal/cliflags"
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/ownjournal"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -253,6 +254,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 		MaxLiveWorkloadBytes: o.maxLiveBytes,
 		WorkloadMaxBytes:     o.workloadMax,
+		JournalPath:          filepath.Join(o.appDir, ownjournal.FileName),
 	})
 	if err != nil {
 		return fail(err)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/ownjournal"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/wireframe"
@@ -64,11 +65,16 @@ type Config struct {
 	// every member beside it) on every path; 0: defaultWorkloadMaxBytes.
 	// A request body need never be longer than this plus its envelope.
 	WorkloadMaxBytes int
-	Conns            httpguard.ConnLimits // the listeners' connection caps
-	In               io.Reader            // frames from the broker
-	Out              io.Writer            // frames to the broker
-	Logger           *slog.Logger
-	LogLevel         *slog.LevelVar // changed by log/set-level; may be nil
+	// JournalPath is the ownership journal's file (spec 3.5.3), in the app
+	// dir; "" keeps no journal. JournalMaxBytes bounds it; 0:
+	// ownjournal.DefaultMaxBytes.
+	JournalPath     string
+	JournalMaxBytes int
+	Conns           httpguard.ConnLimits // the listeners' connection caps
+	In              io.Reader            // frames from the broker
+	Out             io.Writer            // frames to the broker
+	Logger          *slog.Logger
+	LogLevel        *slog.LevelVar // changed by log/set-level; may be nil
 }
 
 // frameSource says where a local-origin frame entered the daemon.
@@ -125,13 +131,17 @@ type Manager struct {
 	// in the order they were tracked.
 	broadcastMu sync.Mutex
 
-	// activeMu guards resync (its entries and the cursors' places in it)
-	// and removed. Writers take it under broadcastMu; the peer senders take
+	// activeMu guards resync (its entries and the cursors' places in it),
+	// removed and own. Writers take it under broadcastMu; the peer senders take
 	// it alone for one slice of a pass, and readers that need no ordering
 	// (metrics, tests) alone too.
 	activeMu sync.Mutex
 	resync   *resyncSet
 	removed  *removalMemory
+	own      ownership
+	// journal keeps own, the leases and removed across a restart
+	// (ownership.go); nil without a JournalPath.
+	journal *journal
 
 	// leases are the producers' leases on ingress workloads (lease.go),
 	// behind their own leaf lock. leaseUnit is the length of one second
@@ -231,6 +241,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		now:         time.Now,
 		resync:      newResyncSet(retention, cfg.MaxLiveWorkloads, cfg.MaxLiveWorkloadBytes, cfg.NodeID),
 		removed:     newRemovalMemory(retention, removalMemoryCapacity),
+		own:         newOwnership(),
 		leases:      newLeaseTable(),
 		leaseUnit:   time.Second,
 		shutdownReq: make(chan struct{}),
@@ -248,6 +259,20 @@ func NewManager(cfg Config) (*Manager, error) {
 		bodies:             httpguard.NewRequestBodies(),
 
 		workloadBoundRefusals: promtext.NewCounterVec(),
+	}
+	if cfg.JournalPath != "" {
+		if cfg.JournalMaxBytes <= 0 {
+			cfg.JournalMaxBytes = ownjournal.DefaultMaxBytes
+		}
+		m.journal = newJournal(cfg.JournalPath, cfg.JournalMaxBytes)
+	}
+	// A workload the set no longer holds any run of is nobody's: a
+	// producer may take its id again.
+	m.resync.gone = func(ref wireframe.WorkloadRef) {
+		if m.own.owns(ref) {
+			m.own.drop(ref)
+			m.journal.changed()
+		}
 	}
 	// Each peer sender reads its heartbeat passes from this Manager's
 	// re-sync set.
@@ -315,6 +340,14 @@ func (m *Manager) Run(ctx context.Context) error {
 	// blocked there does not. It is waited for only until the shutdown's
 	// deadline.
 	leasesDone := make(chan struct{})
+	// The journal is read before the broker's replay is: the replay is
+	// what the journal's workloads are recognised in.
+	m.loadJournal()
+	journalDone := make(chan struct{})
+	var journalWriter sync.WaitGroup
+	if m.journal != nil {
+		journalWriter.Go(func() { m.runJournal(journalDone) })
+	}
 	if m.announce() == nil {
 		go func() { m.runLeases(ctx); close(leasesDone) }()
 		// Every reload that changed the identity, the pins or the membership
@@ -352,6 +385,12 @@ func (m *Manager) Run(ctx context.Context) error {
 	// a wait of its own after it.
 	cancel()
 	m.stop(servers)
+	// Every frame is committed now: the last write holds them all.
+	close(journalDone)
+	journalWriter.Wait()
+	if m.journal != nil {
+		m.writeJournal()
+	}
 	m.brokerLines.stop(m.log)
 	wg.Wait()
 	select {

@@ -134,6 +134,7 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	m.origins.writeMetrics(&t)
 	writeBrokerWaitersMetrics(&t, m.peerWaiters, m.ingressWaiters)
 	m.writeLeaseMetrics(&t)
+	m.writeOwnershipMetrics(&t)
 	m.writeReadBackMetrics(&t)
 	t.Single("go_goroutines", "gauge", "Number of goroutines that currently exist.", float64(runtime.NumGoroutine()))
 	promtext.WriteProcessMetrics(&t)
@@ -162,7 +163,7 @@ var lifecycleAndRemoval = []string{wireframe.MethodSubmitted, wireframe.MethodSt
 var stdioMethods = append(append([]string(nil), lifecycleAndRemoval...), "discovery:nodes", "log/set-level", "shutdown", "other")
 
 // ingressCodes are the statuses the ingress answers (spec 3.5).
-var ingressCodes = []string{"200", "400", "403", "404", "405", "408", "413", "415", "421", "500", "503"}
+var ingressCodes = []string{"200", "400", "403", "404", "405", "408", "409", "413", "415", "421", "500", "503"}
 
 // presetSeries creates, at zero, the labelled series whose label values
 // are known: frames received by source and method, the field-bound and

@@ -2,20 +2,33 @@ package main
 
 import (
 	"container/list"
+	"sync/atomic"
 	"time"
 
 	"nvpair-workload-manager/internal/wireframe"
 )
 
-// removalMemoryCapacity bounds the removals the ingress remembers.
-const removalMemoryCapacity = 4096
+// removalMemoryCapacity bounds the removals the ingress remembers within
+// the retention window: 65,536 entries, some 10 MB at most at typical id
+// lengths, a sustained 1,000 removals a second over the default one-minute
+// window. An ingress removal of an owned workload past it is refused 503
+// with Retry-After rather than forgetting an earlier one: a forgotten
+// removal would let the broker's replay bring the workload back.
+const removalMemoryCapacity = 65_536
 
 // removalMemory remembers workloads removed through the ingress for the
 // terminal-retention window. The broker replays its store to a restarted
 // daemon, and that replay can land after a producer's removal; without this
 // memory the replay would track the workload again and re-assert it to the
 // peers on every heartbeat. It is guarded by Manager.activeMu and only
-// changed under broadcastMu.
+// changed under broadcastMu, but for its restore from the journal at start.
+//
+// It holds only removals of workloads the producers owned (ownership.go),
+// so no producer can silence the broker's own frames for a workload. It
+// never forgets a removal within its window: at capacity the ingress
+// refuses new removals (full) instead, so a replay after any number of
+// accepted removals brings back none of them. Removals in flight when the
+// check passed may take it past capacity by at most brokerWaitersMax.
 //
 // Entries are kept in removal order. Every entry has the same lifetime, so
 // the oldest is always the first to expire: pruning pops from the front and
@@ -25,6 +38,8 @@ type removalMemory struct {
 	capacity int
 	order    *list.List                              // front = oldest removal
 	index    map[wireframe.WorkloadRef]*list.Element // ref -> its entry in order
+
+	refusals atomic.Uint64 // removals refused because it was full
 }
 
 type removalEntry struct {
@@ -38,16 +53,35 @@ func newRemovalMemory(ttl time.Duration, capacity int) *removalMemory {
 
 // remember records a removal at now. A repeated removal replaces its entry,
 // so it lives a full window from the latest removal and occupies one slot.
-// At capacity the oldest removal is forgotten.
 func (r *removalMemory) remember(ref wireframe.WorkloadRef, now time.Time) {
 	r.prune(now)
 	if e, ok := r.index[ref]; ok {
 		r.order.Remove(e)
 	}
 	r.index[ref] = r.order.PushBack(removalEntry{ref, now})
-	for r.order.Len() > r.capacity {
-		r.drop(r.order.Front())
+}
+
+// full reports whether remembering ref at now would take a new slot past
+// capacity, and if so how long until the oldest entry expires.
+func (r *removalMemory) full(ref wireframe.WorkloadRef, now time.Time) (bool, time.Duration) {
+	r.prune(now)
+	if _, ok := r.index[ref]; ok || r.order.Len() < r.capacity {
+		return false, 0
 	}
+	return true, r.order.Front().Value.(removalEntry).at.Add(r.ttl).Sub(now)
+}
+
+// restore records a removal the journal held, made at at, unless its
+// window has passed by now. The journal lists removals oldest first, so
+// each goes to the back.
+func (r *removalMemory) restore(ref wireframe.WorkloadRef, at, now time.Time) {
+	if now.Sub(at) >= r.ttl || r.index[ref] != nil {
+		return
+	}
+	if back := r.order.Back(); back != nil && at.Before(back.Value.(removalEntry).at) {
+		at = back.Value.(removalEntry).at // keep the order pruning relies on
+	}
+	r.index[ref] = r.order.PushBack(removalEntry{ref, at})
 }
 
 // holds reports whether ref was removed within the window.

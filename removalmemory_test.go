@@ -46,20 +46,45 @@ func TestRemovalMemoryExpiresAtTTL(t *testing.T) {
 	}
 }
 
-func TestRemovalMemoryAtCapacityForgetsTheOldestFirst(t *testing.T) {
+func TestRemovalMemoryAtCapacityIsFullAndForgetsNothing(t *testing.T) {
 	r := newRemovalMemory(time.Hour, 3)
-	refs := []wireframe.WorkloadRef{{Origin: "o", ID: "1"}, {Origin: "o", ID: "2"}, {Origin: "o", ID: "3"}, {Origin: "o", ID: "4"}, {Origin: "o", ID: "5"}}
+	refs := []wireframe.WorkloadRef{{Origin: "o", ID: "1"}, {Origin: "o", ID: "2"}, {Origin: "o", ID: "3"}}
 	for i, ref := range refs {
+		if full, _ := r.full(ref, resyncT0); full {
+			t.Fatalf("full before %d removals of capacity 3", i)
+		}
 		r.remember(ref, resyncT0.Add(time.Duration(i)*time.Second))
 	}
-	if r.len() != 3 || len(r.index) != 3 {
-		t.Fatalf("len=%d index=%d, want the capacity 3", r.len(), len(r.index))
-	}
 	now := resyncT0.Add(10 * time.Second)
-	for i, ref := range refs {
-		if want := i >= 2; r.holds(ref, now) != want {
-			t.Fatalf("after 5 removals with capacity 3, holds(%v) = %v, want %v", ref, !want, want)
+	full, after := r.full(wireframe.WorkloadRef{Origin: "o", ID: "4"}, now)
+	if !full || after != 59*time.Minute+50*time.Second {
+		t.Fatalf("a fourth removal at capacity 3: full=%v after=%v, want full until the oldest expires (59m50s)", full, after)
+	}
+	if full, _ := r.full(refs[0], now); full {
+		t.Fatal("a repeated removal, which takes no new slot, found the memory full")
+	}
+	for _, ref := range refs {
+		if !r.holds(ref, now) {
+			t.Fatalf("%v forgotten at capacity", ref)
 		}
+	}
+	if full, _ := r.full(wireframe.WorkloadRef{Origin: "o", ID: "4"}, resyncT0.Add(time.Hour)); full {
+		t.Fatal("still full once the oldest expired")
+	}
+}
+
+func TestRemovalMemoryRestoreKeepsTheWindowAndTheOrder(t *testing.T) {
+	r := newRemovalMemory(time.Minute, 10)
+	now := resyncT0.Add(time.Hour)
+	a, b, old := wireframe.WorkloadRef{Origin: "o", ID: "a"}, wireframe.WorkloadRef{Origin: "o", ID: "b"}, wireframe.WorkloadRef{Origin: "o", ID: "old"}
+	r.restore(old, now.Add(-time.Minute), now)
+	r.restore(a, now.Add(-50*time.Second), now)
+	r.restore(b, now.Add(-10*time.Second), now)
+	if r.holds(old, now) || !r.holds(a, now) || !r.holds(b, now) {
+		t.Fatal("restore kept an expired removal or lost one within its window")
+	}
+	if r.holds(a, now.Add(10*time.Second)) || !r.holds(b, now.Add(10*time.Second)) {
+		t.Fatal("a restored removal's window is not counted from when it was made")
 	}
 }
 
@@ -81,10 +106,8 @@ func TestRemovalMemoryRepeatedRemovalAtCapacityRefreshesInsteadOfEvicting(t *tes
 		t.Fatalf("len = %d, want 3", r.len())
 	}
 
-	r.remember(d, now) // b is now the oldest, not a
-	if r.holds(b, now) || !r.holds(a, now) || !r.holds(c, now) || !r.holds(d, now) {
-		t.Fatalf("after refreshing a and adding d: a=%v b=%v c=%v d=%v, want b forgotten only",
-			r.holds(a, now), r.holds(b, now), r.holds(c, now), r.holds(d, now))
+	if full, after := r.full(d, now); !full || after != time.Hour-3*time.Second { // b is now the oldest, not a
+		t.Fatalf("adding d after refreshing a: full=%v after=%v, want full until b expires", full, after)
 	}
 }
 
@@ -141,15 +164,18 @@ func TestRemovalMemoryPrunesExpiredEntriesAcrossManyEntries(t *testing.T) {
 	}
 }
 
-func TestRemovalMemoryCapacityOfTheIngressIs4096(t *testing.T) {
+func TestRemovalMemoryCapacityOfTheIngressIs65536(t *testing.T) {
 	r := newRemovalMemory(time.Hour, removalMemoryCapacity)
-	for i := range removalMemoryCapacity + 10 {
+	for i := range removalMemoryCapacity {
 		r.remember(wireframe.WorkloadRef{Origin: "o", ID: itoa(i)}, resyncT0)
 	}
-	if r.len() != 4096 {
-		t.Fatalf("len = %d, want 4096", r.len())
+	if r.len() != 65536 {
+		t.Fatalf("len = %d, want 65536", r.len())
 	}
-	if r.holds(wireframe.WorkloadRef{Origin: "o", ID: "9"}, resyncT0) || !r.holds(wireframe.WorkloadRef{Origin: "o", ID: "10"}, resyncT0) {
-		t.Fatal("the oldest removals were not the ones forgotten")
+	if full, _ := r.full(wireframe.WorkloadRef{Origin: "o", ID: "new"}, resyncT0); !full {
+		t.Fatal("not full at 65536")
+	}
+	if !r.holds(wireframe.WorkloadRef{Origin: "o", ID: "0"}, resyncT0) {
+		t.Fatal("the oldest removal was forgotten")
 	}
 }

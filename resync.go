@@ -109,6 +109,11 @@ type resyncSet struct {
 	// (--max-live-workload-bytes): the text of the workloads the set keeps,
 	// which the entry bound alone would let reach 100,000 broker lines.
 	maxBytes, bytes int64
+
+	// gone, when set, is told of a workload whose last run the set
+	// dropped by itself (pruned, or over its byte bound), with its lock
+	// held (ownership.go).
+	gone func(wireframe.WorkloadRef)
 }
 
 func newResyncSet(retention time.Duration, limit int, maxBytes int64, self string) *resyncSet {
@@ -338,6 +343,9 @@ func (s *resyncSet) remove(k wireframe.WorkloadKey) {
 	switch first := s.byRef[ref]; {
 	case first == e && e.sibling == nil:
 		delete(s.byRef, ref)
+		if s.gone != nil {
+			s.gone(ref)
+		}
 	case first == e:
 		s.byRef[ref] = e.sibling
 	default:

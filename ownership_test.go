@@ -1,0 +1,172 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"nvpair-workload-manager/internal/ownjournal"
+	"nvpair-workload-manager/internal/wireframe"
+)
+
+// withJournal gives the node an ownership journal in its own directory.
+func withJournal(path string, maxBytes int) nodeOption {
+	return func(c *Config) { c.JournalPath, c.JournalMaxBytes = path, maxBytes }
+}
+
+// An ingress removal of an id the node does not hold is relayed, but not
+// remembered: no producer owned it, and remembering it would silence the
+// broker's own job of that id.
+func TestOwnershipIngressRemovalOfAnUnheldIDIsRelayedButNotRemembered(t *testing.T) {
+	n, q := ifxNode(t)
+	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("ghost", ""))); err != nil {
+		t.Fatal(err)
+	}
+	if got := ifxDrain(q); len(got) != 1 {
+		t.Fatalf("queued %s, want the removal", ifxDescribe(got))
+	}
+	if ifxRememberedCount(n) != 0 {
+		t.Fatal("a removal of an id no producer owned was remembered")
+	}
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("ghost", "running", n.id, false)))
+	if got := ifxDrain(q); len(got) != 1 || !ifxIsTracked(n, n.id, "ghost") {
+		t.Fatalf("the broker's own job of that id was silenced: queued %s", ifxDescribe(got))
+	}
+}
+
+// A producer's job whose last run the re-sync set drops (its terminal
+// retention passed) is nobody's: the broker's later job of that id is the
+// broker's, and the producer's frame for it is refused.
+func TestOwnershipEndsWhenTheSetDropsTheWorkloadsLastRun(t *testing.T) {
+	n, q := ifxNode(t)
+	clock := ifxUseClock(n)
+	ifxOwn(t, n, q, "job-1")
+	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "completed", "", `"seq":2`))); err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(2 * n.m.cfg.ResyncInterval)
+	n.m.pruneResync()
+	n.m.activeMu.Lock()
+	owned := n.m.own.len()
+	n.m.activeMu.Unlock()
+	if owned != 0 {
+		t.Fatalf("%d workloads owned after the job's last run was pruned, want 0", owned)
+	}
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); !isNotOwned(err) {
+		t.Fatalf("a producer's removal of the broker's later job of its old id: %v, want 409", err)
+	}
+}
+
+// A journal that is not one the daemon wrote is one warning and a fresh
+// start; the next write replaces it with a whole one.
+func TestJournalCorruptIsOneWarningAndAFreshStart(t *testing.T) {
+	path := filepath.Join(t.TempDir(), ownjournal.FileName)
+	if err := os.WriteFile(path, []byte("nvpair-wlm-journal v1 crc32c=00000000 bytes=99\n{\"owned\":[[\"x\""), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := newTestNode(t, withJournal(path, 0))
+	n.start()
+	if got := strings.Count(n.logs.String(), "ownership journal unusable"); got != 1 || !n.logs.contains("level=WARN", "torn write") {
+		t.Fatalf("%d warnings for a torn journal, want one naming it torn:\n%s", got, n.logs.String())
+	}
+	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "running", ""))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the journal to be written whole", func() bool {
+		s, err := ownjournal.Read(path, ownjournal.DefaultMaxBytes)
+		return err == nil && len(s.Owned) == 1 && s.Owned[0].ID == "job-1"
+	})
+}
+
+// At its byte bound the journal keeps what fits, counts what it left out
+// and stays within the bound.
+func TestJournalAtItsBoundOmitsAndCounts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), ownjournal.FileName)
+	const bound = 1024
+	n := newTestNode(t, withJournal(path, bound))
+	q := ifxCaptureQueue(n)
+	for i := range 40 {
+		ifxOwn(t, n, q, "job-"+itoa(i))
+	}
+	n.m.writeJournal()
+	st, err := os.Stat(path)
+	if err != nil || st.Size() > bound {
+		t.Fatalf("journal %v, %v: want it within %d bytes", st, err, bound)
+	}
+	s, err := ownjournal.Read(path, bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	omitted := int(n.m.journal.omitted.Load())
+	if omitted == 0 || len(s.Owned)+omitted != 40 {
+		t.Fatalf("kept %d, omitted %d of 40", len(s.Owned), omitted)
+	}
+	var page strings.Builder
+	if err := n.m.writeMetrics(&page); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(page.String(), "\nnvpair_wlm_journal_entries_omitted_total "+itoa(omitted)+"\n") {
+		t.Fatal("the omitted entries are not in the metrics")
+	}
+	if !n.logs.contains("level=WARN", "ownership journal at its byte bound") {
+		t.Fatal("no warning at the bound")
+	}
+}
+
+// A lease restored from the journal is armed when the broker replays its
+// job: a deadline still ahead is kept; one that passed while the daemon
+// was down runs out the restart grace after the replay, so a producer that
+// outlived the restart has time to renew.
+func TestJournalRestoredLeaseIsArmedOnTheReplayWithTheRestartGrace(t *testing.T) {
+	n, _ := ifxNode(t)
+	clock := ifxUseClock(n)
+	now := clock.now()
+	ahead, passed := now.Add(20*time.Second), now.Add(-time.Hour)
+	n.m.activeMu.Lock()
+	n.m.own.restored = map[wireframe.WorkloadRef]restoredOwn{
+		{Origin: n.id, ID: "ahead"}:  {seconds: 30, deadline: ahead},
+		{Origin: n.id, ID: "passed"}: {seconds: 30, deadline: passed},
+	}
+	n.m.activeMu.Unlock()
+	for _, id := range []string{"ahead", "passed"} {
+		n.m.handleLine([]byte(ifxStdioLifecycleJSON(id, "running", n.id, false)))
+	}
+	for id, want := range map[string]time.Time{"ahead": ahead, "passed": now.Add(restartLeaseGrace * time.Second)} {
+		ref := wireframe.WorkloadRef{Origin: n.id, ID: id}
+		seconds, got := n.m.leases.leaseOf(ref)
+		if seconds != 30 || !got.Equal(want) {
+			t.Errorf("%s: lease of %d s to %v, want 30 s to %v", id, seconds, got, want)
+		}
+	}
+	n.m.activeMu.Lock()
+	owned, restored := len(n.m.own.owned), len(n.m.own.restored)
+	n.m.activeMu.Unlock()
+	if owned != 2 || restored != 0 {
+		t.Fatalf("after the replay %d owned and %d still restored, want 2 and 0", owned, restored)
+	}
+}
+
+// A journal that cannot be written (here its directory is a file: the
+// temporary file cannot be made, whoever runs the test) is counted and
+// warned, and the daemon goes on; that a failed write leaves the previous
+// journal whole is the atomic write's (TestWriteReplacesWholeAndReadsBack).
+func TestJournalWriteFailureIsCountedAndWarned(t *testing.T) {
+	notDir := filepath.Join(t.TempDir(), "app")
+	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := newTestNode(t, withJournal(filepath.Join(notDir, ownjournal.FileName), 0))
+	q := ifxCaptureQueue(n)
+	ifxOwn(t, n, q, "job-1")
+	n.m.writeJournal()
+	n.m.writeJournal()
+	if n.m.journal.failures.Load() != 2 || n.m.journal.writes.Load() != 0 {
+		t.Fatalf("failed writes: %d counted, %d writes, want 2 and 0", n.m.journal.failures.Load(), n.m.journal.writes.Load())
+	}
+	if got := strings.Count(n.logs.String(), "ownership journal not written"); got != 1 || !n.logs.contains("level=WARN", "not a directory") {
+		t.Fatalf("%d warnings for two failed writes within 10 s, want one naming the reason:\n%s", got, n.logs.String())
+	}
+}
