@@ -384,13 +384,18 @@ func (m *Manager) Run(ctx context.Context) error {
 	// broker that does not read has the whole budget to return instead of
 	// a wait of its own after it.
 	cancel()
-	m.stop(servers)
-	// Every frame is committed now: the last write holds them all.
+	m.stopServers(servers)
+	// Every frame is committed now: the last write holds them all. It runs
+	// beside the peer queues' drain rather than after it, so a large
+	// journal's encode and fsyncs do not add to the shutdown's time.
 	close(journalDone)
 	journalWriter.Wait()
+	var lastWrite sync.WaitGroup
 	if m.journal != nil {
-		m.writeJournal()
+		lastWrite.Go(m.writeJournal)
 	}
+	m.bcast.close(m.cfg.DrainTimeout)
+	lastWrite.Wait()
 	m.brokerLines.stop(m.log)
 	wg.Wait()
 	select {
@@ -417,10 +422,10 @@ func (m *Manager) announce() error {
 	return m.out.notify("discovery:subscribe", json.RawMessage(`{"services":["wl"]}`))
 }
 
-// stop closes the listeners first, so no new frame is taken, lets in-flight
-// requests finish their broker write, then gives the peer queues their drain
-// time.
-func (m *Manager) stop(servers []*http.Server) {
+// stopServers closes the listeners, so no new frame is taken, and lets
+// in-flight requests finish their broker write within serverShutdownGrace.
+// The peer queues' drain time comes after it (Run).
+func (m *Manager) stopServers(servers []*http.Server) {
 	ctx, cancel := context.WithTimeout(context.Background(), serverShutdownGrace)
 	defer cancel()
 	for _, s := range servers {
@@ -428,7 +433,6 @@ func (m *Manager) stop(servers []*http.Server) {
 			s.Close()
 		}
 	}
-	m.bcast.close(m.cfg.DrainTimeout)
 }
 
 func (m *Manager) servePeers(wg *sync.WaitGroup, ln net.Listener) *http.Server {
