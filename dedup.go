@@ -95,7 +95,13 @@ func (d *dedup) deliverOnce(key dedupDigest, write func() error) (duplicate bool
 // deliverRemoval calls write for a peer's removal unless the same removal
 // was delivered with no lifecycle frame of its workload delivered since.
 func (d *dedup) deliverRemoval(r *wireframe.Removal, write func() error) (duplicate bool, err error) {
-	return d.deliverUnder(idLockKey(r.Ref.ID), removalDedupKey(r), write)
+	lock, key := idLockKey(r.Ref.ID), dedupDigest{}
+	if r.Ref.Origin == "" {
+		key = lock
+	} else {
+		key = removalDedupKey(r)
+	}
+	return d.deliverUnder(lock, key, write)
 }
 
 // deliverUnder is deliverOnce with the deliveries serialized on lock
@@ -145,7 +151,7 @@ func (d *dedup) deliverLifecycle(e *wireframe.Lifecycle, write func() error) (du
 	if err := write(); err != nil {
 		return false, err
 	}
-	forget := [2]dedupDigest{refDedupKey(ref), refDedupKey(wireframe.WorkloadRef{ID: ref.ID})}
+	forget := [2]dedupDigest{refDedupKey(ref), lock} // lock is ("", id)'s removal key
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !e.Resync {
@@ -254,8 +260,10 @@ func refDedupKey(ref wireframe.WorkloadRef) dedupDigest { return digestKey("R", 
 // delivered under. It is the id alone, not the origin with it, so that a
 // removal without originatedFrom, keyed ("", id), is serialized with the
 // lifecycle frames that forget its key; ids that two origins share only
-// wait on each other's writes.
-func idLockKey(id string) dedupDigest { return digestKey("I", id) }
+// wait on each other's writes. It is that removal's key itself, which a
+// lifecycle frame needs anyway, so the lock costs no digest of its own
+// (the per-key locks and the remembered keys are separate maps).
+func idLockKey(id string) dedupDigest { return refDedupKey(wireframe.WorkloadRef{ID: id}) }
 
 // digestKey is the SHA-256 of the parts, each preceded by its length as
 // eight big-endian bytes, so that no two tuples share an encoding and no
