@@ -185,7 +185,7 @@ func TestDedupRemovalRacingALifecycleWriteWaitsForIt(t *testing.T) {
 						early = &r
 						return true
 					default:
-						return inflightRefsOf(d, idLockKey("job-1")) == 2
+						return sharedLockWaiters(d) == 2
 					}
 				})
 				close(release)
@@ -210,12 +210,14 @@ func TestDedupRemovalRacingALifecycleWriteWaitsForIt(t *testing.T) {
 	}
 }
 
-// inflightRefsOf returns how many deliveries hold or wait for the lock key.
-func inflightRefsOf(d *dedup, key dedupDigest) int {
+// sharedLockWaiters returns the most deliveries holding or waiting for one
+// per-key lock, whichever.
+func sharedLockWaiters(d *dedup) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if kl := d.inflight[key]; kl != nil {
-		return kl.refs
+	most := 0
+	for _, kl := range d.inflight {
+		most = max(most, kl.refs)
 	}
-	return 0
+	return most
 }
