@@ -134,7 +134,8 @@ func TestProcessReusedIDRemovedTwiceThroughTheIngressIsRemovedAtThePeer(t *testi
 
 // TestProcessReusedIDRemovedTwiceInABatchAndRepeatedRemovalsOnce posts to a
 // real daemon's peer port with the origin's own certificate: the reused
-// id's two runs and two removals in one batch all reach the broker; the
+// id's two runs and two removals, in one batch or as single frames, all
+// reach the broker; the
 // same removal twice in a row (single frames, or two elements of one
 // batch), or from two peers at once, reaches it once.
 func TestProcessReusedIDRemovedTwiceInABatchAndRepeatedRemovalsOnce(t *testing.T) {
@@ -163,6 +164,19 @@ func TestProcessReusedIDRemovedTwiceInABatchAndRepeatedRemovalsOnce(t *testing.T
 			}
 		}
 		wantReusedIDRemovedTwice(t, b, "job-42", "barrier-1")
+	})
+
+	t.Run("reused id in single frames", func(t *testing.T) {
+		for i, line := range []string{
+			runLine("job-43", "1", "running", na.ID), removalFrame("job-43", na.ID),
+			runLine("job-43", "2", "running", na.ID), removalFrame("job-43", na.ID),
+			lifecycleLine("barrier-4", "running", na.ID),
+		} {
+			if st, text := netPostAnswer(t, fromA, bPeer, body(line)); st != http.StatusOK {
+				t.Fatalf("frame %d = %d %q, want 200", i, st, text)
+			}
+		}
+		wantReusedIDRemovedTwice(t, b, "job-43", "barrier-4")
 	})
 
 	t.Run("same removal twice in a row", func(t *testing.T) {
