@@ -49,7 +49,8 @@ const dedupMaxBytes = dedupCapacity * dedupEntryBytes
 // on this workload from here was its removal". It stays true only until a
 // lifecycle frame of the workload is written: that write forgets the
 // workload's removal key (deliverLifecycle), and the next removal of a
-// reused id is new rather than a duplicate of the first (spec 3.3, "Dedup").
+// reused id is new rather than a duplicate of the first (spec 3.3,
+// "Removals that repeat").
 type dedup struct {
 	capacity int
 
