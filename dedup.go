@@ -41,12 +41,22 @@ const dedupMaxBytes = dedupCapacity * dedupEntryBytes
 // A key is recorded only after its write succeeded, so a failed write can be
 // retried by the sender. Concurrent deliveries of one key are serialized
 // through that write by a per-key lock, so two racing duplicates never both
-// reach the broker.
+// reach the broker. A peer's frames take the lock of their workload id
+// (idLockKey), whatever their key, so every frame of one workload is
+// written, recorded and forgotten in one order.
+//
+// A removal's key is its workload alone, so it says "the broker's last word
+// on this workload from here was its removal". It stays true only until a
+// lifecycle frame of the workload is written: that write forgets the
+// workload's removal key (deliverLifecycle), and the next removal of a
+// reused id is new rather than a duplicate of the first (spec 3.3,
+// "Removals that repeat").
 type dedup struct {
 	capacity int
 
 	// mu guards order, index and inflight. It is a leaf lock and is never
-	// held across the broker write.
+	// held across the broker write; the per-key locks are taken outside it
+	// and it is taken under them (order: per-key lock -> dedup.mu).
 	mu       sync.Mutex
 	order    *list.List                    // front = most recently seen key, a dedupDigest
 	index    map[dedupDigest]*list.Element // key -> element in order
@@ -76,12 +86,30 @@ func newDedup(capacity int) *dedup {
 	}
 }
 
-// deliverOnce calls write unless key was already delivered. It reports
-// whether the key was a duplicate, and write's error, in which case the key
-// stays unrecorded.
+// deliverOnce calls write unless key was already delivered, serializing
+// the deliveries of one key. It reports whether the key was a duplicate,
+// and write's error, in which case the key stays unrecorded.
 func (d *dedup) deliverOnce(key dedupDigest, write func() error) (duplicate bool, err error) {
-	kl := d.lockKey(key)
-	defer d.unlockKey(key, kl)
+	return d.deliverUnder(key, key, write)
+}
+
+// deliverRemoval calls write for a peer's removal unless the same removal
+// was delivered with no lifecycle frame of its workload delivered since.
+func (d *dedup) deliverRemoval(r *wireframe.Removal, write func() error) (duplicate bool, err error) {
+	lock, key := idLockKey(r.Ref.ID), dedupDigest{}
+	if r.Ref.Origin == "" {
+		key = lock
+	} else {
+		key = removalDedupKey(r)
+	}
+	return d.deliverUnder(lock, key, write)
+}
+
+// deliverUnder is deliverOnce with the deliveries serialized on lock
+// rather than on key.
+func (d *dedup) deliverUnder(lock, key dedupDigest, write func() error) (duplicate bool, err error) {
+	kl := d.lockKey(lock)
+	defer d.unlockKey(lock, kl)
 	if d.seen(key) {
 		d.hits.Add(1)
 		return true, nil
@@ -90,6 +118,49 @@ func (d *dedup) deliverOnce(key dedupDigest, write func() error) (duplicate bool
 		return false, err
 	}
 	d.record(key)
+	return false, nil
+}
+
+// deliverLifecycle calls write for a peer's lifecycle frame unless it was
+// delivered already; a re-assertion is always written and never recorded
+// (spec 3.3). Once written, the frame forgets its workload's removal keys:
+// the workload is live at the broker again, so its next removal must reach
+// the broker whether or not an earlier one did. Both removal keys a frame
+// of (origin, id) may have been preceded by are forgotten: (origin, id)'s
+// and ("", id)'s, the key of a removal without originatedFrom, which
+// upstream sends for a workload of any origin.
+//
+// The write and the forgetting happen under the workload id's lock, the one
+// a removal of the id is checked and written under, so the dedup's view of
+// "a lifecycle frame came after the removal" follows the order the broker
+// got them in: a removal that finds its key still held was decided before
+// the lifecycle frame's write began, and the broker then applies the
+// lifecycle frame after it, as it would had the removal been written.
+func (d *dedup) deliverLifecycle(e *wireframe.Lifecycle, write func() error) (duplicate bool, err error) {
+	ref := e.Ref()
+	lock := idLockKey(ref.ID)
+	var key dedupDigest
+	if !e.Resync {
+		key = lifecycleDedupKey(e)
+	}
+	kl := d.lockKey(lock)
+	defer d.unlockKey(lock, kl)
+	if !e.Resync && d.seen(key) {
+		d.hits.Add(1)
+		return true, nil
+	}
+	if err := write(); err != nil {
+		return false, err
+	}
+	forget := [2]dedupDigest{refDedupKey(ref), lock} // lock is ("", id)'s removal key
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !e.Resync {
+		d.recordLocked(key)
+	}
+	for _, k := range forget {
+		d.forgetLocked(k)
+	}
 	return false, nil
 }
 
@@ -134,6 +205,11 @@ func (d *dedup) seen(key dedupDigest) bool {
 func (d *dedup) record(key dedupDigest) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.recordLocked(key)
+}
+
+// recordLocked is record with mu held.
+func (d *dedup) recordLocked(key dedupDigest) {
 	if e, ok := d.index[key]; ok {
 		d.order.MoveToFront(e)
 		return
@@ -143,6 +219,14 @@ func (d *dedup) record(key dedupDigest) {
 		oldest := d.order.Back()
 		d.order.Remove(oldest)
 		delete(d.index, oldest.Value.(dedupDigest))
+	}
+}
+
+// forgetLocked drops key, if remembered. Called with mu held.
+func (d *dedup) forgetLocked(key dedupDigest) {
+	if e, ok := d.index[key]; ok {
+		d.order.Remove(e)
+		delete(d.index, key)
 	}
 }
 
@@ -167,8 +251,20 @@ func lifecycleDedupKey(e *wireframe.Lifecycle) dedupDigest {
 	return digestKey("L", i.OriginatedFrom, i.Engine, i.RunID, i.ID, i.State, i.ScheduledOn, seq)
 }
 
-// removalDedupKey is the key peers deduplicate a removal on.
-func removalDedupKey(r *wireframe.Removal) dedupDigest { return digestKey("R", r.Ref.Origin, r.Ref.ID) }
+// removalDedupKey is the key peers deduplicate a removal on: its workload.
+func removalDedupKey(r *wireframe.Removal) dedupDigest { return refDedupKey(r.Ref) }
+
+// refDedupKey is the removal key of the workload ref.
+func refDedupKey(ref wireframe.WorkloadRef) dedupDigest { return digestKey("R", ref.Origin, ref.ID) }
+
+// idLockKey names the per-key lock every peer frame of workload id is
+// delivered under. It is the id alone, not the origin with it, so that a
+// removal without originatedFrom, keyed ("", id), is serialized with the
+// lifecycle frames that forget its key; ids that two origins share only
+// wait on each other's writes. It is that removal's key itself, which a
+// lifecycle frame needs anyway, so the lock costs no digest of its own
+// (the per-key locks and the remembered keys are separate maps).
+func idLockKey(id string) dedupDigest { return refDedupKey(wireframe.WorkloadRef{ID: id}) }
 
 // digestKey is the SHA-256 of the parts, each preceded by its length as
 // eight big-endian bytes, so that no two tuples share an encoding and no

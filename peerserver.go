@@ -204,13 +204,12 @@ func (m *Manager) handlePeerFrame(log *httpguard.RequestLog, principal string, b
 // failed, or that the broker writer refused as over the line limit
 // (errLineOverLimit), records nothing in the dedup. A re-assertion bypasses
 // the lifecycle dedup: it is how a peer heals a missed delivery, so it must
-// reach the broker even when the event itself was seen before.
+// reach the broker even when the event itself was seen before. Every
+// lifecycle frame written, a re-assertion too, makes its workload's next
+// removal new (deliverLifecycle).
 func (m *Manager) relayPeerEvent(ev *peerEvent) (duplicate bool, err error) {
 	if ev.isRemoval {
-		return m.dedup.deliverOnce(removalDedupKey(&ev.removal), func() error { return m.emitRemove(&ev.removal) })
+		return m.dedup.deliverRemoval(&ev.removal, func() error { return m.emitRemove(&ev.removal) })
 	}
-	if ev.life.Resync {
-		return false, m.emitUpsert(ev.life.Raw)
-	}
-	return m.dedup.deliverOnce(lifecycleDedupKey(&ev.life), func() error { return m.emitUpsert(ev.life.Raw) })
+	return m.dedup.deliverLifecycle(&ev.life, func() error { return m.emitUpsert(ev.life.Raw) })
 }
