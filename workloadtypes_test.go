@@ -172,7 +172,9 @@ func workloadParamsOf(t *testing.T, frame string) string {
 // workloadObjectText returns a lifecycle frame's workloadInfo text as it stands.
 func workloadObjectText(t *testing.T, frame string) string {
 	t.Helper()
-	var f struct{ Params struct{ WorkloadInfo json.RawMessage } }
+	var f struct {
+		Params struct{ WorkloadInfo json.RawMessage }
+	}
 	if err := json.Unmarshal([]byte(frame), &f); err != nil {
 		t.Fatal(err)
 	}
