@@ -12,11 +12,17 @@ import (
 	"nvpair-workload-manager/internal/httpguard"
 )
 
-// discoveredNode is one entry of a discovery:nodes snapshot.
+// discoveredNode is one entry of a discovery:nodes snapshot: PAIR's
+// directory node, of which the daemon reads the members below (spec 4).
+// ip is the node's canonical address and ips its ranked candidate list, ip
+// first (PAIR's shared node record); addresses is the name an earlier
+// contract gave the list in error, still read after ips so a broker or a
+// tool written to it keeps working.
 type discoveredNode struct {
 	HostUUID    string   `json:"hostUuid"`
 	Name        string   `json:"name"`
 	IP          string   `json:"ip"`
+	IPs         []string `json:"ips"`
 	Addresses   []string `json:"addresses"`
 	ClusterUUID string   `json:"clusterUuid"`
 	Services    struct {
@@ -73,12 +79,16 @@ func selectTargets(nodes []discoveredNode, self string, pinned func(principal st
 	return targets
 }
 
-// dialAddresses returns host:port for ip, then each of addresses, skipping
-// what does not parse as an IP address and repeats. IPv6 addresses come out
-// bracketed, with their zone when they have one.
+// dialAddresses returns host:port for ip, then each of ips, then each of
+// addresses, skipping what does not parse as an IP address and repeats.
+// IPv6 addresses come out bracketed, with their zone when they have one. A
+// multi-homed node's ip may be one this node cannot reach (a direct link
+// to another machine): its sender dials the next candidate when one fails.
 func dialAddresses(n discoveredNode, port int) []string {
 	var out []string
-	for _, a := range append([]string{n.IP}, n.Addresses...) {
+	candidates := make([]string, 0, 1+len(n.IPs)+len(n.Addresses))
+	candidates = append(append(append(candidates, n.IP), n.IPs...), n.Addresses...)
+	for _, a := range candidates {
 		ip, err := netip.ParseAddr(a)
 		if err != nil {
 			continue

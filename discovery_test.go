@@ -25,8 +25,13 @@ func TestSelectTargetsKeepsOnlyPinnedReachablePeers(t *testing.T) {
 			e["ip"] = ip
 		}
 		if addrs != nil {
-			e["addresses"] = addrs
+			e["ips"] = addrs
 		}
+		return e
+	}
+	// withAlias adds the addresses an earlier contract named the list by.
+	withAlias := func(e map[string]any, addrs ...string) map[string]any {
+		e["addresses"] = addrs
 		return e
 	}
 	target := func(host, principal string, addrs ...string) string {
@@ -55,13 +60,19 @@ func TestSelectTargetsKeepsOnlyPinnedReachablePeers(t *testing.T) {
 		{"a pinned hostUuid does not stand in for the clusterUuid", []map[string]any{entry(p1, unpinned, "192.168.1.20", wl(14320))}, nil, "no valid pin"},
 		{"no address", []map[string]any{entry(h1, p1, "", wl(14320))}, nil, "no usable address"},
 		{"only unusable addresses", []map[string]any{entry(h1, p1, "gpu-box.local", wl(14320), "", "300.1.1.1", "not an ip")}, nil, "no usable address"},
-		{"ip first, then addresses, repeats removed, invalid skipped",
+		{"ip first, then ips, repeats removed, invalid skipped",
 			[]map[string]any{entry(h1, p1, "192.168.1.20", wl(14320), "10.0.0.5", "192.168.1.20", "bogus", "fe80::1%eth0", "10.0.0.5")},
 			[]string{target(h1, p1, "192.168.1.20:14320", "10.0.0.5:14320", "[fe80::1%eth0]:14320")}, ""},
-		{"addresses alone when ip is missing", []map[string]any{entry(h1, p1, "", wl(14320), "10.0.0.5")},
+		{"PAIR's multi-homed record: ips holds ip first", []map[string]any{entry(h1, p1, "169.254.10.2", wl(14320), "169.254.10.2", "192.168.1.20")},
+			[]string{target(h1, p1, "169.254.10.2:14320", "192.168.1.20:14320")}, ""},
+		{"ips alone when ip is missing", []map[string]any{entry(h1, p1, "", wl(14320), "10.0.0.5")},
 			[]string{target(h1, p1, "10.0.0.5:14320")}, ""},
-		{"an invalid ip falls back to addresses", []map[string]any{entry(h1, p1, "bogus", wl(14320), "10.0.0.5")},
+		{"an invalid ip falls back to ips", []map[string]any{entry(h1, p1, "bogus", wl(14320), "10.0.0.5")},
 			[]string{target(h1, p1, "10.0.0.5:14320")}, ""},
+		{"addresses, the earlier contract's name, is read after ips", []map[string]any{withAlias(entry(h1, p1, "192.168.1.20", wl(14320), "10.0.0.5"), "10.0.0.6", "10.0.0.5")},
+			[]string{target(h1, p1, "192.168.1.20:14320", "10.0.0.5:14320", "10.0.0.6:14320")}, ""},
+		{"addresses alone", []map[string]any{withAlias(entry(h1, p1, "", wl(14320)), "10.0.0.6")},
+			[]string{target(h1, p1, "10.0.0.6:14320")}, ""},
 		{"IPv6 loopback comes out bracketed", []map[string]any{entry(h1, p1, "::1", wl(14321))},
 			[]string{target(h1, p1, "[::1]:14321")}, ""},
 		{"IPv6 with a zone comes out bracketed with its zone", []map[string]any{entry(h1, p1, "fe80::1%eth0", wl(14320))},

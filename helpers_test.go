@@ -543,7 +543,6 @@ func lifecycleFrameJSON(info string) string {
 var typeViolations = []struct{ name, member, reason string }{
 	{"createdAt an RFC 3339 string", `"createdAt":"2026-01-01T00:00:00Z"`, "workloadInfo.createdAt must be an integer (epoch milliseconds)"},
 	{"createdAt a fraction", `"createdAt":1789661457000.5`, "workloadInfo.createdAt must be an integer (epoch milliseconds)"},
-	{"createdAt null", `"createdAt":null`, "workloadInfo.createdAt must be an integer (epoch milliseconds)"},
 	{"startedAt a word", `"startedAt":"yesterday"`, "workloadInfo.startedAt must be an integer (epoch milliseconds) or null"},
 	{"completedAt a boolean", `"completedAt":true`, "workloadInfo.completedAt must be an integer (epoch milliseconds) or null"},
 	{"error a number", `"error":12`, "workloadInfo.error must be a string or null"},
@@ -553,7 +552,6 @@ var typeViolations = []struct{ name, member, reason string }{
 	{"seq negative", `"seq":-1`, "workloadInfo.seq must be an integer from 0 to 9223372036854775807"},
 	{"seq a fraction", `"seq":1.5`, "workloadInfo.seq must be an integer from 0 to 9223372036854775807"},
 	{"seq a string", `"seq":"3"`, "workloadInfo.seq must be an integer from 0 to 9223372036854775807"},
-	{"seq null", `"seq":null`, "workloadInfo.seq must be an integer from 0 to 9223372036854775807"},
 	{"id a lone high surrogate", `"id":"job-\ud800"`, "workloadInfo.id must be valid UTF-8 with no lone surrogates"},
 	{"id a lone low surrogate", `"id":"job-\udc00"`, "workloadInfo.id must be valid UTF-8 with no lone surrogates"},
 	{"id a raw invalid byte", "\"id\":\"job-\xff\"", "frame is not valid UTF-8"},

@@ -196,7 +196,9 @@ func TestMalformedLocalFrameIsNeverBroadcast(t *testing.T) {
 	a, b := newTestNode(t), newTestNode(t)
 	mesh(t, a, b)
 	a.sendLifecycle(workload("bad", "running", a.id, map[string]any{"model": nil}))
-	a.broker.sendFrame(wireframe.MethodRemove, map[string]any{"workloadId": "bad"}) // no originatedFrom
+	// No workloadId. (One without originatedFrom is an older sender's,
+	// relayed as upstream relays it: spec 3.3, "Removals without an origin".)
+	a.broker.sendFrame(wireframe.MethodRemove, map[string]any{"originatedFrom": a.id})
 	a.sendLifecycle(workload("good", "running", a.id))
 	eventually(t, "good at B", func() bool { return upsertsOf(b, "good") == 1 })
 	if upsertsOf(b, "bad") != 0 || len(b.broker.withMethod(wireframe.MethodRemove)) != 0 {

@@ -85,9 +85,23 @@ const (
 // originRefusal returns why a frame from principal naming origin is
 // refused, or "" when it is not. self is this node's id. The values quoted
 // come from the request and are clipped.
+//
+// Two origins are never another node's, whatever the snapshot says:
+//   - the principal itself. Its certificate proves it, and a stock peer
+//     stamps it while its directory entry still shows another hostUuid: on
+//     a fresh host PAIR's scanner advertises the node id it minted before
+//     the cluster manager wrote the node's identity, until the broker has
+//     it re-read that identity (its convergeScannerIdentity), and the
+//     frames carry the identity's id meanwhile (spec 3.3).
+//   - none: an older sender's removal without originatedFrom removes
+//     ("", id), which names no node's workload (every workload carries a
+//     non-empty origin), so it speaks for nobody else.
 func (g *originGuard) originRefusal(self, principal, origin string) (claim, reason string) {
 	if origin == self {
 		return claimSelf, originRefusalPrefix + fmt.Sprintf("originatedFrom %q is this node: a peer speaks only for itself", clipField(origin))
+	}
+	if origin == "" || origin == principal {
+		return "", ""
 	}
 	if !g.index.Load().mayClaim(principal, origin) {
 		return claimOther, originRefusalPrefix + fmt.Sprintf("originatedFrom %q is not the node discovery lists for principal %q: a peer speaks only for itself", clipField(origin), clipField(principal))

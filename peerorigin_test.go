@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // originDiscover sends h's node a discovery snapshot of entries
@@ -189,4 +191,59 @@ func peerStatsOf(n *testNode, sink *hbSink) *peerStats {
 		}
 	}
 	return &peerStats{}
+}
+
+// The origin rule and the two origins that name no other node (spec 3.3):
+// the principal itself, which a stock peer stamps while its directory entry
+// still shows the node id its scanner minted on a fresh host, and none at
+// all, an older sender's removal, deduplicated on ("", id) and written to
+// the broker as it came. Any other node is still refused.
+func TestAPrincipalMayNameItselfAndARemovalMayNameNoOriginWhateverDiscoverySays(t *testing.T) {
+	h := newNetPeerHarness(t)
+	p := h.client.Principal
+	post := func(body string) (int, string) { return netPostAnswer(t, h.c, h.addr, []byte(body)) }
+	originLess := func(id string) string {
+		return `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"` + id + `"}}`
+	}
+	// Before any snapshot, and then in the fresh host's window: discovery
+	// lists the principal for the id its scanner minted.
+	for i, snapshot := range [][][2]string{nil, {{p, "host-minted"}}} {
+		if snapshot != nil {
+			originDiscover(t, h, snapshot...)
+		}
+		id := "fresh-" + itoa(i)
+		for _, body := range []string{
+			string(netLifecycleBody(t, workload(id, "running", p), nil)),
+			string(netLifecycleBody(t, workload(id, "running", p), map[string]any{"resync": true})),
+			string(netRemoveBody(t, id, p)),
+			originLess(id),
+			originLess(id), // the same removal again: already seen
+		} {
+			if st, text := post(body); st != http.StatusOK {
+				t.Fatalf("snapshot %v: %s = %d %q, want 200", snapshot, body, st, text)
+			}
+		}
+	}
+	// The rule still holds for every node the principal is not.
+	if st, text := post(string(netLifecycleBody(t, workload("x", "running", "host-x"), nil))); !isOriginRefusal(st, text) {
+		t.Fatalf("a frame naming another node = %d %q, want 403 for origin", st, text)
+	}
+	if st, text := post(string(netRemoveBody(t, "x", h.n.id))); !isOriginRefusal(st, text) {
+		t.Fatalf("a removal naming this node = %d %q, want 403 for origin", st, text)
+	}
+	h.barrier(t)
+	var removals []string
+	for _, f := range h.n.broker.withMethod(wireframe.MethodRemove) {
+		removals = append(removals, string(f.Params))
+	}
+	want := []string{
+		`{"originatedFrom":"` + p + `","workloadId":"fresh-0"}`, `{"workloadId":"fresh-0"}`,
+		`{"originatedFrom":"` + p + `","workloadId":"fresh-1"}`, `{"workloadId":"fresh-1"}`,
+	}
+	if strings.Join(removals, " ") != strings.Join(want, " ") {
+		t.Fatalf("removals at the broker\n got %v\nwant %v", removals, want)
+	}
+	if got := netUpsertIDs(h.n); got["fresh-0"] != 2 || got["fresh-1"] != 2 {
+		t.Fatalf("upserts %v, want the frame and its re-assertion of each", got)
+	}
 }

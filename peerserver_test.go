@@ -130,7 +130,10 @@ func TestPeerServerRejectsMalformedFramesWith400(t *testing.T) {
 		{"originatedFrom missing", valid(map[string]any{"originatedFrom": nil})},
 		{"seq not a number", valid(map[string]any{"seq": "1"})},
 		{"removal without workloadId", `{"jsonrpc":"2.0","method":"workloads:remove","params":{"originatedFrom":"` + origin + `"}}`},
-		{"removal without originatedFrom", `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-bad"}}`},
+		// A removal without originatedFrom is an older sender's, taken as the
+		// stock peers take it (TestAPrincipalMayNameItselfAndARemovalMayNameNoOriginWhateverDiscoverySays);
+		// one whose originatedFrom is not a string is not.
+		{"removal whose originatedFrom is a number", `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-bad","originatedFrom":7}}`},
 	}
 	for _, c := range cases {
 		if st := netPost(t, h.c, h.addr, []byte(c.body)); st != http.StatusBadRequest {

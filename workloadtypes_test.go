@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -55,8 +56,8 @@ func TestPeerServerRefusesMembersTheBrokerCannotDecode(t *testing.T) {
 		// The ingress refuses these spellings outright; from a peer they
 		// are read as encoding/json reads them, and typed all the same.
 		struct{ name, member, reason string }{"a case variant", `"CreatedAt":"x"`,
-			`workloadInfo.createdAt must be an integer (epoch milliseconds) (sent as "CreatedAt")`},
-		struct{ name, member, reason string }{"a repeat whose second value is bad", `"seq":1,"seq":null`,
+			`workloadInfo.createdAt must be an integer (epoch milliseconds) or null (sent as "CreatedAt")`},
+		struct{ name, member, reason string }{"a repeat whose second value is bad", `"seq":1,"seq":"x"`,
 			"workloadInfo.seq must be an integer from 0 to 9223372036854775807"},
 	)
 	for _, tc := range cases {
@@ -94,4 +95,88 @@ func TestBrokerFramesTheBrokerCannotDecodeAreNotBroadcast(t *testing.T) {
 			}
 		})
 	}
+}
+
+// What the ingress refuses by its own rules (issue 21), the peer port and
+// the broker's channel take as the stock peers do, and relay as it came: a
+// null createdAt or seq (Go int64 fields upstream, which a null leaves at
+// 0), a method its state does not agree with, a time in seconds.
+var ingressOnlyRules = []struct{ name, frame, reason string }{
+	{"createdAt null", lifecycleFrameJSON(workloadJSON("", `"createdAt":null`)),
+		"workloadInfo.createdAt must be an integer (epoch milliseconds); the ingress takes no null"},
+	{"seq null", lifecycleFrameJSON(workloadJSON("", `"createdAt":1789661457000`, `"seq":null`)),
+		"workloadInfo.seq must be an integer from 0 to 9223372036854775807; the ingress takes no null"},
+	{"workload:started carrying completed", lifecycleFrameJSON(workloadJSON("", `"state":"completed"`)),
+		`workloadInfo.state "completed" does not agree with method workload:started, which carries state running`},
+	{"createdAt in seconds", lifecycleFrameJSON(workloadJSON("", `"createdAt":1789661457`)),
+		"workloadInfo.createdAt is 1789661457, below 1000000000000: it looks like seconds; send epoch milliseconds"},
+}
+
+func TestIngressRefusesWhatOnlyItsOwnRulesForbidAndThePeerPortAndStdinRelayItAsItCame(t *testing.T) {
+	n, q := ifxNode(t)
+	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	addr := n.m.IngressAddr()
+	for _, tc := range ingressOnlyRules {
+		t.Run("ingress "+tc.name, func(t *testing.T) {
+			status, reason := postIngress(t, addr, tc.frame)
+			if status != http.StatusBadRequest || !strings.Contains(reason, tc.reason) {
+				t.Fatalf("status %d (%q), want 400 naming %q", status, reason, tc.reason)
+			}
+			if got := ifxDrain(q); len(got) != 0 {
+				t.Fatalf("queued for peers: %s", ifxDescribe(got))
+			}
+		})
+		t.Run("stdin "+tc.name, func(t *testing.T) {
+			// The broker stamps the origin on this channel.
+			line := strings.Replace(tc.frame, `"state":`, `"originatedFrom":"`+n.id+`","state":`, 1)
+			n.m.handleLine([]byte(line))
+			got := ifxDrain(q)
+			if len(got) != 1 || !strings.Contains(string(got[0].line), workloadParamsOf(t, line)) {
+				t.Fatalf("queued for peers: %s, want the frame's params as they came", ifxDescribe(got))
+			}
+		})
+	}
+	h := newNetPeerHarness(t)
+	for i, tc := range ingressOnlyRules {
+		t.Run("peer port "+tc.name, func(t *testing.T) {
+			frame := strings.Replace(tc.frame, `"id":"job-1"`, `"id":"job-`+itoa(i)+`","originatedFrom":"`+h.client.Principal+`"`, 1)
+			if st, text := netPostAnswer(t, h.c, h.addr, []byte(frame)); st != http.StatusOK {
+				t.Fatalf("POST = %d %q, want 200", st, text)
+			}
+		})
+	}
+	h.barrier(t)
+	ups := h.n.broker.withMethod(wireframe.MethodUpsert)
+	for i, tc := range ingressOnlyRules {
+		frame := strings.Replace(tc.frame, `"id":"job-1"`, `"id":"job-`+itoa(i)+`","originatedFrom":"`+h.client.Principal+`"`, 1)
+		want := `{"workloadInfo":` + workloadObjectText(t, frame) + `}`
+		if i >= len(ups) || string(ups[i].Params) != want {
+			t.Fatalf("%s: the broker got %v, want params %s byte for byte", tc.name, ups, want)
+		}
+	}
+}
+
+// workloadParamsOf returns a lifecycle frame's params text as it stands.
+func workloadParamsOf(t *testing.T, frame string) string {
+	t.Helper()
+	var f struct{ Params json.RawMessage }
+	if err := json.Unmarshal([]byte(frame), &f); err != nil {
+		t.Fatal(err)
+	}
+	return string(f.Params)
+}
+
+// workloadObjectText returns a lifecycle frame's workloadInfo text as it stands.
+func workloadObjectText(t *testing.T, frame string) string {
+	t.Helper()
+	var f struct {
+		Params struct{ WorkloadInfo json.RawMessage }
+	}
+	if err := json.Unmarshal([]byte(frame), &f); err != nil {
+		t.Fatal(err)
+	}
+	return string(f.Params.WorkloadInfo)
 }

@@ -464,7 +464,7 @@ func (c *cluster) directoryFor(r *node) json.RawMessage {
 		HostUUID    string        `json:"hostUuid"`
 		Name        string        `json:"name"`
 		IP          string        `json:"ip"`
-		Addresses   []string      `json:"addresses"`
+		IPs         []string      `json:"ips"`
 		ClusterUUID string        `json:"clusterUuid"`
 		Trusted     bool          `json:"trusted"`
 		Services    map[string]wl `json:"services"`
@@ -481,7 +481,7 @@ func (c *cluster) directoryFor(r *node) json.RawMessage {
 		if c.links != nil && n != r {
 			port = c.links.port(r, n)
 		}
-		nodes = append(nodes, entry{HostUUID: n.id, Name: n.name, IP: "127.0.0.1", Addresses: []string{"127.0.0.1"},
+		nodes = append(nodes, entry{HostUUID: n.id, Name: n.name, IP: "127.0.0.1", IPs: []string{"127.0.0.1"},
 			ClusterUUID: n.id, Trusted: true, Services: map[string]wl{"wl": {port}}, LastSeen: time.Now().Unix()})
 	}
 	b, _ := json.Marshal(map[string]any{"nodes": nodes})

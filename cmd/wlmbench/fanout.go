@@ -295,7 +295,7 @@ func discoveryLine(peers []devpki.Identity, ports []int) []byte {
 	for i, p := range peers {
 		nodes[i] = map[string]any{
 			"hostUuid": p.Principal, "name": "sink" + strconv.Itoa(i), "ip": "127.0.0.1",
-			"addresses": []string{"127.0.0.1"}, "clusterUuid": p.Principal, "trusted": true,
+			"ips": []string{"127.0.0.1"}, "clusterUuid": p.Principal, "trusted": true,
 			"services": map[string]any{"wl": map[string]any{"port": ports[i]}},
 		}
 	}

@@ -114,6 +114,10 @@ func FuzzSinglePassMatchesTypedDecode(f *testing.F) {
 		benchSeedFrame,
 		string(benchPeerFrame(nil, benchNodeID, 7)),
 		`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"j","originatedFrom":"n"}}`,
+		`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"j"}}`,
+		`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"j","originatedFrom":"n","OriginatedFrom":null}}`,
+		`{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":{"id":"j","model":"m","engine":"e","state":"s","originatedFrom":"n","createdAt":null,"seq":null}}}`,
+		`{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":{"id":"j","model":"m","engine":"e","state":"s","originatedFrom":"n","seq":4,"SEQ":null}}}`,
 		`{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":{"id":"j","model":"m","engine":"e","state":"s","originatedFrom":"n","ID":"k","runId":"r","RUNID":null}}}`,
 		`{"jsonrpc":"2.0","method":"workload:started","params":{"resync":true,"Resync":null,"workloadInfo":{"id":"j","model":"m","engine":"e","state":"s","originatedFrom":"n","seq":9223372036854775807}}}`,
 		`{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":{"id":"\ud800","model":"m","engine":"e","state":"s","originatedFrom":"n"}}}`,
@@ -207,14 +211,16 @@ func typedDecodePeerFrame(body []byte) (typedPeerEvent, string) {
 		return typedPeerEvent{}, classRule
 	}
 	if env.Method == MethodRemove {
+		// originatedFrom is optional, as in the stock peers' decode: an
+		// older sender's removal names none.
 		var r struct {
-			WorkloadID     tdString `json:"workloadId"`
-			OriginatedFrom tdString `json:"originatedFrom"`
+			WorkloadID     tdString     `json:"workloadId"`
+			OriginatedFrom tdNullString `json:"originatedFrom"`
 		}
 		if err := json.Unmarshal(env.Params, &r); err != nil {
 			return typedPeerEvent{}, tdClass(err)
 		}
-		if r.WorkloadID.v == "" || r.OriginatedFrom.v == "" {
+		if r.WorkloadID.v == "" {
 			return typedPeerEvent{}, classRule
 		}
 		return typedPeerEvent{removal: true, id: r.WorkloadID.v, origin: r.OriginatedFrom.v}, classAccepted
@@ -237,7 +243,7 @@ func typedDecodePeerFrame(body []byte) (typedPeerEvent, string) {
 		OriginatedFrom tdString     `json:"originatedFrom"`
 		RunID          tdNullString `json:"runId"`
 		ScheduledOn    tdNullString `json:"scheduledOn"`
-		CreatedAt      tdMillis     `json:"createdAt"`
+		CreatedAt      tdNullMillis `json:"createdAt"`
 		StartedAt      tdNullMillis `json:"startedAt"`
 		CompletedAt    tdNullMillis `json:"completedAt"`
 		Error          tdNullText   `json:"error"`
@@ -328,7 +334,6 @@ type (
 	tdState      struct{ v string } // a string, unbounded
 	tdNullString struct{ v string } // a key field that may be null
 	tdNullText   struct{ v string } // a text that may be null, unbounded
-	tdMillis     struct{ v int64 }
 	tdNullMillis struct{ v int64 }
 	tdSeq        struct {
 		v   int64
@@ -343,16 +348,18 @@ func (d *tdNullString) UnmarshalJSON(b []byte) error {
 }
 func (d *tdNullText) UnmarshalJSON(b []byte) error { return tdText(b, true, 0, &d.v) }
 
-func (d *tdMillis) UnmarshalJSON(b []byte) error { return json.Unmarshal(tdNotNull(b), &d.v) }
-
 func (d *tdNullMillis) UnmarshalJSON(b []byte) error {
 	var v *int64
 	return json.Unmarshal(b, &v)
 }
 
+// A null seq is the stock peers' int64 left as it was: no seq.
 func (d *tdSeq) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
 	var v int64
-	if err := json.Unmarshal(tdNotNull(b), &v); err != nil {
+	if err := json.Unmarshal(b, &v); err != nil {
 		return err
 	}
 	if v < 0 {
@@ -360,13 +367,4 @@ func (d *tdSeq) UnmarshalJSON(b []byte) error {
 	}
 	d.v, d.set = v, true
 	return nil
-}
-
-// tdNotNull turns null into a token no integer decodes from: the broker
-// refuses a null where it needs an integer.
-func tdNotNull(b []byte) []byte {
-	if string(b) == "null" {
-		return []byte(`"null"`)
-	}
-	return b
 }

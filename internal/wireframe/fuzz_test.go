@@ -15,9 +15,11 @@ import (
 
 // FuzzIngressFrame feeds arbitrary bodies to the ingress frame path. An
 // accepted frame must be one the peers can trust: its origin is this node,
-// as encoding/json itself decodes the body; its state is one of the five;
-// its id is at most 256 bytes; and no name at a checked level folds to
-// resync or to a known field spelt another way.
+// as encoding/json itself decodes the body; its state is one of the five
+// and the one its method carries; its times, as encoding/json decodes
+// them, are epoch milliseconds, and createdAt and seq are not null; its id
+// is at most 256 bytes; and no name at a checked level folds to resync or
+// to a known field spelt another way.
 func FuzzIngressFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		fr, err := ParseIngress(body, fuzzNodeID, DefaultWorkloadMaxBytes)
@@ -42,6 +44,7 @@ func FuzzIngressFrame(f *testing.F) {
 			}
 		} else {
 			var p struct {
+				Method string
 				Params struct {
 					WorkloadInfo WorkloadInfo
 					Resync       bool
@@ -60,12 +63,45 @@ func FuzzIngressFrame(f *testing.F) {
 			if _, ok := workloadStates[fr.Life.Info.State]; !ok {
 				t.Fatalf("accepted state %q", fr.Life.Info.State)
 			}
+			if !methodAgrees(fr.Method, fr.Life.Info.State) || fr.Method != p.Method || !methodAgrees(p.Method, w.State) {
+				t.Fatalf("accepted state %q on method %s", fr.Life.Info.State, fr.Method)
+			}
+			assertIngressNumbers(t, body)
 			if fr.Life.Info.OriginatedFrom != fuzzNodeID || len(fr.Life.Info.ID) > MaxKeyFieldBytes {
 				t.Fatalf("accepted workload %+v", fr.Life.Info)
 			}
 		}
 		assertNamesClean(t, body)
 	})
+}
+
+// assertIngressNumbers decodes an accepted lifecycle body's times and seq
+// with encoding/json and fails on a null createdAt or seq, or a time below
+// MinEpochMillis.
+func assertIngressNumbers(t *testing.T, body []byte) {
+	var p struct {
+		Params struct {
+			WorkloadInfo struct {
+				CreatedAt, StartedAt, CompletedAt, Seq json.RawMessage
+			}
+		}
+	}
+	if err := json.Unmarshal(body, &p); err != nil {
+		t.Fatalf("accepted a frame encoding/json cannot decode: %v", err)
+	}
+	w := p.Params.WorkloadInfo
+	if string(w.CreatedAt) == "null" || string(w.Seq) == "null" {
+		t.Fatalf("accepted a null createdAt (%s) or seq (%s)", w.CreatedAt, w.Seq)
+	}
+	for _, v := range []json.RawMessage{w.CreatedAt, w.StartedAt, w.CompletedAt} {
+		if v == nil || string(v) == "null" {
+			continue
+		}
+		var n int64
+		if err := json.Unmarshal(v, &n); err != nil || n < MinEpochMillis {
+			t.Fatalf("accepted time %s (%v): not epoch milliseconds", v, err)
+		}
+	}
 }
 
 // assertNamesClean walks the envelope, params and workloadInfo levels of an

@@ -223,6 +223,9 @@ func ParseIngress(body []byte, nodeID string, maxWorkload int) (Ingress, error) 
 	if f.Life, err = lifecycleFromScan(method, &s, nodeID); err != nil {
 		return Ingress{}, err
 	}
+	if err := checkIngressNumbers(&s.levels[levelInfo]); err != nil {
+		return Ingress{}, err
+	}
 	if stamped.params != nil {
 		f.Life.Params, f.Life.Raw = stamped.params, stamped.object
 	}
@@ -334,6 +337,57 @@ func stampOrigin(s *Scan, level int, nodeID string) (stampedObject, error) {
 		origin: params[tokEnd-len(quoted) : tokEnd : tokEnd]}, nil
 }
 
+// MinEpochMillis is the least time the ingress takes in createdAt,
+// startedAt and completedAt: 10^12 ms is 2001-09-09, while a time in
+// seconds stays below it until the year 33658, so a smaller value is a
+// producer's time in seconds (1789661457 is 2026 in seconds and a January
+// 1970 in milliseconds), which every Jobs list would show as 1970.
+const MinEpochMillis = 1_000_000_000_000
+
+// checkIngressNumbers applies the ingress's own rules to the workload's
+// numbers, which the typed checks have passed (integers or null): createdAt
+// and seq are not null, as the stock peers would take them, and each time
+// is in epoch milliseconds. The spelling is checked, so each is at most
+// one member spelt exactly.
+func checkIngressNumbers(il *scanLevel) error {
+	for _, name := range [...]string{"createdAt", "startedAt", "completedAt"} {
+		m := il.exact(name)
+		switch {
+		case m == nil:
+		case isJSONNull(m.value):
+			if name == "createdAt" {
+				return errors.New("workloadInfo.createdAt must be an integer (epoch milliseconds); the ingress takes no null")
+			}
+		default:
+			if n, _ := parseJSONInteger(m.value); n < MinEpochMillis {
+				return fmt.Errorf("workloadInfo.%s is %d, below %d: it looks like seconds; send epoch milliseconds", name, n, int64(MinEpochMillis))
+			}
+		}
+	}
+	if m := il.exact("seq"); m != nil && isJSONNull(m.value) {
+		return fmt.Errorf("workloadInfo.seq must be an integer from 0 to %d; the ingress takes no null", int64(maxSeq))
+	}
+	return nil
+}
+
+// stateOfMethod is what each lifecycle method says of its workload: the
+// state a frame of that method must carry on the ingress.
+var stateOfMethod = map[string]string{
+	MethodSubmitted: "queued",
+	MethodStarted:   "running",
+	MethodCompleted: "completed",
+	MethodErrored:   "failed or cancelled",
+}
+
+// methodAgrees reports whether a frame of method may carry state:
+// workload:errored carries either failure, each other method its own.
+func methodAgrees(method, state string) bool {
+	if method == MethodErrored {
+		return state == "failed" || state == "cancelled"
+	}
+	return stateOfMethod[method] == state
+}
+
 // checkIngressValues validates the decoded frame again, so the ingress rules
 // hold even for a spelling the name check missed: the origin is this node,
 // the state is one of the five and no resync marker was decoded. The id's
@@ -345,6 +399,12 @@ func checkIngressValues(f *Ingress, nodeID string) error {
 		origin = f.Life.Info.OriginatedFrom
 		if _, known := workloadStates[f.Life.Info.State]; !known {
 			return fmt.Errorf("state %q: must be queued, running, completed, failed or cancelled", f.Life.Info.State)
+		}
+		// The peers' brokers file an event by its state, and a producer's
+		// frame whose method says otherwise is a mistake in one of the two:
+		// relayed, its workload would show a state its method denies.
+		if !methodAgrees(f.Method, f.Life.Info.State) {
+			return fmt.Errorf("workloadInfo.state %q does not agree with method %s, which carries state %s", f.Life.Info.State, f.Method, stateOfMethod[f.Method])
 		}
 		if f.Life.Resync {
 			return errors.New("resync is reserved for peers' re-assertions")

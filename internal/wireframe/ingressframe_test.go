@@ -185,3 +185,80 @@ func TestIngressRelaysTheBodysOwnTextWithOnlyTheOriginStamped(t *testing.T) {
 		})
 	}
 }
+
+// The ingress's own rules on a producer's frame (issue 21): its method
+// agrees with its state, its times are epoch milliseconds, and createdAt
+// and seq are not null. Each refusal names the field; the same frames
+// pass every other path (TestThePeerAndBrokerPathsKeepTheStockPeersTolerance).
+func TestIngressRefusesAMethodAgainstItsStateTimesInSecondsAndNullNumbers(t *testing.T) {
+	const node = fuzzNodeID
+	frame := func(method, state string, members ...string) string {
+		info := `{"id":"job-1","model":"m","engine":"e","state":"` + state + `"`
+		for _, m := range members {
+			info += "," + m
+		}
+		return `{"jsonrpc":"2.0","method":"` + method + `","params":{"workloadInfo":` + info + `}}}`
+	}
+	const ms = `"createdAt":1789661457000`
+	for _, tc := range []struct {
+		name, body, reason string // reason "" = accepted
+	}{
+		{"submitted queued", frame(MethodSubmitted, "queued", ms), ""},
+		{"started running", frame(MethodStarted, "running", ms), ""},
+		{"completed completed", frame(MethodCompleted, "completed", ms), ""},
+		{"errored failed", frame(MethodErrored, "failed", ms), ""},
+		{"errored cancelled", frame(MethodErrored, "cancelled", ms), ""},
+		{"started completed", frame(MethodStarted, "completed", ms),
+			`workloadInfo.state "completed" does not agree with method workload:started, which carries state running`},
+		{"submitted running", frame(MethodSubmitted, "running", ms),
+			`workloadInfo.state "running" does not agree with method workload:submitted, which carries state queued`},
+		{"completed failed", frame(MethodCompleted, "failed", ms),
+			`workloadInfo.state "failed" does not agree with method workload:completed, which carries state completed`},
+		{"errored completed", frame(MethodErrored, "completed", ms),
+			`workloadInfo.state "completed" does not agree with method workload:errored, which carries state failed or cancelled`},
+		{"errored queued", frame(MethodErrored, "queued", ms),
+			`workloadInfo.state "queued" does not agree with method workload:errored, which carries state failed or cancelled`},
+		{"times at the bound", frame(MethodCompleted, "completed", `"createdAt":1000000000000`, `"startedAt":1000000000000`, `"completedAt":1000000000000`), ""},
+		{"times absent or null", frame(MethodStarted, "running", `"startedAt":null`, `"completedAt":null`), ""},
+		{"createdAt in seconds", frame(MethodStarted, "running", `"createdAt":1789661457`),
+			"workloadInfo.createdAt is 1789661457, below 1000000000000: it looks like seconds; send epoch milliseconds"},
+		{"startedAt in seconds", frame(MethodStarted, "running", ms, `"startedAt":1789661458`),
+			"workloadInfo.startedAt is 1789661458, below 1000000000000: it looks like seconds"},
+		{"completedAt in seconds", frame(MethodCompleted, "completed", ms, `"completedAt":1789661459`),
+			"workloadInfo.completedAt is 1789661459, below 1000000000000: it looks like seconds"},
+		{"createdAt one below the bound", frame(MethodStarted, "running", `"createdAt":999999999999`),
+			"workloadInfo.createdAt is 999999999999, below 1000000000000"},
+		{"createdAt zero", frame(MethodStarted, "running", `"createdAt":0`), "workloadInfo.createdAt is 0, below 1000000000000"},
+		{"createdAt negative", frame(MethodStarted, "running", `"createdAt":-1789661457000`), "workloadInfo.createdAt is -1789661457000, below"},
+		{"createdAt null", frame(MethodStarted, "running", `"createdAt":null`),
+			"workloadInfo.createdAt must be an integer (epoch milliseconds); the ingress takes no null"},
+		{"seq null", frame(MethodStarted, "running", ms, `"seq":null`),
+			"workloadInfo.seq must be an integer from 0 to 9223372036854775807; the ingress takes no null"},
+		{"seq zero", frame(MethodStarted, "running", ms, `"seq":0`), ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseIngress([]byte(tc.body), node, DefaultWorkloadMaxBytes)
+			switch {
+			case tc.reason == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.reason != "" && (err == nil || !strings.Contains(err.Error(), tc.reason)):
+				t.Fatalf("error = %v, want one containing %q", err, tc.reason)
+			}
+		})
+	}
+}
+
+// What the ingress refuses of its own rules, every other path takes as the
+// stock peers do: their decode has no such rules, and a stock peer relays
+// what its broker sent it.
+func TestThePeerAndBrokerPathsKeepTheStockPeersTolerance(t *testing.T) {
+	for _, tc := range []struct{ method, info string }{
+		{MethodStarted, `{"id":"j","model":"m","engine":"e","state":"completed","originatedFrom":"n","createdAt":1789661457}`},
+		{MethodErrored, `{"id":"j","model":"m","engine":"e","state":"running","originatedFrom":"n","createdAt":null,"seq":null}`},
+		{MethodCompleted, `{"id":"j","model":"m","engine":"e","state":"completed","originatedFrom":"n","startedAt":5,"completedAt":0}`},
+	} {
+		if _, err := ParseLifecycle(tc.method, json.RawMessage(`{"workloadInfo":`+tc.info+`}`)); err != nil {
+			t.Errorf("%s %s refused: %v", tc.method, tc.info, err)
+		}
+	}
+}

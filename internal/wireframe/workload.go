@@ -103,9 +103,17 @@ type Removal struct {
 // BrokerParams renders the removal's params for the broker from the tokens
 // as they arrived, in the order json.Marshal of a map wrote them before,
 // so a removal that needs no escaping reaches the broker byte for byte as
-// it always did.
+// it always did. A removal that names no origin (absent, null or "", an
+// older sender's) goes up as {"workloadId":...} alone, as it came and as a
+// stock peer writes it: an empty originatedFrom would tell the broker of
+// a node "" that no workload comes from.
 func (r *Removal) BrokerParams() json.RawMessage {
 	b := make([]byte, 0, len(r.idToken)+len(r.originToken)+32)
+	if r.Ref.Origin == "" {
+		b = append(b, `{"workloadId":`...)
+		b = append(b, r.idToken...)
+		return append(b, '}')
+	}
 	b = append(b, `{"originatedFrom":`...)
 	b = append(b, r.originToken...)
 	b = append(b, `,"workloadId":`...)
@@ -245,8 +253,9 @@ func (i *WorkloadInfo) validate() error {
 }
 
 // ParseRemove validates a workloads:remove frame's params: the typed checks
-// of workloadtypes.go, then a non-empty workloadId and originatedFrom. It
-// has no side effects.
+// of workloadtypes.go, then a non-empty workloadId. originatedFrom may be
+// absent, null or empty, as the stock peers take it from older senders: the
+// removal is then of ("", workloadId). It has no side effects.
 func ParseRemove(params json.RawMessage) (Removal, error) {
 	if !isJSONObject(params) {
 		return Removal{}, fmt.Errorf("params: %w", errNotObject)
@@ -295,9 +304,9 @@ func removalFromScan(s *Scan, stampedOrigin json.RawMessage) (Removal, error) {
 	if r.Ref.ID == "" {
 		return Removal{}, errors.New("params.workloadId is missing or empty")
 	}
-	if r.Ref.Origin == "" {
-		return Removal{}, errors.New("params.originatedFrom is missing or empty")
-	}
+	// An empty origin is an older sender's removal, taken as the stock
+	// peers take it; the ingress, which stamps its own, holds its frames to
+	// this node's id (checkIngressValues).
 	return r, nil
 }
 

@@ -80,7 +80,7 @@ func TestParseLifecycleSeqMustBeANonNegativeInt64(t *testing.T) {
 		{"1e3", false, 0},
 		{"1.0", false, 0},
 		{"-1", false, 0},
-		{"null", false, 0}, // null is not an integer
+		{"null", true, 0}, // the stock peers' int64 takes null as 0: it leaves seq unset
 		{`"3"`, false, 0},
 		{`""`, false, 0},
 		{`true`, false, 0},
@@ -100,7 +100,7 @@ func TestParseLifecycleSeqMustBeANonNegativeInt64(t *testing.T) {
 			if !tc.ok && (err == nil || !strings.Contains(err.Error(), "seq")) {
 				t.Fatalf("seq %s: error = %v, want a rejection naming seq", tc.seq, err)
 			}
-			if tc.ok && (ev.Info.HasSeq != (tc.seq != "") || ev.Info.Seq != tc.want) {
+			if tc.ok && (ev.Info.HasSeq != (tc.seq != "" && tc.seq != "null") || ev.Info.Seq != tc.want) {
 				t.Fatalf("seq %s parsed as hasSeq=%v seqNum=%d, want %d", tc.seq, ev.Info.HasSeq, ev.Info.Seq, tc.want)
 			}
 		})
@@ -182,8 +182,12 @@ func TestParseRemove(t *testing.T) {
 		{"workloadId empty", `{"workloadId":"","originatedFrom":"node-a"}`, WorkloadRef{}, "workloadId"},
 		{"workloadId null", `{"workloadId":null,"originatedFrom":"node-a"}`, WorkloadRef{}, "workloadId"},
 		{"workloadId a number", `{"workloadId":5,"originatedFrom":"node-a"}`, WorkloadRef{}, "params"},
-		{"originatedFrom missing", `{"workloadId":"job-1"}`, WorkloadRef{}, "originatedFrom"},
-		{"originatedFrom empty", `{"workloadId":"job-1","originatedFrom":""}`, WorkloadRef{}, "originatedFrom"},
+		// An older sender's removal names no origin: the stock peers take it
+		// as a removal of ("", id), and so does every path but the ingress.
+		{"originatedFrom missing", `{"workloadId":"job-1"}`, WorkloadRef{"", "job-1"}, ""},
+		{"originatedFrom empty", `{"workloadId":"job-1","originatedFrom":""}`, WorkloadRef{"", "job-1"}, ""},
+		{"originatedFrom null", `{"workloadId":"job-1","originatedFrom":null}`, WorkloadRef{"", "job-1"}, ""},
+		{"originatedFrom a number", `{"workloadId":"job-1","originatedFrom":5}`, WorkloadRef{}, "params.originatedFrom must be a string or null"},
 		{"params an array", `[{"workloadId":"job-1","originatedFrom":"node-a"}]`, WorkloadRef{}, "params"},
 		{"params null", `null`, WorkloadRef{}, "params"},
 		{"params a string", `"job-1"`, WorkloadRef{}, "params"},
@@ -203,6 +207,35 @@ func TestParseRemove(t *testing.T) {
 				t.Fatalf("error = %v, want a rejection mentioning %q", err, tc.wantInErr)
 			}
 		})
+	}
+}
+
+// The broker is written a removal's params from its tokens as they came;
+// one that names no origin goes up as {"workloadId":...} alone, as a stock
+// peer writes it, never with an empty originatedFrom.
+func TestRemovalBrokerParamsNameTheOriginOnlyWhenTheRemovalHasOne(t *testing.T) {
+	for _, tc := range []struct{ params, want string }{
+		{`{"workloadId":"job-1","originatedFrom":"node-a"}`, `{"originatedFrom":"node-a","workloadId":"job-1"}`},
+		{`{"originatedFrom":"n\u00e9","workloadId":"j\/1"}`, `{"originatedFrom":"n\u00e9","workloadId":"j\/1"}`},
+		{`{"workloadId":"job-1"}`, `{"workloadId":"job-1"}`},
+		{`{"workloadId":"job-\u00e9","originatedFrom":null}`, `{"workloadId":"job-\u00e9"}`},
+		{`{"workloadId":"job-1","originatedFrom":""}`, `{"workloadId":"job-1"}`},
+	} {
+		r, err := ParseRemove(json.RawMessage(tc.params))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.params, err)
+		}
+		if got := string(r.BrokerParams()); got != tc.want {
+			t.Errorf("%s: broker params %s, want %s", tc.params, got, tc.want)
+		}
+	}
+	for ref, want := range map[WorkloadRef]string{
+		{"node-a", "job-1"}: `{"jsonrpc":"2.0","method":"workloads:remove","params":{"originatedFrom":"node-a","workloadId":"job-1"}}`,
+		{"", "job-1"}:       `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-1"}}`,
+	} {
+		if got := string(EncodeRemoval(ref)); got != want {
+			t.Errorf("EncodeRemoval(%+v) = %s, want %s", ref, got, want)
+		}
 	}
 }
 

@@ -29,9 +29,8 @@ type memberType uint8
 const (
 	typeString          memberType = iota // a string; null is refused
 	typeStringOrNull                      // a string or null
-	typeEpochMillis                       // an integer (epoch milliseconds); null is refused
 	typeEpochMillisNull                   // an integer (epoch milliseconds) or null
-	typeSeq                               // an integer from 0 to the int64 maximum
+	typeSeqOrNull                         // an integer from 0 to the int64 maximum, or null
 )
 
 // expectation says, for an error, what a member of type t must be.
@@ -41,12 +40,10 @@ func (t memberType) expectation() string {
 		return "a string"
 	case typeStringOrNull:
 		return "a string or null"
-	case typeEpochMillis:
-		return "an integer (epoch milliseconds)"
 	case typeEpochMillisNull:
 		return "an integer (epoch milliseconds) or null"
 	default:
-		return "an integer from 0 to " + strconv.FormatInt(maxSeq, 10)
+		return "an integer from 0 to " + strconv.FormatInt(maxSeq, 10) + " or null"
 	}
 }
 
@@ -107,7 +104,12 @@ const (
 
 var (
 	// workloadTypedFields are the members of a workload object the broker
-	// decodes, with their types (spec.md 3.2, Types).
+	// decodes, with their types (spec.md 3.2, Types). createdAt and seq
+	// take null as the stock peers' decode does (Go int64 fields, which a
+	// null leaves at 0): a stock peer relays such a frame, and refusing it
+	// would hide that workload from every node of ours. The ingress, which
+	// is this project's own, still refuses a null in either
+	// (ingressframe.go).
 	workloadTypedFields = typedFields(
 		typedField{name: "id", typ: typeString, maxBytes: MaxKeyFieldBytes},
 		typedField{name: "model", typ: typeString, maxBytes: MaxKeyFieldBytes},
@@ -116,20 +118,22 @@ var (
 		typedField{name: "originatedFrom", typ: typeString, maxBytes: MaxKeyFieldBytes},
 		typedField{name: "runId", typ: typeStringOrNull, maxBytes: MaxKeyFieldBytes},
 		typedField{name: "scheduledOn", typ: typeStringOrNull, maxBytes: MaxKeyFieldBytes},
-		typedField{name: "createdAt", typ: typeEpochMillis, maxBytes: 0},
+		typedField{name: "createdAt", typ: typeEpochMillisNull, maxBytes: 0},
 		typedField{name: "startedAt", typ: typeEpochMillisNull, maxBytes: 0},
 		typedField{name: "completedAt", typ: typeEpochMillisNull, maxBytes: 0},
 		// error is bounded on the ingress only (ingressframe.go): the broker
 		// and the stock peers send long error texts, and error is in no key.
 		typedField{name: "error", typ: typeStringOrNull, maxBytes: 0},
 		typedField{name: "requesterId", typ: typeStringOrNull, maxBytes: MaxKeyFieldBytes},
-		typedField{name: "seq", typ: typeSeq, maxBytes: 0},
+		typedField{name: "seq", typ: typeSeqOrNull, maxBytes: 0},
 	)
 	// removalTypedFields are the members of a workloads:remove frame's params
-	// the broker decodes.
+	// the broker decodes. originatedFrom is optional, as in the stock
+	// peers' decode (a string field that absent, null and "" all leave
+	// empty): older senders omit it (upstream spec, section 6).
 	removalTypedFields = typedFields(
 		typedField{name: "workloadId", typ: typeString, maxBytes: MaxKeyFieldBytes},
-		typedField{name: "originatedFrom", typ: typeString, maxBytes: MaxKeyFieldBytes},
+		typedField{name: "originatedFrom", typ: typeStringOrNull, maxBytes: MaxKeyFieldBytes},
 	)
 )
 
@@ -271,12 +275,10 @@ func hasMemberType(t memberType, v []byte) bool {
 		return isJSONStringValue(v)
 	case typeStringOrNull:
 		return isJSONStringValue(v) || isJSONNull(v)
-	case typeEpochMillis:
-		return isJSONInteger(v)
 	case typeEpochMillisNull:
 		return isJSONNull(v) || isJSONInteger(v)
 	default:
-		return isSeq(v)
+		return isJSONNull(v) || isSeq(v)
 	}
 }
 

@@ -11,10 +11,10 @@ import (
 // step all three paths share, with the reason it gives.
 func TestParseLifecycleRefusesMembersTheBrokerCannotDecode(t *testing.T) {
 	const (
-		millis     = "must be an integer (epoch milliseconds)"
-		millisNull = "must be an integer (epoch milliseconds) or null"
+		millis     = "must be an integer (epoch milliseconds) or null"
+		millisNull = millis
 		strNull    = "must be a string or null"
-		seq        = "workloadInfo.seq must be an integer from 0 to 9223372036854775807"
+		seq        = "workloadInfo.seq must be an integer from 0 to 9223372036854775807 or null"
 		text       = "must be valid UTF-8 with no lone surrogates"
 	)
 	for _, tc := range []struct {
@@ -26,7 +26,6 @@ func TestParseLifecycleRefusesMembersTheBrokerCannotDecode(t *testing.T) {
 		{"createdAt a fraction", []string{`"createdAt":1789661457000.5`}, "workloadInfo.createdAt " + millis},
 		{"createdAt an exponent", []string{`"createdAt":1.789661457e12`}, "workloadInfo.createdAt " + millis},
 		{"createdAt a whole number with an exponent", []string{`"createdAt":1e3`}, "workloadInfo.createdAt " + millis},
-		{"createdAt null", []string{`"createdAt":null`}, "workloadInfo.createdAt " + millis},
 		{"createdAt above the int64 range", []string{`"createdAt":9223372036854775808`}, "workloadInfo.createdAt " + millis},
 		{"createdAt below the int64 range", []string{`"createdAt":-9223372036854775809`}, "workloadInfo.createdAt " + millis},
 		{"startedAt a word", []string{`"startedAt":"yesterday"`}, "workloadInfo.startedAt " + millisNull},
@@ -42,7 +41,6 @@ func TestParseLifecycleRefusesMembersTheBrokerCannotDecode(t *testing.T) {
 		{"seq 1.5", []string{`"seq":1.5`}, seq},
 		{"seq 1e3", []string{`"seq":1e3`}, seq},
 		{`seq "3"`, []string{`"seq":"3"`}, seq},
-		{"seq null", []string{`"seq":null`}, seq},
 		{"seq above the int64 range", []string{`"seq":9223372036854775808`}, seq},
 		{"id a lone high surrogate", []string{`"id":"job-\ud800"`}, "workloadInfo.id " + text},
 		{"id a high surrogate before a letter", []string{`"id":"job-\ud800x"`}, "workloadInfo.id " + text},
@@ -86,6 +84,10 @@ func TestParseLifecycleAcceptsEveryShapeTheBrokerDecodes(t *testing.T) {
 		{"a requesterId with a slash", []string{`"requesterId":"offload-harness/sess-1"`}},
 		{"integers at the int64 bounds", []string{`"createdAt":-9223372036854775808`, `"startedAt":9223372036854775807`, `"seq":9223372036854775807`}},
 		{"zero", []string{`"createdAt":0`, `"seq":0`}},
+		// The stock peers decode createdAt and seq as Go int64, which a null
+		// leaves at 0: they relay such frames, and so must every path of
+		// ours but the ingress.
+		{"null createdAt and seq", []string{`"createdAt":null`, `"seq":null`}},
 		{"a valid surrogate pair", []string{`"model":"qwen-\ud83d\ude80"`}},
 		{"raw multi-byte UTF-8 and plain escapes", []string{`"model":"qwën-🚀 \"q\" \\ \/ \n \u00e9"`}},
 		{"unknown members of any type", []string{`"note":[1,"\ud800",{"x":1.5e3}]`, `"cost":1e3`, `"tags":null`, `"Createdat2":"x"`}},
@@ -109,6 +111,8 @@ func TestParseLifecycleRecordsTheSeqEncodingJSONWouldDecode(t *testing.T) {
 		{[]string{`"seq":3`}, 3},
 		{[]string{`"seq":3`, `"Seq":5`}, 5},
 		{[]string{`"SEQ":7`, `"seq":2`}, 2},
+		{[]string{`"seq":4`, `"seq":null`}, 4}, // a null leaves the earlier value in place
+		{[]string{`"seq":null`, `"Seq":6`}, 6},
 	} {
 		ev, err := ParseLifecycle(MethodStarted, json.RawMessage(`{"workloadInfo":`+workloadJSON("node-a", tc.members...)+`}`))
 		if err != nil {
