@@ -533,6 +533,12 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 	}
 	a.send(brokerRemovalLine("a-life", na.ID))
 	s.send(brokerRemovalLine("s-life", ns.ID))
+	// A removal without originatedFrom, as older senders write it
+	// (upstream's removeParams: the origin is optional), both ways: each
+	// side relays it as it came and writes {"workloadId": ...} to its
+	// broker (spec 3.3, "Removals without an origin").
+	a.send(`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"a-noorigin"}}`)
+	s.send(`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"s-noorigin"}}`)
 
 	// Duplicates both ways: a delivery whose answer is lost is retried by
 	// the sender, and a broker's repeated frame is relayed twice; either
@@ -554,10 +560,17 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 		// 12 KiB: three times the ingress's bound on a producer's error
 		// text, within the default --workload-max-bytes.
 		"s-shape-error": `"state":"failed","runId":"r1","scheduledOn":null,"error":"` + strings.Repeat("stack frame\\n", 1024) + `"`,
+		// null createdAt and seq: int64 fields in the stock daemon's
+		// decode, which a null leaves at 0, so it relays them (spec 3.2).
+		"s-shape-null-numbers": `"state":"running","runId":"r1","scheduledOn":null`,
 	}
 	shapeInfo := func(id string) string {
+		numbers := `,"seq":1,"createdAt":1789661457000`
+		if id == "s-shape-null-numbers" {
+			numbers = `,"seq":null,"createdAt":null`
+		}
 		return `{"id":"` + id + `","model":"qwen3.5-9b","engine":"llamacpp","originatedFrom":"` + ns.ID + `",` + shapes[id] +
-			`,"seq":1,"createdAt":1789661457000,"startedAt":null,"completedAt":null,"requesterId":null}`
+			numbers + `,"startedAt":null,"completedAt":null,"requesterId":null}`
 	}
 	for _, id := range sortedKeys(shapes) {
 		method := wireframe.MethodStarted
@@ -573,8 +586,21 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 	s.send(lifecycleLine("s-hb", "running", ns.ID))
 
 	// Everything so far has crossed.
-	s.waitMethod(wireframe.MethodRemove, 1)
-	a.waitMethod(wireframe.MethodRemove, 1)
+	s.waitMethod(wireframe.MethodRemove, 2)
+	a.waitMethod(wireframe.MethodRemove, 2)
+	for _, d := range []struct {
+		broker *daemonProc
+		id     string
+	}{{s, "a-noorigin"}, {a, "s-noorigin"}} {
+		want := `{"workloadId":"` + d.id + `"}`
+		found := false
+		for _, f := range d.broker.withMethod(wireframe.MethodRemove) {
+			found = found || string(f.Params) == want
+		}
+		if !found {
+			t.Fatalf("the removal without an origin reached the broker as %v, want params %s", d.broker.withMethod(wireframe.MethodRemove), want)
+		}
+	}
 	for _, id := range []string{"a-dup-retried", "a-dup-repeated"} {
 		s.waitUpserts(id, 1)
 	}
