@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,6 +33,7 @@ type schemaCase struct {
 	Name     string `json:"name"`
 	Body     string `json:"body"`
 	Accepted bool   `json:"accepted"`
+	Schema   string `json:"schema,omitempty"` // components.schemas; Frame when empty
 }
 
 // schemaCorpus returns the ingress's frame corpus: the seeds of
@@ -204,6 +206,13 @@ func TestOpenAPIFrameSchemaAgreesWithTheDaemon(t *testing.T) {
 	if accepted < 20 || len(cases)-accepted < 30 {
 		t.Fatalf("the corpus compares %d accepted and %d refused frames: too few to hold the schema", accepted, len(cases)-accepted)
 	}
+	runSchemaCheck(t, python, cases)
+}
+
+// runSchemaCheck has api/schemacheck.py judge cases and fails the test on
+// any disagreement.
+func runSchemaCheck(t *testing.T, python string, cases []schemaCase) {
+	t.Helper()
 	b, err := json.Marshal(cases)
 	if err != nil {
 		t.Fatal(err)
@@ -231,4 +240,86 @@ func schemaCheckerUnavailable(t *testing.T, reason string) {
 		t.Fatalf("CI=true and the schema check cannot run: %s", reason)
 	}
 	t.Skipf("schema check skipped: %s", reason)
+}
+
+// TestOpenAPIAnswerSchemasDescribeTheAnswers holds the document's answer
+// schemas to the daemon's answers: GET /v1/node and GET /v1/workloads, on a
+// node with members and leased and unleased jobs, validate against Node
+// and ReadBack, and GET /v1/node's members are exactly the document's, so
+// a member added to the answer and not to the document fails here.
+func TestOpenAPIAnswerSchemasDescribeTheAnswers(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		schemaCheckerUnavailable(t, "python3 is not installed")
+	}
+	n, _ := readBackNode(t)
+	addr := n.m.IngressAddr()
+	postLeased(t, n, leasedInfo("schema-leased", "running", 1), 600)
+	postLeased(t, n, leasedInfo("schema-unleased", "queued", 1), 0)
+	n.m.applyDiscovery(json.RawMessage(`{"nodes":[{"hostUuid":"` + n.id + `","name":"self"},{"hostUuid":"other","name":"other","ip":"127.0.0.1","clusterUuid":"x","services":{"wl":{"port":1}}}]}`))
+	st, _, node := getNodeInfo(t, addr, "")
+	if st != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", nodeInfoPath, st, node)
+	}
+	st, _, workloads := getReadBack(t, addr, "")
+	if st != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", readBackPath, st, workloads)
+	}
+	if !strings.Contains(string(workloads), `"leaseDeadline":null`) || !strings.Contains(string(node), `"name":"other"`) {
+		t.Fatalf("the answers do not show what the test set up: %s %s", node, workloads)
+	}
+
+	raw, err := os.ReadFile(filepath.Join("api", "openapi.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer struct {
+		Members []map[string]json.RawMessage `json:"members"`
+		Limits  map[string]json.RawMessage   `json:"limits"`
+	}
+	var answerTop map[string]json.RawMessage
+	if json.Unmarshal(node, &answer) != nil || json.Unmarshal(node, &answerTop) != nil || len(answer.Members) != 2 {
+		t.Fatalf("GET %s: %s", nodeInfoPath, node)
+	}
+	nodeSchema := []string{"components", "schemas", "Node"}
+	sameKeys := func(what string, got map[string]json.RawMessage, documented map[string]json.RawMessage) {
+		for k := range got {
+			if _, ok := documented[k]; !ok {
+				t.Errorf("%s: the answer's member %q is not in api/openapi.json", what, k)
+			}
+		}
+		for k := range documented {
+			if _, ok := got[k]; !ok {
+				t.Errorf("%s: api/openapi.json documents %q, which the answer lacks", what, k)
+			}
+		}
+	}
+	sameKeys("Node", answerTop, schemaProperties(t, raw, nodeSchema...))
+	sameKeys("Node.limits", answer.Limits, schemaProperties(t, raw, append(nodeSchema, "properties", "limits")...))
+	sameKeys("Node.members[]", answer.Members[0], schemaProperties(t, raw, append(nodeSchema, "properties", "members", "items")...))
+
+	runSchemaCheck(t, python, []schemaCase{
+		{Name: "GET /v1/node", Body: string(node), Accepted: true, Schema: "Node"},
+		{Name: "GET /v1/workloads", Body: string(workloads), Accepted: true, Schema: "ReadBack"},
+	})
+}
+
+// schemaProperties returns the properties of the schema at path in the
+// JSON document raw.
+func schemaProperties(t *testing.T, raw []byte, path ...string) map[string]json.RawMessage {
+	t.Helper()
+	for _, k := range path {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &obj); err != nil || obj[k] == nil {
+			t.Fatalf("api/openapi.json has no %v", path)
+		}
+		raw = obj[k]
+	}
+	var s struct {
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	if err := json.Unmarshal(raw, &s); err != nil || s.Properties == nil {
+		t.Fatalf("api/openapi.json: %v has no properties", path)
+	}
+	return s.Properties
 }

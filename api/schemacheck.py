@@ -3,10 +3,11 @@
 
 Usage: schemacheck.py OPENAPI CASES
 
-CASES is a JSON array of {"name", "body", "accepted"}: each body a producer
-frame (text) and whether the daemon's ingress validation accepted it, as
-openapi_test.go wrote them. Each body is validated against the document's
-Frame schema with the jsonschema package (JSON Schema 2020-12, the dialect
+CASES is a JSON array of {"name", "body", "accepted", "schema"}: each body a
+producer frame (text) and whether the daemon's ingress validation accepted
+it, or an answer of the daemon's (accepted true), as openapi_test.go wrote
+them. Each body is validated against the document's schema named by
+"schema" (components.schemas; Frame when absent) with the jsonschema package (JSON Schema 2020-12, the dialect
 OpenAPI 3.1 uses); every case whose verdict differs from the daemon's is
 printed, one line each, and the exit status is 1 when there is any.
 
@@ -35,18 +36,17 @@ except ImportError:
     Registry = None
 
 
-def validator_for(doc):
-    """A validator of the document's Frame schema, its $refs resolved
-    within the document."""
-    frame = {"$ref": "#/components/schemas/Frame"}
+def validator_for(doc, name):
+    """A validator of the document's schema name (components.schemas), its
+    $refs resolved within the document."""
     if Registry is not None:
         root = dict(doc)
         root["$schema"] = "https://json-schema.org/draft/2020-12/schema"
         resource = Resource.from_contents(root)
         registry = Registry().with_resource("urn:openapi", resource)
-        return Draft202012Validator({"$ref": "urn:openapi#/components/schemas/Frame"}, registry=registry)
+        return Draft202012Validator({"$ref": "urn:openapi#/components/schemas/" + name}, registry=registry)
     resolver = jsonschema.RefResolver.from_schema(doc)
-    return Draft202012Validator(frame, resolver=resolver)
+    return Draft202012Validator({"$ref": "#/components/schemas/" + name}, resolver=resolver)
 
 
 def main():
@@ -63,11 +63,14 @@ def main():
         except jsonschema.SchemaError as e:
             print(f"components.schemas.{name} is not a JSON Schema 2020-12 schema: {e.message}")
             return 1
-    v = validator_for(doc)
+    validators = {}
     disagreements = 0
     for c in cases:
+        name = c.get("schema") or "Frame"
+        if name not in validators:
+            validators[name] = validator_for(doc, name)
         frame = json.loads(c["body"], parse_float=decimal.Decimal)
-        errors = list(v.iter_errors(frame))
+        errors = list(validators[name].iter_errors(frame))
         if (not errors) != c["accepted"]:
             disagreements += 1
             why = errors[0].message if errors else "the schema accepts it"
