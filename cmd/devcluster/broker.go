@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -366,7 +367,7 @@ func sortJobs(js []job) {
 		if c := y.updated.Compare(x.updated); c != 0 {
 			return c
 		}
-		if c := cmpInt(y.CreatedAt, x.CreatedAt); c != 0 {
+		if c := cmp.Compare(y.CreatedAt, x.CreatedAt); c != 0 {
 			return c
 		}
 		if c := strings.Compare(x.Origin, y.Origin); c != 0 {
@@ -379,14 +380,4 @@ func sortJobs(js []job) {
 func (b *broker) get(origin, id string) (job, bool) {
 	r, ok := b.store.Get(origin, id)
 	return jobOf(r), ok
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -19,6 +19,7 @@
 package pairbroker
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -405,7 +406,7 @@ func (s *Store) Replay(self string, window time.Duration) []Record {
 	}
 	slices.SortFunc(out, func(a, b Record) int {
 		if a.CreatedAt != b.CreatedAt {
-			return cmpInt(a.CreatedAt, b.CreatedAt)
+			return cmp.Compare(a.CreatedAt, b.CreatedAt)
 		}
 		return strings.Compare(a.ID, b.ID)
 	})
@@ -474,14 +475,4 @@ func sortRecords(rs []Record) {
 		}
 		return 0
 	})
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
