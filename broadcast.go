@@ -341,6 +341,18 @@ func (b *broadcaster) targetCount() int {
 	return len(b.peers)
 }
 
+// targetHosts returns the hostUuids of the current targets: the nodes this
+// node delivers to (GET /v1/node). O(targets) under mu, a leaf.
+func (b *broadcaster) targetHosts() map[string]struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[string]struct{}, len(b.peers))
+	for _, s := range b.peers {
+		out[s.target.hostUUID] = struct{}{}
+	}
+	return out
+}
+
 // close stops the enqueue point and gives the peer queues up to drain to
 // deliver what they hold; whatever is still undelivered then is abandoned.
 func (b *broadcaster) close(drain time.Duration) {

@@ -30,6 +30,10 @@ func TestFetchMetadataOfAPageIsRefusedOnEveryIngressPathBeforeAnyWork(t *testing
 			st, _, body := getReadBack(t, addr, "requesterId=lease-test&limit=1", h...)
 			return st, strings.TrimSpace(string(body))
 		}},
+		{"node", func(h ...string) (int, string) {
+			st, _, body := getNodeInfo(t, addr, "", h...)
+			return st, strings.TrimSpace(string(body))
+		}},
 		{"unknown path", func(h ...string) (int, string) {
 			rq := liRequest{method: http.MethodGet, path: "/v1/other", header: http.Header{}}
 			for i := 0; i+1 < len(h); i += 2 {

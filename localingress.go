@@ -172,6 +172,10 @@ func (li *localIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		li.serveReadBack(w, r) // readback.go: the same Origin and Host checks first
 		return
 	}
+	if r.URL.Path == nodeInfoPath {
+		li.serveNodeInfo(w, r) // nodeinfo.go: the same browser checks first
+		return
+	}
 	status, reason, f := li.decide(w, r)
 	reason = httpguard.ClipReason(reason)
 	li.m.ingressResponses.Inc(httpguard.StatusCode(status))
