@@ -13,9 +13,10 @@ import (
 // to and the limits a producer must respect.
 type Node struct {
 	NodeID       string   `json:"nodeId"`       // this node's id, stamped as originatedFrom
-	NodeIDSource string   `json:"nodeIdSource"` // the file the id came from
+	NodeIDSource string   `json:"nodeIdSource"` // the base name of the file the id came from: identity.json or node-id.json
+	NodeIDFile   string   `json:"nodeIdFile"`   // that file's path
 	Version      string   `json:"version"`      // the daemon's version
-	Members      []Member `json:"members"`      // the cluster's members, from the latest discovery snapshot
+	Members      []Member `json:"members"`      // the latest discovery snapshot's nodes, this one included
 	Limits       Limits   `json:"limits"`       // the bounds a frame must fit
 }
 
@@ -23,20 +24,23 @@ type Node struct {
 type Member struct {
 	Name       string `json:"name"`       // the member's name, as the cluster shows it
 	NodeID     string `json:"nodeId"`     // its node id, for scheduledOn
+	Self       bool   `json:"self"`       // the entry is this node's
 	Delivering bool   `json:"delivering"` // whether this node currently delivers to it
 }
 
-// Limits are the bounds the node enforces on producers.
+// Limits are the bounds the node enforces on producers (spec 3.5.3).
 type Limits struct {
-	BodyMaxBytes         int64 `json:"bodyMaxBytes"`
-	BrokerLineMaxBytes   int64 `json:"brokerLineMaxBytes"`
-	WorkloadMaxBytes     int64 `json:"workloadMaxBytes"`
-	LeaseMinSeconds      int64 `json:"leaseMinSeconds"`
-	LeaseMaxSeconds      int64 `json:"leaseMaxSeconds"`
-	LiveWorkloads        int64 `json:"liveWorkloads"`
-	LiveWorkloadsMax     int64 `json:"liveWorkloadsMax"`
-	LiveWorkloadBytes    int64 `json:"liveWorkloadBytes"`
-	LiveWorkloadBytesMax int64 `json:"liveWorkloadBytesMax"`
+	BodyMaxBytes         int64 `json:"bodyMaxBytes"`         // the request body cap
+	BrokerLineMaxBytes   int64 `json:"brokerLineMaxBytes"`   // a frame's line to the broker
+	WorkloadMaxBytes     int64 `json:"workloadMaxBytes"`     // a frame's params
+	FieldMaxBytes        int64 `json:"fieldMaxBytes"`        // id, runId, engine, model, scheduledOn, requesterId
+	ErrorMaxBytes        int64 `json:"errorMaxBytes"`        // error
+	LeaseMinSeconds      int64 `json:"leaseMinSeconds"`      // the Workload-Lease range
+	LeaseMaxSeconds      int64 `json:"leaseMaxSeconds"`      //
+	LiveWorkloads        int64 `json:"liveWorkloads"`        // entries the node holds now
+	LiveWorkloadsMax     int64 `json:"liveWorkloadsMax"`     // and at most
+	LiveWorkloadBytes    int64 `json:"liveWorkloadBytes"`    // their bytes now
+	LiveWorkloadBytesMax int64 `json:"liveWorkloadBytesMax"` // and at most
 }
 
 // Node asks the node who it is (GET /v1/node). A producer never reads
