@@ -151,6 +151,16 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// holdsWithin fails the test if cond stops holding within d.
+func holdsWithin(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if !cond() {
+			t.Fatalf("%s stopped holding", what)
+		}
+	}
+}
+
 var wantMethod = map[string]string{"queued": "workload:submitted", "running": "workload:started",
 	"completed": "workload:completed", "failed": "workload:errored", "cancelled": "workload:errored"}
 
@@ -309,11 +319,16 @@ func TestRetriesBackOffDoublingToTheCapJitteredAndHonourRetryAfter(t *testing.T)
 	if len(w) != 8 {
 		t.Fatalf("waits %v, want 8", w)
 	}
+	jittered := false
 	for i, d := range caps {
 		d *= time.Millisecond
 		if w[i] < d/2 || w[i] > d {
 			t.Errorf("wait %d is %s, want within [%s, %s]", i, w[i], d/2, d)
 		}
+		jittered = jittered || w[i] != d
+	}
+	if !jittered { // each wait is its cap by a chance of 1 in 50,000,000 or less
+		t.Errorf("waits %v are not jittered", w[:len(caps)])
 	}
 	if w[6] < 7*time.Second || w[6] > 7*time.Second*5/4 {
 		t.Errorf("after Retry-After: 7 the client waited %s, want 7 s and up to a quarter more", w[6])
@@ -489,6 +504,12 @@ func TestLeasesAreRenewedWhileTheJobLivesAndEndWithItsTerminalFrame(t *testing.T
 		return n >= 3
 	})
 	job.Complete()
+	lastIsCompleted := func() bool {
+		reqs := in.requests()
+		return reqs[len(reqs)-1].frame.Method == "workload:completed"
+	}
+	eventually(t, "the completed frame", lastIsCompleted)
+	holdsWithin(t, "nothing renewed after the completed frame", 20*c.renewEvery, lastIsCompleted)
 	closeWithin(t, c, 10*time.Second)
 	reqs := in.requests()
 	for _, g := range reqs[:len(reqs)-1] {
@@ -637,4 +658,17 @@ func TestTheOutboxIsBounded(t *testing.T) {
 	if s := c.Stats(); s.OutboxPending != 0 || s.Sent != 6 {
 		t.Errorf("stats %+v, want every frame sent and the outbox empty", s)
 	}
+}
+
+func TestRenewalsDoNotPileUpBehindAFrameThatWaits(t *testing.T) {
+	in := &fakeIngress{hold: make(chan struct{})}
+	defer close(in.hold)
+	c := newClient(t, Config{Addr: serve(t, in)})
+	c.renewEvery = 5 * time.Millisecond
+	job, err := c.Submit(context.Background(), JobSpec{Model: "m", Engine: "e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job.Start()
+	holdsWithin(t, "two frames queued while the daemon does not answer", 40*c.renewEvery, func() bool { return c.Stats().Queued <= 2 })
 }
