@@ -672,3 +672,23 @@ func TestRenewalsDoNotPileUpBehindAFrameThatWaits(t *testing.T) {
 	job.Start()
 	holdsWithin(t, "two frames queued while the daemon does not answer", 40*c.renewEvery, func() bool { return c.Stats().Queued <= 2 })
 }
+
+func TestARemovalIsTheJobsLastFrameAndNamesItsWorkload(t *testing.T) {
+	in := &fakeIngress{}
+	c := newClient(t, Config{Addr: serve(t, in)})
+	job, err := c.Submit(context.Background(), JobSpec{Model: "m", Engine: "e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if err := job.Complete(); !errors.Is(err, ErrJobEnded) {
+		t.Errorf("Complete after Remove: %v, want ErrJobEnded", err)
+	}
+	closeWithin(t, c, 10*time.Second)
+	reqs := in.requests()
+	if len(reqs) != 2 || reqs[1].frame.Method != "workloads:remove" || reqs[1].frame.Params.WorkloadID != job.ID() || len(reqs[1].lease) != 0 {
+		t.Fatalf("requests %+v, want the submitted frame, then a removal of %s without a lease", reqs, job.ID())
+	}
+}
