@@ -132,8 +132,9 @@ func TestProducerGivesUpAfterItsAttempts(t *testing.T) {
 func TestProducerLeasesItsLiveFramesRenewsWhileTheJobRunsAndEndsTheLeaseWithTheTerminalFrame(t *testing.T) {
 	in := &ingress{}
 	var stdout, stderr bytes.Buffer
-	// A 5 s lease is renewed every 5/3 s: once in 2 s of work.
-	code := run([]string{"--addr", start(t, in), "--id", "job-8", "--lease", "5s", "--work", "2s"}, &stdout, &stderr)
+	// A 5 s lease is renewed every 5/3 s: once in 2.5 s of work, with a
+	// third of a second to spare on either side.
+	code := run([]string{"--addr", start(t, in), "--id", "job-8", "--lease", "5s", "--work", "2500ms"}, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit status %d; stderr:\n%s", code, stderr.String())
 	}
