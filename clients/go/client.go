@@ -93,6 +93,7 @@ type StatusError struct {
 	Reason string // the first line of the daemon's answer
 }
 
+// Error says which frame was refused, with the status and the daemon's reason.
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("wlmclient: %s refused: %d %s: %s", e.Method, e.Status, http.StatusText(e.Status), e.Reason)
 }

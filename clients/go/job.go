@@ -126,6 +126,7 @@ func (c *Client) Submit(ctx context.Context, spec JobSpec) (*Job, error) {
 	return j, nil
 }
 
+// cmp is s, or def when s is empty.
 func cmp(s, def string) string {
 	if s == "" {
 		return def
@@ -136,9 +137,11 @@ func cmp(s, def string) string {
 // ID is the job's id.
 func (j *Job) ID() string { return j.id }
 
-// Err is the last frame of the job the daemon refused for good, or that
-// ran out of attempts (a *StatusError, or ErrOwned's cause as a
-// *StatusError with Status 409); nil while every frame went through.
+// Err is why the job's latest failed frame was not taken: a *StatusError
+// for a frame the daemon refused for good (a 409 included, after which
+// the job's frames are dropped and its methods return ErrOwned), or the
+// last answer or transport error of a frame that ran out of attempts. It
+// is nil while every frame went through.
 func (j *Job) Err() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
