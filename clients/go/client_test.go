@@ -692,3 +692,17 @@ func TestARemovalIsTheJobsLastFrameAndNamesItsWorkload(t *testing.T) {
 		t.Fatalf("requests %+v, want the submitted frame, then a removal of %s without a lease", reqs, job.ID())
 	}
 }
+
+func TestRetryAfterIsReadAsSecondsOrAnHTTPDate(t *testing.T) {
+	for v, want := range map[string]time.Duration{"": 0, "7": 7 * time.Second, " 2 ": 2 * time.Second, "0": 0, "-3": 0, "soon": 0} {
+		if got := parseRetryAfter(v); got != want {
+			t.Errorf("Retry-After %q: %s, want %s", v, got, want)
+		}
+	}
+	if got := parseRetryAfter(time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)); got < 58*time.Minute || got > time.Hour {
+		t.Errorf("a date an hour ahead: %s", got)
+	}
+	if got := parseRetryAfter(time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat)); got != 0 {
+		t.Errorf("a date in the past: %s", got)
+	}
+}
