@@ -244,6 +244,20 @@ var browserAttempts = []browserAttempt{
 		want: []int{421, 421}, saw: regexp.MustCompile(`^status 421: host "rebind\.test:\d+" is not this loopback local ingress$`), methods: []string{"GET", "GET"},
 	},
 	{
+		name: "fetch-node-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: nodeInfoPath,
+		models: "a page reading this node's id and members with a cross-origin GET: cors mode sends Origin",
+		script: `const r = await fetch(T);
+			return "status " + r.status + ": " + await r.text();`,
+		want: []int{403}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"GET"},
+	},
+	{
+		name: "fetch-node-no-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: nodeInfoPath,
+		models: "a blind no-cors GET of the node endpoint: no Origin, but its Fetch Metadata marks it a page's",
+		script: `const r = await fetch(T, {mode: "no-cors"});
+			return r.type + " status " + r.status + ": " + await r.text();`,
+		want: []int{403}, saw: noCORSRefused, methods: []string{"GET"}, reason: "(Sec-Fetch-Site: same-site)",
+	},
+	{
 		name: "rebind-page-load", page: "", target: "http://rebind.test:{P}",
 		models: "DNS rebinding: the top-level page load of the ingress under the rebinding name",
 		want:   []int{421, 421}, methods: []string{"GET", "GET"},
@@ -666,6 +680,11 @@ func (a *attackServer) targetURL(i int) string {
 		// attempt's name is the requesterId its secret workload carries.
 		return a.expand(at.target) + readBackPath + "?requesterId=" + at.name
 	}
+	if at.path == nodeInfoPath {
+		// The node endpoint takes no query (400), but only after the
+		// browser checks, which answer every attempt first.
+		return a.expand(at.target) + nodeInfoPath + "?attempt=" + at.name
+	}
 	return a.expand(at.target) + peerEventsPath + "?attempt=" + at.name
 }
 
@@ -1087,7 +1106,7 @@ func parseNetLog(path string) (map[string][]netlogRequest, error) {
 			method, rest, _ := strings.Cut(p.Line, " ")
 			target, _, _ := strings.Cut(rest, " ")
 			u, err := url.Parse(target)
-			if err != nil || (u.Path != peerEventsPath && u.Path != readBackPath) {
+			if err != nil || (u.Path != peerEventsPath && u.Path != readBackPath && u.Path != nodeInfoPath) {
 				continue
 			}
 			name := u.Query().Get("attempt")
