@@ -13,7 +13,7 @@ import (
 // to and the limits a producer must respect.
 type Node struct {
 	NodeID       string   `json:"nodeId"`       // this node's id, stamped as originatedFrom
-	NodeIDSource string   `json:"nodeIdSource"` // the base name of the file the id came from: identity.json or node-id.json
+	NodeIDSource string   `json:"nodeIdSource"` // the base name of the file the id came from (spec 3.5.3)
 	NodeIDFile   string   `json:"nodeIdFile"`   // that file's path
 	Version      string   `json:"version"`      // the daemon's version
 	Members      []Member `json:"members"`      // the latest discovery snapshot's nodes, this one included
