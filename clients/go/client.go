@@ -275,6 +275,9 @@ func (c *Client) Close(ctx context.Context) error {
 	c.cancel() // ends requests in flight and retry waits
 	close(c.stop)
 	c.workers.Wait()
+	if c.outbox != nil {
+		c.outbox.close()
+	}
 	return err
 }
 

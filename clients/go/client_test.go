@@ -632,8 +632,8 @@ func TestTheOutboxKeepsTerminalFramesAcrossARestartAndSurvivesATornFile(t *testi
 	if s := c2.Stats(); s.OutboxTorn != 1 || s.OutboxPending != 0 || s.Sent != 1 {
 		t.Errorf("stats %+v, want 1 torn line, the outbox empty, 1 sent", s)
 	}
-	if b, _ := os.ReadFile(path); len(b) != 0 {
-		t.Errorf("the outbox still holds %q", b)
+	if _, left, err := openOutbox(path, 10); err != nil || len(left) != 0 {
+		t.Errorf("the outbox, read again, holds %v (%v)", left, err)
 	}
 }
 
@@ -704,5 +704,30 @@ func TestRetryAfterIsReadAsSecondsOrAnHTTPDate(t *testing.T) {
 	}
 	if got := parseRetryAfter(time.Now().Add(-time.Hour).UTC().Format(http.TimeFormat)); got != 0 {
 		t.Errorf("a date in the past: %s", got)
+	}
+}
+
+func TestTheOutboxJournalIsCompactedAsFramesAreTaken(t *testing.T) {
+	in := &fakeIngress{}
+	path := filepath.Join(t.TempDir(), "outbox.jsonl")
+	c := newClient(t, Config{Addr: serve(t, in), OutboxPath: path, Lease: -1})
+	for range 100 {
+		job, err := c.Submit(context.Background(), JobSpec{Model: "m", Engine: "e"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		job.Complete()
+	}
+	closeWithin(t, c, 10*time.Second)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing is held: at most the 2 x 0 + 16 lines a compaction allows.
+	if n := strings.Count(string(b), "\n"); n > 16 {
+		t.Errorf("the outbox has %d lines after 100 frames were taken, want at most 16", n)
+	}
+	if s := c.Stats(); s.OutboxPending != 0 || s.Sent != 200 {
+		t.Errorf("stats %+v", s)
 	}
 }

@@ -14,42 +14,49 @@ import (
 // errOutboxFull is a terminal frame the outbox had no room for.
 var errOutboxFull = errors.New("wlmclient: outbox full")
 
-// outboxEntry is one terminal frame kept until the daemon takes it. The
-// file holds one entry per line as JSON.
+// outboxEntry is one terminal frame kept until the daemon takes it. A line
+// of the file is an entry, or a Done line naming the key of an entry the
+// daemon took.
 type outboxEntry struct {
-	Key    string          `json:"key"`
-	ID     string          `json:"id"`
-	Method string          `json:"method"`
-	Body   json.RawMessage `json:"body"`
+	Key    string          `json:"key,omitempty"`
+	ID     string          `json:"id,omitempty"`
+	Method string          `json:"method,omitempty"`
+	Body   json.RawMessage `json:"body,omitempty"`
+	Done   string          `json:"done,omitempty"`
 }
 
-// outbox is a file of terminal frames not yet taken by the daemon. Every
-// change rewrites the file whole, to a temporary file in the same directory
-// that is synced and renamed over it, so a crash leaves the old file or the
-// new one, never half of one; it is bounded (max entries), so a rewrite is
-// at most max frames of at most the daemon's body cap.
+// outbox is a journal of terminal frames not yet taken by the daemon. A
+// frame kept is one line appended and synced (the frame must survive a
+// crash before it may be sent); a frame taken is a Done line appended
+// without a sync (a lost one only makes a restarted producer send the
+// frame again, which the ingress takes again and the peers deduplicate).
+// When the file holds more than twice the lines it needs, or after a
+// failed write, it is compacted: rewritten whole to a synced temporary file
+// renamed over it, so a crash leaves the old or the new file, never half
+// of one. It holds at most max entries.
 type outbox struct {
 	path string
 	max  int
-	// mu guards entries, order and torn, and serializes the file's
-	// rewrites. Last in the lock order (after a Job's and the Client's).
+	// mu guards every field below and serializes the file's writes. Last
+	// in the lock order (after a Job's and the Client's).
 	mu      sync.Mutex
+	f       *os.File // open for appending; nil after close or a failed write
 	entries map[string]outboxEntry
 	order   []string // keys, oldest first
+	lines   int      // lines in the file
 	torn    int64
 }
 
 // openOutbox reads the outbox at path (absent: empty) and returns it with
 // the entries a previous process left. A line that is not a whole entry
-// (a file cut short, damaged by hand) is skipped and counted; the file is
-// then rewritten clean.
+// (a write cut short by a crash, damage by hand) is skipped and counted.
+// The file is then compacted, so what follows is appended to whole lines.
 func openOutbox(path string, max int) (*outbox, []outboxEntry, error) {
 	o := &outbox{path: path, max: max, entries: map[string]outboxEntry{}}
 	b, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, nil, fmt.Errorf("wlmclient: outbox: %w", err)
 	}
-	var found []outboxEntry
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(nil, 1<<22)
 	for sc.Scan() {
@@ -58,32 +65,37 @@ func openOutbox(path string, max int) (*outbox, []outboxEntry, error) {
 			continue
 		}
 		var e outboxEntry
-		if json.Unmarshal(line, &e) != nil || e.Key == "" || e.Method == "" || !json.Valid(e.Body) {
+		switch {
+		case json.Unmarshal(line, &e) != nil:
 			o.torn++
-			continue
+		case e.Done != "":
+			o.dropLocked(e.Done)
+		case e.Key == "" || e.Method == "" || !json.Valid(e.Body):
+			o.torn++
+		default:
+			if _, dup := o.entries[e.Key]; !dup && len(o.order) < max {
+				o.entries[e.Key] = e
+				o.order = append(o.order, e.Key)
+			}
 		}
-		if _, dup := o.entries[e.Key]; dup || len(o.order) >= max {
-			continue
-		}
-		o.entries[e.Key] = e
-		o.order = append(o.order, e.Key)
-		found = append(found, e)
 	}
 	if sc.Err() != nil {
 		o.torn++
 	}
-	if o.torn > 0 {
-		o.mu.Lock()
-		err := o.writeLocked()
-		o.mu.Unlock()
-		if err != nil {
-			return nil, nil, err
-		}
+	o.mu.Lock()
+	err = o.compactLocked()
+	o.mu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	found := make([]outboxEntry, 0, len(o.order))
+	for _, k := range o.order {
+		found = append(found, o.entries[k])
 	}
 	return o, found, nil
 }
 
-// add keeps e, or returns errOutboxFull.
+// add keeps e, synced, or returns errOutboxFull.
 func (o *outbox) add(e outboxEntry) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -92,15 +104,26 @@ func (o *outbox) add(e outboxEntry) error {
 	}
 	o.entries[e.Key] = e
 	o.order = append(o.order, e.Key)
-	return o.writeLocked()
+	return o.appendLocked(e, true)
 }
 
 // remove forgets the entry under key.
 func (o *outbox) remove(key string) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if _, ok := o.entries[key]; !ok {
+	if !o.dropLocked(key) {
 		return nil
+	}
+	if o.lines > 2*len(o.order)+16 {
+		return o.compactLocked()
+	}
+	return o.appendLocked(outboxEntry{Done: key}, false)
+}
+
+// dropLocked forgets key in memory and reports whether it was held.
+func (o *outbox) dropLocked(key string) bool {
+	if _, ok := o.entries[key]; !ok {
+		return false
 	}
 	delete(o.entries, key)
 	for i, k := range o.order {
@@ -109,7 +132,7 @@ func (o *outbox) remove(key string) error {
 			break
 		}
 	}
-	return o.writeLocked()
+	return true
 }
 
 // stats returns the entries held and the lines skipped at open.
@@ -119,8 +142,51 @@ func (o *outbox) stats() (pending, torn int64) {
 	return int64(len(o.order)), o.torn
 }
 
-// writeLocked replaces the file with the entries, atomically. o.mu is held.
-func (o *outbox) writeLocked() error {
+// close closes the file; what it holds is read by the next openOutbox.
+func (o *outbox) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.f != nil {
+		o.f.Close()
+		o.f = nil
+	}
+}
+
+// appendLocked appends e as one line, synced when sync is set. After a
+// failed write the file may end in part of a line, so it is compacted
+// instead (the whole state rewritten) rather than appended to.
+func (o *outbox) appendLocked(e outboxEntry, sync bool) error {
+	if o.f == nil {
+		return o.compactLocked()
+	}
+	line, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	_, err = o.f.Write(append(line, '\n'))
+	if err == nil && sync {
+		err = o.f.Sync()
+	}
+	if err != nil {
+		o.f.Close()
+		o.f = nil
+		if cerr := o.compactLocked(); cerr != nil {
+			return fmt.Errorf("wlmclient: outbox: %w", errors.Join(err, cerr))
+		}
+		return nil
+	}
+	o.lines++
+	return nil
+}
+
+// compactLocked replaces the file with the entries held, atomically, and
+// reopens it for appending. The file is closed first: Windows cannot
+// rename over an open file.
+func (o *outbox) compactLocked() error {
+	if o.f != nil {
+		o.f.Close()
+		o.f = nil
+	}
 	var buf bytes.Buffer
 	for _, k := range o.order {
 		line, err := json.Marshal(o.entries[k])
@@ -147,6 +213,11 @@ func (o *outbox) writeLocked() error {
 		return fmt.Errorf("wlmclient: outbox: %w", err)
 	}
 	syncDir(dir)
+	f, err := os.OpenFile(o.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("wlmclient: outbox: %w", err)
+	}
+	o.f, o.lines = f, len(o.order)
 	return nil
 }
 
