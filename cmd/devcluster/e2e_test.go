@@ -530,7 +530,8 @@ func TestDevclusterOnATerminalKeepsTheStartupLinesAboveTheView(t *testing.T) {
 	}
 }
 
-// buildProducerExample builds examples/producer into a temporary directory
+// buildProducerExample builds examples/producer (a module of its own, which
+// takes the client from clients/go by a replace) into a temporary directory
 // and returns the binary's path.
 func buildProducerExample(t *testing.T) string {
 	t.Helper()
@@ -543,8 +544,8 @@ func buildProducerExample(t *testing.T) string {
 		t.Fatal(err)
 	}
 	producer := filepath.Join(t.TempDir(), "producer")
-	build := exec.Command(goBin, "build", "-o", producer, "./examples/producer")
-	build.Dir = root
+	build := exec.Command(goBin, "build", "-o", producer, ".")
+	build.Dir = filepath.Join(root, "examples", "producer")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the producer example: %v\n%s", err, out)
 	}

@@ -1,82 +1,57 @@
 // Command producer is an example third-party workload producer: it reports
 // one job's lifecycle (submitted, started, completed) to a node's loopback
-// ingress, the way an external scheduler or a local inference harness would.
+// ingress through the Go client, wlmclient, the way an external scheduler
+// or a local inference harness would.
 //
-//	go run ./examples/producer --addr 127.0.0.1:14324
+//	go -C examples/producer run . --addr 127.0.0.1:14324
 //
-// What it shows:
+// Everything a producer must get right is the client's: the job's frames
+// go in order with a rising seq and the method that carries their state;
+// the id cannot collide with another process's; originatedFrom is left to
+// the daemon; a 5xx, a 408, a 429 or a refused connection is retried with
+// backoff that honours Retry-After, and any other 4xx is a bug in the
+// producer, never retried (this example prints the daemon's one-line reason
+// and exits with status 2); the queued and running frames carry a lease
+// renewed while the job runs, which the completed frame ends.
 //
-//   - every event carries a seq that rises from 1, so the peers'
-//     deduplication keeps events that share a state apart;
+//	go -C examples/producer run . --lease 5s --abandon   # report, then "crash": the job turns failed after 5 s
 //
-//   - the id has a prefix of its own, so it cannot equal a proxy's id;
-//
-//   - originatedFrom is left out: the daemon stamps its node id;
-//
-//   - a 500 (the daemon could not write to its broker) is retried with
-//     exponential backoff, and so is a refused connection;
-//
-//   - a 4xx is a bug in the producer: it prints the daemon's one-line
-//     reason and exits with status 2, without retrying;
-//
-//   - the queued and running frames carry a lease (Workload-Lease), renewed
-//     at a third of its length while the job runs, so a producer that dies
-//     mid-job has its job retired as failed by the daemon instead of left
-//     running on every node; the terminal frame ends the lease.
-//
-//     go run ./examples/producer --lease 5s --abandon   # report, then "crash": the job turns failed after 5 s
+// It is a module of its own so that it imports the client exactly as a
+// producer outside this repository does (see its go.mod).
 package main
 
 import (
-	"bytes"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"strconv"
+	"regexp"
 	"strings"
 	"time"
 
-	"nvpair-workload-manager/internal/cliflags"
+	wlmclient "github.com/nvidia-pair/nvpair-workload-manager/clients/go"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
-// workload is the object the ingress takes (spec.md 3.2). Metadata
-// only: never put prompts, messages or responses in it.
-type workload struct {
-	ID          string  `json:"id"`
-	RunID       string  `json:"runId"`
-	Seq         int     `json:"seq"`
-	Model       string  `json:"model"`
-	Engine      string  `json:"engine"`
-	State       string  `json:"state"`
-	CreatedAt   int64   `json:"createdAt"`
-	StartedAt   *int64  `json:"startedAt"`
-	CompletedAt *int64  `json:"completedAt"`
-	Error       *string `json:"error"`
-	RequesterID string  `json:"requesterId"`
-}
-
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("producer", flag.ContinueOnError)
-	fs.SetOutput(io.Discard) // errors are one line of ours (internal/cliflags), help is on stdout
-	addr := fs.String("addr", "127.0.0.1:14324", "the node's loopback ingress, HOST:PORT")
-	id := fs.String("id", "", "the job id (default: example-producer-<random>)")
+	fs.SetOutput(io.Discard) // a bad flag is one line of ours (flagError); --help goes to stdout
+	addr := fs.String("addr", wlmclient.DefaultAddr, "the node's loopback ingress, HOST:PORT")
+	id := fs.String("id", "", "the job id (default: one the client mints, which no other process can)")
 	model := fs.String("model", "qwen3-8b", "the model the job runs")
 	engine := fs.String("engine", "llamacpp", "the engine the job runs on")
 	work := fs.Duration("work", time.Second, "how long the job 'runs' between started and completed")
-	attempts := fs.Int("attempts", 6, "attempts per event before giving up on 5xx or connection errors")
-	backoff := fs.Duration("backoff", 200*time.Millisecond, "first retry delay; doubled on each retry")
+	attempts := fs.Int("attempts", 6, "attempts per frame before giving up on 5xx or connection errors; 0: until --flush runs out")
+	backoff := fs.Duration("backoff", 200*time.Millisecond, "first retry delay; doubled on each retry, up to 10s")
 	leaseFor := fs.Duration("lease", 30*time.Second, "the lease on the queued and running frames, whole seconds from 5s to 24h; renewed at a third of it while the job runs; 0 reports without a lease")
 	abandon := fs.Bool("abandon", false, "exit after reporting the job running, without closing it, as a crashed producer would: its lease retires it")
-	explain := cliflags.Explain(fs, map[string]string{"addr": "HOST:PORT", "id": "ID", "model": "MODEL", "engine": "ENGINE"})
+	flush := fs.Duration("flush", time.Minute, "how long to wait at the end for the frames to be sent")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, "usage: producer [flags]\n\nReports one job's life (queued, running, completed) to a node's local ingress.\n\n")
@@ -84,7 +59,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fs.PrintDefaults()
 			return 0
 		}
-		fmt.Fprintf(stderr, "producer: %v\n", explain(err))
+		fmt.Fprintf(stderr, "producer: %s\n", flagError(fs, err))
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -98,7 +73,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"--work", *work}, {"--backoff", *backoff}} {
+	}{{"--work", *work}, {"--backoff", *backoff}, {"--flush", *flush}} {
 		if d.v < 0 {
 			fmt.Fprintf(stderr, "producer: %s %s: must not be negative\n", d.flag, d.v)
 			return 2
@@ -108,166 +83,84 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "producer: --lease %s: must be whole seconds from 5s to 24h, or 0\n", *leaseFor)
 		return 2
 	}
-	nonce := randomHex(4)
-	if *id == "" {
-		*id = "example-producer-" + randomHex(8)
+	lease := *leaseFor
+	if lease == 0 {
+		lease = -1 // the client's "no lease"
 	}
-	r := &reporter{
-		url:      "http://" + *addr + "/v1/workloads/events",
-		lease:    int(*leaseFor / time.Second),
-		client:   &http.Client{Timeout: 5 * time.Second},
-		attempts: max(*attempts, 1),
-		backoff:  *backoff,
-		log:      stderr,
-	}
-	now := func() *int64 { ms := time.Now().UnixMilli(); return &ms }
-	w := workload{ID: *id, RunID: nonce, Model: *model, Engine: *engine, CreatedAt: *now(), RequesterID: "example-producer"}
-	steps := []struct {
-		method, state string
-		apply         func(*workload)
-	}{
-		{"workload:submitted", "queued", func(*workload) {}},
-		{"workload:started", "running", func(w *workload) { w.StartedAt = now() }},
-		{"workload:completed", "completed", func(w *workload) { w.CompletedAt = now() }},
-	}
-	fail := func(err error) int {
+	c, err := wlmclient.New(wlmclient.Config{
+		Addr: *addr, Producer: "example-producer", Lease: lease,
+		MaxAttempts: max(*attempts, 0), BackoffMin: max(*backoff, time.Millisecond), BackoffMax: 10 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
 		fmt.Fprintf(stderr, "producer: %v\n", err)
-		if errors.As(err, new(*refusedError)) {
-			return 2
-		}
-		return 1
+		return 2
 	}
-	for i, s := range steps {
-		if s.state == "completed" {
-			if *abandon {
-				fmt.Fprintf(stdout, "abandoned %s while running: its lease of %s retires it\n", w.ID, *leaseFor)
-				return 0
-			}
-			// The job runs: renew the lease at a third of its length by
-			// sending the running frame again, unchanged.
-			if err := r.renewWhile(*work, "workload:started", w, stdout); err != nil {
-				return fail(err)
-			}
-		}
-		w.Seq, w.State = i+1, s.state
-		s.apply(&w)
-		if err := r.send(s.method, w); err != nil {
-			return fail(err)
-		}
-		fmt.Fprintf(stdout, "reported %s %s (seq %d)\n", w.ID, w.State, w.Seq)
+	job, err := c.Submit(context.Background(), wlmclient.JobSpec{ID: *id, Model: *model, Engine: *engine})
+	if err != nil {
+		fmt.Fprintf(stderr, "producer: %v\n", err)
+		return 2
+	}
+	job.Start()
+	if *abandon {
+		fmt.Fprintf(stdout, "abandoned %s while running: its lease of %s retires it\n", job.ID(), *leaseFor)
+	} else {
+		time.Sleep(*work) // the job runs; the client renews its lease meanwhile
+		job.Complete()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *flush)
+	defer cancel()
+	closeErr := c.Close(ctx)
+	s := c.Stats()
+	fmt.Fprintf(stdout, "%s: %d frames sent, %d retries, %d refused, %d dropped\n", job.ID(), s.Sent, s.Retried, s.Refused, s.Dropped)
+	var refused *wlmclient.StatusError
+	switch err := job.Err(); {
+	case errors.As(err, &refused) && refused.Status >= 400 && refused.Status < 500 && s.Refused > 0:
+		fmt.Fprintf(stderr, "producer: the daemon refused %s (%d %s): %s\n", refused.Method, refused.Status, http.StatusText(refused.Status), refused.Reason)
+		return 2
+	case err != nil:
+		fmt.Fprintf(stderr, "producer: giving up: %v\n", err)
+		return 1
+	case closeErr != nil:
+		fmt.Fprintf(stderr, "producer: %v\n", closeErr)
+		return 1
 	}
 	return 0
 }
 
-// renewWhile waits for d, renewing the lease every third of its length by
-// sending the job's last frame again with the lease header. A renewal is
-// retried like any frame; a renewal that fails for good is the producer's
-// end (its lease will run out).
-func (r *reporter) renewWhile(d time.Duration, method string, w workload, stdout io.Writer) error {
-	end := time.Now().Add(d)
-	if r.lease == 0 {
-		time.Sleep(d)
-		return nil
+// badValue matches the flag package's error for a value a flag refuses:
+// `invalid value "x" for flag -name: ...` (`invalid boolean value "x" for
+// -name: ...` for a bool).
+var badValue = regexp.MustCompile(`^invalid (?:boolean )?value ("(?:[^"\\]|\\.)*") for (?:flag )?-([^:]+):`)
+
+// flagError turns a failed Parse's error into one line that names the flag
+// with two dashes, as --help spells it, and says what it takes. The example
+// is a module of its own, so it cannot share the daemon's internal/cliflags;
+// the flag package has only three such errors to say again.
+func flagError(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		return fmt.Sprintf("--%s needs a value (--help lists the flags)", name)
 	}
-	every := time.Duration(r.lease) * time.Second / 3
-	for {
-		next := time.Now().Add(every)
-		if next.After(end) {
-			time.Sleep(time.Until(end))
-			return nil
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		return fmt.Sprintf("unknown flag --%s (--help lists the flags)", name)
+	}
+	m := badValue.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	want := "a valid value"
+	if f := fs.Lookup(m[2]); f != nil {
+		if g, ok := f.Value.(flag.Getter); ok {
+			switch g.Get().(type) {
+			case time.Duration:
+				want = "a duration, like 30s"
+			case int:
+				want = "a whole number"
+			case bool:
+				want = "true or false"
+			}
 		}
-		time.Sleep(every)
-		if err := r.send(method, w); err != nil {
-			return fmt.Errorf("renewing the lease: %w", err)
-		}
-		fmt.Fprintf(stdout, "renewed the lease of %s for %d s\n", w.ID, r.lease)
 	}
-}
-
-// refusedError is a 4xx: the frame is wrong, and sending it again cannot
-// help.
-type refusedError struct {
-	method string
-	status int
-	reason string
-}
-
-func (e *refusedError) Error() string {
-	return fmt.Sprintf("the daemon refused %s (%d %s): %s", e.method, e.status, http.StatusText(e.status), e.reason)
-}
-
-// reporter posts frames to the ingress.
-type reporter struct {
-	url      string
-	lease    int // seconds of Workload-Lease on queued and running frames; 0: none
-	client   *http.Client
-	attempts int
-	backoff  time.Duration
-	log      io.Writer
-}
-
-// send posts one lifecycle frame, retrying a 5xx or a failed connection with
-// exponential backoff.
-func (r *reporter) send(method string, w workload) error {
-	lease := 0
-	if w.State == "queued" || w.State == "running" {
-		lease = r.lease // a terminal frame ends the lease and may not carry one
-	}
-	body, err := json.Marshal(map[string]any{
-		"jsonrpc": "2.0",
-		"method":  method,
-		"params":  map[string]any{"workloadInfo": w},
-	})
-	if err != nil {
-		return err
-	}
-	delay := r.backoff
-	for attempt := 1; ; attempt++ {
-		status, reason, err := r.post(body, lease)
-		switch {
-		case err == nil && status == http.StatusOK:
-			return nil
-		case err == nil && status >= 400 && status < 500:
-			return &refusedError{method, status, reason}
-		case err == nil && status < 500:
-			return fmt.Errorf("%s: unexpected answer %d %s", method, status, reason)
-		}
-		problem := fmt.Sprintf("%d %s", status, reason)
-		if err != nil {
-			problem = err.Error()
-		}
-		if attempt == r.attempts {
-			return fmt.Errorf("%s: giving up after %d attempts: %s", method, attempt, problem)
-		}
-		fmt.Fprintf(r.log, "producer: %s: %s; retrying in %s\n", method, problem, delay)
-		time.Sleep(delay)
-		delay = min(2*delay, 10*time.Second)
-	}
-}
-
-// post sends one request and returns the status and the first line of the
-// answer, which is the daemon's reason on a refusal.
-func (r *reporter) post(body []byte, lease int) (int, string, error) {
-	req, err := http.NewRequest(http.MethodPost, r.url, bytes.NewReader(body))
-	if err != nil {
-		return 0, "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if lease > 0 {
-		req.Header.Set("Workload-Lease", strconv.Itoa(lease))
-	}
-	resp, err := r.client.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	reason, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-	return resp.StatusCode, reason, nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
+	return fmt.Sprintf("--%s: %s is not %s", m[2], m[1], want)
 }

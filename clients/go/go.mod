@@ -1,0 +1,3 @@
+module github.com/nvidia-pair/nvpair-workload-manager/clients/go
+
+go 1.26
