@@ -419,7 +419,10 @@ func TestHeartbeatPassCarriesOnPastItsIntervalAndReachesEveryWorkload(t *testing
 		n.sendLifecycle(workload(id, "running", n.id))
 	}
 	eventually(t, "every fresh frame at the peer", func() bool { return sink.count("fresh", "") == len(fresh) })
-	eventually(t, "every live workload re-asserted", func() bool {
+	// Reaching every workload is the property, not how fast: a pass over
+	// some 2,500 workloads to a peer on a loaded machine under the race
+	// detector can outlast the usual wait, so this one waits a minute.
+	reachedAll := holdsWithin(time.Minute, func() bool {
 		seen := map[string]bool{}
 		for _, e := range sink.snapshot() {
 			if e.kind == "resync" {
@@ -433,6 +436,9 @@ func TestHeartbeatPassCarriesOnPastItsIntervalAndReachesEveryWorkload(t *testing
 		}
 		return true
 	})
+	if !reachedAll {
+		t.Fatal("timed out waiting for every live workload re-asserted")
+	}
 	for _, id := range fresh {
 		if c := sink.count("fresh", id); c != 1 {
 			t.Fatalf("fresh frame %s arrived %d times, want once", id, c)
@@ -516,7 +522,13 @@ func TestFreshFrameOvertakesAHeartbeatPassInFlight(t *testing.T) {
 	if before >= live {
 		t.Fatalf("the fresh frame arrived after all %d re-assertions of the pass: it waited for the whole pass", before)
 	}
-	eventually(t, "the pass to carry on after the fresh frame", func() bool { return sink.count("resync", "") >= live })
+	// The pass carries on after the fresh frame: it was overtaken, not
+	// abandoned. A hundred more re-assertions show that; the rest of the
+	// pass can take longer than a wait on a loaded machine (a thousand
+	// requests under the race detector beside a CPU burner), and a pass
+	// reaching every workload is TestHeartbeatPassCarriesOnPastItsIntervalAndReachesEveryWorkload's.
+	next := min(before+100, live)
+	eventually(t, "the pass to carry on after the fresh frame", func() bool { return sink.count("resync", "") >= next })
 }
 
 func TestFreshFrameForAWorkloadInTheHeartbeatRequestInFlightWaitsForIt(t *testing.T) {
