@@ -328,6 +328,13 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.trust.ReloadUnlessDone(ctx)
 	m.log.Info("started", "nodeId", m.cfg.NodeID, "nodeIdFile", m.cfg.NodeIDFile, "version", m.cfg.Version, "peerAddr", peerLn.Addr().String())
 
+	// The journal is read before any listener serves and before the
+	// broker's replay is read: a producer's removal must find the owners
+	// it restores (or it would not be remembered, and the replay would
+	// bring the workload back), and the replay is what the journal's
+	// workloads are recognised in.
+	m.loadJournal()
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -340,9 +347,6 @@ func (m *Manager) Run(ctx context.Context) error {
 	// blocked there does not. It is waited for only until the shutdown's
 	// deadline.
 	leasesDone := make(chan struct{})
-	// The journal is read before the broker's replay is: the replay is
-	// what the journal's workloads are recognised in.
-	m.loadJournal()
 	journalDone := make(chan struct{})
 	var journalWriter sync.WaitGroup
 	if m.journal != nil {
@@ -384,18 +388,29 @@ func (m *Manager) Run(ctx context.Context) error {
 	// broker that does not read has the whole budget to return instead of
 	// a wait of its own after it.
 	cancel()
+	// The periodic journal writer stops now, so a write it has under way
+	// finishes while the servers stop rather than after them.
+	close(journalDone)
 	m.stopServers(servers)
 	// Every frame is committed now: the last write holds them all. It runs
-	// beside the peer queues' drain rather than after it, so a large
-	// journal's encode and fsyncs do not add to the shutdown's time.
-	close(journalDone)
-	journalWriter.Wait()
-	var lastWrite sync.WaitGroup
-	if m.journal != nil {
-		lastWrite.Go(m.writeJournal)
-	}
+	// beside the peer queues' drain, after any periodic write (two writes
+	// never overlap), and is waited for only until the shutdown's
+	// deadline: a journal too large to write in time keeps its previous
+	// version whole (the rename is atomic), which a restart reads.
+	lastWrite := make(chan struct{})
+	go func() {
+		defer close(lastWrite)
+		journalWriter.Wait()
+		if m.journal != nil {
+			m.writeJournal()
+		}
+	}()
 	m.bcast.close(m.cfg.DrainTimeout)
-	lastWrite.Wait()
+	select {
+	case <-lastWrite:
+	case <-time.After(time.Until(deadline)):
+		m.log.Warn("shutdown: the ownership journal's last write did not finish within the shutdown budget; the previous journal stays")
+	}
 	m.brokerLines.stop(m.log)
 	wg.Wait()
 	select {
