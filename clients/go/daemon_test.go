@@ -215,6 +215,17 @@ func TestAgainstTheDaemonManyJobsFromManyGoroutinesReachTheBrokerInOrderStampedW
 	if s := c.Stats(); s.Sent != jobs*(callers+2) || s.Refused != 0 || s.Dropped != 0 {
 		t.Fatalf("stats %+v, want %d sent and nothing refused or dropped", s, jobs*(callers+2))
 	}
+	// The daemon writes a frame to its broker before it answers 200, but
+	// the test's reader of that pipe may not have read it yet: wait for
+	// every frame to be read, then look at them.
+	eventually(t, "every job's frames read from the broker pipe", func() bool {
+		for _, id := range ids {
+			if len(d.upserts(id)) < callers+2 {
+				return false
+			}
+		}
+		return true
+	})
 	for i, id := range ids {
 		ups := d.upserts(id)
 		if len(ups) != callers+2 {
@@ -295,6 +306,7 @@ func TestAgainstTheDaemonTheOutboxDeliversATerminalFrameAfterAProducerRestart(t 
 	d := startDaemon(t)
 	c2 := newClient(t, Config{Addr: d.addr, OutboxPath: path})
 	closeWithin(t, c2, 10*time.Second)
+	eventually(t, "the outbox's frame read from the broker pipe", func() bool { return len(d.upserts(job.ID())) > 0 })
 	ups := d.upserts(job.ID())
 	if len(ups) != 1 || ups[0]["state"] != "failed" || ups[0]["seq"] != 2.0 || ups[0]["error"] != "the GPU fell off the bus" {
 		t.Fatalf("the broker got %v, want the failed frame (seq 2) from the outbox", ups)
