@@ -466,7 +466,11 @@ func TestIngestRemovalMemoryAtItsCapRefusesRatherThanForgets(t *testing.T) {
 	}
 }
 
-func TestIngestRemovalMemoryRepeatedRemovalKeepsOneRefreshedEntry(t *testing.T) {
+// A repeated removal of a remembered workload no one owns any more keeps
+// its one entry and does not extend it: the memory lives a window from the
+// removal the producer owned (spec 3.5.3), so repeats cannot keep an id
+// silenced for the broker.
+func TestIngestRemovalMemoryRepeatedRemovalKeepsOneEntryAndDoesNotExtendIt(t *testing.T) {
 	n, q := ifxNode(t)
 	clock := ifxUseClock(n)
 	ifxOwn(t, n, q, "job-1")
@@ -481,10 +485,14 @@ func TestIngestRemovalMemoryRepeatedRemovalKeepsOneRefreshedEntry(t *testing.T) 
 		t.Fatalf("a repeated removal occupies %d entries, want 1", got)
 	}
 	ifxDrain(q)
-	clock.advance(30 * time.Second) // past the first removal's window, inside the second's
 	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
 	if got := ifxDrain(q); len(got) != 0 || ifxIsTracked(n, n.id, "job-1") {
-		t.Errorf("a replay after the first removal's window but inside the repeated one's was queued (%s) or tracked", ifxDescribe(got))
+		t.Errorf("a replay inside the first removal's window was queued (%s) or tracked", ifxDescribe(got))
+	}
+	clock.advance(30 * time.Second) // past the first removal's window, inside the repeat's
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	if got := ifxDrain(q); len(got) != 1 || !ifxIsTracked(n, n.id, "job-1") {
+		t.Errorf("a broker frame after the owned removal's window was dropped (queued %s): the repeat extended it", ifxDescribe(got))
 	}
 }
 

@@ -104,20 +104,33 @@ func (m *Manager) trackLocal(f *localFrame, src frameSource) bool {
 	now := m.now()
 	if f.isRemoval() {
 		// The removal memory covers the producers' own workloads only
-		// (checkOwner refused a broker-owned one), and a repeated removal
-		// of one it remembers refreshes it.
+		// (checkOwner refused a broker-owned one), and the runs they held:
+		// a repeated removal of an id no one owns any more is relayed but
+		// neither remembered nor refreshes the memory, so a producer cannot
+		// keep an id it squatted silenced past the window of its removal.
 		ref := f.removal.Ref
-		ours := m.own.owns(ref) || m.removed.holds(ref, now)
+		if src == fromIngress && m.brokersNow(ref) {
+			m.log.Debug("ingress removal of a workload the broker took after the ownership check: not applied", "id", httpguard.ClipLogged(ref.ID))
+			return false
+		}
+		if src == fromIngress && m.own.owns(ref) {
+			var runs []runKey
+			for e := m.resync.byRef[ref]; e != nil; e = e.sibling {
+				runs = append(runs, runKey{e.key.Engine, e.key.RunID})
+			}
+			m.removed.remember(ref, now, runs...)
+		}
 		m.resync.untrack(ref)
 		m.own.drop(ref)
-		if src == fromIngress && ours {
-			m.removed.remember(ref, now)
-		}
 		m.applyLease(f, src, now)
 		m.journal.changed()
 		return true
 	}
 	ref := f.life.Ref()
+	if src == fromIngress && m.brokersNow(ref) {
+		m.log.Debug("ingress frame for a workload the broker took after the ownership check: not tracked", "method", f.method, "id", httpguard.ClipLogged(ref.ID))
+		return false
+	}
 	// A broker frame for a workload a producer owns is the broker's
 	// replay or echo of the producer's: still the producer's.
 	owned := src == fromIngress || m.own.owns(ref)
@@ -127,9 +140,10 @@ func (m *Manager) trackLocal(f *localFrame, src frameSource) bool {
 	switch {
 	case src == fromIngress:
 		m.removed.forget(ref)
-	case !f.life.Resync && m.removed.holds(ref, now):
-		// The broker's replay of a workload a producer removed through the
-		// ingress: tracking it would re-assert it to peers forever.
+	case !f.life.Resync && m.removed.dropsReplay(f.life.Key(), now):
+		// The broker's replay of a run a producer removed through the
+		// ingress: tracking it would re-assert it to peers forever. A new
+		// run under the same id is the broker's own job, and tracked.
 		m.log.Debug("replayed frame for a removed ingress workload ignored", "method", f.method, "id", httpguard.ClipLogged(ref.ID))
 		return false
 	}

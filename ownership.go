@@ -129,6 +129,17 @@ func (m *Manager) checkOwner(f *localFrame) error {
 	return nil
 }
 
+// brokersNow reports, at an ingress frame's commit (activeMu held),
+// whether the broker owns ref: the re-sync set holds a run of it and no
+// producer owns it. checkOwner refused a frame in that state, so it arose
+// after the check, while the frame waited for its broker write: the
+// broker's own frame for the id was committed in between. The ingress
+// frame then neither takes the workload over nor, a removal, untracks and
+// retires it at the peers: it is not tracked or relayed (spec 3.5.3).
+func (m *Manager) brokersNow(ref wireframe.WorkloadRef) bool {
+	return !m.own.owns(ref) && m.resync.byRef[ref] != nil
+}
+
 // trackOwned records what a committed frame means for ownership. Called
 // from trackLocal with activeMu held, after the re-sync set took the
 // frame. A frame of an owned workload marks its run as an ingress run (the

@@ -241,3 +241,36 @@ func TestProcessATornJournalIsOneWarningAndTheDaemonStarts(t *testing.T) {
 		return err == nil && journalOwns(s, "job-2", false) && !journalOwns(s, "job-1", false)
 	})
 }
+
+// A producer that posts and removes (repeatedly) an id the broker uses
+// later cannot silence the broker's own job of it: the real binary drops
+// the broker's replay of the run the producer removed, but relays the new
+// run the broker starts under that id to the peer.
+func TestProcessAProducerThatRemovedAnIDCannotSilenceTheBrokersNewJobOfIt(t *testing.T) {
+	t.Parallel()
+	a, b, nodes, ingress := leaseProcPair(t)
+	if st, text := postIngress(t, ingress, ingressFrameJSON(leasedInfo("proxy-7", "running", 1))); st != http.StatusOK {
+		t.Fatalf("post: %d %s", st, text)
+	}
+	b.waitUpserts("proxy-7", 1)
+	for range 3 {
+		if st, text := postIngress(t, ingress, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"proxy-7"}}`); st != http.StatusOK {
+			t.Fatalf("remove: %d %s", st, text)
+		}
+	}
+	b.waitMethod(wireframe.MethodRemove, 1)
+	send := func(overrides map[string]any) {
+		p, _ := json.Marshal(map[string]any{"workloadInfo": workload("proxy-7", "running", nodes[0].ID, overrides)})
+		a.send(string(wireframe.EncodeNotification(wireframe.MethodStarted, p)))
+	}
+	send(map[string]any{"seq": 2})                          // the replay of the removed run
+	send(map[string]any{"runId": "broker-run-1", "seq": 1}) // the broker's own new job
+	b.waitUpserts("proxy-7", 2)
+	a.send(lifecycleLine("barrier", "running", nodes[0].ID))
+	b.waitUpserts("barrier", 1)
+	for _, w := range b.upserts() {
+		if w["id"] == "proxy-7" && w["runId"] == "run-proxy-7" && w["seq"] == 2.0 {
+			t.Fatalf("the replay of the removed run came back at the peer: %v", w)
+		}
+	}
+}

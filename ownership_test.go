@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -168,5 +173,116 @@ func TestJournalWriteFailureIsCountedAndWarned(t *testing.T) {
 	}
 	if got := strings.Count(n.logs.String(), "ownership journal not written"); got != 1 || !n.logs.contains("level=WARN", "not a directory") {
 		t.Fatalf("%d warnings for two failed writes within 10 s, want one naming the reason:\n%s", got, n.logs.String())
+	}
+}
+
+// ownBrokerRunJSON is a lifecycle line from the broker for run runID of id.
+func ownBrokerRunJSON(id, runID, origin string) string {
+	info := fmt.Sprintf(`{"id":%q,"model":"qwen3.5-9b","engine":"llamacpp","state":"running","runId":%q,"originatedFrom":%q}`, id, runID, origin)
+	return string(wireframe.EncodeNotification(methodFor("running"), json.RawMessage(`{"workloadInfo":`+info+`}`)))
+}
+
+// A producer that posts and removes an id the broker will use later, then
+// repeats the removal, cannot keep the id remembered past the window of
+// the removal it owned: a repeat of an id no one owns is relayed but not
+// remembered, so the broker's own job of that id is tracked and relayed
+// once the window has passed.
+func TestOwnershipARepeatedRemovalDoesNotKeepASquattedIDSilenced(t *testing.T) {
+	n, q := ifxNode(t)
+	clock := ifxUseClock(n)
+	ifxOwn(t, n, q, "proxy-7")
+	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("proxy-7", ""))); err != nil {
+		t.Fatal(err)
+	}
+	ifxDrain(q)
+	for i := range 3 {
+		clock.advance(n.m.resync.retention / 2)
+		if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("proxy-7", ""))); err != nil {
+			t.Fatalf("repeated removal %d: %v", i, err)
+		}
+		ifxDrain(q)
+	}
+	n.m.handleLine([]byte(ifxStdioLifecycleJSON("proxy-7", "running", n.id, false)))
+	if got := ifxDrain(q); len(got) != 1 || !ifxIsTracked(n, n.id, "proxy-7") {
+		t.Fatalf("the broker's own job silenced by repeated removals: queued %s, tracked %v", ifxDescribe(got), ifxIsTracked(n, n.id, "proxy-7"))
+	}
+}
+
+// The removal memory drops only the broker's replay of a run the producer
+// removed: a new run the broker starts under the same id, within the
+// window, is the broker's own job, tracked and relayed.
+func TestOwnershipRemovalMemoryDropsOnlyTheRemovedRunsReplay(t *testing.T) {
+	n, q := ifxNode(t)
+	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("proxy-7", "running", "", `"runId":"producer-run"`))); err != nil {
+		t.Fatal(err)
+	}
+	ifxDrain(q)
+	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("proxy-7", ""))); err != nil {
+		t.Fatal(err)
+	}
+	ifxDrain(q)
+	n.m.handleLine([]byte(ownBrokerRunJSON("proxy-7", "producer-run", n.id)))
+	if got := ifxDrain(q); len(got) != 0 || ifxIsTracked(n, n.id, "proxy-7") {
+		t.Fatalf("the replay of the removed run came back: queued %s", ifxDescribe(got))
+	}
+	n.m.handleLine([]byte(ownBrokerRunJSON("proxy-7", "broker-run", n.id)))
+	if got := ifxDrain(q); len(got) != 1 || !ifxIsTracked(n, n.id, "proxy-7") {
+		t.Fatalf("the broker's new run of a removed id silenced: queued %s, tracked %v", ifxDescribe(got), ifxIsTracked(n, n.id, "proxy-7"))
+	}
+}
+
+// ownGate holds the first ingress frame's broker write until released, so
+// a test can commit a broker frame between an ingress frame's ownership
+// check and its commit.
+type ownGate struct {
+	w       io.Writer
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (g *ownGate) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(`"method":"`+wireframe.MethodUpsert+`"`)) || bytes.Contains(p, []byte(`"method":"`+wireframe.MethodRemove+`"`)) {
+		g.once.Do(func() {
+			close(g.entered)
+			<-g.release
+		})
+	}
+	return g.w.Write(p)
+}
+
+// An ingress frame checked while its id was free, whose commit comes
+// after the broker's own frame for the id, does not take the broker's
+// workload over, and a removal in that window neither untracks the
+// broker's job nor retires it at the peers: the frame is not tracked or
+// relayed, and the workload stays the broker's.
+func TestOwnershipAFrameCheckedBeforeTheBrokerTookTheIDDoesNotTakeItOver(t *testing.T) {
+	for _, tc := range []struct{ name, body string }{
+		{"report", ifxLifecycleJSON("proxy-9", "running", "")},
+		{"removal", ifxRemoveJSON("proxy-9", "")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &ownGate{entered: make(chan struct{}), release: make(chan struct{})}
+			n, q := ifxNode(t, func(c *Config) { g.w = c.Out; c.Out = g })
+			done := make(chan error, 1)
+			go func() {
+				_, err := n.m.ingestLocal([]byte(tc.body))
+				done <- err
+			}()
+			<-g.entered
+			n.m.handleLine([]byte(ifxStdioLifecycleJSON("proxy-9", "running", n.id, false)))
+			close(g.release)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			got := ifxDrain(q)
+			ref := wireframe.WorkloadRef{Origin: n.id, ID: "proxy-9"}
+			n.m.activeMu.Lock()
+			owned := n.m.own.owns(ref)
+			n.m.activeMu.Unlock()
+			if owned || !ifxIsTracked(n, n.id, "proxy-9") || len(got) != 1 || got[0].method == wireframe.MethodRemove {
+				t.Fatalf("the broker's job after a racing ingress %s: owned by the producer %v, tracked %v, queued %s", tc.name, owned, ifxIsTracked(n, n.id, "proxy-9"), ifxDescribe(got))
+			}
+		})
 	}
 }
