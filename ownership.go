@@ -194,46 +194,63 @@ func (m *Manager) loadJournal() {
 }
 
 // journalSnapshot copies what the journal holds, under activeMu: owned
-// workloads leased ones first, then the removals newest first, and stops
-// copying once the entries' cost reaches the journal's bound, so the hold
-// is bounded by the bound, not by the sets. The copy is of string headers
-// and numbers only, under one hold of leaseTable.mu: encoding is done
-// after both are released.
+// workloads leased ones first, then unleased ones, then the removals newest
+// first. Each pass stops at the first entry that would take the entries'
+// cost past the journal's bound, and the copies are sized to what the
+// bound can hold, so the hold is bounded by the bound, not by the sets:
+// the unleased pass skips only leased workloads, all of which fitted. The
+// copy is of string headers and numbers only, under one hold of
+// leaseTable.mu: encoding is done after both are released.
 func (m *Manager) journalSnapshot() (s ownjournal.State, omitted int) {
 	m.activeMu.Lock()
 	defer m.activeMu.Unlock()
 	budget := m.journal.maxBytes
-	n := m.own.len()
-	s.Owned = make([]ownjournal.Owned, 0, n)
-	unleased := make([]ownjournal.Owned, 0, n)
-	take := func(ref wireframe.WorkloadRef, seconds int, deadline time.Time) {
+	total := m.own.len()
+	s.Owned = make([]ownjournal.Owned, 0, min(total, budget/ownjournal.MinCost))
+	full := false
+	take := func(ref wireframe.WorkloadRef, seconds int, deadline time.Time) bool {
 		c := ownjournal.Cost(ref.Origin, ref.ID)
 		if c > budget {
-			omitted++
-			return
+			full = true
+			return false
 		}
 		budget -= c
 		o := ownjournal.Owned{Origin: ref.Origin, ID: ref.ID}
-		if seconds == 0 {
-			unleased = append(unleased, o)
-			return
+		if seconds > 0 {
+			o.LeaseSeconds, o.LeaseDeadline = seconds, deadline.UnixMilli()
 		}
-		o.LeaseSeconds, o.LeaseDeadline = seconds, deadline.UnixMilli()
 		s.Owned = append(s.Owned, o)
+		return true
 	}
 	m.leases.mu.Lock()
-	for ref := range m.own.owned {
-		if l := m.leases.byRef[ref]; l != nil {
-			take(ref, l.seconds, l.deadline)
-		} else {
-			take(ref, 0, time.Time{})
+	for ref, l := range m.leases.byRef {
+		if _, owned := m.own.owned[ref]; owned && !take(ref, l.seconds, l.deadline) {
+			break
+		}
+	}
+	if !full {
+		for ref, r := range m.own.restored {
+			if r.seconds > 0 && !take(ref, r.seconds, r.deadline) {
+				break
+			}
+		}
+	}
+	if !full {
+		for ref := range m.own.owned {
+			if m.leases.byRef[ref] == nil && !take(ref, 0, time.Time{}) {
+				break
+			}
 		}
 	}
 	m.leases.mu.Unlock()
-	for ref, r := range m.own.restored {
-		take(ref, r.seconds, r.deadline)
+	if !full {
+		for ref, r := range m.own.restored {
+			if r.seconds == 0 && !take(ref, 0, time.Time{}) {
+				break
+			}
+		}
 	}
-	s.Owned = append(s.Owned, unleased...)
+	omitted = total - len(s.Owned)
 	s.Removed, omitted = m.removed.snapshot(budget, omitted)
 	return s, omitted
 }
@@ -343,7 +360,7 @@ func isNotOwned(err error) bool { return errors.As(err, new(*errNotOwned)) }
 // cost fits budget, and returns them oldest first with omitted plus the
 // number left out.
 func (r *removalMemory) snapshot(budget, omitted int) ([]ownjournal.Removed, int) {
-	out := make([]ownjournal.Removed, 0, r.order.Len())
+	out := make([]ownjournal.Removed, 0, min(r.order.Len(), budget/ownjournal.MinCost))
 	n := 0
 	for e := r.order.Back(); e != nil; e = e.Prev() {
 		x := e.Value.(removalEntry)

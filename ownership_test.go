@@ -170,3 +170,36 @@ func TestJournalWriteFailureIsCountedAndWarned(t *testing.T) {
 		t.Fatalf("%d warnings for two failed writes within 10 s, want one naming the reason:\n%s", got, n.logs.String())
 	}
 }
+
+// At its bound the journal keeps leased workloads before unleased ones,
+// whatever the maps' order, and copies no more under activeMu than the
+// bound can hold.
+func TestJournalKeepsLeasedFirstAtTheBound(t *testing.T) {
+	path := filepath.Join(t.TempDir(), ownjournal.FileName)
+	const bound = 1024
+	n := newTestNode(t, withJournal(path, bound))
+	q := ifxCaptureQueue(n)
+	for i := range 200 {
+		ifxOwn(t, n, q, "job-"+itoa(i))
+	}
+	if _, err := n.m.ingestLocalLeased([]byte(ifxLifecycleJSON("leased-1", "running", "")), []string{"30"}); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		s, omitted := n.m.journalSnapshot()
+		if c := cap(s.Owned); c > bound/ownjournal.MinCost {
+			t.Fatalf("the snapshot reserved room for %d entries under activeMu, the bound holds at most %d", c, bound/ownjournal.MinCost)
+		}
+		if len(s.Owned)+omitted != 201 {
+			t.Fatalf("kept %d, omitted %d of 201", len(s.Owned), omitted)
+		}
+		file, _ := ownjournal.Encode(s, bound)
+		d, err := ownjournal.Decode(file, bound)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Owned) == 0 || d.Owned[0].ID != "leased-1" || d.Owned[0].LeaseSeconds != 30 {
+			t.Fatalf("the leased workload is not kept first at the bound: %d kept, first %+v", len(d.Owned), d.Owned[:min(1, len(d.Owned))])
+		}
+	}
+}

@@ -73,6 +73,10 @@ const entryOverhead = 48
 // entries, so it copies no more than can be written.
 func Cost(origin, id string) int { return len(origin) + len(id) + entryOverhead }
 
+// MinCost is the least an entry costs (an empty origin, a one-byte id): a
+// caller sizes its copies to the bound over it.
+const MinCost = 1 + entryOverhead
+
 // Encode renders s as a journal file of at most maxBytes. Entries are kept
 // in priority order: owned ones in the order given, then removals newest
 // first; those that would take the file past maxBytes are left out, and
