@@ -233,10 +233,11 @@ func clip(s string) string {
 }
 
 // Read reads and decodes the journal at path. A file that does not exist
-// is an empty State and no error; a larger file than maxBytes is refused
-// without reading past the bound.
+// is an empty State and no error; anything but a regular file (a named
+// pipe, a device, a directory) is refused without blocking on its open;
+// a larger file than maxBytes is refused without reading past the bound.
 func Read(path string, maxBytes int) (State, error) {
-	f, err := os.Open(path)
+	f, err := openForRead(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return State{}, nil
 	}
@@ -244,7 +245,11 @@ func Read(path string, maxBytes int) (State, error) {
 		return State{}, err
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
+	st, err := f.Stat()
+	if err != nil {
+		return State{}, err
+	}
+	if !st.Mode().IsRegular() {
 		return State{}, errors.New("not a regular file")
 	}
 	b, err := io.ReadAll(io.LimitReader(f, int64(maxBytes)+1))
