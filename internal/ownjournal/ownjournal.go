@@ -262,14 +262,17 @@ func Read(path string, maxBytes int) (State, error) {
 // Write replaces the journal at path with file atomically: it is written
 // to a temporary file in the same directory, synced, renamed over path,
 // and the directory synced, so a crash at any point leaves either the
-// previous journal or this one, whole.
+// previous journal or this one, whole. The temporary file has one fixed
+// name, TempName(path), truncated at each write: the app dir's lock makes
+// this daemon its only writer, and a write a kill cut short leaves one
+// file the next write reuses, never one more per kill.
 func Write(path string, file []byte) error {
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	name := TempName(path)
+	tmp, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	name := tmp.Name()
 	_, werr := tmp.Write(file)
 	if werr == nil {
 		werr = tmp.Sync()
@@ -286,6 +289,9 @@ func Write(path string, file []byte) error {
 	}
 	return syncDir(dir)
 }
+
+// TempName is the temporary file Write writes before its rename.
+func TempName(path string) string { return path + ".tmp" }
 
 // syncDir makes the rename durable. Windows cannot open a directory for
 // syncing; its rename (MoveFileEx) is written through by NTFS's journal.
