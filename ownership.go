@@ -167,14 +167,22 @@ func (m *Manager) dropRestored(now time.Time) {
 // loadJournal reads the journal at start: its owned workloads become the
 // restored set, its removals within the retention window the removal
 // memory. A journal that cannot be read is one WARN line and a fresh
-// start: it never keeps the daemon from starting.
+// start: it never keeps the daemon from starting. The file is first moved
+// aside (ownjournal.SetAside), since the next write would replace it: a
+// read error need not mean a bad journal (EACCES, EIO, a newer version's
+// header after a downgrade), and an operator can still put it back.
 func (m *Manager) loadJournal() {
 	if m.journal == nil {
 		return
 	}
 	s, err := ownjournal.Read(m.journal.path, m.journal.maxBytes)
 	if err != nil {
-		m.log.Warn("ownership journal unusable: starting without it", "file", m.journal.path, "reason", httpguard.ClipReason(err.Error()))
+		aside, aerr := ownjournal.SetAside(m.journal.path)
+		kept := "kept_as"
+		if aerr != nil {
+			kept, aside = "not_kept", httpguard.ClipReason(aerr.Error())
+		}
+		m.log.Warn("ownership journal unusable: starting without it", "file", m.journal.path, "reason", httpguard.ClipReason(err.Error()), kept, aside)
 		return
 	}
 	now := m.now()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -201,5 +202,34 @@ func TestJournalKeepsLeasedFirstAtTheBound(t *testing.T) {
 		if len(d.Owned) == 0 || d.Owned[0].ID != "leased-1" || d.Owned[0].LeaseSeconds != 30 {
 			t.Fatalf("the leased workload is not kept first at the bound: %d kept, first %+v", len(d.Owned), d.Owned[:min(1, len(d.Owned))])
 		}
+	}
+}
+
+// A journal the daemon cannot use (here a newer version's, after a
+// downgrade) is moved aside before the fresh start, replacing one moved
+// aside earlier, so the next write does not destroy it.
+func TestJournalUnusableIsSetAsideNotOverwritten(t *testing.T) {
+	path := filepath.Join(t.TempDir(), ownjournal.FileName)
+	newer := []byte("nvpair-wlm-journal v2 crc32c=00000000 bytes=2\n{}")
+	if err := os.WriteFile(path+".unusable", []byte("an earlier one"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, newer, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := newTestNode(t, withJournal(path, 0))
+	n.start()
+	if !n.logs.contains("level=WARN", "ownership journal unusable", "kept_as="+path+".unusable") {
+		t.Fatalf("the warning does not say where the journal was kept:\n%s", n.logs.String())
+	}
+	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "running", ""))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new journal to be written", func() bool {
+		s, err := ownjournal.Read(path, ownjournal.DefaultMaxBytes)
+		return err == nil && len(s.Owned) == 1
+	})
+	if b, err := os.ReadFile(path + ".unusable"); err != nil || !bytes.Equal(b, newer) {
+		t.Fatalf("the unusable journal set aside holds %q, %v; want the newer version's file", b, err)
 	}
 }

@@ -290,6 +290,16 @@ func Write(path string, file []byte) error {
 	return syncDir(dir)
 }
 
+// SetAside moves an unusable journal at path to path+".unusable",
+// replacing one set aside earlier, and returns that name: the caller
+// starts fresh, and its next write would otherwise replace a journal that
+// may still be good (one a newer version wrote, or one it could not read
+// for a while).
+func SetAside(path string) (string, error) {
+	to := path + ".unusable"
+	return to, os.Rename(path, to)
+}
+
 // TempName is the temporary file Write writes before its rename.
 func TempName(path string) string { return path + ".tmp" }
 
