@@ -190,11 +190,23 @@ func (m *Manager) loadJournal() {
 	defer m.activeMu.Unlock()
 	m.own.restored = make(map[wireframe.WorkloadRef]restoredOwn, len(s.Owned))
 	m.own.restoredUntil = now.Add(m.resync.retention)
+	// Times in the future are not trusted as they stand (a clock stepped
+	// back since the write, or an edited file): a lease's deadline is at
+	// most its length from now, a removal's time at most now, so neither
+	// outlives its window.
 	for _, o := range s.Owned {
-		m.own.restored[wireframe.WorkloadRef{Origin: o.Origin, ID: o.ID}] = restoredOwn{seconds: o.LeaseSeconds, deadline: time.UnixMilli(o.LeaseDeadline)}
+		deadline := time.UnixMilli(o.LeaseDeadline)
+		if latest := now.Add(time.Duration(o.LeaseSeconds) * m.leaseUnit); deadline.After(latest) {
+			deadline = latest
+		}
+		m.own.restored[wireframe.WorkloadRef{Origin: o.Origin, ID: o.ID}] = restoredOwn{seconds: o.LeaseSeconds, deadline: deadline}
 	}
 	for _, r := range s.Removed {
-		m.removed.restore(wireframe.WorkloadRef{Origin: r.Origin, ID: r.ID}, time.UnixMilli(r.At), now)
+		at := time.UnixMilli(r.At)
+		if at.After(now) {
+			at = now
+		}
+		m.removed.restore(wireframe.WorkloadRef{Origin: r.Origin, ID: r.ID}, at, now)
 	}
 	if len(s.Owned)+len(s.Removed) > 0 {
 		m.log.Info("ownership journal read", "file", m.journal.path, "owned", len(s.Owned), "removed", len(s.Removed))

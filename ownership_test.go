@@ -233,3 +233,35 @@ func TestJournalUnusableIsSetAsideNotOverwritten(t *testing.T) {
 		t.Fatalf("the unusable journal set aside holds %q, %v; want the newer version's file", b, err)
 	}
 }
+
+// Times in the future in the journal (a clock stepped back since the
+// write, an edited file) are clamped at its read: a lease's deadline to at
+// most its length from now, a removal's time to at most now, so neither
+// outlives its window.
+func TestJournalFutureTimesAreClampedAtTheRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), ownjournal.FileName)
+	n := newTestNode(t, withJournal(path, 0))
+	clock := ifxUseClock(n)
+	now := clock.now()
+	future := now.Add(24 * time.Hour).UnixMilli()
+	file, _ := ownjournal.Encode(ownjournal.State{
+		Owned:   []ownjournal.Owned{{Origin: "node-x", ID: "leased", LeaseSeconds: 30, LeaseDeadline: future}},
+		Removed: []ownjournal.Removed{{Origin: "node-x", ID: "gone", At: future}},
+	}, ownjournal.DefaultMaxBytes)
+	if err := ownjournal.Write(path, file); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	n.m.activeMu.Lock()
+	defer n.m.activeMu.Unlock()
+	if got, want := n.m.own.restored[wireframe.WorkloadRef{Origin: "node-x", ID: "leased"}].deadline, now.Add(30*time.Second); !got.Equal(want) {
+		t.Errorf("restored lease deadline %v, want it clamped to %v", got, want)
+	}
+	e := n.m.removed.index[wireframe.WorkloadRef{Origin: "node-x", ID: "gone"}]
+	if e == nil {
+		t.Fatal("the removal was not restored")
+	}
+	if got := e.Value.(removalEntry).at; !got.Equal(now) {
+		t.Errorf("restored removal at %v, want it clamped to %v", got, now)
+	}
+}
