@@ -178,14 +178,22 @@ func (m *Manager) dropRestored(now time.Time) {
 // loadJournal reads the journal at start: its owned workloads become the
 // restored set, its removals within the retention window the removal
 // memory. A journal that cannot be read is one WARN line and a fresh
-// start: it never keeps the daemon from starting.
+// start: it never keeps the daemon from starting. The file is first moved
+// aside (ownjournal.SetAside), since the next write would replace it: a
+// read error need not mean a bad journal (EACCES, EIO, a newer version's
+// header after a downgrade), and an operator can still put it back.
 func (m *Manager) loadJournal() {
 	if m.journal == nil {
 		return
 	}
 	s, err := ownjournal.Read(m.journal.path, m.journal.maxBytes)
 	if err != nil {
-		m.log.Warn("ownership journal unusable: starting without it", "file", m.journal.path, "reason", httpguard.ClipReason(err.Error()))
+		aside, aerr := ownjournal.SetAside(m.journal.path)
+		kept := "kept_as"
+		if aerr != nil {
+			kept, aside = "not_kept", httpguard.ClipReason(aerr.Error())
+		}
+		m.log.Warn("ownership journal unusable: starting without it", "file", m.journal.path, "reason", httpguard.ClipReason(err.Error()), kept, aside)
 		return
 	}
 	now := m.now()
@@ -193,11 +201,23 @@ func (m *Manager) loadJournal() {
 	defer m.activeMu.Unlock()
 	m.own.restored = make(map[wireframe.WorkloadRef]restoredOwn, len(s.Owned))
 	m.own.restoredUntil = now.Add(m.resync.retention)
+	// Times in the future are not trusted as they stand (a clock stepped
+	// back since the write, or an edited file): a lease's deadline is at
+	// most its length from now, a removal's time at most now, so neither
+	// outlives its window.
 	for _, o := range s.Owned {
-		m.own.restored[wireframe.WorkloadRef{Origin: o.Origin, ID: o.ID}] = restoredOwn{seconds: o.LeaseSeconds, deadline: time.UnixMilli(o.LeaseDeadline)}
+		deadline := time.UnixMilli(o.LeaseDeadline)
+		if latest := now.Add(time.Duration(o.LeaseSeconds) * m.leaseUnit); deadline.After(latest) {
+			deadline = latest
+		}
+		m.own.restored[wireframe.WorkloadRef{Origin: o.Origin, ID: o.ID}] = restoredOwn{seconds: o.LeaseSeconds, deadline: deadline}
 	}
 	for _, r := range s.Removed {
-		m.removed.restore(wireframe.WorkloadRef{Origin: r.Origin, ID: r.ID}, time.UnixMilli(r.At), now)
+		at := time.UnixMilli(r.At)
+		if at.After(now) {
+			at = now
+		}
+		m.removed.restore(wireframe.WorkloadRef{Origin: r.Origin, ID: r.ID}, at, now)
 	}
 	if len(s.Owned)+len(s.Removed) > 0 {
 		m.log.Info("ownership journal read", "file", m.journal.path, "owned", len(s.Owned), "removed", len(s.Removed))
@@ -205,46 +225,63 @@ func (m *Manager) loadJournal() {
 }
 
 // journalSnapshot copies what the journal holds, under activeMu: owned
-// workloads leased ones first, then the removals newest first, and stops
-// copying once the entries' cost reaches the journal's bound, so the hold
-// is bounded by the bound, not by the sets. The copy is of string headers
-// and numbers only, under one hold of leaseTable.mu: encoding is done
-// after both are released.
+// workloads leased ones first, then unleased ones, then the removals newest
+// first. Each pass stops at the first entry that would take the entries'
+// cost past the journal's bound, and the copies are sized to what the
+// bound can hold, so the hold is bounded by the bound, not by the sets:
+// the unleased pass skips only leased workloads, all of which fitted. The
+// copy is of string headers and numbers only, under one hold of
+// leaseTable.mu: encoding is done after both are released.
 func (m *Manager) journalSnapshot() (s ownjournal.State, omitted int) {
 	m.activeMu.Lock()
 	defer m.activeMu.Unlock()
 	budget := m.journal.maxBytes
-	n := m.own.len()
-	s.Owned = make([]ownjournal.Owned, 0, n)
-	unleased := make([]ownjournal.Owned, 0, n)
-	take := func(ref wireframe.WorkloadRef, seconds int, deadline time.Time) {
+	total := m.own.len()
+	s.Owned = make([]ownjournal.Owned, 0, min(total, budget/ownjournal.MinCost))
+	full := false
+	take := func(ref wireframe.WorkloadRef, seconds int, deadline time.Time) bool {
 		c := ownjournal.Cost(ref.Origin, ref.ID)
 		if c > budget {
-			omitted++
-			return
+			full = true
+			return false
 		}
 		budget -= c
 		o := ownjournal.Owned{Origin: ref.Origin, ID: ref.ID}
-		if seconds == 0 {
-			unleased = append(unleased, o)
-			return
+		if seconds > 0 {
+			o.LeaseSeconds, o.LeaseDeadline = seconds, deadline.UnixMilli()
 		}
-		o.LeaseSeconds, o.LeaseDeadline = seconds, deadline.UnixMilli()
 		s.Owned = append(s.Owned, o)
+		return true
 	}
 	m.leases.mu.Lock()
-	for ref := range m.own.owned {
-		if l := m.leases.byRef[ref]; l != nil {
-			take(ref, l.seconds, l.deadline)
-		} else {
-			take(ref, 0, time.Time{})
+	for ref, l := range m.leases.byRef {
+		if _, owned := m.own.owned[ref]; owned && !take(ref, l.seconds, l.deadline) {
+			break
+		}
+	}
+	if !full {
+		for ref, r := range m.own.restored {
+			if r.seconds > 0 && !take(ref, r.seconds, r.deadline) {
+				break
+			}
+		}
+	}
+	if !full {
+		for ref := range m.own.owned {
+			if m.leases.byRef[ref] == nil && !take(ref, 0, time.Time{}) {
+				break
+			}
 		}
 	}
 	m.leases.mu.Unlock()
-	for ref, r := range m.own.restored {
-		take(ref, r.seconds, r.deadline)
+	if !full {
+		for ref, r := range m.own.restored {
+			if r.seconds == 0 && !take(ref, 0, time.Time{}) {
+				break
+			}
+		}
 	}
-	s.Owned = append(s.Owned, unleased...)
+	omitted = total - len(s.Owned)
 	s.Removed, omitted = m.removed.snapshot(budget, omitted)
 	return s, omitted
 }
@@ -354,7 +391,7 @@ func isNotOwned(err error) bool { return errors.As(err, new(*errNotOwned)) }
 // cost fits budget, and returns them oldest first with omitted plus the
 // number left out.
 func (r *removalMemory) snapshot(budget, omitted int) ([]ownjournal.Removed, int) {
-	out := make([]ownjournal.Removed, 0, r.order.Len())
+	out := make([]ownjournal.Removed, 0, min(r.order.Len(), budget/ownjournal.MinCost))
 	n := 0
 	for e := r.order.Back(); e != nil; e = e.Prev() {
 		x := e.Value.(removalEntry)

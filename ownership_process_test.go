@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -217,8 +218,8 @@ func TestProcessFiveThousandIngressRemovalsThenAReplayBringNoneBack(t *testing.T
 	}
 }
 
-// The real binary started over a torn journal logs one warning and starts
-// fresh: it announces itself and relays.
+// The real binary started over a torn journal logs one warning, sets the
+// file aside and starts fresh: it announces itself and relays.
 func TestProcessATornJournalIsOneWarningAndTheDaemonStarts(t *testing.T) {
 	t.Parallel()
 	nodes := writeCluster(t, 1)
@@ -232,6 +233,9 @@ func TestProcessATornJournalIsOneWarningAndTheDaemonStarts(t *testing.T) {
 	a.waitLog("ownership journal unusable", "torn write")
 	if got := strings.Count(a.stderr.String(), "ownership journal unusable"); got != 1 {
 		t.Fatalf("%d warnings, want one", got)
+	}
+	if b, err := os.ReadFile(path + ".unusable"); err != nil || !bytes.Equal(b, good[:len(good)-3]) {
+		t.Fatalf("the torn journal was not set aside: %q, %v", b, err)
 	}
 	if st, text := postIngress(t, a.loggedValue("local ingress listening", "addr"), ingressFrameJSON(leasedInfo("job-2", "running", 1))); st != http.StatusOK {
 		t.Fatalf("post after a fresh start: %d %s", st, text)

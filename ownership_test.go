@@ -286,3 +286,97 @@ func TestOwnershipAFrameCheckedBeforeTheBrokerTookTheIDDoesNotTakeItOver(t *test
 		})
 	}
 }
+
+// At its bound the journal keeps leased workloads before unleased ones,
+// whatever the maps' order, and copies no more under activeMu than the
+// bound can hold.
+func TestJournalKeepsLeasedFirstAtTheBound(t *testing.T) {
+	path := filepath.Join(t.TempDir(), ownjournal.FileName)
+	const bound = 1024
+	n := newTestNode(t, withJournal(path, bound))
+	q := ifxCaptureQueue(n)
+	for i := range 200 {
+		ifxOwn(t, n, q, "job-"+itoa(i))
+	}
+	if _, err := n.m.ingestLocalLeased([]byte(ifxLifecycleJSON("leased-1", "running", "")), []string{"30"}); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		s, omitted := n.m.journalSnapshot()
+		if c := cap(s.Owned); c > bound/ownjournal.MinCost {
+			t.Fatalf("the snapshot reserved room for %d entries under activeMu, the bound holds at most %d", c, bound/ownjournal.MinCost)
+		}
+		if len(s.Owned)+omitted != 201 {
+			t.Fatalf("kept %d, omitted %d of 201", len(s.Owned), omitted)
+		}
+		file, _ := ownjournal.Encode(s, bound)
+		d, err := ownjournal.Decode(file, bound)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Owned) == 0 || d.Owned[0].ID != "leased-1" || d.Owned[0].LeaseSeconds != 30 {
+			t.Fatalf("the leased workload is not kept first at the bound: %d kept, first %+v", len(d.Owned), d.Owned[:min(1, len(d.Owned))])
+		}
+	}
+}
+
+// A journal the daemon cannot use (here a newer version's, after a
+// downgrade) is moved aside before the fresh start, replacing one moved
+// aside earlier, so the next write does not destroy it.
+func TestJournalUnusableIsSetAsideNotOverwritten(t *testing.T) {
+	path := filepath.Join(t.TempDir(), ownjournal.FileName)
+	newer := []byte("nvpair-wlm-journal v2 crc32c=00000000 bytes=2\n{}")
+	if err := os.WriteFile(path+".unusable", []byte("an earlier one"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, newer, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := newTestNode(t, withJournal(path, 0))
+	n.start()
+	if !n.logs.contains("level=WARN", "ownership journal unusable", "kept_as="+path+".unusable") {
+		t.Fatalf("the warning does not say where the journal was kept:\n%s", n.logs.String())
+	}
+	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "running", ""))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the new journal to be written", func() bool {
+		s, err := ownjournal.Read(path, ownjournal.DefaultMaxBytes)
+		return err == nil && len(s.Owned) == 1
+	})
+	if b, err := os.ReadFile(path + ".unusable"); err != nil || !bytes.Equal(b, newer) {
+		t.Fatalf("the unusable journal set aside holds %q, %v; want the newer version's file", b, err)
+	}
+}
+
+// Times in the future in the journal (a clock stepped back since the
+// write, an edited file) are clamped at its read: a lease's deadline to at
+// most its length from now, a removal's time to at most now, so neither
+// outlives its window.
+func TestJournalFutureTimesAreClampedAtTheRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), ownjournal.FileName)
+	n := newTestNode(t, withJournal(path, 0))
+	clock := ifxUseClock(n)
+	now := clock.now()
+	future := now.Add(24 * time.Hour).UnixMilli()
+	file, _ := ownjournal.Encode(ownjournal.State{
+		Owned:   []ownjournal.Owned{{Origin: "node-x", ID: "leased", LeaseSeconds: 30, LeaseDeadline: future}},
+		Removed: []ownjournal.Removed{{Origin: "node-x", ID: "gone", At: future}},
+	}, ownjournal.DefaultMaxBytes)
+	if err := ownjournal.Write(path, file); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	n.m.activeMu.Lock()
+	defer n.m.activeMu.Unlock()
+	if got, want := n.m.own.restored[wireframe.WorkloadRef{Origin: "node-x", ID: "leased"}].deadline, now.Add(30*time.Second); !got.Equal(want) {
+		t.Errorf("restored lease deadline %v, want it clamped to %v", got, want)
+	}
+	e := n.m.removed.index[wireframe.WorkloadRef{Origin: "node-x", ID: "gone"}]
+	if e == nil {
+		t.Fatal("the removal was not restored")
+	}
+	if got := e.Value.(removalEntry).at; !got.Equal(now) {
+		t.Errorf("restored removal at %v, want it clamped to %v", got, now)
+	}
+}

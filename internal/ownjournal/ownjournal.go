@@ -73,6 +73,10 @@ const entryOverhead = 48
 // entries, so it copies no more than can be written.
 func Cost(origin, id string) int { return len(origin) + len(id) + entryOverhead }
 
+// MinCost is the least an entry costs (an empty origin, a one-byte id): a
+// caller sizes its copies to the bound over it.
+const MinCost = 1 + entryOverhead
+
 // Encode renders s as a journal file of at most maxBytes. Entries are kept
 // in priority order: owned ones in the order given, then removals newest
 // first; those that would take the file past maxBytes are left out, and
@@ -229,10 +233,11 @@ func clip(s string) string {
 }
 
 // Read reads and decodes the journal at path. A file that does not exist
-// is an empty State and no error; a larger file than maxBytes is refused
-// without reading past the bound.
+// is an empty State and no error; anything but a regular file (a named
+// pipe, a device, a directory) is refused without blocking on its open;
+// a larger file than maxBytes is refused without reading past the bound.
 func Read(path string, maxBytes int) (State, error) {
-	f, err := os.Open(path)
+	f, err := openForRead(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return State{}, nil
 	}
@@ -240,7 +245,11 @@ func Read(path string, maxBytes int) (State, error) {
 		return State{}, err
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
+	st, err := f.Stat()
+	if err != nil {
+		return State{}, err
+	}
+	if !st.Mode().IsRegular() {
 		return State{}, errors.New("not a regular file")
 	}
 	b, err := io.ReadAll(io.LimitReader(f, int64(maxBytes)+1))
@@ -253,14 +262,17 @@ func Read(path string, maxBytes int) (State, error) {
 // Write replaces the journal at path with file atomically: it is written
 // to a temporary file in the same directory, synced, renamed over path,
 // and the directory synced, so a crash at any point leaves either the
-// previous journal or this one, whole.
+// previous journal or this one, whole. The temporary file has one fixed
+// name, TempName(path), truncated at each write: the app dir's lock makes
+// this daemon its only writer, and a write a kill cut short leaves one
+// file the next write reuses, never one more per kill.
 func Write(path string, file []byte) error {
 	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
+	name := TempName(path)
+	tmp, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	name := tmp.Name()
 	_, werr := tmp.Write(file)
 	if werr == nil {
 		werr = tmp.Sync()
@@ -277,6 +289,19 @@ func Write(path string, file []byte) error {
 	}
 	return syncDir(dir)
 }
+
+// SetAside moves an unusable journal at path to path+".unusable",
+// replacing one set aside earlier, and returns that name: the caller
+// starts fresh, and its next write would otherwise replace a journal that
+// may still be good (one a newer version wrote, or one it could not read
+// for a while).
+func SetAside(path string) (string, error) {
+	to := path + ".unusable"
+	return to, os.Rename(path, to)
+}
+
+// TempName is the temporary file Write writes before its rename.
+func TempName(path string) string { return path + ".tmp" }
 
 // syncDir makes the rename durable. Windows cannot open a directory for
 // syncing; its rename (MoveFileEx) is written through by NTFS's journal.

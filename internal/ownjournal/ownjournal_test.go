@@ -170,3 +170,35 @@ func normalize(s State) State {
 	}
 	return s
 }
+
+// The temporary file has one fixed name: a write a kill cut short leaves
+// one file, which the next write truncates and renames, so kills never
+// pile files up in the app dir.
+func TestWriteReusesOneTemporaryFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, FileName)
+	if err := os.WriteFile(TempName(path), bytes.Repeat([]byte("left by a kill "), 1000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := State{Owned: []Owned{{Origin: "o", ID: "job-1"}}}
+	for range 3 {
+		file, _ := Encode(s, DefaultMaxBytes)
+		if err := Write(path, file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != FileName {
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("the app dir holds %q after a kill's leftover and three writes, want only the journal", names)
+	}
+	if got, err := Read(path, DefaultMaxBytes); err != nil || len(got.Owned) != 1 || got.Owned[0].ID != "job-1" {
+		t.Fatalf("read back %+v, %v", got, err)
+	}
+}

@@ -220,10 +220,10 @@ func ParseIngress(body []byte, nodeID string, maxWorkload int) (Ingress, error) 
 	if err != nil {
 		return Ingress{}, err
 	}
-	if f.Life, err = lifecycleFromScan(method, &s, nodeID); err != nil {
+	if err := checkIngressNumbers(&s.levels[levelInfo]); err != nil {
 		return Ingress{}, err
 	}
-	if err := checkIngressNumbers(&s.levels[levelInfo]); err != nil {
+	if f.Life, err = lifecycleFromScan(method, &s, nodeID); err != nil {
 		return Ingress{}, err
 	}
 	if stamped.params != nil {
@@ -345,16 +345,18 @@ func stampOrigin(s *Scan, level int, nodeID string) (stampedObject, error) {
 const MinEpochMillis = 1_000_000_000_000
 
 // checkIngressNumbers applies the ingress's own rules to the workload's
-// numbers, which the typed checks have passed (integers or null): createdAt
-// and seq are not null, as the stock peers would take them, and each time
-// is in epoch milliseconds. The spelling is checked, so each is at most
-// one member spelt exactly.
+// numbers, before the typed checks, whose answer offers null: createdAt
+// and seq are integers, never null, as the stock peers would take them,
+// and each time is in epoch milliseconds. A startedAt or completedAt that
+// is not an integer is left to the typed checks (the ingress takes null
+// there). The spelling is checked, so each is at most one member spelt
+// exactly.
 func checkIngressNumbers(il *scanLevel) error {
 	for _, name := range [...]string{"createdAt", "startedAt", "completedAt"} {
 		m := il.exact(name)
 		switch {
 		case m == nil:
-		case isJSONNull(m.value):
+		case isJSONNull(m.value) || !isJSONInteger(m.value):
 			if name == "createdAt" {
 				return errors.New("workloadInfo.createdAt must be an integer (epoch milliseconds); the ingress takes no null")
 			}
@@ -364,7 +366,7 @@ func checkIngressNumbers(il *scanLevel) error {
 			}
 		}
 	}
-	if m := il.exact("seq"); m != nil && isJSONNull(m.value) {
+	if m := il.exact("seq"); m != nil && !isSeq(m.value) {
 		return fmt.Errorf("workloadInfo.seq must be an integer from 0 to %d; the ingress takes no null", int64(maxSeq))
 	}
 	return nil

@@ -235,6 +235,16 @@ func TestIngressRefusesAMethodAgainstItsStateTimesInSecondsAndNullNumbers(t *tes
 		{"seq null", frame(MethodStarted, "running", ms, `"seq":null`),
 			"workloadInfo.seq must be an integer from 0 to 9223372036854775807; the ingress takes no null"},
 		{"seq zero", frame(MethodStarted, "running", ms, `"seq":0`), ""},
+		// The ingress takes no null in createdAt or seq: its answer to a
+		// value of another type does not offer one.
+		{"createdAt with an exponent", frame(MethodStarted, "running", `"createdAt":1.7e12`),
+			"workloadInfo.createdAt must be an integer (epoch milliseconds); the ingress takes no null"},
+		{"createdAt a word", frame(MethodStarted, "running", `"createdAt":"now"`),
+			"workloadInfo.createdAt must be an integer (epoch milliseconds); the ingress takes no null"},
+		{"seq a fraction", frame(MethodStarted, "running", ms, `"seq":1.5`),
+			"workloadInfo.seq must be an integer from 0 to 9223372036854775807; the ingress takes no null"},
+		{"seq negative", frame(MethodStarted, "running", ms, `"seq":-1`),
+			"workloadInfo.seq must be an integer from 0 to 9223372036854775807; the ingress takes no null"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseIngress([]byte(tc.body), node, DefaultWorkloadMaxBytes)
