@@ -58,6 +58,7 @@ type node struct {
 	ingress     string     // node 1's ingress address as bound, kept across restarts; "" on others
 	wantIngress string     // as configured; port 0 lets the daemon pick one
 	wantMetrics bool       // the daemon gets a --metrics endpoint
+	extraArgs   []string   // further daemon flags, given at every start (tests set them before the first)
 	metrics     string     // the --metrics address as bound, kept across restarts; "" without --metrics
 	proc        *process   // the current daemon; nil before the first start
 	up          bool       // the daemon subscribed and has not exited
@@ -287,7 +288,7 @@ func (n *node) args(c *cluster) []string {
 	case n.wantMetrics:
 		a = append(a, "--metrics", "127.0.0.1:0")
 	}
-	return a
+	return append(a, n.extraArgs...)
 }
 
 // launch starts one daemon process for n, its stderr appended to n's log.
