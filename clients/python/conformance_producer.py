@@ -253,6 +253,10 @@ def step(c, out, j, member, member_id):
         elif j.step == START:
             j.h.start()
         else:
+            # Said before the call, so a kill between the call and its
+            # "meant" line still tells the orchestrator which end was under
+            # way (the outbox may hold it).
+            out.line(event="ending", id=j.h.id, final=final(j.k))
             kind = j.k % 6
             if kind == 1:
                 j.h.fail("conformance")

@@ -118,14 +118,17 @@ class ARun(unittest.TestCase):
         for k in ("queued", "refused", "dropped", "outboxPending", "outboxFull"):
             self.assertEqual(s[k], 0, s)
 
-        submitted, meant = {}, {}
+        submitted, meant, ending = {}, {}, {}
         for line in lines[1:-1]:
             ev = line["event"]
             if ev == "submitted":
                 submitted[line["id"]] = line["scheduledOn"]
+            elif ev == "ending":
+                ending[line["id"]] = line["final"]
             elif ev == "meant":
                 self.assertIn(line["id"], submitted, "meant before submitted")
                 meant[line["id"]] = line["final"]
+                self.assertEqual(ending.get(line["id"]), line["final"], "meant without its ending line first")
             else:
                 self.assertEqual(ev, "stats", line)
         self.assertEqual(len(submitted), 12)

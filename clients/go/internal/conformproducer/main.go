@@ -392,6 +392,10 @@ func step(c *wlmclient.Client, w *out, j *job, member, memberID string) (ended b
 	case stepStart:
 		err = j.h.Start()
 	case stepEnd:
+		// Said before the call, so a kill between the call and its
+		// "meant" line still tells the orchestrator which end was under
+		// way (the outbox may hold it).
+		w.line(meantLine{Event: "ending", ID: j.h.ID(), Final: final(j.k)})
 		switch j.k % 6 {
 		case 1:
 			err = j.h.Fail("conformance")

@@ -129,16 +129,22 @@ func TestARunPrintsTheProtocolAndEachJobsFramesArriveInSeqOrder(t *testing.T) {
 	}
 	submitted := map[string]string{} // id -> scheduledOn
 	meant := map[string]string{}     // id -> final
+	ending := map[string]string{}    // id -> final, said before the end call
 	for _, l := range lines[1 : len(lines)-1] {
 		id, _ := l["id"].(string)
 		switch l["event"] {
 		case "submitted":
 			submitted[id], _ = l["scheduledOn"].(string)
+		case "ending":
+			ending[id], _ = l["final"].(string)
 		case "meant":
 			if _, ok := submitted[id]; !ok {
 				t.Errorf("meant before submitted: %v", l)
 			}
 			meant[id], _ = l["final"].(string)
+			if ending[id] != meant[id] {
+				t.Errorf("meant %q without an ending line for it first (%q)", meant[id], ending[id])
+			}
 		case "stats":
 		default:
 			t.Errorf("unexpected line %v", l)
