@@ -45,10 +45,13 @@ type Config struct {
 	// (DefaultQueueSize). A frame asked for beyond it is refused with
 	// ErrQueueFull and counted in Stats.Dropped.
 	QueueSize int
-	// Workers is how many jobs send at once (DefaultWorkers).
+	// Workers is how many jobs send at once (DefaultWorkers). A job
+	// waiting for its frame's next try holds none.
 	Workers int
 	// MaxAttempts bounds the tries of one frame; 0 tries until it is
-	// delivered, refused for good, or Close's deadline passes.
+	// delivered, refused for good, or Close's deadline passes. A frame
+	// held back while the daemon does not answer (only one job probes it)
+	// spends no attempt until it is sent.
 	MaxAttempts int
 	// BackoffMin and BackoffMax bound the delay between tries: it starts at
 	// BackoffMin, doubles, is capped at BackoffMax and jittered down by up
@@ -103,9 +106,9 @@ func (e *StatusError) Error() string {
 type Stats struct {
 	Queued        int64 // frames waiting or in flight now
 	Sent          int64 // frames the daemon answered 200
-	Retried       int64 // tries after a retryable failure
+	Retried       int64 // tries after a retryable failure, counted when sent
 	Refused       int64 // frames refused for good (4xx other than 408/429)
-	Dropped       int64 // frames never sent: queue full, attempts spent, job owned, Close's deadline
+	Dropped       int64 // frames never sent: queue full, attempts spent, job owned, left at Close's deadline
 	OutboxPending int64 // terminal frames in the outbox now
 	OutboxFull    int64 // terminal frames not kept because the outbox was full
 	OutboxTorn    int64 // outbox lines unreadable at New, skipped
