@@ -144,11 +144,11 @@ func TestAJobParkedForItsRetryHoldsNoWorkerAndCloseAbandonsItCounted(t *testing.
 	c := newClient(t, Config{Addr: serve(t, in), Workers: 1, Lease: -1, OutboxPath: path})
 	timers := &manualTimers{}
 	c.afterFunc = timers.afterFunc
+	first.Store("turned-away")
 	a, err := c.Submit(context.Background(), JobSpec{ID: "turned-away", Model: "m", Engine: "e"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	first.Store(a.ID())
 	eventually(t, "the first job's frame turned away", func() bool { return len(in.requests()) == 1 })
 	if err := a.Fail("the GPU fell off the bus"); err != nil { // waits behind the parked frame
 		t.Fatal(err)
