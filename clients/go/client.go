@@ -140,7 +140,7 @@ type Client struct {
 	// never held across a request or a file write.
 	mu      sync.Mutex
 	closed  bool
-	stopped bool // Close gave up on what is left: no job is handed on
+	stopped bool // Close is ending the workers: no job is handed on to them
 	queued  int
 	jobs    map[*Job]struct{} // jobs with a renewal timer
 
