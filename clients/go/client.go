@@ -45,10 +45,13 @@ type Config struct {
 	// (DefaultQueueSize). A frame asked for beyond it is refused with
 	// ErrQueueFull and counted in Stats.Dropped.
 	QueueSize int
-	// Workers is how many jobs send at once (DefaultWorkers).
+	// Workers is how many jobs send at once (DefaultWorkers). A job
+	// waiting for its frame's next try holds none.
 	Workers int
 	// MaxAttempts bounds the tries of one frame; 0 tries until it is
-	// delivered, refused for good, or Close's deadline passes.
+	// delivered, refused for good, or Close's deadline passes. A frame
+	// held back while the daemon does not answer (only one job probes it)
+	// spends no attempt until it is sent.
 	MaxAttempts int
 	// BackoffMin and BackoffMax bound the delay between tries: it starts at
 	// BackoffMin, doubles, is capped at BackoffMax and jittered down by up
@@ -103,9 +106,9 @@ func (e *StatusError) Error() string {
 type Stats struct {
 	Queued        int64 // frames waiting or in flight now
 	Sent          int64 // frames the daemon answered 200
-	Retried       int64 // tries after a retryable failure
+	Retried       int64 // tries after a retryable failure, counted when sent
 	Refused       int64 // frames refused for good (4xx other than 408/429)
-	Dropped       int64 // frames never sent: queue full, attempts spent, job owned, Close's deadline
+	Dropped       int64 // frames never sent: queue full, attempts spent, job owned, left at Close's deadline
 	OutboxPending int64 // terminal frames in the outbox now
 	OutboxFull    int64 // terminal frames not kept because the outbox was full
 	OutboxTorn    int64 // outbox lines unreadable at New, skipped
@@ -122,22 +125,44 @@ type Client struct {
 	runCtx  context.Context
 	cancel  context.CancelFunc
 	workers sync.WaitGroup
-	// sleep waits between tries (sleepFor; a test records the waits
-	// instead), and renewEvery is how often a lease is renewed (a third of
-	// it; a test shortens it). Both are set by New, before any goroutine.
-	sleep      func(time.Duration) bool
+	// afterFunc arms the timer of a retry wait (time.AfterFunc; a test
+	// records the waits, or fires them itself), and renewEvery is how
+	// often a lease is renewed (a third of it; a test shortens it). Both
+	// are set by New, before any goroutine.
+	afterFunc  func(time.Duration, func()) *time.Timer
 	renewEvery time.Duration
 	// progress is signalled (without blocking) whenever a frame leaves the
 	// queue, so Close can wait for an empty queue without polling.
 	progress chan struct{}
 
-	// mu guards closed, queued and jobs. Lock order: a Job's mu, then this
-	// mu, then the outbox's mu; this mu is never held across a request or
-	// a file write.
-	mu     sync.Mutex
-	closed bool
-	queued int
-	jobs   map[*Job]struct{} // jobs with a renewal timer
+	// mu guards closed, stopped, queued, jobs, parked and the gate. Lock
+	// order: a Job's mu, then this mu, then the outbox's mu; this mu is
+	// never held across a request or a file write.
+	mu      sync.Mutex
+	closed  bool
+	stopped bool // Close is ending the workers: no job is handed on to them
+	queued  int
+	jobs    map[*Job]struct{} // jobs with a renewal timer
+
+	// parked are the jobs whose first frame waits for its next try, each
+	// with the timer that hands it back to the workers. A parked job stays
+	// busy (no worker takes it, so its frames stay in order) and its frame
+	// keeps its place in the queue; the worker that parked it has moved on.
+	parked map[*Job]*time.Timer
+	// The gate is shut while the daemon does not answer at all (a
+	// transport error: refused, reset, timed out): no job sends then but
+	// the one probe the gate's timer lets through, every gateDelay
+	// (backoff doubling to BackoffMax). The jobs a worker took meanwhile
+	// wait in gated, in the order they came, and all go back to the
+	// workers as soon as any request is answered. gateGen tells a timer
+	// that fired late that the gate it was armed for is gone.
+	gateShut  bool
+	gateDelay time.Duration // the next wait of the gate
+	gateTimer *time.Timer   // armed while the gate waits for its next probe
+	gateGen   uint64
+	probe     *Job // the job the gate let through, until its answer
+	probeFree bool // the gate's timer fired with no job waiting: the next job probes
+	gated     []*Job
 
 	sent, retried, refused, dropped, outboxFull atomic.Int64
 }
@@ -189,10 +214,10 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{
 		cfg: cfg, url: "http://" + cfg.Addr, log: cfg.Logger,
 		stop: make(chan struct{}), progress: make(chan struct{}, 1),
-		jobs: map[*Job]struct{}{},
+		jobs: map[*Job]struct{}{}, parked: map[*Job]*time.Timer{},
 	}
 	c.runCtx, c.cancel = context.WithCancel(context.Background())
-	c.sleep, c.renewEvery = c.sleepFor, cfg.Lease/3
+	c.afterFunc, c.renewEvery = time.AfterFunc, cfg.Lease/3
 	var replay []outboxEntry
 	if cfg.OutboxPath != "" {
 		ob, entries, err := openOutbox(cfg.OutboxPath, cfg.OutboxMax)
@@ -239,10 +264,11 @@ func (c *Client) Stats() Stats {
 
 // Close stops taking frames, stops renewing leases and waits until every
 // queued frame is delivered or refused, or ctx is done. On ctx's end it
-// abandons what is left (terminal frames stay in the outbox for the next
-// New) and returns an error saying how many frames were not sent. Jobs
-// left open keep their leases at the daemon, which retires them as failed
-// when the leases run out.
+// abandons what is left, frames in flight, waiting for a retry or behind
+// them (terminal frames stay in the outbox for the next New), counts them
+// in Stats.Dropped and returns an error saying how many frames were not
+// sent. Jobs left open keep their leases at the daemon, which retires them
+// as failed when the leases run out.
 func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
@@ -272,9 +298,31 @@ func (c *Client) Close(ctx context.Context) error {
 		}
 		break
 	}
-	c.cancel() // ends requests in flight and retry waits
+	// No timer hands a job back from here on: a parked job's timer is
+	// stopped, or finds it gone when it fires; the gate's finds stopped.
+	c.mu.Lock()
+	c.stopped = true
+	for _, t := range c.parked {
+		t.Stop()
+	}
+	c.parked = nil
+	if c.gateTimer != nil {
+		c.gateTimer.Stop()
+		c.gateTimer = nil
+	}
+	c.gateGen++
+	c.gated, c.probe = nil, nil
+	c.mu.Unlock()
+	c.cancel() // ends requests in flight
 	close(c.stop)
 	c.workers.Wait()
+	// What is still queued was never sent: it was in flight when the
+	// requests were cancelled, parked, gated, or behind one of those.
+	c.mu.Lock()
+	left := c.queued
+	c.queued = 0
+	c.mu.Unlock()
+	c.dropped.Add(int64(left))
 	if c.outbox != nil {
 		c.outbox.close()
 	}
@@ -309,7 +357,11 @@ func (j *Job) appendLocked(f *frame) (wake bool) {
 }
 
 // wake hands j to a worker. It never blocks: the channel has room for
-// every queued frame, and a job is in it at most once.
+// every queued frame, and a job is in it at most once, because a job is in
+// one place at a time: the channel, a worker, parked or gated, and in each
+// it has its first frame queued. The channel is never closed, so a wake
+// that races Close (a timer that took a job out of parked just before
+// Close stopped) only leaves the job in the buffer, unread.
 func (c *Client) wake(j *Job) { c.ready <- j }
 
 // dequeued accounts for one frame that left the queue.
@@ -333,27 +385,39 @@ func (c *Client) work() {
 		case <-c.stop:
 			return
 		}
-		for {
-			j.mu.Lock()
-			if len(j.pending) == 0 {
-				j.busy = false
-				j.mu.Unlock()
-				break
-			}
-			f := j.pending[0]
-			owned := j.owned
-			j.mu.Unlock()
-			if owned {
-				c.dropped.Add(1)
-				c.forget(f)
-			} else {
-				c.deliver(j, f)
-			}
-			j.mu.Lock()
-			j.pending = j.pending[1:]
-			j.mu.Unlock()
-			c.dequeued()
+		c.run(j)
+	}
+}
+
+// run sends j's frames one after the other until j has none left (then j
+// is no longer busy) or its first frame must wait: parked for its retry,
+// or gated while the daemon does not answer. A waiting job stays busy and
+// is handed back to the workers when its wait ends, so the worker moves
+// on to other jobs at once: a retry wait never holds a worker.
+func (c *Client) run(j *Job) {
+	for {
+		if c.runCtx.Err() != nil {
+			return // Close gave up: what is left is counted there
 		}
+		j.mu.Lock()
+		if len(j.pending) == 0 {
+			j.busy = false
+			j.mu.Unlock()
+			return
+		}
+		f := j.pending[0]
+		owned := j.owned
+		j.mu.Unlock()
+		if owned {
+			c.dropped.Add(1)
+			c.forget(f)
+		} else if !c.mayTry(j) || !c.try(j, f) {
+			return
+		}
+		j.mu.Lock()
+		j.pending = j.pending[1:]
+		j.mu.Unlock()
+		c.dequeued()
 	}
 }
 
@@ -366,70 +430,188 @@ func (c *Client) forget(f *frame) {
 	}
 }
 
-// deliver sends f until the daemon takes it, refuses it for good, the
-// attempts are spent or the client is stopped.
-func (c *Client) deliver(j *Job, f *frame) {
-	delay := c.cfg.BackoffMin
-	for attempt := 1; ; attempt++ {
-		status, reason, retryAfter, err := c.post(f)
-		if err == nil && status == http.StatusOK {
-			c.sent.Add(1)
-			c.forget(f)
-			return
-		}
-		if err == nil && !retryable(status) {
-			c.refused.Add(1)
-			serr := &StatusError{Method: f.method, Status: status, Reason: reason}
-			j.mu.Lock()
-			j.err = serr
-			if status == http.StatusConflict {
-				j.owned = true
-			}
-			j.mu.Unlock()
-			c.log.Warn("wlmclient: frame refused, not retried", "method", f.method, "id", j.id, "status", status, "reason", reason)
-			c.forget(f)
-			return
-		}
-		problem := err
-		if err == nil {
-			problem = &StatusError{Method: f.method, Status: status, Reason: reason}
-		}
-		if c.cfg.MaxAttempts > 0 && attempt >= c.cfg.MaxAttempts {
-			c.dropped.Add(1)
-			j.mu.Lock()
-			j.err = problem
-			j.mu.Unlock()
-			c.log.Warn("wlmclient: giving up on a frame", "method", f.method, "id", j.id, "attempts", attempt, "err", problem)
-			return // a terminal frame stays in the outbox for the next start
-		}
-		wait := jitter(delay)
-		delay = min(2*delay, c.cfg.BackoffMax)
-		if retryAfter > 0 {
-			// Honour the daemon: never earlier than it asked, plus up to a
-			// quarter more so producers it turned away do not return at
-			// the same instant.
-			ra := min(retryAfter, c.cfg.RetryAfterMax)
-			wait = ra + rand.N(ra/4+1)
-		}
-		c.log.Debug("wlmclient: retrying", "method", f.method, "id", j.id, "err", problem, "in", wait)
-		if !c.sleep(wait) {
-			c.dropped.Add(1)
-			return // a terminal frame stays in the outbox for the next start
-		}
+// try sends f, j's first frame, once and reports whether f is done with:
+// taken, refused for good, or its attempts spent. When it is not, j waits
+// for f's next try (parked, or behind the gate) and the caller lets go.
+func (c *Client) try(j *Job, f *frame) (done bool) {
+	if f.attempts > 0 {
 		c.retried.Add(1)
+	}
+	f.attempts++
+	status, reason, retryAfter, err := c.post(f)
+	if err == nil {
+		c.answered()
+	}
+	if err == nil && status == http.StatusOK {
+		c.sent.Add(1)
+		c.forget(f)
+		return true
+	}
+	if err == nil && !retryable(status) {
+		c.refused.Add(1)
+		serr := &StatusError{Method: f.method, Status: status, Reason: reason}
+		j.mu.Lock()
+		j.err = serr
+		if status == http.StatusConflict {
+			j.owned = true
+		}
+		j.mu.Unlock()
+		c.log.Warn("wlmclient: frame refused, not retried", "method", f.method, "id", j.id, "status", status, "reason", reason)
+		c.forget(f)
+		return true
+	}
+	problem := err
+	if err == nil {
+		problem = &StatusError{Method: f.method, Status: status, Reason: reason}
+	}
+	spent := c.cfg.MaxAttempts > 0 && f.attempts >= c.cfg.MaxAttempts
+	if spent {
+		c.dropped.Add(1)
+		j.mu.Lock()
+		j.err = problem
+		j.mu.Unlock()
+		c.log.Warn("wlmclient: giving up on a frame", "method", f.method, "id", j.id, "attempts", f.attempts, "err", problem)
+		// A terminal frame stays in the outbox for the next start.
+	}
+	if err != nil {
+		// The daemon did not answer: the gate shuts for every job, this
+		// one included, whether or not its frame has tries left.
+		c.unanswered(j, !spent)
+		return spent
+	}
+	if spent {
+		return true
+	}
+	if f.delay == 0 {
+		f.delay = c.cfg.BackoffMin
+	}
+	wait := jitter(f.delay)
+	f.delay = min(2*f.delay, c.cfg.BackoffMax)
+	if retryAfter > 0 {
+		// Honour the daemon: never earlier than it asked, plus up to a
+		// quarter more so producers it turned away do not return at
+		// the same instant.
+		ra := min(retryAfter, c.cfg.RetryAfterMax)
+		wait = ra + rand.N(ra/4+1)
+	}
+	c.log.Debug("wlmclient: retrying", "method", f.method, "id", j.id, "err", problem, "in", wait)
+	c.park(j, wait)
+	return false
+}
+
+// park hands j back to the workers after wait, from a timer. Once Close
+// stopped, j is abandoned instead (Close counts its frames).
+func (c *Client) park(j *Job, wait time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return
+	}
+	// The timer's function takes c.mu, so it cannot look before j is in
+	// parked, even with a wait of 0.
+	c.parked[j] = c.afterFunc(wait, func() {
+		c.mu.Lock()
+		_, ok := c.parked[j] // gone when Close stopped
+		delete(c.parked, j)
+		c.mu.Unlock()
+		if ok {
+			c.wake(j)
+		}
+	})
+}
+
+// mayTry reports whether j may send now: when the gate is open, or j is
+// the gate's probe (or becomes it). Otherwise j joins the gated jobs.
+func (c *Client) mayTry(j *Job) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case !c.gateShut || c.probe == j:
+		return true
+	case c.probeFree:
+		c.probe, c.probeFree = j, false
+		return true
+	}
+	if !c.stopped {
+		c.gated = append(c.gated, j)
+	}
+	return false
+}
+
+// unanswered shuts the gate after a request of j's got no answer, or arms
+// it again when j was its probe (the wait doubling); with wait, j joins
+// the gated jobs (once Close stopped, j is abandoned instead).
+func (c *Client) unanswered(j *Job, wait bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopped {
+		return
+	}
+	if !c.gateShut || c.probe == j || (c.probe == nil && c.probeFree) {
+		// Nothing else will open the gate: no timer is armed and no
+		// probe is out.
+		if !c.gateShut {
+			c.gateShut, c.gateDelay = true, c.cfg.BackoffMin
+		}
+		d := jitter(c.gateDelay)
+		c.gateDelay = min(2*c.gateDelay, c.cfg.BackoffMax)
+		c.probe, c.probeFree = nil, false
+		c.gateGen++
+		gen := c.gateGen
+		c.gateTimer = c.afterFunc(d, func() { c.gateDue(gen) })
+		c.log.Debug("wlmclient: the daemon does not answer, waiting", "in", d)
+	}
+	if wait {
+		c.gated = append(c.gated, j)
 	}
 }
 
-// sleepFor waits d, or less when the client stops; it reports whether
-// the whole of d passed.
-func (c *Client) sleepFor(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-c.runCtx.Done():
-		return false
+// gateDue lets one gated job through as the gate's probe, or, with none
+// gated, lets the next job a worker takes be it.
+func (c *Client) gateDue(gen uint64) {
+	c.mu.Lock()
+	if c.stopped || gen != c.gateGen {
+		c.mu.Unlock()
+		return
+	}
+	c.gateTimer = nil
+	var j *Job
+	if len(c.gated) > 0 {
+		j = c.gated[0]
+		c.gated = c.gated[1:]
+		c.probe = j
+	} else {
+		c.probeFree = true
+	}
+	c.mu.Unlock()
+	if j != nil {
+		c.wake(j)
+	}
+}
+
+// answered opens the gate after any answer from the daemon, and hands
+// every gated job back to the workers.
+func (c *Client) answered() {
+	c.mu.Lock()
+	if !c.gateShut {
+		c.mu.Unlock()
+		return
+	}
+	c.gateShut, c.probe, c.probeFree = false, nil, false
+	c.gateGen++
+	if c.gateTimer != nil {
+		c.gateTimer.Stop()
+		c.gateTimer = nil
+	}
+	gated := c.gated
+	c.gated = nil
+	stopped := c.stopped
+	c.mu.Unlock()
+	if stopped {
+		return
+	}
+	for _, j := range gated {
+		c.wake(j)
 	}
 }
 

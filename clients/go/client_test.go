@@ -279,15 +279,15 @@ func TestFramesRequestedFromManyGoroutinesGoOneAtATimePerJobInSeqOrder(t *testin
 	}
 }
 
-// recordWaits makes c record its waits between tries instead of sleeping.
+// recordWaits makes c record its waits between tries and end them at once.
 func recordWaits(c *Client) func() []time.Duration {
 	var mu sync.Mutex
 	var waits []time.Duration
-	c.sleep = func(d time.Duration) bool {
+	c.afterFunc = func(d time.Duration, f func()) *time.Timer {
 		mu.Lock()
 		waits = append(waits, d)
 		mu.Unlock()
-		return c.runCtx.Err() == nil
+		return time.AfterFunc(0, f)
 	}
 	return func() []time.Duration {
 		mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -310,5 +311,58 @@ func TestAgainstTheDaemonTheOutboxDeliversATerminalFrameAfterAProducerRestart(t 
 	ups := d.upserts(job.ID())
 	if len(ups) != 1 || ups[0]["state"] != "failed" || ups[0]["seq"] != 2.0 || ups[0]["error"] != "the GPU fell off the bus" {
 		t.Fatalf("the broker got %v, want the failed frame (seq 2) from the outbox", ups)
+	}
+}
+
+// TestAgainstTheDaemonAJobWaitingForRoomDoesNotHoldBackTheJobThatWouldMakeIt
+// is the live-workload bound's livelock: a new job refused 503 with
+// Retry-After while the node's set is full must wait without holding the
+// client's only worker, or the frame that would free a slot (the admitted
+// job's Complete) is never sent.
+func TestAgainstTheDaemonAJobWaitingForRoomDoesNotHoldBackTheJobThatWouldMakeIt(t *testing.T) {
+	d := startDaemon(t, "--max-live-workloads", "1", "--resync-interval", "1s")
+	clientLog := &lockedBuffer{}
+	c := newClient(t, Config{Addr: d.addr, Workers: 1, Lease: -1,
+		Logger: slog.New(slog.NewTextHandler(clientLog, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	a, err := c.Submit(context.Background(), JobSpec{Model: "m", Engine: "e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "job A's queued frame at the broker", func() bool { return len(d.upserts(a.ID())) == 1 })
+	b, err := c.Submit(context.Background(), JobSpec{Model: "m", Engine: "e"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "job B's queued frame refused 503 with Retry-After", func() bool {
+		for _, line := range strings.Split(clientLog.String(), "\n") {
+			if strings.Contains(line, `msg="wlmclient: retrying"`) && strings.Contains(line, "id="+b.ID()) &&
+				strings.Contains(line, "503") && strings.Contains(line, "--max-live-workloads") {
+				return true
+			}
+		}
+		return false
+	})
+	if err := a.Complete(); err != nil {
+		t.Fatal(err)
+	}
+	// index is where the broker got id's frame in state, or -1.
+	index := func(id, state string) int {
+		for i, f := range d.brokerFrames() {
+			if f.Method == "workloads:upsert" && f.Params.WorkloadInfo["id"] == id && f.Params.WorkloadInfo["state"] == state {
+				return i
+			}
+		}
+		return -1
+	}
+	eventually(t, "job A's completed frame at the broker while job B waits for room", func() bool { return index(a.ID(), "completed") >= 0 })
+	// B is admitted once A's terminal entry has left the set's retention
+	// (two heartbeats, 2 s), after one or two more refusals.
+	eventually(t, "job B's queued frame at the broker", func() bool { return index(b.ID(), "queued") >= 0 })
+	if ac, bq := index(a.ID(), "completed"), index(b.ID(), "queued"); bq < ac {
+		t.Errorf("job B's queued frame reached the broker (line %d) before job A's completed one (line %d)", bq, ac)
+	}
+	closeWithin(t, c, 10*time.Second)
+	if s := c.Stats(); s.Sent != 3 || s.Retried < 1 || s.Dropped != 0 || s.Refused != 0 {
+		t.Errorf("stats %+v, want 3 sent, at least one retried, nothing dropped or refused", s)
 	}
 }

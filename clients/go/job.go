@@ -69,6 +69,11 @@ type frame struct {
 	lease     int // Workload-Lease seconds; 0: none
 	terminal  bool
 	outboxKey string // set when the outbox holds the frame
+	// attempts and delay (the next backoff, 0 before the first) are the
+	// frame's tries so far; only the sender side that owns the busy job
+	// touches them, one holder at a time.
+	attempts int
+	delay    time.Duration
 }
 
 // knownFields are the workload's fields the client sets itself.
