@@ -164,6 +164,10 @@ type Client struct {
 	probeFree bool // the gate's timer fired with no job waiting: the next job probes
 	gated     []*Job
 
+	// members is what GET /v1/node last said of the members' names
+	// (node.go); its own mutex is a leaf.
+	members memberCache
+
 	sent, retried, refused, dropped, outboxFull atomic.Int64
 }
 

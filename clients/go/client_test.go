@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -586,6 +587,54 @@ func TestScheduledOnByMemberNameFromTheNode(t *testing.T) {
 	closeWithin(t, c, 10*time.Second)
 	if got := in.requests()[0].frame.Params.WorkloadInfo["scheduledOn"]; got != "n-2" {
 		t.Errorf("scheduledOn %v, want n-2", got)
+	}
+}
+
+// A member's name, once learned, is answered while the node cannot answer
+// GET /v1/node (its daemon restarting): a Submit naming a member then
+// queues like any other, instead of failing for a node id that does not
+// change. A name never learned still needs the node.
+func TestAMemberNameLearnedOnceIsResolvedWhileTheNodeDoesNotAnswer(t *testing.T) {
+	in := &fakeIngress{}
+	var nodeDown atomic.Bool
+	var nodeAsked atomic.Int64
+	mux := http.NewServeMux()
+	mux.Handle("/v1/workloads/events", in)
+	mux.HandleFunc("/v1/node", func(w http.ResponseWriter, r *http.Request) {
+		nodeAsked.Add(1)
+		if nodeDown.Load() {
+			http.Error(w, "restarting", http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, `{"nodeId":"n-1","members":[{"name":"gpu-2","nodeId":"n-2"}]}`)
+	})
+	c := newClient(t, Config{Addr: serve(t, mux)})
+	submit := func(member string) error {
+		_, err := c.Submit(context.Background(), JobSpec{Model: "m", Engine: "e", ScheduledOnMember: member})
+		return err
+	}
+	if err := submit("gpu-2"); err != nil {
+		t.Fatal(err)
+	}
+	nodeDown.Store(true)
+	asked := nodeAsked.Load()
+	if err := submit("gpu-2"); err != nil || nodeAsked.Load() != asked {
+		t.Fatalf("a member learned just now: %v, after %d more GET /v1/node; want it answered from what was learned", err, nodeAsked.Load()-asked)
+	}
+	c.members.mu.Lock()
+	c.members.learned = time.Now().Add(-2 * memberFresh)
+	c.members.mu.Unlock()
+	if err := submit("gpu-2"); err != nil || nodeAsked.Load() != asked+1 {
+		t.Fatalf("a member learned long ago, the node down: %v after %d more GET /v1/node; want the node asked once, then what was learned", err, nodeAsked.Load()-asked)
+	}
+	if err := submit("gpu-9"); err == nil {
+		t.Fatal("a member never learned was resolved while the node does not answer")
+	}
+	closeWithin(t, c, 10*time.Second)
+	for i, r := range in.requests() {
+		if got := r.frame.Params.WorkloadInfo["scheduledOn"]; got != "n-2" {
+			t.Errorf("frame %d: scheduledOn %v, want n-2", i, got)
+		}
 	}
 }
 

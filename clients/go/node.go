@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 )
 
 // Node is the node's answer to GET /v1/node: who it is, whom it delivers
@@ -69,13 +71,30 @@ func (c *Client) Node(ctx context.Context) (*Node, error) {
 	if err := json.Unmarshal(b, &n); err != nil {
 		return nil, fmt.Errorf("wlmclient: GET /v1/node: %w", err)
 	}
+	c.members.learn(&n, time.Now())
 	return &n, nil
 }
 
 // MemberID returns the node id of the member named name, for scheduledOn.
+//
+// A member's node id is its identity and does not change, so the answer is
+// kept: a name learned from GET /v1/node within memberFresh is answered
+// without asking again, and an older one is asked for again but, when the
+// node cannot answer (it is restarting, say), still answered from what was
+// learned. A name the client never learned is always asked for: it may
+// have joined since. Without this a Submit naming a member would fail
+// whenever the daemon is away, where every other Submit just waits in the
+// queue for it.
 func (c *Client) MemberID(ctx context.Context, name string) (string, error) {
+	id, fresh, known := c.members.lookup(name, time.Now())
+	if fresh {
+		return id, nil
+	}
 	n, err := c.Node(ctx)
-	if err != nil {
+	switch {
+	case err != nil && known:
+		return id, nil
+	case err != nil:
 		return "", err
 	}
 	for _, m := range n.Members {
@@ -84,4 +103,36 @@ func (c *Client) MemberID(ctx context.Context, name string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("wlmclient: the node lists no member named %q", name)
+}
+
+// memberFresh is how long a member name's node id, as GET /v1/node gave
+// it, is used without asking the node again.
+const memberFresh = time.Minute
+
+// memberCache is what GET /v1/node last said about the members' names.
+type memberCache struct {
+	mu      sync.Mutex        // guards the fields below; a leaf: nothing is taken under it
+	ids     map[string]string // member name -> node id, from the latest answer
+	learned time.Time         // when that answer came
+}
+
+// learn keeps the members of an answer of GET /v1/node.
+func (m *memberCache) learn(n *Node, now time.Time) {
+	ids := make(map[string]string, len(n.Members))
+	for _, mb := range n.Members {
+		ids[mb.Name] = mb.NodeID
+	}
+	m.mu.Lock()
+	m.ids, m.learned = ids, now
+	m.mu.Unlock()
+}
+
+// lookup returns what the latest answer said of name: its node id,
+// whether the answer is recent enough to use as it is, and whether it
+// named the member at all.
+func (m *memberCache) lookup(name string, now time.Time) (id string, fresh, known bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	id, known = m.ids[name]
+	return id, known && now.Sub(m.learned) < memberFresh, known
 }
