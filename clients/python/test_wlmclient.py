@@ -110,9 +110,10 @@ class Base(unittest.TestCase):
         self.addCleanup(lambda: c._closed or c.close(timeout=5))
         return c
 
-    def recorded_sleeps(self, c):
+    def recorded_waits(self, c):
+        """Record each retry's wait and retry at once instead."""
         waits = []
-        c._sleep = lambda d: waits.append(d) or True
+        c._park_for = lambda d: waits.append(d) or 0
         return waits
 
 
@@ -121,7 +122,7 @@ class RetryTest(Base):
         self.fake.script = [(503, {"Retry-After": "7"}, "busy"), (408, {}, "slow"),
                             (429, {"Retry-After": "2"}, "later"), (500, {}, "oops")]
         c = self.client()
-        waits = self.recorded_sleeps(c)
+        waits = self.recorded_waits(c)
         c.submit("m", "e")
         c.close(timeout=WAIT)
         self.assertEqual(len(self.fake.frames()), 5)
@@ -134,7 +135,7 @@ class RetryTest(Base):
     def test_retry_after_as_an_http_date_is_honoured(self):
         self.fake.script = [(503, {"Retry-After": formatdate(time.time() + 60, usegmt=True)}, "busy")]
         c = self.client()
-        waits = self.recorded_sleeps(c)
+        waits = self.recorded_waits(c)
         c.submit("m", "e")
         c.close(timeout=WAIT)
         self.assertTrue(58 <= waits[0] <= 60 * 1.25 + 1, waits)
@@ -142,7 +143,7 @@ class RetryTest(Base):
     def test_retry_after_is_capped(self):
         self.fake.script = [(503, {"Retry-After": "100000"}, "busy")]
         c = self.client(retry_after_max=10)
-        waits = self.recorded_sleeps(c)
+        waits = self.recorded_waits(c)
         c.submit("m", "e")
         c.close(timeout=WAIT)
         self.assertTrue(10 <= waits[0] <= 12.5, waits)
@@ -150,7 +151,7 @@ class RetryTest(Base):
     def test_backoff_doubles_to_its_cap(self):
         self.fake.script = [(502, {}, "x")] * 6
         c = self.client(backoff_min=1, backoff_max=4)
-        waits = self.recorded_sleeps(c)
+        waits = self.recorded_waits(c)
         c.submit("m", "e")
         c.close(timeout=WAIT)
         for w, hi in zip(waits, [1, 2, 4, 4, 4, 4]):
@@ -163,7 +164,7 @@ class RetryTest(Base):
                 self.addCleanup(fake.stop)
                 fake.script = [(status, {"Retry-After": "1"}, "fix the producer")]
                 c = self.client(addr=fake.addr)
-                self.recorded_sleeps(c)
+                self.recorded_waits(c)
                 j = c.submit("m", "e")
                 j.start()
                 c.close(timeout=WAIT)
@@ -191,7 +192,7 @@ class RetryTest(Base):
     def test_max_attempts_gives_up(self):
         self.fake.script = [(503, {}, "busy")] * 5
         c = self.client(max_attempts=3)
-        self.recorded_sleeps(c)
+        self.recorded_waits(c)
         j = c.submit("m", "e")
         c.close(timeout=WAIT)
         self.assertEqual(len(self.fake.frames()), 3)
@@ -380,8 +381,8 @@ class OutboxTest(Base):
 
     def test_terminal_frames_survive_a_restart(self):
         c = self.client(addr=self.dead_addr(), outbox_path=self.path)
-        self.recorded_sleeps(c)
-        c._sleep = lambda d: not c._stopping.wait(0.01)
+        self.recorded_waits(c)
+        c._park_for = lambda d: 0.01
         j = c.submit("m", "e")
         j.complete()
         k = c.submit("m", "e")
@@ -420,7 +421,7 @@ class OutboxTest(Base):
 
     def test_the_outbox_is_bounded(self):
         c = self.client(addr=self.dead_addr(), outbox_path=self.path, outbox_max=2)
-        c._sleep = lambda d: not c._stopping.wait(0.01)
+        c._park_for = lambda d: 0.01
         for _ in range(3):
             c.submit("m", "e").complete()
         s = c.stats()
