@@ -402,7 +402,7 @@ class Client:
         self._cond = threading.Condition(self._lock)
         self._ready = deque()   # jobs with frames to send, each at most once
         self._renewals = []     # heap of (due, n, job); stale entries skipped
-        self._renewal_n = 0
+        self._renewal_n = 0     # the tie-breaker of both heaps, so a job is never compared
         # Jobs whose first frame waits for its retry: a heap of (due, n,
         # job), each job at most once and then in neither _ready nor in
         # flight. The job stays busy, so its later frames wait behind the
