@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,5 +196,129 @@ func TestProcessPythonClientJobsFromManyThreadsReachTheBrokerInOrderWithALease(t
 		if w["originatedFrom"] != nodes[0].ID {
 			t.Errorf("job %v reached A's broker with originatedFrom %v", w["id"], w["originatedFrom"])
 		}
+	}
+}
+
+// pyLiveLimitProducer submits job A, then job B, which the daemon at
+// --max-live-workloads 1 refuses with a 503 and Retry-After while A lives,
+// then completes A. The client's _post is wrapped only to see B refused
+// before A's end is asked for. It prints its ids and counters.
+const pyLiveLimitProducer = `
+import json, sys, threading, time
+import wlmclient
+
+c = wlmclient.Client(addr=sys.argv[1], producer="pylive", lease=None)
+a_id, b_id = wlmclient.new_id("pylive-a"), wlmclient.new_id("pylive-b")
+b_refused = threading.Event()
+post = c._post
+def watched(f):
+    r = post(f)
+    if r[0] == 503 and json.loads(f.body)["params"]["workloadInfo"]["id"] == b_id:
+        b_refused.set()
+    return r
+c._post = watched
+
+a = c.submit("m", "e", id=a_id)
+deadline = time.monotonic() + 60
+while c.stats().sent < 1 and time.monotonic() < deadline:
+    time.sleep(0.01)
+c.submit("m", "e", id=b_id)
+if not b_refused.wait(60):
+    sys.exit("B was never refused at the live-workload limit")
+a.complete()
+err = None
+try:
+    c.close(timeout=30)
+except wlmclient.WlmError as e:
+    err = str(e)
+print(json.dumps({"a": a_id, "b": b_id, "closeErr": err, "stats": c.stats().__dict__}))
+`
+
+// TestProcessPythonClientANewJobRefusedAtTheLiveLimitDoesNotHoldBackTheEndThatFreesTheSlot
+// runs the Python client against a daemon that holds one live workload:
+// job B's first frame is refused 503 with Retry-After while job A lives,
+// and A's completed frame, asked for after that, must still reach the
+// broker while B waits for its retry (a client whose sender slept on B's
+// retry never sent it: a livelock until A's lease ran out); B is taken
+// once A's terminal entry left its retention.
+func TestProcessPythonClientANewJobRefusedAtTheLiveLimitDoesNotHoldBackTheEndThatFreesTheSlot(t *testing.T) {
+	t.Parallel()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true and python3 is not installed: the Python client is not tested")
+		}
+		t.Skip("python3 is not installed")
+	}
+	nodes := writeCluster(t, 1)
+	d := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0", "--max-live-workloads", "1", "--resync-interval", "1s")
+	ingress := d.loggedValue("local ingress listening", "addr")
+	dir, err := filepath.Abs(filepath.Join("clients", "python"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "producer.py")
+	if err := os.WriteFile(script, []byte(pyLiveLimitProducer), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, script, ingress)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "NO_PROXY=", "http_proxy=http://127.0.0.1:9")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		cancel()
+		<-done
+		if t.Failed() {
+			t.Logf("the Python producer's stderr:\n%s", stderr.String())
+		}
+	}()
+
+	// The broker's lines: the index of the first upsert of an id prefix in
+	// a state, or -1.
+	first := func(prefix, state string) int {
+		for i, w := range d.upserts() {
+			if id, _ := w["id"].(string); strings.HasPrefix(id, prefix) && w["state"] == state {
+				return i
+			}
+		}
+		return -1
+	}
+	eventually(t, "job A's completed frame at the broker while job B waits for its retry",
+		func() bool { return first("pylive-a-", "completed") >= 0 })
+	eventually(t, "job B's queued frame at the broker once A's slot is free",
+		func() bool { return first("pylive-b-", "queued") >= 0 })
+	if a, b := first("pylive-a-", "completed"), first("pylive-b-", "queued"); b < a {
+		t.Fatalf("B's queued frame reached the broker at line %d, before A's completed at %d", b, a)
+	}
+	var err2 error
+	select {
+	case err2 = <-done:
+		done <- err2 // for the deferred wait
+	case <-ctx.Done():
+		t.Fatal("the Python producer did not exit")
+	}
+	if err2 != nil {
+		t.Fatalf("the Python producer: %v", err2)
+	}
+	var rep struct {
+		A, B     string
+		CloseErr *string `json:"closeErr"`
+		Stats    pyStats
+	}
+	if err := json.Unmarshal([]byte(stdout.String()), &rep); err != nil {
+		t.Fatalf("the producer's report %q: %v", stdout.String(), err)
+	}
+	if rep.CloseErr != nil {
+		t.Fatalf("close: %s", *rep.CloseErr)
+	}
+	if s := rep.Stats; s.Sent != 3 || s.Retried < 1 || s.Dropped+s.Refused+s.Queued != 0 {
+		t.Fatalf("client stats %+v, want 3 sent, at least one retry, nothing dropped, refused or queued", s)
 	}
 }

@@ -29,6 +29,17 @@ def eventually(test, what, cond):
         time.sleep(0.01)
 
 
+def holds_throughout(cond, seconds):
+    """Whether cond holds at every check for seconds. It can only pass
+    wrongly (a change after the window), never fail wrongly."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not cond():
+            return False
+        time.sleep(0.01)
+    return cond()
+
+
 class Fake:
     """An ingress fake: answers POSTs with scripted (status, headers, body)
     answers (then 200), records each request, and flags two frames of one
@@ -41,6 +52,8 @@ class Fake:
         self.inflight = {}        # job id -> requests in flight
         self.overlap = False
         self.hold = None          # an Event every POST waits on, if set
+        self.rule = None          # frame -> an answer or None, asked before the script
+        self.drop = 0             # POSTs to leave unanswered, the connection closed (-1: all)
         self.node = {"nodeId": "n-self", "members": [{"name": "gpu-a", "nodeId": "n-a", "self": False,
                                                      "delivering": True}]}
         fake = self
@@ -65,7 +78,14 @@ class Fake:
                     if fake.inflight[jid] > 1:
                         fake.overlap = True
                     fake.requests.append((body, dict(self.headers)))
-                    answer = fake.script.pop(0) if fake.script else (200, {}, "ok")
+                    if fake.drop:
+                        fake.drop -= fake.drop > 0
+                        fake.inflight[jid] -= 1
+                        self.close_connection = True
+                        return
+                    answer = fake.rule(body) if fake.rule is not None else None
+                    if answer is None:
+                        answer = fake.script.pop(0) if fake.script else (200, {}, "ok")
                 if fake.hold is not None:
                     fake.hold.wait(WAIT)
                 status, headers, text = answer
@@ -110,9 +130,10 @@ class Base(unittest.TestCase):
         self.addCleanup(lambda: c._closed or c.close(timeout=5))
         return c
 
-    def recorded_sleeps(self, c):
+    def recorded_waits(self, c):
+        """Record each retry's wait and retry at once instead."""
         waits = []
-        c._sleep = lambda d: waits.append(d) or True
+        c._park_for = lambda d: waits.append(d) or 0
         return waits
 
 
@@ -121,7 +142,7 @@ class RetryTest(Base):
         self.fake.script = [(503, {"Retry-After": "7"}, "busy"), (408, {}, "slow"),
                             (429, {"Retry-After": "2"}, "later"), (500, {}, "oops")]
         c = self.client()
-        waits = self.recorded_sleeps(c)
+        waits = self.recorded_waits(c)
         c.submit("m", "e")
         c.close(timeout=WAIT)
         self.assertEqual(len(self.fake.frames()), 5)
@@ -134,7 +155,7 @@ class RetryTest(Base):
     def test_retry_after_as_an_http_date_is_honoured(self):
         self.fake.script = [(503, {"Retry-After": formatdate(time.time() + 60, usegmt=True)}, "busy")]
         c = self.client()
-        waits = self.recorded_sleeps(c)
+        waits = self.recorded_waits(c)
         c.submit("m", "e")
         c.close(timeout=WAIT)
         self.assertTrue(58 <= waits[0] <= 60 * 1.25 + 1, waits)
@@ -142,7 +163,7 @@ class RetryTest(Base):
     def test_retry_after_is_capped(self):
         self.fake.script = [(503, {"Retry-After": "100000"}, "busy")]
         c = self.client(retry_after_max=10)
-        waits = self.recorded_sleeps(c)
+        waits = self.recorded_waits(c)
         c.submit("m", "e")
         c.close(timeout=WAIT)
         self.assertTrue(10 <= waits[0] <= 12.5, waits)
@@ -150,7 +171,7 @@ class RetryTest(Base):
     def test_backoff_doubles_to_its_cap(self):
         self.fake.script = [(502, {}, "x")] * 6
         c = self.client(backoff_min=1, backoff_max=4)
-        waits = self.recorded_sleeps(c)
+        waits = self.recorded_waits(c)
         c.submit("m", "e")
         c.close(timeout=WAIT)
         for w, hi in zip(waits, [1, 2, 4, 4, 4, 4]):
@@ -163,7 +184,7 @@ class RetryTest(Base):
                 self.addCleanup(fake.stop)
                 fake.script = [(status, {"Retry-After": "1"}, "fix the producer")]
                 c = self.client(addr=fake.addr)
-                self.recorded_sleeps(c)
+                self.recorded_waits(c)
                 j = c.submit("m", "e")
                 j.start()
                 c.close(timeout=WAIT)
@@ -188,10 +209,86 @@ class RetryTest(Base):
         self.assertEqual(len(self.fake.frames()), 1)
         self.assertEqual(c.stats().dropped, 1)
 
+    def test_a_job_waiting_for_its_retry_does_not_hold_back_the_frames_that_would_free_its_slot(self):
+        # The daemon at --max-live-workloads 1: while job A lives, a new
+        # job's first frame is refused 503 with Retry-After; A's completed
+        # frame ends A's run and (once its retention passed) frees the
+        # slot. A client whose only sender waited on B's retry would never
+        # send A's end: a livelock until A's lease ran out.
+        a_id, b_id = wlmclient.new_id("a"), wlmclient.new_id("b")
+        refusals = []
+
+        def live_limit(frame):
+            w = frame["params"]["workloadInfo"]
+            if w["id"] != b_id:
+                return None
+            if not any(f["params"]["workloadInfo"]["id"] == a_id and f["params"]["workloadInfo"]["state"] == "completed"
+                       for f, _ in self.fake.requests):
+                refusals.append(w["seq"])
+                return (503, {"Retry-After": "1"}, "this node holds 1 workloads, its limit (--max-live-workloads)")
+            return None
+
+        self.fake.rule = live_limit
+        c = self.client()
+        a = c.submit("m", "e", id=a_id)
+        eventually(self, "A's queued frame taken", lambda: c.stats().sent == 1)
+        c.submit("m", "e", id=b_id)
+        eventually(self, "B's queued frame refused at the limit", lambda: len(refusals) >= 1)
+        a.complete()
+
+        def states():
+            return [(f["params"]["workloadInfo"]["id"], f["params"]["workloadInfo"]["state"]) for f in self.fake.frames()]
+
+        eventually(self, "A's completed frame sent while B waits for its retry",
+                   lambda: (a_id, "completed") in states())
+        eventually(self, "B's queued frame taken", lambda: c.stats().sent == 3)
+        c.close(timeout=WAIT)
+        got = states()
+        self.assertEqual([s for s in got if s[0] == a_id], [(a_id, "queued"), (a_id, "completed")])
+        self.assertLess(got.index((a_id, "completed")), len(got) - 1)
+        self.assertEqual(got[-1], (b_id, "queued"))  # taken only after A's end
+        s = c.stats()
+        self.assertGreaterEqual(s.retried, 1)
+        self.assertEqual((s.sent, s.dropped, s.refused, s.queued), (3, 0, 0, 0))
+
+    def test_a_transport_error_holds_every_job_not_only_its_own(self):
+        # Nothing answers: one try per backoff for the whole client, not one
+        # try per job (which, with one sender and a hung daemon, would cost
+        # request_timeout per job per round).
+        self.fake.drop = -1
+        c = self.client()
+        waits = []
+        c._park_for = lambda d: waits.append(d) or 3600
+        jobs = [c.submit("m", "e") for _ in range(10)]
+        eventually(self, "the first try", lambda: len(self.fake.requests) >= 1)
+        self.assertTrue(holds_throughout(lambda: len(self.fake.requests) == 1, 0.5),
+                        "%d tries after the first transport error, want 1" % len(self.fake.requests))
+        with self.assertRaises(wlmclient.WlmError):
+            c.close(timeout=0.1)
+        self.assertEqual((c.stats().dropped, c.stats().retried), (len(jobs), 0))
+        self.assertEqual(len(waits), 1)
+
+    def test_after_a_transport_error_every_job_goes_on_when_the_daemon_answers(self):
+        self.fake.drop = 1
+        c = self.client()
+        waits = []
+        c._park_for = lambda d: waits.append(d) or 0.01
+        jobs = [c.submit("m", "e") for _ in range(10)]
+        for j in jobs:
+            j.complete()
+        c.close(timeout=WAIT)
+        s = c.stats()
+        self.assertEqual((s.sent, s.retried, s.dropped), (20, 1, 0))
+        self.assertTrue(waits[0] <= 0.01, waits)  # backoff_min, jittered down
+        for j in jobs:
+            got = [f["params"]["workloadInfo"]["seq"] for f in self.fake.frames()
+                   if f["params"]["workloadInfo"]["id"] == j.id]
+            self.assertEqual(got[-2:], [1, 2])
+
     def test_max_attempts_gives_up(self):
         self.fake.script = [(503, {}, "busy")] * 5
         c = self.client(max_attempts=3)
-        self.recorded_sleeps(c)
+        self.recorded_waits(c)
         j = c.submit("m", "e")
         c.close(timeout=WAIT)
         self.assertEqual(len(self.fake.frames()), 3)
@@ -380,8 +477,8 @@ class OutboxTest(Base):
 
     def test_terminal_frames_survive_a_restart(self):
         c = self.client(addr=self.dead_addr(), outbox_path=self.path)
-        self.recorded_sleeps(c)
-        c._sleep = lambda d: not c._stopping.wait(0.01)
+        self.recorded_waits(c)
+        c._park_for = lambda d: 0.01
         j = c.submit("m", "e")
         j.complete()
         k = c.submit("m", "e")
@@ -420,7 +517,7 @@ class OutboxTest(Base):
 
     def test_the_outbox_is_bounded(self):
         c = self.client(addr=self.dead_addr(), outbox_path=self.path, outbox_max=2)
-        c._sleep = lambda d: not c._stopping.wait(0.01)
+        c._park_for = lambda d: 0.01
         for _ in range(3):
             c.submit("m", "e").complete()
         s = c.stats()

@@ -24,7 +24,11 @@ the same semantics, standard library only (Python 3.9+):
 - :meth:`Client.node` reads this node's id, members and limits from
   ``GET /v1/node``, and ``scheduled_on_member`` names a member by name.
 
-One sender thread per client sends every job's frames (spec.md 3.5.7).
+One sender thread per client sends every job's frames (spec.md 3.5.7). A
+frame waiting to be retried parks its job, not the thread: the other jobs'
+frames go on meanwhile. A transport error (no answer at all: the daemon is
+down) holds every job until a shared backoff passes, so a daemon that is
+down costs one try per backoff, not one per job.
 """
 
 import heapq
@@ -159,11 +163,14 @@ def parse_retry_after(value, now=None):
 
 
 class _Frame:
-    __slots__ = ("method", "body", "lease", "terminal", "outbox_key")
+    __slots__ = ("method", "body", "lease", "terminal", "outbox_key", "attempt", "delay")
 
     def __init__(self, method, body, lease=0, terminal=False, outbox_key=None):
         self.method, self.body, self.lease = method, body, lease
         self.terminal, self.outbox_key = terminal, outbox_key
+        # The tries so far and the next backoff; only the sender thread
+        # touches them, while the frame is its job's first.
+        self.attempt, self.delay = 0, None
 
 
 class _Outbox:
@@ -272,8 +279,8 @@ class Job:
         self._method = None
         self._seq = 0
         self._ended = ended
-        self._pending = deque()  # frames waiting, the first possibly in flight
-        self._busy = False       # in the sender's ready queue or being sent
+        self._pending = deque()  # frames waiting, the first possibly in flight or parked
+        self._busy = False       # in the sender's ready queue, being sent or parked for a retry
         self._owned = False
         self._err = None
         self._renew_due = None   # monotonic time of the next lease renewal
@@ -395,14 +402,25 @@ class Client:
         self._cond = threading.Condition(self._lock)
         self._ready = deque()   # jobs with frames to send, each at most once
         self._renewals = []     # heap of (due, n, job); stale entries skipped
-        self._renewal_n = 0
+        self._renewal_n = 0     # the tie-breaker of both heaps, so a job is never compared
+        # Jobs whose first frame waits for its retry: a heap of (due, n,
+        # job), each job at most once and then in neither _ready nor in
+        # flight. The job stays busy, so its later frames wait behind the
+        # parked one and its renewals are held.
+        self._parked = []
+        # The client-wide hold after a transport error (no HTTP answer: the
+        # daemon is down or hung): nothing is sent before _gate_until
+        # (monotonic); _gate_delay is the next hold, doubling from
+        # backoff_min to backoff_max, back to backoff_min at any answer.
+        self._gate_until = 0.0
+        self._gate_delay = backoff_min
         self._closed = False
         self._stopping = threading.Event()  # close's deadline passed
         self._queued = 0
         self._counts = {"sent": 0, "retried": 0, "refused": 0, "dropped": 0, "outbox_full": 0}
-        # _sleep waits between tries and reports whether the whole wait
-        # passed; a test records the waits instead.
-        self._sleep = lambda d: not self._stopping.wait(d)
+        # _park_for turns a retry's wait (seconds) into the time the job is
+        # parked; a test records the waits and shortens them.
+        self._park_for = lambda d: d
         self._outbox = None
         replay = []
         if outbox_path:
@@ -542,7 +560,9 @@ class Client:
 
     def _run(self):
         """The sender: one frame at a time, jobs taken round-robin, so a
-        job's frames leave in order and never two at once."""
+        job's frames leave in order and never two at once. A frame to be
+        retried parks its job until its due time and the sender goes on
+        with the other jobs; a transport error holds them all (the gate)."""
         while True:
             with self._cond:
                 job = None
@@ -550,12 +570,19 @@ class Client:
                     if self._stopping.is_set():
                         return
                     self._renew_due_jobs()
-                    if self._ready:
-                        job = self._ready.popleft()
-                        break
+                    now = time.monotonic()
+                    while self._parked and self._parked[0][0] <= now:
+                        self._ready.append(heapq.heappop(self._parked)[2])
                     wait = None
-                    if self._renewals:
-                        wait = max(self._renewals[0][0] - time.monotonic(), 0)
+                    if self._ready:
+                        if now >= self._gate_until:
+                            job = self._ready.popleft()
+                            break
+                        wait = self._gate_until - now
+                    for heap in (self._renewals, self._parked):
+                        if heap:
+                            w = max(heap[0][0] - now, 0)
+                            wait = w if wait is None else min(wait, w)
                     self._cond.wait(wait)
             with job._lock:
                 f = job._pending[0]
@@ -563,8 +590,8 @@ class Client:
             if owned:
                 self._count("dropped")
                 self._forget(f)
-            else:
-                self._deliver(job, f)
+            elif not self._try(job, f):
+                continue  # parked: its place in the queue and its busy mark kept
             if self._stopping.is_set():
                 return
             with job._lock:
@@ -619,47 +646,70 @@ class Client:
             except OSError as e:
                 _log.warning("wlmclient: outbox: %s", e)
 
-    def _deliver(self, job, f):
-        """Send f until the daemon takes it, refuses it for good, the attempts
-        are spent or close's deadline passed."""
-        delay = self._backoff_min
-        attempt = 0
-        while True:
-            attempt += 1
-            status, reason, retry_after, err = self._post(f)
-            if err is None and status == 200:
-                self._count("sent")
-                self._forget(f)
-                return
-            if err is None and not _retryable(status):
-                self._count("refused")
-                serr = StatusError(f.method, status, reason)
-                with job._lock:
-                    job._err = serr
-                    if status == 409:
-                        job._owned = True
-                _log.warning("wlmclient: frame refused, not retried: method=%s id=%s status=%d reason=%s",
-                             f.method, job._id, status, reason[:256])
-                self._forget(f)
-                return
-            problem = err if err is not None else StatusError(f.method, status, reason)
-            if self._max_attempts and attempt >= self._max_attempts:
-                self._count("dropped")
-                with job._lock:
-                    job._err = problem
-                _log.warning("wlmclient: giving up on a frame: method=%s id=%s attempts=%d err=%s",
-                             f.method, job._id, attempt, problem)
-                return  # a terminal frame stays in the outbox for the next start
-            wait = delay - random.uniform(0, delay / 2)
-            delay = min(2 * delay, self._backoff_max)
-            if retry_after > 0:
-                # Never earlier than the daemon asked, plus up to a quarter
-                # more so producers it turned away do not return together.
-                ra = min(retry_after, self._retry_after_max)
-                wait = ra + random.uniform(0, ra / 4)
-            if not self._sleep(wait):
-                return  # close's deadline; counted by close
+    def _try(self, job, f):
+        """Send f once. True when f is done with: the daemon took it, refused
+        it for good, or its attempts are spent. False when f is to be tried
+        again: its job is parked until then, still busy, f still first."""
+        if f.attempt:
             self._count("retried")
+        f.attempt += 1
+        status, reason, retry_after, err = self._post(f)
+        if err is None:
+            with self._lock:
+                self._gate_delay = self._backoff_min  # the daemon answers
+        if err is None and status == 200:
+            self._count("sent")
+            self._forget(f)
+            return True
+        if err is None and not _retryable(status):
+            self._count("refused")
+            serr = StatusError(f.method, status, reason)
+            with job._lock:
+                job._err = serr
+                if status == 409:
+                    job._owned = True
+            _log.warning("wlmclient: frame refused, not retried: method=%s id=%s status=%d reason=%s",
+                         f.method, job._id, status, reason[:256])
+            self._forget(f)
+            return True
+        problem = err if err is not None else StatusError(f.method, status, reason)
+        if self._max_attempts and f.attempt >= self._max_attempts:
+            self._count("dropped")
+            with job._lock:
+                job._err = problem
+            _log.warning("wlmclient: giving up on a frame: method=%s id=%s attempts=%d err=%s",
+                         f.method, job._id, f.attempt, problem)
+            return True  # a terminal frame stays in the outbox for the next start
+        with self._cond:
+            if err is not None:
+                # No answer at all: the daemon is down or hung, for every
+                # job alike. The whole client holds for a shared backoff, and
+                # this job is due when the hold ends: one try per backoff
+                # while the daemon is away, not one per job.
+                d = self._gate_delay
+                self._gate_delay = min(2 * d, self._backoff_max)
+                wait = self._park_for(d - random.uniform(0, d / 2))
+                due = time.monotonic() + wait
+                self._gate_until = max(self._gate_until, due)
+            else:
+                # The daemon refused this frame for now: only this job
+                # waits. A 503 at --max-live-workloads refuses new jobs
+                # while the frames of admitted ones must still pass to end
+                # their runs and free the slots.
+                d = self._backoff_min if f.delay is None else f.delay
+                f.delay = min(2 * d, self._backoff_max)
+                wait = d - random.uniform(0, d / 2)
+                if retry_after > 0:
+                    # Never earlier than the daemon asked, plus up to a
+                    # quarter more so producers it turned away do not
+                    # return together.
+                    ra = min(retry_after, self._retry_after_max)
+                    wait = ra + random.uniform(0, ra / 4)
+                due = time.monotonic() + self._park_for(wait)
+            self._renewal_n += 1
+            heapq.heappush(self._parked, (due, self._renewal_n, job))
+            self._cond.notify_all()
+        return False
 
     def _post(self, f):
         """Send f once: (status, first line of the answer, Retry-After seconds,
