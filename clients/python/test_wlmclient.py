@@ -56,6 +56,7 @@ class Fake:
         self.drop = 0             # POSTs to leave unanswered, the connection closed (-1: all)
         self.node = {"nodeId": "n-self", "members": [{"name": "gpu-a", "nodeId": "n-a", "self": False,
                                                      "delivering": True}]}
+        self.node_gets = 0        # GET /v1/node requests seen
         fake = self
 
         class H(BaseHTTPRequestHandler):
@@ -63,6 +64,11 @@ class Fake:
                 pass
 
             def do_GET(self):
+                with fake.lock:
+                    fake.node_gets += 1
+                if fake.node is None:  # the daemon restarting
+                    self.send_error(503)
+                    return
                 b = json.dumps(fake.node).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(b)))
@@ -346,6 +352,24 @@ class FrameTest(Base):
         self.assertEqual(c.node()["nodeId"], "n-self")
         c.close(timeout=WAIT)
         self.assertEqual(self.fake.frames()[0]["params"]["workloadInfo"]["scheduledOn"], "n-a")
+
+    def test_a_member_name_learned_once_is_resolved_while_the_node_does_not_answer(self):
+        # A submit naming a member queues like any other while the daemon is
+        # away, instead of failing for a node id that does not change; a name
+        # never learned still needs the node.
+        c = self.client()
+        c.submit("m", "e", scheduled_on_member="gpu-a")
+        self.fake.node = None
+        gets = self.fake.node_gets
+        c.submit("m", "e", scheduled_on_member="gpu-a")
+        self.assertEqual(self.fake.node_gets, gets, "a member learned just now was asked for again")
+        c._members_at -= 2 * wlmclient.MEMBER_FRESH
+        c.submit("m", "e", scheduled_on_member="gpu-a")
+        self.assertEqual(self.fake.node_gets, gets + 1, "a member learned long ago was not asked for once")
+        with self.assertRaises(wlmclient.WlmError):
+            c.submit("m", "e", scheduled_on_member="gpu-b")
+        c.close(timeout=WAIT)
+        self.assertEqual([f["params"]["workloadInfo"]["scheduledOn"] for f in self.fake.frames()], ["n-a"] * 3)
 
     def test_frames_requested_from_many_threads_go_one_at_a_time_per_job_in_seq_order(self):
         c = self.client(queue_size=100000)

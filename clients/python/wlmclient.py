@@ -62,6 +62,7 @@ DEFAULT_BACKOFF_MAX = 30.0
 DEFAULT_RETRY_AFTER_MAX = 300.0
 DEFAULT_REQUEST_TIMEOUT = 10.0
 DEFAULT_OUTBOX_MAX = 1024
+MEMBER_FRESH = 60.0  # seconds a member name's node id is used without asking GET /v1/node again
 
 LEASE_MIN, LEASE_MAX = 5, 86400
 
@@ -417,6 +418,9 @@ class Client:
         self._closed = False
         self._stopping = threading.Event()  # close's deadline passed
         self._queued = 0
+        # What GET /v1/node last said of the members' names (member_id);
+        # guarded by self._lock.
+        self._members, self._members_at = {}, 0.0
         self._counts = {"sent": 0, "retried": 0, "refused": 0, "dropped": 0, "outbox_full": 0}
         # _park_for turns a retry's wait (seconds) into the time the job is
         # parked; a test records the waits and shortens them.
@@ -479,15 +483,37 @@ class Client:
         req = urllib.request.Request(self._url + "/v1/node", method="GET")
         try:
             with self._opener.open(req, timeout=self._request_timeout) as resp:
-                return json.loads(resp.read(4 << 20))
+                n = json.loads(resp.read(4 << 20))
         except urllib.error.HTTPError as e:
             raise StatusError("GET /v1/node", e.code, _first_line(e.read(4096))) from None
         except (OSError, http.client.HTTPException, ValueError) as e:
             raise WlmError("wlmclient: GET /v1/node: %s" % e) from e
+        ids = {m.get("name"): m.get("nodeId") for m in n.get("members") or [] if isinstance(m, dict)}
+        with self._lock:
+            self._members, self._members_at = ids, time.monotonic()
+        return n
 
     def member_id(self, name):
-        """The node id of the member named name, for scheduledOn."""
-        for m in self.node().get("members") or []:
+        """The node id of the member named name, for scheduledOn.
+
+        A member's node id is its identity and does not change, so the answer
+        is kept: a name learned within MEMBER_FRESH seconds is answered without
+        asking again, and an older one is asked for again but, when the node
+        cannot answer (its daemon restarting), still answered from what was
+        learned. A name never learned is always asked for. Without this a
+        submit naming a member would fail whenever the daemon is away, where
+        every other submit just waits in the queue for it."""
+        with self._lock:
+            known, age = self._members.get(name), time.monotonic() - self._members_at
+        if known is not None and age < MEMBER_FRESH:
+            return known
+        try:
+            n = self.node()
+        except WlmError:
+            if known is not None:
+                return known
+            raise
+        for m in n.get("members") or []:
             if m.get("name") == name:
                 return m["nodeId"]
         raise WlmError("wlmclient: the node lists no member named %r" % name)
