@@ -598,6 +598,8 @@ func TestAMemberNameLearnedOnceIsResolvedWhileTheNodeDoesNotAnswer(t *testing.T)
 	in := &fakeIngress{}
 	var nodeDown atomic.Bool
 	var nodeAsked atomic.Int64
+	var members atomic.Value
+	members.Store(`[{"name":"gpu-2","nodeId":"n-2"}]`)
 	mux := http.NewServeMux()
 	mux.Handle("/v1/workloads/events", in)
 	mux.HandleFunc("/v1/node", func(w http.ResponseWriter, r *http.Request) {
@@ -606,7 +608,7 @@ func TestAMemberNameLearnedOnceIsResolvedWhileTheNodeDoesNotAnswer(t *testing.T)
 			http.Error(w, "restarting", http.StatusServiceUnavailable)
 			return
 		}
-		io.WriteString(w, `{"nodeId":"n-1","members":[{"name":"gpu-2","nodeId":"n-2"}]}`)
+		io.WriteString(w, `{"nodeId":"n-1","members":`+members.Load().(string)+`}`)
 	})
 	c := newClient(t, Config{Addr: serve(t, mux)})
 	submit := func(member string) error {
@@ -629,6 +631,23 @@ func TestAMemberNameLearnedOnceIsResolvedWhileTheNodeDoesNotAnswer(t *testing.T)
 	}
 	if err := submit("gpu-9"); err == nil {
 		t.Fatal("a member never learned was resolved while the node does not answer")
+	}
+	// A restarted daemon answers no members until its first discovery
+	// snapshot: that teaches nothing.
+	nodeDown.Store(false)
+	members.Store(`[]`)
+	c.members.mu.Lock()
+	c.members.learned = time.Now().Add(-2 * memberFresh)
+	c.members.mu.Unlock()
+	if err := submit("gpu-2"); err != nil {
+		t.Fatalf("a member learned long ago, the node answering no members yet: %v", err)
+	}
+	// Of two members of one name the first listed wins, asked or cached.
+	members.Store(`[{"name":"gpu-3","nodeId":"n-3a"},{"name":"gpu-3","nodeId":"n-3b"}]`)
+	for range 2 {
+		if id, err := c.MemberID(context.Background(), "gpu-3"); err != nil || id != "n-3a" {
+			t.Fatalf("a name listed twice: %q %v, want the first listed, n-3a", id, err)
+		}
 	}
 	closeWithin(t, c, 10*time.Second)
 	for i, r := range in.requests() {

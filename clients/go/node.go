@@ -80,27 +80,25 @@ func (c *Client) Node(ctx context.Context) (*Node, error) {
 // A member's node id is its identity and does not change, so the answer is
 // kept: a name learned from GET /v1/node within memberFresh is answered
 // without asking again, and an older one is asked for again but, when the
-// node cannot answer (it is restarting, say), still answered from what was
-// learned. A name the client never learned is always asked for: it may
-// have joined since. Without this a Submit naming a member would fail
-// whenever the daemon is away, where every other Submit just waits in the
-// queue for it.
+// node cannot answer (its daemon restarting) or answers with no members at
+// all (a restarted daemon before its first discovery snapshot, spec
+// 3.5.4), still answered from what was learned. A name never learned is
+// always asked for: it may have joined since. Without this a Submit naming
+// a member would fail whenever the daemon is away, where every other
+// Submit just waits in the queue for it.
 func (c *Client) MemberID(ctx context.Context, name string) (string, error) {
 	id, fresh, known := c.members.lookup(name, time.Now())
 	if fresh {
 		return id, nil
 	}
-	n, err := c.Node(ctx)
-	switch {
-	case err != nil && known:
-		return id, nil
-	case err != nil:
+	if _, err := c.Node(ctx); err != nil {
+		if known {
+			return id, nil
+		}
 		return "", err
 	}
-	for _, m := range n.Members {
-		if m.Name == name {
-			return m.NodeID, nil
-		}
+	if id, _, known := c.members.lookup(name, time.Now()); known {
+		return id, nil
 	}
 	return "", fmt.Errorf("wlmclient: the node lists no member named %q", name)
 }
@@ -116,11 +114,19 @@ type memberCache struct {
 	learned time.Time         // when that answer came
 }
 
-// learn keeps the members of an answer of GET /v1/node.
+// learn keeps the members of an answer of GET /v1/node. An answer that
+// lists none (a daemon before its first discovery snapshot) teaches
+// nothing and leaves what was learned; of two members of one name, the
+// first listed is kept, as a search of the answer would find it.
 func (m *memberCache) learn(n *Node, now time.Time) {
+	if len(n.Members) == 0 {
+		return
+	}
 	ids := make(map[string]string, len(n.Members))
 	for _, mb := range n.Members {
-		ids[mb.Name] = mb.NodeID
+		if _, dup := ids[mb.Name]; !dup {
+			ids[mb.Name] = mb.NodeID
+		}
 	}
 	m.mu.Lock()
 	m.ids, m.learned = ids, now

@@ -274,6 +274,20 @@ class RetryTest(Base):
         self.assertEqual((c.stats().dropped, c.stats().retried), (len(jobs), 0))
         self.assertEqual(len(waits), 1)
 
+    def test_a_frame_whose_last_attempt_gets_no_answer_still_holds_the_client(self):
+        # With max_attempts=1 every frame's try is its last: the hold must
+        # still be taken, or ten jobs make ten tries at a daemon that is down.
+        self.fake.drop = -1
+        c = self.client(max_attempts=1)
+        c._park_for = lambda d: 3600
+        jobs = [c.submit("m", "e") for _ in range(10)]
+        eventually(self, "the first try", lambda: len(self.fake.requests) >= 1)
+        self.assertTrue(holds_throughout(lambda: len(self.fake.requests) == 1, 0.5),
+                        "%d tries after the first transport error, want 1" % len(self.fake.requests))
+        with self.assertRaises(wlmclient.WlmError):
+            c.close(timeout=0.1)
+        self.assertEqual(c.stats().dropped, len(jobs))
+
     def test_after_a_transport_error_every_job_goes_on_when_the_daemon_answers(self):
         self.fake.drop = 1
         c = self.client()
@@ -368,8 +382,17 @@ class FrameTest(Base):
         self.assertEqual(self.fake.node_gets, gets + 1, "a member learned long ago was not asked for once")
         with self.assertRaises(wlmclient.WlmError):
             c.submit("m", "e", scheduled_on_member="gpu-b")
+        # A restarted daemon answers no members until its first discovery
+        # snapshot: that teaches nothing.
+        self.fake.node = {"nodeId": "n-self", "members": []}
+        c._members_at -= 2 * wlmclient.MEMBER_FRESH
+        c.submit("m", "e", scheduled_on_member="gpu-a")
+        # Of two members of one name the first listed wins, asked or cached.
+        self.fake.node = {"nodeId": "n-self", "members": [{"name": "gpu-c", "nodeId": "n-c1"},
+                                                          {"name": "gpu-c", "nodeId": "n-c2"}]}
+        self.assertEqual([c.member_id("gpu-c") for _ in range(2)], ["n-c1", "n-c1"])
         c.close(timeout=WAIT)
-        self.assertEqual([f["params"]["workloadInfo"]["scheduledOn"] for f in self.fake.frames()], ["n-a"] * 3)
+        self.assertEqual([f["params"]["workloadInfo"]["scheduledOn"] for f in self.fake.frames()], ["n-a"] * 4)
 
     def test_frames_requested_from_many_threads_go_one_at_a_time_per_job_in_seq_order(self):
         c = self.client(queue_size=100000)

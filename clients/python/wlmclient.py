@@ -488,10 +488,24 @@ class Client:
             raise StatusError("GET /v1/node", e.code, _first_line(e.read(4096))) from None
         except (OSError, http.client.HTTPException, ValueError) as e:
             raise WlmError("wlmclient: GET /v1/node: %s" % e) from e
-        ids = {m.get("name"): m.get("nodeId") for m in n.get("members") or [] if isinstance(m, dict)}
+        if not isinstance(n, dict):
+            raise WlmError("wlmclient: GET /v1/node: the answer is not a JSON object")
+        self._learn_members(n)
+        return n
+
+    def _learn_members(self, n):
+        """Keep the member names of an answer of GET /v1/node. An answer that
+        lists none (a daemon before its first discovery snapshot) teaches
+        nothing and leaves what was learned; of two members of one name, the
+        first listed is kept, as a search of the answer would find it."""
+        ids = {}
+        for m in n.get("members") or []:
+            if isinstance(m, dict) and isinstance(m.get("nodeId"), str):
+                ids.setdefault(m.get("name"), m["nodeId"])
+        if not ids:
+            return
         with self._lock:
             self._members, self._members_at = ids, time.monotonic()
-        return n
 
     def member_id(self, name):
         """The node id of the member named name, for scheduledOn.
@@ -499,23 +513,26 @@ class Client:
         A member's node id is its identity and does not change, so the answer
         is kept: a name learned within MEMBER_FRESH seconds is answered without
         asking again, and an older one is asked for again but, when the node
-        cannot answer (its daemon restarting), still answered from what was
-        learned. A name never learned is always asked for. Without this a
-        submit naming a member would fail whenever the daemon is away, where
-        every other submit just waits in the queue for it."""
+        cannot answer (its daemon restarting) or answers with no members at
+        all (a restarted daemon before its first discovery snapshot), still
+        answered from what was learned. A name never learned is always asked
+        for. Without this a submit naming a member would fail whenever the
+        daemon is away, where every other submit just waits in the queue for
+        it."""
         with self._lock:
             known, age = self._members.get(name), time.monotonic() - self._members_at
         if known is not None and age < MEMBER_FRESH:
             return known
         try:
-            n = self.node()
+            self.node()
         except WlmError:
             if known is not None:
                 return known
             raise
-        for m in n.get("members") or []:
-            if m.get("name") == name:
-                return m["nodeId"]
+        with self._lock:
+            known = self._members.get(name)
+        if known is not None:
+            return known
         raise WlmError("wlmclient: the node lists no member named %r" % name)
 
     def stats(self):
@@ -699,25 +716,21 @@ class Client:
             self._forget(f)
             return True
         problem = err if err is not None else StatusError(f.method, status, reason)
-        if self._max_attempts and f.attempt >= self._max_attempts:
-            self._count("dropped")
-            with job._lock:
-                job._err = problem
-            _log.warning("wlmclient: giving up on a frame: method=%s id=%s attempts=%d err=%s",
-                         f.method, job._id, f.attempt, problem)
-            return True  # a terminal frame stays in the outbox for the next start
+        spent = bool(self._max_attempts and f.attempt >= self._max_attempts)
         with self._cond:
             if err is not None:
                 # No answer at all: the daemon is down or hung, for every
                 # job alike. The whole client holds for a shared backoff, and
                 # this job is due when the hold ends: one try per backoff
-                # while the daemon is away, not one per job.
+                # while the daemon is away, not one per job. The hold is
+                # taken even when this frame's attempts are spent, or each
+                # frame's last try would let the next one out at once.
                 d = self._gate_delay
                 self._gate_delay = min(2 * d, self._backoff_max)
                 wait = self._park_for(d - random.uniform(0, d / 2))
                 due = time.monotonic() + wait
                 self._gate_until = max(self._gate_until, due)
-            else:
+            elif not spent:
                 # The daemon refused this frame for now: only this job
                 # waits. A 503 at --max-live-workloads refuses new jobs
                 # while the frames of admitted ones must still pass to end
@@ -732,9 +745,17 @@ class Client:
                     ra = min(retry_after, self._retry_after_max)
                     wait = ra + random.uniform(0, ra / 4)
                 due = time.monotonic() + self._park_for(wait)
-            self._renewal_n += 1
-            heapq.heappush(self._parked, (due, self._renewal_n, job))
+            if not spent:
+                self._renewal_n += 1
+                heapq.heappush(self._parked, (due, self._renewal_n, job))
             self._cond.notify_all()
+        if spent:
+            self._count("dropped")
+            with job._lock:
+                job._err = problem
+            _log.warning("wlmclient: giving up on a frame: method=%s id=%s attempts=%d err=%s",
+                         f.method, job._id, f.attempt, problem)
+            return True  # a terminal frame stays in the outbox for the next start
         return False
 
     def _post(self, f):
