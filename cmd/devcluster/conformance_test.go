@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,18 +34,25 @@ import (
 // each ingress sees every request and answer.
 
 // Conformance scenario sizes. Kept small enough for a loaded 2-core CI box
-// (the run takes about a minute) and large enough that every fault meets
-// jobs in every state.
+// (the run takes under a minute) and large enough that every fault meets
+// jobs in every state. The node admits a new job while it holds fewer than
+// conformLiveLimit, live or ended within the retention (two heartbeats,
+// 1 s here); the producer keeps conformConcurrency jobs open, each some
+// conformStepDelay per step, so the node turns new jobs away (503 with
+// Retry-After) for a share of the run and the client holds a backlog,
+// without the backlog being all there is.
 const (
 	conformJobsFirst     = 90
 	conformJobsSecond    = 30
-	conformConcurrency   = 24
-	conformLiveLimit     = 12 // --max-live-workloads: half the open jobs
-	conformLease         = 10 // seconds
-	conformRestartAfter  = 20 // jobs meant before the daemon restart
-	conformOutboxAfter   = 50 // jobs meant before the node refuses
-	conformOutboxPending = 3  // terminal frames in the outbox at the kill
-	conformWait          = 3 * time.Minute
+	conformConcurrency   = 16
+	conformLiveLimit     = 20 // --max-live-workloads
+	conformResync        = 500 * time.Millisecond
+	conformStepDelay     = 2000 // ms, the most between two steps of a job
+	conformLease         = 6    // seconds: renewed every 2 s, so a job open for a few steps is renewed
+	conformRestartAfter  = 20   // jobs meant before the daemon restart
+	conformOutboxAfter   = 50   // jobs meant before the node refuses
+	conformOutboxPending = 3    // terminal frames in the outbox at the kill
+	conformWait          = 90 * time.Second
 )
 
 // conformClient is one client under test: how to start its producer.
@@ -210,11 +218,12 @@ func runConformanceProducer(t *testing.T, c *cluster, cl conformClient, n, other
 	outbox := filepath.Join(t.TempDir(), cl.name+".outbox")
 	common := []string{"--addr", proxy.addr, "--producer", "conf-" + cl.name, "--outbox", outbox,
 		"--lease", strconv.Itoa(conformLease), "--member", other.name,
-		"--concurrency", strconv.Itoa(conformConcurrency)}
+		"--concurrency", strconv.Itoa(conformConcurrency), "--step-delay-ms", strconv.Itoa(conformStepDelay)}
 
 	first := startProducerRun(t, cl, append(slices.Clone(common), "--jobs", strconv.Itoa(conformJobsFirst), "--seed", "1")...)
 	first.waitFor(t, "the first jobs to end", func() bool { return first.meantCount() >= conformRestartAfter })
-	t.Logf("%s: restarting %s's daemon with %d jobs meant", cl.name, n.name, first.meantCount())
+	t.Logf("%s: restarting %s's daemon with %d jobs meant, %d frames queued in the client", cl.name, n.name, first.meantCount(), first.stat("queued"))
+	t.Logf("%s: restarting %s's daemon at %s", cl.name, n.name, time.Now().Format("15:04:05.000"))
 	if err := restart(); err != nil {
 		t.Fatalf("restarting %s: %v", n.name, err)
 	}
@@ -243,8 +252,8 @@ func runConformanceProducer(t *testing.T, c *cluster, cl conformClient, n, other
 			led.openAtKill[id] = first.ending[id]
 		}
 	}
-	t.Logf("%s: killed the producer with %d jobs meant, %d open, %d terminal frames in its outbox",
-		cl.name, len(led.meant), len(led.openAtKill), led.firstStats["outboxPending"])
+	t.Logf("%s: killed the producer with %d jobs meant, %d open, %d frames queued, %d terminal frames in its outbox",
+		cl.name, len(led.meant), len(led.openAtKill), led.firstStats["queued"], led.firstStats["outboxPending"])
 
 	second := startProducerRun(t, cl, append(slices.Clone(common), "--jobs", strconv.Itoa(conformJobsSecond), "--seed", "2")...)
 	second.waitFor(t, "the second run to finish", second.isDone)
@@ -272,7 +281,7 @@ func runConformanceProducer(t *testing.T, c *cluster, cl conformClient, n, other
 func TestConformanceBothClientsEndEveryJobAsMeantOnBothNodes(t *testing.T) {
 	t.Parallel()
 	clients := conformClients(t)
-	c := testClusterWith(t, 2, time.Second, false, func(c *cluster) {
+	c := testClusterWith(t, 2, conformResync, false, func(c *cluster) {
 		for _, n := range c.nodes {
 			n.wantIngress = "127.0.0.1:0"
 			n.extraArgs = []string{"--max-live-workloads", strconv.Itoa(conformLiveLimit)}
@@ -312,7 +321,7 @@ func TestConformanceBothClientsEndEveryJobAsMeantOnBothNodes(t *testing.T) {
 			continue
 		}
 		t.Run(cl.name+" final states", func(t *testing.T) {
-			checkConformStates(t, c, cl, ledgers[i])
+			checkConformStates(t, c, cl, ledgers[i], proxies[i].records())
 		})
 		t.Run(cl.name+" requests", func(t *testing.T) {
 			checkConformRequests(t, cl, ledgers[i], proxies[i].records())
@@ -356,7 +365,7 @@ func conformClients(t *testing.T) []conformClient {
 // job left open by its killed producer is failed by its lease or, when its
 // first frame never left the producer, on neither node; no job it never
 // submitted carries its prefix.
-func checkConformStates(t *testing.T, c *cluster, cl conformClient, led conformLedger) {
+func checkConformStates(t *testing.T, c *cluster, cl conformClient, led conformLedger, recs []proxyRecord) {
 	for _, e := range led.stepErrs {
 		t.Errorf("a step failed: %s", e)
 	}
@@ -397,7 +406,17 @@ func checkConformStates(t *testing.T, c *cluster, cl conformClient, led conformL
 	deadline := time.Now().Add(conformWait)
 	for bad := settled(); len(bad) > 0; bad = settled() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d jobs not as meant after %s:\n%s", len(bad), conformWait, strings.Join(bad[:min(len(bad), 20)], "\n"))
+			t.Errorf("%d jobs not as meant after %s:\n%s", len(bad), conformWait, strings.Join(bad[:min(len(bad), 20)], "\n"))
+			for _, b := range bad[:min(len(bad), 5)] {
+				id, _, _ := strings.Cut(b, ":")
+				t.Logf("what the proxy saw of %s (the producer was killed at %s):", id, led.killedAt.Format("15:04:05.000"))
+				for _, r := range recs {
+					if r.ID == id {
+						t.Logf("  %s-%s %s seq %d lease %q: %s %d", r.Start.Format("15:04:05.000"), r.End.Format("15:04:05.000"), cmp.Or(r.State, "removal"), r.Seq, r.Lease, r.Outcome, r.Status)
+					}
+				}
+			}
+			t.FailNow()
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -500,6 +519,18 @@ func checkConformRequests(t *testing.T, cl conformClient, led conformLedger, rec
 					}
 				}
 			}
+		}
+	}
+	for id, final := range led.meant {
+		if final != "removed" {
+			continue
+		}
+		taken := false
+		for _, r := range byJob[id] {
+			taken = taken || r.Seq == math.MaxInt64 && r.Outcome == outcomeAnswered && r.Status == 200
+		}
+		if !taken {
+			t.Errorf("job %s: meant removed, but no removal of it was taken (200): its absence proves nothing", id)
 		}
 	}
 	t.Logf("requests %d by answer %v; retries %d (%d after a Retry-After, each no sooner); lease renewals %d; outbox re-sends after the restart %d",

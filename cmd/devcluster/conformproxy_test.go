@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -48,7 +49,7 @@ type proxyRecord struct {
 	Path        string
 	FrameMethod string // the JSON-RPC method of an event post
 	ID          string // the workload's id (a removal's workloadId)
-	Seq         int64  // -1 when the frame has none
+	Seq         int64  // a removal's (it has none) is after every other frame's; -1 when a lifecycle frame has none
 	State       string
 	Lease       string // the Workload-Lease header
 	Body        string
@@ -182,7 +183,10 @@ func describeFrame(rec *proxyRecord, body []byte) {
 		rec.ID = f.Params.WorkloadID
 	}
 	rec.State = f.Params.WorkloadInfo.State
-	if f.Params.WorkloadInfo.Seq != nil {
+	switch {
+	case f.Params.WorkloadID != "":
+		rec.Seq = math.MaxInt64 // nothing of the job follows its removal
+	case f.Params.WorkloadInfo.Seq != nil:
 		rec.Seq = int64(*f.Params.WorkloadInfo.Seq)
 	}
 }
