@@ -47,7 +47,7 @@ const (
 	conformConcurrency   = 16
 	conformLiveLimit     = 20 // --max-live-workloads
 	conformResync        = 500 * time.Millisecond
-	conformStepDelay     = 2000 // ms, the most between two steps of a job
+	conformStepDelay     = 3000 // ms, the most between two steps of a job: past a renewal (every 2 s) now and then
 	conformLease         = 6    // seconds: renewed every 2 s, so a job open for a few steps is renewed
 	conformRestartAfter  = 20   // jobs meant before the daemon restart
 	conformOutboxAfter   = 50   // jobs meant before the node refuses
