@@ -163,3 +163,22 @@ func TestEndedLogTakeLooksAtABudgetOfRecords(t *testing.T) {
 		t.Fatalf("a take of skipped records looked at %d, took %d, went to %d (done %v); want %d, none, not done", looked, len(r.lines), next, done, endedScanBudget)
 	}
 }
+
+func TestEndedLogMetricsCountItsEntriesBytesAndEvictions(t *testing.T) {
+	n := newMetricsNode(t, false)
+	n.m.ended.maxEntries = 2 // set before the node runs
+	n.start()
+	for _, id := range []string{"r1", "r2", "r3"} {
+		n.sendRemove(id)
+	}
+	netBarrier(t, n)
+	got := scrape(t, n)
+	n.m.activeMu.Lock()
+	bytes := n.m.ended.bytes
+	n.m.activeMu.Unlock()
+	if got["nvpair_wlm_ended_log_entries"] != 2 || got["nvpair_wlm_ended_log_evicted_total"] != 1 ||
+		got["nvpair_wlm_ended_log_bytes"] != float64(bytes) || bytes == 0 {
+		t.Fatalf("entries %v, evicted %v, bytes %v (the log holds %d); want 2, 1 and the log's bytes",
+			got["nvpair_wlm_ended_log_entries"], got["nvpair_wlm_ended_log_evicted_total"], got["nvpair_wlm_ended_log_bytes"], bytes)
+	}
+}

@@ -121,12 +121,17 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 
 	m.activeMu.Lock()
 	resyncSize, removedSize, resyncBytes := m.resync.len(), m.removed.len(), m.resync.size()
+	m.ended.expire(m.now())
+	endedEntries, endedBytes, endedEvicted := m.ended.len(), m.ended.bytes, m.ended.evicted
 	m.activeMu.Unlock()
 	t.Single("nvpair_wlm_resync_set_entries", "gauge", "Workload runs held in the re-sync set.", float64(resyncSize))
 	t.Single("nvpair_wlm_resync_set_limit_entries", "gauge", "The most workload runs the re-sync set may hold (--max-live-workloads).", float64(m.resync.limit))
 	t.Single("nvpair_wlm_resync_set_bytes", "gauge", "Bytes of the re-assertion lines the re-sync set holds.", float64(resyncBytes))
 	t.Single("nvpair_wlm_resync_set_limit_bytes", "gauge", "The most bytes of re-assertion lines the re-sync set may hold (--max-live-workload-bytes).", float64(m.resync.maxBytes))
 	t.Single("nvpair_wlm_resync_untracked_total", "counter", "Broker frames relayed but not tracked because the re-sync set was full, in entries (a new workload) or in bytes.", float64(m.resyncUntracked.Load()))
+	t.Single("nvpair_wlm_ended_log_entries", "gauge", "Recent ends (terminal runs the re-sync set dropped, removals relayed) kept for a peer that was away; sent to a new target after its backfill.", float64(endedEntries))
+	t.Single("nvpair_wlm_ended_log_bytes", "gauge", "Bytes the log of recent ends holds (its lines and keys, and a record's overhead).", float64(endedBytes))
+	t.Single("nvpair_wlm_ended_log_evicted_total", "counter", "Recent ends dropped before their 10-minute window because the log was at its bound of 4096 entries or 4 MiB.", float64(endedEvicted))
 	t.Single("nvpair_wlm_removal_memory_entries", "gauge", "Ingress removals remembered against a replay.", float64(removedSize))
 	writeDeprecatedGauges(&t, float64(resyncSize), float64(m.resync.limit), float64(removedSize))
 	m.conns.WriteMetrics(&t)
