@@ -182,3 +182,33 @@ func TestEndedLogMetricsCountItsEntriesBytesAndEvictions(t *testing.T) {
 			got["nvpair_wlm_ended_log_entries"], got["nvpair_wlm_ended_log_evicted_total"], got["nvpair_wlm_ended_log_bytes"], bytes)
 	}
 }
+
+func TestEndedLogStaysOwedToAPeerWhoseBackfillWasAbandoned(t *testing.T) {
+	// The backfill fails at its first re-assertion: the log is sent after
+	// the next pass instead.
+	n := newTestNode(t, withResyncInterval(100*time.Millisecond))
+	n.start()
+	n.sendLifecycle(workload("done", "completed", n.id))
+	netBarrier(t, n)
+	eventually(t, "the terminal run aged out of the set", func() bool { return resyncEmpty(n) })
+	n.sendLifecycle(workload("live", "running", n.id))
+	netBarrier(t, n)
+	sink := newHBSink(t, false, 0)
+	sink.mu.Lock()
+	sink.failResync = true
+	sink.mu.Unlock()
+	sink.join(t, n)
+	stats := func() *peerStats {
+		for _, st := range n.m.bcast.peerStatsSnapshot() {
+			if st.peer == sink.ident.Principal {
+				return st
+			}
+		}
+		return &peerStats{}
+	}
+	eventually(t, "the backfill abandoned", func() bool { return stats().passesAbandoned.Load() >= 1 })
+	sink.mu.Lock()
+	sink.failResync = false
+	sink.mu.Unlock()
+	eventually(t, "the completed run at the peer", func() bool { return sink.finalState("done") == "completed" })
+}
