@@ -76,12 +76,12 @@ func TestEndedLogLeavesOutATerminalRunTheSetHolds(t *testing.T) {
 	if !resyncEmpty(n) {
 		t.Fatal("the terminal run is still in the set past its retention")
 	}
-	if r, _, done := n.m.takeEnded(0, n.m.endedSeq(), 64, 1<<20); len(r.lines) != 1 || !done {
+	if r, _, done := n.m.takeEnded(0, n.m.endedSeq(), n.m.endedSeq(), 64, 1<<20); len(r.lines) != 1 || !done {
 		t.Fatalf("the log gave %d lines (done %v), want the one end", len(r.lines), done)
 	}
 	n.sendLifecycle(workload("done", "completed", n.id))
 	netBarrier(t, n)
-	if r, _, done := n.m.takeEnded(0, n.m.endedSeq(), 64, 1<<20); len(r.lines) != 0 || !done {
+	if r, _, done := n.m.takeEnded(0, n.m.endedSeq(), n.m.endedSeq(), 64, 1<<20); len(r.lines) != 0 || !done {
 		t.Fatalf("the log gave %d lines (done %v) for a run the set holds again, want none", len(r.lines), done)
 	}
 }
@@ -100,7 +100,7 @@ func TestEndedLogKeepsAtMostItsEntryBoundOldestFirst(t *testing.T) {
 	if l.len() != 3 || l.evicted != 2 {
 		t.Fatalf("the log holds %d records and evicted %d, want 3 and 2", l.len(), l.evicted)
 	}
-	r, next, done := l.take(0, l.end(), 10, 1<<20, func(*endedRecord) bool { return false })
+	r, next, done := l.take(0, l.end(), 10, 1<<20, func(uint64, *endedRecord) bool { return false })
 	if len(r.lines) != 3 || r.refs[0].ID != "id-0002" || next != 5 || !done {
 		t.Fatalf("took %d lines from %v to %d (done %v), want id-0002..id-0004", len(r.lines), r.refs, next, done)
 	}
@@ -141,7 +141,7 @@ func TestEndedLogDropsWhatIsOlderThanItsWindow(t *testing.T) {
 		t.Fatalf("the log holds %d records (evicted %d) once the first is past the window, want 1 (0)", l.len(), l.evicted)
 	}
 	// A take from a number the log no longer holds starts at its oldest.
-	r, _, done := l.take(0, l.end(), 10, 1<<20, func(*endedRecord) bool { return false })
+	r, _, done := l.take(0, l.end(), 10, 1<<20, func(uint64, *endedRecord) bool { return false })
 	if len(r.lines) != 1 || string(r.lines[0]) != "b" || !done {
 		t.Fatalf("took %q (done %v), want b", r.lines, done)
 	}
@@ -158,7 +158,7 @@ func TestEndedLogTakeLooksAtABudgetOfRecords(t *testing.T) {
 		l.add(endedKey(i), false, []byte("l"), t0)
 	}
 	looked := 0
-	r, next, done := l.take(0, l.end(), 64, 1<<20, func(*endedRecord) bool { looked++; return true })
+	r, next, done := l.take(0, l.end(), 64, 1<<20, func(uint64, *endedRecord) bool { looked++; return true })
 	if len(r.lines) != 0 || done || looked != endedScanBudget || next != endedScanBudget {
 		t.Fatalf("a take of skipped records looked at %d, took %d, went to %d (done %v); want %d, none, not done", looked, len(r.lines), next, done, endedScanBudget)
 	}

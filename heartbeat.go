@@ -23,9 +23,10 @@ type heartbeatSource interface {
 	latestLines(refs []wireframe.WorkloadRef) [][][]byte
 	// endedSeq is the end of the log of recent ends as it is now, read
 	// without a lock; takeEnded returns a slice of the log from from up
-	// to end in one bounded hold (endedlog.go).
+	// to end in one bounded hold, leaving out the removals numbered from
+	// added on (endedlog.go).
 	endedSeq() uint64
-	takeEnded(from, end uint64, maxFrames, maxBytes int) (r reassertions, next uint64, done bool)
+	takeEnded(from, end, added uint64, maxFrames, maxBytes int) (r reassertions, next uint64, done bool)
 }
 
 // The Manager is the heartbeat source of its broadcaster.
@@ -94,10 +95,12 @@ type heartbeatStream struct {
 	// The log of recent ends (endedlog.go) is owed to the peer until one
 	// pass has reached the end of the set and then of the log: a pass
 	// abandoned on the way leaves it owed to the next. inLog says the pass
-	// under way is in the log, at logNext, up to logEnd.
-	logOwed         bool
-	inLog           bool
-	logNext, logEnd uint64
+	// under way is in the log, at logNext, up to logEnd. logAdded is the
+	// log's end when the stream was created, with its target: a removal
+	// numbered from it on was queued to the target as a fresh frame.
+	logOwed                   bool
+	inLog                     bool
+	logNext, logEnd, logAdded uint64
 }
 
 // passShare is the share of the interval a paced pass is spread over, in
@@ -116,7 +119,7 @@ const passShare = 80
 const heartbeatSlice = 64
 
 func newHeartbeatStream(src heartbeatSource, interval time.Duration, stats *peerStats) *heartbeatStream {
-	return &heartbeatStream{src: src, interval: interval, stats: stats, cursor: &resyncCursor{}, logOwed: true}
+	return &heartbeatStream{src: src, interval: interval, stats: stats, cursor: &resyncCursor{}, logOwed: true, logAdded: src.endedSeq()}
 }
 
 func (h *heartbeatStream) close() { h.src.closeCursor(h.cursor) }
@@ -142,7 +145,7 @@ func (h *heartbeatStream) begin(now time.Time) {
 // the log is too.
 func (h *heartbeatStream) nextLines(maxFrames, maxBytes int) reassertions {
 	if h.inLog {
-		r, next, done := h.src.takeEnded(h.logNext, h.logEnd, maxFrames, maxBytes)
+		r, next, done := h.src.takeEnded(h.logNext, h.logEnd, h.logAdded, maxFrames, maxBytes)
 		h.logNext = next
 		if done {
 			h.logOwed = false
@@ -160,8 +163,9 @@ func (h *heartbeatStream) nextLines(maxFrames, maxBytes int) reassertions {
 	if done {
 		// The log's end is read when the pass reaches it, not when the
 		// target was added: a terminal run the set dropped while the pass
-		// was on its way to it is then in the log (spec 5.2). Its start
-		// is whatever the log still holds.
+		// was on its way to it is then in the log (spec 5.2); the removals
+		// relayed since the target was added are left out (takeEnded). Its
+		// start is whatever the log still holds.
 		if h.logOwed {
 			h.logEnd = h.src.endedSeq()
 			h.inLog, h.logNext = h.logEnd > 0, 0
