@@ -123,12 +123,12 @@ func (l *endedLog) end() uint64 { return l.next.Load() }
 // maxBytes in all (but at least one line), leaving out the records skip
 // names; it returns the number to go on from and whether it reached end.
 // It looks at no more than endedScanBudget records.
-func (l *endedLog) take(from, end uint64, maxFrames, maxBytes int, skip func(*endedRecord) bool) (r reassertions, next uint64, done bool) {
+func (l *endedLog) take(from, end uint64, maxFrames, maxBytes int, skip func(n uint64, rec *endedRecord) bool) (r reassertions, next uint64, done bool) {
 	next = max(from, l.first)
 	bytes := 0
 	for n := 0; next < end && len(r.lines) < maxFrames && n < endedScanBudget; n++ {
 		rec := &l.recs[l.head+int(next-l.first)]
-		if skip(rec) {
+		if skip(next, rec) {
 			next++
 			continue
 		}
@@ -158,14 +158,16 @@ func (m *Manager) endedSeq() uint64 { return m.ended.end() }
 // target (heartbeatSource), in one bounded hold of activeMu. A removal of a
 // workload the re-sync set holds a run of again is left out (its id was
 // reused: the removal would retire the new run at the peer), and so is a
-// terminal run the set holds (the pass re-asserted it already).
-func (m *Manager) takeEnded(from, end uint64, maxFrames, maxBytes int) (reassertions, uint64, bool) {
+// removal numbered from added on, relayed after the target was added and
+// so queued to it as a fresh frame, and a terminal run the set holds (the
+// pass re-asserted it already).
+func (m *Manager) takeEnded(from, end, added uint64, maxFrames, maxBytes int) (reassertions, uint64, bool) {
 	m.activeMu.Lock()
 	defer m.activeMu.Unlock()
 	m.ended.expire(m.now())
-	return m.ended.take(from, end, maxFrames, maxBytes, func(rec *endedRecord) bool {
+	return m.ended.take(from, end, maxFrames, maxBytes, func(n uint64, rec *endedRecord) bool {
 		if rec.removal {
-			return m.resync.byRef[wireframe.WorkloadRef{Origin: rec.key.Origin, ID: rec.key.ID}] != nil
+			return n >= added || m.resync.byRef[wireframe.WorkloadRef{Origin: rec.key.Origin, ID: rec.key.ID}] != nil
 		}
 		return m.resync.entries[rec.key] != nil
 	})
