@@ -71,7 +71,7 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 		{"nvpair_wlm_heartbeat_passes_completed_total", "counter", "Heartbeat passes that reached the end of the re-sync set for a peer.", func(s *peerStats) uint64 { return s.passesCompleted.Load() }},
 		{"nvpair_wlm_heartbeat_passes_overrun_total", "counter", "Heartbeat passes for a peer that took longer than the re-sync interval.", func(s *peerStats) uint64 { return s.passesOverrun.Load() }},
 		{"nvpair_wlm_heartbeat_passes_abandoned_total", "counter", "Heartbeat passes for a peer ended early because it failed a re-assertion; the next pass repeats them.", func(s *peerStats) uint64 { return s.passesAbandoned.Load() }},
-		{"nvpair_wlm_heartbeat_reasserted_total", "counter", "Re-assertions delivered to a peer.", func(s *peerStats) uint64 { return s.reasserted.Load() }},
+		{"nvpair_wlm_heartbeat_reasserted_total", "counter", "Re-assertions delivered to a peer, the log of recent ends sent after a backfill included.", func(s *peerStats) uint64 { return s.reasserted.Load() }},
 		{"nvpair_wlm_heartbeat_reassert_failures_total", "counter", "Re-assertions a peer did not accept; the next pass repeats them.", func(s *peerStats) uint64 { return s.reassertFailures.Load() }},
 		{"nvpair_wlm_heartbeat_pass_progress_entries", "gauge", "Entries the heartbeat pass under way (or the last one) has visited for a peer.", func(s *peerStats) uint64 { return s.passProgress.Load() }},
 		{"nvpair_wlm_heartbeat_pass_size_entries", "gauge", "Entries the re-sync set held when a peer's current (or last) heartbeat pass started.", func(s *peerStats) uint64 { return s.passSize.Load() }},
