@@ -21,6 +21,12 @@ type heartbeatSource interface {
 	// that changed last last, in one bounded hold: the state a marked
 	// workload is recovered with (overflow.go).
 	latestLines(refs []wireframe.WorkloadRef) [][][]byte
+	// endedSeq is the end of the log of recent ends as it is now, read
+	// without a lock; takeEnded returns a slice of the log from from up
+	// to end in one bounded hold, leaving out the removals numbered from
+	// added on (endedlog.go).
+	endedSeq() uint64
+	takeEnded(from, end, added uint64, maxFrames, maxBytes int) (r reassertions, next uint64, done bool)
 }
 
 // The Manager is the heartbeat source of its broadcaster.
@@ -86,6 +92,15 @@ type heartbeatStream struct {
 	size     int       // the set's size when the pass took its place
 	visited  int       // entries the pass has sent so far
 	passes   int       // passes this stream (this sender) has begun
+	// The log of recent ends (endedlog.go) is owed to the peer until one
+	// pass has reached the end of the set and then of the log: a pass
+	// abandoned on the way leaves it owed to the next. inLog says the pass
+	// under way is in the log, at logNext, up to logEnd. logAdded is the
+	// log's end when the stream was created, with its target: a removal
+	// numbered from it on was queued to the target as a fresh frame.
+	logOwed                   bool
+	inLog                     bool
+	logNext, logEnd, logAdded uint64
 }
 
 // passShare is the share of the interval a paced pass is spread over, in
@@ -104,7 +119,7 @@ const passShare = 80
 const heartbeatSlice = 64
 
 func newHeartbeatStream(src heartbeatSource, interval time.Duration, stats *peerStats) *heartbeatStream {
-	return &heartbeatStream{src: src, interval: interval, stats: stats, cursor: &resyncCursor{}}
+	return &heartbeatStream{src: src, interval: interval, stats: stats, cursor: &resyncCursor{}, logOwed: true, logAdded: src.endedSeq()}
 }
 
 func (h *heartbeatStream) close() { h.src.closeCursor(h.cursor) }
@@ -114,7 +129,7 @@ func (h *heartbeatStream) close() { h.src.closeCursor(h.cursor) }
 // tracked after that reaches the new peer as a fresh frame, and the pass
 // does not send it twice.
 func (h *heartbeatStream) begin(now time.Time) {
-	h.active, h.started, h.size, h.visited = true, now, 0, 0
+	h.active, h.started, h.size, h.visited, h.inLog = true, now, 0, 0, false
 	// The first pass is a new target's backfill: it goes as fast as the
 	// peer takes it, so the peer's view is complete at once.
 	h.paced = h.passes > 0
@@ -126,8 +141,18 @@ func (h *heartbeatStream) begin(now time.Time) {
 
 // nextLines returns the next re-assertions of the pass under way, at most
 // maxFrames lines and maxBytes in all, and ends the pass when the set is
-// exhausted.
+// exhausted, or, while the log of recent ends is owed to the peer, once
+// the log is too.
 func (h *heartbeatStream) nextLines(maxFrames, maxBytes int) reassertions {
+	if h.inLog {
+		r, next, done := h.src.takeEnded(h.logNext, h.logEnd, h.logAdded, maxFrames, maxBytes)
+		h.logNext = next
+		if done {
+			h.logOwed = false
+			h.finish(time.Now())
+		}
+		return r
+	}
 	r, size, done := h.src.take(h.cursor, maxFrames, maxBytes)
 	if size > 0 {
 		h.size = size
@@ -136,7 +161,19 @@ func (h *heartbeatStream) nextLines(maxFrames, maxBytes int) reassertions {
 	h.visited += len(r.lines)
 	h.stats.passProgress.Add(uint64(len(r.lines)))
 	if done {
-		h.finish(time.Now())
+		// The log's end is read when the pass reaches it, not when the
+		// target was added: a terminal run the set dropped while the pass
+		// was on its way to it is then in the log (spec 5.2); the removals
+		// relayed since the target was added are left out (takeEnded). Its
+		// start is whatever the log still holds.
+		if h.logOwed {
+			h.logEnd = h.src.endedSeq()
+			h.inLog, h.logNext = h.logEnd > 0, 0
+		}
+		if !h.inLog {
+			h.logOwed = false
+			h.finish(time.Now())
+		}
 	}
 	return r
 }
@@ -159,7 +196,7 @@ func (h *heartbeatStream) finish(now time.Time) {
 // end schedules the next pass interval after this one started, or at once
 // when this one overran its interval.
 func (h *heartbeatStream) end(now time.Time) {
-	h.active = false
+	h.active, h.inLog = false, false
 	h.next = h.started.Add(h.interval)
 	if now.After(h.next) {
 		h.stats.passesOverrun.Add(1)
@@ -171,7 +208,9 @@ func (h *heartbeatStream) end(now time.Time) {
 // slice, so that it visits the set at an even pace over passShare percent
 // of the interval.
 func (h *heartbeatStream) paceWait(now time.Time) time.Duration {
-	if !h.paced || h.size == 0 {
+	if !h.paced || h.size == 0 || h.inLog {
+		// The log of recent ends goes as fast as the peer takes it, as a
+		// backfill does: it follows one, or a pass that retries one.
 		return 0
 	}
 	span := h.interval * passShare / 100

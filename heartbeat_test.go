@@ -623,6 +623,10 @@ func (f *fakeSource) generation() uint64        { return 0 }
 func (f *fakeSource) latestLines(refs []wireframe.WorkloadRef) [][][]byte {
 	return make([][][]byte, len(refs))
 }
+func (f *fakeSource) endedSeq() uint64 { return 0 }
+func (f *fakeSource) takeEnded(from, _, _ uint64, _, _ int) (reassertions, uint64, bool) {
+	return reassertions{}, from, true
+}
 func (f *fakeSource) take(_ *resyncCursor, maxFrames, _ int) (reassertions, int, bool) {
 	size := 0
 	if f.taken == 0 {

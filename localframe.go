@@ -90,6 +90,12 @@ func (m *Manager) commitLocalLine(f localFrame, src frameSource, line []byte) bo
 	m.bcast.reserve()
 	m.activeMu.Lock()
 	send := m.trackLocal(&f, src)
+	if send && f.isRemoval() {
+		// Every relayed removal of a local-origin workload, from the
+		// broker or the ingress, goes into the log of recent ends, for a
+		// peer that is away now (endedlog.go).
+		m.ended.add(wireframe.WorkloadKey{Origin: f.removal.Ref.Origin, ID: f.removal.Ref.ID}, true, line, m.now())
+	}
 	m.activeMu.Unlock()
 	if !send {
 		m.bcast.unreserve()

@@ -132,13 +132,17 @@ type Manager struct {
 	broadcastMu sync.Mutex
 
 	// activeMu guards resync (its entries and the cursors' places in it),
-	// removed and own. Writers take it under broadcastMu; the peer senders take
+	// removed, own and ended. Writers take it under broadcastMu; the peer senders take
 	// it alone for one slice of a pass, and readers that need no ordering
 	// (metrics, tests) alone too.
 	activeMu sync.Mutex
 	resync   *resyncSet
 	removed  *removalMemory
 	own      ownership
+	// ended is the log of recent ends: terminal runs the re-sync set
+	// dropped and removals relayed, sent to a new target after its
+	// backfill (endedlog.go, spec 5.2).
+	ended *endedLog
 	// journal keeps own, the leases and removed across a restart
 	// (ownership.go); nil without a JournalPath.
 	journal *journal
@@ -241,6 +245,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		now:         time.Now,
 		resync:      newResyncSet(retention, cfg.MaxLiveWorkloads, cfg.MaxLiveWorkloadBytes, cfg.NodeID),
 		removed:     newRemovalMemory(retention, removalMemoryCapacity),
+		ended:       newEndedLog(endedLogWindow, endedLogMaxEntries, endedLogMaxBytes),
 		own:         newOwnership(),
 		leases:      newLeaseTable(),
 		leaseUnit:   time.Second,
@@ -274,6 +279,9 @@ func NewManager(cfg Config) (*Manager, error) {
 			m.journal.changed()
 		}
 	}
+	// A terminal run that ages out of the set goes on in the log of
+	// recent ends, for a peer that was away when it ended.
+	m.resync.ended = m.logEnded
 	// Each peer sender reads its heartbeat passes from this Manager's
 	// re-sync set.
 	m.bcast = newBroadcaster(cfg.Logger, trust, m, cfg.ResyncInterval)

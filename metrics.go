@@ -71,7 +71,7 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 		{"nvpair_wlm_heartbeat_passes_completed_total", "counter", "Heartbeat passes that reached the end of the re-sync set for a peer.", func(s *peerStats) uint64 { return s.passesCompleted.Load() }},
 		{"nvpair_wlm_heartbeat_passes_overrun_total", "counter", "Heartbeat passes for a peer that took longer than the re-sync interval.", func(s *peerStats) uint64 { return s.passesOverrun.Load() }},
 		{"nvpair_wlm_heartbeat_passes_abandoned_total", "counter", "Heartbeat passes for a peer ended early because it failed a re-assertion; the next pass repeats them.", func(s *peerStats) uint64 { return s.passesAbandoned.Load() }},
-		{"nvpair_wlm_heartbeat_reasserted_total", "counter", "Re-assertions delivered to a peer.", func(s *peerStats) uint64 { return s.reasserted.Load() }},
+		{"nvpair_wlm_heartbeat_reasserted_total", "counter", "Re-assertions delivered to a peer, the log of recent ends sent after a backfill included.", func(s *peerStats) uint64 { return s.reasserted.Load() }},
 		{"nvpair_wlm_heartbeat_reassert_failures_total", "counter", "Re-assertions a peer did not accept; the next pass repeats them.", func(s *peerStats) uint64 { return s.reassertFailures.Load() }},
 		{"nvpair_wlm_heartbeat_pass_progress_entries", "gauge", "Entries the heartbeat pass under way (or the last one) has visited for a peer.", func(s *peerStats) uint64 { return s.passProgress.Load() }},
 		{"nvpair_wlm_heartbeat_pass_size_entries", "gauge", "Entries the re-sync set held when a peer's current (or last) heartbeat pass started.", func(s *peerStats) uint64 { return s.passSize.Load() }},
@@ -121,12 +121,17 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 
 	m.activeMu.Lock()
 	resyncSize, removedSize, resyncBytes := m.resync.len(), m.removed.len(), m.resync.size()
+	m.ended.expire(m.now())
+	endedEntries, endedBytes, endedEvicted := m.ended.len(), m.ended.bytes, m.ended.evicted
 	m.activeMu.Unlock()
 	t.Single("nvpair_wlm_resync_set_entries", "gauge", "Workload runs held in the re-sync set.", float64(resyncSize))
 	t.Single("nvpair_wlm_resync_set_limit_entries", "gauge", "The most workload runs the re-sync set may hold (--max-live-workloads).", float64(m.resync.limit))
 	t.Single("nvpair_wlm_resync_set_bytes", "gauge", "Bytes of the re-assertion lines the re-sync set holds.", float64(resyncBytes))
 	t.Single("nvpair_wlm_resync_set_limit_bytes", "gauge", "The most bytes of re-assertion lines the re-sync set may hold (--max-live-workload-bytes).", float64(m.resync.maxBytes))
 	t.Single("nvpair_wlm_resync_untracked_total", "counter", "Broker frames relayed but not tracked because the re-sync set was full, in entries (a new workload) or in bytes.", float64(m.resyncUntracked.Load()))
+	t.Single("nvpair_wlm_ended_log_entries", "gauge", "Recent ends (terminal runs the re-sync set dropped, removals relayed) kept for a peer that was away; sent to a new target after its backfill.", float64(endedEntries))
+	t.Single("nvpair_wlm_ended_log_bytes", "gauge", "Bytes the log of recent ends holds (its lines and keys, and a record's overhead).", float64(endedBytes))
+	t.Single("nvpair_wlm_ended_log_evicted_total", "counter", "Recent ends dropped before their 10-minute window because the log was at its bound of 4096 entries or 4 MiB.", float64(endedEvicted))
 	t.Single("nvpair_wlm_removal_memory_entries", "gauge", "Ingress removals remembered against a replay.", float64(removedSize))
 	writeDeprecatedGauges(&t, float64(resyncSize), float64(m.resync.limit), float64(removedSize))
 	m.conns.WriteMetrics(&t)

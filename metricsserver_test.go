@@ -65,14 +65,16 @@ func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 		return delta(scrape(t, a), a0, `nvpair_wlm_peer_deliveries_succeeded_total{peer="`+b.id+`"}`) == 7
 	})
 	// B leaves the target set and comes back: its new sender's first
-	// heartbeat pass, the backfill, re-asserts the whole re-sync set.
+	// heartbeat pass, the backfill, re-asserts the whole re-sync set, then
+	// sends the log of recent ends (spec 5.2): ing-3's removal.
 	a.discover()
 	a.waitTargets(0)
 	a.discover(b)
 	a.waitTargets(1)
 	const resync = 4 // ing-1, ing-2, std-1, std-2
+	const logged = 1 // ing-3's removal, a duplicate at B
 	eventually(t, "the backfill's re-assertions delivered", func() bool {
-		return delta(scrape(t, a), a0, `nvpair_wlm_heartbeat_reasserted_total{peer="`+b.id+`"}`) == resync
+		return delta(scrape(t, a), a0, `nvpair_wlm_heartbeat_reasserted_total{peer="`+b.id+`"}`) == resync+logged
 	})
 
 	// A TLS handshake that fails at B's server: plaintext on the TLS port.
@@ -100,7 +102,7 @@ func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 		`nvpair_wlm_broker_writes_total`:                                                 4,
 		`nvpair_wlm_outbound_frames_queued_total`:                                        7,
 		`nvpair_wlm_peer_deliveries_succeeded_total{peer="` + b.id + `"}`:                7,
-		`nvpair_wlm_heartbeat_reasserted_total{peer="` + b.id + `"}`:                     resync,
+		`nvpair_wlm_heartbeat_reasserted_total{peer="` + b.id + `"}`:                     resync + logged,
 		`nvpair_wlm_heartbeat_reassert_failures_total{peer="` + b.id + `"}`:              0,
 		`nvpair_wlm_peer_delivery_latency_seconds_count{peer="` + b.id + `"}`:            7,
 		`nvpair_wlm_peer_delivery_latency_seconds_bucket{peer="` + b.id + `",le="+Inf"}`: 7,
@@ -132,8 +134,8 @@ func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 	}
 	wantB := map[string]float64{
 		`nvpair_wlm_frames_received_total{source="peer",method="workload:started"}`: float64(6 + resync),
-		`nvpair_wlm_frames_received_total{source="peer",method="workloads:remove"}`: 1,
-		`nvpair_wlm_dedup_hits_total`:    1,
+		`nvpair_wlm_frames_received_total{source="peer",method="workloads:remove"}`: 1 + logged,
+		`nvpair_wlm_dedup_hits_total`:    1 + logged,
 		`nvpair_wlm_broker_writes_total`: float64(6 + resync),
 	}
 	for series, want := range wantB {

@@ -114,6 +114,10 @@ type resyncSet struct {
 	// dropped by itself (pruned, or over its byte bound), with its lock
 	// held (ownership.go).
 	gone func(wireframe.WorkloadRef)
+	// ended, when set, is told of a terminal entry the set drops at the
+	// end of its retention, with its lock held, before it goes: the log of
+	// recent ends keeps it (endedlog.go).
+	ended func(e *resyncEntry, now time.Time)
 }
 
 func newResyncSet(retention time.Duration, limit int, maxBytes int64, self string) *resyncSet {
@@ -451,6 +455,9 @@ func (s *resyncSet) prune(now time.Time) (more bool) {
 		s.expiries[s.expiryHead] = expiry{}
 		s.expiryHead++
 		if e := s.entries[x.key]; e != nil && e.terminalAt.Equal(x.at) {
+			if s.ended != nil {
+				s.ended(e, now)
+			}
 			s.remove(x.key)
 		}
 	}
