@@ -84,26 +84,11 @@ type pyStats struct {
 
 func TestProcessPythonClientJobsFromManyThreadsReachTheBrokerInOrderWithALease(t *testing.T) {
 	t.Parallel()
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true and python3 is not installed: the Python client is not tested")
-		}
-		t.Skip("python3 is not installed")
-	}
+	python := python3OrSkip(t)
 	a, b, nodes, ingress := leaseProcPair(t)
-	dir, err := filepath.Abs(filepath.Join("clients", "python"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(t.TempDir(), "producer.py")
-	if err := os.WriteFile(script, []byte(pyProducer), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python, script, ingress, "node-"+nodes[1].ID[:8])
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "NO_PROXY=", "http_proxy=http://127.0.0.1:9")
+	cmd := pyScriptCommand(ctx, t, python, pyProducer, ingress, "node-"+nodes[1].ID[:8])
 	out, err := cmd.Output()
 	if err != nil {
 		var stderr []byte
@@ -243,28 +228,13 @@ print(json.dumps({"a": a_id, "b": b_id, "closeErr": err, "stats": c.stats().__di
 // once A's terminal entry left its retention.
 func TestProcessPythonClientANewJobRefusedAtTheLiveLimitDoesNotHoldBackTheEndThatFreesTheSlot(t *testing.T) {
 	t.Parallel()
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("CI=true and python3 is not installed: the Python client is not tested")
-		}
-		t.Skip("python3 is not installed")
-	}
+	python := python3OrSkip(t)
 	nodes := writeCluster(t, 1)
 	d := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0", "--max-live-workloads", "1", "--resync-interval", "1s")
 	ingress := d.loggedValue("local ingress listening", "addr")
-	dir, err := filepath.Abs(filepath.Join("clients", "python"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(t.TempDir(), "producer.py")
-	if err := os.WriteFile(script, []byte(pyLiveLimitProducer), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python, script, ingress)
-	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "NO_PROXY=", "http_proxy=http://127.0.0.1:9")
+	cmd := pyScriptCommand(ctx, t, python, pyLiveLimitProducer, ingress)
 	var stdout, stderr strings.Builder
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
@@ -321,4 +291,36 @@ func TestProcessPythonClientANewJobRefusedAtTheLiveLimitDoesNotHoldBackTheEndTha
 	if s := rep.Stats; s.Sent != 3 || s.Retried < 1 || s.Dropped+s.Refused+s.Queued != 0 {
 		t.Fatalf("client stats %+v, want 3 sent, at least one retry, nothing dropped, refused or queued", s)
 	}
+}
+
+// python3OrSkip returns python3's path; without it the test skips, or
+// fails under CI=true, where the Python client must be tested.
+func python3OrSkip(t *testing.T) string {
+	t.Helper()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI=true and python3 is not installed: the Python client is not tested")
+		}
+		t.Skip("python3 is not installed")
+	}
+	return python
+}
+
+// pyScriptCommand writes source as a script and returns the command that
+// runs it with args, importing wlmclient from clients/python. A proxy in
+// the environment points nowhere: the client must not use it.
+func pyScriptCommand(ctx context.Context, t *testing.T, python, source string, args ...string) *exec.Cmd {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("clients", "python"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(t.TempDir(), "producer.py")
+	if err := os.WriteFile(script, []byte(source), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, python, append([]string{script}, args...)...)
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "NO_PROXY=", "http_proxy=http://127.0.0.1:9")
+	return cmd
 }

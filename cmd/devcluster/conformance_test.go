@@ -333,19 +333,10 @@ func TestConformanceBothClientsEndEveryJobAsMeantOnBothNodes(t *testing.T) {
 // Python is required under CI=true and skipped with a note otherwise.
 func conformClients(t *testing.T) []conformClient {
 	t.Helper()
+	producer := buildModuleProgram(t, filepath.Join("clients", "go"), "./internal/conformproducer", "conformproducer")
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
-	}
-	goBin, err := goTool()
-	if err != nil {
-		t.Fatal(err)
-	}
-	producer := filepath.Join(t.TempDir(), "conformproducer")
-	build := exec.Command(goBin, "build", "-o", producer, "./internal/conformproducer")
-	build.Dir = filepath.Join(root, "clients", "go")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the Go conformance producer: %v\n%s", err, out)
 	}
 	out := []conformClient{{name: "go", command: []string{producer}}}
 	python, err := exec.LookPath("python3")

@@ -535,6 +535,14 @@ func TestDevclusterOnATerminalKeepsTheStartupLinesAboveTheView(t *testing.T) {
 // and returns the binary's path.
 func buildProducerExample(t *testing.T) string {
 	t.Helper()
+	return buildModuleProgram(t, filepath.Join("examples", "producer"), ".", "producer")
+}
+
+// buildModuleProgram builds the package pkg of the module in dir (relative
+// to this module's root) into a temporary directory as name and returns
+// the binary's path.
+func buildModuleProgram(t *testing.T, dir, pkg, name string) string {
+	t.Helper()
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
@@ -543,11 +551,11 @@ func buildProducerExample(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	producer := filepath.Join(t.TempDir(), "producer")
-	build := exec.Command(goBin, "build", "-o", producer, ".")
-	build.Dir = filepath.Join(root, "examples", "producer")
+	bin := filepath.Join(t.TempDir(), name)
+	build := exec.Command(goBin, "build", "-o", bin, pkg)
+	build.Dir = filepath.Join(root, dir)
 	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the producer example: %v\n%s", err, out)
+		t.Fatalf("build %s (%s): %v\n%s", name, dir, err, out)
 	}
-	return producer
+	return bin
 }
