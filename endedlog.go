@@ -68,10 +68,17 @@ type endedLog struct {
 	// evicted counts the records dropped before their window for the
 	// entry or the byte bound.
 	evicted uint64
+	// lastRemoval is the number of the latest removal the log holds of
+	// each workload: a terminal run of a workload removed after it must
+	// not reach a peer, even when that removal is not sent from the log
+	// (it went to the peer as a fresh frame), or the peer would write the
+	// run again after its removal (spec 5, "never re-asserted after its
+	// removal").
+	lastRemoval map[wireframe.WorkloadRef]uint64
 }
 
 func newEndedLog(window time.Duration, maxEntries int, maxBytes int64) *endedLog {
-	return &endedLog{window: window, maxEntries: maxEntries, maxBytes: maxBytes}
+	return &endedLog{window: window, maxEntries: maxEntries, maxBytes: maxBytes, lastRemoval: map[wireframe.WorkloadRef]uint64{}}
 }
 
 // add appends an end at now, dropping the oldest records while the log is
@@ -84,7 +91,11 @@ func (l *endedLog) add(key wireframe.WorkloadKey, removal bool, line []byte, now
 	size := int64(len(line)+len(key.Engine)+len(key.RunID)+len(key.ID)) + endedRecordOverhead
 	l.recs = append(l.recs, endedRecord{at: now, key: key, removal: removal, line: line, bytes: size})
 	l.bytes += size
-	l.next.Store(l.first + uint64(len(l.recs)-l.head))
+	n := l.first + uint64(len(l.recs)-l.head)
+	l.next.Store(n)
+	if removal {
+		l.lastRemoval[refOf(key)] = n - 1
+	}
 	// The newest record always stays, even one larger than the byte bound
 	// on its own (a line is at most --workload-max-bytes plus its envelope).
 	for l.len() > 1 && (l.len() > l.maxEntries || l.bytes > l.maxBytes) {
@@ -101,6 +112,9 @@ func (l *endedLog) expire(now time.Time) {
 }
 
 func (l *endedLog) popFront() {
+	if rec := &l.recs[l.head]; rec.removal && l.lastRemoval[refOf(rec.key)] == l.first {
+		delete(l.lastRemoval, refOf(rec.key))
+	}
 	l.bytes -= l.recs[l.head].bytes
 	l.recs[l.head] = endedRecord{}
 	l.head++
@@ -113,6 +127,13 @@ func (l *endedLog) popFront() {
 }
 
 func (l *endedLog) len() int { return len(l.recs) - l.head }
+
+// removedAfter reports whether the log holds a removal of rec's workload
+// numbered after n.
+func (l *endedLog) removedAfter(n uint64, rec *endedRecord) bool {
+	last, ok := l.lastRemoval[refOf(rec.key)]
+	return ok && last > n
+}
 
 // end is the number the next record will get: records numbered below it
 // are the log as it is now. It needs no lock.
@@ -136,7 +157,7 @@ func (l *endedLog) take(from, end uint64, maxFrames, maxBytes int, skip func(n u
 			break
 		}
 		r.lines = append(r.lines, rec.line)
-		r.refs = append(r.refs, wireframe.WorkloadRef{Origin: rec.key.Origin, ID: rec.key.ID})
+		r.refs = append(r.refs, refOf(rec.key))
 		bytes += len(rec.line)
 		next++
 	}
@@ -159,16 +180,22 @@ func (m *Manager) endedSeq() uint64 { return m.ended.end() }
 // workload the re-sync set holds a run of again is left out (its id was
 // reused: the removal would retire the new run at the peer), and so is a
 // removal numbered from added on, relayed after the target was added and
-// so queued to it as a fresh frame, and a terminal run the set holds (the
-// pass re-asserted it already).
+// so queued to it as a fresh frame, a terminal run the set holds (the
+// pass re-asserted it already), and a terminal run of a workload the log
+// holds a later removal of.
 func (m *Manager) takeEnded(from, end, added uint64, maxFrames, maxBytes int) (reassertions, uint64, bool) {
 	m.activeMu.Lock()
 	defer m.activeMu.Unlock()
 	m.ended.expire(m.now())
 	return m.ended.take(from, end, maxFrames, maxBytes, func(n uint64, rec *endedRecord) bool {
 		if rec.removal {
-			return n >= added || m.resync.byRef[wireframe.WorkloadRef{Origin: rec.key.Origin, ID: rec.key.ID}] != nil
+			return n >= added || m.resync.byRef[refOf(rec.key)] != nil
 		}
-		return m.resync.entries[rec.key] != nil
+		return m.resync.entries[rec.key] != nil || m.ended.removedAfter(n, rec)
 	})
+}
+
+// refOf is the workload a key's run belongs to.
+func refOf(k wireframe.WorkloadKey) wireframe.WorkloadRef {
+	return wireframe.WorkloadRef{Origin: k.Origin, ID: k.ID}
 }

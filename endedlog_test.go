@@ -211,3 +211,55 @@ func TestEndedLogStaysOwedToAPeerWhoseBackfillWasAbandoned(t *testing.T) {
 	sink.mu.Unlock()
 	eventually(t, "the completed run at the peer", func() bool { return sink.finalState("done") == "completed" })
 }
+
+// A workload removed while a new target's backfill is pending reaches the
+// target as a fresh removal; the log's older terminal record of it must
+// not follow and write the run again after the removal (spec 5.2).
+func TestEndedLogNeverRevivesAtAPeerAWorkloadRemovedWhileItsBackfillWasPending(t *testing.T) {
+	n := newTestNode(t, withResyncInterval(100*time.Millisecond))
+	n.start()
+	n.sendLifecycle(workload("done", "completed", n.id))
+	netBarrier(t, n)
+	eventually(t, "the terminal run aged out of the set", func() bool { return resyncEmpty(n) })
+	n.sendLifecycle(workload("live", "running", n.id))
+	netBarrier(t, n)
+	sink := newHBSink(t, false, 0)
+	sink.mu.Lock()
+	sink.failResync = true
+	sink.mu.Unlock()
+	sink.join(t, n)
+	eventually(t, "the backfill abandoned", func() bool { return peerStatsOf(n, sink).passesAbandoned.Load() >= 1 })
+	n.sendRemove("done") // the producer removes the ended job while the peer's backfill is pending
+	eventually(t, "the fresh removal at the peer", func() bool { return sink.count("remove", "done") == 1 })
+	sink.mu.Lock()
+	sink.failResync = false
+	sink.mu.Unlock()
+	eventually(t, "a pass completed", func() bool { return peerStatsOf(n, sink).passesCompleted.Load() >= 1 })
+	// The pass ends only after the log's last slice was sent (heartbeat.go
+	// logTaken), so what the peer holds now is final.
+	if got := sink.finalState("done"); got != "removed" {
+		t.Fatalf("done at the peer is %q after its removal, want removed (events %v)", got, sink.snapshot())
+	}
+}
+
+// A log whose last slice the peer failed is still owed: the pass is paid
+// only once that slice was sent, for a stock peer and a batching one.
+func TestEndedLogWhoseLastSliceFailedIsStillOwed(t *testing.T) {
+	for _, batching := range []bool{false, true} {
+		n := newTestNode(t, withResyncInterval(100*time.Millisecond))
+		n.start()
+		n.sendLifecycle(workload("done", "completed", n.id))
+		netBarrier(t, n)
+		eventually(t, "the terminal run aged out of the set", func() bool { return resyncEmpty(n) })
+		sink := newHBSink(t, batching, 0)
+		sink.mu.Lock()
+		sink.failResync = true
+		sink.mu.Unlock()
+		sink.join(t, n)
+		eventually(t, "the log's re-assertion tried", func() bool { return sink.resyncTries() >= 1 })
+		sink.mu.Lock()
+		sink.failResync = false
+		sink.mu.Unlock()
+		eventually(t, "the completed run at the peer", func() bool { return sink.finalState("done") == "completed" })
+	}
+}

@@ -100,6 +100,7 @@ type heartbeatStream struct {
 	// numbered from it on was queued to the target as a fresh frame.
 	logOwed                   bool
 	inLog                     bool
+	logTaken                  bool // the log's last slice was taken; the next call ends the pass, once it was sent
 	logNext, logEnd, logAdded uint64
 }
 
@@ -145,12 +146,16 @@ func (h *heartbeatStream) begin(now time.Time) {
 // the log is too.
 func (h *heartbeatStream) nextLines(maxFrames, maxBytes int) reassertions {
 	if h.inLog {
-		r, next, done := h.src.takeEnded(h.logNext, h.logEnd, h.logAdded, maxFrames, maxBytes)
-		h.logNext = next
-		if done {
+		// The log is paid only once its last slice was sent: that slice
+		// was taken at the previous call, and a failed send would have
+		// abandoned the pass (leaving the log owed) before this one.
+		if h.logTaken {
 			h.logOwed = false
 			h.finish(time.Now())
+			return reassertions{}
 		}
+		r, next, done := h.src.takeEnded(h.logNext, h.logEnd, h.logAdded, maxFrames, maxBytes)
+		h.logNext, h.logTaken = next, done
 		return r
 	}
 	r, size, done := h.src.take(h.cursor, maxFrames, maxBytes)
@@ -196,7 +201,7 @@ func (h *heartbeatStream) finish(now time.Time) {
 // end schedules the next pass interval after this one started, or at once
 // when this one overran its interval.
 func (h *heartbeatStream) end(now time.Time) {
-	h.active, h.inLog = false, false
+	h.active, h.inLog, h.logTaken = false, false, false
 	h.next = h.started.Add(h.interval)
 	if now.After(h.next) {
 		h.stats.passesOverrun.Add(1)
