@@ -222,8 +222,8 @@ func runConformanceProducer(t *testing.T, c *cluster, cl conformClient, n, other
 
 	first := startProducerRun(t, cl, append(slices.Clone(common), "--jobs", strconv.Itoa(conformJobsFirst), "--seed", "1")...)
 	first.waitFor(t, "the first jobs to end", func() bool { return first.meantCount() >= conformRestartAfter })
-	t.Logf("%s: restarting %s's daemon with %d jobs meant, %d frames queued in the client", cl.name, n.name, first.meantCount(), first.stat("queued"))
-	t.Logf("%s: restarting %s's daemon at %s", cl.name, n.name, time.Now().Format("15:04:05.000"))
+	t.Logf("%s: restarting %s's daemon at %s with %d jobs meant, %d frames queued in the client",
+		cl.name, n.name, time.Now().Format("15:04:05.000"), first.meantCount(), first.stat("queued"))
 	if err := restart(); err != nil {
 		t.Fatalf("restarting %s: %v", n.name, err)
 	}
@@ -246,11 +246,16 @@ func runConformanceProducer(t *testing.T, c *cluster, cl conformClient, n, other
 		openAtKill: map[string]string{}, killedAt: killedAt,
 		stepErrs: slices.Clone(first.stepErrs), firstStats: maps.Clone(first.stats),
 	}
-	first.mu.Unlock()
 	for id := range led.submitted {
 		if _, ok := led.meant[id]; !ok {
 			led.openAtKill[id] = first.ending[id]
 		}
+	}
+	first.mu.Unlock()
+	// GET /v1/node told the producer who its node is and which node id the
+	// other member's name stands for.
+	if led.nodeID != n.id || led.memberID != other.id {
+		t.Errorf("%s: the producer learned node %q and member %s = %q, want %q and %q", cl.name, led.nodeID, other.name, led.memberID, n.id, other.id)
 	}
 	t.Logf("%s: killed the producer with %d jobs meant, %d open, %d frames queued, %d terminal frames in its outbox",
 		cl.name, len(led.meant), len(led.openAtKill), led.firstStats["queued"], led.firstStats["outboxPending"])
