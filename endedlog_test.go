@@ -185,30 +185,8 @@ func TestEndedLogMetricsCountItsEntriesBytesAndEvictions(t *testing.T) {
 func TestEndedLogStaysOwedToAPeerWhoseBackfillWasAbandoned(t *testing.T) {
 	// The backfill fails at its first re-assertion: the log is sent after
 	// the next pass instead.
-	n := newTestNode(t, withResyncInterval(100*time.Millisecond))
-	n.start()
-	n.sendLifecycle(workload("done", "completed", n.id))
-	netBarrier(t, n)
-	eventually(t, "the terminal run aged out of the set", func() bool { return resyncEmpty(n) })
-	n.sendLifecycle(workload("live", "running", n.id))
-	netBarrier(t, n)
-	sink := newHBSink(t, false, 0)
-	sink.mu.Lock()
-	sink.failResync = true
-	sink.mu.Unlock()
-	sink.join(t, n)
-	stats := func() *peerStats {
-		for _, st := range n.m.bcast.peerStatsSnapshot() {
-			if st.peer == sink.ident.Principal {
-				return st
-			}
-		}
-		return &peerStats{}
-	}
-	eventually(t, "the backfill abandoned", func() bool { return stats().passesAbandoned.Load() >= 1 })
-	sink.mu.Lock()
-	sink.failResync = false
-	sink.mu.Unlock()
+	_, sink := joinWithAnAbandonedBackfill(t)
+	sink.setFailResync(false)
 	eventually(t, "the completed run at the peer", func() bool { return sink.finalState("done") == "completed" })
 }
 
@@ -216,24 +194,10 @@ func TestEndedLogStaysOwedToAPeerWhoseBackfillWasAbandoned(t *testing.T) {
 // target as a fresh removal; the log's older terminal record of it must
 // not follow and write the run again after the removal (spec 5.2).
 func TestEndedLogNeverRevivesAtAPeerAWorkloadRemovedWhileItsBackfillWasPending(t *testing.T) {
-	n := newTestNode(t, withResyncInterval(100*time.Millisecond))
-	n.start()
-	n.sendLifecycle(workload("done", "completed", n.id))
-	netBarrier(t, n)
-	eventually(t, "the terminal run aged out of the set", func() bool { return resyncEmpty(n) })
-	n.sendLifecycle(workload("live", "running", n.id))
-	netBarrier(t, n)
-	sink := newHBSink(t, false, 0)
-	sink.mu.Lock()
-	sink.failResync = true
-	sink.mu.Unlock()
-	sink.join(t, n)
-	eventually(t, "the backfill abandoned", func() bool { return peerStatsOf(n, sink).passesAbandoned.Load() >= 1 })
+	n, sink := joinWithAnAbandonedBackfill(t)
 	n.sendRemove("done") // the producer removes the ended job while the peer's backfill is pending
 	eventually(t, "the fresh removal at the peer", func() bool { return sink.count("remove", "done") == 1 })
-	sink.mu.Lock()
-	sink.failResync = false
-	sink.mu.Unlock()
+	sink.setFailResync(false)
 	eventually(t, "a pass completed", func() bool { return peerStatsOf(n, sink).passesCompleted.Load() >= 1 })
 	// The pass ends only after the log's last slice was sent (heartbeat.go
 	// logTaken), so what the peer holds now is final.
@@ -252,14 +216,37 @@ func TestEndedLogWhoseLastSliceFailedIsStillOwed(t *testing.T) {
 		netBarrier(t, n)
 		eventually(t, "the terminal run aged out of the set", func() bool { return resyncEmpty(n) })
 		sink := newHBSink(t, batching, 0)
-		sink.mu.Lock()
-		sink.failResync = true
-		sink.mu.Unlock()
+		sink.setFailResync(true)
 		sink.join(t, n)
 		eventually(t, "the log's re-assertion tried", func() bool { return sink.resyncTries() >= 1 })
-		sink.mu.Lock()
-		sink.failResync = false
-		sink.mu.Unlock()
+		sink.setFailResync(false)
 		eventually(t, "the completed run at the peer", func() bool { return sink.finalState("done") == "completed" })
 	}
+}
+
+// joinWithAnAbandonedBackfill starts a node holding a live run and, in its
+// log of recent ends only, the completed run "done"; a peer then joins
+// whose first re-assertion fails, and it returns once that backfill was
+// abandoned (the peer still fails re-assertions).
+func joinWithAnAbandonedBackfill(t *testing.T) (*testNode, *hbSink) {
+	t.Helper()
+	n := newTestNode(t, withResyncInterval(100*time.Millisecond))
+	n.start()
+	n.sendLifecycle(workload("done", "completed", n.id))
+	netBarrier(t, n)
+	eventually(t, "the terminal run aged out of the set", func() bool { return resyncEmpty(n) })
+	n.sendLifecycle(workload("live", "running", n.id))
+	netBarrier(t, n)
+	sink := newHBSink(t, false, 0)
+	sink.setFailResync(true)
+	sink.join(t, n)
+	eventually(t, "the backfill abandoned", func() bool { return peerStatsOf(n, sink).passesAbandoned.Load() >= 1 })
+	return n, sink
+}
+
+// setFailResync makes the sink fail, or take, the re-assertions it gets.
+func (s *hbSink) setFailResync(fail bool) {
+	s.mu.Lock()
+	s.failResync = fail
+	s.mu.Unlock()
 }

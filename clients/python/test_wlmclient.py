@@ -261,8 +261,16 @@ class RetryTest(Base):
         # Nothing answers: one try per backoff for the whole client, not one
         # try per job (which, with one sender and a hung daemon, would cost
         # request_timeout per job per round).
+        c, jobs, waits = self.ten_jobs_tried_once_against_a_daemon_that_never_answers()
+        self.assertEqual((c.stats().dropped, c.stats().retried), (len(jobs), 0))
+        self.assertEqual(len(waits), 1)
+
+    def ten_jobs_tried_once_against_a_daemon_that_never_answers(self, **kw):
+        """Ten jobs against a daemon that answers nothing, every hold an
+        hour: exactly one try goes out; then close gives up on them all.
+        Returns the client, the jobs and the holds it took."""
         self.fake.drop = -1
-        c = self.client()
+        c = self.client(**kw)
         waits = []
         c._park_for = lambda d: waits.append(d) or 3600
         jobs = [c.submit("m", "e") for _ in range(10)]
@@ -271,21 +279,12 @@ class RetryTest(Base):
                         "%d tries after the first transport error, want 1" % len(self.fake.requests))
         with self.assertRaises(wlmclient.WlmError):
             c.close(timeout=0.1)
-        self.assertEqual((c.stats().dropped, c.stats().retried), (len(jobs), 0))
-        self.assertEqual(len(waits), 1)
+        return c, jobs, waits
 
     def test_a_frame_whose_last_attempt_gets_no_answer_still_holds_the_client(self):
         # With max_attempts=1 every frame's try is its last: the hold must
         # still be taken, or ten jobs make ten tries at a daemon that is down.
-        self.fake.drop = -1
-        c = self.client(max_attempts=1)
-        c._park_for = lambda d: 3600
-        jobs = [c.submit("m", "e") for _ in range(10)]
-        eventually(self, "the first try", lambda: len(self.fake.requests) >= 1)
-        self.assertTrue(holds_throughout(lambda: len(self.fake.requests) == 1, 0.5),
-                        "%d tries after the first transport error, want 1" % len(self.fake.requests))
-        with self.assertRaises(wlmclient.WlmError):
-            c.close(timeout=0.1)
+        c, jobs, _ = self.ten_jobs_tried_once_against_a_daemon_that_never_answers(max_attempts=1)
         self.assertEqual(c.stats().dropped, len(jobs))
 
     def test_after_a_transport_error_every_job_goes_on_when_the_daemon_answers(self):
