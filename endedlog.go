@@ -94,7 +94,7 @@ func (l *endedLog) add(key wireframe.WorkloadKey, removal bool, line []byte, now
 	n := l.first + uint64(len(l.recs)-l.head)
 	l.next.Store(n)
 	if removal {
-		l.lastRemoval[refOf(key)] = n - 1
+		l.lastRemoval[key.Ref()] = n - 1
 	}
 	// The newest record always stays, even one larger than the byte bound
 	// on its own (a line is at most --workload-max-bytes plus its envelope).
@@ -112,8 +112,8 @@ func (l *endedLog) expire(now time.Time) {
 }
 
 func (l *endedLog) popFront() {
-	if rec := &l.recs[l.head]; rec.removal && l.lastRemoval[refOf(rec.key)] == l.first {
-		delete(l.lastRemoval, refOf(rec.key))
+	if rec := &l.recs[l.head]; rec.removal && l.lastRemoval[rec.key.Ref()] == l.first {
+		delete(l.lastRemoval, rec.key.Ref())
 	}
 	l.bytes -= l.recs[l.head].bytes
 	l.recs[l.head] = endedRecord{}
@@ -131,7 +131,7 @@ func (l *endedLog) len() int { return len(l.recs) - l.head }
 // removedAfter reports whether the log holds a removal of rec's workload
 // numbered after n.
 func (l *endedLog) removedAfter(n uint64, rec *endedRecord) bool {
-	last, ok := l.lastRemoval[refOf(rec.key)]
+	last, ok := l.lastRemoval[rec.key.Ref()]
 	return ok && last > n
 }
 
@@ -157,7 +157,7 @@ func (l *endedLog) take(from, end uint64, maxFrames, maxBytes int, skip func(n u
 			break
 		}
 		r.lines = append(r.lines, rec.line)
-		r.refs = append(r.refs, refOf(rec.key))
+		r.refs = append(r.refs, rec.key.Ref())
 		bytes += len(rec.line)
 		next++
 	}
@@ -189,13 +189,8 @@ func (m *Manager) takeEnded(from, end, added uint64, maxFrames, maxBytes int) (r
 	m.ended.expire(m.now())
 	return m.ended.take(from, end, maxFrames, maxBytes, func(n uint64, rec *endedRecord) bool {
 		if rec.removal {
-			return n >= added || m.resync.byRef[refOf(rec.key)] != nil
+			return n >= added || m.resync.byRef[rec.key.Ref()] != nil
 		}
 		return m.resync.entries[rec.key] != nil || m.ended.removedAfter(n, rec)
 	})
-}
-
-// refOf is the workload a key's run belongs to.
-func refOf(k wireframe.WorkloadKey) wireframe.WorkloadRef {
-	return wireframe.WorkloadRef{Origin: k.Origin, ID: k.ID}
 }

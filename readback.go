@@ -461,7 +461,7 @@ func (m *Manager) readBackSlice(pos *resyncEntry, requester *string, want int) (
 			continue
 		}
 		it := readBackItem{line: e.line, cursor: cursorOf(e)}
-		it.deadline, _ = m.leases.deadlineOf(wireframe.WorkloadRef{Origin: e.key.Origin, ID: e.key.ID}, e.key)
+		it.deadline, _ = m.leases.deadlineOf(e.key.Ref(), e.key)
 		v.items = append(v.items, it)
 	}
 	if e != nil {

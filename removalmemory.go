@@ -112,7 +112,7 @@ func (r *removalMemory) holds(ref wireframe.WorkloadRef, now time.Time) bool {
 // journal).
 func (r *removalMemory) dropsReplay(k wireframe.WorkloadKey, now time.Time) bool {
 	r.prune(now)
-	e, ok := r.index[wireframe.WorkloadRef{Origin: k.Origin, ID: k.ID}]
+	e, ok := r.index[k.Ref()]
 	if !ok {
 		return false
 	}

@@ -188,7 +188,7 @@ func (s *resyncSet) track(ev *wireframe.Lifecycle, now time.Time, overLimit bool
 		e = &resyncEntry{key: k}
 		s.entries[k] = e
 		s.link(e)
-		ref := wireframe.WorkloadRef{Origin: k.Origin, ID: k.ID}
+		ref := k.Ref()
 		e.sibling = s.byRef[ref]
 		s.byRef[ref] = e
 	}
@@ -343,7 +343,7 @@ func (s *resyncSet) remove(k wireframe.WorkloadKey) {
 	s.unlink(e)
 	delete(s.entries, k)
 	s.bytes -= int64(len(e.line))
-	ref := wireframe.WorkloadRef{Origin: k.Origin, ID: k.ID}
+	ref := k.Ref()
 	switch first := s.byRef[ref]; {
 	case first == e && e.sibling == nil:
 		delete(s.byRef, ref)
@@ -511,7 +511,7 @@ func (s *resyncSet) take(c *resyncCursor, now time.Time, maxFrames, maxBytes int
 			break
 		}
 		r.lines = append(r.lines, e.line)
-		r.refs = append(r.refs, wireframe.WorkloadRef{Origin: e.key.Origin, ID: e.key.ID})
+		r.refs = append(r.refs, e.key.Ref())
 		bytes += len(e.line)
 		c.next = e.next
 	}

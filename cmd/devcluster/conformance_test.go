@@ -213,7 +213,7 @@ type conformLedger struct {
 // runConformanceProducer runs one client's scenario against its node n,
 // with other the cluster's other member, through proxy; restart restarts
 // n's daemon. It returns what the producer meant.
-func runConformanceProducer(t *testing.T, c *cluster, cl conformClient, n, other *node, proxy *conformProxy, restart func() error) conformLedger {
+func runConformanceProducer(t *testing.T, cl conformClient, n, other *node, proxy *conformProxy, restart func() error) conformLedger {
 	t.Helper()
 	outbox := filepath.Join(t.TempDir(), cl.name+".outbox")
 	common := []string{"--addr", proxy.addr, "--producer", "conf-" + cl.name, "--outbox", outbox,
@@ -316,7 +316,7 @@ func TestConformanceBothClientsEndEveryJobAsMeantOnBothNodes(t *testing.T) {
 		n, other := c.nodes[i], c.nodes[1-i]
 		wg.Go(func() {
 			ran[i] = t.Run(cl.name, func(t *testing.T) {
-				ledgers[i] = runConformanceProducer(t, c, cl, n, other, proxies[i], restarts[i])
+				ledgers[i] = runConformanceProducer(t, cl, n, other, proxies[i], restarts[i])
 			})
 		})
 	}
@@ -329,7 +329,7 @@ func TestConformanceBothClientsEndEveryJobAsMeantOnBothNodes(t *testing.T) {
 			checkConformStates(t, c, cl, ledgers[i], proxies[i].records())
 		})
 		t.Run(cl.name+" requests", func(t *testing.T) {
-			checkConformRequests(t, cl, ledgers[i], proxies[i].records())
+			checkConformRequests(t, ledgers[i], proxies[i].records())
 		})
 	}
 }
@@ -455,7 +455,7 @@ func checkConformStates(t *testing.T, c *cluster, cl conformClient, led conformL
 // sent again only after an answer that asks for it (a transport failure, a
 // 5xx, 408 or 429), a lease renewal, or across the producer's restart
 // (its outbox), never sooner than a Retry-After, and nothing after a 409.
-func checkConformRequests(t *testing.T, cl conformClient, led conformLedger, recs []proxyRecord) {
+func checkConformRequests(t *testing.T, led conformLedger, recs []proxyRecord) {
 	byJob := map[string][]proxyRecord{}
 	statuses := map[string]int{}
 	retries, renewals, raHonoured, outboxResends := 0, 0, 0, 0

@@ -68,6 +68,9 @@ type WorkloadKey struct{ Origin, Engine, RunID, ID string }
 // WorkloadRef identifies a workload across runs: what a removal names.
 type WorkloadRef struct{ Origin, ID string }
 
+// Ref is the workload a run belongs to.
+func (k WorkloadKey) Ref() WorkloadRef { return WorkloadRef{k.Origin, k.ID} }
+
 // Lifecycle is a validated lifecycle frame.
 type Lifecycle struct {
 	Method string
