@@ -31,7 +31,7 @@ var flagGroups = []struct {
 	{"Cluster", []string{"cluster-dir", "app-dir"}},
 	{"Ingress", []string{"local-ingress", "ingress-max-conns"}},
 	{"Metrics", []string{"metrics", "metrics-max-conns"}},
-	{"Tuning", []string{"resync-interval", "max-live-workloads", "max-live-workload-bytes", "workload-max-bytes", "broker-line-max", "drain-timeout", "peer-max-conns", "peer-max-conns-per-source"}},
+	{"Tuning", []string{"resync-interval", "max-live-workloads", "max-live-workload-bytes", "max-ended-bytes", "workload-max-bytes", "broker-line-max", "drain-timeout", "peer-max-conns", "peer-max-conns-per-source"}},
 	{"General", []string{"log-level", "version", "help"}},
 }
 
@@ -42,7 +42,7 @@ var flagArgs = map[string]string{
 	"resync-interval": "D", "drain-timeout": "D", "broker-line-max": "BYTES",
 	"max-live-workloads": "N", "peer-max-conns": "N", "peer-max-conns-per-source": "N",
 	"ingress-max-conns": "N", "metrics-max-conns": "N", "log-level": "LEVEL",
-	"max-live-workload-bytes": "BYTES", "workload-max-bytes": "BYTES",
+	"max-live-workload-bytes": "BYTES", "max-ended-bytes": "BYTES", "workload-max-bytes": "BYTES",
 }
 
 const usageHead = `usage: nvpair-workload-manager [flags]

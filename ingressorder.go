@@ -121,7 +121,15 @@ type ingressTurn struct {
 	key       wireframe.WorkloadKey
 	startsRun bool
 	bytes     int64
+	// committed is what the frame's commit left for its answer: the
+	// journal record its 200 waits for.
+	committed *ingressCommit
+	m         *Manager
 }
+
+// ingressCommit is what a frame's commit, run by its group's leader,
+// leaves for the frame's own caller.
+type ingressCommit struct{ seq uint64 }
 
 // enterIngressOrder gives an ingress frame its place in the broker order,
 // with line its broker line and peerLine its line to the peers, both built
@@ -130,12 +138,13 @@ type ingressTurn struct {
 // turn after releasing it. A line over the broker's line limit is
 // returned as it is; a broker already gone as errBrokerWrite. Either
 // leaves nothing in flight.
-func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, peerLine []byte, startsRun bool, bytes int64) (ingressTurn, error) {
+func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, tableLine []byte, startsRun bool, bytes int64) (ingressTurn, error) {
 	q := &m.ingressFlight
 	key := f.life.Key() // unused for a removal, which never starts a run
 	q.accept(key, startsRun, bytes)
+	c := &ingressCommit{}
 	turn, err := m.out.enter(line, func() {
-		m.commitLocalLine(f, fromIngress, peerLine)
+		_, c.seq = m.commitLocalLine(f, fromIngress, tableLine)
 		q.settle(key, startsRun, bytes)
 	})
 	if err != nil {
@@ -145,15 +154,24 @@ func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, peerLine [
 		}
 		return ingressTurn{}, fmt.Errorf("%w: %v", errBrokerWrite, err)
 	}
-	return ingressTurn{turn: turn, q: q, key: key, startsRun: startsRun, bytes: bytes}, nil
+	return ingressTurn{turn: turn, q: q, key: key, startsRun: startsRun, bytes: bytes, committed: c, m: m}, nil
 }
 
-// wait returns once the frame is written and committed, or as
-// errBrokerWrite once its group's write failed, which committed nothing.
+// wait returns once the frame is written, committed and its journal
+// record durable (spec 5.3: a 200 is a promise), or as errBrokerWrite once
+// its group's write failed, which committed nothing, or as errNotDurable
+// once its record's write failed: the frame is applied, and a retry of it
+// is harmless.
 func (t ingressTurn) wait() error {
 	if err := t.turn.wait(); err != nil {
 		t.q.settle(t.key, t.startsRun, t.bytes)
 		return fmt.Errorf("%w: %v", errBrokerWrite, err)
+	}
+	if t.committed.seq == 0 || t.m.journal == nil {
+		return nil
+	}
+	if err := t.m.journal.Wait(t.committed.seq); err != nil {
+		return fmt.Errorf("%w: %v", errNotDurable, err)
 	}
 	return nil
 }
@@ -164,5 +182,5 @@ func (t ingressTurn) wait() error {
 // run the set holds, with a few bytes of error text more), so it counts
 // no bytes in flight.
 func (m *Manager) enterLocalFrame(f localFrame) (ingressTurn, error) {
-	return m.enterIngressOrder(f, frameLine(&f), wireframe.EncodeNotification(f.method, f.params), false, 0)
+	return m.enterIngressOrder(f, frameLine(&f), tableLine(&f), false, 0)
 }

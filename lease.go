@@ -1,7 +1,6 @@
 package main
 
 import (
-	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,12 +8,12 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -69,215 +68,12 @@ func parseLeaseHeader(values []string, f *localFrame) (int, error) {
 	return int(n), nil
 }
 
-// lease is one workload's lease: the run it retires, its length as the
-// producer gave it and when it runs out.
-type lease struct {
-	ref      wireframe.WorkloadRef
-	key      wireframe.WorkloadKey // the run the last leased frame was about
-	seconds  int                   // the length the producer gave, for the expiry's error text
-	deadline time.Time             // the lease runs out; after a failed expiry, the next try
-	failures int                   // consecutive failed broker writes of its expiry
-	index    int                   // its place in leaseTable.order
-}
-
-// leaseTable holds the leases, keyed by workload, and their deadlines in a
-// min-heap, so arming, renewing or ending a lease is O(log n) and finding
-// the next one due is O(1): the expiry loop never scans. A lease exists only
-// while its workload has a live entry in the re-sync set (a terminal frame
-// or a removal ends it, and the set prunes only terminal entries), so the
-// table is bounded by the set's --max-live-workloads.
-type leaseTable struct {
-	// mu guards byRef and order. It is a leaf lock: taken under activeMu
-	// by the one path every local frame takes (trackLocal) and by the
-	// read-back, under ingestMu by the expiry, and alone by the expiry loop
-	// and the metrics. Nothing is taken under it.
-	mu    sync.Mutex
-	byRef map[wireframe.WorkloadRef]*lease
-	order leaseHeap
-
-	// wake tells the expiry loop that the earliest deadline may have moved
-	// earlier; one pending wake is enough.
-	wake chan struct{}
-
-	renewed  atomic.Uint64        // a lease armed again while it was held
+// leaseStats counts the leases' events; the leases live on their runs in
+// the state table.
+type leaseStats struct {
 	expired  atomic.Uint64        // jobs retired by expiry
 	refused  atomic.Uint64        // requests refused for a bad Workload-Lease header
 	failures *promtext.CounterVec // expiries that failed, by reason
-}
-
-func newLeaseTable() *leaseTable {
-	return &leaseTable{byRef: map[wireframe.WorkloadRef]*lease{}, wake: make(chan struct{}, 1), failures: promtext.NewCounterVec()}
-}
-
-// arm starts or renews the lease of ref on run key: it runs out d after
-// now. A renewal is counted.
-func (t *leaseTable) arm(ref wireframe.WorkloadRef, key wireframe.WorkloadKey, seconds int, d time.Duration, now time.Time) {
-	t.mu.Lock()
-	l, held := t.byRef[ref]
-	if held {
-		l.key, l.seconds, l.deadline, l.failures = key, seconds, now.Add(d), 0
-		heap.Fix(&t.order, l.index)
-	} else {
-		l = &lease{ref: ref, key: key, seconds: seconds, deadline: now.Add(d)}
-		t.byRef[ref] = l
-		heap.Push(&t.order, l)
-	}
-	first := l.index == 0
-	t.mu.Unlock()
-	if held {
-		t.renewed.Add(1)
-	}
-	if first {
-		t.signal()
-	}
-}
-
-// end drops ref's lease, if any, and reports whether there was one.
-func (t *leaseTable) end(ref wireframe.WorkloadRef) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	l, held := t.byRef[ref]
-	if held {
-		heap.Remove(&t.order, l.index)
-		delete(t.byRef, ref)
-	}
-	return held
-}
-
-// postpone moves ref's lease to be tried again after a failed expiry, with
-// a backoff that doubles per consecutive failure up to leaseRetryMax. It
-// returns the delay, or 0 when the lease is no longer held.
-func (t *leaseTable) postpone(ref wireframe.WorkloadRef, now time.Time) time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	l, held := t.byRef[ref]
-	if !held {
-		return 0
-	}
-	// The shift stops at 5: 1 s << 5 is past the maximum already, and a
-	// larger one would overflow after enough failures.
-	d := min(leaseRetryFirst<<min(l.failures, 5), leaseRetryMax)
-	l.failures++
-	l.deadline = now.Add(d)
-	heap.Fix(&t.order, l.index)
-	return d
-}
-
-// next returns the earliest deadline, or false when no lease is held.
-func (t *leaseTable) next() (time.Time, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.order) == 0 {
-		return time.Time{}, false
-	}
-	return t.order[0].deadline, true
-}
-
-// due returns a copy of the lease with the earliest deadline when that
-// deadline has passed.
-func (t *leaseTable) due(now time.Time) (lease, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.order) == 0 || t.order[0].deadline.After(now) {
-		return lease{}, false
-	}
-	return *t.order[0], true
-}
-
-// deadlineOf returns the deadline of ref's lease when it retires run key.
-func (t *leaseTable) deadlineOf(ref wireframe.WorkloadRef, key wireframe.WorkloadKey) (time.Time, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if l, held := t.byRef[ref]; held && l.key == key {
-		return l.deadline, true
-	}
-	return time.Time{}, false
-}
-
-// leaseOf returns the length and deadline of ref's lease, 0 seconds for
-// none.
-func (t *leaseTable) leaseOf(ref wireframe.WorkloadRef) (int, time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if l, held := t.byRef[ref]; held {
-		return l.seconds, l.deadline
-	}
-	return 0, time.Time{}
-}
-
-func (t *leaseTable) len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.order)
-}
-
-func (t *leaseTable) signal() {
-	select {
-	case t.wake <- struct{}{}:
-	default:
-	}
-}
-
-// leaseHeap orders leases by deadline, earliest first (container/heap).
-type leaseHeap []*lease
-
-func (h leaseHeap) Len() int           { return len(h) }
-func (h leaseHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
-func (h leaseHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index, h[j].index = i, j
-}
-func (h *leaseHeap) Push(x any) {
-	l := x.(*lease)
-	l.index = len(*h)
-	*h = append(*h, l)
-}
-func (h *leaseHeap) Pop() any {
-	old := *h
-	l := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	l.index = -1
-	return l
-}
-
-// applyLease updates the lease of f's workload once f is tracked, and marks
-// the run as reported through the ingress. Called from trackLocal with
-// activeMu held, so a lease changes in the same step as the set, in the
-// order the frames were committed.
-//
-//   - A removal or a terminal frame, from any source, ends the lease: the
-//     job is closed, or gone from the Jobs list, and an expiry would bring
-//     it back.
-//   - An ingress frame without the header ends it: the producer reports
-//     this job unleased from now on.
-//   - An ingress frame with the header arms or renews it on the frame's
-//     run, while the set holds that run live (a frame that came too late to
-//     move a finished run is not a sign of life of the run).
-//   - A broker frame that is not terminal leaves it alone.
-func (m *Manager) applyLease(f *localFrame, src frameSource, now time.Time) {
-	if f.isRemoval() {
-		m.leases.end(f.removal.Ref)
-		return
-	}
-	ref, key := f.life.Ref(), f.life.Key()
-	if f.life.Terminal() {
-		m.leases.end(ref)
-	}
-	if src != fromIngress {
-		return
-	}
-	e := m.resync.entries[key]
-	if e != nil {
-		e.ingress = true
-	}
-	switch {
-	case f.life.Terminal():
-	case f.leaseSeconds == 0:
-		m.leases.end(ref)
-	case e != nil && e.terminalAt.IsZero():
-		m.leases.arm(ref, key, f.leaseSeconds, time.Duration(f.leaseSeconds)*m.leaseUnit, now)
-	}
 }
 
 // runLeases retires leased jobs as their leases run out, until ctx ends.
@@ -287,7 +83,7 @@ func (m *Manager) runLeases(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for ctx.Err() == nil {
-		at, held := m.leases.next()
+		at, held := m.table.NextLease()
 		wait := time.Duration(math.MaxInt64)
 		if held {
 			wait = at.Sub(m.now())
@@ -301,7 +97,7 @@ func (m *Manager) runLeases(ctx context.Context) {
 		timer.Reset(min(wait, time.Hour))
 		select {
 		case <-ctx.Done():
-		case <-m.leases.wake:
+		case <-m.table.LeaseWake():
 		case <-timer.C:
 		}
 	}
@@ -330,14 +126,14 @@ func (m *Manager) expireDue() {
 	switch {
 	case err == nil:
 		m.leases.expired.Add(1)
-		log.Info("lease expired: job retired as failed", "runId", httpguard.ClipLogged(l.key.RunID))
+		log.Info("lease expired: job retired as failed", "runId", httpguard.ClipLogged(l.Key.RunID))
 	case errors.As(err, new(noLiveRunError)):
 		m.dropLease(log, *l, "no_entry", err)
 	case errors.Is(err, wireframe.ErrLineOverLimit):
 		m.dropLease(log, *l, "line_limit", err)
 	default:
 		m.leases.failures.Inc("broker_write")
-		retry := m.leases.postpone(l.ref, m.now())
+		retry := m.table.PostponeLease(l.Key, m.now(), leaseRetryFirst, leaseRetryMax)
 		log.Warn("lease expiry not written to the broker; trying again", "reason", err, "retryIn", retry)
 	}
 }
@@ -349,7 +145,7 @@ type noLiveRunError struct{ error }
 // enterExpiry takes the lease due first, if any, and gives the frame that
 // retires its job a place in the broker order, under ingestMu. It returns
 // a nil lease when none is due.
-func (m *Manager) enterExpiry() (ingressTurn, *lease, *slog.Logger, error) {
+func (m *Manager) enterExpiry() (ingressTurn, *statetable.Lease, *slog.Logger, error) {
 	m.ingestMu.Lock()
 	defer m.ingestMu.Unlock()
 	// Every ingress frame placed before this one is committed first (or
@@ -358,11 +154,11 @@ func (m *Manager) enterExpiry() (ingressTurn, *lease, *slog.Logger, error) {
 	// read.
 	m.ingressFlight.waitSettled()
 	now := m.now()
-	l, ok := m.leases.due(now)
+	l, ok := m.table.DueLease(now)
 	if !ok {
 		return ingressTurn{}, nil, nil, nil
 	}
-	log := m.log.With("channel", "lease", "id", httpguard.ClipLogged(l.ref.ID), "leaseSeconds", l.seconds)
+	log := m.log.With("channel", "lease", "id", httpguard.ClipLogged(l.Key.ID), "leaseSeconds", l.Seconds)
 	f, err := m.expiryFrame(l, now, false)
 	if err != nil {
 		return ingressTurn{}, &l, log, noLiveRunError{err}
@@ -390,8 +186,8 @@ func (m *Manager) enterExpiry() (ingressTurn, *lease, *slog.Logger, error) {
 }
 
 // dropLease gives up a lease whose expiry can never be written, loudly.
-func (m *Manager) dropLease(log *slog.Logger, l lease, reason string, err error) {
-	m.leases.end(l.ref)
+func (m *Manager) dropLease(log *slog.Logger, l statetable.Lease, reason string, err error) {
+	m.table.EndLease(l.Ref())
 	m.leases.failures.Inc(reason)
 	log.Error("lease expired but the job could not be retired; the lease is dropped", "reason", err)
 }
@@ -404,20 +200,12 @@ func (m *Manager) dropLease(log *slog.Logger, l lease, reason string, err error)
 // the run had one. knownOnly keeps only the workload fields the daemon
 // knows, for a run whose whole frame would not fit the broker's line. The
 // frame goes through parseLocalFrame like any other.
-func (m *Manager) expiryFrame(l lease, now time.Time, knownOnly bool) (localFrame, error) {
-	m.activeMu.Lock()
-	e := m.resync.entries[l.key]
-	var params json.RawMessage
-	var seq int64
-	var hasSeq bool
-	if e != nil && e.terminalAt.IsZero() {
-		params, seq, hasSeq = e.params(), e.seq, e.hasSeq
+func (m *Manager) expiryFrame(l statetable.Lease, now time.Time, knownOnly bool) (localFrame, error) {
+	params, seq, hasSeq, ok := m.table.LiveRun(l.Key)
+	if !ok {
+		return localFrame{}, fmt.Errorf("the state table holds no live run %q of the workload", l.Key.RunID)
 	}
-	m.activeMu.Unlock()
-	if params == nil {
-		return localFrame{}, fmt.Errorf("the re-sync set holds no live run %q of the workload", l.key.RunID)
-	}
-	info, err := buildExpiryInfo(params, leaseExpiryError(l.seconds), now, seq, hasSeq, knownOnly)
+	info, err := buildExpiryInfo(params, leaseExpiryError(l.Seconds), now, seq, hasSeq, knownOnly)
 	if err != nil {
 		return localFrame{}, err
 	}
@@ -468,9 +256,9 @@ func buildExpiryInfo(params json.RawMessage, errText string, now time.Time, seq 
 
 // writeLeaseMetrics renders the leases.
 func (m *Manager) writeLeaseMetrics(t *promtext.Text) {
-	t.Single("nvpair_wlm_leases_active", "gauge", "Ingress workloads held under a producer lease (Workload-Lease) now.", float64(m.leases.len()))
-	t.Single("nvpair_wlm_leases_limit", "gauge", "The most leases this node holds: one per live workload, so --max-live-workloads.", float64(m.resync.limit))
-	t.Single("nvpair_wlm_leases_renewed_total", "counter", "Leases renewed by a producer's frame while they were held.", float64(m.leases.renewed.Load()))
+	t.Single("nvpair_wlm_leases_active", "gauge", "Ingress workloads held under a producer lease (Workload-Lease) now.", float64(m.table.Sizes().Leases))
+	t.Single("nvpair_wlm_leases_limit", "gauge", "The most leases this node holds: one per live workload, so --max-live-workloads.", float64(m.cfg.MaxLiveWorkloads))
+	t.Single("nvpair_wlm_leases_renewed_total", "counter", "Leases renewed by a producer's frame while they were held.", float64(m.table.Stats().LeaseRenewed.Load()))
 	t.Single("nvpair_wlm_leases_expired_total", "counter", "Jobs retired as failed because their producer's lease ran out.", float64(m.leases.expired.Load()))
 	t.Single("nvpair_wlm_lease_header_refusals_total", "counter", "Ingress frames refused with 400 for a bad Workload-Lease header.", float64(m.leases.refused.Load()))
 	t.Family("nvpair_wlm_lease_expiry_failures_total", "counter", "Expiries that could not be written: broker_write (retried with backoff), line_limit or no_entry (the lease is dropped, logged at error).")

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -69,103 +72,56 @@ func localFrameFromScan(method string, s *wireframe.Scan) (localFrame, error) {
 	return f, err
 }
 
-// commitLocal is the only place that tracks a local-origin frame and queues
-// it for the peers. Both happen under one hold of broadcastMu, tracking
-// first, so the frames reach the peer queues in the order they were tracked,
-// and a removal has left the re-sync set before it is queued: no heartbeat
-// pass can read the workload after that (spec 5.1). It reports whether the
-// frame was queued.
-func (m *Manager) commitLocal(f localFrame, src frameSource) bool {
-	return m.commitLocalLine(f, src, wireframe.EncodeNotification(f.method, f.params))
+// commitLocal is the only place a local-origin frame changes what this
+// node asserts, from the broker, the ingress and a lease's expiry alike: it
+// commits the frame to the state table, which every peer's sender reads
+// from its mark (spec 5). It reports whether the table took the frame and
+// the journal sequence of its record (0 for none).
+func (m *Manager) commitLocal(f localFrame, src frameSource) (bool, uint64) {
+	return m.commitLocalLine(f, src, tableLine(&f))
 }
 
-// commitLocalLine is commitLocal with the frame's line to the peers already
-// built: an ingress frame's is built before it enters the broker order, so
-// the commit the group's leader runs for it does no O(size) work.
-func (m *Manager) commitLocalLine(f localFrame, src frameSource, line []byte) bool {
-	m.broadcastMu.Lock()
-	defer m.broadcastMu.Unlock()
-	// Reserved before the track: from the track on, the heartbeat lanes see
-	// a frame on its way and take no slice until it is delivered.
-	m.bcast.reserve()
-	m.activeMu.Lock()
-	send := m.trackLocal(&f, src)
-	if send && f.isRemoval() {
-		// Every relayed removal of a local-origin workload, from the
-		// broker or the ingress, goes into the log of recent ends, for a
-		// peer that is away now (endedlog.go).
-		m.ended.add(wireframe.WorkloadKey{Origin: f.removal.Ref.Origin, ID: f.removal.Ref.ID}, true, line, m.now())
+// commitLocalLine is commitLocal with the frame's line in the table
+// already built: an ingress frame's is built before it enters the broker
+// order, so the commit the group's leader runs for it does no O(size) work.
+func (m *Manager) commitLocalLine(f localFrame, src frameSource, line []byte) (bool, uint64) {
+	tf := statetable.Frame{Source: statetable.FromBroker, LeaseSeconds: f.leaseSeconds, Line: line}
+	if src == fromIngress {
+		tf.Source = statetable.FromProducer
 	}
-	m.activeMu.Unlock()
-	if !send {
-		m.bcast.unreserve()
-		return false
-	}
-	return m.bcast.enqueueReserved(outboundFrame{method: f.method, line: line, ref: f.ref()})
-}
-
-// trackLocal updates the re-sync set and the removal memory for a frame and
-// reports whether the frame is to be broadcast. Called with activeMu held.
-func (m *Manager) trackLocal(f *localFrame, src frameSource) bool {
-	now := m.now()
 	if f.isRemoval() {
-		// The removal memory covers the producers' own workloads only
-		// (checkOwner refused a broker-owned one), and the runs they held:
-		// a repeated removal of an id no one owns any more is relayed but
-		// neither remembered nor refreshes the memory, so a producer cannot
-		// keep an id it squatted silenced past the window of its removal.
-		ref := f.removal.Ref
-		if src == fromIngress && m.brokersNow(ref) {
-			m.log.Debug("ingress removal of a workload the broker took after the ownership check: not applied", "id", httpguard.ClipLogged(ref.ID))
-			return false
+		tf.Removal = &f.removal
+	} else {
+		tf.Life = &f.life
+	}
+	o, seq := m.table.Commit(&tf)
+	m.noteOutcome(o, &f)
+	return o == statetable.Applied, seq
+}
+
+// tableLine is the line the table keeps of a frame: a run's re-assertion
+// line, a removal's notification.
+func tableLine(f *localFrame) []byte {
+	if f.isRemoval() {
+		return wireframe.EncodeNotification(f.method, f.params)
+	}
+	return statetable.ReassertionLine(f.method, f.params)
+}
+
+// noteOutcome logs what the table did not take, rate-limited where a
+// client can repeat it.
+func (m *Manager) noteOutcome(o statetable.Outcome, f *localFrame) {
+	switch o {
+	case statetable.Applied:
+	case statetable.Full:
+		m.untrackedLog.note(m.log, "state table full (--max-live-workloads): a new broker workload is not relayed",
+			"limit", m.cfg.MaxLiveWorkloads, "method", f.method, "id", httpguard.ClipLogged(f.workloadID()))
+	case statetable.FullBytes:
+		m.untrackedBytesLog.note(m.log, "state table full (--max-live-workload-bytes): a broker workload is no longer relayed",
+			"limitBytes", m.cfg.MaxLiveWorkloadBytes, "method", f.method, "id", httpguard.ClipLogged(f.workloadID()))
+	default:
+		if m.log.Enabled(context.Background(), slog.LevelDebug) {
+			m.log.Debug("local frame changes nothing this node asserts", "outcome", o.String(), "method", f.method, "id", httpguard.ClipLogged(f.workloadID()))
 		}
-		if src == fromIngress && m.own.owns(ref) {
-			var runs []runKey
-			for e := m.resync.byRef[ref]; e != nil; e = e.sibling {
-				runs = append(runs, runKey{e.key.Engine, e.key.RunID})
-			}
-			m.removed.remember(ref, now, runs...)
-		}
-		m.resync.untrack(ref)
-		m.own.drop(ref)
-		m.applyLease(f, src, now)
-		m.journal.changed()
-		return true
 	}
-	ref := f.life.Ref()
-	if src == fromIngress && m.brokersNow(ref) {
-		m.log.Debug("ingress frame for a workload the broker took after the ownership check: not tracked", "method", f.method, "id", httpguard.ClipLogged(ref.ID))
-		return false
-	}
-	// A broker frame for a workload a producer owns is the broker's
-	// replay or echo of the producer's: still the producer's.
-	owned := src == fromIngress || m.own.owns(ref)
-	if owned {
-		defer m.journal.changed()
-	}
-	switch {
-	case src == fromIngress:
-		m.removed.forget(ref)
-	case !f.life.Resync && m.removed.dropsReplay(f.life.Key(), now):
-		// The broker's replay of a run a producer removed through the
-		// ingress: tracking it would re-assert it to peers forever. A new
-		// run under the same id is the broker's own job, and tracked.
-		m.log.Debug("replayed frame for a removed ingress workload ignored", "method", f.method, "id", httpguard.ClipLogged(ref.ID))
-		return false
-	}
-	switch m.resync.track(&f.life, now, src == fromIngress) {
-	case stale:
-		m.log.Debug("stale event not tracked: the re-sync set holds a later one", "method", f.method, "id", httpguard.ClipLogged(ref.ID))
-	case full:
-		m.resyncUntracked.Add(1)
-		m.untrackedLog.note(m.log, "re-sync set full (--max-live-workloads): a new workload is relayed once but not re-asserted",
-			"limit", m.resync.limit, "method", f.method, "id", httpguard.ClipLogged(ref.ID))
-	case fullBytes:
-		m.resyncUntracked.Add(1)
-		m.untrackedBytesLog.note(m.log, "re-sync set full (--max-live-workload-bytes): a workload is relayed once but no longer re-asserted",
-			"limitBytes", m.resync.maxBytes, "method", f.method, "id", httpguard.ClipLogged(ref.ID))
-	}
-	m.applyLease(f, src, now)
-	m.trackOwned(f, src, owned, now)
-	return true
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -34,6 +35,9 @@ const ingressConfigFile = "workload-ingress.json"
 var (
 	errBadFrame    = errors.New("bad frame")          // 400: the producer's mistake
 	errBrokerWrite = errors.New("broker unavailable") // 500: the producer may retry
+	// errNotDurable is a frame applied whose journal record could not be
+	// made durable: 500, and a retry of it is harmless.
+	errNotDurable = errors.New("not durable: the journal write failed")
 )
 
 // localIngress is the opt-in, plaintext, loopback-only HTTP door through
@@ -241,7 +245,6 @@ func (li *localIngress) decide(w http.ResponseWriter, r *http.Request) (int, str
 func refusalOf(w http.ResponseWriter, err error) (int, string) {
 	var atLimit *errAtLimit
 	var busy *errBrokerBusy
-	var removalsFull *errRemovalsFull
 	var tooLarge *wireframe.WorkloadTooLargeError
 	switch {
 	case errors.As(err, &tooLarge):
@@ -251,15 +254,12 @@ func refusalOf(w http.ResponseWriter, err error) (int, string) {
 		return http.StatusServiceUnavailable, err.Error()
 	case isNotOwned(err):
 		return http.StatusConflict, err.Error()
-	case errors.As(err, &removalsFull):
-		w.Header().Set("Retry-After", strconv.Itoa(removalsFull.retryAfterSeconds()))
-		return http.StatusServiceUnavailable, err.Error()
 	case errors.As(err, &atLimit):
 		w.Header().Set("Retry-After", strconv.Itoa(atLimit.retryAfterSeconds()))
 		return http.StatusServiceUnavailable, err.Error()
 	case errors.Is(err, wireframe.ErrLineOverLimit):
 		return http.StatusRequestEntityTooLarge, err.Error()
-	case errors.Is(err, errBrokerWrite):
+	case errors.Is(err, errBrokerWrite), errors.Is(err, errNotDurable):
 		return http.StatusInternalServerError, err.Error()
 	}
 	return http.StatusBadRequest, err.Error()
@@ -332,7 +332,7 @@ func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, er
 	m.framesReceived.Inc("ingress", f.method)
 	// Both lines are built before ingestMu: only the frame's place in the
 	// order is decided under it.
-	line, peerLine := frameLine(&f), wireframe.EncodeNotification(f.method, f.params)
+	line, peerLine := frameLine(&f), tableLine(&f)
 	turn, err := m.enterIngress(f, line, peerLine)
 	if err != nil {
 		return f, err
@@ -348,7 +348,7 @@ func (m *Manager) enterIngress(f localFrame, line *bytes.Buffer, peerLine []byte
 	// the line to the peers with the marker, at most.
 	var bytes int64
 	if !f.isRemoval() {
-		bytes = int64(len(peerLine) + resyncMarkerBytes)
+		bytes = int64(len(peerLine))
 	}
 	m.ingestMu.Lock()
 	defer m.ingestMu.Unlock()
@@ -370,14 +370,14 @@ func (m *Manager) enterIngress(f localFrame, line *bytes.Buffer, peerLine []byte
 // --max-live-workload-bytes. 503, with the time until room may free as
 // Retry-After.
 type errAtLimit struct {
-	bound setLimit
+	bound statetable.Limit
 	limit int64
 	held  int64 // the set's bytes, for the byte bound
 	after time.Duration
 }
 
 func (e *errAtLimit) Error() string {
-	if e.bound == limitBytes {
+	if e.bound == statetable.LimitBytes {
 		return fmt.Sprintf("this node holds %d bytes of workloads, and this frame would take it past its limit of %d (--max-live-workload-bytes); retry after %d s", e.held, e.limit, e.retryAfterSeconds())
 	}
 	return fmt.Sprintf("this node holds %d workloads, its limit (--max-live-workloads); retry after %d s", e.limit, e.retryAfterSeconds())
@@ -412,30 +412,24 @@ func (m *Manager) checkLiveLimit(f *localFrame, lineBytes int64) (startsRun bool
 		// flight that took it count toward the byte bound.
 		return true, m.checkLiveBytes(pendingBytes, lineBytes)
 	}
-	m.activeMu.Lock()
-	hit, held, after := m.resync.atLimit(&f.life, m.now(), pending, pendingBytes, int(lineBytes))
-	size := m.resync.size()
-	m.activeMu.Unlock()
+	hit, held, after := m.table.AtLimit(&f.life, pending, pendingBytes, int(lineBytes))
 	switch hit {
-	case limitEntries:
-		return false, &errAtLimit{bound: hit, limit: int64(m.resync.limit), after: after}
-	case limitBytes:
-		return false, &errAtLimit{bound: hit, limit: m.resync.maxBytes, held: size, after: after}
+	case statetable.LimitEntries:
+		return false, &errAtLimit{bound: hit, limit: int64(m.cfg.MaxLiveWorkloads), after: after}
+	case statetable.LimitBytes:
+		return false, &errAtLimit{bound: hit, limit: m.cfg.MaxLiveWorkloadBytes, held: m.table.Sizes().RunBytes, after: after}
 	}
 	return !held, nil
 }
 
 // checkLiveBytes is checkLiveLimit's byte bound alone, for a frame whose
-// new run is in flight already: the set does not hold the run yet, so the
-// frame's whole line is counted, beside the frame in flight's (which it
-// will replace: a refusal comes early rather than late).
+// new run is in flight already: the table does not hold the run yet, so
+// the frame's whole line is counted, beside the frame in flight's (which
+// it will replace: a refusal comes early rather than late).
 func (m *Manager) checkLiveBytes(pendingBytes, lineBytes int64) error {
-	m.activeMu.Lock()
-	defer m.activeMu.Unlock()
-	now := m.now()
-	m.resync.prune(now)
-	if size := m.resync.size(); size+pendingBytes+lineBytes > m.resync.maxBytes {
-		return &errAtLimit{bound: limitBytes, limit: m.resync.maxBytes, held: size, after: m.resync.retryAfter(now)}
+	size := m.table.Sizes().RunBytes
+	if size+pendingBytes+lineBytes > m.cfg.MaxLiveWorkloadBytes {
+		return &errAtLimit{bound: statetable.LimitBytes, limit: m.cfg.MaxLiveWorkloadBytes, held: size, after: m.cfg.ResyncInterval}
 	}
 	return nil
 }

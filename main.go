@@ -23,7 +23,6 @@ import (
 	"nvpair-workload-manager/internal/brokeripc"
 	"nvpair-workload-manager/internal/cliflags"
 	"nvpair-workload-manager/internal/httpguard"
-	"nvpair-workload-manager/internal/ownjournal"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -45,6 +44,7 @@ type options struct {
 	brokerLineMax  int
 	maxLive        int
 	maxLiveBytes   int64
+	maxEndedBytes  int64
 	workloadMax    int
 	conns          httpguard.ConnLimits
 	logLevel       string // the --log-level value, when given
@@ -70,6 +70,7 @@ func parseFlags(args []string) (options, error) {
 	lineMax := fs.String("broker-line-max", strconv.Itoa(wireframe.DefaultBrokerLineMax), "longest line written to the broker, newline included, in bytes")
 	fs.IntVar(&o.maxLive, "max-live-workloads", defaultMaxLiveWorkloads, "most workloads the re-sync set holds (live, and terminal within their retention)")
 	fs.Int64Var(&o.maxLiveBytes, "max-live-workload-bytes", defaultMaxLiveWorkloadBytes, "most bytes of workload frames the re-sync set holds")
+	fs.Int64Var(&o.maxEndedBytes, "max-ended-bytes", defaultMaxEndedBytes, "most bytes of ends (finished and removed workloads) kept until every member has them; past it the oldest goes first")
 	fs.IntVar(&o.workloadMax, "workload-max-bytes", wireframe.DefaultWorkloadMaxBytes, "most bytes of one frame's params (the workload and the members beside it), on every path")
 	fs.IntVar(&o.conns.Peer, "peer-max-conns", httpguard.DefaultPeerMaxConns, "most connections the peer port holds")
 	fs.IntVar(&o.conns.PeerPerSource, "peer-max-conns-per-source", httpguard.DefaultPeerMaxConnsPerSource, "most connections the peer port holds from one address")
@@ -106,6 +107,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if err := checkMaxLiveWorkloadBytes(o.maxLiveBytes); err != nil {
 		return o, fmt.Errorf("--max-live-workload-bytes %d: %w", o.maxLiveBytes, err)
+	}
+	if o.maxEndedBytes < minMaxEndedBytes || o.maxEndedBytes > maxMaxLiveWorkloadBytes {
+		return o, fmt.Errorf("--max-ended-bytes %d: must be between %d and %d bytes", o.maxEndedBytes, int64(minMaxEndedBytes), int64(maxMaxLiveWorkloadBytes))
 	}
 	if err := wireframe.CheckWorkloadMaxBytes(o.workloadMax); err != nil {
 		return o, fmt.Errorf("--workload-max-bytes %d: %w", o.workloadMax, err)
@@ -254,7 +258,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 		MaxLiveWorkloadBytes: o.maxLiveBytes,
 		WorkloadMaxBytes:     o.workloadMax,
-		JournalPath:          filepath.Join(o.appDir, ownjournal.FileName),
+		MaxEndedBytes:        o.maxEndedBytes,
+		JournalPath:          filepath.Join(o.appDir, journalFileName),
 	})
 	if err != nil {
 		return fail(err)

@@ -16,9 +16,10 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/httpguard"
-	"nvpair-workload-manager/internal/ownjournal"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/statejournal"
+	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -30,6 +31,14 @@ const (
 	// hold some 60 MB, and a heartbeat pass over them takes a batching
 	// peer a few seconds of a 30 s interval.
 	defaultMaxLiveWorkloads = 100_000
+	// defaultMaxEndedBytes bounds the ends kept for members that have not
+	// taken them: 64 MiB is some 150,000 ends of typical frames, past what
+	// a member away for an hour of a busy node misses.
+	defaultMaxEndedBytes = 64 << 20
+	// defaultMemberClaim is how long a member that left discovery keeps
+	// its claim on the ends it lacks: PAIR's broker keeps finished jobs
+	// for 7 days, so a member back within them is told how each ended.
+	defaultMemberClaim = 7 * 24 * time.Hour
 	// maxMaxLiveWorkloads is the largest --max-live-workloads accepted: a
 	// set that size holds gigabytes, past any node this daemon serves.
 	maxMaxLiveWorkloads = 10_000_000
@@ -65,11 +74,15 @@ type Config struct {
 	// every member beside it) on every path; 0: defaultWorkloadMaxBytes.
 	// A request body need never be longer than this plus its envelope.
 	WorkloadMaxBytes int
-	// JournalPath is the ownership journal's file (spec 3.5.3), in the app
-	// dir; "" keeps no journal. JournalMaxBytes bounds it; 0:
-	// ownjournal.DefaultMaxBytes.
-	JournalPath     string
-	JournalMaxBytes int
+	// MaxEndedBytes bounds the ends kept until every member has them
+	// (--max-ended-bytes); 0: defaultMaxEndedBytes.
+	MaxEndedBytes int64
+	// MemberClaim is how long a member that left keeps its claim on the
+	// ends it lacks; 0: defaultMemberClaim.
+	MemberClaim time.Duration
+	// JournalPath is the state table's journal (spec 5.3), in the app
+	// dir; "" keeps no journal.
+	JournalPath string
 	Conns           httpguard.ConnLimits // the listeners' connection caps
 	In              io.Reader            // frames from the broker
 	Out             io.Writer            // frames to the broker
@@ -88,24 +101,21 @@ const (
 // Manager is the daemon: it relays between the broker, the peers and the
 // optional loopback ingress.
 //
-// Lock order: broadcastMu -> activeMu, ingestMu -> activeMu (the
-// live-workload check), and discoveryMu -> broadcaster.mu (a target
-// change). ingestMu and discoveryMu are never held together. A peer's
-// heartbeat lane takes activeMu under its laneOrder.mu (laneOrder.mu ->
-// activeMu), for one bounded slice of a pass at a time. Leaf locks, taken
-// under any of these and never around them: broadcaster.mu,
-// brokerWriter.mu, ingressFlight.mu, pairinstall.ClusterTrust.mu, dedup.mu,
-// leaseTable.mu (activeMu -> leaseTable.mu). No lock is held across a
-// network write to a peer: only the peer senders' lanes write to peers,
-// and they hold none while they do.
+// Lock order: ingestMu -> the state table's lock (the design card's
+// activeMu: the ingress's checks), and discoveryMu -> broadcaster.mu ->
+// the table's lock (a target change joins or leaves a member). ingestMu
+// and discoveryMu are never held together. Leaf locks, taken under any of
+// these and never around them: brokerWriter.mu, ingressFlight.mu,
+// pairinstall.ClusterTrust.mu, dedup.mu, the journal's append lock (under
+// the table's). No lock is held across a network write to a peer or a
+// journal write: each peer's sender takes a slice of the table under its
+// lock and sends with none, and the journal writes its groups on its own.
 //
 // The broker write holds no lock either (brokergroup.go): ingestMu is held
 // only while an ingress frame takes its place in the broker order. The
 // caller that writes a group (the leader) then runs the group's ingress
-// commits, which take broadcastMu -> activeMu as commitLocal always did.
-// No holder of those locks ever waits for a broker write, so the lead
-// closes no cycle; a peer frame's caller waits for it holding only its
-// dedup per-key lock, which nothing takes under them (spec 6).
+// commits, which take the table's lock. No holder of it ever waits for a
+// broker write, so the lead closes no cycle (spec 6).
 type Manager struct {
 	cfg   Config
 	log   *slog.Logger
@@ -116,41 +126,31 @@ type Manager struct {
 	now   func() time.Time
 
 	// ingestMu keeps concurrent ingress posts (and lease expiries) in one
-	// order at the broker and in the peer queue: it is held while a frame
-	// takes its place in the broker order, and the frame's commit runs
-	// after its write in that order (ingressorder.go). Only the ingress and
-	// the expiry take it. It is not broadcastMu because the stdio read loop
-	// and the group's leader take broadcastMu.
+	// order at the broker and in the table: it is held while a frame takes
+	// its place in the broker order, and the frame's commit runs after its
+	// write in that order (ingressorder.go). Only the ingress and the
+	// expiry take it.
 	ingestMu sync.Mutex
 	// ingressFlight counts the ingress frames in flight: placed in the
 	// broker order, not yet committed or failed (ingressorder.go).
 	ingressFlight ingressInFlight
 
-	// broadcastMu makes tracking a local-origin frame and queueing it one
-	// step, for the stdio path and the ingress alike, so frames are queued
-	// in the order they were tracked.
-	broadcastMu sync.Mutex
+	// table is everything this node asserts (internal/statetable): every
+	// path to the peers and to disk reads it.
+	table *statetable.Table
+	// journal keeps what the table must not lose across a restart
+	// (tablejournal.go); nil without a JournalPath or when it could not be
+	// opened.
+	journal *statejournal.Journal
+	// lastEvicted is the table's eviction count at the last prune, for
+	// the one line per burst (pruneTable).
+	lastEvicted uint64
+	evictLog    dropLogger
 
-	// activeMu guards resync (its entries and the cursors' places in it),
-	// removed, own and ended. Writers take it under broadcastMu; the peer senders take
-	// it alone for one slice of a pass, and readers that need no ordering
-	// (metrics, tests) alone too.
-	activeMu sync.Mutex
-	resync   *resyncSet
-	removed  *removalMemory
-	own      ownership
-	// ended is the log of recent ends: terminal runs the re-sync set
-	// dropped and removals relayed, sent to a new target after its
-	// backfill (endedlog.go, spec 5.2).
-	ended *endedLog
-	// journal keeps own, the leases and removed across a restart
-	// (ownership.go); nil without a JournalPath.
-	journal *journal
-
-	// leases are the producers' leases on ingress workloads (lease.go),
-	// behind their own leaf lock. leaseUnit is the length of one second
-	// of Workload-Lease: a second, shorter only in tests.
-	leases    *leaseTable
+	// leases counts the leases' events (lease.go); the leases themselves
+	// live on their runs in the table. leaseUnit is the length of one
+	// second of Workload-Lease: a second, shorter only in tests.
+	leases    leaseStats
 	leaseUnit time.Duration
 	readBacks readBackStats // the read-back's counters (readback.go)
 
@@ -175,7 +175,6 @@ type Manager struct {
 	peerRejects             *httpguard.SourceLog     // the peer port's refusals, rate-limited per source
 	bodies                  httpguard.RequestBodies  // request-body bytes held at once, per channel
 	serverHandshakeFailures atomic.Uint64
-	resyncUntracked         atomic.Uint64 // broker frames not tracked: the re-sync set was full
 	untrackedLog            dropLogger
 	fieldBoundRefusals      *promtext.CounterVec // source: frames refused for a field over its bound
 	fieldBoundLog           dropLogger           // the local channel's such refusals
@@ -234,8 +233,13 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.MaxEndedBytes <= 0 {
+		cfg.MaxEndedBytes = defaultMaxEndedBytes
+	}
+	if cfg.MemberClaim <= 0 {
+		cfg.MemberClaim = defaultMemberClaim
+	}
 	trust := pairinstall.NewClusterTrust(cfg.ClusterDir, cfg.Logger)
-	retention := 2 * cfg.ResyncInterval
 	m := &Manager{
 		cfg:         cfg,
 		log:         cfg.Logger,
@@ -243,11 +247,6 @@ func NewManager(cfg Config) (*Manager, error) {
 		trust:       trust,
 		dedup:       newDedup(dedupCapacity),
 		now:         time.Now,
-		resync:      newResyncSet(retention, cfg.MaxLiveWorkloads, cfg.MaxLiveWorkloadBytes, cfg.NodeID),
-		removed:     newRemovalMemory(retention, removalMemoryCapacity),
-		ended:       newEndedLog(endedLogWindow, endedLogMaxEntries, endedLogMaxBytes),
-		own:         newOwnership(),
-		leases:      newLeaseTable(),
 		leaseUnit:   time.Second,
 		shutdownReq: make(chan struct{}),
 
@@ -265,30 +264,25 @@ func NewManager(cfg Config) (*Manager, error) {
 
 		workloadBoundRefusals: promtext.NewCounterVec(),
 	}
-	if cfg.JournalPath != "" {
-		if cfg.JournalMaxBytes <= 0 {
-			cfg.JournalMaxBytes = ownjournal.DefaultMaxBytes
-		}
-		m.journal = newJournal(cfg.JournalPath, cfg.JournalMaxBytes)
-	}
-	// A workload the set no longer holds any run of is nobody's: a
-	// producer may take its id again.
-	m.resync.gone = func(ref wireframe.WorkloadRef) {
-		if m.own.owns(ref) {
-			m.own.drop(ref)
-			m.journal.changed()
-		}
-	}
-	// A terminal run that ages out of the set goes on in the log of
-	// recent ends, for a peer that was away when it ended.
-	m.resync.ended = m.logEnded
-	// Each peer sender reads its heartbeat passes from this Manager's
-	// re-sync set.
-	m.bcast = newBroadcaster(cfg.Logger, trust, m, cfg.ResyncInterval)
-	// The overflow marks name tracked workloads or removals: the re-sync
-	// set's bound is theirs (overflow.go).
-	m.bcast.setMarkLimit(cfg.MaxLiveWorkloads)
+	m.leases.failures = promtext.NewCounterVec()
+	m.table = statetable.New(statetable.Config{
+		Self:          cfg.NodeID,
+		Retention:     2 * cfg.ResyncInterval,
+		MaxLive:       cfg.MaxLiveWorkloads,
+		MaxLiveBytes:  cfg.MaxLiveWorkloadBytes,
+		MaxEndedBytes: cfg.MaxEndedBytes,
+		MemberClaim:   cfg.MemberClaim,
+		Now:           func() time.Time { return m.now() },
+		LeaseUnit:     time.Second,
+	})
+	m.bcast = newBroadcaster(cfg.Logger, trust, m.table, cfg.ResyncInterval)
 	return m, nil
+}
+
+// setLeaseUnit shortens a lease's second, in tests, before Run.
+func (m *Manager) setLeaseUnit(d time.Duration) {
+	m.leaseUnit = d
+	m.table.SetLeaseUnit(d)
 }
 
 // PeerAddr returns the inter-node listener's address once Run has bound it.
@@ -337,11 +331,11 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.log.Info("started", "nodeId", m.cfg.NodeID, "nodeIdFile", m.cfg.NodeIDFile, "version", m.cfg.Version, "peerAddr", peerLn.Addr().String())
 
 	// The journal is read before any listener serves and before the
-	// broker's replay is read: a producer's removal must find the owners
-	// it restores (or it would not be remembered, and the replay would
-	// bring the workload back), and the replay is what the journal's
-	// workloads are recognised in.
-	m.loadJournal()
+	// broker's replay is read: a producer's frame must find the owner it
+	// restores (or it would be refused 409 against the replay), and the
+	// replay must find the removals it restores (or it would bring the
+	// workloads back).
+	m.openJournal()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -355,11 +349,6 @@ func (m *Manager) Run(ctx context.Context) error {
 	// blocked there does not. It is waited for only until the shutdown's
 	// deadline.
 	leasesDone := make(chan struct{})
-	journalDone := make(chan struct{})
-	var journalWriter sync.WaitGroup
-	if m.journal != nil {
-		journalWriter.Go(func() { m.runJournal(journalDone) })
-	}
 	if m.announce() == nil {
 		go func() { m.runLeases(ctx); close(leasesDone) }()
 		// Every reload that changed the identity, the pins or the membership
@@ -372,7 +361,7 @@ func (m *Manager) Run(ctx context.Context) error {
 				}
 			})
 		})
-		wg.Go(func() { runEvery(ctx, m.cfg.ResyncInterval, m.pruneResync) })
+		wg.Go(func() { runEvery(ctx, pruneInterval(m.cfg.ResyncInterval), m.pruneTable) })
 		readDone := make(chan struct{})
 		go func() { m.readLoop(); close(readDone) }()
 		select {
@@ -396,29 +385,11 @@ func (m *Manager) Run(ctx context.Context) error {
 	// broker that does not read has the whole budget to return instead of
 	// a wait of its own after it.
 	cancel()
-	// The periodic journal writer stops now, so a write it has under way
-	// finishes while the servers stop rather than after them.
-	close(journalDone)
 	m.stopServers(servers)
-	// Every frame is committed now: the last write holds them all. It runs
-	// beside the peer queues' drain, after any periodic write (two writes
-	// never overlap), and is waited for only until the shutdown's
-	// deadline: a journal too large to write in time keeps its previous
-	// version whole (the rename is atomic), which a restart reads.
-	lastWrite := make(chan struct{})
-	go func() {
-		defer close(lastWrite)
-		journalWriter.Wait()
-		if m.journal != nil {
-			m.writeJournal()
-		}
-	}()
+	// Every frame is committed now; the peers get until the drain's end to
+	// catch up, and what they still lack stays in the journal.
 	m.bcast.close(m.cfg.DrainTimeout)
-	select {
-	case <-lastWrite:
-	case <-time.After(time.Until(deadline)):
-		m.log.Warn("shutdown: the ownership journal's last write did not finish within the shutdown budget; the previous journal stays")
-	}
+	m.closeJournal(deadline)
 	m.brokerLines.stop(m.log)
 	wg.Wait()
 	select {
@@ -642,6 +613,25 @@ func (h *handshakeFailureCounter) Write(p []byte) (int, error) {
 		h.n.Add(1)
 	}
 	return h.next.Write(p)
+}
+
+// pruneInterval is how often the table is pruned and the journal looked
+// at for compaction: a second, or the re-sync interval when it is shorter.
+func pruneInterval(resync time.Duration) time.Duration { return min(time.Second, resync) }
+
+// pruneTable retires and forgets what is due even while nothing changes (a
+// node without peers still frees its ends), a budget at a time with the
+// table's lock released in between; logs the evictions since the last
+// prune, one line per burst; and compacts the journal when it is due.
+func (m *Manager) pruneTable() {
+	for m.table.Prune() {
+	}
+	if n := m.table.Stats().Evicted.Load(); n > m.lastEvicted {
+		m.evictLog.noteCounted(m.log, "evicted", "ends evicted at their byte bound (--max-ended-bytes): a member that lacked one is sent the whole table",
+			"limitBytes", m.cfg.MaxEndedBytes, "total", n)
+		m.lastEvicted = n
+	}
+	m.maybeCompact()
 }
 
 // runEvery calls fn every interval until ctx ends.

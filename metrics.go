@@ -48,33 +48,25 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	t.Family("nvpair_wlm_field_bound_refusals_total", "counter", "Frames refused because a field was over its bound, by source (stdio, peer, ingress).")
 	t.CounterSamples("nvpair_wlm_field_bound_refusals_total", []string{"source"}, m.fieldBoundRefusals)
 	m.writeWorkloadBoundMetrics(&t)
-	t.Single("nvpair_wlm_outbound_frames_queued_total", "counter", "Frames queued for the peers at the ordered enqueue point.", float64(m.bcast.queued.Load()))
-	t.Single("nvpair_wlm_outbound_frames_dropped_total", "counter", "Frames dropped because the outbound queue was full and its overflow marks at their bound.", float64(m.bcast.dropped.Load()))
-	t.Single("nvpair_wlm_outbound_frames_marked_total", "counter", "Frames that found the outbound queue full and marked their workload for every peer instead: each peer is sent its latest state on its heartbeat lane.", float64(m.bcast.marked.Load()))
-	t.Single("nvpair_wlm_outbound_queue_frames", "gauge", fmt.Sprintf("Frames waiting at the ordered enqueue point for the dispatcher (at most %d).", outboundQueueSize), float64(len(m.bcast.queue)))
-
 	stats := m.bcast.peerStatsSnapshot()
 	perPeer := []struct {
 		name, kind, help string
 		get              func(*peerStats) uint64
 	}{
-		{"nvpair_wlm_peer_deliveries_succeeded_total", "counter", "Frames delivered to a peer.", func(s *peerStats) uint64 { return s.succeeded.Load() }},
+		{"nvpair_wlm_peer_deliveries_succeeded_total", "counter", "Entries of the state table a peer took (its mark moved past them).", func(s *peerStats) uint64 { return s.succeeded.Load() }},
 		{"nvpair_wlm_peer_delivery_failures_total", "counter", "Failed delivery attempts to a peer.", func(s *peerStats) uint64 { return s.failedAttempts.Load() }},
 		{"nvpair_wlm_peer_delivery_retries_total", "counter", "Delivery attempts to a peer that were retries.", func(s *peerStats) uint64 { return s.retries.Load() }},
-		{"nvpair_wlm_peer_deliveries_dropped_total", "counter", "Frames given up for a peer after their last attempt.", func(s *peerStats) uint64 { return s.dropped.Load() }},
-		{"nvpair_wlm_peer_queue_dropped_total", "counter", "Frames lost to a peer's full queue: dropped with its overflow marks at their bound, or marked for a workload the re-sync set did not hold when its mark was sent.", func(s *peerStats) uint64 { return s.queueDropped.Load() }},
-		{"nvpair_wlm_peer_overflow_marked_total", "counter", "Frames that found a peer's queue full, or their workload marked, and marked their workload for the peer's heartbeat lane instead of being dropped.", func(s *peerStats) uint64 { return s.overflowMarked.Load() }},
-		{"nvpair_wlm_peer_overflow_recovered_total", "counter", "Latest states and removals of marked workloads a peer took on its heartbeat lane.", func(s *peerStats) uint64 { return s.overflowRecovered.Load() }},
+		{"nvpair_wlm_peer_deliveries_dropped_total", "counter", "Entries a peer refused for good (a 4xx a retry cannot change); skipped for that peer.", func(s *peerStats) uint64 { return s.dropped.Load() }},
 		{"nvpair_wlm_peer_batches_sent_total", "counter", "Batch requests sent to a peer that advertised batches.", func(s *peerStats) uint64 { return s.batchesSent.Load() }},
 		{"nvpair_wlm_peer_batch_frames_sent_total", "counter", "Frames sent to a peer inside batches (fresh frames and re-assertions).", func(s *peerStats) uint64 { return s.batchFramesSent.Load() }},
-		{"nvpair_wlm_heartbeat_passes_started_total", "counter", "Heartbeat passes over the re-sync set started for a peer (the first is its backfill).", func(s *peerStats) uint64 { return s.passesStarted.Load() }},
-		{"nvpair_wlm_heartbeat_passes_completed_total", "counter", "Heartbeat passes that reached the end of the re-sync set for a peer.", func(s *peerStats) uint64 { return s.passesCompleted.Load() }},
+		{"nvpair_wlm_heartbeat_passes_started_total", "counter", "Heartbeat passes over the re-asserted runs started for a peer.", func(s *peerStats) uint64 { return s.passesStarted.Load() }},
+		{"nvpair_wlm_heartbeat_passes_completed_total", "counter", "Heartbeat passes that reached the end of the re-asserted runs for a peer.", func(s *peerStats) uint64 { return s.passesCompleted.Load() }},
 		{"nvpair_wlm_heartbeat_passes_overrun_total", "counter", "Heartbeat passes for a peer that took longer than the re-sync interval.", func(s *peerStats) uint64 { return s.passesOverrun.Load() }},
 		{"nvpair_wlm_heartbeat_passes_abandoned_total", "counter", "Heartbeat passes for a peer ended early because it failed a re-assertion; the next pass repeats them.", func(s *peerStats) uint64 { return s.passesAbandoned.Load() }},
-		{"nvpair_wlm_heartbeat_reasserted_total", "counter", "Re-assertions delivered to a peer, the log of recent ends sent after a backfill included.", func(s *peerStats) uint64 { return s.reasserted.Load() }},
+		{"nvpair_wlm_heartbeat_reasserted_total", "counter", "Re-assertions delivered to a peer.", func(s *peerStats) uint64 { return s.reasserted.Load() }},
 		{"nvpair_wlm_heartbeat_reassert_failures_total", "counter", "Re-assertions a peer did not accept; the next pass repeats them.", func(s *peerStats) uint64 { return s.reassertFailures.Load() }},
 		{"nvpair_wlm_heartbeat_pass_progress_entries", "gauge", "Entries the heartbeat pass under way (or the last one) has visited for a peer.", func(s *peerStats) uint64 { return s.passProgress.Load() }},
-		{"nvpair_wlm_heartbeat_pass_size_entries", "gauge", "Entries the re-sync set held when a peer's current (or last) heartbeat pass started.", func(s *peerStats) uint64 { return s.passSize.Load() }},
+		{"nvpair_wlm_heartbeat_pass_size_entries", "gauge", "Runs re-asserted when a peer's current (or last) heartbeat pass started.", func(s *peerStats) uint64 { return s.passSize.Load() }},
 	}
 	for _, f := range perPeer {
 		t.Family(f.name, f.kind, f.help)
@@ -83,21 +75,10 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 		}
 	}
 	writeRetryAfterMetrics(&t, stats)
-	depths := m.bcast.peerQueueDepths()
-	t.Family("nvpair_wlm_peer_queue_frames", "gauge", fmt.Sprintf("Fresh frames waiting in a peer's queue for delivery (at most %d; a full queue drops the newest); 0 for a peer that left.", peerQueueSize))
+	behind := m.bcast.peerBehind()
+	t.Family("nvpair_wlm_peer_behind_versions", "gauge", "Versions the state table has given past a peer's mark: at most the entries it has yet to take; 0 for a caught-up peer or one that left.")
 	for _, s := range stats {
-		t.Sample("nvpair_wlm_peer_queue_frames", []string{"peer"}, []string{s.peer}, float64(depths[s.peer]))
-	}
-	writePeerQueueBytes(&t, stats, m.bcast.peerQueueBytes())
-	marked := m.bcast.peerOverflowWorkloads()
-	t.Family("nvpair_wlm_peer_overflow_workloads", "gauge", fmt.Sprintf("Workloads marked for a peer whose latest state or removal waits for its heartbeat lane (at most %d, --max-live-workloads); 0 for a peer that left.", m.cfg.MaxLiveWorkloads))
-	for _, s := range stats {
-		t.Sample("nvpair_wlm_peer_overflow_workloads", []string{"peer"}, []string{s.peer}, float64(marked[s.peer]))
-	}
-	t.Single("nvpair_wlm_peer_overflow_limit_workloads", "gauge", "The most workloads marked for one peer, and at the outbound queue, at once (--max-live-workloads).", float64(m.cfg.MaxLiveWorkloads))
-	t.Family("nvpair_wlm_peer_delivery_latency_seconds", "histogram", "Time from queueing a frame to its successful delivery to a peer.")
-	for _, s := range stats {
-		t.Histogram("nvpair_wlm_peer_delivery_latency_seconds", "peer", s.peer, s.latency)
+		t.Sample("nvpair_wlm_peer_behind_versions", []string{"peer"}, []string{s.peer}, float64(behind[s.peer]))
 	}
 
 	t.Single("nvpair_wlm_peer_batches_received_total", "counter", "Batch requests processed on the peer port.", float64(m.batchesReceived.Load()))
@@ -119,27 +100,14 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	t.Sample("nvpair_wlm_tls_handshake_failures_total", []string{"side"}, []string{"server"}, float64(m.serverHandshakeFailures.Load()))
 	t.Sample("nvpair_wlm_tls_handshake_failures_total", []string{"side"}, []string{"client"}, float64(m.bcast.handshakeFailures.Load()))
 
-	m.activeMu.Lock()
-	resyncSize, removedSize, resyncBytes := m.resync.len(), m.removed.len(), m.resync.size()
-	m.ended.expire(m.now())
-	endedEntries, endedBytes, endedEvicted := m.ended.len(), m.ended.bytes, m.ended.evicted
-	m.activeMu.Unlock()
-	t.Single("nvpair_wlm_resync_set_entries", "gauge", "Workload runs held in the re-sync set.", float64(resyncSize))
-	t.Single("nvpair_wlm_resync_set_limit_entries", "gauge", "The most workload runs the re-sync set may hold (--max-live-workloads).", float64(m.resync.limit))
-	t.Single("nvpair_wlm_resync_set_bytes", "gauge", "Bytes of the re-assertion lines the re-sync set holds.", float64(resyncBytes))
-	t.Single("nvpair_wlm_resync_set_limit_bytes", "gauge", "The most bytes of re-assertion lines the re-sync set may hold (--max-live-workload-bytes).", float64(m.resync.maxBytes))
-	t.Single("nvpair_wlm_resync_untracked_total", "counter", "Broker frames relayed but not tracked because the re-sync set was full, in entries (a new workload) or in bytes.", float64(m.resyncUntracked.Load()))
-	t.Single("nvpair_wlm_ended_log_entries", "gauge", "Recent ends (terminal runs the re-sync set dropped, removals relayed) kept for a peer that was away; sent to a new target after its backfill.", float64(endedEntries))
-	t.Single("nvpair_wlm_ended_log_bytes", "gauge", "Bytes the log of recent ends holds (its lines and keys, and a record's overhead).", float64(endedBytes))
-	t.Single("nvpair_wlm_ended_log_evicted_total", "counter", "Recent ends dropped before their 10-minute window because the log was at its bound of 4096 entries or 4 MiB.", float64(endedEvicted))
-	t.Single("nvpair_wlm_removal_memory_entries", "gauge", "Ingress removals remembered against a replay.", float64(removedSize))
-	writeDeprecatedGauges(&t, float64(resyncSize), float64(m.resync.limit), float64(removedSize))
+	sz := m.table.Sizes()
+	writeDeprecatedGauges(&t, float64(sz.Runs), float64(m.cfg.MaxLiveWorkloads), float64(sz.Removals))
 	m.conns.WriteMetrics(&t)
 	m.bodies.WriteMetrics(&t)
 	m.origins.writeMetrics(&t)
 	writeBrokerWaitersMetrics(&t, m.peerWaiters, m.ingressWaiters)
 	m.writeLeaseMetrics(&t)
-	m.writeOwnershipMetrics(&t)
+	m.writeTableMetrics(&t)
 	m.writeReadBackMetrics(&t)
 	t.Single("go_goroutines", "gauge", "Number of goroutines that currently exist.", float64(runtime.NumGoroutine()))
 	promtext.WriteProcessMetrics(&t)
@@ -203,5 +171,5 @@ func (m *Manager) presetSeries() {
 func writeDeprecatedGauges(t *promtext.Text, resyncEntries, resyncLimit, removalEntries float64) {
 	t.Single("nvpair_wlm_resync_set_size", "gauge", "Deprecated: use nvpair_wlm_resync_set_entries.", resyncEntries)
 	t.Single("nvpair_wlm_resync_set_limit", "gauge", "Deprecated: use nvpair_wlm_resync_set_limit_entries.", resyncLimit)
-	t.Single("nvpair_wlm_removal_memory_size", "gauge", "Deprecated: use nvpair_wlm_removal_memory_entries.", removalEntries)
+	t.Single("nvpair_wlm_removal_memory_size", "gauge", "Deprecated: use nvpair_wlm_removals_held.", removalEntries)
 }

@@ -121,10 +121,9 @@ func (m *Manager) nodeInfo() nodeInfo {
 		members = append(members, nodeMember{Name: n.Name, NodeID: n.HostUUID, Self: n.HostUUID == m.cfg.NodeID, Delivering: delivering})
 	}
 
-	m.activeMu.Lock()
-	live, liveBytes := m.resync.len(), m.resync.size()
-	liveMax, liveBytesMax := m.resync.limit, m.resync.maxBytes
-	m.activeMu.Unlock()
+	sz := m.table.Sizes()
+	live, liveBytes := sz.Runs, sz.RunBytes
+	liveMax, liveBytesMax := m.cfg.MaxLiveWorkloads, m.cfg.MaxLiveWorkloadBytes
 
 	source := ""
 	if m.cfg.NodeIDFile != "" {

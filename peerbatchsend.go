@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"time"
 
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -70,126 +70,76 @@ func (s *peerSender) heartbeatBounds() (frames, size int) {
 	return 1, wireframe.MaxBytes
 }
 
-// gatherFresh returns first and the frames queued behind it, as many as one
-// batch to this peer may hold; a frame that would overflow the batch is
-// kept for the next one. It never waits.
-func (s *peerSender) gatherFresh(first outboundFrame) []outboundFrame {
-	maxFrames, maxBytes := s.batchBounds()
-	frames, size := []outboundFrame{first}, len(first.line)+1
-	for len(frames) < maxFrames {
-		select {
-		case f, ok := <-s.queue:
-			if !ok {
-				return frames // closed: run sees it on its next receive
-			}
-			s.dequeued(f)
-			if size+len(f.line)+1 > maxBytes {
-				s.carry = &f
-				return frames
-			}
-			frames, size = append(frames, f), size+len(f.line)+1
-		default:
-			return frames
-		}
+// sendBatch sends entries fresh in one batch and returns how many of them,
+// from the first, are settled: taken, or refused for good and skipped. It
+// stops at the first element the peer failed in a way a retry may change:
+// that one and those after it stay above the mark. When the peer stops
+// taking batches, or refuses this one as too large or as a whole, none is
+// settled and the next turn sends singly, so a bad element is found alone.
+func (s *peerSender) sendBatch(lines []statetable.Line) (int, error) {
+	segs := freshSegments(lines)
+	results, err := s.postBatch(s.ctx, segs)
+	for errors.Is(err, errDeferred) {
+		// The peer asked to wait: not a failed attempt. The same entries
+		// go again, in order, once the wait is over.
+		results, err = s.postBatch(s.ctx, segs)
 	}
-	return frames
-}
-
-// deliverFreshBatch delivers frames in order with bounded retries: each
-// element the peer accepted is done, each it rejected is dropped, and the
-// failed ones (with those it did not attempt after a failure) are retried,
-// still in order. When the peer stops taking batches, or refuses this one
-// as too large, what is left goes singly.
-func (s *peerSender) deliverFreshBatch(frames []outboundFrame) {
-	pending := frames
-	var err error
-	for attempt := 0; attempt < peerAttempts && len(pending) > 0; attempt++ {
-		if attempt > 0 {
-			select {
-			case <-s.ctx.Done():
-				return
-			case <-time.After(peerRetryBaseDelay << (attempt - 1)):
-			}
-			s.stats.retries.Add(1)
-		}
-		if !s.batching() || len(pending) == 1 {
-			break
-		}
-		var results []peerBatchResult
-		results, err = s.postBatch(s.ctx, linesOf(pending))
-		for errors.Is(err, errDeferred) {
-			// The peer asked to wait: not a failed attempt. The same
-			// frames go again, in order, once the wait is over; an answer
-			// then without the advertisement sends them singly.
-			results, err = s.postBatch(s.ctx, linesOf(pending))
-		}
-		switch {
-		case errors.Is(err, errNotBatching), errors.Is(err, errBatchTooLarge):
-			s.deliverSingly(pending)
-			return
-		case errors.Is(err, errPermanent):
-			s.dropFresh(pending, err)
-			return
-		case err != nil:
-			s.stats.failedAttempts.Add(1)
-			if s.ctx.Err() != nil {
-				return
-			}
-			continue
-		}
-		pending = s.settle(pending, results)
+	switch {
+	case errors.Is(err, errNotBatching):
+		return 0, nil // its advertisement is gone: the next turn sends singly
+	case errors.Is(err, errBatchTooLarge), errors.Is(err, errPermanent):
+		s.singly = true
+		return 0, nil
+	case err != nil:
+		return 0, err
 	}
-	if len(pending) > 0 && s.ctx.Err() == nil {
-		if err == nil {
-			s.deliverSingly(pending) // the peer stopped taking batches
-			return
-		}
-		s.dropFresh(pending, fmt.Errorf("after %d attempts: %w", peerAttempts, err))
-	}
-}
-
-// settle applies a batch answer: it counts what was delivered, drops what
-// was rejected, and returns what is to be retried, in order.
-func (s *peerSender) settle(sent []outboundFrame, results []peerBatchResult) (retry []outboundFrame) {
 	for i, r := range results {
-		f := sent[i]
 		switch {
 		case r.Status == http.StatusOK:
-			s.delivered(f)
 		case retryableAnswer(r.Status, r.Reason):
-			s.stats.failedAttempts.Add(1)
-			retry = append(retry, f)
+			return i, fmt.Errorf("batch element %d: status %d", i, r.Status)
 		default:
-			s.dropFresh([]outboundFrame{f}, fmt.Errorf("%w: status %d: %s", errPermanent, r.Status, r.Reason))
+			s.refused(1, fmt.Errorf("%w: status %d: %s", errPermanent, r.Status, r.Reason))
 		}
 	}
-	return retry
+	return len(results), nil
 }
 
-// deliverSingly delivers frames one request each, in order.
-func (s *peerSender) deliverSingly(frames []outboundFrame) {
-	for _, f := range frames {
-		if s.ctx.Err() != nil {
-			return
+// freshSegments is a batch body's pieces for entries sent fresh: each
+// entry's line in its pieces, then a newline.
+func freshSegments(lines []statetable.Line) [][]byte {
+	segs := make([][]byte, 0, 3*len(lines))
+	for _, l := range lines {
+		head, tail := l.Fresh()
+		segs = append(segs, head)
+		if len(tail) > 0 {
+			segs = append(segs, tail)
 		}
-		s.deliverOne(f)
+		segs = append(segs, newline)
 	}
+	return segs
 }
 
-// dropFresh gives frames up for this peer, with a rate-limited warning.
-func (s *peerSender) dropFresh(frames []outboundFrame, err error) {
-	s.stats.dropped.Add(uint64(len(frames)))
-	s.failDrops.note(s.log, "peer delivery failed, frames dropped for this peer", "frames", len(frames), "reason", httpguard.ClipReason(err.Error()))
+// lineSegments is a batch body's pieces for re-assertions.
+func lineSegments(lines [][]byte) [][]byte {
+	segs := make([][]byte, 0, 2*len(lines))
+	for _, l := range lines {
+		segs = append(segs, l, newline)
+	}
+	return segs
 }
+
+var newline = []byte{'\n'}
 
 // postBatch makes one batch attempt and returns its per-element results.
 // A transport error, a retryable status for the whole batch, or an answer
 // that does not hold one result per element is an error worth retrying.
-func (s *peerSender) postBatch(ctx context.Context, lines [][]byte) ([]peerBatchResult, error) {
+func (s *peerSender) postBatch(ctx context.Context, segs [][]byte) ([]peerBatchResult, error) {
+	frames := batchFrames(segs)
 	s.stats.batchesSent.Add(1)
-	s.stats.batchFramesSent.Add(uint64(len(lines)))
-	open := func() io.Reader { return newBatchBody(lines) }
-	status, answer, err := s.exchange(ctx, open, batchBodySize(lines), peerBatchContentType, peerBatchAnswerCap)
+	s.stats.batchFramesSent.Add(uint64(frames))
+	open := func() io.Reader { return newBatchBody(segs) }
+	status, answer, err := s.exchange(ctx, open, batchBodySize(segs), peerBatchContentType, peerBatchAnswerCap)
 	switch {
 	case err != nil:
 		return nil, err
@@ -203,8 +153,8 @@ func (s *peerSender) postBatch(ctx context.Context, lines [][]byte) ([]peerBatch
 		return nil, fmt.Errorf("%w: batch: status %d", errPermanent, status)
 	}
 	var a peerBatchAnswer
-	if err := json.Unmarshal(answer, &a); err != nil || len(a.Results) != len(lines) {
-		return nil, fmt.Errorf("batch answer holds %d results for %d frames", len(a.Results), len(lines))
+	if err := json.Unmarshal(answer, &a); err != nil || len(a.Results) != frames {
+		return nil, fmt.Errorf("batch answer holds %d results for %d frames", len(a.Results), frames)
 	}
 	return a.Results, nil
 }
@@ -213,14 +163,15 @@ func (s *peerSender) postBatch(ctx context.Context, lines [][]byte) ([]peerBatch
 // repairs what this one could not deliver. It reports whether the peer
 // took the batch; a rejected element (a 4xx) does not count against it.
 func (s *peerSender) reassertBatch(lines [][]byte) bool {
-	results, err := s.postBatch(s.hbCtx, lines)
+	segs := lineSegments(lines)
+	results, err := s.postBatch(s.ctx, segs)
 	for errors.Is(err, errDeferred) {
 		// The peer asked to wait: the same slice goes again once the wait
-		// is over, still published as in flight (peerlanes.go).
-		results, err = s.postBatch(s.hbCtx, lines)
+		// is over.
+		results, err = s.postBatch(s.ctx, segs)
 	}
 	if err != nil {
-		if s.hbCtx.Err() == nil {
+		if s.ctx.Err() == nil {
 			s.stats.reassertFailures.Add(uint64(len(lines)))
 			s.hbErrors.note(s.log, "peer re-assertions failed; the next pass repeats them", "frames", len(lines), "reason", httpguard.ClipReason(err.Error()))
 		}
@@ -241,53 +192,51 @@ func (s *peerSender) reassertBatch(lines [][]byte) bool {
 	return ok
 }
 
-// batchBody is a batch's NDJSON body, read straight from its lines with a
-// newline after each. The lines are never modified once encoded (the
-// re-sync set's and the queue's alike), so the body needs no copy of them:
-// copied into one buffer, a heartbeat batch was 25 KB or more of garbage
-// per request, hundreds of requests a second at a large set, and the
-// garbage collector's cycles then took CPU from the fresh frames.
+// batchBody is a batch's NDJSON body, read straight from its pieces: the
+// entries' lines are never modified once stored, so the body needs no copy
+// of them. Copied into one buffer, a heartbeat batch was 25 KB or more of
+// garbage per request, hundreds of requests a second at a large table.
 type batchBody struct {
-	lines [][]byte
-	line  int // the line being read
-	off   int // how much of it was read; len(line) when only its newline is left
+	segs [][]byte
+	seg  int // the piece being read
+	off  int // how much of it was read
 }
 
-func newBatchBody(lines [][]byte) *batchBody { return &batchBody{lines: lines} }
+func newBatchBody(segs [][]byte) *batchBody { return &batchBody{segs: segs} }
 
 func (b *batchBody) Read(p []byte) (int, error) {
 	n := 0
-	for n < len(p) && b.line < len(b.lines) {
-		l := b.lines[b.line]
-		if b.off < len(l) {
-			c := copy(p[n:], l[b.off:])
-			b.off += c
-			n += c
-			continue
+	for n < len(p) && b.seg < len(b.segs) {
+		c := copy(p[n:], b.segs[b.seg][b.off:])
+		n += c
+		b.off += c
+		if b.off == len(b.segs[b.seg]) {
+			b.seg, b.off = b.seg+1, 0
 		}
-		p[n] = '\n'
-		n++
-		b.line, b.off = b.line+1, 0
 	}
-	if b.line == len(b.lines) {
+	if b.seg == len(b.segs) {
 		return n, io.EOF
 	}
 	return n, nil
 }
 
-// batchBodySize is the length of a batch's body: each line and a newline.
-func batchBodySize(lines [][]byte) int64 {
-	n := int64(len(lines))
-	for _, l := range lines {
-		n += int64(len(l))
+// batchBodySize is the length of a batch's body.
+func batchBodySize(segs [][]byte) int64 {
+	var n int64
+	for _, s := range segs {
+		n += int64(len(s))
 	}
 	return n
 }
 
-func linesOf(frames []outboundFrame) [][]byte {
-	out := make([][]byte, len(frames))
-	for i, f := range frames {
-		out[i] = f.line
+// batchFrames is the number of elements in a batch's pieces: one newline
+// each.
+func batchFrames(segs [][]byte) int {
+	n := 0
+	for _, s := range segs {
+		if len(s) == 1 && s[0] == '\n' && &s[0] == &newline[0] {
+			n++
+		}
 	}
-	return out
+	return n
 }

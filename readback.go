@@ -18,6 +18,7 @@ import (
 
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -275,13 +276,6 @@ func (li *localIngress) serveReadBack(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// readBackItem is one workload of an answer, copied out under activeMu.
-type readBackItem struct {
-	line     []byte // the entry's re-assertion line: never modified
-	cursor   readBackCursor
-	deadline time.Time // zero: no lease
-}
-
 // readBack streams the answer to q and returns how many workloads it
 // listed and which bound, if any, ended it before the end of the set:
 // "limit", "bytes" or "scan" ("client" when the client went away).
@@ -310,22 +304,23 @@ func (m *Manager) readBack(w http.ResponseWriter, q readBackQuery) (int, string)
 
 	var buf bytes.Buffer
 	buf.WriteString(`{"workloads":[`)
-	pos := m.readBackStart(q.cursor)
+	pos := m.table.ReadStart(q.cursor.mark(), readBackSlice, func(n int) { m.readBacks.scanned.Add(uint64(n)) })
 	listed, pageBytes, visited := 0, 0, 0
 	var last, lastListed readBackCursor
 	// stopped is the bound that ended the listing ("limit" or "bytes"),
 	// more whether a workload to list was found after it.
 	stopped, more := "", false
-	for pos != nil && visited < readBackScanMax {
+	for !pos.AtEnd() && visited < readBackScanMax {
 		want := 0
 		if stopped == "" {
 			want = q.limit - listed
 		}
-		v := m.readBackSlice(pos, q.requester, want)
-		pos, visited, last = v.next, visited+v.visited, v.last
-		more = more || v.beyond
-		for i, it := range v.items {
-			info, ok := readBackInfo(it.line)
+		v := m.table.ReadSlice(pos, q.requester, want, readBackSlice)
+		m.readBacks.scanned.Add(uint64(v.Visited))
+		pos, visited, last = v.Next, visited+v.Visited, cursorOf(v.Last)
+		more = more || v.Beyond
+		for i, it := range v.Items {
+			info, ok := readBackInfo(it.Line)
 			if !ok {
 				continue
 			}
@@ -335,15 +330,15 @@ func (m *Manager) readBack(w http.ResponseWriter, q readBackQuery) (int, string)
 			buf.WriteString(`{"workloadInfo":`)
 			buf.Write(info)
 			buf.WriteString(`,"leaseDeadline":`)
-			if it.deadline.IsZero() {
+			if it.Deadline.IsZero() {
 				buf.WriteString("null")
 			} else {
-				buf.WriteString(strconv.FormatInt(it.deadline.UnixMilli(), 10))
+				buf.WriteString(strconv.FormatInt(it.Deadline.UnixMilli(), 10))
 			}
 			buf.WriteByte('}')
 			listed++
 			pageBytes += len(info)
-			lastListed = it.cursor
+			lastListed = cursorOf(it.Mark)
 			// The answer goes out as it is built: a request holds at
 			// most 64 KiB of it and one workload, never the page.
 			if buf.Len() >= 64<<10 {
@@ -360,7 +355,7 @@ func (m *Manager) readBack(w http.ResponseWriter, q readBackQuery) (int, string)
 			default:
 				continue
 			}
-			more = more || i < len(v.items)-1
+			more = more || i < len(v.Items)-1
 			break
 		}
 	}
@@ -369,7 +364,7 @@ func (m *Manager) readBack(w http.ResponseWriter, q readBackQuery) (int, string)
 	switch {
 	case stopped != "" && more:
 		next, cut = &lastListed, stopped
-	case pos != nil:
+	case !pos.AtEnd():
 		next, cut = &last, "scan"
 	}
 	switch cut {
@@ -392,89 +387,22 @@ func (m *Manager) readBack(w http.ResponseWriter, q readBackQuery) (int, string)
 	return listed, cut
 }
 
-// cursorOf is the cursor that names e's place.
-func cursorOf(e *resyncEntry) readBackCursor {
-	return readBackCursor{order: e.order, origin: e.key.Origin, engine: e.key.Engine, runID: e.key.RunID, id: e.key.ID}
+// cursorOf is the cursor that names an entry's place.
+func cursorOf(r statetable.ReadMark) readBackCursor {
+	return readBackCursor{order: r.Order, origin: r.Key.Origin, engine: r.Key.Engine, runID: r.Key.RunID, id: r.Key.ID}
 }
 
-// readBackStart returns the first entry an answer visits: the head of the
-// pass order without a cursor; with one, the entry after the cursor's when
-// it is still in the set (one lookup), else the first entry of a higher
-// order, found by walking from the head a slice at a time, activeMu
-// released in between, each entry counted as looked at. An entry removed
-// meanwhile keeps its next pointer (resyncSet.unlink), so the walk goes on
-// from it.
-func (m *Manager) readBackStart(c *readBackCursor) *resyncEntry {
-	m.activeMu.Lock()
-	defer m.activeMu.Unlock()
-	s := m.resync
+// mark is the table's name for the cursor's place; nil for none.
+func (c *readBackCursor) mark() *statetable.ReadMark {
 	if c == nil {
-		return s.head
+		return nil
 	}
-	if e := s.entries[wireframe.WorkloadKey{Origin: c.origin, Engine: c.engine, RunID: c.runID, ID: c.id}]; e != nil && e.order == c.order {
-		return e.next
-	}
-	p := s.head
-	for {
-		n := 0
-		for ; n < readBackSlice && p != nil && p.order <= c.order; n++ {
-			p = p.next
-		}
-		m.readBacks.scanned.Add(uint64(n))
-		if p == nil || p.order > c.order {
-			return p
-		}
-		m.activeMu.Unlock()
-		m.activeMu.Lock()
-	}
-}
-
-// readBackVisit is what one slice of a read-back's walk found.
-type readBackVisit struct {
-	items   []readBackItem // the workloads to list, at most the slice's want
-	beyond  bool           // a further workload to list came after them
-	last    readBackCursor // the last entry visited
-	visited int            // the entries looked at
-	next    *resyncEntry   // where the next slice starts; nil at the end
-}
-
-// readBackSlice looks at up to readBackSlice entries from pos under one
-// hold of activeMu, and copies out the first want of those the read-back
-// lists (ingress runs in the set, not past their retention, whose
-// requesterId is requester when it is not nil), noting whether there were
-// more. Each entry costs the same few comparisons whether it is listed or
-// not: the filter reads the requesterId the entry holds, not its line.
-func (m *Manager) readBackSlice(pos *resyncEntry, requester *string, want int) (v readBackVisit) {
-	now := m.now()
-	m.activeMu.Lock()
-	defer m.activeMu.Unlock()
-	s := m.resync
-	var e *resyncEntry
-	for ; v.visited < readBackSlice && pos != nil; v.visited++ {
-		e, pos = pos, pos.next
-		if s.entries[e.key] != e || !e.ingress || (!e.terminalAt.IsZero() && now.Sub(e.terminalAt) >= s.retention) ||
-			(requester != nil && (!e.hasRequester || e.requester != *requester)) {
-			continue
-		}
-		if len(v.items) == want {
-			v.beyond = true
-			continue
-		}
-		it := readBackItem{line: e.line, cursor: cursorOf(e)}
-		it.deadline, _ = m.leases.deadlineOf(e.key.Ref(), e.key)
-		v.items = append(v.items, it)
-	}
-	if e != nil {
-		v.last = cursorOf(e)
-	}
-	v.next = pos
-	m.readBacks.scanned.Add(uint64(v.visited))
-	return v
+	return &statetable.ReadMark{Order: c.order, Key: wireframe.WorkloadKey{Origin: c.origin, Engine: c.engine, RunID: c.runID, ID: c.id}}
 }
 
 // readBackInfo returns the workload object of a re-assertion line.
 func readBackInfo(line []byte) (json.RawMessage, bool) {
-	params := (&resyncEntry{line: line}).params()
+	params := statetable.RunLine(line).Params()
 	pm, err := wireframe.ValidObjectMembers(params)
 	if err != nil {
 		return nil, false

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -17,8 +18,12 @@ import (
 //
 //   - one workload frame's content, its params (the workloadInfo and any
 //     member beside it), on every path: --workload-max-bytes;
-//   - the re-sync set's bytes, beside its entries: --max-live-workload-bytes;
-//   - each peer queue's bytes, beside its frames: peerQueueMaxBytes.
+//   - the state table's re-asserted runs' bytes, beside their count:
+//     --max-live-workload-bytes;
+//   - the ends it keeps for members that lack them: --max-ended-bytes.
+//
+// A slow peer holds no queue of its own: what it has not taken is what lies
+// above its mark in the table.
 
 const (
 	// defaultMaxLiveWorkloadBytes bounds the bytes the re-sync set holds:
@@ -30,15 +35,6 @@ const (
 	// maxMaxLiveWorkloadBytes is the most: 1 TiB, past any node.
 	maxMaxLiveWorkloadBytes = 1 << 40
 
-	// peerQueueMaxBytes bounds the bytes of the fresh frames waiting in one
-	// peer's queue, beside its peerQueueSize frames: 1,024 real frames of
-	// up to 2 KiB fit, and one slow peer cannot hold more than 8 MiB of
-	// frames however large each is (they held 250 MiB). A frame's line is
-	// shared by every queue it is in, so N peers that all lag hold it
-	// once; the bound is per peer because a queue is. A constant, like
-	// peerQueueSize: the frames a queue holds are a burst waiting for one
-	// peer, not something to tune per node.
-	peerQueueMaxBytes = 8 << 20
 )
 
 // peerWorkloadSlack is what the peer port takes beyond the workload bound:
@@ -48,7 +44,7 @@ const (
 // and its heartbeat adds the re-assertion marker (`"resync":true,`). A
 // peer with the same bound must take all of it, or a frame a producer
 // was told was accepted would be refused, for good, at every peer.
-const peerWorkloadSlack = len(`,"originatedFrom":""`) + wireframe.MaxKeyFieldBytes + resyncMarkerBytes
+const peerWorkloadSlack = len(`,"originatedFrom":""`) + wireframe.MaxKeyFieldBytes + statetable.ResyncMarkerBytes
 
 // checkMaxLiveWorkloadBytes refuses a --max-live-workload-bytes outside
 // its range.
@@ -81,12 +77,3 @@ func (m *Manager) writeWorkloadBoundMetrics(t *promtext.Text) {
 	t.Single("nvpair_wlm_workload_limit_bytes", "gauge", "The most bytes a frame's params may have on every path (--workload-max-bytes).", float64(m.cfg.WorkloadMaxBytes))
 }
 
-// writePeerQueueBytes renders the bytes waiting in each peer's queue (0
-// for a peer that left) and their bound.
-func writePeerQueueBytes(t *promtext.Text, stats []*peerStats, bytes map[string]int64) {
-	t.Family("nvpair_wlm_peer_queue_bytes", "gauge", fmt.Sprintf("Bytes of the fresh frames waiting in a peer's queue (at most %d, beside its frames; a queue at either bound is full); 0 for a peer that left.", peerQueueMaxBytes))
-	for _, s := range stats {
-		t.Sample("nvpair_wlm_peer_queue_bytes", []string{"peer"}, []string{s.peer}, float64(bytes[s.peer]))
-	}
-	t.Single("nvpair_wlm_peer_queue_limit_bytes", "gauge", "The most bytes of fresh frames one peer's queue holds.", peerQueueMaxBytes)
-}

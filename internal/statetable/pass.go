@@ -1,0 +1,55 @@
+package statetable
+
+// Pass is one heartbeat pass's place in pass order. next is guarded by
+// the table's lock, which moves it when the entry it points at leaves; the
+// other fields belong to the pass's owner.
+type Pass struct {
+	next     *entry
+	start    uint64 // the table's version when the pass started
+	pending  bool   // started, not yet placed
+	Size     int    // runs in pass order when the pass was placed
+	Progress int    // runs the pass has taken so far
+}
+
+// BeginPass starts p: it visits every run in pass order except those
+// changed after it began, which every member is sent as fresh entries. It
+// needs no lock: p takes its place at its first take.
+func (t *Table) BeginPass(p *Pass) {
+	p.start, p.pending, p.Size, p.Progress = t.version.Load(), true, 0, 0
+}
+
+// TakePass returns the re-assertion lines of up to maxFrames runs from p's
+// place on, at most maxBytes in all (but at least one), and reports
+// whether the pass reached the end of the order.
+func (t *Table) TakePass(p *Pass, maxFrames, maxBytes int) (lines [][]byte, done bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.reapLocked(t.cfg.Now())
+	if p.pending {
+		t.passes[p] = struct{}{}
+		p.next, p.pending, p.Size = t.phead, false, t.inPass
+	}
+	size := 0
+	for p.next != nil && len(lines) < maxFrames {
+		e := p.next
+		if e.version > p.start {
+			p.next = e.pnext
+			continue
+		}
+		if len(lines) > 0 && size+len(e.line) > maxBytes {
+			break
+		}
+		lines = append(lines, e.line)
+		size += len(e.line)
+		p.next = e.pnext
+	}
+	p.Progress += len(lines)
+	return lines, p.next == nil
+}
+
+// ClosePass forgets p; the table no longer moves it.
+func (t *Table) ClosePass(p *Pass) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.passes, p)
+}

@@ -1,0 +1,533 @@
+package statetable
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
+)
+
+// The journal's records (spec 5.3). Each is one change of the table, in the
+// order of the table's changes, so a restart that applies them in file
+// order, the higher version winning, rebuilds what the table held:
+//
+//	'P' put:    version, kind, owner, flags, endedAt, lease seconds, lease
+//	            deadline, the key's four strings, a removal's runs, the line
+//	'F' forget: version, kind, the key's four strings
+//	'A' ack:    member id, mark, departed (0: active)
+//
+// Integers are varints; strings and the line are length-prefixed. Only
+// what a restart cannot get back from its broker is written: a producer's
+// runs (its ownership and lease), every end until every member has it, and
+// the members' marks. A broker's live run is not: the broker replays its
+// active jobs to a restarted daemon.
+
+const (
+	recPut    = 'P'
+	recForget = 'F'
+	recAck    = 'A'
+)
+
+const flagReplayDrop = 1
+
+func shouldJournal(e *entry) bool { return e.owner == Producer || e.kind != kindLive }
+
+// journalPut writes e's state when a restart needs it, or forgets an
+// earlier record of it that no longer speaks for it. It returns the
+// record's sequence, 0 for none.
+func (t *Table) journalPut(e *entry) uint64 {
+	if !shouldJournal(e) {
+		if e.journaled {
+			t.journalForget(e)
+		}
+		return 0
+	}
+	e.journaled = true
+	return t.appendRecord(encodePut(nil, e))
+}
+
+func (t *Table) journalForget(e *entry) {
+	e.journaled = false
+	b := []byte{recForget}
+	b = binary.AppendUvarint(b, e.version)
+	b = append(b, byte(e.kind))
+	b = appendKey(b, e.key)
+	t.appendRecord(b)
+}
+
+func (t *Table) journalAck(m *Member) {
+	b := []byte{recAck}
+	b = appendString(b, m.id)
+	b = binary.AppendUvarint(b, m.mark)
+	var departed int64
+	if !m.departed.IsZero() {
+		departed = m.departed.UnixMilli()
+	}
+	b = binary.AppendVarint(b, departed)
+	t.appendRecord(b)
+}
+
+func (t *Table) appendRecord(b []byte) uint64 {
+	if t.cfg.Journal == nil {
+		return 0
+	}
+	seq, err := t.cfg.Journal.Append(b)
+	if err != nil {
+		t.stats.JournalFailed.Add(1)
+		return 0
+	}
+	return seq
+}
+
+func encodePut(b []byte, e *entry) []byte {
+	b = append(b, recPut)
+	b = binary.AppendUvarint(b, e.version)
+	flags := byte(0)
+	if e.replayDrop {
+		flags |= flagReplayDrop
+	}
+	b = append(b, byte(e.kind), byte(e.owner), flags)
+	b = binary.AppendVarint(b, unixMilli(e.endedAt))
+	b = binary.AppendUvarint(b, uint64(e.leaseSeconds))
+	b = binary.AppendVarint(b, unixMilli(e.leaseDeadline))
+	b = appendKey(b, e.key)
+	b = binary.AppendUvarint(b, uint64(len(e.runs)))
+	for _, r := range e.runs {
+		b = appendString(b, r.engine)
+		b = appendString(b, r.runID)
+	}
+	return appendString(b, string(e.line))
+}
+
+func unixMilli(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func appendKey(b []byte, k wireframe.WorkloadKey) []byte {
+	for _, s := range []string{k.Origin, k.Engine, k.RunID, k.ID} {
+		b = appendString(b, s)
+	}
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// reader decodes a record, each length checked against what is left and
+// against maxLen before anything is allocated.
+type reader struct {
+	b   []byte
+	err error
+}
+
+var errRecord = errors.New("malformed record")
+
+func (r *reader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errRecord
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.err = errRecord
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) byte() byte {
+	if len(r.b) == 0 {
+		r.err = errRecord
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+func (r *reader) string(maxLen int) string {
+	n := r.uvarint()
+	if r.err != nil || n > uint64(maxLen) || n > uint64(len(r.b)) {
+		r.err = errRecord
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *reader) key() wireframe.WorkloadKey {
+	var k wireframe.WorkloadKey
+	for _, f := range []*string{&k.Origin, &k.Engine, &k.RunID, &k.ID} {
+		*f = r.string(wireframe.MaxKeyFieldBytes)
+	}
+	return k
+}
+
+// RestoreStats says what a restore found.
+type RestoreStats struct {
+	Records, Runs, Ends, Members int
+	// Refused counts records that broke a bound the live paths enforce
+	// (a line, a lease, a key) or did not parse as what they claim.
+	Refused int
+	// OverLimit counts runs dropped because the table held MaxLive.
+	OverLimit int
+}
+
+// restored is one entry as the records left it.
+type restored struct {
+	e      *entry
+	forgot bool
+}
+
+// Restore rebuilds the table from the journal's records, in file order,
+// before anything else touches it. A record is decoded with the bounds the
+// live paths enforce: a line is parsed as the frame it claims to be and
+// must name its key; a lease is within the ingress's range; a string is
+// within its field's bound. A record that fails is counted and skipped.
+func (t *Table) Restore(records [][]byte, restartGrace time.Duration) RestoreStats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var st RestoreStats
+	st.Records = len(records)
+	runs := map[wireframe.WorkloadKey]*restored{}
+	rems := map[wireframe.WorkloadRef]*restored{}
+	marks := map[string]*Member{}
+	top := uint64(0)
+	for _, rec := range records {
+		if len(rec) == 0 {
+			st.Refused++
+			continue
+		}
+		r := &reader{b: rec[1:]}
+		switch rec[0] {
+		case recPut:
+			e, err := t.decodePut(r)
+			if err != nil {
+				st.Refused++
+				continue
+			}
+			top = max(top, e.version)
+			slot := slotOf(runs, rems, e)
+			if slot.e == nil || slot.forgot || e.version > slot.e.version {
+				*slot = restored{e: e}
+			}
+		case recForget:
+			v := r.uvarint()
+			kd := kind(r.byte())
+			k := r.key()
+			if r.err != nil {
+				st.Refused++
+				continue
+			}
+			top = max(top, v)
+			slot := slotOf(runs, rems, &entry{key: k, kind: kd})
+			if slot.e != nil && slot.e.version <= v {
+				slot.forgot = true
+			}
+		case recAck:
+			id := r.string(wireframe.MaxKeyFieldBytes)
+			mark := r.uvarint()
+			departed := r.varint()
+			if r.err != nil {
+				st.Refused++
+				continue
+			}
+			top = max(top, mark)
+			if mark == 0 && departed == 0 {
+				delete(marks, id)
+				continue
+			}
+			m := &Member{id: id, mark: mark, wake: make(chan struct{}, 1)}
+			if departed != 0 {
+				m.departed = time.UnixMilli(departed)
+			}
+			marks[id] = m
+		default:
+			st.Refused++
+		}
+	}
+	t.rebuild(runs, rems, marks, restartGrace, &st)
+	t.version.Store(max(t.version.Load(), top))
+	return st
+}
+
+func slotOf(runs map[wireframe.WorkloadKey]*restored, rems map[wireframe.WorkloadRef]*restored, e *entry) *restored {
+	if e.kind == kindRemoved {
+		ref := e.key.Ref()
+		if rems[ref] == nil {
+			rems[ref] = &restored{}
+		}
+		return rems[ref]
+	}
+	if runs[e.key] == nil {
+		runs[e.key] = &restored{}
+	}
+	return runs[e.key]
+}
+
+// decodePut decodes a put and checks it as the live paths would.
+func (t *Table) decodePut(r *reader) (*entry, error) {
+	e := &entry{leaseIdx: -1, journaled: true}
+	e.version = r.uvarint()
+	e.kind = kind(r.byte())
+	e.owner = Owner(r.byte())
+	flags := r.byte()
+	ended := r.varint()
+	leaseSeconds := r.uvarint()
+	leaseDeadline := r.varint()
+	e.key = r.key()
+	n := r.uvarint()
+	if r.err != nil || n > maxRestoredRuns || e.kind > kindRemoved || e.owner > Producer || e.version == 0 {
+		return nil, errRecord
+	}
+	for range n {
+		e.runs = append(e.runs, runKey{r.string(wireframe.MaxKeyFieldBytes), r.string(wireframe.MaxKeyFieldBytes)})
+	}
+	line := r.string(wireframe.MaxBytes)
+	if r.err != nil || len(r.b) != 0 {
+		return nil, errRecord
+	}
+	e.line = []byte(line)
+	e.replayDrop = flags&flagReplayDrop != 0
+	if ended != 0 {
+		e.endedAt = time.UnixMilli(ended)
+	}
+	if leaseSeconds != 0 {
+		if leaseSeconds < MinLeaseSeconds || leaseSeconds > MaxLeaseSeconds || e.kind != kindLive || e.owner != Producer {
+			return nil, fmt.Errorf("lease of %d s: %w", leaseSeconds, errRecord)
+		}
+		e.leaseSeconds, e.leaseDeadline = int(leaseSeconds), time.UnixMilli(leaseDeadline)
+	}
+	if err := checkLine(e); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// maxRestoredRuns bounds a removal's runs in a record: a workload has one
+// run nearly always, and a removal of more than this many keeps none (any
+// run's replay is then dropped).
+const maxRestoredRuns = 64
+
+// The lengths a lease may have, in seconds (spec 3.5.1): the ingress's
+// range, which a restore enforces too.
+const (
+	MinLeaseSeconds = 5
+	MaxLeaseSeconds = 86400
+)
+
+// checkLine parses a restored entry's line as the frame its kind says it
+// is, and checks it names the entry's key and fills what Commit reads.
+func checkLine(e *entry) error {
+	var env struct {
+		JSONRPC string          `json:"jsonrpc"`
+		Method  string          `json:"method"`
+		Params  json.RawMessage `json:"params"`
+	}
+	if err := json.Unmarshal(e.line, &env); err != nil || env.JSONRPC != "2.0" {
+		return errRecord
+	}
+	if e.kind == kindRemoved {
+		rm, err := wireframe.ParseRemove(env.Params)
+		if err != nil || env.Method != wireframe.MethodRemove || rm.Ref != e.key.Ref() || e.key.Engine != "" || e.key.RunID != "" {
+			return errRecord
+		}
+		return nil
+	}
+	ev, err := wireframe.ParseLifecycle(env.Method, env.Params)
+	if err != nil || ev.Key() != e.key || ev.Terminal() != (e.kind == kindTerminal) || !ev.Resync {
+		return errRecord
+	}
+	e.rank, e.seq, e.hasSeq = rankOf(ev.Info.State), ev.Info.Seq, ev.Info.HasSeq
+	e.requester, e.hasRequester = ev.Info.Requester, ev.Info.HasRequester
+	return nil
+}
+
+// rebuild links the restored entries in version order, within the
+// table's bounds, and places the members' cursors.
+func (t *Table) rebuild(runs map[wireframe.WorkloadKey]*restored, rems map[wireframe.WorkloadRef]*restored, marks map[string]*Member, grace time.Duration, st *RestoreStats) {
+	now := t.cfg.Now()
+	var all []*entry
+	for _, r := range runs {
+		if r.e != nil && !r.forgot {
+			all = append(all, r.e)
+		}
+	}
+	for _, r := range rems {
+		if r.e != nil && !r.forgot {
+			all = append(all, r.e)
+		}
+	}
+	slices.SortFunc(all, func(a, b *entry) int { return cmpU64(a.version, b.version) })
+	for _, e := range all {
+		t.restoreEntry(e, now, grace, st)
+	}
+	for id, m := range marks {
+		t.members[id] = m
+		t.vcursors[&m.cur] = struct{}{}
+		if m.departed.IsZero() {
+			m.departed = now // a restart does not know who is still there: discovery says
+		}
+	}
+	t.placeCursors()
+	st.Members = len(marks)
+	t.evictLocked()
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// restoreEntry links one restored entry, as Commit would have left it.
+func (t *Table) restoreEntry(e *entry, now time.Time, grace time.Duration, st *RestoreStats) {
+	if e.kind == kindRemoved {
+		t.removals[e.key.Ref()] = e
+		st.Ends++
+	} else {
+		if e.kind == kindLive && t.inPass >= t.cfg.MaxLive {
+			st.OverLimit++
+			return
+		}
+		t.byKey[e.key] = e
+		ref := e.key.Ref()
+		e.sibling = t.byRef[ref]
+		t.byRef[ref] = e
+		if e.kind == kindLive || now.Sub(e.endedAt) < t.cfg.Retention {
+			t.linkPass(e)
+			t.passSize += int64(len(e.line))
+		} else {
+			e.retired = true
+		}
+		if e.kind == kindLive {
+			st.Runs++
+		} else {
+			st.Ends++
+		}
+	}
+	if e.kind != kindLive {
+		t.ended += e.size()
+		if e.endedAt.After(now) || e.endedAt.IsZero() {
+			e.endedAt = now // a clock stepped back since the write, or an edited file
+		}
+		if now.Sub(e.endedAt) >= t.cfg.Retention {
+			e.retired = true
+		}
+	}
+	if e.leaseSeconds > 0 {
+		// A lease's deadline is at most its length from now (a clock
+		// stepped back, an edited file), and at least the grace: the
+		// producer's renewals failed while the daemon was down.
+		d := e.leaseDeadline
+		if latest := now.Add(time.Duration(e.leaseSeconds) * t.cfg.LeaseUnit); d.After(latest) {
+			d = latest
+		}
+		if earliest := now.Add(grace); d.Before(earliest) {
+			d = earliest
+		}
+		e.leaseDeadline = d
+		heapPush(t, e)
+	}
+	t.linkVersion(e)
+	if e.kind != kindLive {
+		t.ends.push(e)
+	}
+}
+
+// placeCursors puts each member's cursor after the last entry at or
+// below its mark: one walk of version order, at start.
+func (t *Table) placeCursors() {
+	ms := make([]*Member, 0, len(t.members))
+	for _, m := range t.members {
+		ms = append(ms, m)
+	}
+	slices.SortFunc(ms, func(a, b *Member) int { return cmpU64(a.mark, b.mark) })
+	var after *entry
+	e := t.vhead
+	for _, m := range ms {
+		for e != nil && e.version <= m.mark {
+			after, e = e, e.vnext
+		}
+		m.cur.after = after
+	}
+}
+
+// Snapshot emits the records of what the journal must hold, for its
+// compaction: a slice of version order at a time under the lock, emitted
+// with it released, then the members' marks.
+func (t *Table) Snapshot(emit func([]byte) error) error {
+	w := &vcursor{}
+	t.mu.Lock()
+	t.vcursors[w] = struct{}{}
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		delete(t.vcursors, w)
+		t.mu.Unlock()
+	}()
+	for {
+		var recs [][]byte
+		t.mu.Lock()
+		e := t.vhead
+		if w.after != nil {
+			e = w.after.vnext
+		}
+		for n := 0; e != nil && n < reapBudget; n, e = n+1, e.vnext {
+			if e.journaled {
+				recs = append(recs, encodePut(nil, e))
+			}
+			w.after = e
+		}
+		if e == nil {
+			for _, m := range t.members {
+				b := []byte{recAck}
+				b = appendString(b, m.id)
+				b = binary.AppendUvarint(b, m.mark)
+				b = binary.AppendVarint(b, unixMilli(m.departed))
+				recs = append(recs, b)
+			}
+		}
+		t.mu.Unlock()
+		for _, r := range recs {
+			if err := emit(r); err != nil {
+				return err
+			}
+		}
+		if e == nil {
+			return nil
+		}
+	}
+}
+
+// JournaledBytes is about what a compacted journal would hold: the
+// journaled entries' lines and keys. The Manager compacts when the file
+// outgrows twice it.
+func (t *Table) JournaledBytes() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	// The ends and the producers' runs are what is journaled; the ends'
+	// bytes are counted, the producers' runs are within the pass bytes.
+	return t.ended + t.passSize
+}

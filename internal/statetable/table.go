@@ -1,0 +1,804 @@
+package statetable
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
+)
+
+// Owner says who may change a workload: the broker, or the producer that
+// posted it on the ingress (spec 3.5.3).
+type Owner uint8
+
+const (
+	Broker   Owner = iota // entered through the broker
+	Producer              // entered through the ingress
+)
+
+// Source says where a frame entered the daemon.
+type Source uint8
+
+const (
+	FromBroker   Source = iota // the broker, on the local channel
+	FromProducer               // a producer, on the loopback ingress (or its lease's expiry)
+)
+
+// kind is what an entry records.
+type kind uint8
+
+const (
+	kindLive     kind = iota // a run that has not ended
+	kindTerminal             // a run that ended: a tombstone
+	kindRemoved              // a workload removed: a tombstone, keyed by its ref
+)
+
+// runKey is one run of a workload: what tells the broker's replay of a
+// removed run from a new job of the same id.
+type runKey struct{ engine, runID string }
+
+// entry is one thing this node asserts. Guarded by Table.mu.
+type entry struct {
+	key     wireframe.WorkloadKey // a removal's has Origin and ID only
+	line    []byte                // a run's re-assertion line, a removal's notification
+	kind    kind
+	owner   Owner
+	version uint64
+	// What a later frame is compared with (supersedes).
+	seq    int64
+	rank   lifecycleRank
+	hasSeq bool
+	// The held event's requesterId, which the read-back's filter compares
+	// without parsing the line.
+	hasRequester bool
+	requester    string
+	// endedAt is when a tombstone ended; retired says its retention has
+	// passed: it is out of the pass order, no longer holds its run or id,
+	// and stays only until every member has acknowledged it.
+	endedAt time.Time
+	retired bool
+	gone    bool // deleted from the table: an item still naming it is stale
+	// A removal's: replayDrop says the broker's replay of its runs is
+	// dropped (a producer removed an owned workload); runs are the runs it
+	// removed, nil for any.
+	replayDrop bool
+	runs       []runKey
+	// journaled says a record of the entry's current state is in the
+	// journal: a later change that needs none writes a forget instead.
+	journaled bool
+	// The producer's lease: leaseIdx is its place in Table.leases, -1 for
+	// none.
+	leaseSeconds  int
+	leaseDeadline time.Time
+	leaseFailures int
+	leaseIdx      int
+	// order is the entry's place in pass order, for the read-back's cursor.
+	order   uint64
+	inPass  bool
+	sibling *entry // the runs of one workload (byRef)
+	// vprev/vnext link every entry in version order; pprev/pnext link the
+	// live and retained terminal runs in pass order (first tracked first).
+	vprev, vnext *entry
+	pprev, pnext *entry
+}
+
+func (e *entry) size() int64 {
+	return int64(len(e.line)+len(e.key.Origin)+len(e.key.Engine)+len(e.key.RunID)+len(e.key.ID)) + EntryOverhead
+}
+
+// EntryOverhead is what an entry costs beside its line and key, counted
+// in the ended bytes: the struct, its map slots and item.
+const EntryOverhead = 256
+
+func (e *entry) lineOf() Line { return Line{b: e.line, run: e.kind != kindRemoved} }
+
+// Config is a table's bounds and collaborators.
+type Config struct {
+	Self string // this node's id: every key's origin shares its bytes
+	// Retention is how long an end is re-asserted and holds its id: two
+	// re-sync intervals.
+	Retention time.Duration
+	// MaxLive and MaxLiveBytes bound the runs in pass order (live ones and
+	// ended ones within their retention) and their lines' bytes
+	// (--max-live-workloads, --max-live-workload-bytes).
+	MaxLive      int
+	MaxLiveBytes int64
+	// MaxEndedBytes bounds the tombstones' bytes (--max-ended-bytes): the
+	// oldest goes first, acknowledged or not.
+	MaxEndedBytes int64
+	// MemberClaim is how long a member that left keeps its claim on the
+	// ends it has not acknowledged.
+	MemberClaim time.Duration
+	// LeaseUnit is one second of a lease (shorter in tests).
+	LeaseUnit time.Duration
+	Journal   Journal // nil: nothing is written
+	Now       func() time.Time
+}
+
+// Journal is where the table writes its records, in the order of its
+// changes (internal/statejournal).
+type Journal interface {
+	Append(payload []byte) (uint64, error)
+}
+
+// Table is the state table. Its methods are safe for concurrent use.
+type Table struct {
+	// mu guards everything below but the atomics. It is the design card's
+	// activeMu: taken under the ingress's ingestMu and alone by every other
+	// caller, and nothing is taken under it but the journal's append lock.
+	mu  sync.Mutex
+	cfg Config
+
+	byKey    map[wireframe.WorkloadKey]*entry   // runs
+	byRef    map[wireframe.WorkloadRef]*entry   // the first of a workload's runs
+	removals map[wireframe.WorkloadRef]*entry   // removal tombstones
+	members  map[string]*Member                 // by node id
+	vcursors map[*vcursor]struct{}              // members' and walks' places in version order
+	passes   map[*Pass]struct{}                 // heartbeat passes' places in pass order
+	vhead    *entry                             // version order, oldest first
+	vtail    *entry                             //
+	phead    *entry                             // pass order
+	ptail    *entry                             //
+	linked   uint64                             // the last pass order given
+	version  atomic.Uint64                      // the last version given
+	inPass   int                                // runs in pass order
+	passSize int64                              // their lines' bytes
+	ended    int64                              // tombstones' bytes
+	ends     endQueue                           // tombstones, oldest first
+	leases   leaseHeap                          //
+	leaseCh  chan struct{}                      // poked when the earliest deadline may have moved
+	stats    Stats                              //
+	self     string                             //
+}
+
+// Stats are the table's counters, for the metrics.
+type Stats struct {
+	Evicted       atomic.Uint64 // ends dropped at the byte bound before every member had them
+	FullPasses    atomic.Uint64 // members sent the whole table because an end they lacked was evicted
+	Forgotten     atomic.Uint64 // ends forgotten once every member had them
+	Untracked     atomic.Uint64 // broker frames not kept: a bound was reached
+	Refused409    atomic.Uint64 // producer frames refused: the broker owns the workload
+	JournalFailed atomic.Uint64 // records not appended to the journal
+	LeaseRenewed  atomic.Uint64
+	ClaimsExpired atomic.Uint64 // members whose claim ran out
+}
+
+// New returns an empty table.
+func New(cfg Config) *Table {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.LeaseUnit == 0 {
+		cfg.LeaseUnit = time.Second
+	}
+	return &Table{
+		cfg:      cfg,
+		self:     cfg.Self,
+		byKey:    map[wireframe.WorkloadKey]*entry{},
+		byRef:    map[wireframe.WorkloadRef]*entry{},
+		removals: map[wireframe.WorkloadRef]*entry{},
+		members:  map[string]*Member{},
+		vcursors: map[*vcursor]struct{}{},
+		passes:   map[*Pass]struct{}{},
+		leaseCh:  make(chan struct{}, 1),
+	}
+}
+
+// SetJournal sets where the table writes its records; called once, before
+// the first change.
+func (t *Table) SetJournal(j Journal) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cfg.Journal = j
+}
+
+// SetLeaseUnit sets the length of a lease's second (tests shorten it).
+func (t *Table) SetLeaseUnit(d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cfg.LeaseUnit = d
+}
+
+// Stats returns the table's counters.
+func (t *Table) Stats() *Stats { return &t.stats }
+
+// Version is the last version given; it needs no lock.
+func (t *Table) Version() uint64 { return t.version.Load() }
+
+// Frame is one local-origin frame to commit.
+type Frame struct {
+	Source       Source
+	Life         *wireframe.Lifecycle // a lifecycle frame's; nil for a removal
+	Removal      *wireframe.Removal   // a removal's
+	LeaseSeconds int                  // a producer frame's Workload-Lease, 0 for none
+	// Line is the frame as the table keeps it, when the caller built it
+	// already (ReassertionLine for a run, the notification for a removal):
+	// the ingress builds it before its frame enters the broker order.
+	Line []byte
+}
+
+func (f *Frame) ref() wireframe.WorkloadRef {
+	if f.Life == nil {
+		return f.Removal.Ref
+	}
+	return f.Life.Ref()
+}
+
+// Outcome says what Commit did with a frame.
+type Outcome uint8
+
+const (
+	Applied       Outcome = iota // the table holds it: every member is sent it
+	Stale                        // the entry held is later (supersedes)
+	Full                         // a new run while the table holds MaxLive runs (a broker frame)
+	FullBytes                    // the run would take the table past MaxLiveBytes (a broker frame)
+	ReplayDropped                // the broker's replay of a run a producer removed
+	BrokerTook                   // a producer's frame for a workload the broker took after its check
+	NotHeld                      // a removal of a workload the table holds no run of
+)
+
+func (o Outcome) String() string {
+	return [...]string{"applied", "stale", "full", "full_bytes", "replay_dropped", "broker_took", "not_held"}[o]
+}
+
+// Commit applies a local-origin frame: the one place the table changes
+// for a frame, from the broker or a producer alike. It returns what it did
+// and the journal sequence of its record (0 for none): an ingress frame's
+// answer waits for that record to be durable.
+func (t *Table) Commit(f *Frame) (Outcome, uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.cfg.Now()
+	t.reapLocked(now)
+	var o Outcome
+	var seq uint64
+	if f.Life == nil {
+		o, seq = t.commitRemoval(f, now)
+	} else {
+		o, seq = t.commitLifecycle(f, now)
+	}
+	if o == Applied {
+		t.wakeLocked()
+	}
+	return o, seq
+}
+
+// brokerOwns reports whether the broker owns ref: the table holds a run of
+// it within its retention, and none of them is a producer's.
+func (t *Table) brokerOwns(ref wireframe.WorkloadRef) bool {
+	held := false
+	for e := t.byRef[ref]; e != nil; e = e.sibling {
+		if e.retired {
+			continue
+		}
+		if e.owner == Producer {
+			return false
+		}
+		held = true
+	}
+	return held
+}
+
+// producerOwns reports whether a producer owns ref: a run of it within its
+// retention is a producer's.
+func (t *Table) producerOwns(ref wireframe.WorkloadRef) bool {
+	for e := t.byRef[ref]; e != nil; e = e.sibling {
+		if !e.retired && e.owner == Producer {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrBrokerOwned is a producer's frame naming a workload the broker owns:
+// the ingress answers 409.
+type ErrBrokerOwned struct{ Ref wireframe.WorkloadRef }
+
+func (e *ErrBrokerOwned) Error() string {
+	return fmt.Sprintf("workload %q (originatedFrom %s) entered through this node's broker, not the ingress: a producer may report, remove or lease only the workloads it posted, or new ids", clip(e.Ref.ID), e.Ref.Origin)
+}
+
+// CheckProducer refuses a producer's frame for a workload the broker owns,
+// before anything is written for it.
+func (t *Table) CheckProducer(ref wireframe.WorkloadRef) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.brokerOwns(ref) {
+		t.stats.Refused409.Add(1)
+		return &ErrBrokerOwned{Ref: ref}
+	}
+	return nil
+}
+
+// IsBrokerOwned reports whether err is CheckProducer's refusal.
+func IsBrokerOwned(err error) bool { return errors.As(err, new(*ErrBrokerOwned)) }
+
+func (t *Table) commitLifecycle(f *Frame, now time.Time) (Outcome, uint64) {
+	ev := f.Life
+	ref, k := ev.Ref(), ev.Key()
+	producer := f.Source == FromProducer
+	if producer && t.brokerOwns(ref) {
+		return BrokerTook, 0
+	}
+	owned := producer || t.producerOwns(ref)
+	if r := t.removals[ref]; r != nil && !r.retired && r.replayDrop {
+		switch {
+		case producer:
+			// The producer reports the workload anew: its removal no
+			// longer speaks for the broker's frames.
+			r.replayDrop = false
+		case !ev.Resync && (r.runs == nil || hasRun(r.runs, k)):
+			return ReplayDropped, 0
+		}
+	}
+	e := t.byKey[k]
+	if e != nil && e.retired {
+		// An end past its retention no longer holds its run: a frame for
+		// it starts again, and a member that missed the end is sent the
+		// newer state instead.
+		t.unretire(e)
+	}
+	if e != nil && !supersedes(ev, e) {
+		return Stale, 0
+	}
+	line := f.Line
+	if line == nil {
+		line = ReassertionLine(ev.Method, ev.Params)
+	}
+	if e == nil && !producer && t.inPass >= t.cfg.MaxLive {
+		t.stats.Untracked.Add(1)
+		return Full, 0
+	}
+	grow := int64(len(line))
+	if e != nil {
+		grow -= int64(len(e.line))
+	}
+	if !producer && grow > 0 && t.passSize+grow > t.cfg.MaxLiveBytes {
+		// Re-asserting the older state held would undo, at every peer,
+		// the newer one the broker holds: the run is dropped instead.
+		t.stats.Untracked.Add(1)
+		if e != nil {
+			t.deleteEntry(e)
+		}
+		return FullBytes, 0
+	}
+	if e == nil {
+		e = t.newRun(k)
+	}
+	t.setRun(e, ev, line, now)
+	if owned {
+		e.owner = Producer
+	}
+	t.applyLease(e, f, now)
+	return Applied, t.journalPut(e)
+}
+
+// newRun creates the entry of a new run, in pass order and its workload's
+// chain.
+func (t *Table) newRun(k wireframe.WorkloadKey) *entry {
+	if k.Origin == t.self {
+		k.Origin = t.self // every local key shares the node id's bytes
+	}
+	e := &entry{key: k, leaseIdx: -1}
+	t.byKey[k] = e
+	ref := k.Ref()
+	e.sibling = t.byRef[ref]
+	t.byRef[ref] = e
+	t.linkPass(e)
+	return e
+}
+
+// setRun records ev as e's latest state, with a new version.
+func (t *Table) setRun(e *entry, ev *wireframe.Lifecycle, line []byte, now time.Time) {
+	wasEnd := e.kind != kindLive
+	oldSize := e.size()
+	t.passSize += int64(len(line) - len(e.line))
+	e.line = line
+	e.rank, e.seq, e.hasSeq = rankOf(ev.Info.State), ev.Info.Seq, ev.Info.HasSeq
+	// A new entry's requester is part of the allocation its key's strings
+	// are parts of, so it costs only its bytes; a later event's would keep
+	// that event's whole allocation alive: kept when the same, else copied.
+	if e.requester != ev.Info.Requester {
+		e.requester = strings.Clone(ev.Info.Requester)
+	}
+	e.hasRequester = ev.Info.HasRequester
+	if wasEnd {
+		t.ended -= oldSize
+	}
+	if ev.Terminal() {
+		e.kind, e.endedAt = kindTerminal, now
+		t.ended += e.size()
+	} else {
+		e.kind, e.endedAt = kindLive, time.Time{}
+	}
+	t.bump(e)
+	if e.kind == kindTerminal {
+		t.ends.push(e)
+		t.evictLocked()
+	}
+}
+
+func hasRun(runs []runKey, k wireframe.WorkloadKey) bool {
+	for _, r := range runs {
+		if r.engine == k.Engine && r.runID == k.RunID {
+			return true
+		}
+	}
+	return false
+}
+
+func (t *Table) commitRemoval(f *Frame, now time.Time) (Outcome, uint64) {
+	ref := f.Removal.Ref
+	producer := f.Source == FromProducer
+	if producer && t.brokerOwns(ref) {
+		return BrokerTook, 0
+	}
+	if t.byRef[ref] == nil {
+		// Nothing of it is held, so nothing needs retiring at a peer: a
+		// removal of an id this node never held (or already forgot) takes
+		// no room, so it cannot push a real end out.
+		return NotHeld, 0
+	}
+	owned := producer || t.producerOwns(ref)
+	var runs []runKey
+	for e := t.byRef[ref]; e != nil; {
+		next := e.sibling
+		runs = append(runs, runKey{e.key.Engine, e.key.RunID})
+		t.deleteEntry(e)
+		e = next
+	}
+	r := t.removals[ref]
+	if r == nil {
+		k := wireframe.WorkloadKey{Origin: ref.Origin, ID: ref.ID}
+		if k.Origin == t.self {
+			k.Origin = t.self
+		}
+		r = &entry{key: k, kind: kindRemoved, leaseIdx: -1}
+		t.removals[ref] = r
+	} else {
+		t.ended -= r.size()
+		r.retired = false
+	}
+	line := f.Line
+	if line == nil {
+		line = wireframe.EncodeNotification(wireframe.MethodRemove, f.Removal.Params)
+	}
+	r.line, r.endedAt, r.runs = line, now, runs
+	r.replayDrop = producer && owned
+	if owned {
+		r.owner = Producer
+	}
+	t.ended += r.size()
+	t.bump(r)
+	t.ends.push(r)
+	t.evictLocked()
+	return Applied, t.journalPut(r)
+}
+
+// bump gives e the next version and moves it to the end of version order.
+func (t *Table) bump(e *entry) {
+	if e.version != 0 {
+		t.unlinkVersion(e)
+	}
+	e.version = t.version.Add(1)
+	t.linkVersion(e)
+}
+
+// deleteEntry takes e out of the table, its journal record with it.
+func (t *Table) deleteEntry(e *entry) {
+	if e.gone {
+		return
+	}
+	e.gone = true
+	if e.journaled {
+		t.journalForget(e)
+	}
+	if e.kind != kindLive {
+		t.ended -= e.size()
+	}
+	t.unlinkVersion(e)
+	t.leavePass(e)
+	t.endLease(e)
+	if e.kind == kindRemoved {
+		delete(t.removals, e.key.Ref())
+		return
+	}
+	delete(t.byKey, e.key)
+	t.unchain(e)
+}
+
+// unchain takes a run out of its workload's chain.
+func (t *Table) unchain(e *entry) {
+	ref := e.key.Ref()
+	switch first := t.byRef[ref]; {
+	case first == e && e.sibling == nil:
+		delete(t.byRef, ref)
+	case first == e:
+		t.byRef[ref] = e.sibling
+	default:
+		for p := first; p != nil; p = p.sibling {
+			if p.sibling == e {
+				p.sibling = e.sibling
+				break
+			}
+		}
+	}
+	e.sibling = nil
+}
+
+// unretire puts an end past its retention back in pass order, for a frame
+// that takes its run again.
+func (t *Table) unretire(e *entry) {
+	e.retired = false
+	t.linkPass(e)
+	t.passSize += int64(len(e.line))
+}
+
+// retire takes an end past its retention out of pass order: it is no
+// longer re-asserted or listed, and holds its run and id no more.
+func (t *Table) retire(e *entry) {
+	e.retired = true
+	t.leavePass(e)
+}
+
+// leavePass takes e out of pass order, with its line's bytes.
+func (t *Table) leavePass(e *entry) {
+	if e.inPass {
+		t.unlinkPass(e)
+		t.passSize -= int64(len(e.line))
+	}
+}
+
+func (t *Table) linkVersion(e *entry) {
+	e.vprev, e.vnext = t.vtail, nil
+	if t.vtail == nil {
+		t.vhead = e
+	} else {
+		t.vtail.vnext = e
+	}
+	t.vtail = e
+}
+
+// unlinkVersion takes e out of version order; a cursor past it moves back
+// to the entry before it, so it still names the last entry it has.
+func (t *Table) unlinkVersion(e *entry) {
+	for c := range t.vcursors {
+		if c.after == e {
+			c.after = e.vprev
+		}
+	}
+	if e.vprev == nil {
+		t.vhead = e.vnext
+	} else {
+		e.vprev.vnext = e.vnext
+	}
+	if e.vnext == nil {
+		t.vtail = e.vprev
+	} else {
+		e.vnext.vprev = e.vprev
+	}
+	e.vprev, e.vnext = nil, nil
+}
+
+func (t *Table) linkPass(e *entry) {
+	t.linked++
+	e.order = t.linked
+	e.inPass = true
+	t.inPass++
+	e.pprev, e.pnext = t.ptail, nil
+	if t.ptail == nil {
+		t.phead = e
+	} else {
+		t.ptail.pnext = e
+	}
+	t.ptail = e
+}
+
+// unlinkPass takes e out of pass order; a pass about to visit it moves on
+// to the entry after it. e keeps its pnext: a read-back that holds e
+// between two slices goes on from e to the entries that followed it.
+func (t *Table) unlinkPass(e *entry) {
+	for p := range t.passes {
+		if p.next == e {
+			p.next = e.pnext
+		}
+	}
+	if e.pprev == nil {
+		t.phead = e.pnext
+	} else {
+		e.pprev.pnext = e.pnext
+	}
+	if e.pnext == nil {
+		t.ptail = e.pprev
+	} else {
+		e.pnext.pprev = e.pprev
+	}
+	e.pprev = nil
+	e.inPass = false
+	t.inPass--
+}
+
+// Limit names the bound a producer's frame found reached.
+type Limit int
+
+const (
+	UnderLimit   Limit = iota
+	LimitEntries       // --max-live-workloads
+	LimitBytes         // --max-live-workload-bytes
+)
+
+// AtLimit reports which bound a producer's frame would pass: the entry
+// bound when it would start a new run while the table, with pending more
+// runs on their way into it, holds MaxLive; the byte bound when a line of
+// lineBytes, with pendingBytes more on their way, would take it past
+// MaxLiveBytes. With a bound reached it says how long until room may free.
+// held reports whether the table holds the frame's run.
+func (t *Table) AtLimit(ev *wireframe.Lifecycle, pending int, pendingBytes int64, lineBytes int) (hit Limit, held bool, after time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.cfg.Now()
+	t.reapLocked(now)
+	e := t.byKey[ev.Key()]
+	held = e != nil && !e.retired
+	grow := int64(lineBytes)
+	switch {
+	case held && !supersedes(ev, e):
+		grow = 0 // not taken: it takes no room
+	case held:
+		grow -= int64(len(e.line))
+	}
+	switch {
+	case !held && t.inPass+pending >= t.cfg.MaxLive:
+		hit = LimitEntries
+	case grow > 0 && t.passSize+pendingBytes+grow > t.cfg.MaxLiveBytes:
+		hit = LimitBytes
+	default:
+		return UnderLimit, held, 0
+	}
+	return hit, held, t.retryAfterLocked(now)
+}
+
+// retryAfterLocked is how long until room may free in a table at a bound:
+// until the oldest retained end retires, or half the retention when every
+// run is live.
+func (t *Table) retryAfterLocked(now time.Time) time.Duration {
+	if e := t.ends.firstUnretired(); e != nil && e.kind == kindTerminal {
+		return e.endedAt.Add(t.cfg.Retention).Sub(now)
+	}
+	return t.cfg.Retention / 2
+}
+
+// Sizes are the table's gauges.
+type Sizes struct {
+	Runs, Live, Owned, Removals, Members, Leases int
+	RunBytes, EndedBytes                         int64
+}
+
+// Sizes returns the table's gauges; O(1).
+func (t *Table) Sizes() Sizes {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return Sizes{Runs: t.inPass, RunBytes: t.passSize, EndedBytes: t.ended, Removals: len(t.removals), Members: len(t.members), Leases: len(t.leases)}
+}
+
+// Bounds returns the configured bounds.
+func (t *Table) Bounds() Config { return t.cfg }
+
+// HoldsRun reports whether the table holds run k within its retention.
+func (t *Table) HoldsRun(k wireframe.WorkloadKey) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.byKey[k]
+	return e != nil && !e.retired
+}
+
+// Latest returns the lines of the runs the table holds of ref within their
+// retention, the run that changed last last, and whether a removal of it
+// is held.
+func (t *Table) Latest(ref wireframe.WorkloadRef) (lines []Line, removed bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for e := t.byRef[ref]; e != nil; e = e.sibling {
+		if !e.retired {
+			lines = append(lines, e.lineOf())
+		}
+	}
+	return lines, t.removals[ref] != nil
+}
+
+// Prune retires and forgets what is due, a budget at a time; it reports
+// whether more is due. The Manager calls it on a tick, so a node without
+// traffic still frees what it may.
+func (t *Table) Prune() (more bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reapLocked(t.cfg.Now())
+}
+
+// reapBudget is the most ends one reap looks at: ends that ended together
+// retire together, and a hold of the lock stays short.
+const reapBudget = 256
+
+// reapLocked retires the ends past their retention, forgets those every
+// member has too, and drops the claims of members gone past theirs. It
+// reports whether more is due.
+func (t *Table) reapLocked(now time.Time) (more bool) {
+	n := 0
+	for e := t.ends.atRetire(); e != nil; e = t.ends.atRetire() {
+		if n == reapBudget {
+			return true
+		}
+		n++
+		if now.Sub(e.endedAt) < t.cfg.Retention {
+			break
+		}
+		t.retire(e)
+		t.ends.retireHead++
+	}
+	low := t.lowMarkLocked(now)
+	for e := t.ends.atForget(); e != nil; e = t.ends.atForget() {
+		if n == reapBudget {
+			return true
+		}
+		n++
+		if !e.retired || e.version > low {
+			break
+		}
+		t.deleteEntry(e)
+		t.stats.Forgotten.Add(1)
+		t.ends.forgetHead++
+	}
+	t.ends.compact()
+	return false
+}
+
+// lowMarkLocked is the lowest mark of the members holding a claim: an end
+// at or below it is held by every member. Without members it is the
+// highest version: nobody is owed anything.
+func (t *Table) lowMarkLocked(now time.Time) uint64 {
+	low := uint64(math.MaxUint64)
+	for id, m := range t.members {
+		if !m.active && now.Sub(m.departed) >= t.cfg.MemberClaim {
+			t.dropMemberLocked(id, m)
+			continue
+		}
+		low = min(low, m.mark)
+	}
+	return low
+}
+
+// evictLocked drops the oldest ends while the tombstones are over their
+// byte bound, acknowledged or not. A member that had not acknowledged one
+// is sent the whole table from the start: what it is sent then is
+// everything the table still holds.
+func (t *Table) evictLocked() {
+	for t.ended > t.cfg.MaxEndedBytes {
+		e := t.ends.atForget()
+		if e == nil || e == t.vtail {
+			return // the newest always stays
+		}
+		t.ends.forgetHead++
+		t.ends.retireHead = max(t.ends.retireHead, t.ends.forgetHead)
+		for _, m := range t.members {
+			if m.mark < e.version {
+				m.resetLocked()
+			}
+		}
+		t.deleteEntry(e)
+		t.stats.Evicted.Add(1)
+	}
+}
+
+// clip shortens a value for an answer or a log line.
+func clip(s string) string {
+	const max = 256
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
+}

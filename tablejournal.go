@@ -1,0 +1,98 @@
+package main
+
+import (
+	"time"
+
+	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/statejournal"
+)
+
+// The journal (spec 5.3) is the state table's memory across a restart:
+// every change the table must not lose is a record, appended in the same
+// hold as the change; an ingress frame's 200 waits until its record is
+// durable, one write and one fsync for every frame waiting (group
+// commit). It is read once at start, before any listener serves and
+// before the broker's replay, and compacted in the background from the
+// table when it outgrows twice what it must hold.
+
+// journalFileName is the journal's name in the app dir, beside
+// node-id.json. The journal of earlier versions (a JSON file rewritten
+// whole, workload-manager-journal.json) is neither read nor removed.
+const journalFileName = "workload-manager.journal"
+
+// minMaxEndedBytes is the least --max-ended-bytes: room for the ends of a
+// few hundred typical workloads, so a burst is not all evicted at once.
+const minMaxEndedBytes = 64 << 10
+
+// journalCompactFloor is the least size a journal is compacted at: below
+// it a rewrite costs more than the bytes it saves.
+const journalCompactFloor = 4 << 20
+
+// openJournal opens the journal and rebuilds the table from it. A journal
+// that cannot be opened is one WARN line and a start without one: it
+// never keeps the daemon from starting (a node that cannot write its app
+// dir still relays; its ingress answers are then not durable, which the
+// metrics and the line say).
+func (m *Manager) openJournal() {
+	if m.cfg.JournalPath == "" {
+		return
+	}
+	j, records, err := statejournal.Open(m.cfg.JournalPath, statejournal.Options{Logger: m.log})
+	if err != nil {
+		m.log.Warn("journal unusable: starting without it; ingress answers are not durable", "file", m.cfg.JournalPath, "reason", httpguard.ClipReason(err.Error()))
+		return
+	}
+	st := m.table.Restore(records, restartLeaseGrace*m.leaseUnit)
+	m.journal = j
+	m.table.SetJournal(j)
+	if st.Records > 0 {
+		m.log.Info("journal read", "file", m.cfg.JournalPath, "records", st.Records, "runs", st.Runs, "ends", st.Ends, "members", st.Members, "refused", st.Refused, "overLimit", st.OverLimit)
+	}
+}
+
+// maybeCompact starts a compaction when the journal holds more than twice
+// what the table needs it to, and at least journalCompactFloor.
+func (m *Manager) maybeCompact() {
+	if m.journal == nil {
+		return
+	}
+	live := m.table.JournaledBytes()
+	if size := m.journal.Size(); size > journalCompactFloor && size > 2*live {
+		m.journal.Compact(m.table.Snapshot)
+	}
+}
+
+// closeJournal writes what is pending and closes the journal, within the
+// shutdown's deadline: a record not written by then is one no answer
+// waited for (a broker frame's, which its broker replays).
+func (m *Manager) closeJournal(deadline time.Time) {
+	if m.journal == nil {
+		return
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.journal.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			m.log.Warn("journal close failed", "reason", httpguard.ClipReason(err.Error()))
+		}
+	case <-time.After(time.Until(deadline)):
+		m.log.Warn("shutdown: the journal's last write did not finish within the shutdown budget")
+	}
+}
+
+// writeJournalMetrics renders the journal's counters; at zero without one.
+func (m *Manager) writeJournalMetrics(t *promtext.Text) {
+	var st statejournal.Stats
+	var size int64
+	if m.journal != nil {
+		st, size = m.journal.Stats(), m.journal.Size()
+	}
+	t.Single("nvpair_wlm_journal_bytes", "gauge", "Bytes of the journal file.", float64(size))
+	t.Single("nvpair_wlm_journal_records_total", "counter", "Records appended to the journal.", float64(st.Records))
+	t.Single("nvpair_wlm_journal_syncs_total", "counter", "Group commits of the journal: one write and one fsync each.", float64(st.Groups))
+	t.Single("nvpair_wlm_journal_write_failures_total", "counter", "Journal writes or fsyncs that failed; the frames waiting were answered 500.", float64(st.Failures))
+	t.Single("nvpair_wlm_journal_compactions_total", "counter", "Journal compactions completed.", float64(st.Compactions))
+	t.Single("nvpair_wlm_journal_torn_bytes_total", "counter", "Bytes of a torn or corrupt tail dropped when the journal was read.", float64(st.TornBytes))
+}
