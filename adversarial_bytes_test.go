@@ -120,33 +120,33 @@ func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinThe
 	}
 	d.waitMethod(wireframe.MethodUpsert, 2)
 
-	// The broker enters frames just within the bound, more than the
-	// black-holed peer's queue holds in bytes: the queue is full at 8 MiB,
-	// well before its 1,024 frames, and the rest are marked for that peer's
-	// heartbeat lane (or dropped, past the marks' bound).
+	// The broker enters frames just within the bound, 32 MiB of them, for
+	// the black-holed peer: a peer holds no queue of its own (what it has
+	// not taken lies above its mark in the state table), so they cost
+	// their bytes in the table once, and the peer is behind by all of them.
 	const brokerFrames = 1000
 	within := strings.Repeat("w", wireframe.DefaultWorkloadMaxBytes-200)
 	for i := range brokerFrames {
 		d.send(`{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":{"id":"broker-` + itoa(i) +
 			`","model":"m","engine":"e","state":"running","originatedFrom":"` + nodes[0].ID + `","blob":"` + within + `"}}}`)
 	}
-	frames := `nvpair_wlm_peer_queue_frames{peer="` + hole.ident.Principal + `"}`
-	dropped := `nvpair_wlm_peer_queue_dropped_total{peer="` + hole.ident.Principal + `"}`
-	queued := `nvpair_wlm_peer_queue_bytes{peer="` + hole.ident.Principal + `"}`
-	marked := `nvpair_wlm_peer_overflow_marked_total{peer="` + hole.ident.Principal + `"}`
-	eventually(t, "every broker frame queued for the peer, or marked or dropped at its full queue", func() bool {
+	behind := `nvpair_wlm_peer_behind_versions{peer="` + hole.ident.Principal + `"}`
+	eventually(t, "every broker frame in the table, the black-holed peer behind by them", func() bool {
 		m := scrapeAddr(t, metrics)
-		// The fresh lane holds one frame (or a batch) in its request to
-		// the black hole, outside the queue.
 		return m[`nvpair_wlm_frames_received_total{source="stdio",method="workload:started"}`] == brokerFrames &&
-			m[frames]+m[dropped]+m[marked] >= brokerFrames
+			m[behind] >= brokerFrames
 	})
 	m = scrapeAddr(t, metrics)
-	t.Logf("%d broker frames with a %d-byte member to a black-holed peer: its queue holds %v frames, %v bytes (bound %v); %v marked, %v dropped; re-sync set %v bytes; RSS %d KiB",
-		brokerFrames, len(within), m[frames], m[queued], m["nvpair_wlm_peer_queue_limit_bytes"], m[marked], m[dropped], m["nvpair_wlm_resync_set_bytes"], advRSS(d))
-	if m[queued] > peerQueueMaxBytes || m[queued] < peerQueueMaxBytes-2*wireframe.DefaultWorkloadMaxBytes || m[frames] >= peerQueueSize || m[marked]+m[dropped] == 0 {
-		t.Fatalf("the black-holed peer's queue holds %v frames and %v bytes with %v marked and %v dropped; want it full at its %d-byte bound",
-			m[frames], m[queued], m[marked], m[dropped], peerQueueMaxBytes)
+	held := m["nvpair_wlm_resync_set_bytes"]
+	t.Logf("%d broker frames with a %d-byte member to a black-holed peer: it is %v versions behind; the table holds %v bytes; RSS %d KiB",
+		brokerFrames, len(within), m[behind], held, advRSS(d))
+	if held < brokerFrames*float64(len(within)) || held > m["nvpair_wlm_resync_set_limit_bytes"] {
+		t.Fatalf("the table holds %v bytes for %d frames of %d bytes, bound %v", held, brokerFrames, len(within), m["nvpair_wlm_resync_set_limit_bytes"])
+	}
+	// What the black-holed peer lacks costs nothing beyond the table: RSS
+	// stays within the budget plus the table's bytes (and its garbage).
+	if rss := advRSS(d); float64(rss) > advBigRSSBudgetKiB+3*held/1024 {
+		t.Fatalf("RSS %d KiB with %v bytes held for a black-holed peer", rss, held)
 	}
 }
 

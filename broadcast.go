@@ -263,4 +263,3 @@ func (d *dropLogger) noteCounted(log *slog.Logger, countKey, msg string, args ..
 	d.mu.Unlock()
 	log.Warn(msg, append(args, countKey, n)...)
 }
-

@@ -403,13 +403,13 @@ func TestHeartbeatNeverReassertsAWorkloadAfterItsRemovalWasSent(t *testing.T) {
 }
 
 func TestHeartbeatPassCarriesOnPastItsIntervalAndReachesEveryWorkload(t *testing.T) {
-	// More live workloads than the queues hold, and a peer slow enough
-	// that one pass takes several intervals: every workload is still
-	// re-asserted, and fresh frames sent meanwhile all arrive, once each.
+	// Many live workloads, and a peer slow enough that one pass takes
+	// several intervals: every workload is still re-asserted, and fresh
+	// frames sent meanwhile all arrive, once each.
 	n := newTestNode(t, withResyncInterval(50*time.Millisecond))
 	n.start()
 	sink := newHBSink(t, false, 0)
-	live := peerQueueSize + outboundQueueSize + 500
+	live := 2500
 	ids := trackRunning(t, n, live)
 	sink.join(t, n)
 	var fresh []string
@@ -443,9 +443,6 @@ func TestHeartbeatPassCarriesOnPastItsIntervalAndReachesEveryWorkload(t *testing
 		if c := sink.count("fresh", id); c != 1 {
 			t.Fatalf("fresh frame %s arrived %d times, want once", id, c)
 		}
-	}
-	if d := n.m.bcast.dropped.Load(); d != 0 {
-		t.Fatalf("%d fresh frames dropped at the enqueue point while the heartbeat ran", d)
 	}
 }
 
@@ -614,56 +611,29 @@ func TestHeartbeatPassGoesOnPastAnEntryThePeerRejects(t *testing.T) {
 	eventually(t, "the entries after the rejected one re-asserted", func() bool { return sink.count("resync", "hb-00004") == 1 })
 }
 
-// fakeSource is a heartbeat source of size entries, for the stream's own
-// arithmetic.
-type fakeSource struct{ size, taken int }
-
-func (f *fakeSource) closeCursor(*resyncCursor) {}
-func (f *fakeSource) generation() uint64        { return 0 }
-func (f *fakeSource) latestLines(refs []wireframe.WorkloadRef) [][][]byte {
-	return make([][][]byte, len(refs))
-}
-func (f *fakeSource) endedSeq() uint64 { return 0 }
-func (f *fakeSource) takeEnded(from, _, _ uint64, _, _ int) (reassertions, uint64, bool) {
-	return reassertions{}, from, true
-}
-func (f *fakeSource) take(_ *resyncCursor, maxFrames, _ int) (reassertions, int, bool) {
-	size := 0
-	if f.taken == 0 {
-		size = f.size
+func TestHeartbeatPacesEveryPassOverMostOfTheInterval(t *testing.T) {
+	n := newTestNode(t)
+	for i := range 100 {
+		if ok, _ := n.m.commitLocal(ifxParseLocal(t, ifxLifecycleJSON(fmt.Sprintf("p-%03d", i), "running", n.id)), fromBroker); !ok {
+			t.Fatal("not committed")
+		}
 	}
-	n := min(maxFrames, f.size-f.taken)
-	f.taken += n
-	return reassertions{lines: make([][]byte, n), refs: make([]wireframe.WorkloadRef, n)}, size, f.taken == f.size
-}
-
-func TestHeartbeatPacesEveryPassButTheBackfillOverMostOfTheInterval(t *testing.T) {
-	src := &fakeSource{size: 100}
-	h := newHeartbeatStream(src, 2500*time.Millisecond, &peerStats{})
+	h := newHeartbeatStream(n.m.table, 2500*time.Millisecond, &peerStats{})
+	defer h.close()
 	t0 := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
-
-	h.begin(t0) // the backfill
-	h.nextLines(50, wireframe.MaxBytes)
+	h.begin(t0)
 	if w := h.paceWait(t0); w != 0 {
-		t.Fatalf("the backfill pass waits %v, want none: a new peer gets the whole set at once", w)
+		t.Fatalf("a pass waits %v before its first slice, want none", w)
 	}
-	h.nextLines(50, wireframe.MaxBytes)
-	if h.active {
-		t.Fatal("the pass did not end with the set")
+	if lines, _ := n.m.table.TakePass(&h.pass, 50, wireframe.MaxBytes); len(lines) != 50 {
+		t.Fatalf("took %d, want 50", len(lines))
 	}
-
-	src.taken = 0
-	h.begin(t0.Add(2 * time.Second))
-	if w := h.paceWait(t0.Add(2 * time.Second)); w != 0 {
-		t.Fatalf("a paced pass waits %v before its first slice, want none", w)
-	}
-	h.nextLines(50, wireframe.MaxBytes)
-	// Half the set sent: the rest is due over the second half of the
+	// Half the runs sent: the rest is due over the second half of the
 	// pass's span, passShare of the interval = 2 s.
-	if w := h.paceWait(t0.Add(2 * time.Second)); w != time.Second {
-		t.Fatalf("after half the set at once, the pass waits %v, want 1s", w)
+	if w := h.paceWait(t0); w != time.Second {
+		t.Fatalf("after half the runs at once, the pass waits %v, want 1s", w)
 	}
-	if w := h.paceWait(t0.Add(2*time.Second + 1100*time.Millisecond)); w > 0 {
+	if w := h.paceWait(t0.Add(1100 * time.Millisecond)); w > 0 {
 		t.Fatalf("a pass behind its pace waits %v, want none", w)
 	}
 }

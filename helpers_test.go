@@ -21,6 +21,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -569,43 +570,37 @@ var typeViolations = []struct{ name, member, reason string }{
 	{"an unknown member with a raw invalid byte", "\"note\":\"\xff\"", "frame is not valid UTF-8"},
 }
 
-// resyncHeld returns the workload object the re-sync set holds for the one
+// resyncHeld returns the workload object the state table holds for the one
 // run of (origin, id), or nil when it holds none.
 func resyncHeld(t testing.TB, n *testNode, origin, id string) map[string]any {
 	t.Helper()
-	n.m.activeMu.Lock()
-	var params json.RawMessage
-	keys := n.m.resync.runsOf(wireframe.WorkloadRef{Origin: origin, ID: id})
-	if len(keys) > 1 {
-		n.m.activeMu.Unlock()
-		t.Fatalf("the re-sync set holds %d runs of %s, want at most one", len(keys), id)
+	lines, _ := n.m.table.Latest(wireframe.WorkloadRef{Origin: origin, ID: id})
+	if len(lines) > 1 {
+		t.Fatalf("the state table holds %d runs of %s, want at most one", len(lines), id)
 	}
-	if len(keys) == 1 {
-		params = n.m.resync.entries[keys[0]].params()
-	}
-	n.m.activeMu.Unlock()
-	if params == nil {
+	if len(lines) == 0 {
 		return nil
 	}
+	params := lines[0].Params()
 	var p struct {
 		WorkloadInfo map[string]any `json:"workloadInfo"`
 	}
 	if err := json.Unmarshal(params, &p); err != nil {
-		t.Fatalf("re-sync entry params %s: %v", params, err)
+		t.Fatalf("state table params %s: %v", params, err)
 	}
 	return p.WorkloadInfo
 }
 
-// passLines runs one whole heartbeat pass over m's re-sync set, as a peer
+// passLines runs one whole heartbeat pass over m's table, as a peer
 // sender does, and returns the re-assertion lines in pass order.
 func passLines(m *Manager) [][]byte {
-	c := &resyncCursor{}
-	defer m.closeCursor(c)
-	beginPass(c, m.generation())
+	var p statetable.Pass
+	defer m.table.ClosePass(&p)
+	m.table.BeginPass(&p)
 	var out [][]byte
 	for {
-		r, _, done := m.take(c, 64, wireframe.MaxBytes)
-		out = append(out, r.lines...)
+		lines, done := m.table.TakePass(&p, 64, wireframe.MaxBytes)
+		out = append(out, lines...)
 		if done {
 			return out
 		}
@@ -656,4 +651,22 @@ func scrapeValue(t *testing.T, addr, series string) float64 {
 		t.Fatalf("no series %s at %s", series, addr)
 	}
 	return v
+}
+
+// ids is count workload ids with a prefix, in order.
+func ids(prefix string, count int) []string {
+	out := make([]string, count)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%04d", prefix, i)
+	}
+	return out
+}
+
+// commitDirect commits a lifecycle event to n's table as if it came from
+// src, without the broker write: for tests that fill a table fast.
+func commitDirect(t testing.TB, n *testNode, ev *wireframe.Lifecycle, src statetable.Source) {
+	t.Helper()
+	if o, _ := n.m.table.Commit(&statetable.Frame{Source: src, Life: ev}); o != statetable.Applied {
+		t.Fatalf("commit of %s: %s", ev.Info.ID, o)
+	}
 }

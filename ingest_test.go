@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/http/httptest"
-	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -79,19 +78,12 @@ func TestIngestFailedRemovalKeepsWorkloadTrackedAndQueuesNothing(t *testing.T) {
 	}
 }
 
-// Concurrent posts for one workload must reach the broker and the peer queue
-// in one order: ingestMu gives each post its place in the broker order, and
-// the posts' commits run in that order after their writes (ingressorder.go).
-// Without that, two posts can pass each other between their broker write
-// and their enqueue, and the peers' latest event would not be the broker's.
-//
-// To widen that window: every other post carries an 8 KiB error text, so its
-// commitLocal has a larger frame to encode after its broker write; a
-// goroutine keeps taking and releasing broadcastMu (as the heartbeat and the
-// stdio read loop do), so a post that has written to the broker often waits
-// for broadcastMu, where a later post may overtake it; and the broker's end
-// of the pipe is a raw reader that is always waiting, so a post's broker
-// write is never held up by the parse of the previous line.
+// Concurrent posts for one workload reach the broker in one order, and the
+// peers are sent the latest of them: ingestMu gives each post its place in
+// the broker order, the posts' commits run in that order after their
+// writes (ingressorder.go), and the table keeps the highest seq whatever
+// the order (statetable.supersedes). Every other post carries an 8 KiB
+// member, so its commit has a larger frame to take after its broker write.
 func TestIngestConcurrentPostsForOneWorkloadKeepOneOrderAtBrokerAndPeers(t *testing.T) {
 	const posts = 64
 	const rounds = 6 // each catches a missing ingestMu most of the time; six, all but always
@@ -99,20 +91,6 @@ func TestIngestConcurrentPostsForOneWorkloadKeepOneOrderAtBrokerAndPeers(t *test
 	for round := 0; round < rounds; round++ {
 		n, q := ifxNode(t)
 		broker := ifxRawBroker(n)
-		stop := make(chan struct{})
-		var hammer sync.WaitGroup
-		hammer.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				n.m.broadcastMu.Lock()
-				runtime.Gosched()
-				n.m.broadcastMu.Unlock()
-			}
-		})
 		start := make(chan struct{})
 		var wg sync.WaitGroup
 		errs := make(chan error, posts)
@@ -133,8 +111,6 @@ func TestIngestConcurrentPostsForOneWorkloadKeepOneOrderAtBrokerAndPeers(t *test
 		}
 		close(start)
 		wg.Wait()
-		close(stop)
-		hammer.Wait()
 		close(errs)
 		for err := range errs {
 			t.Fatalf("ingestLocal: %v", err)
@@ -150,12 +126,8 @@ func TestIngestConcurrentPostsForOneWorkloadKeepOneOrderAtBrokerAndPeers(t *test
 		for _, f := range ifxDrain(q) {
 			queued = append(queued, ifxInfoField(t, ifxParams(t, f), "seq"))
 		}
-		if len(atBroker) != posts || len(queued) != posts {
-			t.Fatalf("round %d: %d upserts at the broker and %d queued frames, want %d each", round, len(atBroker), len(queued), posts)
-		}
-		if fmt.Sprint(atBroker) != fmt.Sprint(queued) {
-			t.Fatalf("round %d: concurrent posts reached the broker and the peer queue in different orders:\nbroker: %v\npeers:  %v",
-				round, atBroker, queued)
+		if len(atBroker) != posts || fmt.Sprint(queued) != fmt.Sprint([]string{strconv.Itoa(posts)}) {
+			t.Fatalf("round %d: %d upserts at the broker (want %d) and the peers sent seq %v (want the latest, %d)", round, len(atBroker), posts, queued, posts)
 		}
 	}
 }
@@ -205,24 +177,24 @@ func TestIngestStalledBrokerWriteDoesNotBlockStdioFramesOrResync(t *testing.T) {
 func TestCommitLocalReportsWhetherTheFrameWasQueued(t *testing.T) {
 	n, q := ifxNode(t)
 	life := ifxParseLocal(t, ifxLifecycleJSON("job-1", "running", n.id))
-	if !n.m.commitLocal(life, fromIngress) {
+	if !committed(n, life, fromIngress) {
 		t.Fatal("commitLocal of a new ingress frame reported not queued")
 	}
 	rm := ifxParseLocal(t, ifxRemoveJSON("job-1", n.id))
-	if !n.m.commitLocal(rm, fromIngress) {
+	if !committed(n, rm, fromIngress) {
 		t.Fatal("commitLocal of an ingress removal reported not queued")
 	}
 	if got := ifxDrain(q); len(got) != 2 {
 		t.Fatalf("queued %s, want the upsert and the removal", ifxDescribe(got))
 	}
-	if n.m.commitLocal(life, fromBroker) {
+	if committed(n, life, fromBroker) {
 		t.Error("commitLocal of a broker replay of a removed ingress workload reported queued")
 	}
 	if got := ifxDrain(q); len(got) != 0 {
 		t.Errorf("a suppressed replay queued %s", ifxDescribe(got))
 	}
 	n.m.bcast.close(time.Second)
-	if n.m.commitLocal(ifxParseLocal(t, ifxLifecycleJSON("job-2", "running", n.id)), fromIngress) {
+	if committed(n, ifxParseLocal(t, ifxLifecycleJSON("job-2", "running", n.id)), fromIngress) {
 		t.Error("commitLocal with the broadcaster closed reported queued")
 	}
 }
@@ -273,39 +245,6 @@ func TestIngestRemovalMemoryBlocksStaleStdioReplayOfTrackedWorkload(t *testing.T
 	}
 	if got := ifxDrain(q); len(got) != 0 {
 		t.Errorf("a stale stdio replay was queued for peers: %s", ifxDescribe(got))
-	}
-}
-
-func TestIngestRemovalMemoryBlocksReplayOnFreshlyStartedManager(t *testing.T) {
-	n, q := ifxNode(t)
-	n.start()
-
-	// The worker was just (re)started: nothing is tracked, and the journal
-	// says the producer owns job-1. The producer's removal arrives first,
-	// then the broker's replay of its store.
-	n.m.activeMu.Lock()
-	n.m.own.restored = map[wireframe.WorkloadRef]restoredOwn{{Origin: n.id, ID: "job-1"}: {}}
-	n.m.activeMu.Unlock()
-	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
-		t.Fatal(err)
-	}
-	if got := ifxDrain(q); len(got) != 1 {
-		t.Fatalf("queued %s, want the removal", ifxDescribe(got))
-	}
-	n.sendLifecycle(workload("job-1", "running", n.id))
-	n.sendLifecycle(workload("later-1", "running", n.id)) // the barrier: the read loop handles frames in order
-
-	seen := ifxWaitQueued(t, q, "later-1")
-	for _, f := range seen {
-		if id, _ := ifxFrameWorkload(t, f); id == "job-1" {
-			t.Fatalf("the broker's replay of a removed ingress workload was queued for peers: %s", ifxDescribe(seen))
-		}
-	}
-	if ifxIsTracked(n, n.id, "job-1") {
-		t.Error("the broker's replay of a removed ingress workload was tracked")
-	}
-	if !ifxIsTracked(n, n.id, "later-1") {
-		t.Error("the barrier workload was not tracked")
 	}
 }
 
@@ -426,46 +365,6 @@ func TestIngestRemovalMemoryDoesNotBlockResyncTaggedStdioFrame(t *testing.T) {
 	}
 }
 
-// TestIngestRemovalMemoryAtItsCapRefusesRatherThanForgets fills the
-// removal memory: the next removal of an owned workload is refused 503
-// with the time until the oldest entry expires, and a replay of every
-// removal accepted brings none back.
-func TestIngestRemovalMemoryAtItsCapRefusesRatherThanForgets(t *testing.T) {
-	n, q := ifxNode(t)
-	clock := ifxUseClock(n)
-	const capacity = 8
-	n.m.removed.capacity = capacity
-	for i := range capacity + 1 {
-		ifxOwn(t, n, q, fmt.Sprintf("r-%d", i))
-	}
-	for i := range capacity {
-		if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON(fmt.Sprintf("r-%d", i), ""))); err != nil {
-			t.Fatal(err)
-		}
-		clock.advance(time.Second)
-	}
-	ifxDrain(q)
-	_, err := n.m.ingestLocal([]byte(ifxRemoveJSON(fmt.Sprintf("r-%d", capacity), "")))
-	var full *errRemovalsFull
-	if !errors.As(err, &full) {
-		t.Fatalf("a removal past the memory's cap: %v, want it refused", err)
-	}
-	w := httptest.NewRecorder()
-	if status, reason := refusalOf(w, err); status != http.StatusServiceUnavailable || w.Header().Get("Retry-After") != "52" || !strings.Contains(reason, "8 removals") {
-		t.Fatalf("refusal %d %q Retry-After %q, want 503, the bound named, retry when the oldest expires (52 s)", status, reason, w.Header().Get("Retry-After"))
-	}
-	if got := ifxDrain(q); len(got) != 0 || !ifxIsTracked(n, n.id, fmt.Sprintf("r-%d", capacity)) || n.m.removed.refusals.Load() != 1 {
-		t.Fatalf("a refused removal queued %s or untracked its workload", ifxDescribe(got))
-	}
-	for i := range capacity {
-		id := fmt.Sprintf("r-%d", i)
-		n.m.handleLine([]byte(ifxStdioLifecycleJSON(id, "running", n.id, false)))
-		if got := ifxDrain(q); len(got) != 0 || ifxIsTracked(n, n.id, id) {
-			t.Errorf("%s, removed, came back with the broker's replay (queued %s)", id, ifxDescribe(got))
-		}
-	}
-}
-
 // A repeated removal of a remembered workload no one owns any more keeps
 // its one entry and does not extend it: the memory lives a window from the
 // removal the producer owned (spec 3.5.3), so repeats cannot keep an id
@@ -499,8 +398,8 @@ func TestIngestRemovalMemoryRepeatedRemovalKeepsOneEntryAndDoesNotExtendIt(t *te
 // --- helpers (this file and ingressframe_test.go) ---------------------------------
 
 // ifxOwn posts a running frame of id through the ingress, so a producer
-// owns it, and drains the peer queue.
-func ifxOwn(t *testing.T, n *testNode, q *broadcaster, id string) {
+// owns it, and drains what the stand-in peer is sent.
+func ifxOwn(t *testing.T, n *testNode, q *peerCapture, id string) {
 	t.Helper()
 	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON(id, "running", ""))); err != nil {
 		t.Fatal(err)
@@ -508,61 +407,76 @@ func ifxOwn(t *testing.T, n *testNode, q *broadcaster, id string) {
 	ifxDrain(q)
 }
 
-// ifxNode builds a node that is not started, with its peer queue captured.
-func ifxNode(t *testing.T, opts ...nodeOption) (*testNode, *broadcaster) {
+// outboundFrame is what a peer is sent for one entry of the state table:
+// its method and its fresh line.
+type outboundFrame struct {
+	method string
+	line   []byte
+}
+
+// peerCapture is a stand-in peer: a member of the node's table that the
+// test drains by hand, as a peer's sender would.
+type peerCapture struct {
+	table  *statetable.Table
+	member *statetable.Member
+}
+
+// ifxNode builds a node that is not started, with a stand-in peer joined
+// to its table.
+func ifxNode(t *testing.T, opts ...nodeOption) (*testNode, *peerCapture) {
 	t.Helper()
 	n := newTestNode(t, opts...)
-	return n, ifxCaptureQueue(n)
+	return n, &peerCapture{table: n.m.table, member: n.m.table.Join("capture-peer")}
 }
 
-// ifxCaptureQueue swaps in a broadcaster whose dispatcher never runs, so every
-// frame the manager enqueues stays in the queue for the test to read (the
-// original dispatcher, with no targets, would consume and drop them). Its
-// dispatchDone is closed up front so that a shutdown (bcast.close) does not
-// wait for a dispatcher. Call it before any frame is sent.
-func ifxCaptureQueue(n *testNode) *broadcaster {
-	old := n.m.bcast
-	b := &broadcaster{log: n.m.log, trust: n.m.trust, queue: make(chan outboundFrame, outboundQueueSize),
-		peers: map[string]*peerSender{}, dispatchDone: make(chan struct{})}
-	close(b.dispatchDone)
-	n.m.bcast = b
-	old.close(time.Second)
-	return b
-}
-
-// ifxDrain returns the frames in the queue now, without waiting.
-func ifxDrain(b *broadcaster) []outboundFrame {
+// ifxDrain returns what the stand-in peer is sent now, the entries above
+// its mark in version order, and acknowledges them.
+func ifxDrain(q *peerCapture) []outboundFrame {
 	var out []outboundFrame
 	for {
-		select {
-		case f, ok := <-b.queue:
-			if !ok {
-				return out
-			}
-			out = append(out, f)
-		default:
+		taken := q.table.TakeAbove(q.member, 256, 1<<30)
+		if len(taken.Lines) == 0 {
 			return out
 		}
+		for _, l := range taken.Lines {
+			line := freshBody(l)
+			var env struct {
+				Method string `json:"method"`
+			}
+			_ = json.Unmarshal(line, &env)
+			out = append(out, outboundFrame{method: env.Method, line: line})
+		}
+		q.table.Ack(q.member, taken.Versions[len(taken.Versions)-1])
 	}
 }
 
-// ifxWaitQueued reads frames from the queue until one for workload id arrives
-// and returns every frame read.
-func ifxWaitQueued(t *testing.T, b *broadcaster, id string) []outboundFrame {
+// ifxWaitQueued drains until an entry for workload id is sent and returns
+// every frame read.
+func ifxWaitQueued(t *testing.T, q *peerCapture, id string) []outboundFrame {
 	t.Helper()
 	var out []outboundFrame
-	deadline := time.After(waitTimeout)
-	for {
-		select {
-		case f := <-b.queue:
+	deadline := time.Now().Add(waitTimeout)
+	for time.Now().Before(deadline) {
+		for _, f := range ifxDrain(q) {
 			out = append(out, f)
 			if got, _ := ifxFrameWorkload(t, f); got == id {
 				return out
 			}
-		case <-deadline:
-			t.Fatalf("timed out waiting for %s in the peer queue; read %s", id, ifxDescribe(out))
+		}
+		select {
+		case <-q.member.Wake():
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
+	t.Fatalf("timed out waiting for %s at the stand-in peer; read %s", id, ifxDescribe(out))
+	return nil
+}
+
+// committed commits a frame as commitLocal does and reports whether the
+// table took it.
+func committed(n *testNode, f localFrame, src frameSource) bool {
+	ok, _ := n.m.commitLocal(f, src)
+	return ok
 }
 
 // ifxParams returns a queued frame's params, checking its envelope.
@@ -683,31 +597,19 @@ func ifxParseLocal(t *testing.T, body string) localFrame {
 	return f
 }
 
-func ifxTrackedCount(n *testNode) int {
-	n.m.activeMu.Lock()
-	defer n.m.activeMu.Unlock()
-	return n.m.resync.len()
-}
+func ifxTrackedCount(n *testNode) int { return n.m.table.Sizes().Runs }
 
 func ifxIsTracked(n *testNode, origin, id string) bool {
-	n.m.activeMu.Lock()
-	defer n.m.activeMu.Unlock()
-	return len(n.m.resync.runsOf(wireframe.WorkloadRef{Origin: origin, ID: id})) > 0
+	lines, _ := n.m.table.Latest(wireframe.WorkloadRef{Origin: origin, ID: id})
+	return len(lines) > 0
 }
 
-func ifxRememberedCount(n *testNode) int {
-	n.m.activeMu.Lock()
-	defer n.m.activeMu.Unlock()
-	return n.m.removed.len()
-}
+func ifxRememberedCount(n *testNode) int { return n.m.table.Sizes().Removals }
 
-// ifxRemembers reports whether the removal memory has an entry for (origin,
-// id), expired or not; it prunes nothing.
+// ifxRemembers reports whether the table holds a removal of (origin, id).
 func ifxRemembers(n *testNode, origin, id string) bool {
-	n.m.activeMu.Lock()
-	defer n.m.activeMu.Unlock()
-	_, ok := n.m.removed.index[wireframe.WorkloadRef{Origin: origin, ID: id}]
-	return ok
+	_, removed := n.m.table.Latest(wireframe.WorkloadRef{Origin: origin, ID: id})
+	return removed
 }
 
 // ifxClock is a controllable clock for Manager.now.

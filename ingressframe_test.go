@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -382,12 +383,10 @@ func TestIngressFramePassesHarnessFrameThroughWithProducerFields(t *testing.T) {
 		t.Errorf("the peer frame's params.traceId = %s, want the producer's", got)
 	}
 
-	n.m.activeMu.Lock()
 	var stored json.RawMessage
-	for _, e := range n.m.resync.entries {
-		stored = e.params()
+	for _, l := range passLines(n.m) {
+		stored = statetable.RunLine(l).Params()
 	}
-	n.m.activeMu.Unlock()
 	if stored == nil {
 		t.Fatal("not tracked")
 	}
@@ -423,7 +422,7 @@ func TestIngressFramePassesRemovalParamsThroughToPeers(t *testing.T) {
 // ifxWantRejected ingests body and checks it is refused as the producer's
 // mistake and leaves nothing at the broker, in the re-sync set, in the peer
 // queue or in the removal memory.
-func ifxWantRejected(t *testing.T, n *testNode, q *broadcaster, body string) {
+func ifxWantRejected(t *testing.T, n *testNode, q *peerCapture, body string) {
 	t.Helper()
 	_, err := n.m.ingestLocal([]byte(body))
 	if !errors.Is(err, errBadFrame) {

@@ -3,10 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"math"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,7 +113,13 @@ func terminalStates(n *testNode, id string) []string {
 	return out
 }
 
-func leaseCount(n *testNode) int { return n.m.leases.len() }
+func leaseCount(n *testNode) int { return n.m.table.Sizes().Leases }
+
+// leaseDeadlineOf is run key's lease deadline, and whether it has one.
+func leaseDeadlineOf(n *testNode, key wireframe.WorkloadKey) (time.Time, bool) {
+	at := n.m.table.LeaseOf(key)
+	return at, !at.IsZero()
+}
 
 func TestWorkloadLeaseHeaderOutsideItsRulesIs400AndWritesNothing(t *testing.T) {
 	n := leaseNode(t)
@@ -179,7 +183,7 @@ func TestWorkloadLeaseFromFiveSecondsToADayArmsALeaseOfThatLength(t *testing.T) 
 		before := time.Now()
 		postLeased(t, n, leasedInfo(id, "queued", 1), seconds)
 		after := time.Now()
-		at, ok := n.m.leases.deadlineOf(wireframe.WorkloadRef{Origin: n.id, ID: id}, wireframe.WorkloadKey{Origin: n.id, Engine: "llamacpp", RunID: "run-" + id, ID: id})
+		at, ok := leaseDeadlineOf(n, wireframe.WorkloadKey{Origin: n.id, Engine: "llamacpp", RunID: "run-" + id, ID: id})
 		want := time.Duration(seconds) * time.Second
 		if !ok || at.Before(before.Add(want)) || at.After(after.Add(want)) {
 			t.Fatalf("lease of %d s: deadline %v (held %v), want %v after the post", seconds, at, ok, want)
@@ -337,12 +341,12 @@ func TestARenewalMovesTheDeadlineByTheLengthItGives(t *testing.T) {
 	if got := leaseExpiries(n, "renewed"); len(got) != 0 {
 		t.Fatalf("the renewed lease expired at its first deadline: %v", got)
 	}
-	at, ok := n.m.leases.deadlineOf(wireframe.WorkloadRef{Origin: n.id, ID: "renewed"}, wireframe.WorkloadKey{Origin: n.id, Engine: "llamacpp", RunID: "run-renewed", ID: "renewed"})
+	at, ok := leaseDeadlineOf(n, wireframe.WorkloadKey{Origin: n.id, Engine: "llamacpp", RunID: "run-renewed", ID: "renewed"})
 	if want := renewedAt.Add(60 * leaseTestUnit); !ok || at.Before(want) {
 		t.Fatalf("deadline %v (held %v), want at least %v: the renewal's length", at, ok, want)
 	}
-	if n.m.leases.renewed.Load() != 1 {
-		t.Fatalf("nvpair_wlm_leases_renewed_total = %d, want 1", n.m.leases.renewed.Load())
+	if n.m.table.Stats().LeaseRenewed.Load() != 1 {
+		t.Fatalf("nvpair_wlm_leases_renewed_total = %d, want 1", n.m.table.Stats().LeaseRenewed.Load())
 	}
 	if got := waitExpiry(t, n, "renewed"); got["error"] != leaseExpiryError(60) {
 		t.Fatalf("the expiry says %q, want the renewal's length", got["error"])
@@ -395,7 +399,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 			done <- st
 		}()
 		<-stall.entered // the producer's frame is in its broker write
-		eventually(t, "the lease to come due", func() bool { _, due := a.m.leases.due(time.Now()); return due })
+		eventually(t, "the lease to come due", func() bool { _, due := a.m.table.DueLease(time.Now()); return due })
 		stall.unblock()
 		if st := <-done; st != http.StatusOK {
 			t.Fatalf("the terminal frame: %d", st)
@@ -427,7 +431,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 			done <- st
 		}()
 		<-stall.entered // the renewal is in its broker write, not yet committed
-		eventually(t, "the lease to come due", func() bool { _, due := a.m.leases.due(time.Now()); return due })
+		eventually(t, "the lease to come due", func() bool { _, due := a.m.table.DueLease(time.Now()); return due })
 		stall.unblock()
 		if st := <-done; st != http.StatusOK {
 			t.Fatalf("the renewal: %d", st)
@@ -437,7 +441,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 		if got := leaseExpiries(a, "raced"); len(got) != 0 {
 			t.Fatalf("a job renewed before its expiry was written was retired: %v", got)
 		}
-		if _, held := a.m.leases.deadlineOf(wireframe.WorkloadRef{Origin: a.id, ID: "raced"}, wireframe.WorkloadKey{Origin: a.id, Engine: "llamacpp", RunID: "run-raced", ID: "raced"}); !held {
+		if _, held := leaseDeadlineOf(a, wireframe.WorkloadKey{Origin: a.id, Engine: "llamacpp", RunID: "run-raced", ID: "raced"}); !held {
 			t.Fatal("the renewed lease is gone")
 		}
 	})
@@ -453,17 +457,16 @@ func TestALeaseWhoseExpiryCannotBeWrittenIsRetriedWithBackoffNotDropped(t *testi
 	if _, err := n.m.ingestLocalLeased([]byte(ingressFrameJSON(leasedInfo("stuck", "running", 1))), []string{"5"}); err != nil {
 		t.Fatal(err)
 	}
-	ref := wireframe.WorkloadRef{Origin: n.id, ID: "stuck"}
 	key := wireframe.WorkloadKey{Origin: n.id, Engine: "llamacpp", RunID: "run-stuck", ID: "stuck"}
 	n.m.expireDue()
-	if _, held := n.m.leases.deadlineOf(ref, key); !held || n.m.leases.failures.Get("broker_write") != 0 {
+	if _, held := leaseDeadlineOf(n, key); !held || n.m.leases.failures.Get("broker_write") != 0 {
 		t.Fatal("a lease was expired before its deadline")
 	}
 	wantDelays := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
 	clock.advance(5 * time.Second)
 	for i, d := range wantDelays {
 		n.m.expireDue()
-		at, held := n.m.leases.deadlineOf(ref, key)
+		at, held := leaseDeadlineOf(n, key)
 		if !held || !at.Equal(clock.now().Add(d)) {
 			t.Fatalf("failure %d: lease held %v, next try %v after now, want %v", i+1, held, at.Sub(clock.now()), d)
 		}
@@ -511,25 +514,6 @@ func TestAnExpiryOverTheBrokerLineLimitRetiresTheJobWithItsKnownFields(t *testin
 	}
 }
 
-func TestALeaseWhoseRunLeftTheSetIsDroppedWithAnError(t *testing.T) {
-	n := newTestNode(t)
-	clock := ifxUseClock(n)
-	if _, err := n.m.ingestLocalLeased([]byte(ingressFrameJSON(leasedInfo("orphan", "running", 1))), []string{"5"}); err != nil {
-		t.Fatal(err)
-	}
-	n.m.activeMu.Lock()
-	n.m.resync.remove(wireframe.WorkloadKey{Origin: n.id, Engine: "llamacpp", RunID: "run-orphan", ID: "orphan"}) // what no path does
-	n.m.activeMu.Unlock()
-	clock.advance(5 * time.Second)
-	n.m.expireDue()
-	if leaseCount(n) != 0 || n.m.leases.failures.Get("no_entry") != 1 {
-		t.Fatalf("%d leases, no_entry failures %d; want the lease dropped and counted", leaseCount(n), n.m.leases.failures.Get("no_entry"))
-	}
-	if !n.logs.contains("level=ERROR", "lease expired but the job could not be retired", "id=orphan") {
-		t.Fatalf("no error line for the dropped lease:\n%s", n.logs)
-	}
-}
-
 // A lease is held only by a live workload, so the leases are bounded by
 // --max-live-workloads: at the bound a new leased job gets the set's 503.
 func TestLeasesAreBoundedByTheLiveWorkloadLimit(t *testing.T) {
@@ -552,60 +536,6 @@ func TestLeasesAreBoundedByTheLiveWorkloadLimit(t *testing.T) {
 	}
 	if !strings.Contains(metrics.String(), "nvpair_wlm_leases_limit 2\n") || !strings.Contains(metrics.String(), "nvpair_wlm_leases_active 2\n") {
 		t.Fatal("the metrics do not show the leases and their limit")
-	}
-}
-
-// The lease table's operations under many leases: arming one and expiring
-// the earliest cost O(log n), so the cost per expiry stays flat from a
-// thousand leases to a hundred thousand (a benchmark, not a timed test:
-// compare the ns/op of the sizes).
-func BenchmarkLeaseExpiry(b *testing.B) {
-	for _, size := range []int{1_000, 10_000, 100_000} {
-		b.Run(fmt.Sprintf("leases=%d", size), func(b *testing.B) {
-			t := newLeaseTable()
-			base := time.Unix(1_700_000_000, 0)
-			for i := range size {
-				ref := wireframe.WorkloadRef{Origin: "node", ID: "job-" + strconv.Itoa(i)}
-				t.arm(ref, wireframe.WorkloadKey{Origin: "node", ID: ref.ID}, 5, time.Duration(i)*time.Millisecond, base)
-			}
-			refs := make([]wireframe.WorkloadRef, b.N)
-			for i := range refs {
-				refs[i] = wireframe.WorkloadRef{Origin: "node", ID: "new-" + strconv.Itoa(i)}
-			}
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				// One lease in, the earliest out: the table stays at size.
-				t.arm(refs[i], wireframe.WorkloadKey{Origin: "node", ID: refs[i].ID}, 5, time.Duration(size+i)*time.Millisecond, base)
-				l, ok := t.due(base.Add(time.Duration(size+i) * time.Millisecond))
-				if !ok {
-					b.Fatal("no lease due")
-				}
-				t.end(l.ref)
-			}
-		})
-	}
-}
-
-func TestLeaseTableKeepsTheEarliestDeadlineFirst(t *testing.T) {
-	lt := newLeaseTable()
-	base := time.Unix(1_700_000_000, 0)
-	ref := func(i int) wireframe.WorkloadRef { return wireframe.WorkloadRef{Origin: "n", ID: itoa(i)} }
-	for i, d := range []int{50, 10, 40, 30, 20} {
-		lt.arm(ref(i), wireframe.WorkloadKey{ID: itoa(i)}, 5, time.Duration(d)*time.Second, base)
-	}
-	lt.arm(ref(2), wireframe.WorkloadKey{ID: "2"}, 5, 5*time.Second, base) // renewed earlier
-	lt.end(ref(1))
-	var order []string
-	for {
-		l, ok := lt.due(base.Add(time.Hour))
-		if !ok {
-			break
-		}
-		order = append(order, l.ref.ID)
-		lt.end(l.ref)
-	}
-	if got := strings.Join(order, ","); got != "2,4,3,0" {
-		t.Fatalf("expiry order %s, want 2,4,3,0", got)
 	}
 }
 

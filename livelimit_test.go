@@ -92,7 +92,7 @@ func TestBrokerFrameOverTheLiveWorkloadLimitIsRelayedButNotTracked(t *testing.T)
 	if !ifxIsTracked(n, n.id, "stdio-1") || ifxIsTracked(n, n.id, "stdio-2") {
 		t.Fatal("want the first tracked and the one over the limit not")
 	}
-	if got := n.m.resyncUntracked.Load(); got != 1 {
+	if got := n.m.table.Stats().Untracked.Load(); got != 1 {
 		t.Fatalf("untracked counter = %d, want 1", got)
 	}
 	if !n.logs.contains("level=WARN", "re-sync set full") {

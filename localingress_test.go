@@ -692,15 +692,10 @@ func TestLocalIngressEndToEnd(t *testing.T) {
 		t.Fatalf("upsert at B's broker = %v, want job-42 from %s with the producer's field", wiB, a.id)
 	}
 	ref := wireframe.WorkloadRef{Origin: a.id, ID: "job-42"}
-	a.m.activeMu.Lock()
-	var tracked []resyncEntry
-	for _, k := range a.m.resync.runsOf(ref) {
-		tracked = append(tracked, *a.m.resync.entries[k])
-	}
-	a.m.activeMu.Unlock()
-	if len(tracked) != 1 || !strings.Contains(string(tracked[0].params()), `"batch":"params-extra"`) ||
-		!strings.Contains(string(tracked[0].params()), `"producerNote":"wi-extra"`) {
-		t.Fatalf("re-sync set for job-42 = %+v, want one entry keeping the producer's fields", tracked)
+	tracked, _ := a.m.table.Latest(ref)
+	if len(tracked) != 1 || !strings.Contains(string(tracked[0].Params()), `"batch":"params-extra"`) ||
+		!strings.Contains(string(tracked[0].Params()), `"producerNote":"wi-extra"`) {
+		t.Fatalf("state table for job-42 = %+v, want one run keeping the producer's fields", tracked)
 	}
 
 	// Producer mistakes and other methods go nowhere.
@@ -731,10 +726,8 @@ func TestLocalIngressEndToEnd(t *testing.T) {
 			t.Fatalf("remove at %s's broker = %v, want job-42 from %s", n.id, p, a.id)
 		}
 	}
-	a.m.activeMu.Lock()
-	left := len(a.m.resync.runsOf(ref))
-	a.m.activeMu.Unlock()
-	if left != 0 {
+	if lines, _ := a.m.table.Latest(ref); len(lines) != 0 {
+		left := len(lines)
 		t.Fatalf("job-42 still tracked after its removal (%d entries)", left)
 	}
 	// The removal came after the rejected frames: none of them reached
@@ -925,10 +918,7 @@ func TestLocalIngressBrokerDownIs500(t *testing.T) {
 	if got, text := postIngress(t, addr, liFrame("broker-down")); got != http.StatusInternalServerError {
 		t.Fatalf("status %d (%q), want 500", got, text)
 	}
-	n.m.activeMu.Lock()
-	tracked := n.m.resync.len()
-	n.m.activeMu.Unlock()
-	if tracked != 0 {
+	if tracked := n.m.table.Sizes().Runs; tracked != 0 {
 		t.Fatalf("%d workload(s) tracked after a failed broker write", tracked)
 	}
 	if err := run.wait(t); err != nil {
@@ -961,7 +951,7 @@ func TestLocalIngressRefusesAFrameOverTheBrokerLineLimitWith413(t *testing.T) {
 	if got, text := postIngress(t, addr, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"over-limit"}}`); got != http.StatusOK {
 		t.Fatalf("removal: status %d (%q), want 200", got, text)
 	}
-	queued := n.m.bcast.queued.Load()
+	queued := n.m.table.Version()
 
 	body := longNoteFrame(t, "over-limit", "")
 	got, text := postIngress(t, addr, string(body))
@@ -985,15 +975,12 @@ func TestLocalIngressRefusesAFrameOverTheBrokerLineLimitWith413(t *testing.T) {
 			t.Fatalf("the broker got a %d-byte line, over its %d-byte limit", len(line)+1, wireframe.DefaultBrokerLineMax)
 		}
 	}
-	n.m.activeMu.Lock()
-	tracked := len(n.m.resync.runsOf(ref))
-	remembered := n.m.removed.holds(ref, n.m.now())
-	n.m.activeMu.Unlock()
-	if tracked != 0 || !remembered {
-		t.Fatalf("after the refused frame: %d re-sync entries (want 0), removal remembered %v (want true)", tracked, remembered)
+	lines, remembered := n.m.table.Latest(ref)
+	if len(lines) != 0 || !remembered {
+		t.Fatalf("after the refused frame: %d runs held (want 0), removal held %v (want true)", len(lines), remembered)
 	}
-	if q := n.m.bcast.queued.Load() - queued; q != 1 {
-		t.Fatalf("%d frames queued for the peers since the removal, want 1 (the frame after)", q)
+	if q := n.m.table.Version() - queued; q != 1 {
+		t.Fatalf("%d changes to the state table since the removal, want 1 (the frame after)", q)
 	}
 	if c := strings.Count(n.logs.String(), "status=413"); c != 1 || !n.logs.contains("level=WARN", `msg="ingress request rejected"`, "status=413", "262144-byte line limit") {
 		t.Fatalf("want one warning for the 413 giving the limit, got %d; logs:\n%s", c, n.logs)
@@ -1024,11 +1011,8 @@ func TestLocalIngressAcceptsTheSameFrameUnderARaisedBrokerLineLimit(t *testing.T
 	if e, _ := n.upserts()[0]["note"].(string); len(e) != longErrorBytes {
 		t.Fatalf("the broker got a %d-byte note, want %d", len(e), longErrorBytes)
 	}
-	n.m.activeMu.Lock()
-	tracked := len(n.m.resync.runsOf(wireframe.WorkloadRef{Origin: n.id, ID: "long-error"}))
-	n.m.activeMu.Unlock()
-	if tracked != 1 {
-		t.Fatalf("%d re-sync entries for the accepted frame, want 1", tracked)
+	if tracked := ifxIsTracked(n, n.id, "long-error"); !tracked {
+		t.Fatal("the accepted frame is not held")
 	}
 }
 

@@ -83,11 +83,11 @@ type Config struct {
 	// JournalPath is the state table's journal (spec 5.3), in the app
 	// dir; "" keeps no journal.
 	JournalPath string
-	Conns           httpguard.ConnLimits // the listeners' connection caps
-	In              io.Reader            // frames from the broker
-	Out             io.Writer            // frames to the broker
-	Logger          *slog.Logger
-	LogLevel        *slog.LevelVar // changed by log/set-level; may be nil
+	Conns       httpguard.ConnLimits // the listeners' connection caps
+	In          io.Reader            // frames from the broker
+	Out         io.Writer            // frames to the broker
+	Logger      *slog.Logger
+	LogLevel    *slog.LevelVar // changed by log/set-level; may be nil
 }
 
 // frameSource says where a local-origin frame entered the daemon.

@@ -328,12 +328,12 @@ func TestShutdownDrainsPeerQueuesBeforeExit(t *testing.T) {
 	for i := range frames {
 		a.sendLifecycle(workload("drain-"+itoa(i), "running", a.id))
 	}
-	eventually(t, "A to queue every frame", func() bool { return a.m.bcast.queued.Load() == frames })
+	eventually(t, "A to commit every frame", func() bool { return a.m.table.Version() == frames })
 	a.broker.toD.Close() // the broker quits: EOF starts A's shutdown
 	time.AfterFunc(300*time.Millisecond, b.m.out.mu.Unlock)
 	waitRun(t, a, waitTimeout)
 	if got := a.m.bcast.peerStatsSnapshot()[0].succeeded.Load(); got != frames {
-		t.Fatalf("A delivered %d of %d queued frames before exiting", got, frames)
+		t.Fatalf("A delivered %d of %d committed frames before exiting", got, frames)
 	}
 	eventually(t, "every frame at B's broker", func() bool { return len(b.broker.withMethod(wireframe.MethodUpsert)) == frames })
 }
@@ -345,7 +345,7 @@ func TestShutdownDrainIsBoundedByTheDrainTimeout(t *testing.T) {
 	b.m.out.mu.Lock() // B never answers while A shuts down
 	t.Cleanup(b.m.out.mu.Unlock)
 	a.sendLifecycle(workload("stuck", "running", a.id))
-	eventually(t, "A to queue the frame", func() bool { return a.m.bcast.queued.Load() == 1 })
+	eventually(t, "A to commit the frame", func() bool { return a.m.table.Version() == 1 })
 	a.broker.toD.Close()
 	if took := waitRun(t, a, waitTimeout); took > 3*time.Second {
 		t.Fatalf("shutdown took %v with a 300ms drain timeout", took)

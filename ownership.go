@@ -57,4 +57,3 @@ func (m *Manager) writeTableMetrics(t *promtext.Text) {
 	t.Single("nvpair_wlm_ingress_ownership_refusals_total", "counter", "Ingress frames refused 409 because they named a workload the broker owns.", float64(st.Refused409.Load()))
 	m.writeJournalMetrics(t)
 }
-

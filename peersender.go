@@ -20,15 +20,15 @@ import (
 // peerStats counts one peer's deliveries and heartbeat passes, for the
 // metrics.
 type peerStats struct {
-	peer                                     string
-	succeeded, failedAttempts, retries       atomic.Uint64
-	dropped                                  atomic.Uint64 // entries the peer refused for good, skipped
-	passesStarted, passesCompleted           atomic.Uint64
-	passesOverrun, passesAbandoned           atomic.Uint64
-	reasserted, reassertFailures             atomic.Uint64 // re-assertions delivered, and not
-	passProgress, passSize                   atomic.Uint64 // runs visited in the pass under way, of the table's when it started
-	batchesSent, batchFramesSent             atomic.Uint64
-	retryAfterWaits, retryAfterHeldNanos     atomic.Uint64 // answers whose Retry-After was honoured, and the time they held the peer
+	peer                                 string
+	succeeded, failedAttempts, retries   atomic.Uint64
+	dropped                              atomic.Uint64 // entries the peer refused for good, skipped
+	passesStarted, passesCompleted       atomic.Uint64
+	passesOverrun, passesAbandoned       atomic.Uint64
+	reasserted, reassertFailures         atomic.Uint64 // re-assertions delivered, and not
+	passProgress, passSize               atomic.Uint64 // runs visited in the pass under way, of the table's when it started
+	batchesSent, batchFramesSent         atomic.Uint64
+	retryAfterWaits, retryAfterHeldNanos atomic.Uint64 // answers whose Retry-After was honoured, and the time they held the peer
 }
 
 // peerSender delivers one peer its entries above its mark, in version

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -252,12 +253,10 @@ func TestReadBackWalkGoesOnPastEntriesRemovedBetweenTwoSlices(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	n.m.activeMu.Lock()
-	head := n.m.resync.head
-	n.m.activeMu.Unlock()
-	v := n.m.readBackSlice(head, nil, readBackSlice)
-	first, visited, next := v.items, v.visited, v.next
-	if len(first) != readBackSlice || visited != readBackSlice || next == nil {
+	head := n.m.table.ReadStart(nil, readBackSlice, func(int) {})
+	v := n.m.table.ReadSlice(head, nil, readBackSlice, readBackSlice)
+	first, visited, next := v.Items, v.Visited, v.Next
+	if len(first) != readBackSlice || visited != readBackSlice || next.AtEnd() {
 		t.Fatalf("first slice: %d items, %d visited, next %v", len(first), visited, next)
 	}
 	// The next slice's first entry and the one after it leave the set.
@@ -266,12 +265,12 @@ func TestReadBackWalkGoesOnPastEntriesRemovedBetweenTwoSlices(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	v = n.m.readBackSlice(next, nil, readBackSlice)
-	second, end := v.items, v.next
-	if len(second) != readBackSlice-2 || end != nil {
+	v = n.m.table.ReadSlice(next, nil, readBackSlice, readBackSlice)
+	second, end := v.Items, v.Next
+	if len(second) != readBackSlice-2 || !end.AtEnd() {
 		t.Fatalf("second slice: %d items (want %d), end %v", len(second), readBackSlice-2, end)
 	}
-	if id := second[0].cursor.id; id != "walk-"+itoa(1002+readBackSlice) {
+	if id := second[0].Mark.Key.ID; id != "walk-"+itoa(1002+readBackSlice) {
 		t.Fatalf("the second slice starts at %s, want the first entry still in the set", id)
 	}
 }
@@ -400,13 +399,10 @@ func TestReadBackEndsAPageAtItsScanBoundWithACursor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	n.m.activeMu.Lock()
 	for i := range readBackScanMax + readBackSlice {
 		ev.Info.ID = "proxy-" + itoa(i)
-		n.m.resync.track(&ev, now, false)
+		commitDirect(t, n, &ev, statetable.FromBroker)
 	}
-	n.m.activeMu.Unlock()
 	postLeased(t, n, leasedInfo("after-them", "running", 1), 0)
 
 	first := readBack(t, n.m.IngressAddr(), "")
@@ -460,12 +456,9 @@ func trackWideIngressRuns(t *testing.T, n *testNode, count, size int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.m.activeMu.Lock()
-	defer n.m.activeMu.Unlock()
 	for i := range count {
 		ev.Info.ID = "wide-" + itoa(100+i)
-		n.m.resync.track(&ev, time.Now(), true)
-		n.m.resync.entries[ev.Key()].ingress = true
+		commitDirect(t, n, &ev, statetable.FromProducer)
 	}
 }
 
@@ -588,11 +581,9 @@ func TestReadBackLooksAtTheSameEntriesWhetherItsFilterMatchesOrNot(t *testing.T)
 		t.Fatal(err)
 	}
 	proxies := func(count int) {
-		n.m.activeMu.Lock()
-		defer n.m.activeMu.Unlock()
 		for range count {
-			ev.Info.ID = "proxy-" + itoa(n.m.resync.len())
-			n.m.resync.track(&ev, time.Now(), false)
+			ev.Info.ID = "proxy-" + itoa(n.m.table.Sizes().Runs)
+			commitDirect(t, n, &ev, statetable.FromBroker)
 		}
 	}
 	post := func(id, requester string) {
@@ -604,7 +595,7 @@ func TestReadBackLooksAtTheSameEntriesWhetherItsFilterMatchesOrNot(t *testing.T)
 	post("early-2", "early")
 	proxies(3*readBackSlice + 17)
 	post("late-1", "late")
-	set := n.m.resync.len()
+	set := n.m.table.Sizes().Runs
 
 	looked := func(query string) (int, readBackAnswer) {
 		before := n.m.readBacks.scanned.Load()
@@ -644,7 +635,7 @@ func TestReadBackLooksAtTheSameEntriesWhetherItsFilterMatchesOrNot(t *testing.T)
 	bound := (readBackScanMax + readBackSlice - 1) / readBackSlice * readBackSlice
 	for _, q := range []string{"requesterId=early&limit=1", "requesterId=nobody&limit=1"} {
 		if got, a := looked(q); got != bound || a.Next == nil {
-			t.Errorf("%s on %d entries looked at %d, next %v; want %d and a cursor", q, n.m.resync.len(), got, a.Next, bound)
+			t.Errorf("%s on %d entries looked at %d, next %v; want %d and a cursor", q, n.m.table.Sizes().Runs, got, a.Next, bound)
 		}
 	}
 }
@@ -664,14 +655,11 @@ func BenchmarkReadBackLimit1(b *testing.B) {
 		}
 		jobs[i] = ev
 	}
-	n.m.activeMu.Lock()
 	for i := range readBackScanMax {
 		e := &jobs[min(i/1000, 1)]
 		e.Info.ID = "w-" + itoa(i)
-		n.m.resync.track(e, time.Now(), false)
-		n.m.resync.entries[e.Key()].ingress = true
+		commitDirect(b, n, e, statetable.FromProducer)
 	}
-	n.m.activeMu.Unlock()
 	for _, c := range []struct{ name, requester string }{{"hit", "x"}, {"none", "y"}} {
 		b.Run(c.name, func(b *testing.B) {
 			q := readBackQuery{limit: 1, requester: &c.requester}

@@ -34,7 +34,6 @@ const (
 	minMaxLiveWorkloadBytes = wireframe.MaxWorkloadMaxBytes
 	// maxMaxLiveWorkloadBytes is the most: 1 TiB, past any node.
 	maxMaxLiveWorkloadBytes = 1 << 40
-
 )
 
 // peerWorkloadSlack is what the peer port takes beyond the workload bound:
@@ -76,4 +75,3 @@ func (m *Manager) writeWorkloadBoundMetrics(t *promtext.Text) {
 	t.CounterSamples("nvpair_wlm_workload_bound_refusals_total", []string{"source"}, m.workloadBoundRefusals)
 	t.Single("nvpair_wlm_workload_limit_bytes", "gauge", "The most bytes a frame's params may have on every path (--workload-max-bytes).", float64(m.cfg.WorkloadMaxBytes))
 }
-

@@ -4,18 +4,16 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -30,17 +28,12 @@ func withWorkloadMaxBytes(n int) nodeOption {
 // --max-live-workload-bytes accepts, so a test fills it with a few small
 // frames. Call it before the node takes frames.
 func setResyncMaxBytes(n *testNode, b int64) {
-	n.m.activeMu.Lock()
-	defer n.m.activeMu.Unlock()
-	n.m.resync.maxBytes = b
+	n.m.cfg.MaxLiveWorkloadBytes = b
+	n.m.table.SetMaxLiveBytes(b)
 }
 
-// resyncBytes is what the node's re-sync set holds, in bytes.
-func resyncBytes(n *testNode) int64 {
-	n.m.activeMu.Lock()
-	defer n.m.activeMu.Unlock()
-	return n.m.resync.size()
-}
+// resyncBytes is what the node's table re-asserts, in bytes.
+func resyncBytes(n *testNode) int64 { return n.m.table.Sizes().RunBytes }
 
 // paddedParams is a lifecycle frame's params of exactly size bytes: the
 // workload (with origin, when not empty) and a member of the producer's
@@ -66,17 +59,6 @@ func paddedParams(t testing.TB, id, origin string, size int) string {
 // paddedFrame is the workload:started frame of paddedParams.
 func paddedFrame(t testing.TB, id, origin string, size int) string {
 	return `{"jsonrpc":"2.0","method":"workload:started","params":` + paddedParams(t, id, origin, size) + `}`
-}
-
-// queuedIDs names the workloads of queued frames, for a failure message
-// that does not quote their padding.
-func queuedIDs(t *testing.T, frames []outboundFrame) []string {
-	ids := make([]string, 0, len(frames))
-	for _, f := range frames {
-		id, _ := ifxFrameWorkload(t, f)
-		ids = append(ids, id)
-	}
-	return ids
 }
 
 func overWorkloadBound(size, limit int) string {
@@ -108,7 +90,7 @@ func TestIngressRefusesParamsOverTheWorkloadBoundWith413NamingIt(t *testing.T) {
 		t.Fatalf("the broker got upserts %v and %d removals, want the frame at the bound only", ids, len(n.broker.withMethod(wireframe.MethodRemove)))
 	}
 	if got := ifxDrain(q); len(got) != 1 || !ifxIsTracked(n, n.id, "at-bound") || ifxIsTracked(n, n.id, "over-bound") {
-		t.Fatalf("queued %v; want the frame at the bound queued and tracked, the one over neither", queuedIDs(t, got))
+		t.Fatalf("queued %v; want the frame at the bound queued and tracked, the one over neither", ifxDescribe(got))
 	}
 	if got := n.m.workloadBoundRefusals.Get("ingress"); got != 2 {
 		t.Fatalf("workload bound refusals counted for the ingress: %d, want 2", got)
@@ -193,7 +175,7 @@ func TestBrokerFrameOverTheWorkloadBoundIsNeitherRelayedNorTrackedWithARateLimit
 		t.Fatalf("the request over the bound was answered %s, want null", got)
 	}
 	if got := ifxDrain(q); len(got) != 1 {
-		t.Fatalf("queued %v, want only the frame at the bound", queuedIDs(t, got))
+		t.Fatalf("queued %v, want only the frame at the bound", ifxDescribe(got))
 	}
 	if got := ifxTrackedCount(n); got != 1 || !ifxIsTracked(n, n.id, "at-bound") {
 		t.Fatalf("the re-sync set holds %d runs, want the frame at the bound only", got)
@@ -206,47 +188,6 @@ func TestBrokerFrameOverTheWorkloadBoundIsNeitherRelayedNorTrackedWithARateLimit
 	}
 	if !n.logs.contains("level=WARN", "--workload-max-bytes", "dropped=1") {
 		t.Fatalf("the warning does not name the bound and its count; logs:\n%s", n.logs)
-	}
-}
-
-// The set's bytes are its entries' re-assertion lines, whatever adds,
-// replaces or removes them.
-func TestResyncSetCountsTheBytesOfItsLines(t *testing.T) {
-	s := newResyncSet(time.Minute, defaultMaxLiveWorkloads, defaultMaxLiveWorkloadBytes, "node-a")
-	now := time.Unix(1_700_000_000, 0)
-	sum := func() int64 {
-		var b int64
-		for _, e := range s.entries {
-			b += int64(len(e.line))
-		}
-		return b
-	}
-	check := func(what string) {
-		t.Helper()
-		if s.size() != sum() {
-			t.Fatalf("%s: the set counts %d bytes, its lines are %d", what, s.size(), sum())
-		}
-	}
-	ev := func(id, state, note string) *wireframe.Lifecycle {
-		f, err := parseLocalFrame(methodFor(state), []byte(`{"workloadInfo":{"id":"`+id+`","model":"m","engine":"e","state":"`+state+`","originatedFrom":"node-a","note":"`+note+`"}}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &f.life
-	}
-	s.track(ev("a", "running", "x"), now, false)
-	s.track(ev("b", "running", "xx"), now, false)
-	check("two tracked")
-	s.track(ev("a", "running", strings.Repeat("x", 500)), now, false)
-	check("one grown")
-	s.track(ev("a", "completed", ""), now, false)
-	check("one shrunk, terminal")
-	s.untrack(wireframe.WorkloadRef{Origin: "node-a", ID: "b"})
-	check("one removed")
-	s.prune(now.Add(2 * time.Minute))
-	check("the terminal one pruned")
-	if s.size() != 0 || s.len() != 0 {
-		t.Fatalf("an empty set counts %d bytes in %d entries", s.size(), s.len())
 	}
 }
 
@@ -291,41 +232,39 @@ func TestIngressAtTheResyncByteBoundIs503WithRetryAfterAndWritesNothing(t *testi
 	if got := len(n.broker.withMethod(wireframe.MethodUpsert)); got != written+1 || ifxIsTracked(n, n.id, "job-3") {
 		t.Fatalf("a refused frame was written (%d upserts, want %d) or tracked", got, written+1)
 	}
-	if held := resyncBytes(n); held > n.m.resync.maxBytes {
-		t.Fatalf("the set holds %d bytes, over its bound of %d", held, n.m.resync.maxBytes)
+	if held := resyncBytes(n); held > n.m.cfg.MaxLiveWorkloadBytes {
+		t.Fatalf("the set holds %d bytes, over its bound of %d", held, n.m.cfg.MaxLiveWorkloadBytes)
 	}
 
 	// A terminal entry frees its bytes once it ages out.
 	requireTerminalEntryHoldsItsRoomUntilItAgesOut(t, addr, clock, "job-2", "failed", wireframe.MethodErrored)
 }
 
-func TestBrokerFrameOverTheResyncByteBoundIsRelayedButNotKept(t *testing.T) {
+func TestBrokerFrameOverTheResyncByteBoundIsNeitherRelayedNorKept(t *testing.T) {
 	n, q := ifxNode(t)
 	n.m.handleLine([]byte(ifxStdioLifecycleJSON("stdio-1", "running", n.id, false)))
 	setResyncMaxBytes(n, resyncBytes(n)+32)
 	n.m.handleLine([]byte(ifxStdioLifecycleJSON("stdio-2", "running", n.id, false)))
-	if got := ifxDrain(q); len(got) != 2 {
-		t.Fatalf("queued %s, want both frames relayed", ifxDescribe(got))
+	if got := ifxDrain(q); len(got) != 1 {
+		t.Fatalf("sent %s, want the first frame alone", ifxDescribe(got))
 	}
 	if !ifxIsTracked(n, n.id, "stdio-1") || ifxIsTracked(n, n.id, "stdio-2") {
-		t.Fatal("want the first tracked and the one over the byte bound not")
+		t.Fatal("want the first held and the one over the byte bound not")
 	}
-	// A held workload whose newer frame would pass the bound is relayed
-	// and dropped from the set: re-asserting its older state would undo
-	// the newer one at every peer.
+	// A held workload whose newer frame would pass the bound is dropped
+	// from the table: re-asserting its older state would undo the newer
+	// one, which its broker holds, at every peer.
 	grown := `{"jsonrpc":"2.0","method":"workload:completed","params":{"workloadInfo":{"id":"stdio-1","model":"qwen3.5-9b","engine":"llamacpp","state":"completed","originatedFrom":"` +
 		n.id + `","note":"` + strings.Repeat("n", 64) + `"}}}`
 	n.m.handleLine([]byte(grown))
-	if got := ifxDrain(q); len(got) != 1 {
-		t.Fatalf("queued %v, want the grown frame relayed", queuedIDs(t, got))
-	}
+	ifxDrain(q)
 	if ifxIsTracked(n, n.id, "stdio-1") || resyncBytes(n) != 0 {
 		t.Fatalf("the grown workload is still held (%d bytes); want it no longer re-asserted", resyncBytes(n))
 	}
-	if got := n.m.resyncUntracked.Load(); got != 2 {
+	if got := n.m.table.Stats().Untracked.Load(); got != 2 {
 		t.Fatalf("untracked counter = %d, want 2", got)
 	}
-	if got := strings.Count(n.logs.String(), "re-sync set full (--max-live-workload-bytes)"); got != 1 {
+	if got := strings.Count(n.logs.String(), "state table full (--max-live-workload-bytes)"); got != 1 {
 		t.Fatalf("%d warnings for two frames within the interval, want 1; logs:\n%s", got, n.logs)
 	}
 }
@@ -345,7 +284,7 @@ func TestIngressFramesInFlightCountTowardTheResyncByteBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	each := int64(len(wireframe.EncodeNotification(f.Method, f.Params)) + resyncMarkerBytes)
+	each := int64(len(wireframe.EncodeNotification(f.Method, f.Params)) + 0)
 	setResyncMaxBytes(n, resyncBytes(n)+3*each-1)
 	gw, heldDone := holdBroker(t, n)
 	var wg sync.WaitGroup
@@ -361,81 +300,15 @@ func TestIngressFramesInFlightCountTowardTheResyncByteBound(t *testing.T) {
 	if err := answeredWhileHeld(t, "a third new run", func() error {
 		_, err := n.m.ingestLocal(body("new-2"))
 		return err
-	}); !errors.As(err, &atLimit) || atLimit.bound != limitBytes {
+	}); !errors.As(err, &atLimit) || atLimit.bound != statetable.LimitBytes {
 		t.Fatalf("a third new run while two are in flight at the byte bound: %v, want errAtLimit for bytes (503)", err)
 	}
 	close(gw.release)
 	heldDone()
 	wg.Wait()
-	if held, bound := resyncBytes(n), n.m.resync.maxBytes; ifxTrackedCount(n) != 3 || held > bound {
+	if held, bound := resyncBytes(n), n.m.cfg.MaxLiveWorkloadBytes; ifxTrackedCount(n) != 3 || held > bound {
 		t.Fatalf("the re-sync set holds %d runs, %d bytes; want 3 within its bound of %d", ifxTrackedCount(n), held, bound)
 	}
-}
-
-// A peer's queue is full at its byte bound as at its frame bound: the
-// newest frame is not queued (here, with no room for overflow marks, it is
-// dropped for that peer), and the bytes queued never pass the bound (a
-// frame larger than it is still taken by an empty queue).
-func TestAPeerQueueIsFullAtItsByteBound(t *testing.T) {
-	var undispatched atomic.Int64
-	s := newPeerSender(peerTarget{name: "p", principal: "p", addrs: []string{"127.0.0.1:1"}}, &peerStats{peer: "p", latency: promtext.NewHistogram()},
-		nil, nil, newLaneOrder(&undispatched, newOverflowMarks(0)), slog.New(slog.DiscardHandler))
-	s.queueMaxBytes = 1000
-	frame := func(n int) outboundFrame {
-		return outboundFrame{method: wireframe.MethodStarted, line: make([]byte, n)}
-	}
-	s.offer(frame(2000)) // an empty queue takes a frame over the bound
-	if len(s.queue) != 1 || s.queueBytes.Load() != 2000 {
-		t.Fatalf("an empty queue: %d frames, %d bytes; want the one large frame", len(s.queue), s.queueBytes.Load())
-	}
-	s.offer(frame(1))
-	if len(s.queue) != 1 || s.stats.queueDropped.Load() != 1 {
-		t.Fatalf("a queue past its byte bound took another frame: %d frames, %d dropped", len(s.queue), s.stats.queueDropped.Load())
-	}
-	s.dequeued(<-s.queue)
-	for range 10 {
-		s.offer(frame(300))
-	}
-	if len(s.queue) != 3 || s.queueBytes.Load() != 900 || s.stats.queueDropped.Load() != 8 {
-		t.Fatalf("ten frames of 300 bytes into a 1000-byte queue: %d queued, %d bytes, %d dropped in all; want 3, 900, 8",
-			len(s.queue), s.queueBytes.Load(), s.stats.queueDropped.Load())
-	}
-	s.offer(frame(100)) // exactly at the bound
-	if len(s.queue) != 4 || s.queueBytes.Load() != 1000 {
-		t.Fatalf("a frame that fills the queue to its bound: %d queued, %d bytes", len(s.queue), s.queueBytes.Load())
-	}
-	for len(s.queue) > 0 {
-		s.dequeued(<-s.queue)
-	}
-	if s.queueBytes.Load() != 0 {
-		t.Fatalf("an emptied queue counts %d bytes", s.queueBytes.Load())
-	}
-}
-
-// The per-peer gauge says how many bytes wait in a peer's queue, and the
-// limit is served beside it.
-func TestPeerQueueBytesCountTheFramesWaitingForAPeer(t *testing.T) {
-	n, hole := startWithBlackHoledPeer(t)
-	series := `nvpair_wlm_peer_queue_bytes{peer="` + hole.ident.Principal + `"}`
-	if v, ok := scrape(t, n)[series]; !ok || v != 0 {
-		t.Fatalf("%s = %v (present %v) before any frame, want 0", series, v, ok)
-	}
-	if v := scrape(t, n)["nvpair_wlm_peer_queue_limit_bytes"]; v != peerQueueMaxBytes {
-		t.Fatalf("nvpair_wlm_peer_queue_limit_bytes = %v, want %d", v, peerQueueMaxBytes)
-	}
-	const sent = 20
-	line := ifxStdioLifecycleJSON("q-00", "running", n.id, false)
-	for i := range sent {
-		n.broker.send(strings.Replace(line, "q-00", fmt.Sprintf("q-%02d", i), 1))
-	}
-	// The fresh lane holds the first frame (or a batch) in its request to
-	// the black hole; the rest wait in the queue, each a line as long as
-	// the first.
-	each := float64(len(line))
-	eventually(t, "frames waiting in the black hole's queue", func() bool {
-		m := scrape(t, n)
-		return m[series] >= (sent-1)*each && m[series] == each*m[`nvpair_wlm_peer_queue_frames{peer="`+hole.ident.Principal+`"}`]
-	})
 }
 
 func TestNewManagerDefaultsTheByteBoundsAndRefusesUnusableOnes(t *testing.T) {
@@ -471,9 +344,9 @@ func TestNewManagerDefaultsTheByteBoundsAndRefusesUnusableOnes(t *testing.T) {
 			t.Fatalf("WorkloadMaxBytes %d, MaxLiveWorkloadBytes %d: %v", tc.workload, tc.live, err)
 		}
 		m.bcast.close(time.Second)
-		if m.cfg.WorkloadMaxBytes != tc.wantWorkload || m.resync.maxBytes != tc.wantLive {
+		if m.cfg.WorkloadMaxBytes != tc.wantWorkload || m.cfg.MaxLiveWorkloadBytes != tc.wantLive {
 			t.Errorf("WorkloadMaxBytes %d, MaxLiveWorkloadBytes %d: took %d and %d; want %d and %d",
-				tc.workload, tc.live, m.cfg.WorkloadMaxBytes, m.resync.maxBytes, tc.wantWorkload, tc.wantLive)
+				tc.workload, tc.live, m.cfg.WorkloadMaxBytes, m.cfg.MaxLiveWorkloadBytes, tc.wantWorkload, tc.wantLive)
 		}
 	}
 }

@@ -134,26 +134,26 @@ type Table struct {
 	mu  sync.Mutex
 	cfg Config
 
-	byKey    map[wireframe.WorkloadKey]*entry   // runs
-	byRef    map[wireframe.WorkloadRef]*entry   // the first of a workload's runs
-	removals map[wireframe.WorkloadRef]*entry   // removal tombstones
-	members  map[string]*Member                 // by node id
-	vcursors map[*vcursor]struct{}              // members' and walks' places in version order
-	passes   map[*Pass]struct{}                 // heartbeat passes' places in pass order
-	vhead    *entry                             // version order, oldest first
-	vtail    *entry                             //
-	phead    *entry                             // pass order
-	ptail    *entry                             //
-	linked   uint64                             // the last pass order given
-	version  atomic.Uint64                      // the last version given
-	inPass   int                                // runs in pass order
-	passSize int64                              // their lines' bytes
-	ended    int64                              // tombstones' bytes
-	ends     endQueue                           // tombstones, oldest first
-	leases   leaseHeap                          //
-	leaseCh  chan struct{}                      // poked when the earliest deadline may have moved
-	stats    Stats                              //
-	self     string                             //
+	byKey    map[wireframe.WorkloadKey]*entry // runs
+	byRef    map[wireframe.WorkloadRef]*entry // the first of a workload's runs
+	removals map[wireframe.WorkloadRef]*entry // removal tombstones
+	members  map[string]*Member               // by node id
+	vcursors map[*vcursor]struct{}            // members' and walks' places in version order
+	passes   map[*Pass]struct{}               // heartbeat passes' places in pass order
+	vhead    *entry                           // version order, oldest first
+	vtail    *entry                           //
+	phead    *entry                           // pass order
+	ptail    *entry                           //
+	linked   uint64                           // the last pass order given
+	version  atomic.Uint64                    // the last version given
+	inPass   int                              // runs in pass order
+	passSize int64                            // their lines' bytes
+	ended    int64                            // tombstones' bytes
+	ends     endQueue                         // tombstones, oldest first
+	leases   leaseHeap                        //
+	leaseCh  chan struct{}                    // poked when the earliest deadline may have moved
+	stats    Stats                            //
+	self     string                           //
 }
 
 // Stats are the table's counters, for the metrics.
@@ -195,6 +195,14 @@ func (t *Table) SetJournal(j Journal) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.cfg.Journal = j
+}
+
+// SetMaxLiveBytes sets MaxLiveBytes; tests lower it below what the flag
+// accepts, to reach it with a few small frames.
+func (t *Table) SetMaxLiveBytes(n int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.cfg.MaxLiveBytes = n
 }
 
 // SetLeaseUnit sets the length of a lease's second (tests shorten it).

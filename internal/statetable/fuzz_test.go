@@ -1,15 +1,10 @@
-package main
+package statetable
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
 )
-
-// The fuzz targets of this package; the frame format's, with every bypass
-// the ingress design names, live beside it (internal/wireframe), and the
-// Host check's beside it (internal/httpguard). .ci/run runs each target for
-// a bounded time after the tests.
 
 // The targets below hold the ingress's fast paths to the slow ones they
 // replace: the member scanner to encoding/json's Decoder, the inline
@@ -23,12 +18,12 @@ func FuzzMayHoldResyncIsConservative(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, p []byte) {
 		var m map[string]json.RawMessage
-		if json.Unmarshal(p, &m) != nil || mayHoldResync(p) {
+		if json.Unmarshal(p, &m) != nil || MayHoldResync(p) {
 			return
 		}
 		for k := range m {
 			if strings.EqualFold(k, "resync") {
-				t.Fatalf("mayHoldResync missed %q in %s", k, p)
+				t.Fatalf("MayHoldResync missed %q in %s", k, p)
 			}
 		}
 	})
