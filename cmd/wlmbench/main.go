@@ -71,6 +71,19 @@ type config struct {
 	sweep   []int
 	inPeers []int
 
+	// Issue 30: the builds beside this one, the ingress modes, the leased
+	// renewals and the RSS per live workload.
+	baseline       string   // -baseline: a previous build's binary
+	stock          bool     // -stock: build the stock upstream daemon and run it too
+	stockBin       string   // -stock-bin: the stock daemon's binary, built elsewhere
+	stockLogLevel  string   // the stock daemon's --log-level
+	ingressModes   []string // cycling and/or new
+	ingressMaxLive int      // the ingress daemons' --max-live-workloads
+	renewHeld      []int    // leased jobs held, one figure each
+	renewJobs      int      // of them renewed in the loop
+	renewLease     int      // the lease, in seconds
+	memRSSLive     int      // live workloads for the RSS figure; 0 skips it
+
 	// The heartbeat section.
 	hbInterval  time.Duration
 	hbLive      []int
@@ -90,7 +103,14 @@ type config struct {
 }
 
 // sectionNames are the harness's sections, in the order they run.
-var sectionNames = []string{"ingress", "inbound", "fanout", "isolation", "memory", "heartbeat"}
+var sectionNames = []string{"ingress", "inbound", "fanout", "isolation", "renewals", "memory", "heartbeat"}
+
+// The ingress section's modes: each producer cycling over a few jobs of its
+// own with a rising seq, or opening a new job with every frame.
+const (
+	modeCycling = "cycling"
+	modeNew     = "new"
+)
 
 // countsFlag is a flag holding a comma-separated list of counts (1k = 1000).
 type countsFlag struct{ dst *[]int }
@@ -121,7 +141,10 @@ func (f countsFlag) Set(s string) error {
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("wlmbench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// A mistake is one line naming the flag, which main prints; the usage
+	// text is printed for -h only, where it was asked for.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	fs.StringVar(&c.bin, "bin", "", "daemon binary to run (default: go build the module root)")
 	fs.IntVar(&c.c, "c", 32, "concurrent keep-alive producers")
 	fs.DurationVar(&c.t, "t", 5*time.Second, "duration of one ingress trial")
@@ -153,16 +176,60 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Var(countsFlag{&c.hbRSS}, "hb-rss", "heartbeat: live workloads for the RSS figures")
 	fs.IntVar(&c.hbRSSFor, "hb-rss-intervals", 2, "heartbeat: intervals of passes before the RSS is read (logged after each)")
 	fs.StringVar(&c.hbParts, "hb-parts", "coverage,fanout,rss", "heartbeat: parts to run: coverage (with fresh frames and lock hold), fanout, rss")
+	fs.StringVar(&c.baseline, "baseline", "", "a previous build's daemon binary, run beside this one with interleaved trials; each path gets its figure and this/baseline ratio")
+	fs.BoolVar(&c.stock, "stock", false, "also build and run the stock upstream daemon (../shared/upstream, with its local ingress) on ingress and inbound, against issue 30's targets")
+	fs.StringVar(&c.stockBin, "stock-bin", "", "the stock daemon's binary (implies -stock; default: build it)")
+	fs.StringVar(&c.stockLogLevel, "stock-log-level", "warn", "the stock daemon's --log-level: it logs every frame at info, which this daemon does not")
+	c.ingressModes = []string{modeCycling, modeNew}
+	fs.Func("ingress-modes", "ingress: producers' frames, cycling (8 jobs each, rising seq) and/or new (a new job per frame) (default cycling,new)", func(v string) error {
+		c.ingressModes = nil
+		for _, m := range strings.Split(v, ",") {
+			if m != modeCycling && m != modeNew {
+				return fmt.Errorf("unknown mode %q (cycling, new)", m)
+			}
+			c.ingressModes = append(c.ingressModes, m)
+		}
+		return nil
+	})
+	fs.IntVar(&c.ingressMaxLive, "ingress-max-live", 1_000_000, "ingress: the daemons' --max-live-workloads, above what a point fills with new jobs, so the bound's 503s are not what is measured")
+	c.renewHeld = []int{1000, 100000}
+	fs.Var(countsFlag{&c.renewHeld}, "renew-held", "renewals: leased ingress jobs held, one figure each (1k = 1000); the first and the last are compared")
+	fs.IntVar(&c.renewJobs, "renew-jobs", 64, "renewals: of the held jobs, how many are renewed in the loop")
+	fs.IntVar(&c.renewLease, "renew-lease", 600, "renewals: the Workload-Lease, in seconds (5 to 86400)")
+	fs.IntVar(&c.memRSSLive, "mem-rss-live", 100_000, "memory: live ingress jobs for the RSS per live workload figure (0 skips it)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fmt.Fprintln(stderr, "Usage of wlmbench:")
+			fs.PrintDefaults()
+		}
 		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q: every setting is a flag", fs.Arg(0))
+	}
+	if c.stockBin != "" {
+		c.stock = true
 	}
 	switch {
 	case c.c < 1, c.trials < 1, c.k < 2, c.fanFrames < 1, c.t <= 0:
 		return c, errors.New("-c, -trials, -frames must be >= 1, -k >= 2, -t > 0")
 	case c.window < 1 || c.window > 1000:
 		return c, errors.New("-window must be between 1 and 1000 (the peer queues hold 1024)")
-	case c.memFrames < memFramesPerWorkload:
-		return c, fmt.Errorf("-mem-frames must be >= %d", memFramesPerWorkload)
+	case c.memFrames != 0 && c.memFrames < memFramesPerWorkload:
+		return c, fmt.Errorf("-mem-frames must be 0 (no churn run) or >= %d", memFramesPerWorkload)
+	case c.memRSSLive < 0:
+		return c, errors.New("-mem-rss-live must be >= 0")
+	case c.ingressMaxLive < 1:
+		return c, errors.New("-ingress-max-live must be >= 1")
+	case slices.Min(c.renewHeld) < 1 || c.renewJobs < 1 || c.renewJobs > slices.Min(c.renewHeld):
+		return c, errors.New("-renew-jobs must be between 1 and the least of -renew-held")
+	case c.renewLease < 5 || c.renewLease > 86400:
+		return c, errors.New("-renew-lease must be from 5 to 86400 seconds")
+	case c.baseline != "" && !isFile(c.baseline):
+		return c, fmt.Errorf("-baseline %s: not a file", c.baseline)
+	case c.stockBin != "" && !isFile(c.stockBin):
+		return c, fmt.Errorf("-stock-bin %s: not a file", c.stockBin)
 	case c.hbInterval < 100*time.Millisecond || c.hbWindows < 1 || c.hbFresh <= 0 || c.hbPing <= 0 || c.hbIdle <= 0 || c.hbFanFrames < 1 || c.hbRSSFor < 1 || c.hbTrials < 1:
 		return c, errors.New("-hb-interval must be >= 100ms, -hb-windows, -hb-fan-frames and -hb-rss-intervals >= 1, -hb-fresh, -hb-ping and -hb-idle > 0")
 	case slices.Min(c.sweep) < 1 || slices.Min(c.inPeers) < 1:
@@ -186,6 +253,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	return c, nil
+}
+
+// isFile reports whether path names a regular file.
+func isFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 func (c config) sections() []string {
@@ -259,6 +332,10 @@ type bench struct {
 	hasMetrics bool
 	tbl        *table
 	goals      *goalList // issue 14's targets, for the summary block
+
+	// The builds each section runs: this one always, the -baseline build
+	// and the stock daemon when asked for.
+	this, base, stock *contestant
 }
 
 func progress(format string, args ...any) {
@@ -284,7 +361,20 @@ func run(cfg config, out io.Writer) error {
 	if b.node, err = devpki.Mint(devpki.NewUUID()); err != nil {
 		return err
 	}
-	b.hasMetrics = supportsFlag(b.bin, "--metrics", "127.0.0.1:0")
+	b.this = newContestant(roleThis, b.bin, "info")
+	b.hasMetrics = b.this.known["--metrics"]
+	if cfg.baseline != "" {
+		b.base = newContestant(roleBaseline, cfg.baseline, "info")
+	}
+	if cfg.stock {
+		bin := cfg.stockBin
+		if bin == "" {
+			if bin, err = buildStock(root); err != nil {
+				return fmt.Errorf("stock daemon: %w", err)
+			}
+		}
+		b.stock = newContestant(roleStock, bin, cfg.stockLogLevel)
+	}
 	load0 := loadAvg()
 	started := time.Now()
 	if cfg.runs("ingress") {
@@ -302,6 +392,11 @@ func run(cfg config, out io.Writer) error {
 			return fmt.Errorf("fan-out: %w", err)
 		}
 	}
+	if cfg.runs("renewals") {
+		if err := b.renewals(); err != nil {
+			return fmt.Errorf("renewals: %w", err)
+		}
+	}
 	if cfg.runs("memory") {
 		if err := b.memory(); err != nil {
 			return fmt.Errorf("memory: %w", err)
@@ -312,9 +407,16 @@ func run(cfg config, out io.Writer) error {
 			return fmt.Errorf("heartbeat: %w", err)
 		}
 	}
-	fmt.Fprintf(out, "wlmbench %s: daemon %s, %d CPUs, %s, load average %s at start, %s at end, %s in all\n\n",
+	fmt.Fprintf(out, "wlmbench %s: daemon %s, %d CPUs, %s, load average %s at start, %s at end, %s in all\n",
 		time.Now().Format("2006-01-02 15:04"), filepath.Base(b.bin), runtime.NumCPU(), runtime.Version(),
 		load0, loadAvg(), time.Since(started).Round(time.Second))
+	if b.base != nil {
+		fmt.Fprintf(out, "baseline build: %s (trials interleaved with this build's; this/baseline: throughput above 1 is faster, CPU per frame below 1 is cheaper)\n", b.base.bin)
+	}
+	if b.stock != nil {
+		fmt.Fprintf(out, "stock daemon: %s, --log-level %s\n", b.stock.bin, b.stock.logLevel)
+	}
+	fmt.Fprintln(out)
 	b.tbl.render(out)
 	fmt.Fprintf(out, "\n%d of %d targets missed\n", b.tbl.misses(), countTargets(b.tbl))
 	if cfg.runs("ingress") || cfg.runs("inbound") {
@@ -611,8 +713,23 @@ func medianSummary(rs []fanResult) latencySummary {
 	return latencySummary{p50: medianDuration(p50), p99: medianDuration(p99), max: medianDuration(mx)}
 }
 
-// memory is the memory section.
+// memory is the memory section: the churn run, then the RSS per live
+// workload (memory.go).
 func (b *bench) memory() error {
+	if b.cfg.memFrames > 0 {
+		if err := b.memoryChurn(); err != nil {
+			return err
+		}
+	}
+	if b.cfg.memRSSLive > 0 {
+		return b.liveRSS()
+	}
+	return nil
+}
+
+// memoryChurn is the churn run: many workloads, each driven to a terminal
+// state and most removed.
+func (b *bench) memoryChurn() error {
 	cfg := b.cfg
 	workloads := cfg.memFrames / memFramesPerWorkload
 	d, err := startDaemon(b.bin, b.root, daemonOpts{name: "memory", ident: b.node, ingress: true, metrics: b.hasMetrics})
