@@ -196,7 +196,15 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Var(countsFlag{&c.renewHeld}, "renew-held", "renewals: leased ingress jobs held, one figure each (1k = 1000); the first and the last are compared")
 	fs.IntVar(&c.renewJobs, "renew-jobs", 64, "renewals: of the held jobs, how many are renewed in the loop")
 	fs.IntVar(&c.renewLease, "renew-lease", 600, "renewals: the Workload-Lease, in seconds (5 to 86400)")
-	fs.IntVar(&c.memRSSLive, "mem-rss-live", 100_000, "memory: live ingress jobs for the RSS per live workload figure (0 skips it)")
+	c.memRSSLive = 100_000
+	fs.Func("mem-rss-live", "memory: live ingress jobs for the RSS per live workload figure, a count (1k = 1000; 0 skips it) (default 100k)", func(v string) error {
+		ns, err := parseCounts(v)
+		if err != nil || len(ns) != 1 {
+			return errors.New("want one count")
+		}
+		c.memRSSLive = ns[0]
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stderr)
@@ -218,8 +226,6 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return c, errors.New("-window must be between 1 and 1000 (the peer queues hold 1024)")
 	case c.memFrames != 0 && c.memFrames < memFramesPerWorkload:
 		return c, fmt.Errorf("-mem-frames must be 0 (no churn run) or >= %d", memFramesPerWorkload)
-	case c.memRSSLive < 0:
-		return c, errors.New("-mem-rss-live must be >= 0")
 	case c.ingressMaxLive < 1:
 		return c, errors.New("-ingress-max-live must be >= 1")
 	case slices.Min(c.renewHeld) < 1 || c.renewJobs < 1 || c.renewJobs > slices.Min(c.renewHeld):
