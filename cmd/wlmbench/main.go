@@ -16,13 +16,31 @@
 //     to K pinned-mTLS sinks, against a bare pooled TLS POST loop to the same
 //     sinks; TLS handshakes per peer;
 //   - isolation: the same with one of the K peers black-holed;
+//   - renewals (issue 30, renewals.go): N leased ingress jobs held, a few
+//     of them renewed in a closed loop (the same frame again with its
+//     Workload-Lease header): daemon CPU per renewal and renewals/s at each
+//     N, and the CPU's growth from the least N to the most;
 //   - memory: a long ingress run over many workloads, each driven to a
-//     terminal state and most removed: peak RSS and goroutines;
+//     terminal state and most removed: peak RSS and goroutines; then the
+//     RSS per live workload beyond its frame's bytes at -mem-rss-live live
+//     ingress jobs (memory.go);
 //   - heartbeat (issue 11): per-peer heartbeat passes over L live workloads
 //     to K batching or single-frame sinks: coverage per interval, fresh
 //     frames lost and their p99 against L=0, the stdin and ingress round
 //     trips while passes run, fan-out to batching peers against the
 //     one-POST-per-frame ceiling, RSS at large L (heartbeat.go).
+//
+// The ingress section runs two modes (-ingress-modes): producers cycling
+// over a few jobs of their own, and a new job with every frame.
+//
+// -baseline BIN runs a previous build beside this one in every section
+// that supports it (ingress, inbound, renewals, memory), its trials
+// interleaved with this build's and the ceiling's (baseline.go), and adds
+// two columns: the baseline build's figure and this build over it. -stock
+// (or -stock-bin BIN) does the same with the stock upstream daemon on the
+// ingress and inbound paths, against issue 30's targets. A build that does
+// not take a flag a section needs is skipped for that section, in one line.
+// See README.md beside this file.
 //
 // It builds the daemon from the module root (or runs --bin) and drives the
 // real binary: the harness is its broker (stdin/stdout pipes, drained), its
@@ -32,6 +50,7 @@
 //	go run ./cmd/wlmbench
 //	go run ./cmd/wlmbench -t 2s -trials 1 -mem-frames 100000   # quick
 //	go run ./cmd/wlmbench -only ingress,inbound -t 2s -trials 1   # quick issue 14 figures
+//	go run ./cmd/wlmbench -baseline /tmp/wlm-0e0ee04 -only ingress,inbound,renewals,memory -sweep 32,128 -inbound-peers 4 -mem-frames 0 -t 2s -trials 4
 //	go run ./cmd/wlmbench -only heartbeat -hb-live 1k,10k -hb-peers 4 -hb-fan-n 8 -hb-rss 100k -hb-fresh-trials 1 -trials 1   # quick heartbeat
 package main
 
