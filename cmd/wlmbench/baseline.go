@@ -259,3 +259,11 @@ func (b *bench) contestants(skip func(*contestant) bool) []*contestant {
 func without(cs []*contestant, role string) []*contestant {
 	return slices.DeleteFunc(slices.Clone(cs), func(c *contestant) bool { return c.role == role })
 }
+
+// stockGoals adds a path's rows against the stock daemon to issue 30's
+// summary block.
+func (b *bench) stockGoals(rows []row) {
+	for _, r := range rows {
+		b.goals30.set(strings.TrimSpace(r.figure), r.target, fmt.Sprintf("%s (%s vs %s)", r.ratio, r.measured, r.baseline), r.result)
+	}
+}

@@ -283,3 +283,34 @@ func TestABadFlagIsOneLineAndExitTwo(t *testing.T) {
 		}
 	}
 }
+
+func TestIssue30BlockListsTheTargetsOfTheSelectedSections(t *testing.T) {
+	c, err := parseFlags([]string{"-only", "ingress,renewals"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := issue30Goals(c)
+	var names []string
+	for _, x := range g.goals {
+		names = append(names, x.name+" "+x.target)
+	}
+	want := []string{
+		renewGoalName + " <= 1.20x",
+		"ingress frames/s vs bare net/http, C=32 >= 0.90x",
+		"ingress frames/s vs bare net/http, C=128 >= 0.90x",
+		"ingress frames/s vs bare net/http, C=32, new job per frame >= 0.90x",
+		"ingress frames/s vs bare net/http, C=128, new job per frame >= 0.90x",
+	}
+	if !slices.Equal(names, want) {
+		t.Errorf("goals:\n%q\nwant\n%q", names, want)
+	}
+	if c, _ := parseFlags([]string{"-only", "fanout"}, io.Discard); len(issue30Goals(c).goals) != 0 {
+		t.Error("a run without the issue's sections lists its targets")
+	}
+	c, _ = parseFlags([]string{"-only", "inbound,memory"}, io.Discard)
+	var b strings.Builder
+	issue30Goals(c).render(&b)
+	if !strings.Contains(b.String(), "P=4 peers") || !strings.Contains(b.String(), "<= 1024 B") || !strings.Contains(b.String(), "0 of 2 targets measured") {
+		t.Errorf("block:\n%s", b.String())
+	}
+}

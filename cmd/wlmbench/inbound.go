@@ -243,6 +243,10 @@ func (b *bench) inboundAt(ds []*daemon, builds []*contestant, ceil *ceilingInbou
 	}
 	cr := cpuRow("inbound", fmt.Sprintf("  server CPU per frame at P=%d (ratio: ceiling/daemon)", p), pr.dCPU, pr.cCPU)
 	stock := compareRows(fmt.Sprintf("inbound P=%d", p), all, &r, &cr)
+	b.stockGoals(stock)
+	if p == issue30InboundPeers {
+		b.goals30.set(inboundGoalName(p), ">= "+fmtX(issue30InboundRatio), ratioCell(r, ok, pr), atLeast(ratio, ok, issue30InboundRatio))
+	}
 	b.tbl.add(r)
 	b.goals.set(inboundGoalName(p), r.target, ratioCell(r, ok, pr), r.result)
 	b.tbl.add(cr)

@@ -357,6 +357,7 @@ type bench struct {
 	hasMetrics bool
 	tbl        *table
 	goals      *goalList // issue 14's targets, for the summary block
+	goals30    *goalList // issue 30's targets, for a second block
 
 	// The builds each section runs: this one always, the -baseline build
 	// and the stock daemon when asked for.
@@ -377,7 +378,7 @@ func run(cfg config, out io.Writer) error {
 	} else {
 		defer os.RemoveAll(root)
 	}
-	b := &bench{cfg: cfg, bin: cfg.bin, root: root, tbl: &table{}, goals: issue14Goals(cfg)}
+	b := &bench{cfg: cfg, bin: cfg.bin, root: root, tbl: &table{}, goals: issue14Goals(cfg), goals30: issue30Goals(cfg)}
 	if b.bin == "" {
 		if b.bin, err = buildDaemon(root); err != nil {
 			return err
@@ -450,6 +451,10 @@ func run(cfg config, out io.Writer) error {
 	if cfg.runs("ingress") || cfg.runs("inbound") {
 		fmt.Fprintln(out)
 		b.goals.render(out)
+	}
+	if len(b.goals30.goals) > 0 {
+		fmt.Fprintln(out)
+		b.goals30.render(out)
 	}
 	return nil
 }

@@ -249,6 +249,8 @@ func (b *bench) renewals() error {
 			r.base = optX(bg, bok)
 		}
 		b.tbl.add(r)
+		b.goals30.set(renewGoalName, r.target, fmt.Sprintf("%s (%s at %s, %s at %s)", r.measured,
+			fmtMicros(medianDuration(find(roleThis, hi).cpu)), fmtCount(hi), fmtMicros(medianDuration(find(roleThis, lo).cpu)), fmtCount(lo)), r.result)
 	}
 	b.tbl.note("renewals: every (build, held) pair has a daemon of its own, filled once with leased running jobs (Workload-Lease %s) and --max-live-workloads 2N+1000 where the build takes it; a renewal is the same frame again with the header; trials interleave", lease)
 	return nil

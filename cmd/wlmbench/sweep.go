@@ -267,8 +267,12 @@ func (b *bench) ingressAt(builds []*contestant, ceil *ceilingServer, cURL, mode 
 		r.target, r.result = ">= "+fmtX(least), atLeast(ratio, ok, least)
 		b.goals.set(ingressGoalName(c)+strings.TrimPrefix(point, fmt.Sprintf("C=%d", c)), r.target, ratioCell(r, ok, p), r.result)
 	}
+	if slices.Contains(issue14Producers, c) {
+		b.goals30.set(ingress30GoalName(mode, c), ">= "+fmtX(issue30IngressRatio), ratioCell(r, ok, p), atLeast(ratio, ok, issue30IngressRatio))
+	}
 	cr := cpuRow("ingress", fmt.Sprintf("  server CPU per accepted frame at %s (ratio: ceiling/daemon)", point), p.dCPU, p.cCPU)
 	stock := compareRows("ingress "+point, all, &r, &cr)
+	b.stockGoals(stock)
 	b.tbl.add(r)
 	b.tbl.add(cr)
 	if c == cfg.c {
