@@ -83,6 +83,17 @@ func skipLine(section string, c *contestant, missing []string) string {
 	return fmt.Sprintf("%s: the %s build (%s) does not take %s: skipped for it", section, c.role, filepath.Base(c.bin), strings.Join(missing, ", "))
 }
 
+// buildFailed handles a build that failed in a section: this build's
+// failure ends the run, since there is nothing to measure; another build's
+// is one line in the notes, and the section goes on without it (nil).
+func (b *bench) buildFailed(section string, bc *contestant, err error) error {
+	if bc.role == roleThis {
+		return err
+	}
+	b.tbl.note("%s: the %s build (%s) failed: %s: skipped for it", section, bc.role, filepath.Base(bc.bin), strings.ReplaceAll(err.Error(), "\n", " "))
+	return nil
+}
+
 // interleave returns the order the n servers of one figure run in at trial
 // i: each trial runs every server once, and which goes first rotates, so
 // drift on a shared machine (another process taking a core for a while)

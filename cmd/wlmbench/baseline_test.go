@@ -314,3 +314,17 @@ func TestIssue30BlockListsTheTargetsOfTheSelectedSections(t *testing.T) {
 		t.Errorf("block:\n%s", b.String())
 	}
 }
+
+func TestAnotherBuildsFailureIsOneNoteAndThisBuildsEndsTheRun(t *testing.T) {
+	b := &bench{tbl: &table{}}
+	boom := errors.New("exited before ready\n(exit status 2)")
+	if err := b.buildFailed("inbound", &contestant{role: roleThis, bin: "/x/wlm"}, boom); err != boom {
+		t.Errorf("this build's failure gave %v", err)
+	}
+	if err := b.buildFailed("inbound", &contestant{role: roleBaseline, bin: "/x/old-wlm"}, boom); err != nil {
+		t.Errorf("the baseline's failure gave %v", err)
+	}
+	if len(b.tbl.notes) != 1 || strings.Contains(b.tbl.notes[0], "\n") || !strings.Contains(b.tbl.notes[0], "old-wlm") || !strings.Contains(b.tbl.notes[0], "skipped") {
+		t.Errorf("notes = %q", b.tbl.notes)
+	}
+}

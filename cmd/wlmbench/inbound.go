@@ -108,13 +108,16 @@ func (b *bench) inbound() error {
 			return err
 		}
 	}
-	builds := b.contestants(nil)
-	ds := make([]*daemon, len(builds))
-	for i, bc := range builds {
+	var builds []*contestant
+	var ds []*daemon
+	for _, bc := range b.contestants(nil) {
 		d, err := startDaemon(bc.bin, b.root, bc.opts(daemonOpts{name: "inbound", ident: b.node, pins: ids,
 			metrics: bc.role == roleThis && b.hasMetrics, resyncInterval: time.Hour}))
 		if err != nil {
-			return fmt.Errorf("%s build: %w", bc.role, err)
+			if err := b.buildFailed("inbound", bc, err); err != nil {
+				return err
+			}
+			continue
 		}
 		defer b.stopDaemon(d)
 		// The directory binds each peer's principal to its node id, as in
@@ -123,9 +126,12 @@ func (b *bench) inbound() error {
 		// send them. A build that logs below info does not say when it
 		// took the set; the stock daemon checks only the pins.
 		if err := b.bindPeers(d, ids, bc.logLevel == "info"); err != nil {
-			return err
+			if err := b.buildFailed("inbound", bc, err); err != nil {
+				return err
+			}
+			continue
 		}
-		ds[i] = d
+		builds, ds = append(builds, bc), append(ds, d)
 	}
 	ceil, err := startCeilingInbound(b.node, ids)
 	if err != nil {

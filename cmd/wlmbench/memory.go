@@ -111,7 +111,10 @@ func (b *bench) liveRSS() error {
 		}
 		r, err := b.liveRSSOf(bc, n)
 		if err != nil {
-			return fmt.Errorf("%s build: %w", bc.role, err)
+			if err := b.buildFailed("memory", bc, err); err != nil {
+				return err
+			}
+			continue
 		}
 		progress("memory: %s build, %d live jobs: RSS %s -> %s, %.0f bytes each, %.0f beyond a %.0f-byte frame",
 			bc.role, r.live, mib(r.startKB), mib(r.endKB), r.perLive(), r.beyond(), r.frameBytes)

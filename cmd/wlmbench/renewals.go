@@ -165,14 +165,20 @@ func (b *bench) renewals() error {
 			d, err := startDaemon(bc.bin, b.root, bc.opts(daemonOpts{name: "renew-" + fmtCount(n), ident: b.node, ingress: true,
 				metrics: bc.role == roleThis && b.hasMetrics, resyncInterval: time.Hour, maxLive: 2*n + 1000}))
 			if err != nil {
-				return fmt.Errorf("%s build: %w", bc.role, err)
+				if err := b.buildFailed("renewals", bc, err); err != nil {
+					return err
+				}
+				break
 			}
 			defer b.stopDaemon(d)
 			url := "http://" + d.ingressAddr + ingressPath
 			if i == 0 {
 				knows, err := knowsLeases(url)
 				if err != nil {
-					return fmt.Errorf("%s build: %w", bc.role, err)
+					if err := b.buildFailed("renewals", bc, err); err != nil {
+						return err
+					}
+					break
 				}
 				if !knows {
 					b.tbl.note("renewals: the %s build's ingress ignores Workload-Lease: skipped for it", bc.role)

@@ -218,16 +218,21 @@ func ingressPoint(mode string, c int) string {
 func (b *bench) ingressAt(builds []*contestant, ceil *ceilingServer, cURL, mode string, c int) (*pairResult, error) {
 	cfg := b.cfg
 	point := ingressPoint(mode, c)
-	ds := make([]*daemon, len(builds))
-	for i, bc := range builds {
+	var ds []*daemon
+	var started []*contestant
+	for _, bc := range builds {
 		d, err := startDaemon(bc.bin, b.root, bc.opts(daemonOpts{name: fmt.Sprintf("ingress-%s-%d", mode, c), ident: b.node,
 			ingress: true, metrics: bc.role == roleThis && b.hasMetrics, resyncInterval: time.Hour, maxLive: cfg.ingressMaxLive}))
 		if err != nil {
-			return nil, fmt.Errorf("%s build: %w", bc.role, err)
+			if err := b.buildFailed("ingress "+point, bc, err); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		defer b.stopDaemon(d)
-		ds[i] = d
+		ds, started = append(ds, d), append(started, bc)
 	}
+	builds = started
 	url := func(d *daemon) string { return "http://" + d.ingressAddr + ingressPath }
 	client, closeIdle := producerClient(c)
 	defer closeIdle()
