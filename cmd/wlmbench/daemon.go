@@ -30,7 +30,15 @@ type daemonOpts struct {
 	metrics        bool              // --metrics on a free loopback port
 	resyncInterval time.Duration     // 0: the daemon's default
 	maxLive        int               // --max-live-workloads; 0: the daemon's default
+	// known holds the optional flags the build accepts (see contestant);
+	// nil means all of them. A flag it lacks is left out, since a daemon
+	// exits 2 on an unknown flag; a section needing one checks first.
+	known    map[string]bool
+	logLevel string // --log-level; "" is info
 }
+
+// has reports whether the build takes the optional flag name.
+func (o daemonOpts) has(name string) bool { return o.known == nil || o.known[name] }
 
 // daemon is the real binary, its broker side played by the harness: stdin
 // is written by the harness, stdout is read and drained, stderr is parsed
@@ -76,19 +84,49 @@ func startDaemon(bin, root string, o daemonOpts) (*daemon, error) {
 			return nil, err
 		}
 	}
-	args := []string{"--port", "0", "--app-dir", appDir, "--cluster-dir", clusterDir, "--log-level", "info"}
-	if o.resyncInterval > 0 {
+	level := o.logLevel
+	if level == "" {
+		level = "info"
+	}
+	// A build without --app-dir (the stock daemon) takes the parent of
+	// --cluster-dir as its app dir, which is appDir.
+	args := []string{"--port", "0", "--cluster-dir", clusterDir, "--log-level", level}
+	if o.has("--app-dir") {
+		args = append(args, "--app-dir", appDir)
+	}
+	if o.resyncInterval > 0 && o.has("--resync-interval") {
 		args = append(args, "--resync-interval", o.resyncInterval.String())
 	}
-	if o.maxLive > 0 {
+	if o.maxLive > 0 && o.has("--max-live-workloads") {
 		args = append(args, "--max-live-workloads", strconv.Itoa(o.maxLive))
 	}
+	// Below info a daemon does not log the addresses it listens on, so
+	// the harness picks them (free a moment ago) instead of reading them.
+	quiet := level != "info" && level != "debug"
+	var fixedIngress, fixedPeer string
+	if quiet {
+		peerPort, err := freeLoopbackPort()
+		if err != nil {
+			return nil, err
+		}
+		args[1] = strconv.Itoa(peerPort)
+		fixedPeer = net.JoinHostPort("127.0.0.1", args[1])
+	}
 	if o.ingress {
-		args = append(args, "--local-ingress", "127.0.0.1:0")
+		addr := "127.0.0.1:0"
+		if quiet {
+			port, err := freeLoopbackPort()
+			if err != nil {
+				return nil, err
+			}
+			addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			fixedIngress = addr
+		}
+		args = append(args, "--local-ingress", addr)
 	}
 	d := &daemon{name: o.name, nodeID: o.ident.Principal, ready: make(chan struct{}),
 		ingress: make(chan string, 1), peer: make(chan string, 1), pings: newPingTracker(), exited: make(chan struct{})}
-	if o.metrics {
+	if o.metrics && o.has("--metrics") {
 		port, err := freeLoopbackPort()
 		if err != nil {
 			return nil, err
@@ -115,6 +153,12 @@ func startDaemon(bin, root string, o daemonOpts) (*daemon, error) {
 	if err := d.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
+	if fixedIngress != "" {
+		d.ingress <- fixedIngress
+	}
+	if fixedPeer != "" {
+		d.peer <- fixedPeer
+	}
 	var readers sync.WaitGroup
 	readers.Go(func() { d.drainStdout(stdout) })
 	readers.Go(func() { d.parseStderr(stderr, logFile) })
@@ -131,6 +175,11 @@ func startDaemon(bin, root string, o daemonOpts) (*daemon, error) {
 	case <-time.After(30 * time.Second):
 		d.stop()
 		return nil, fmt.Errorf("%s sent no ready frame within 30s", o.name)
+	}
+	if fixedIngress != "" {
+		// The harness picked the address, so nothing says when it is
+		// served: wait until it takes a connection.
+		waitListening(fixedIngress, 5*time.Second)
 	}
 	if o.ingress {
 		select {
@@ -183,9 +232,12 @@ func (d *daemon) parseStderr(r io.Reader, w io.Writer) {
 			d.peerDrops.Add(logInt(line, "dropped"))
 		case strings.Contains(line, "peer delivery failed"):
 			d.peerFailures.Add(1)
-		case strings.Contains(line, "broadcast targets changed"):
+		case strings.Contains(line, "broadcast targets changed"), strings.Contains(line, "peer set changed"):
+			// The second is the stock daemon's line for the same.
 			d.targets.Store(logInt(line, "total"))
-		case strings.Contains(line, "local ingress listening"):
+		case strings.Contains(line, "ingress listening"):
+			// "local ingress listening" here, "local workload ingress
+			// listening" in the stock daemon.
 			select {
 			case d.ingress <- logValue(line, "addr"):
 			default:
@@ -193,6 +245,12 @@ func (d *daemon) parseStderr(r io.Reader, w io.Writer) {
 		case strings.Contains(line, "msg=started "):
 			select {
 			case d.peer <- logValue(line, "peerAddr"):
+			default:
+			}
+		case strings.Contains(line, "inter-node server listening"):
+			// The stock daemon's peer listener, on every interface.
+			select {
+			case d.peer <- logValue(line, "addr"):
 			default:
 			}
 		}
@@ -382,6 +440,18 @@ func logValue(line, key string) string {
 func logInt(line, key string) int64 {
 	n, _ := strconv.ParseInt(logValue(line, key), 10, 64)
 	return n
+}
+
+// waitListening waits until addr takes a TCP connection, or for timeout.
+func waitListening(addr string, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // freeLoopbackPort returns a loopback port that was free a moment ago.

@@ -108,20 +108,30 @@ func (b *bench) inbound() error {
 			return err
 		}
 	}
-	d, err := startDaemon(b.bin, b.root, daemonOpts{name: "inbound", ident: b.node, pins: ids, metrics: b.hasMetrics, resyncInterval: time.Hour})
-	if err != nil {
-		return err
-	}
-	defer b.stopDaemon(d)
-	port, err := d.peerPort(10 * time.Second)
-	if err != nil {
-		return err
-	}
-	// The directory binds each peer's principal to its node id, as in a
-	// cluster, so the daemon checks every frame's origin against it. The
-	// peers serve nothing: the daemon has nothing of its own to send them.
-	if err := b.bindPeers(d, ids); err != nil {
-		return err
+	var builds []*contestant
+	var ds []*daemon
+	for _, bc := range b.contestants(nil) {
+		d, err := startDaemon(bc.bin, b.root, bc.opts(daemonOpts{name: "inbound", ident: b.node, pins: ids,
+			metrics: bc.role == roleThis && b.hasMetrics, resyncInterval: time.Hour}))
+		if err != nil {
+			if err := b.buildFailed("inbound", bc, err); err != nil {
+				return err
+			}
+			continue
+		}
+		defer b.stopDaemon(d)
+		// The directory binds each peer's principal to its node id, as in
+		// a cluster, so the daemon checks every frame's origin against it.
+		// The peers serve nothing: the daemon has nothing of its own to
+		// send them. A build that logs below info does not say when it
+		// took the set; the stock daemon checks only the pins.
+		if err := b.bindPeers(d, ids, bc.logLevel == "info"); err != nil {
+			if err := b.buildFailed("inbound", bc, err); err != nil {
+				return err
+			}
+			continue
+		}
+		builds, ds = append(builds, bc), append(ds, d)
 	}
 	ceil, err := startCeilingInbound(b.node, ids)
 	if err != nil {
@@ -139,19 +149,28 @@ func (b *bench) inbound() error {
 		clients[i] = c
 	}
 	// The peer port serves the same path as the ingress.
-	dURL := "https://127.0.0.1:" + strconv.Itoa(port) + ingressPath
+	urls := make([]string, len(ds))
+	for i, d := range ds {
+		port, err := d.peerPort(10 * time.Second)
+		if err != nil {
+			return err
+		}
+		urls[i] = "https://127.0.0.1:" + strconv.Itoa(port) + ingressPath
+	}
 	cURL := "https://" + ceil.addr + ingressPath
 	var dOK, cOK int64
 	for _, p := range cfg.inPeers {
-		do, co := b.inboundAt(d, ceil, clients[:p], ids[:p], dURL, cURL, p)
+		do, co := b.inboundAt(ds, builds, ceil, clients[:p], ids[:p], urls, cURL, p)
 		dOK, cOK = dOK+do, cOK+co
 	}
-	b.checkLines("inbound daemon", dOK, d.upserts.Load)
+	b.checkLines("inbound daemon", dOK, ds[0].upserts.Load)
 	b.checkLines("inbound ceiling", cOK, ceil.lines.Load)
 	b.tbl.note("inbound: each peer has its own certificate, pinned in the daemon's cluster directory and in the ceiling's pin set, and posts over one keep-alive connection, its next frame when the last is answered; every frame is a workload of its own (no dedup hits), its originatedFrom the peer's node id, which the daemon's last discovery:nodes binds to the peer's principal")
 	b.tbl.note("inbound: the ceiling is a process of its own, a bare net/http mTLS server that checks the client certificate against the pins on every request, decodes the body into a map and writes it as one line to its stdout under a mutex; the harness drains both stdouts; trials interleave")
-	if n := d.errorLines.Load(); n > 0 {
-		b.tbl.note("inbound: the daemon logged %d errors", n)
+	for i, d := range ds {
+		if n := d.errorLines.Load(); n > 0 {
+			b.tbl.note("inbound: the %s daemon logged %d errors", builds[i].role, n)
+		}
 	}
 	return nil
 }
@@ -171,7 +190,7 @@ func (b *bench) checkLines(who string, want int64, lines func() int64) {
 // bindPeers sends the daemon a discovery:nodes snapshot listing each peer
 // with its principal as both its clusterUuid and its hostUuid, at a port
 // nothing listens on.
-func (b *bench) bindPeers(d *daemon, ids []devpki.Identity) error {
+func (b *bench) bindPeers(d *daemon, ids []devpki.Identity, wait bool) error {
 	closed, err := freeLoopbackPort()
 	if err != nil {
 		return err
@@ -183,29 +202,43 @@ func (b *bench) bindPeers(d *daemon, ids []devpki.Identity) error {
 	if err := d.send(discoveryLine(ids, ports)); err != nil {
 		return err
 	}
+	if !wait {
+		return nil
+	}
 	return d.waitTargets(len(ids), 10*time.Second)
 }
 
-// inboundAt is one peer count: p peers against the daemon's peer port and
+// inboundAt is one peer count: p peers against each build's peer port and
 // against the ceiling, cfg.trials times each, interleaved; it adds the
-// rows and the target, and returns the frames each server accepted, its
-// warm-up included, for the line check.
-func (b *bench) inboundAt(d *daemon, ceil *ceilingInbound, clients []*http.Client, ids []devpki.Identity, dURL, cURL string, p int) (dOK, cOK int64) {
+// rows and the target, and returns the frames this build's daemon and the
+// ceiling accepted, their warm-ups included, for the line check.
+func (b *bench) inboundAt(ds []*daemon, builds []*contestant, ceil *ceilingInbound, clients []*http.Client, ids []devpki.Identity, urls []string, cURL string, p int) (dOK, cOK int64) {
 	cfg := b.cfg
 	prefix := peerFramePrefix + strconv.Itoa(p) + "-"
 	warm := min(cfg.t/5, 500*time.Millisecond)
-	dWarm := closedLoopEach(clients, dURL, warm, peerBody(ids, prefix+"warm")).ok
-	cWarm := closedLoopEach(clients, cURL, warm, peerBody(ids, prefix+"warm")).ok
+	for i := range ds {
+		// Each build has a directory of its own, so the same ids are new
+		// workloads to each.
+		n := closedLoopEach(clients, urls[i], warm, peerBody(ids, prefix+"warm")).ok
+		if i == 0 {
+			dOK += n
+		}
+	}
+	cOK += closedLoopEach(clients, cURL, warm, peerBody(ids, prefix+"warm")).ok
 	load := func(url string, i int) loadResult {
 		return closedLoopEach(clients, url, cfg.t, peerBody(ids, prefix+strconv.Itoa(i)))
 	}
-	pr := runPair(cfg.trials, fmt.Sprintf("inbound P=%d", p),
-		func(i int) (loadResult, time.Duration) {
-			return withCPU(d.cmd.Process.Pid, func() loadResult { return load(dURL, i) })
-		},
-		func(i int) (loadResult, time.Duration) {
-			return withCPU(ceil.cmd.Process.Pid, func() loadResult { return load(cURL, i) })
-		})
+	trialOn := func(pid int, url string) trialFunc {
+		return func(i int) (loadResult, time.Duration) {
+			return withCPU(pid, func() loadResult { return load(url, i) })
+		}
+	}
+	var others []other
+	for i, bc := range builds[1:] {
+		others = append(others, other{role: bc.role, trial: trialOn(ds[i+1].cmd.Process.Pid, urls[i+1])})
+	}
+	pr, all := runFigure(cfg.trials, fmt.Sprintf("inbound P=%d", p), trialOn(ds[0].cmd.Process.Pid, urls[0]),
+		trialOn(ceil.cmd.Process.Pid, cURL), others)
 	ratio, ok := ratioOf(pr.ratio)
 	r := row{section: "inbound",
 		figure:   fmt.Sprintf("peer frames/s, P=%d pinned peers, closed loop, median of %d x %s", p, cfg.trials, cfg.t),
@@ -214,15 +247,29 @@ func (b *bench) inboundAt(d *daemon, ceil *ceilingInbound, clients []*http.Clien
 	if !ok {
 		r.ratio = "-"
 	}
+	cr := cpuRow("inbound", fmt.Sprintf("  server CPU per frame at P=%d (ratio: ceiling/daemon)", p), pr.dCPU, pr.cCPU)
+	stock := compareRows(fmt.Sprintf("inbound P=%d", p), all, &r, &cr)
+	b.stockGoals(stock)
+	if p == issue30InboundPeers {
+		b.goals30.set(inboundGoalName(p), ">= "+fmtX(issue30InboundRatio), ratioCell(r, ok, pr), atLeast(ratio, ok, issue30InboundRatio))
+	}
 	b.tbl.add(r)
 	b.goals.set(inboundGoalName(p), r.target, ratioCell(r, ok, pr), r.result)
-	b.tbl.add(cpuRow("inbound", fmt.Sprintf("  server CPU per frame at P=%d (ratio: ceiling/daemon)", p), pr.dCPU, pr.cCPU))
+	b.tbl.add(cr)
 	b.tbl.add(row{section: "inbound", figure: fmt.Sprintf("  latency p50 / p99 / max at P=%d (medians)", p),
 		measured: medianLats(pr.dLats).String(), baseline: medianLats(pr.cLats).String()})
+	for _, sr := range stock {
+		b.tbl.add(sr)
+	}
 	for _, f := range pr.failures {
 		b.tbl.note("inbound P=%d: %s", p, f)
 	}
-	return dWarm + pr.dOK, cWarm + pr.cOK
+	for _, s := range all[2:] {
+		for _, f := range s.failures {
+			b.tbl.note("inbound P=%d: %s", p, f)
+		}
+	}
+	return dOK + pr.dOK, cOK + pr.cOK
 }
 
 // ceilingInboundSpec is what the inbound ceiling's process needs: the

@@ -16,13 +16,31 @@
 //     to K pinned-mTLS sinks, against a bare pooled TLS POST loop to the same
 //     sinks; TLS handshakes per peer;
 //   - isolation: the same with one of the K peers black-holed;
+//   - renewals (issue 30, renewals.go): N leased ingress jobs held, a few
+//     of them renewed in a closed loop (the same frame again with its
+//     Workload-Lease header): daemon CPU per renewal and renewals/s at each
+//     N, and the CPU's growth from the least N to the most;
 //   - memory: a long ingress run over many workloads, each driven to a
-//     terminal state and most removed: peak RSS and goroutines;
+//     terminal state and most removed: peak RSS and goroutines; then the
+//     RSS per live workload beyond its frame's bytes at -mem-rss-live live
+//     ingress jobs (memory.go);
 //   - heartbeat (issue 11): per-peer heartbeat passes over L live workloads
 //     to K batching or single-frame sinks: coverage per interval, fresh
 //     frames lost and their p99 against L=0, the stdin and ingress round
 //     trips while passes run, fan-out to batching peers against the
 //     one-POST-per-frame ceiling, RSS at large L (heartbeat.go).
+//
+// The ingress section runs two modes (-ingress-modes): producers cycling
+// over a few jobs of their own, and a new job with every frame.
+//
+// -baseline BIN runs a previous build beside this one in every section
+// that supports it (ingress, inbound, fan-out, renewals, memory), its trials
+// interleaved with this build's and the ceiling's (baseline.go), and adds
+// two columns: the baseline build's figure and this build over it. -stock
+// (or -stock-bin BIN) does the same with the stock upstream daemon on the
+// ingress and inbound paths, against issue 30's targets. A build that does
+// not take a flag a section needs is skipped for that section, in one line.
+// See README.md beside this file.
 //
 // It builds the daemon from the module root (or runs --bin) and drives the
 // real binary: the harness is its broker (stdin/stdout pipes, drained), its
@@ -32,6 +50,7 @@
 //	go run ./cmd/wlmbench
 //	go run ./cmd/wlmbench -t 2s -trials 1 -mem-frames 100000   # quick
 //	go run ./cmd/wlmbench -only ingress,inbound -t 2s -trials 1   # quick issue 14 figures
+//	go run ./cmd/wlmbench -baseline /tmp/wlm-0e0ee04 -only ingress,inbound,renewals,memory -sweep 32,128 -inbound-peers 4 -mem-frames 0 -t 2s -trials 4
 //	go run ./cmd/wlmbench -only heartbeat -hb-live 1k,10k -hb-peers 4 -hb-fan-n 8 -hb-rss 100k -hb-fresh-trials 1 -trials 1   # quick heartbeat
 package main
 
@@ -71,6 +90,19 @@ type config struct {
 	sweep   []int
 	inPeers []int
 
+	// Issue 30: the builds beside this one, the ingress modes, the leased
+	// renewals and the RSS per live workload.
+	baseline       string   // -baseline: a previous build's binary
+	stock          bool     // -stock: build the stock upstream daemon and run it too
+	stockBin       string   // -stock-bin: the stock daemon's binary, built elsewhere
+	stockLogLevel  string   // the stock daemon's --log-level
+	ingressModes   []string // cycling and/or new
+	ingressMaxLive int      // the ingress daemons' --max-live-workloads
+	renewHeld      []int    // leased jobs held, one figure each
+	renewJobs      int      // of them renewed in the loop
+	renewLease     int      // the lease, in seconds
+	memRSSLive     int      // live workloads for the RSS figure; 0 skips it
+
 	// The heartbeat section.
 	hbInterval  time.Duration
 	hbLive      []int
@@ -90,7 +122,14 @@ type config struct {
 }
 
 // sectionNames are the harness's sections, in the order they run.
-var sectionNames = []string{"ingress", "inbound", "fanout", "isolation", "memory", "heartbeat"}
+var sectionNames = []string{"ingress", "inbound", "fanout", "isolation", "renewals", "memory", "heartbeat"}
+
+// The ingress section's modes: each producer cycling over a few jobs of its
+// own with a rising seq, or opening a new job with every frame.
+const (
+	modeCycling = "cycling"
+	modeNew     = "new"
+)
 
 // countsFlag is a flag holding a comma-separated list of counts (1k = 1000).
 type countsFlag struct{ dst *[]int }
@@ -121,7 +160,10 @@ func (f countsFlag) Set(s string) error {
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := flag.NewFlagSet("wlmbench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// A mistake is one line naming the flag, which main prints; the usage
+	// text is printed for -h only, where it was asked for.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	fs.StringVar(&c.bin, "bin", "", "daemon binary to run (default: go build the module root)")
 	fs.IntVar(&c.c, "c", 32, "concurrent keep-alive producers")
 	fs.DurationVar(&c.t, "t", 5*time.Second, "duration of one ingress trial")
@@ -153,16 +195,66 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Var(countsFlag{&c.hbRSS}, "hb-rss", "heartbeat: live workloads for the RSS figures")
 	fs.IntVar(&c.hbRSSFor, "hb-rss-intervals", 2, "heartbeat: intervals of passes before the RSS is read (logged after each)")
 	fs.StringVar(&c.hbParts, "hb-parts", "coverage,fanout,rss", "heartbeat: parts to run: coverage (with fresh frames and lock hold), fanout, rss")
+	fs.StringVar(&c.baseline, "baseline", "", "a previous build's daemon binary, run beside this one with interleaved trials; each path gets its figure and this/baseline ratio")
+	fs.BoolVar(&c.stock, "stock", false, "also build and run the stock upstream daemon (../shared/upstream, with its local ingress) on ingress and inbound, against issue 30's targets")
+	fs.StringVar(&c.stockBin, "stock-bin", "", "the stock daemon's binary (implies -stock; default: build it)")
+	fs.StringVar(&c.stockLogLevel, "stock-log-level", "warn", "the stock daemon's --log-level: it logs every frame at info, which this daemon does not")
+	c.ingressModes = []string{modeCycling, modeNew}
+	fs.Func("ingress-modes", "ingress: producers' frames, cycling (8 jobs each, rising seq) and/or new (a new job per frame) (default cycling,new)", func(v string) error {
+		c.ingressModes = nil
+		for _, m := range strings.Split(v, ",") {
+			if m != modeCycling && m != modeNew {
+				return fmt.Errorf("unknown mode %q (cycling, new)", m)
+			}
+			c.ingressModes = append(c.ingressModes, m)
+		}
+		return nil
+	})
+	fs.IntVar(&c.ingressMaxLive, "ingress-max-live", 1_000_000, "ingress: the daemons' --max-live-workloads, above what a point fills with new jobs, so the bound's 503s are not what is measured")
+	c.renewHeld = []int{1000, 100000}
+	fs.Var(countsFlag{&c.renewHeld}, "renew-held", "renewals: leased ingress jobs held, one figure each (1k = 1000); the first and the last are compared")
+	fs.IntVar(&c.renewJobs, "renew-jobs", 64, "renewals: of the held jobs, how many are renewed in the loop")
+	fs.IntVar(&c.renewLease, "renew-lease", 600, "renewals: the Workload-Lease, in seconds (5 to 86400)")
+	c.memRSSLive = 100_000
+	fs.Func("mem-rss-live", "memory: live ingress jobs for the RSS per live workload figure, a count (1k = 1000; 0 skips it) (default 100k)", func(v string) error {
+		ns, err := parseCounts(v)
+		if err != nil || len(ns) != 1 {
+			return errors.New("want one count")
+		}
+		c.memRSSLive = ns[0]
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fmt.Fprintln(stderr, "Usage of wlmbench:")
+			fs.PrintDefaults()
+		}
 		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q: every setting is a flag", fs.Arg(0))
+	}
+	if c.stockBin != "" {
+		c.stock = true
 	}
 	switch {
 	case c.c < 1, c.trials < 1, c.k < 2, c.fanFrames < 1, c.t <= 0:
 		return c, errors.New("-c, -trials, -frames must be >= 1, -k >= 2, -t > 0")
 	case c.window < 1 || c.window > 1000:
 		return c, errors.New("-window must be between 1 and 1000 (the peer queues hold 1024)")
-	case c.memFrames < memFramesPerWorkload:
-		return c, fmt.Errorf("-mem-frames must be >= %d", memFramesPerWorkload)
+	case c.memFrames != 0 && c.memFrames < memFramesPerWorkload:
+		return c, fmt.Errorf("-mem-frames must be 0 (no churn run) or >= %d", memFramesPerWorkload)
+	case c.ingressMaxLive < 1:
+		return c, errors.New("-ingress-max-live must be >= 1")
+	case slices.Min(c.renewHeld) < 1 || c.renewJobs < 1 || c.renewJobs > slices.Min(c.renewHeld):
+		return c, errors.New("-renew-jobs must be between 1 and the least of -renew-held")
+	case c.renewLease < 5 || c.renewLease > 86400:
+		return c, errors.New("-renew-lease must be from 5 to 86400 seconds")
+	case c.baseline != "" && !isFile(c.baseline):
+		return c, fmt.Errorf("-baseline %s: not a file", c.baseline)
+	case c.stockBin != "" && !isFile(c.stockBin):
+		return c, fmt.Errorf("-stock-bin %s: not a file", c.stockBin)
 	case c.hbInterval < 100*time.Millisecond || c.hbWindows < 1 || c.hbFresh <= 0 || c.hbPing <= 0 || c.hbIdle <= 0 || c.hbFanFrames < 1 || c.hbRSSFor < 1 || c.hbTrials < 1:
 		return c, errors.New("-hb-interval must be >= 100ms, -hb-windows, -hb-fan-frames and -hb-rss-intervals >= 1, -hb-fresh, -hb-ping and -hb-idle > 0")
 	case slices.Min(c.sweep) < 1 || slices.Min(c.inPeers) < 1:
@@ -186,6 +278,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	return c, nil
+}
+
+// isFile reports whether path names a regular file.
+func isFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 func (c config) sections() []string {
@@ -259,6 +357,11 @@ type bench struct {
 	hasMetrics bool
 	tbl        *table
 	goals      *goalList // issue 14's targets, for the summary block
+	goals30    *goalList // issue 30's targets, for a second block
+
+	// The builds each section runs: this one always, the -baseline build
+	// and the stock daemon when asked for.
+	this, base, stock *contestant
 }
 
 func progress(format string, args ...any) {
@@ -275,7 +378,7 @@ func run(cfg config, out io.Writer) error {
 	} else {
 		defer os.RemoveAll(root)
 	}
-	b := &bench{cfg: cfg, bin: cfg.bin, root: root, tbl: &table{}, goals: issue14Goals(cfg)}
+	b := &bench{cfg: cfg, bin: cfg.bin, root: root, tbl: &table{}, goals: issue14Goals(cfg), goals30: issue30Goals(cfg)}
 	if b.bin == "" {
 		if b.bin, err = buildDaemon(root); err != nil {
 			return err
@@ -284,7 +387,20 @@ func run(cfg config, out io.Writer) error {
 	if b.node, err = devpki.Mint(devpki.NewUUID()); err != nil {
 		return err
 	}
-	b.hasMetrics = supportsFlag(b.bin, "--metrics", "127.0.0.1:0")
+	b.this = newContestant(roleThis, b.bin, "info")
+	b.hasMetrics = b.this.known["--metrics"]
+	if cfg.baseline != "" {
+		b.base = newContestant(roleBaseline, cfg.baseline, "info")
+	}
+	if cfg.stock {
+		bin := cfg.stockBin
+		if bin == "" {
+			if bin, err = buildStock(root); err != nil {
+				return fmt.Errorf("stock daemon: %w", err)
+			}
+		}
+		b.stock = newContestant(roleStock, bin, cfg.stockLogLevel)
+	}
 	load0 := loadAvg()
 	started := time.Now()
 	if cfg.runs("ingress") {
@@ -302,24 +418,43 @@ func run(cfg config, out io.Writer) error {
 			return fmt.Errorf("fan-out: %w", err)
 		}
 	}
+	if cfg.runs("renewals") {
+		if err := b.renewals(); err != nil {
+			return fmt.Errorf("renewals: %w", err)
+		}
+	}
 	if cfg.runs("memory") {
 		if err := b.memory(); err != nil {
 			return fmt.Errorf("memory: %w", err)
 		}
 	}
 	if cfg.runs("heartbeat") {
+		if b.base != nil || b.stock != nil {
+			b.tbl.note("heartbeat: runs this build only; -baseline and -stock are not run in this section")
+		}
 		if err := b.heartbeat(); err != nil {
 			return fmt.Errorf("heartbeat: %w", err)
 		}
 	}
-	fmt.Fprintf(out, "wlmbench %s: daemon %s, %d CPUs, %s, load average %s at start, %s at end, %s in all\n\n",
+	fmt.Fprintf(out, "wlmbench %s: daemon %s, %d CPUs, %s, load average %s at start, %s at end, %s in all\n",
 		time.Now().Format("2006-01-02 15:04"), filepath.Base(b.bin), runtime.NumCPU(), runtime.Version(),
 		load0, loadAvg(), time.Since(started).Round(time.Second))
+	if b.base != nil {
+		fmt.Fprintf(out, "baseline build: %s (trials interleaved with this build's; this/baseline: throughput above 1 is faster, CPU per frame below 1 is cheaper)\n", b.base.bin)
+	}
+	if b.stock != nil {
+		fmt.Fprintf(out, "stock daemon: %s, --log-level %s\n", b.stock.bin, b.stock.logLevel)
+	}
+	fmt.Fprintln(out)
 	b.tbl.render(out)
 	fmt.Fprintf(out, "\n%d of %d targets missed\n", b.tbl.misses(), countTargets(b.tbl))
 	if cfg.runs("ingress") || cfg.runs("inbound") {
 		fmt.Fprintln(out)
 		b.goals.render(out)
+	}
+	if len(b.goals30.goals) > 0 {
+		fmt.Fprintln(out)
+		b.goals30.render(out)
 	}
 	return nil
 }
@@ -436,6 +571,31 @@ func (b *bench) fanout() error {
 		return err
 	}
 
+	// The -baseline build broadcasts to the same K sinks, its trials
+	// interleaved with the others'; a build without a peer port to pin is
+	// not one this harness can run, so nothing is probed.
+	var base *daemon
+	if b.base != nil && cfg.runs("fanout") {
+		base, err = startDaemon(b.base.bin, b.root, b.base.opts(daemonOpts{name: "fanout", ident: b.node, pins: ids, resyncInterval: time.Hour}))
+		if err == nil {
+			defer b.stopDaemon(base)
+			if err = base.send(discoveryLine(ids, ports)); err == nil {
+				err = base.waitTargets(cfg.k, 10*time.Second)
+			}
+		}
+		if err != nil {
+			_ = b.buildFailed("fan-out", b.base, err)
+			base = nil
+		}
+	}
+
+	if b.stock != nil {
+		b.tbl.note("fan-out and isolation: the stock daemon is not run (its 1024-frame outbound queue drops rather than waits, so the closed-loop feed measures something else)")
+	}
+	if b.base != nil && cfg.runs("isolation") {
+		b.tbl.note("isolation: runs this build only; the baseline build is compared on fan-out")
+	}
+
 	var iso *daemon
 	var hole *blackHole
 	healthy := sinks[:cfg.k-1]
@@ -458,8 +618,8 @@ func (b *bench) fanout() error {
 		}
 	}
 
-	var fullR, ceilR, isoR []fanResult
-	var fullCPU, ceilCPU []time.Duration
+	var fullR, ceilR, isoR, baseR []fanResult
+	var fullCPU, ceilCPU, baseCPU []time.Duration
 	run := int64(0)
 	for i := range cfg.trials {
 		steps := []func(){
@@ -479,6 +639,16 @@ func (b *bench) fanout() error {
 				progress("fan-out trial %d/%d: daemon %s", i+1, cfg.trials, r)
 				fullR = append(fullR, r)
 			},
+		}
+		if base != nil {
+			steps = append(steps, func() {
+				run++
+				m := startCPU(base.cmd.Process.Pid)
+				r := feedDaemon(base, sinks, progressCh, run, cfg.fanFrames, cfg.window)
+				baseCPU = append(baseCPU, m.perFrame(int64(cfg.fanFrames)))
+				progress("fan-out trial %d/%d: baseline build %s", i+1, cfg.trials, r)
+				baseR = append(baseR, r)
+			})
 		}
 		if iso != nil {
 			steps = append(steps, func() {
@@ -524,14 +694,21 @@ func (b *bench) fanout() error {
 		for _, r := range ceilR {
 			ceilWorst = max(ceilWorst, r.maxHandshakes())
 		}
-		b.tbl.add(row{section: "fan-out",
+		rr := row{section: "fan-out",
 			figure:   fmt.Sprintf("frames/s delivered to all %d peers, %d frames, median of %d", cfg.k, cfg.fanFrames, cfg.trials),
 			measured: fmtRate(fr), baseline: fmtRate(cr), ratio: fmtRatio(fr, cr),
-			target: ">= 0.50x", result: check(cr > 0 && fr/cr >= 0.5 && allDone(fullR))})
+			target: ">= 0.50x", result: check(cr > 0 && fr/cr >= 0.5 && allDone(fullR))}
+		cr := cpuRow("fan-out", fmt.Sprintf("  CPU per frame sent to %d peers (ratio: ceiling/daemon)", cfg.k), fullCPU, ceilCPU)
+		if base != nil {
+			compareSeries(&series{rate: rates(fullR), cpu: fullCPU}, &series{rate: rates(baseR), cpu: baseCPU},
+				&series{rate: rates(ceilR)}).baseCells(&rr, &cr)
+			incomplete("fan-out (baseline build)", baseR)
+		}
+		b.tbl.add(rr)
 		b.tbl.add(row{section: "fan-out", figure: fmt.Sprintf("TLS handshakes per peer over %d frames (worst peer, worst trial)", cfg.fanFrames),
 			measured: strconv.FormatInt(worst, 10), baseline: strconv.FormatInt(ceilWorst, 10),
 			target: "<= 2", result: check(worst <= 2 && len(fullR) > 0)})
-		b.tbl.add(cpuRow("fan-out", fmt.Sprintf("  CPU per frame sent to %d peers (ratio: ceiling/daemon)", cfg.k), fullCPU, ceilCPU))
+		b.tbl.add(cr)
 		incomplete("fan-out (daemon)", fullR)
 		incomplete("fan-out (ceiling)", ceilR)
 		if o, p, how := b.drops(full); o+p > 0 {
@@ -611,8 +788,23 @@ func medianSummary(rs []fanResult) latencySummary {
 	return latencySummary{p50: medianDuration(p50), p99: medianDuration(p99), max: medianDuration(mx)}
 }
 
-// memory is the memory section.
+// memory is the memory section: the churn run, then the RSS per live
+// workload (memory.go).
 func (b *bench) memory() error {
+	if b.cfg.memFrames > 0 {
+		if err := b.memoryChurn(); err != nil {
+			return err
+		}
+	}
+	if b.cfg.memRSSLive > 0 {
+		return b.liveRSS()
+	}
+	return nil
+}
+
+// memoryChurn is the churn run: many workloads, each driven to a terminal
+// state and most removed.
+func (b *bench) memoryChurn() error {
 	cfg := b.cfg
 	workloads := cfg.memFrames / memFramesPerWorkload
 	d, err := startDaemon(b.bin, b.root, daemonOpts{name: "memory", ident: b.node, ingress: true, metrics: b.hasMetrics})

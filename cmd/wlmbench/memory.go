@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -88,4 +89,128 @@ func memFrame(buf []byte, phase, j int) []byte {
 		}
 		return appendRemove(buf, prefix, 0, j)
 	}
+}
+
+// liveRSS is the memory section's RSS per live workload (issue 30): each
+// build's daemon is filled with -mem-rss-live running ingress jobs, one
+// frame each, and what its RSS grew by, per job, less the mean frame's
+// bytes, is what holding a workload costs beyond the frame it must keep.
+// Builds run one after another: a figure of memory, not of time, does not
+// drift with another process's load.
+func (b *bench) liveRSS() error {
+	cfg := b.cfg
+	n := cfg.memRSSLive
+	var thisBeyond float64
+	for _, bc := range b.contestants(nil) {
+		if miss := bc.lacks("--local-ingress"); len(miss) > 0 {
+			if bc.role == roleThis {
+				return fmt.Errorf("the daemon does not take %s", miss[0])
+			}
+			b.tbl.note("%s", skipLine("memory", bc, miss))
+			continue
+		}
+		r, err := b.liveRSSOf(bc, n)
+		if err != nil {
+			if err := b.buildFailed("memory", bc, err); err != nil {
+				return err
+			}
+			continue
+		}
+		progress("memory: %s build, %d live jobs: RSS %s -> %s, %.0f bytes each, %.0f beyond a %.0f-byte frame",
+			bc.role, r.live, mib(r.startKB), mib(r.endKB), r.perLive(), r.beyond(), r.frameBytes)
+		if r.failed > 0 {
+			b.tbl.note("memory: the %s build refused %d of %d live jobs, first: %s", bc.role, r.failed, n, r.firstErr)
+		}
+		cell := fmt.Sprintf("%.0f B (%.0f B each, %s -> %s)", r.beyond(), r.perLive(), mib(r.startKB), mib(r.endKB))
+		switch bc.role {
+		case roleThis:
+			thisBeyond = r.beyond()
+			b.tbl.add(row{section: "memory", figure: fmt.Sprintf("RSS per live workload beyond its frame's %.0f bytes, %s live ingress jobs", r.frameBytes, fmtCount(n)),
+				measured: cell, target: fmt.Sprintf("<= %d B", issue30RSSBeyond), result: check(r.live > 0 && r.failed == 0 && r.beyond() <= issue30RSSBeyond)})
+			b.goals30.set(rssGoalName, fmt.Sprintf("<= %d B", issue30RSSBeyond), fmt.Sprintf("%s at %s live", cell, fmtCount(n)), b.tbl.rows[len(b.tbl.rows)-1].result)
+		case roleBaseline:
+			last := &b.tbl.rows[len(b.tbl.rows)-1]
+			last.base = fmt.Sprintf("%.0f B", r.beyond())
+			if r.beyond() > 0 {
+				last.vsBase = fmtX(thisBeyond / r.beyond())
+			}
+		case roleStock:
+			b.tbl.add(row{section: "stock", figure: fmt.Sprintf("  memory: RSS per live workload beyond its frame, %s live", fmtCount(n)),
+				measured: fmt.Sprintf("%.0f B", thisBeyond), baseline: cell + " stock"})
+		}
+	}
+	b.tbl.note("memory: RSS per live workload = (VmRSS after the fill and 2 s of rest - VmRSS before) / jobs accepted; beyond its frame = that less the mean frame body posted; --max-live-workloads 2N+1000 where the build takes it")
+	return nil
+}
+
+// rssResult is one build's fill.
+type rssResult struct {
+	live, failed   int64
+	firstErr       string
+	startKB, endKB int64
+	frameBytes     float64 // the mean frame body posted
+}
+
+// perLive is the RSS growth per accepted job, in bytes.
+func (r rssResult) perLive() float64 {
+	if r.live <= 0 {
+		return 0
+	}
+	return float64(r.endKB-r.startKB) * 1024 / float64(r.live)
+}
+
+// beyond is perLive less the frame's own bytes, which the daemon must hold
+// to re-assert the job.
+func (r rssResult) beyond() float64 { return r.perLive() - r.frameBytes }
+
+// liveRSSOf fills one daemon of build bc with n live jobs.
+func (b *bench) liveRSSOf(bc *contestant, n int) (rssResult, error) {
+	cfg := b.cfg
+	var r rssResult
+	d, err := startDaemon(bc.bin, b.root, bc.opts(daemonOpts{name: "memory-live", ident: b.node, ingress: true,
+		resyncInterval: time.Hour, maxLive: 2*n + 1000}))
+	if err != nil {
+		return r, err
+	}
+	defer b.stopDaemon(d)
+	time.Sleep(time.Second)
+	st, err := d.procStatus()
+	if err != nil {
+		return r, err
+	}
+	r.startKB = st["VmRSS"]
+	client, closeIdle := producerClient(cfg.c)
+	defer closeIdle()
+	url := "http://" + d.ingressAddr + ingressPath
+	var (
+		okN, failN, bytesN atomic.Int64
+		errOnce            sync.Once
+		wg                 sync.WaitGroup
+	)
+	for w := range cfg.c {
+		wg.Go(func() {
+			var buf []byte
+			for j := w; j < n; j += cfg.c {
+				buf = appendLifecycle(buf[:0], "workload:started", "running", "live", 0, j, 1)
+				if accepted, why := post(client, url, buf); !accepted {
+					failN.Add(1)
+					errOnce.Do(func() { r.firstErr = why })
+					continue
+				}
+				okN.Add(1)
+				bytesN.Add(int64(len(buf)))
+			}
+		})
+	}
+	wg.Wait()
+	r.live, r.failed = okN.Load(), failN.Load()
+	if r.live > 0 {
+		r.frameBytes = float64(bytesN.Load()) / float64(r.live)
+	}
+	time.Sleep(2 * time.Second)
+	if st, err = d.procStatus(); err != nil {
+		return r, err
+	}
+	r.endKB = st["VmRSS"]
+	return r, nil
 }

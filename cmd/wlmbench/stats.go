@@ -126,9 +126,12 @@ func check(ok bool) verdict {
 	return miss
 }
 
-// row is one line of the result table.
+// row is one line of the result table. base and vsBase are the -baseline
+// build's figure and this build's over it; the table shows their columns
+// only when some row has them, so a run without -baseline reads as before.
 type row struct {
 	section, figure, measured, baseline, ratio, target string
+	base, vsBase                                       string
 	result                                             verdict
 }
 
@@ -145,22 +148,37 @@ func (t *table) note(format string, args ...any) {
 }
 
 var tableHeader = row{section: "section", figure: "figure", measured: "measured", baseline: "ceiling/baseline",
-	ratio: "ratio", target: "target"}
+	ratio: "ratio", target: "target", base: "baseline build", vsBase: "this/baseline"}
 
-func (r row) cells() []string {
+// cells returns the row's columns; wide adds the -baseline build's two.
+func (r row) cells(wide bool) []string {
 	res := r.result.String()
 	if r == tableHeader {
 		res = "result"
 	}
+	if wide {
+		return []string{r.section, r.figure, r.measured, r.baseline, r.ratio, r.base, r.vsBase, r.target, res}
+	}
 	return []string{r.section, r.figure, r.measured, r.baseline, r.ratio, r.target, res}
+}
+
+// wide reports whether any row has a -baseline figure.
+func (t *table) wide() bool {
+	for _, r := range t.rows {
+		if r.base != "" || r.vsBase != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // render writes the table with aligned columns, then its notes.
 func (t *table) render(w io.Writer) {
+	wide := t.wide()
 	all := append([]row{tableHeader}, t.rows...)
-	widths := make([]int, len(tableHeader.cells()))
+	widths := make([]int, len(tableHeader.cells(wide)))
 	for _, r := range all {
-		for i, c := range r.cells() {
+		for i, c := range r.cells(wide) {
 			widths[i] = max(widths[i], len(c))
 		}
 	}
@@ -177,14 +195,14 @@ func (t *table) render(w io.Writer) {
 		}
 		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
 	}
-	line(tableHeader.cells())
+	line(tableHeader.cells(wide))
 	seps := make([]string, len(widths))
 	for i, n := range widths {
 		seps[i] = strings.Repeat("-", n)
 	}
 	fmt.Fprintln(w, strings.Join(seps, "-+-"))
 	for _, r := range t.rows {
-		line(r.cells())
+		line(r.cells(wide))
 	}
 	for _, n := range t.notes {
 		fmt.Fprintln(w, "* "+n)

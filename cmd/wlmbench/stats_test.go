@@ -216,7 +216,7 @@ func TestParseFlagsDefaultsAndRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.c != 32 || c.t != 5*time.Second || c.k != 8 || c.fanFrames != 10000 || c.memFrames != 1_000_000 || len(c.sections()) != 6 {
+	if c.c != 32 || c.t != 5*time.Second || c.k != 8 || c.fanFrames != 10000 || c.memFrames != 1_000_000 || len(c.sections()) != 7 {
 		t.Errorf("defaults = %+v", c)
 	}
 	if c, err := parseFlags([]string{"-only", "memory", "-mem-frames", "50000"}, io.Discard); err != nil || !c.runs("memory") || c.runs("ingress") {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -80,106 +81,226 @@ func withCPU(pid int, load func() loadResult) (loadResult, time.Duration) {
 // runPair runs trials of the daemon and of the ceiling, alternating which
 // goes first, so drift on a shared machine hits both alike.
 func runPair(trials int, label string, daemon, ceiling trialFunc) *pairResult {
-	p := &pairResult{}
-	for i := range trials {
-		var rd, rc loadResult
-		var dCPU, cCPU time.Duration
-		runD := func() { rd, dCPU = daemon(i) }
-		runC := func() { rc, cCPU = ceiling(i) }
-		if i%2 == 0 {
-			runD()
-			runC()
-		} else {
-			runC()
-			runD()
-		}
-		progress("%s trial %d/%d: daemon %s (%s, %d failed), ceiling %s (%s, %d failed)", label, i+1, trials,
-			fmtRate(rd.rate()), rd.lats, rd.failed, fmtRate(rc.rate()), rc.lats, rc.failed)
-		p.add(rd, rc, dCPU, cCPU)
-	}
+	p, _ := runFigure(trials, label, daemon, ceiling, nil)
 	return p
 }
 
-// ingress is the ingress section (issue 14): the concurrency sweep, the
-// daemon's loopback ingress against the bare net/http ceiling at each
-// producer count, then the p99 in an open loop at half the daemon's rate
-// at -c producers, against the ceiling's p99 at that same offered rate.
+// other is a build beside this one in a figure: its role and its trials.
+type other struct {
+	role  string
+	trial trialFunc
+}
+
+// runFigure runs trials of this build's daemon, the ceiling and the other
+// builds' daemons, interleaved (see interleave), and returns the daemon
+// against the ceiling, and every server's series: this build's, the
+// ceiling's, then the others' in order.
+func runFigure(trials int, label string, daemon, ceiling trialFunc, others []other) (*pairResult, []*series) {
+	fns := []trialFunc{daemon, ceiling}
+	all := []*series{{role: roleThis}, {role: "ceiling"}}
+	for _, o := range others {
+		fns = append(fns, o.trial)
+		all = append(all, &series{role: o.role})
+	}
+	p := &pairResult{}
+	for i, res := range runGroup(trials, fns) {
+		rd, rc := res[0], res[1]
+		line := fmt.Sprintf("%s trial %d/%d: daemon %s (%s, %d failed), ceiling %s (%s, %d failed)", label, i+1, trials,
+			fmtRate(rd.load.rate()), rd.load.lats, rd.load.failed, fmtRate(rc.load.rate()), rc.load.lats, rc.load.failed)
+		for j, r := range res {
+			all[j].add(r)
+			if j >= 2 {
+				line += fmt.Sprintf(", %s %s (%d failed)", all[j].role, fmtRate(r.load.rate()), r.load.failed)
+			}
+		}
+		progress("%s", line)
+		p.add(rd.load, rc.load, rd.cpu, rc.cpu)
+	}
+	return p, all
+}
+
+// compareRows fills the -baseline columns of a path's rate and CPU rows
+// and returns its rows against the stock daemon, from the series
+// runFigure returned.
+func compareRows(path string, all []*series, rate, cpu *row) []row {
+	var out []row
+	for _, s := range all[2:] {
+		switch s.role {
+		case roleBaseline:
+			compareSeries(all[0], s, all[1]).baseCells(rate, cpu)
+		case roleStock:
+			out = append(out, stockRows(path, all[0], s)...)
+		}
+	}
+	return out
+}
+
+// ingress is the ingress section (issues 14 and 30): for each mode and
+// each producer count of the sweep, the daemon's loopback ingress against
+// the bare net/http ceiling (and the -baseline build and the stock daemon,
+// when asked for), interleaved; then the p99 in an open loop at half the
+// daemon's rate at -c producers, against the ceiling's p99 at that same
+// offered rate.
 func (b *bench) ingress() error {
 	cfg := b.cfg
-	// A long heartbeat keeps re-assertions of the growing re-sync set out of
-	// the figures; the memory run keeps the default.
-	d, err := startDaemon(b.bin, b.root, daemonOpts{name: "ingress", ident: b.node, ingress: true, metrics: b.hasMetrics, resyncInterval: time.Hour})
-	if err != nil {
-		return err
+	var builds []*contestant
+	for _, c := range b.contestants(nil) {
+		if miss := c.lacks("--local-ingress"); len(miss) > 0 {
+			if c.role == roleThis {
+				return fmt.Errorf("the daemon does not take %s", miss[0])
+			}
+			b.tbl.note("%s", skipLine("ingress", c, miss))
+			continue
+		}
+		builds = append(builds, c)
 	}
-	defer b.stopDaemon(d)
 	ceil, err := startCeiling()
 	if err != nil {
 		return err
 	}
 	defer ceil.close()
-	dURL, cURL := "http://"+d.ingressAddr+ingressPath, "http://"+ceil.addr+ingressPath
+	cURL := "http://" + ceil.addr + ingressPath
 
 	var rateAtC float64
-	for _, c := range sweepCounts(cfg.sweep, cfg.c) {
-		p := b.ingressAt(d, ceil, dURL, cURL, c)
-		if c == cfg.c {
-			rateAtC = median(p.dRate)
+	for _, mode := range cfg.ingressModes {
+		for _, c := range sweepCounts(cfg.sweep, cfg.c) {
+			p, err := b.ingressAt(builds, ceil, cURL, mode, c)
+			if err != nil {
+				return err
+			}
+			if c == cfg.c && (rateAtC == 0 || mode == modeCycling) {
+				rateAtC = median(p.dRate)
+			}
 		}
 	}
-	b.tbl.note("ingress: the ceiling server is a process of its own, like the daemon; the producers run in the harness process; at each C the daemon's and the ceiling's trials interleave, and a ratio is the median of the per-trial ratios")
-	b.ingressHalfRate(dURL, cURL, rateAtC)
-	if n := d.errorLines.Load(); n > 0 {
-		b.tbl.note("ingress: the daemon logged %d errors", n)
+	b.tbl.note("ingress: the ceiling server is a process of its own, like the daemon; the producers run in the harness process; at each point the servers' trials interleave (the first rotates), and a ratio is the median of the per-trial ratios")
+	b.tbl.note("ingress modes: cycling = each producer reports %d jobs of its own in turn with a rising seq; new = every frame opens a new job; every point starts fresh daemons with --max-live-workloads %d where the build takes it, so the live bound's 503s are not what is measured", ingressPool, cfg.ingressMaxLive)
+	// A long heartbeat keeps re-assertions of the growing re-sync set out of
+	// the figures; the memory run keeps the default.
+	d, err := startDaemon(b.bin, b.root, b.this.opts(daemonOpts{name: "ingress-half", ident: b.node, ingress: true, metrics: b.hasMetrics, resyncInterval: time.Hour, maxLive: cfg.ingressMaxLive}))
+	if err != nil {
+		return err
 	}
+	defer b.stopDaemon(d)
+	b.ingressHalfRate("http://"+d.ingressAddr+ingressPath, cURL, rateAtC)
 	return nil
 }
 
-// ingressAt is one point of the sweep: c closed-loop producers against the
-// daemon and against the ceiling, cfg.trials times each, interleaved; it
-// adds the point's rows and its target.
-func (b *bench) ingressAt(d *daemon, ceil *ceilingServer, dURL, cURL string, c int) *pairResult {
+// ingressBody returns the frames of an ingress mode.
+func ingressBody(mode, prefix string) bodyFunc {
+	if mode == modeNew {
+		return newJobBody(prefix)
+	}
+	return lifecycleBody(prefix)
+}
+
+// newJobBody returns frames that each open a job of their own: a producer's
+// n-th frame starts prefix-worker-n, as a producer that runs many short
+// jobs reports them, so every frame grows the set of live jobs.
+func newJobBody(prefix string) bodyFunc {
+	return func(buf []byte, worker, n int) []byte {
+		return appendLifecycle(buf, "workload:started", "running", prefix, worker, n, 1)
+	}
+}
+
+// ingressPoint names a point of the sweep in rows and goals: the cycling
+// mode keeps issue 14's names.
+func ingressPoint(mode string, c int) string {
+	if mode == modeNew {
+		return fmt.Sprintf("C=%d, new job per frame", c)
+	}
+	return fmt.Sprintf("C=%d", c)
+}
+
+// ingressAt is one point of the sweep: c closed-loop producers in one mode
+// against fresh daemons of each build and against the ceiling, cfg.trials
+// times each, interleaved; it adds the point's rows and its target.
+func (b *bench) ingressAt(builds []*contestant, ceil *ceilingServer, cURL, mode string, c int) (*pairResult, error) {
 	cfg := b.cfg
+	point := ingressPoint(mode, c)
+	var ds []*daemon
+	var started []*contestant
+	for _, bc := range builds {
+		d, err := startDaemon(bc.bin, b.root, bc.opts(daemonOpts{name: fmt.Sprintf("ingress-%s-%d", mode, c), ident: b.node,
+			ingress: true, metrics: bc.role == roleThis && b.hasMetrics, resyncInterval: time.Hour, maxLive: cfg.ingressMaxLive}))
+		if err != nil {
+			if err := b.buildFailed("ingress "+point, bc, err); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		defer b.stopDaemon(d)
+		ds, started = append(ds, d), append(started, bc)
+	}
+	builds = started
+	url := func(d *daemon) string { return "http://" + d.ingressAddr + ingressPath }
 	client, closeIdle := producerClient(c)
 	defer closeIdle()
-	// Every C has workloads of its own, so no trial reports a workload at a
-	// seq below the one an earlier trial left it at.
-	prefix := "c" + strconv.Itoa(c) + "-"
+	prefix := mode[:1] + strconv.Itoa(c) + "-"
 	warm := min(cfg.t/5, 500*time.Millisecond)
-	closedLoop(client, dURL, c, warm, lifecycleBody(prefix+"warm"))
-	closedLoop(client, cURL, c, warm, lifecycleBody(prefix+"warm"))
-	load := func(url string, i int) loadResult {
-		return closedLoop(client, url, c, cfg.t, lifecycleBody(prefix+strconv.Itoa(i)))
+	for _, d := range ds {
+		closedLoop(client, url(d), c, warm, ingressBody(mode, prefix+"warm"))
 	}
-	p := runPair(cfg.trials, fmt.Sprintf("ingress C=%d", c),
-		func(i int) (loadResult, time.Duration) {
-			return withCPU(d.cmd.Process.Pid, func() loadResult { return load(dURL, i) })
-		},
+	closedLoop(client, cURL, c, warm, ingressBody(mode, prefix+"warm"))
+	// Every trial has workloads of its own, so no trial reports a workload
+	// at a seq below the one an earlier trial left it at.
+	load := func(u string, i int) loadResult {
+		return closedLoop(client, u, c, cfg.t, ingressBody(mode, prefix+strconv.Itoa(i)))
+	}
+	trialOn := func(d *daemon) trialFunc {
+		return func(i int) (loadResult, time.Duration) {
+			return withCPU(d.cmd.Process.Pid, func() loadResult { return load(url(d), i) })
+		}
+	}
+	var others []other
+	for i, bc := range builds[1:] {
+		others = append(others, other{role: bc.role, trial: trialOn(ds[i+1])})
+	}
+	p, all := runFigure(cfg.trials, "ingress "+point, trialOn(ds[0]),
 		func(i int) (loadResult, time.Duration) {
 			return withCPU(ceil.cmd.Process.Pid, func() loadResult { return load(cURL, i) })
-		})
+		}, others)
 
 	ratio, ok := ratioOf(p.ratio)
 	r := row{section: "ingress",
-		figure:   fmt.Sprintf("accepted frames/s, C=%d closed loop, median of %d x %s", c, cfg.trials, cfg.t),
+		figure:   fmt.Sprintf("accepted frames/s, %s closed loop, median of %d x %s", point, cfg.trials, cfg.t),
 		measured: fmtRate(median(p.dRate)), baseline: fmtRate(median(p.cRate)), ratio: fmtX(ratio)}
 	if !ok {
 		r.ratio = "-"
 	}
 	if least, has := ingressTarget(c); has {
 		r.target, r.result = ">= "+fmtX(least), atLeast(ratio, ok, least)
-		b.goals.set(ingressGoalName(c), r.target, ratioCell(r, ok, p), r.result)
+		b.goals.set(ingressGoalName(c)+strings.TrimPrefix(point, fmt.Sprintf("C=%d", c)), r.target, ratioCell(r, ok, p), r.result)
 	}
+	if slices.Contains(issue14Producers, c) {
+		b.goals30.set(ingress30GoalName(mode, c), ">= "+fmtX(issue30IngressRatio), ratioCell(r, ok, p), atLeast(ratio, ok, issue30IngressRatio))
+	}
+	cr := cpuRow("ingress", fmt.Sprintf("  server CPU per accepted frame at %s (ratio: ceiling/daemon)", point), p.dCPU, p.cCPU)
+	stock := compareRows("ingress "+point, all, &r, &cr)
+	b.stockGoals(stock)
 	b.tbl.add(r)
-	b.tbl.add(cpuRow("ingress", fmt.Sprintf("  server CPU per accepted frame at C=%d (ratio: ceiling/daemon)", c), p.dCPU, p.cCPU))
+	b.tbl.add(cr)
 	if c == cfg.c {
-		b.tbl.add(row{section: "ingress", figure: fmt.Sprintf("  latency p50 / p99 / max at C=%d (medians)", c),
+		b.tbl.add(row{section: "ingress", figure: fmt.Sprintf("  latency p50 / p99 / max at %s (medians)", point),
 			measured: medianLats(p.dLats).String(), baseline: medianLats(p.cLats).String()})
 	}
-	for _, f := range p.failures {
-		b.tbl.note("ingress C=%d: %s", c, f)
+	for _, sr := range stock {
+		b.tbl.add(sr)
 	}
-	return p
+	for _, f := range p.failures {
+		b.tbl.note("ingress %s: %s", point, f)
+	}
+	for _, s := range all[2:] {
+		for _, f := range s.failures {
+			b.tbl.note("ingress %s: %s", point, f)
+		}
+	}
+	for i, d := range ds {
+		if n := d.errorLines.Load(); n > 0 {
+			b.tbl.note("ingress %s: the %s daemon logged %d errors", point, builds[i].role, n)
+		}
+	}
+	return p, nil
 }
 
 // ratioCell is a target's figure for the summary block: the ratio, with

@@ -177,3 +177,46 @@ func (x *goal) verdict() string {
 	}
 	return strings.TrimSpace(x.result.String())
 }
+
+// Issue 30's targets, besides those against the stock daemon (baseline.go),
+// the renewals' growth (renewals.go) and the RSS per live workload
+// (memory.go): the ingress and the peer port against their ceilings.
+const (
+	issue30IngressRatio = 0.90
+	issue30InboundRatio = 0.95
+	issue30InboundPeers = 4
+	issue30RSSBeyond    = 1024 // bytes of RSS per live workload beyond its frame
+)
+
+// issue30Goals lists issue 30's targets that the selected sections measure,
+// in the order the issue gives them; the stock daemon's rows are added as
+// they are measured, since which paths it runs depends on the run.
+func issue30Goals(cfg config) *goalList {
+	g := &goalList{title: "issue 30 targets (side by side in this run)"}
+	if cfg.runs("renewals") {
+		g.expect(renewGoalName, "<= "+fmtX(renewGrowth))
+	}
+	if cfg.runs("ingress") {
+		for _, mode := range []string{modeCycling, modeNew} {
+			for _, c := range issue14Producers {
+				g.expect(ingress30GoalName(mode, c), ">= "+fmtX(issue30IngressRatio))
+			}
+		}
+	}
+	if cfg.runs("inbound") {
+		g.expect(inboundGoalName(issue30InboundPeers), ">= "+fmtX(issue30InboundRatio))
+	}
+	if cfg.runs("memory") {
+		g.expect(rssGoalName, fmt.Sprintf("<= %d B", issue30RSSBeyond))
+	}
+	return g
+}
+
+const (
+	renewGoalName = "leased renewals: CPU per renewal, most held over least held"
+	rssGoalName   = "RSS per live workload beyond its frame's bytes"
+)
+
+func ingress30GoalName(mode string, c int) string {
+	return "ingress frames/s vs bare net/http, " + ingressPoint(mode, c)
+}
