@@ -1,0 +1,481 @@
+package statetable
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
+)
+
+const self = "11111111-2222-3333-4444-555555555555"
+
+// clock is a time that moves only when told.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// memJournal keeps the records it is given, in order.
+type memJournal struct {
+	mu   sync.Mutex
+	recs [][]byte
+}
+
+func (j *memJournal) Append(p []byte) (uint64, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.recs = append(j.recs, append([]byte(nil), p...))
+	return uint64(len(j.recs)), nil
+}
+
+func (j *memJournal) records() [][]byte {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return slices.Clone(j.recs)
+}
+
+const retention = time.Minute
+
+func newTable(t testing.TB, opts ...func(*Config)) (*Table, *clock, *memJournal) {
+	t.Helper()
+	c := &clock{t: time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)}
+	j := &memJournal{}
+	cfg := Config{Self: self, Retention: retention, MaxLive: 1000, MaxLiveBytes: 1 << 20, MaxEndedBytes: 1 << 20,
+		MemberClaim: time.Hour, Now: c.now, Journal: j}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return New(cfg), c, j
+}
+
+// event builds a lifecycle event of id in state, with extra members in its
+// workloadInfo.
+func event(t testing.TB, id, state string, extra ...string) *wireframe.Lifecycle {
+	t.Helper()
+	info := fmt.Sprintf(`{"id":%q,"model":"m","engine":"e","runId":"r-%s","state":%q,"originatedFrom":%q`, id, id, state, self)
+	for _, x := range extra {
+		info += "," + x
+	}
+	info += "}"
+	method := map[string]string{"queued": wireframe.MethodSubmitted, "running": wireframe.MethodStarted, "completed": wireframe.MethodCompleted, "failed": wireframe.MethodErrored}[state]
+	ev, err := wireframe.ParseLifecycle(method, json.RawMessage(`{"workloadInfo":`+info+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &ev
+}
+
+func removal(t testing.TB, id string) *wireframe.Removal {
+	t.Helper()
+	r, err := wireframe.ParseRemove(json.RawMessage(fmt.Sprintf(`{"workloadId":%q,"originatedFrom":%q}`, id, self)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &r
+}
+
+func commit(t testing.TB, tb *Table, src Source, ev *wireframe.Lifecycle) Outcome {
+	t.Helper()
+	o, _ := tb.Commit(&Frame{Source: src, Life: ev})
+	return o
+}
+
+func remove(t testing.TB, tb *Table, src Source, id string) Outcome {
+	t.Helper()
+	o, _ := tb.Commit(&Frame{Source: src, Removal: removal(t, id)})
+	return o
+}
+
+// sent drains what m is sent: the fresh lines above its mark, as
+// "id:state" or "id:removed", acknowledging them.
+func sent(t testing.TB, tb *Table, m *Member) []string {
+	t.Helper()
+	var out []string
+	for {
+		r := tb.TakeAbove(m, 7, 1<<20)
+		if len(r.Lines) == 0 {
+			return out
+		}
+		for _, l := range r.Lines {
+			out = append(out, describe(t, freshOf(l)))
+		}
+		tb.Ack(m, r.Versions[len(r.Versions)-1])
+	}
+}
+
+func freshOf(l Line) []byte {
+	h, tl := l.Fresh()
+	return append(append([]byte(nil), h...), tl...)
+}
+
+func describe(t testing.TB, line []byte) string {
+	t.Helper()
+	var env struct {
+		Method string `json:"method"`
+		Params struct {
+			Resync       *bool `json:"resync"`
+			WorkloadID   string
+			WorkloadInfo struct{ ID, State string }
+		} `json:"params"`
+	}
+	if err := json.Unmarshal(line, &env); err != nil {
+		t.Fatalf("line %s: %v", line, err)
+	}
+	if env.Params.Resync != nil {
+		t.Fatalf("a fresh line carries the resync marker: %s", line)
+	}
+	if env.Method == wireframe.MethodRemove {
+		return env.Params.WorkloadID + ":removed"
+	}
+	return env.Params.WorkloadInfo.ID + ":" + env.Params.WorkloadInfo.State
+}
+
+func TestCommitKeepsTheLatestStateOfARunWhateverTheArrivalOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		frames [][2]string // state, extra
+		want   string
+	}{
+		{"queued then running", [][2]string{{"queued", ""}, {"running", ""}}, "j:running"},
+		{"running then a late queued", [][2]string{{"running", ""}, {"queued", ""}}, "j:running"},
+		{"completed then a late running", [][2]string{{"completed", ""}, {"running", ""}}, "j:completed"},
+		{"a lower seq is older", [][2]string{{"running", `"seq":5`}, {"queued", `"seq":4`}}, "j:running"},
+		{"a higher seq wins over rank", [][2]string{{"running", `"seq":5`}, {"queued", `"seq":6`}}, "j:queued"},
+		{"a terminal correction", [][2]string{{"completed", ""}, {"failed", ""}}, "j:failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tb, _, _ := newTable(t)
+			m := tb.Join("peer")
+			for _, f := range tc.frames {
+				var extra []string
+				if f[1] != "" {
+					extra = append(extra, f[1])
+				}
+				commit(t, tb, FromProducer, event(t, "j", f[0], extra...))
+			}
+			if got := sent(t, tb, m); !slices.Equal(got, []string{tc.want}) {
+				t.Fatalf("the peer is sent %v, want [%s]: the latest state once", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAPeerIsSentTheEntriesAboveItsMarkInVersionOrderEachAtItsLatestState(t *testing.T) {
+	tb, _, _ := newTable(t)
+	fast, slow := tb.Join("fast"), tb.Join("slow")
+	commit(t, tb, FromBroker, event(t, "a", "queued"))
+	commit(t, tb, FromBroker, event(t, "b", "running"))
+	if got := sent(t, tb, fast); !slices.Equal(got, []string{"a:queued", "b:running"}) {
+		t.Fatalf("fast: %v", got)
+	}
+	commit(t, tb, FromBroker, event(t, "a", "running"))
+	commit(t, tb, FromBroker, event(t, "c", "running"))
+	commit(t, tb, FromBroker, event(t, "a", "completed"))
+	if got := sent(t, tb, fast); !slices.Equal(got, []string{"c:running", "a:completed"}) {
+		t.Fatalf("fast after changes: %v", got)
+	}
+	// The slow peer took nothing so far: it gets each entry once, at its
+	// latest state, never a:queued or a:running after a:completed.
+	if got := sent(t, tb, slow); !slices.Equal(got, []string{"b:running", "c:running", "a:completed"}) {
+		t.Fatalf("slow: %v", got)
+	}
+}
+
+func TestAnEntryChangedWhileItsSendWasInFlightIsSentAgain(t *testing.T) {
+	tb, _, _ := newTable(t)
+	m := tb.Join("peer")
+	commit(t, tb, FromBroker, event(t, "a", "running"))
+	commit(t, tb, FromBroker, event(t, "b", "running"))
+	r := tb.TakeAbove(m, 10, 1<<20)
+	commit(t, tb, FromBroker, event(t, "a", "completed")) // while the request is in flight
+	tb.Ack(m, r.Versions[len(r.Versions)-1])
+	if got := sent(t, tb, m); !slices.Equal(got, []string{"a:completed"}) {
+		t.Fatalf("after the ack: %v, want a:completed", got)
+	}
+}
+
+func TestARemovalDeletesEveryRunAndIsSentAsATombstone(t *testing.T) {
+	tb, _, _ := newTable(t)
+	m := tb.Join("peer")
+	commit(t, tb, FromProducer, event(t, "a", "running"))
+	sent(t, tb, m)
+	if o := remove(t, tb, FromProducer, "a"); o != Applied {
+		t.Fatalf("removal: %s", o)
+	}
+	if lines, removed := tb.Latest(wireframe.WorkloadRef{Origin: self, ID: "a"}); len(lines) != 0 || !removed {
+		t.Fatalf("after the removal: %d runs, removed %v", len(lines), removed)
+	}
+	late := tb.Join("late")
+	if got := sent(t, tb, m); !slices.Equal(got, []string{"a:removed"}) {
+		t.Fatalf("peer: %v", got)
+	}
+	if got := sent(t, tb, late); !slices.Equal(got, []string{"a:removed"}) {
+		t.Fatalf("a member that joins after: %v", got)
+	}
+	if o := remove(t, tb, FromProducer, "never-held"); o != NotHeld {
+		t.Fatalf("a removal of an id never held: %s, want not_held (no tombstone takes room)", o)
+	}
+}
+
+func TestTheBrokersReplayOfARunAProducerRemovedIsDroppedButANewRunIsNot(t *testing.T) {
+	tb, c, _ := newTable(t)
+	commit(t, tb, FromProducer, event(t, "a", "running"))
+	remove(t, tb, FromProducer, "a")
+	if o := commit(t, tb, FromBroker, event(t, "a", "running")); o != ReplayDropped {
+		t.Fatalf("the replay: %s, want replay_dropped", o)
+	}
+	other := event(t, "a", "running", `"runId":"new-run"`)
+	other.Info.RunID = "new-run"
+	if o := commit(t, tb, FromBroker, other); o != Applied {
+		t.Fatalf("a new run under the id: %s", o)
+	}
+	c.advance(retention)
+	tb.Prune()
+	if o := commit(t, tb, FromBroker, event(t, "a", "running")); o != Applied {
+		t.Fatalf("the replay after the retention: %s, want applied", o)
+	}
+}
+
+func TestAProducersFrameForABrokersWorkloadIsRefused(t *testing.T) {
+	tb, c, _ := newTable(t)
+	commit(t, tb, FromBroker, event(t, "b", "running"))
+	ref := wireframe.WorkloadRef{Origin: self, ID: "b"}
+	if err := tb.CheckProducer(ref); !IsBrokerOwned(err) {
+		t.Fatalf("check: %v", err)
+	}
+	if o := commit(t, tb, FromProducer, event(t, "b", "completed")); o != BrokerTook {
+		t.Fatalf("commit: %s", o)
+	}
+	commit(t, tb, FromBroker, event(t, "b", "completed"))
+	c.advance(retention)
+	tb.Prune()
+	if err := tb.CheckProducer(ref); err != nil {
+		t.Fatalf("the id after its end's retention: %v, want free", err)
+	}
+}
+
+func TestAnEndIsForgottenOnlyOnceEveryMemberHasItAndItsRetentionPassed(t *testing.T) {
+	tb, c, _ := newTable(t)
+	a, b := tb.Join("a"), tb.Join("b")
+	commit(t, tb, FromProducer, event(t, "j", "completed"))
+	sent(t, tb, a)
+	c.advance(retention)
+	tb.Prune()
+	if tb.Sizes().EndedBytes == 0 {
+		t.Fatal("the end was forgotten before member b had it")
+	}
+	tb.Leave(b) // b leaves discovery: its claim stands
+	c.advance(30 * time.Minute)
+	tb.Prune()
+	if tb.Sizes().EndedBytes == 0 {
+		t.Fatal("the end was forgotten within the claim of a member that left")
+	}
+	b = tb.Join("b")
+	if got := sent(t, tb, b); !slices.Equal(got, []string{"j:completed"}) {
+		t.Fatalf("b back: %v", got)
+	}
+	tb.Prune()
+	if got := tb.Sizes().EndedBytes; got != 0 {
+		t.Fatalf("%d bytes of ends held once every member had them", got)
+	}
+}
+
+func TestAMemberAwayPastItsClaimNoLongerHoldsEnds(t *testing.T) {
+	tb, c, _ := newTable(t)
+	a := tb.Join("a")
+	commit(t, tb, FromProducer, event(t, "j", "completed"))
+	tb.Leave(a)
+	c.advance(time.Hour)
+	tb.Prune()
+	if tb.Sizes().EndedBytes != 0 || tb.Sizes().Members != 0 || tb.Stats().ClaimsExpired.Load() != 1 {
+		t.Fatalf("sizes %+v, claims expired %d: want the claim and the end gone", tb.Sizes(), tb.Stats().ClaimsExpired.Load())
+	}
+}
+
+func TestAtTheByteBoundTheOldestEndGoesAndAMemberThatLackedItGetsTheWholeTable(t *testing.T) {
+	tb, _, _ := newTable(t, func(c *Config) { c.MaxEndedBytes = 3000 })
+	away := tb.Join("away")
+	commit(t, tb, FromBroker, event(t, "live", "running"))
+	for i := range 20 {
+		commit(t, tb, FromProducer, event(t, fmt.Sprintf("e-%02d", i), "completed"))
+	}
+	if ev := tb.Stats().Evicted.Load(); ev == 0 {
+		t.Fatal("nothing evicted past the byte bound")
+	}
+	if got := tb.Sizes().EndedBytes; got > 3000 {
+		t.Fatalf("%d bytes of ends held, over the bound", got)
+	}
+	got := sent(t, tb, away)
+	if got[0] != "live:running" || got[len(got)-1] != "e-19:completed" || slices.Contains(got, "e-00:completed") {
+		t.Fatalf("the member that lacked an evicted end is sent %v: want the whole table from the start, the evicted ends not among them", got)
+	}
+}
+
+func TestLeasesAreArmedRenewedAndEndedOnTheirRuns(t *testing.T) {
+	tb, c, _ := newTable(t)
+	arm := func(id string, seconds int) {
+		if o, _ := tb.Commit(&Frame{Source: FromProducer, Life: event(t, id, "running"), LeaseSeconds: seconds}); o != Applied {
+			t.Fatalf("%s: %s", id, o)
+		}
+	}
+	arm("a", 30)
+	arm("b", 10)
+	arm("c", 20)
+	if at, _ := tb.NextLease(); !at.Equal(c.now().Add(10 * time.Second)) {
+		t.Fatalf("the first deadline is %v", at)
+	}
+	arm("b", 60) // renewed later
+	commit(t, tb, FromProducer, event(t, "c", "completed"))
+	c.advance(time.Hour)
+	var order []string
+	for {
+		l, ok := tb.DueLease(c.now())
+		if !ok {
+			break
+		}
+		order = append(order, l.Key.ID)
+		tb.EndLease(l.Ref())
+	}
+	if !slices.Equal(order, []string{"a", "b"}) || tb.Stats().LeaseRenewed.Load() != 1 {
+		t.Fatalf("leases due in order %v (renewed %d), want a then b, c ended by its terminal frame", order, tb.Stats().LeaseRenewed.Load())
+	}
+}
+
+func TestTheJournalRebuildsWhatARestartNeeds(t *testing.T) {
+	tb, c, j := newTable(t)
+	m := tb.Join("peer")
+	if o, _ := tb.Commit(&Frame{Source: FromProducer, Life: event(t, "leased", "running"), LeaseSeconds: 30}); o != Applied {
+		t.Fatal(o)
+	}
+	commit(t, tb, FromBroker, event(t, "brokers", "running")) // the broker replays it: not journaled
+	commit(t, tb, FromProducer, event(t, "ended", "completed"))
+	commit(t, tb, FromProducer, event(t, "gone", "running"))
+	remove(t, tb, FromProducer, "gone")
+	sent(t, tb, m)
+	commit(t, tb, FromProducer, event(t, "after", "running"))
+
+	again := New(Config{Self: self, Retention: retention, MaxLive: 1000, MaxLiveBytes: 1 << 20, MaxEndedBytes: 1 << 20, MemberClaim: time.Hour, Now: c.now})
+	st := again.Restore(j.records(), 5*time.Second)
+	if st.Refused != 0 {
+		t.Fatalf("restore refused %d records", st.Refused)
+	}
+	if again.Version() < tb.Version() {
+		t.Fatalf("version %d after the restore, below %d: a new change could hide under a member's mark", again.Version(), tb.Version())
+	}
+	if at := again.LeaseOf(wireframe.WorkloadKey{Origin: self, Engine: "e", RunID: "r-leased", ID: "leased"}); at.IsZero() {
+		t.Fatal("the producer's lease is gone")
+	}
+	if err := again.CheckProducer(wireframe.WorkloadRef{Origin: self, ID: "leased"}); err != nil {
+		t.Fatalf("the producer no longer owns its job: %v", err)
+	}
+	if lines, _ := again.Latest(wireframe.WorkloadRef{Origin: self, ID: "brokers"}); len(lines) != 0 {
+		t.Fatal("a broker's live run was restored: its broker replays it")
+	}
+	if o := commit(t, again, FromBroker, event(t, "gone", "running")); o != ReplayDropped {
+		t.Fatalf("the replay of a removed run after the restart: %s", o)
+	}
+	// The member is sent only what it lacked: the change after its mark.
+	peer := again.Join("peer")
+	if got := sent(t, again, peer); !slices.Equal(got, []string{"after:running"}) {
+		t.Fatalf("the peer after the restart is sent %v, want after:running alone", got)
+	}
+}
+
+func TestARestoreEnforcesTheLivePathsBounds(t *testing.T) {
+	tb, c, j := newTable(t)
+	if o, _ := tb.Commit(&Frame{Source: FromProducer, Life: event(t, "ok", "running"), LeaseSeconds: 30}); o != Applied {
+		t.Fatal(o)
+	}
+	good := j.records()
+	var bad [][]byte
+	for _, edit := range []func(e *entry){
+		func(e *entry) { e.leaseSeconds = 1 << 31 },                                                        // a lease the ingress never allows
+		func(e *entry) { e.key.ID = "other" },                                                              // a line that names another key
+		func(e *entry) { e.line = []byte("not json") },                                                     // a line that is no frame
+		func(e *entry) { e.key.ID = strings.Repeat("x", wireframe.MaxKeyFieldBytes+1); e.line = []byte{} }, // a field over its bound
+	} {
+		tb.mu.Lock()
+		e := *tb.byKey[wireframe.WorkloadKey{Origin: self, Engine: "e", RunID: "r-ok", ID: "ok"}]
+		tb.mu.Unlock()
+		e.version += 10
+		edit(&e)
+		bad = append(bad, encodePut(nil, &e))
+	}
+	bad = append(bad, []byte{recPut, 0xff}, []byte{}, []byte{'?'})
+	again := New(Config{Self: self, Retention: retention, MaxLive: 1000, MaxLiveBytes: 1 << 20, MaxEndedBytes: 1 << 20, MemberClaim: time.Hour, Now: c.now})
+	st := again.Restore(append(good, bad...), 5*time.Second)
+	if st.Refused != len(bad) || st.Runs != 1 {
+		t.Fatalf("restore %+v: want %d refused and the good run kept", st, len(bad))
+	}
+}
+
+func TestAHeartbeatPassVisitsEveryRunOnceAndSkipsThoseChangedSinceItBegan(t *testing.T) {
+	tb, _, _ := newTable(t)
+	for i := range 10 {
+		commit(t, tb, FromBroker, event(t, fmt.Sprintf("p-%d", i), "running"))
+	}
+	var p Pass
+	tb.BeginPass(&p)
+	first, _ := tb.TakePass(&p, 3, 1<<20)
+	commit(t, tb, FromBroker, event(t, "p-5", "completed")) // changed after the pass began: sent fresh
+	remove(t, tb, FromBroker, "p-6")
+	var rest [][]byte
+	for {
+		lines, done := tb.TakePass(&p, 3, 1<<20)
+		rest = append(rest, lines...)
+		if done {
+			break
+		}
+	}
+	if len(first)+len(rest) != 8 {
+		t.Fatalf("the pass took %d runs, want the 8 unchanged", len(first)+len(rest))
+	}
+	for _, l := range append(first, rest...) {
+		if !strings.Contains(string(l), `"params":{"resync":true,`) {
+			t.Fatalf("a re-assertion without its marker: %s", l)
+		}
+	}
+}
+
+// BenchmarkCommit commits to a table of 100,000 runs: a renewal of a held
+// run (the lease renewal's path) and churn (a new run in, an old one
+// removed), with 8 members; heapB/entry is what each held run costs.
+func BenchmarkCommit(b *testing.B) {
+	const size = 100_000
+	evs := make([]*wireframe.Lifecycle, size)
+	for i := range evs {
+		evs[i] = event(b, fmt.Sprintf("job-%06d", i), "running", `"requesterId":"bench"`)
+	}
+	b.Run("renew", func(b *testing.B) {
+		tb, _, _ := newTable(b, func(c *Config) { c.MaxLive, c.MaxLiveBytes, c.Journal = size, 1<<30, nil })
+		for range 8 {
+			tb.Join(fmt.Sprintf("m-%d", len(tb.members)))
+		}
+		for _, ev := range evs {
+			tb.Commit(&Frame{Source: FromProducer, Life: ev, LeaseSeconds: 60})
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			tb.Commit(&Frame{Source: FromProducer, Life: evs[i%64], LeaseSeconds: 60})
+			i++
+		}
+	})
+}
