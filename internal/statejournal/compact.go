@@ -43,8 +43,8 @@ func (j *Journal) Compact(snapshot func(emit func(payload []byte) error) error) 
 func (j *Journal) compact(snapshot func(emit func(payload []byte) error) error) {
 	err := j.runCompaction(snapshot)
 	if err != nil {
-		j.stats.compactionFailures.Add(1)
 		j.log.Warn("statejournal: compaction failed; the journal is kept as it is", "path", j.path, "err", err)
+		j.stats.compactionFailures.Add(1)
 	} else {
 		j.stats.compactions.Add(1)
 	}

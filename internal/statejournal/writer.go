@@ -97,8 +97,9 @@ func (j *Journal) Sync() error {
 }
 
 // Close writes and syncs what is pending, waits for a compaction under way,
-// stops the writer and closes the file. It returns the error of the last
-// group, if that failed, or of closing the file.
+// stops the writer and closes the file. It returns the error of the records
+// pending at the call, if their group failed, or of closing the file; a
+// group that failed before the call was reported to its waiters already.
 func (j *Journal) Close() error {
 	j.mu.Lock()
 	if j.closed {
@@ -107,11 +108,12 @@ func (j *Journal) Close() error {
 	}
 	j.closed = true
 	last := j.last
+	pending := j.cur != nil || j.flight != nil
 	j.mu.Unlock()
 	j.wake()
 	<-j.stopped
 	var err error
-	if last > 0 {
+	if pending {
 		err = j.Wait(last)
 	}
 	if cerr := j.file.Close(); err == nil && cerr != nil {
