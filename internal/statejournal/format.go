@@ -110,12 +110,9 @@ func readHeader(br *bufio.Reader, size int64) headerState {
 // readRecord reads one record with left bytes remaining in the file, or says
 // why it cannot.
 func readRecord(br *bufio.Reader, left int64, maxRecord int) ([]byte, string) {
-	if left < frameHeader {
-		return nil, fmt.Sprintf("a record header cut short (%d of %d bytes)", left, frameHeader)
-	}
 	var h [frameHeader]byte
 	if _, err := io.ReadFull(br, h[:]); err != nil {
-		return nil, "reading a record header: " + err.Error()
+		return nil, "a record header cut short: " + err.Error()
 	}
 	n := binary.LittleEndian.Uint32(h[:4])
 	if uint64(n) > uint64(maxRecord) {

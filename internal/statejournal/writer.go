@@ -228,7 +228,7 @@ func (j *Journal) complete(g *group, buf []byte, grown int64, err error) {
 		j.size += grown
 		j.stats.groups.Add(1)
 	} else {
-		j.failed.add(g.first, g.last)
+		j.failed.add(g.first, g.last, err)
 		j.stats.groupFailures.Add(1)
 		if j.tailing || j.compacting {
 			// The group's records are in the tail too; a compaction that
@@ -248,40 +248,46 @@ func (j *Journal) complete(g *group, buf []byte, grown int64, err error) {
 // maxFailedRanges bounds the failed ranges Wait remembers.
 const maxFailedRanges = 1024
 
-// failedRanges remembers the sequences of failed groups, so a Wait that
-// comes after its group completed still learns the outcome. Consecutive
-// failed groups merge into one range; when more than maxFailedRanges are
-// kept the oldest is forgotten, and a Wait for a sequence at or below what
-// was forgotten errs on the safe side and fails.
+// failedRanges remembers the sequences of failed groups and their causes, so
+// a Wait that comes after its group completed still learns the outcome.
+// Consecutive failed groups merge into one range, which keeps the latest
+// cause; when more than maxFailedRanges are kept the oldest is forgotten, and
+// a Wait for a sequence at or below what was forgotten errs on the safe side
+// and fails.
 type failedRanges struct {
-	r         [][2]uint64
+	r         []failedRange
 	forgotten uint64
 }
 
-func (f *failedRanges) add(first, last uint64) {
-	if n := len(f.r); n > 0 && f.r[n-1][1]+1 == first {
-		f.r[n-1][1] = last
+type failedRange struct {
+	first, last uint64
+	cause       error
+}
+
+func (f *failedRanges) add(first, last uint64, cause error) {
+	if n := len(f.r); n > 0 && f.r[n-1].last+1 == first {
+		f.r[n-1].last, f.r[n-1].cause = last, cause
 		return
 	}
-	f.r = append(f.r, [2]uint64{first, last})
+	f.r = append(f.r, failedRange{first, last, cause})
 	if len(f.r) > maxFailedRanges {
-		f.forgotten = f.r[0][1]
+		f.forgotten = f.r[0].last
 		f.r = append(f.r[:0], f.r[1:]...)
 	}
 }
 
 // errGroupFailed is the error of a Wait that comes after its failed group
-// completed; the cause went to the waiters who were there.
+// completed, wrapped around the group's cause.
 var errGroupFailed = errors.New("statejournal: the record's group failed to be written")
 
 func (f *failedRanges) outcome(seq uint64) error {
+	for i := len(f.r) - 1; i >= 0; i-- {
+		if seq >= f.r[i].first && seq <= f.r[i].last {
+			return fmt.Errorf("%w: %w", errGroupFailed, f.r[i].cause)
+		}
+	}
 	if seq <= f.forgotten {
 		return fmt.Errorf("%w (or its outcome is no longer remembered)", errGroupFailed)
-	}
-	for i := len(f.r) - 1; i >= 0; i-- {
-		if seq >= f.r[i][0] && seq <= f.r[i][1] {
-			return errGroupFailed
-		}
 	}
 	return nil
 }
