@@ -37,10 +37,14 @@ func (tb *table) change(j *Journal, k int) (uint64, error) {
 	return j.Append(record(k, tb.v[k], tb.order))
 }
 
-// snapshot emits the table in slices of 10 keys, one lock per slice.
-func (tb *table) snapshot(keys int) func(emit func([]byte) error) error {
+// snapshot emits the table in slices of 10 keys, one lock per slice. Between
+// slices it waits for j to take 20 more records, so that keys already
+// emitted change before the switch: those changes exist only in the tail.
+func (tb *table) snapshot(t testing.TB, j *Journal, keys int) func(emit func([]byte) error) error {
 	return func(emit func([]byte) error) error {
 		for lo := 0; lo < keys; lo += 10 {
+			seen := j.Stats().Records
+			eventually(t, "appends during the snapshot", func() bool { return j.Stats().Records >= seen+20 })
 			tb.mu.Lock()
 			for k := lo; k < min(lo+10, keys); k++ {
 				if err := emit(record(k, tb.v[k], 0)); err != nil {
@@ -95,7 +99,7 @@ func TestCompactionWhileAppendingLosesNothing(t *testing.T) {
 			}
 		}()
 	}
-	if !j.Compact(tb.snapshot(keys)) {
+	if !j.Compact(tb.snapshot(t, j, keys)) {
 		t.Fatal("Compact did not start")
 	}
 	eventually(t, "compacted", func() bool { return j.Stats().Compactions == 1 })
@@ -231,11 +235,12 @@ func TestCloseDuringCompaction(t *testing.T) {
 		return emitAll(recs[:2])(emit)
 	})
 	<-inSnapshot
-	if _, err := j.Append([]byte("last")); err != nil {
-		t.Fatal(err)
-	}
+	mustAppendWait(t, j, []byte("last"))
 	closed := make(chan error)
 	go func() { closed <- j.Close() }()
+	// The snapshot ends only once Close has begun: the writer must not stop
+	// while the compaction still has its switch to make.
+	eventually(t, "Close begun", func() bool { j.mu.Lock(); defer j.mu.Unlock(); return j.closed })
 	close(release)
 	if err := <-closed; err != nil {
 		t.Fatal(err)

@@ -39,8 +39,11 @@ func TestRecordsRoundTripAcrossReopen(t *testing.T) {
 			mustClose(t, j)
 			j, recs = mustOpen(t, path, opt)
 			sameRecords(t, recs, c.recs)
-			more := [][]byte{[]byte("after reopening")}
-			mustAppendWait(t, j, more...)
+			more := [][]byte{[]byte("after reopening"), []byte("never waited for: Close writes it")}
+			mustAppendWait(t, j, more[0])
+			if _, err := j.Append(more[1]); err != nil {
+				t.Fatal(err)
+			}
 			mustClose(t, j)
 			j, recs = mustOpen(t, path, opt)
 			defer mustClose(t, j)
