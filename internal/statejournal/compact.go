@@ -1,0 +1,171 @@
+package statejournal
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// finishReq asks the writer to switch to a filled compaction file.
+type finishReq struct {
+	tmp  *os.File
+	size int64 // bytes in tmp: header and snapshot
+	done chan error
+}
+
+// Compact rewrites the journal in the background from snapshot, which must
+// emit every live record through emit (in slices, under the caller's own
+// locks; emit copies each payload) and return. Records appended from the
+// call on are kept in a tail buffer too and written after the snapshot, so
+// nothing appended during the compaction is lost; for that to hold, a caller
+// must apply a change to its state before, or under the same lock as, the
+// Append that records it. Between two groups the writer appends the tail to
+// the new file, fsyncs it, renames it over the journal, fsyncs the
+// directory and writes the following groups to it. It returns false, and
+// does nothing, while another compaction runs or once the journal is closed
+// or unusable. A failed compaction removes its file, keeps the old journal,
+// is counted in Stats and logged once.
+func (j *Journal) Compact(snapshot func(emit func(payload []byte) error) error) (started bool) {
+	j.mu.Lock()
+	if j.compacting || j.usableLocked() != nil {
+		j.mu.Unlock()
+		return false
+	}
+	j.compacting, j.tailing, j.tail, j.tailErr = true, true, nil, nil
+	j.mu.Unlock()
+	go j.compact(snapshot)
+	return true
+}
+
+// compact runs one compaction and records its outcome.
+func (j *Journal) compact(snapshot func(emit func(payload []byte) error) error) {
+	err := j.runCompaction(snapshot)
+	if err != nil {
+		j.log.Warn("statejournal: compaction failed; the journal is kept as it is", "path", j.path, "err", err)
+		j.stats.compactionFailures.Add(1)
+	} else {
+		j.stats.compactions.Add(1)
+	}
+	j.mu.Lock()
+	j.compacting, j.tailing, j.tail = false, false, nil
+	j.mu.Unlock()
+	// A writer waiting to stop at Close waits for the compaction's end.
+	j.wake()
+}
+
+// runCompaction fills the temporary file from snapshot and has the writer
+// switch to it.
+func (j *Journal) runCompaction(snapshot func(emit func(payload []byte) error) error) error {
+	name := j.tempName()
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|noFollow, 0o600)
+	if err != nil {
+		return fmt.Errorf("creating %s: %w", name, err)
+	}
+	switched := false
+	defer func() {
+		if !switched {
+			f.Close()
+			os.Remove(name)
+		}
+	}()
+	size, err := j.fill(f, snapshot)
+	if err != nil {
+		return err
+	}
+	req := &finishReq{tmp: f, size: size, done: make(chan error, 1)}
+	j.finish <- req
+	if err := <-req.done; err != nil {
+		return err
+	}
+	switched = true
+	return nil
+}
+
+// fill writes the header and the snapshot's records to f and returns its
+// size.
+func (j *Journal) fill(f *os.File, snapshot func(emit func(payload []byte) error) error) (int64, error) {
+	w := bufio.NewWriterSize(f, 256<<10)
+	size := int64(len(header))
+	w.WriteString(header)
+	emit := func(p []byte) error {
+		if len(p) > j.max {
+			return fmt.Errorf("%w: a snapshot record of %d bytes, the bound is %d", ErrTooLarge, len(p), j.max)
+		}
+		var h [frameHeader]byte
+		binary.LittleEndian.PutUint32(h[:4], uint32(len(p)))
+		binary.LittleEndian.PutUint32(h[4:], checksum(h[:4], p))
+		w.Write(h[:])
+		_, err := w.Write(p)
+		size += int64(frameHeader + len(p))
+		return err
+	}
+	if err := snapshot(emit); err != nil {
+		return 0, fmt.Errorf("the snapshot: %w", err)
+	}
+	if err := w.Flush(); err != nil {
+		return 0, fmt.Errorf("writing %s: %w", f.Name(), err)
+	}
+	return size, nil
+}
+
+// finishCompaction runs in the writer, between two groups: nothing else
+// writes the file meanwhile. The pending group is taken into the switch (its
+// records are in the tail), so it is durable once the new file is.
+func (j *Journal) finishCompaction(req *finishReq) {
+	j.mu.Lock()
+	if err := j.tailErr; err != nil {
+		j.mu.Unlock()
+		req.done <- fmt.Errorf("a group failed while compacting: %w", err)
+		return
+	}
+	if j.broken != nil {
+		j.mu.Unlock()
+		req.done <- fmt.Errorf("journal unusable: %w", j.broken)
+		return
+	}
+	g, buf := j.takeLocked()
+	tail, old, off := j.tail, j.file, j.size
+	j.tail, j.tailing = nil, false
+	j.mu.Unlock()
+	if err := j.switchTo(req, tail); err != nil {
+		if g != nil {
+			j.complete(g, buf, int64(len(buf)), j.writeGroup(old, buf, off))
+		}
+		req.done <- err
+		return
+	}
+	j.mu.Lock()
+	j.file, j.size = req.tmp, req.size+int64(len(tail))
+	j.mu.Unlock()
+	old.Close()
+	if g != nil {
+		// The group is in the new file; it is durable once the rename is,
+		// which a failed directory fsync leaves in doubt until it is redone.
+		j.complete(g, buf, 0, j.redoDirSync())
+	}
+	req.done <- nil
+}
+
+// switchTo appends tail to the compaction file, syncs it and renames it over
+// the journal. A failed directory fsync after the rename is not a failed
+// compaction (the name already points at the new file) but leaves dirDirty
+// set, so the next group retries it before it is acknowledged.
+func (j *Journal) switchTo(req *finishReq, tail []byte) error {
+	if _, err := j.hooks.writeAt(req.tmp, tail, req.size); err != nil {
+		return fmt.Errorf("writing the tail to %s: %w", req.tmp.Name(), err)
+	}
+	if err := j.sync(req.tmp); err != nil {
+		return fmt.Errorf("syncing %s: %w", req.tmp.Name(), err)
+	}
+	if err := os.Rename(req.tmp.Name(), j.path); err != nil {
+		return fmt.Errorf("renaming %s over %s: %w", req.tmp.Name(), j.path, err)
+	}
+	if err := j.syncDir(filepath.Dir(j.path)); err != nil {
+		j.mu.Lock()
+		j.dirDirty = true
+		j.mu.Unlock()
+	}
+	return nil
+}

@@ -1,0 +1,416 @@
+// Package statejournal owns a journal file of checksummed records: the
+// on-disk half of the node's state table. It frames opaque payloads that the
+// caller encodes, appends them with group commit, recovers from a torn tail
+// at start, and compacts the file in the background from a snapshot the
+// caller emits. What a record means is the caller's business, not this
+// package's.
+//
+// It imports nothing of this module and never net/http: it is a file format
+// and a write discipline, fuzzed alone (FuzzOpen).
+//
+// # File format
+//
+// A file starts with the line "nvpair-statejournal v1\n". Each record
+// follows as a 4-byte little-endian payload length, a 4-byte little-endian
+// CRC32-C (Castagnoli) of the length field and the payload together, and the
+// payload. The length is under the checksum so that a tail of zero bytes is
+// not read as valid empty records. Open reads records in order up to the
+// first one that is not whole and valid (a length past the end of the file
+// or over MaxRecordBytes, a checksum that does not match, a header cut
+// short), cuts the file there and logs one warning with the offset and the
+// bytes dropped. A length is checked against the bound and against the bytes
+// left before its payload is allocated, so a damaged length costs nothing.
+//
+// # Group commit
+//
+// Append copies a framed record into the pending group and returns at once;
+// one writer goroutine takes the whole pending group, writes it with one
+// write and makes it durable with one fsync, then wakes every waiter of that
+// group by closing the group's channel. Records appended meanwhile form the
+// next group, so under load a group holds every record that arrived during
+// the previous fsync, and the cost of a record is its own bytes plus a share
+// of one fsync.
+//
+// # Failures
+//
+// A failed write or fsync fails the waiters of that group with an error
+// wrapping the cause, and the journal keeps going: the writer truncates the
+// file back to where the group started and the next group is written from
+// that same offset, so a transient ENOSPC or EIO neither corrupts the file
+// nor stops the node for good. Only the bytes of groups whose fsync
+// succeeded are ever counted on; after a failed fsync Linux may have dropped
+// the dirty pages, and those bytes are cut away rather than synced again. If
+// the truncation itself fails the journal cannot know what the file holds,
+// and every later Append and Wait fails. A record whose Wait returned an
+// error may or may not be in the file after a crash (its bytes may have
+// reached the device before the failure was seen); the caller treats it as
+// not acknowledged.
+//
+// # What fsync promises
+//
+// A record whose Wait returned nil survives a crash of the process, of the
+// kernel or a loss of power: there is no crash window for it. On Linux,
+// File.Sync is fsync(2), which writes the file's data and metadata from the
+// page cache to the device and asks the device to flush its volatile cache.
+// On macOS, fsync(2) alone only hands the data to the drive, whose cache may
+// still lose it; Go's File.Sync therefore issues fcntl(F_FULLFSYNC), which
+// asks the drive to flush its cache too, falling back to fsync only where
+// F_FULLFSYNC is not supported, such as SMB mounts
+// (src/internal/poll/fd_fsync_darwin.go in the Go tree, issue golang/go#64215
+// for the fallback). On Windows File.Sync is FlushFileBuffers
+// (src/syscall/syscall_windows.go, Fsync), which writes the file's buffers
+// and asks the device to flush. A new file and a compaction's rename are made
+// durable by an fsync of the directory on Unix; Windows cannot open a
+// directory to sync it, and relies on NTFS journaling the rename
+// (MoveFileEx). A record not yet waited for may be lost by a crash; a
+// record appended but whose group failed may or may not survive.
+//
+// # Compaction
+//
+// Compact writes a new file beside the journal (path+".tmp", created with
+// O_EXCL and without following a link), fills it from the caller's snapshot,
+// appends every record appended since the compaction started, fsyncs it,
+// renames it over the journal, fsyncs the directory and switches appends to
+// it. The snapshot is emitted in slices under the caller's own locks, so no
+// lock is held across work proportional to the file. The records appended
+// during the snapshot may already be reflected in it and are replayed after
+// it: a caller's records must be last-wins when replayed in order.
+package statejournal
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configures a Journal. The zero value is usable.
+type Options struct {
+	// MaxRecordBytes bounds a payload: Append refuses a longer one with
+	// ErrTooLarge, and Open treats a record declaring a longer one as
+	// corruption. 0 means DefaultMaxRecordBytes; at most 1 GiB.
+	MaxRecordBytes int
+	// Logger receives one WARN per torn tail dropped, per file set aside and
+	// per failed compaction. nil means slog.Default().
+	Logger *slog.Logger
+	// NoSync skips every fsync. For tests only: a journal with NoSync
+	// promises nothing across a crash of the machine.
+	NoSync bool
+
+	// hooks lets tests inject failures into the writer's I/O; nil in
+	// production.
+	hooks *hooks
+}
+
+// hooks replaces the writer's file operations in tests.
+type hooks struct {
+	writeAt func(f *os.File, b []byte, off int64) (int, error)
+	sync    func(f *os.File) error
+}
+
+// ErrClosed is returned by Append, Wait and Compact on a closed journal.
+var ErrClosed = errors.New("statejournal: journal closed")
+
+// Journal is an open journal file. Its methods are safe for concurrent use.
+type Journal struct {
+	path   string
+	max    int
+	log    *slog.Logger
+	noSync bool
+	hooks  hooks
+
+	mu      sync.Mutex
+	last    uint64 // sequence of the last record appended
+	cur     *group // the group collecting appends, nil if none
+	pending []byte // framed records of cur
+	spare   []byte // the buffer of the last group written, for reuse
+	flight  *group // the group the writer is writing, nil if none
+	size    int64  // bytes of the file, through the last durable group
+	file    *os.File
+	closed  bool
+	broken  error // set when the file's content is no longer known
+	failed  failedRanges
+	// compacting is set from Compact to the end of its switch; tailing while
+	// appends must also be copied to tail.
+	compacting bool
+	tailing    bool
+	tail       []byte
+	tailErr    error // a group failed while tailing: the compaction must fail
+	dirDirty   bool  // a rename's directory fsync failed and must be redone
+
+	kick    chan struct{} // wakes the writer; capacity 1
+	finish  chan *finishReq
+	stopped chan struct{} // closed when the writer has returned
+
+	stats counters
+}
+
+// group is one write and one fsync's worth of records: sequences first
+// through last. done is closed when err is final.
+type group struct {
+	first, last uint64
+	done        chan struct{}
+	err         error
+}
+
+// counters back Stats.
+type counters struct {
+	records, bytes, groups, groupFailures atomic.Uint64
+	compactions, compactionFailures       atomic.Uint64
+	tornTails, droppedBytes               atomic.Uint64
+}
+
+// Stats are the journal's counters since Open, for metrics.
+type Stats struct {
+	Records            uint64 // records appended
+	Bytes              uint64 // framed bytes appended
+	Groups             uint64 // groups written: one write and one fsync each
+	GroupFailures      uint64 // groups whose write or fsync failed
+	Compactions        uint64 // compactions done
+	CompactionFailures uint64 // compactions that failed and kept the old file
+	TornTails          uint64 // damaged tails Open dropped (0 or 1)
+	DroppedBytes       uint64 // bytes Open dropped with them
+}
+
+// Open opens the journal at path, creating it if there is none, and returns
+// its records in order. A damaged tail is cut off with one warning. A path
+// that is not a regular file (a directory, a named pipe, a symbolic link) or
+// a file with another header is moved aside to path+".aside-<unixnano>" with
+// one warning and a fresh journal is started. A temporary file left by an
+// interrupted compaction is removed, or moved aside if it is not a regular
+// file.
+func Open(path string, opt Options) (*Journal, [][]byte, error) {
+	j, err := newJournal(path, opt)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := j.clearTemp(); err != nil {
+		return nil, nil, err
+	}
+	recs, err := j.openFile()
+	if err != nil {
+		return nil, nil, err
+	}
+	go j.writer()
+	return j, recs, nil
+}
+
+func newJournal(path string, opt Options) (*Journal, error) {
+	max := opt.MaxRecordBytes
+	if max == 0 {
+		max = DefaultMaxRecordBytes
+	}
+	if max < 0 || max > maxRecordLimit {
+		return nil, fmt.Errorf("statejournal: MaxRecordBytes %d outside 0..%d", opt.MaxRecordBytes, maxRecordLimit)
+	}
+	log := opt.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	j := &Journal{
+		path: path, max: max, log: log, noSync: opt.NoSync,
+		hooks: hooks{
+			writeAt: func(f *os.File, b []byte, off int64) (int, error) { return f.WriteAt(b, off) },
+			sync:    (*os.File).Sync,
+		},
+		kick:    make(chan struct{}, 1),
+		finish:  make(chan *finishReq),
+		stopped: make(chan struct{}),
+	}
+	if opt.hooks != nil {
+		j.hooks = *opt.hooks
+	}
+	return j, nil
+}
+
+// tempName is the file a compaction fills before its rename.
+func (j *Journal) tempName() string { return j.path + ".tmp" }
+
+// clearTemp removes what an interrupted compaction left behind. Its records
+// are all in the journal still (the rename is what would have made the
+// temporary file count), so nothing is lost. Anything but a regular file is
+// moved aside rather than removed: a directory cannot be removed if it holds
+// files, and one left in place would make every later compaction fail.
+func (j *Journal) clearTemp() error {
+	tmp := j.tempName()
+	st, err := os.Lstat(tmp)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("statejournal: inspecting %s: %w", tmp, err)
+	case st.Mode().IsRegular():
+		if err := os.Remove(tmp); err != nil {
+			return fmt.Errorf("statejournal: removing the stale %s: %w", tmp, err)
+		}
+		return nil
+	default:
+		return j.setAside(tmp, "a stale compaction file that is not a regular file ("+st.Mode().Type().String()+")")
+	}
+}
+
+// setAside renames name out of the way with one warning.
+func (j *Journal) setAside(name, why string) error {
+	to := name + ".aside-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	if err := os.Rename(name, to); err != nil {
+		return fmt.Errorf("statejournal: moving %s aside (%s): %w", name, why, err)
+	}
+	j.log.Warn("statejournal: moved a file aside and started fresh", "path", name, "moved_to", to, "reason", why)
+	return nil
+}
+
+// openFile opens the journal file, or sets aside what is there and creates
+// one, and reads its records.
+func (j *Journal) openFile() ([][]byte, error) {
+	st, err := os.Lstat(j.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, j.create()
+	case err != nil:
+		return nil, fmt.Errorf("statejournal: inspecting %s: %w", j.path, err)
+	case !st.Mode().IsRegular():
+		if err := j.setAside(j.path, "not a regular file ("+st.Mode().Type().String()+")"); err != nil {
+			return nil, err
+		}
+		return nil, j.create()
+	}
+	f, err := os.OpenFile(j.path, os.O_RDWR|noFollow, 0)
+	if err != nil {
+		return nil, fmt.Errorf("statejournal: opening %s: %w", j.path, err)
+	}
+	recs, err := j.recover(f, st)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return recs, nil
+}
+
+// recover reads the opened file f, cuts a damaged tail, and makes f the
+// journal's file; a file with another header is set aside instead.
+func (j *Journal) recover(f *os.File, lst fs.FileInfo) ([][]byte, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("statejournal: stat of %s: %w", j.path, err)
+	}
+	if !st.Mode().IsRegular() || !os.SameFile(st, lst) {
+		return nil, fmt.Errorf("statejournal: %s changed between its inspection and its open", j.path)
+	}
+	res := scan(f, st.Size(), j.max)
+	switch res.header {
+	case headerBad:
+		f.Close()
+		if err := j.setAside(j.path, "its first line is not \""+header[:len(header)-1]+"\""); err != nil {
+			return nil, err
+		}
+		return nil, j.create()
+	case headerTorn:
+		// A creation cut short before its header was whole: nothing was
+		// ever acknowledged from this file.
+		return nil, j.startFile(f, "")
+	}
+	if res.good < st.Size() {
+		if err := j.cut(f, res.good, st.Size(), res.damage); err != nil {
+			return nil, err
+		}
+	}
+	j.file, j.size = f, res.good
+	return res.records, nil
+}
+
+// cut truncates f at good, dropping a damaged tail, with one warning.
+func (j *Journal) cut(f *os.File, good, size int64, why string) error {
+	if err := f.Truncate(good); err != nil {
+		return fmt.Errorf("statejournal: cutting the damaged tail of %s at %d: %w", j.path, good, err)
+	}
+	if err := j.sync(f); err != nil {
+		return fmt.Errorf("statejournal: syncing %s after cutting its tail: %w", j.path, err)
+	}
+	j.stats.tornTails.Add(1)
+	j.stats.droppedBytes.Add(uint64(size - good))
+	j.log.Warn("statejournal: dropped a damaged tail", "path", j.path, "offset", good, "bytes_dropped", size-good, "reason", why)
+	return nil
+}
+
+// create makes a new journal file; O_EXCL refuses anything created at the
+// path since it was inspected, a planted link included.
+func (j *Journal) create() error {
+	f, err := os.OpenFile(j.path, os.O_RDWR|os.O_CREATE|os.O_EXCL|noFollow, 0o600)
+	if err != nil {
+		return fmt.Errorf("statejournal: creating %s: %w", j.path, err)
+	}
+	if err := j.startFile(f, filepath.Dir(j.path)); err != nil {
+		f.Close()
+		return err
+	}
+	return nil
+}
+
+// startFile writes the header to the empty (or torn) file f and makes it the
+// journal's file; dir, if not empty, is synced so the new name is durable.
+func (j *Journal) startFile(f *os.File, dir string) error {
+	if err := f.Truncate(0); err != nil {
+		return fmt.Errorf("statejournal: emptying %s: %w", j.path, err)
+	}
+	if _, err := f.WriteAt([]byte(header), 0); err != nil {
+		return fmt.Errorf("statejournal: writing the header of %s: %w", j.path, err)
+	}
+	if err := j.sync(f); err != nil {
+		return fmt.Errorf("statejournal: syncing %s: %w", j.path, err)
+	}
+	if dir != "" {
+		if err := j.syncDir(dir); err != nil {
+			return fmt.Errorf("statejournal: syncing the directory of %s: %w", j.path, err)
+		}
+	}
+	j.file, j.size = f, int64(len(header))
+	return nil
+}
+
+// sync is f.Sync unless NoSync.
+func (j *Journal) sync(f *os.File) error {
+	if j.noSync {
+		return nil
+	}
+	return j.hooks.sync(f)
+}
+
+// syncDir makes a creation or rename in dir durable. Windows cannot open a
+// directory for syncing; NTFS journals the rename itself.
+func (j *Journal) syncDir(dir string) error {
+	if j.noSync || runtime.GOOS == "windows" {
+		return nil
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Size is the bytes of the journal file now, header included, through the
+// last group written.
+func (j *Journal) Size() int64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.size
+}
+
+// Stats returns the journal's counters.
+func (j *Journal) Stats() Stats {
+	s := &j.stats
+	return Stats{
+		Records: s.records.Load(), Bytes: s.bytes.Load(),
+		Groups: s.groups.Load(), GroupFailures: s.groupFailures.Load(),
+		Compactions: s.compactions.Load(), CompactionFailures: s.compactionFailures.Load(),
+		TornTails: s.tornTails.Load(), DroppedBytes: s.droppedBytes.Load(),
+	}
+}

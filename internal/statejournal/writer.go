@@ -1,0 +1,293 @@
+package statejournal
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// Append adds payload to the pending group and returns its sequence number
+// (1 for the first record since Open) without waiting: it copies the payload
+// under a short lock and never does I/O. Call Wait with the sequence to know
+// the record is durable.
+func (j *Journal) Append(payload []byte) (uint64, error) {
+	if len(payload) > j.max {
+		return 0, fmt.Errorf("%w: %d bytes, the bound is %d", ErrTooLarge, len(payload), j.max)
+	}
+	j.mu.Lock()
+	if err := j.usableLocked(); err != nil {
+		j.mu.Unlock()
+		return 0, err
+	}
+	j.last++
+	seq := j.last
+	if j.cur == nil {
+		j.cur = &group{first: seq, done: make(chan struct{})}
+	}
+	j.cur.last = seq
+	mark := len(j.pending)
+	j.pending = appendFrame(j.pending, payload)
+	if j.tailing {
+		j.tail = append(j.tail, j.pending[mark:]...)
+	}
+	j.mu.Unlock()
+	j.stats.records.Add(1)
+	j.stats.bytes.Add(uint64(frameHeader + len(payload)))
+	j.wake()
+	return seq, nil
+}
+
+// usableLocked says why the journal takes no more records, if it does not.
+func (j *Journal) usableLocked() error {
+	if j.closed {
+		return ErrClosed
+	}
+	if j.broken != nil {
+		return fmt.Errorf("statejournal: journal unusable: %w", j.broken)
+	}
+	return nil
+}
+
+// wake tells the writer there is work, without blocking.
+func (j *Journal) wake() {
+	select {
+	case j.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Wait blocks until the record with sequence seq, and every record before
+// it, is written and fsynced, and returns nil; or returns an error if the
+// group holding it failed (wrapping the cause), or if seq was never
+// appended. Many waiters of one group cost one channel between them.
+func (j *Journal) Wait(seq uint64) error {
+	j.mu.Lock()
+	if seq == 0 || seq > j.last {
+		j.mu.Unlock()
+		return fmt.Errorf("statejournal: Wait(%d): no such record (last appended: %d)", seq, j.last)
+	}
+	var g *group
+	switch {
+	case j.cur != nil && seq >= j.cur.first:
+		g = j.cur
+	case j.flight != nil && seq >= j.flight.first:
+		g = j.flight
+	}
+	if g == nil {
+		err := j.failed.outcome(seq)
+		j.mu.Unlock()
+		return err
+	}
+	j.mu.Unlock()
+	<-g.done
+	return g.err
+}
+
+// Sync waits until every record appended so far is durable: for shutdown,
+// or for a caller that appended without keeping the sequences.
+func (j *Journal) Sync() error {
+	j.mu.Lock()
+	seq := j.last
+	j.mu.Unlock()
+	if seq == 0 {
+		return nil
+	}
+	return j.Wait(seq)
+}
+
+// Close writes and syncs what is pending, waits for a compaction under way,
+// stops the writer and closes the file. It returns the error of the records
+// pending at the call, if their group failed, or of closing the file; a
+// group that failed before the call was reported to its waiters already.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return ErrClosed
+	}
+	j.closed = true
+	last := j.last
+	pending := j.cur != nil || j.flight != nil
+	j.mu.Unlock()
+	j.wake()
+	<-j.stopped
+	var err error
+	if pending {
+		err = j.Wait(last)
+	}
+	if cerr := j.file.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("statejournal: closing %s: %w", j.path, cerr)
+	}
+	return err
+}
+
+// writer is the one goroutine that writes the file: each pending group in
+// one write and one fsync, and each compaction's switch between groups. It
+// returns once the journal is closed, nothing is pending and no compaction
+// runs.
+func (j *Journal) writer() {
+	defer close(j.stopped)
+	for {
+		select {
+		case <-j.kick:
+		case req := <-j.finish:
+			j.finishCompaction(req)
+		}
+		for j.writeOne() {
+		}
+		j.mu.Lock()
+		done := j.closed && j.cur == nil && !j.compacting
+		j.mu.Unlock()
+		if done {
+			return
+		}
+	}
+}
+
+// takeLocked moves the pending group to flight and returns it and its bytes,
+// or nil if nothing is pending.
+func (j *Journal) takeLocked() (*group, []byte) {
+	g, buf := j.cur, j.pending
+	if g == nil {
+		return nil, nil
+	}
+	j.cur, j.flight = nil, g
+	j.pending, j.spare = j.spare[:0], nil
+	return g, buf
+}
+
+// writeOne writes the pending group, if any, and reports whether it did.
+func (j *Journal) writeOne() bool {
+	j.mu.Lock()
+	g, buf := j.takeLocked()
+	broken, off, f := j.broken, j.size, j.file
+	j.mu.Unlock()
+	if g == nil {
+		return false
+	}
+	var err error
+	if broken != nil {
+		err = fmt.Errorf("statejournal: journal unusable: %w", broken)
+	} else {
+		err = j.writeGroup(f, buf, off)
+	}
+	j.complete(g, buf, int64(len(buf)), err)
+	return true
+}
+
+// writeGroup writes buf at off in f and syncs it; on failure it cuts the
+// file back to off so the next group starts from the same place.
+func (j *Journal) writeGroup(f *os.File, buf []byte, off int64) error {
+	err := j.redoDirSync()
+	if err == nil {
+		_, err = j.hooks.writeAt(f, buf, off)
+		if err != nil {
+			err = fmt.Errorf("statejournal: writing %d bytes to %s at %d: %w", len(buf), j.path, off, err)
+		}
+	}
+	if err == nil {
+		if err = j.sync(f); err != nil {
+			err = fmt.Errorf("statejournal: syncing %s: %w", j.path, err)
+		}
+	}
+	if err != nil {
+		if terr := f.Truncate(off); terr != nil {
+			j.mu.Lock()
+			j.broken = fmt.Errorf("cutting %s back to %d after a failed group: %w (after: %w)", j.path, off, terr, err)
+			j.mu.Unlock()
+		}
+	}
+	return err
+}
+
+// redoDirSync retries a compaction's directory fsync that failed: until it
+// succeeds the rename may not survive a crash, and neither would any group
+// written to the new file, so no group may be acknowledged before it.
+func (j *Journal) redoDirSync() error {
+	j.mu.Lock()
+	dirty := j.dirDirty
+	j.mu.Unlock()
+	if !dirty {
+		return nil
+	}
+	if err := j.syncDir(filepath.Dir(j.path)); err != nil {
+		return fmt.Errorf("statejournal: syncing the directory of %s after a compaction: %w", j.path, err)
+	}
+	j.mu.Lock()
+	j.dirDirty = false
+	j.mu.Unlock()
+	return nil
+}
+
+// complete records the outcome of group g, whose bytes were buf and which
+// grew the file by grown bytes if it succeeded, and wakes its waiters.
+func (j *Journal) complete(g *group, buf []byte, grown int64, err error) {
+	j.mu.Lock()
+	if err == nil {
+		j.size += grown
+		j.stats.groups.Add(1)
+	} else {
+		j.failed.add(g.first, g.last, err)
+		j.stats.groupFailures.Add(1)
+		if j.tailing || j.compacting {
+			// The group's records are in the tail too; a compaction that
+			// kept them would bring back records whose Wait failed.
+			j.tailErr = err
+		}
+	}
+	j.flight = nil
+	if cap(buf) <= 4<<20 {
+		j.spare = buf[:0]
+	}
+	j.mu.Unlock()
+	g.err = err
+	close(g.done)
+}
+
+// maxFailedRanges bounds the failed ranges Wait remembers.
+const maxFailedRanges = 1024
+
+// failedRanges remembers the sequences of failed groups and their causes, so
+// a Wait that comes after its group completed still learns the outcome.
+// Consecutive failed groups merge into one range, which keeps the latest
+// cause; when more than maxFailedRanges are kept the oldest is forgotten, and
+// a Wait for a sequence at or below what was forgotten errs on the safe side
+// and fails.
+type failedRanges struct {
+	r         []failedRange
+	forgotten uint64
+}
+
+type failedRange struct {
+	first, last uint64
+	cause       error
+}
+
+func (f *failedRanges) add(first, last uint64, cause error) {
+	if n := len(f.r); n > 0 && f.r[n-1].last+1 == first {
+		f.r[n-1].last, f.r[n-1].cause = last, cause
+		return
+	}
+	f.r = append(f.r, failedRange{first, last, cause})
+	if len(f.r) > maxFailedRanges {
+		f.forgotten = f.r[0].last
+		f.r = append(f.r[:0], f.r[1:]...)
+	}
+}
+
+// errGroupFailed is the error of a Wait that comes after its failed group
+// completed, wrapped around the group's cause.
+var errGroupFailed = errors.New("statejournal: the record's group failed to be written")
+
+func (f *failedRanges) outcome(seq uint64) error {
+	for i := len(f.r) - 1; i >= 0; i-- {
+		if seq >= f.r[i].first && seq <= f.r[i].last {
+			return fmt.Errorf("%w: %w", errGroupFailed, f.r[i].cause)
+		}
+	}
+	if seq <= f.forgotten {
+		return fmt.Errorf("%w (or its outcome is no longer remembered)", errGroupFailed)
+	}
+	return nil
+}
