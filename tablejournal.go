@@ -92,7 +92,7 @@ func (m *Manager) writeJournalMetrics(t *promtext.Text) {
 	t.Single("nvpair_wlm_journal_bytes", "gauge", "Bytes of the journal file.", float64(size))
 	t.Single("nvpair_wlm_journal_records_total", "counter", "Records appended to the journal.", float64(st.Records))
 	t.Single("nvpair_wlm_journal_syncs_total", "counter", "Group commits of the journal: one write and one fsync each.", float64(st.Groups))
-	t.Single("nvpair_wlm_journal_write_failures_total", "counter", "Journal writes or fsyncs that failed; the frames waiting were answered 500.", float64(st.Failures))
+	t.Single("nvpair_wlm_journal_write_failures_total", "counter", "Journal writes or fsyncs that failed; the frames waiting were answered 500.", float64(st.GroupFailures))
 	t.Single("nvpair_wlm_journal_compactions_total", "counter", "Journal compactions completed.", float64(st.Compactions))
-	t.Single("nvpair_wlm_journal_torn_bytes_total", "counter", "Bytes of a torn or corrupt tail dropped when the journal was read.", float64(st.TornBytes))
+	t.Single("nvpair_wlm_journal_torn_bytes_total", "counter", "Bytes of a torn or corrupt tail dropped when the journal was read.", float64(st.DroppedBytes))
 }

@@ -43,7 +43,7 @@ func (j *Journal) Compact(snapshot func(emit func(payload []byte) error) error) 
 func (j *Journal) compact(snapshot func(emit func(payload []byte) error) error) {
 	err := j.runCompaction(snapshot)
 	if err != nil {
-		j.log.Warn("statejournal: compaction failed; the journal is kept as it is", "path", j.path, "err", err)
+		j.log.Warn("journal compaction failed; the journal is kept as it is", "file", j.path, "reason", err)
 		j.stats.compactionFailures.Add(1)
 	} else {
 		j.stats.compactions.Add(1)

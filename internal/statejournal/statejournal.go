@@ -262,7 +262,7 @@ func (j *Journal) setAside(name, why string) error {
 	if err := os.Rename(name, to); err != nil {
 		return fmt.Errorf("statejournal: moving %s aside (%s): %w", name, why, err)
 	}
-	j.log.Warn("statejournal: moved a file aside and started fresh", "path", name, "moved_to", to, "reason", why)
+	j.log.Warn("journal unusable: moved aside, starting a fresh one", "file", name, "keptAs", to, "reason", why)
 	return nil
 }
 
@@ -335,7 +335,7 @@ func (j *Journal) cut(f *os.File, good, size int64, why string) error {
 	}
 	j.stats.tornTails.Add(1)
 	j.stats.droppedBytes.Add(uint64(size - good))
-	j.log.Warn("statejournal: dropped a damaged tail", "path", j.path, "offset", good, "bytes_dropped", size-good, "reason", why)
+	j.log.Warn("journal: dropped a torn or damaged tail", "file", j.path, "offset", good, "bytesDropped", size-good, "reason", why)
 	return nil
 }
 
