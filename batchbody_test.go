@@ -18,14 +18,15 @@ func TestBatchBodyIsItsLinesEachFollowedByANewline(t *testing.T) {
 			want.Write(l)
 			want.WriteByte('\n')
 		}
-		if got := batchBodySize(lines); got != int64(want.Len()) {
+		segs := lineSegments(lines)
+		if got := batchBodySize(segs); got != int64(want.Len()) {
 			t.Fatalf("size %d, want %d", got, want.Len())
 		}
 		// Read in every size of piece, 1 byte at a time included.
-		if err := iotest.TestReader(newBatchBody(lines), want.Bytes()); err != nil {
+		if err := iotest.TestReader(newBatchBody(segs), want.Bytes()); err != nil {
 			t.Fatal(err)
 		}
-		got, err := io.ReadAll(iotest.OneByteReader(newBatchBody(lines)))
+		got, err := io.ReadAll(iotest.OneByteReader(newBatchBody(segs)))
 		if err != nil || !bytes.Equal(got, want.Bytes()) {
 			t.Fatalf("one byte at a time: %q, %v; want %q", got, err, want.Bytes())
 		}

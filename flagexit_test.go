@@ -24,6 +24,7 @@ func TestEveryBadFlagValueExitsTwoWithOneLineNamingTheFlag(t *testing.T) {
 		"resync-interval":           {{"--resync-interval", "5"}, {"--resync-interval", "1ms"}},
 		"max-live-workloads":        {{"--max-live-workloads", "0"}, {"--max-live-workloads", "1e5"}},
 		"max-live-workload-bytes":   {{"--max-live-workload-bytes", "1"}, {"--max-live-workload-bytes", "256MiB"}},
+		"max-ended-bytes":           {{"--max-ended-bytes", "1"}, {"--max-ended-bytes", "64MiB"}},
 		"workload-max-bytes":        {{"--workload-max-bytes", "4095"}, {"--workload-max-bytes", "16KiB"}},
 		"broker-line-max":           {{"--broker-line-max", "100"}, {"--broker-line-max", "abc"}},
 		"drain-timeout":             {{"--drain-timeout", "0"}, {"--drain-timeout", "3"}},

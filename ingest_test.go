@@ -184,18 +184,15 @@ func TestCommitLocalReportsWhetherTheFrameWasQueued(t *testing.T) {
 	if !committed(n, rm, fromIngress) {
 		t.Fatal("commitLocal of an ingress removal reported not queued")
 	}
-	if got := ifxDrain(q); len(got) != 2 {
-		t.Fatalf("queued %s, want the upsert and the removal", ifxDescribe(got))
+	// The peers are sent the workload's latest state: its removal.
+	if got := ifxDrain(q); len(got) != 1 || got[0].method != wireframe.MethodRemove {
+		t.Fatalf("sent %s, want the removal", ifxDescribe(got))
 	}
 	if committed(n, life, fromBroker) {
 		t.Error("commitLocal of a broker replay of a removed ingress workload reported queued")
 	}
 	if got := ifxDrain(q); len(got) != 0 {
 		t.Errorf("a suppressed replay queued %s", ifxDescribe(got))
-	}
-	n.m.bcast.close(time.Second)
-	if committed(n, ifxParseLocal(t, ifxLifecycleJSON("job-2", "running", n.id)), fromIngress) {
-		t.Error("commitLocal with the broadcaster closed reported queued")
 	}
 }
 
@@ -248,7 +245,7 @@ func TestIngestRemovalMemoryBlocksStaleStdioReplayOfTrackedWorkload(t *testing.T
 	}
 }
 
-func TestIngestRemovalMemoryClearedByNewIngressLifecycleFrame(t *testing.T) {
+func TestIngestRemovalStopsDroppingReplaysOnceTheProducerReportsTheWorkloadAnew(t *testing.T) {
 	n, q := ifxNode(t)
 	ifxOwn(t, n, q, "job-1")
 	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
@@ -260,9 +257,6 @@ func TestIngestRemovalMemoryClearedByNewIngressLifecycleFrame(t *testing.T) {
 	// The producer reports the workload anew.
 	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "queued", "", `"seq":2`))); err != nil {
 		t.Fatal(err)
-	}
-	if ifxRemembers(n, n.id, "job-1") || ifxRememberedCount(n) != 0 {
-		t.Error("a new ingress lifecycle frame did not clear the removal memory")
 	}
 	ifxDrain(q)
 	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
@@ -332,15 +326,12 @@ func TestIngestRemovalMemoryCoversOnlyItsOwnOriginAndID(t *testing.T) {
 	}
 }
 
-func TestIngestRemovalMemoryNotCreatedByStdioRemoval(t *testing.T) {
+func TestIngestABrokersRemovalDropsNoReplayOfItsOwn(t *testing.T) {
 	n, q := ifxNode(t)
 	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
 	n.m.handleLine([]byte(wireframe.EncodeNotification(wireframe.MethodRemove, json.RawMessage(`{"workloadId":"job-1","originatedFrom":"`+n.id+`"}`))))
-	if got := ifxDrain(q); len(got) != 2 {
-		t.Fatalf("queued %s, want the stdio upsert and removal", ifxDescribe(got))
-	}
-	if ifxRememberedCount(n) != 0 {
-		t.Fatal("a removal from the broker created removal memory")
+	if got := ifxDrain(q); len(got) != 1 || got[0].method != wireframe.MethodRemove {
+		t.Fatalf("sent %s, want the removal (the workload's latest state)", ifxDescribe(got))
 	}
 	// The broker reports the workload again: it is its own store's word.
 	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))

@@ -50,6 +50,8 @@ func (m *Manager) writeTableMetrics(t *promtext.Text) {
 	t.Single("nvpair_wlm_ends_bytes", "gauge", "Bytes of the ends (ended runs and removals) this node keeps until every member has them.", float64(sz.EndedBytes))
 	t.Single("nvpair_wlm_ends_limit_bytes", "gauge", "The most bytes of ends kept (--max-ended-bytes); past it the oldest goes first.", float64(m.cfg.MaxEndedBytes))
 	t.Single("nvpair_wlm_ends_evicted_total", "counter", "Ends dropped at the byte bound before every member had them; such a member is sent the whole table.", float64(st.Evicted.Load()))
+	t.Single("nvpair_wlm_ends_unheld_bytes", "gauge", "Bytes of the removals of workloads this node held no run of, kept within an eighth of --max-ended-bytes of their own.", float64(sz.UnheldBytes))
+	t.Single("nvpair_wlm_ends_unheld_evicted_total", "counter", "Removals of workloads this node held no run of, dropped at their own bound before every member had them.", float64(st.EvictedUnheld.Load()))
 	t.Single("nvpair_wlm_ends_forgotten_total", "counter", "Ends forgotten once every member had them and their retention had passed.", float64(st.Forgotten.Load()))
 	t.Single("nvpair_wlm_removals_held", "gauge", "Removal tombstones held.", float64(sz.Removals))
 	t.Single("nvpair_wlm_members", "gauge", "Members this node keeps a mark for: targets, and nodes that left within their claim.", float64(sz.Members))

@@ -78,11 +78,11 @@ func (s *peerSender) heartbeatBounds() (frames, size int) {
 // settled and the next turn sends singly, so a bad element is found alone.
 func (s *peerSender) sendBatch(lines []statetable.Line) (int, error) {
 	segs := freshSegments(lines)
-	results, err := s.postBatch(s.ctx, segs)
+	results, err := s.postBatch(s.ctx, segs, len(lines))
 	for errors.Is(err, errDeferred) {
 		// The peer asked to wait: not a failed attempt. The same entries
 		// go again, in order, once the wait is over.
-		results, err = s.postBatch(s.ctx, segs)
+		results, err = s.postBatch(s.ctx, segs, len(lines))
 	}
 	switch {
 	case errors.Is(err, errNotBatching):
@@ -134,8 +134,7 @@ var newline = []byte{'\n'}
 // postBatch makes one batch attempt and returns its per-element results.
 // A transport error, a retryable status for the whole batch, or an answer
 // that does not hold one result per element is an error worth retrying.
-func (s *peerSender) postBatch(ctx context.Context, segs [][]byte) ([]peerBatchResult, error) {
-	frames := batchFrames(segs)
+func (s *peerSender) postBatch(ctx context.Context, segs [][]byte, frames int) ([]peerBatchResult, error) {
 	s.stats.batchesSent.Add(1)
 	s.stats.batchFramesSent.Add(uint64(frames))
 	open := func() io.Reader { return newBatchBody(segs) }
@@ -164,11 +163,11 @@ func (s *peerSender) postBatch(ctx context.Context, segs [][]byte) ([]peerBatchR
 // took the batch; a rejected element (a 4xx) does not count against it.
 func (s *peerSender) reassertBatch(lines [][]byte) bool {
 	segs := lineSegments(lines)
-	results, err := s.postBatch(s.ctx, segs)
+	results, err := s.postBatch(s.ctx, segs, len(lines))
 	for errors.Is(err, errDeferred) {
 		// The peer asked to wait: the same slice goes again once the wait
 		// is over.
-		results, err = s.postBatch(s.ctx, segs)
+		results, err = s.postBatch(s.ctx, segs, len(lines))
 	}
 	if err != nil {
 		if s.ctx.Err() == nil {
@@ -225,18 +224,6 @@ func batchBodySize(segs [][]byte) int64 {
 	var n int64
 	for _, s := range segs {
 		n += int64(len(s))
-	}
-	return n
-}
-
-// batchFrames is the number of elements in a batch's pieces: one newline
-// each.
-func batchFrames(segs [][]byte) int {
-	n := 0
-	for _, s := range segs {
-		if len(s) == 1 && s[0] == '\n' && &s[0] == &newline[0] {
-			n++
-		}
 	}
 	return n
 }

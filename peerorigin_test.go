@@ -163,7 +163,8 @@ func TestAFreshFrameRefusedForItsOriginIsGivenUpWithoutRetries(t *testing.T) {
 func TestAHeartbeatPassGoesOnPastAnEntryRefusedForItsOrigin(t *testing.T) {
 	for _, batching := range []bool{false, true} {
 		t.Run(map[bool]string{false: "single-frame peer", true: "batching peer"}[batching], func(t *testing.T) {
-			n := newTestNode(t, withResyncInterval(time.Hour))
+			// One pass within the check below: the next is 2 s after it.
+			n := newTestNode(t, withResyncInterval(2*time.Second))
 			n.start()
 			sink := newHBSink(t, batching, 0)
 			sink.refuseOrigin = "hb-00001"

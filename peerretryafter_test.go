@@ -391,7 +391,7 @@ func TestAPeersRetryAfterDoesNotHoldShutdownPastTheDrainTimeout(t *testing.T) {
 	if len(p.log()) != 1 {
 		t.Fatalf("%d requests to a peer that asked for 30 s, want 1", len(p.log()))
 	}
-	if !strings.Contains(a.logs.String(), "not drained in time") {
+	if !strings.Contains(a.logs.String(), "peers not caught up in time") {
 		t.Fatalf("no warning that the held frame was abandoned:\n%s", a.logs)
 	}
 	t.Logf("stopped %v after the stop with a frame held for 30 s (drain timeout %v)", time.Since(start).Round(time.Millisecond), defaultDrainTimeout)

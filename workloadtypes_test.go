@@ -119,7 +119,7 @@ func TestIngressRefusesWhatOnlyItsOwnRulesForbidAndThePeerPortAndStdinRelayItAsI
 	}
 	n.start()
 	addr := n.m.IngressAddr()
-	for _, tc := range ingressOnlyRules {
+	for i, tc := range ingressOnlyRules {
 		t.Run("ingress "+tc.name, func(t *testing.T) {
 			status, reason := postIngress(t, addr, tc.frame)
 			if status != http.StatusBadRequest || !strings.Contains(reason, tc.reason) {
@@ -130,8 +130,12 @@ func TestIngressRefusesWhatOnlyItsOwnRulesForbidAndThePeerPortAndStdinRelayItAsI
 			}
 		})
 		t.Run("stdin "+tc.name, func(t *testing.T) {
-			// The broker stamps the origin on this channel.
+			// The broker stamps the origin on this channel. Each case is a
+			// workload of its own: a terminal case's end would make a later
+			// live frame of the same run stale, and a stale frame is sent to
+			// no peer.
 			line := strings.Replace(tc.frame, `"state":`, `"originatedFrom":"`+n.id+`","state":`, 1)
+			line = strings.Replace(line, `"id":"job-1"`, `"id":"stdin-job-`+itoa(i)+`"`, 1)
 			n.m.handleLine([]byte(line))
 			got := ifxDrain(q)
 			if len(got) != 1 || !strings.Contains(string(got[0].line), workloadParamsOf(t, line)) {

@@ -47,8 +47,14 @@ func (t *Table) memberLocked(id string) *Member {
 func (t *Table) Join(id string) *Member {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	_, known := t.members[id]
 	m := t.memberLocked(id)
 	m.active, m.departed = true, time.Time{}
+	if !known {
+		// Written at once, so a restart before the member takes anything
+		// still knows it is owed every end.
+		t.journalAck(m)
+	}
 	poke(m.wake)
 	return m
 }
@@ -69,7 +75,8 @@ func (t *Table) dropMemberLocked(id string, m *Member) {
 	delete(t.members, id)
 	delete(t.vcursors, &m.cur)
 	t.stats.ClaimsExpired.Add(1)
-	t.journalAck(&Member{id: id}) // mark 0, departed 0: forgotten
+	b := []byte{recDropMember}
+	t.appendRecord(appendString(b, id))
 }
 
 // MemberMark returns a member's mark and whether the table knows it.

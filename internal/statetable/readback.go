@@ -70,17 +70,22 @@ func (t *Table) ReadStart(mark *ReadMark, slice int, visited func(int)) ReadPos 
 
 // ReadSlice looks at up to slice entries from pos in one hold, and copies
 // out the first want of those a read-back lists (producers' runs in pass
-// order whose requesterId is requester when it is not nil), noting whether
+// order, ended ones within their retention, whose requesterId is requester
+// when it is not nil), noting whether
 // there were more. Each entry costs the same few comparisons whether it
 // is listed or not: the filter reads the requesterId the entry holds.
 func (t *Table) ReadSlice(pos ReadPos, requester *string, want, slice int) (v ReadVisit) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	now := t.cfg.Now()
 	p := pos.e
 	var e *entry
 	for ; v.Visited < slice && p != nil; v.Visited++ {
 		e, p = p, p.pnext
-		if !e.inPass || e.owner != Producer || (requester != nil && (!e.hasRequester || e.requester != *requester)) {
+		// An end past its retention is not listed even before a reap
+		// has taken it out of pass order.
+		ended := e.kind != kindLive && now.Sub(e.endedAt) >= t.cfg.Retention
+		if !e.inPass || ended || e.owner != Producer || (requester != nil && (!e.hasRequester || e.requester != *requester)) {
 			continue
 		}
 		if len(v.Items) == want {

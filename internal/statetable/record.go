@@ -19,6 +19,7 @@ import (
 //	            deadline, the key's four strings, a removal's runs, the line
 //	'F' forget: version, kind, the key's four strings
 //	'A' ack:    member id, mark, departed (0: active)
+//	'D' drop:   member id (its claim ran out)
 //
 // Integers are varints; strings and the line are length-prefixed. Only
 // what a restart cannot get back from its broker is written: a producer's
@@ -27,12 +28,16 @@ import (
 // active jobs to a restarted daemon.
 
 const (
-	recPut    = 'P'
-	recForget = 'F'
-	recAck    = 'A'
+	recPut        = 'P'
+	recForget     = 'F'
+	recAck        = 'A'
+	recDropMember = 'D'
 )
 
-const flagReplayDrop = 1
+const (
+	flagReplayDrop = 1
+	flagUnheld     = 2
+)
 
 func shouldJournal(e *entry) bool { return e.owner == Producer || e.kind != kindLive }
 
@@ -97,6 +102,9 @@ func encodePut(b []byte, e *entry) []byte {
 	flags := byte(0)
 	if e.replayDrop {
 		flags |= flagReplayDrop
+	}
+	if e.unheld {
+		flags |= flagUnheld
 	}
 	b = append(b, byte(e.kind), byte(e.owner), flags)
 	b = binary.AppendVarint(b, unixMilli(e.endedAt))
@@ -259,15 +267,18 @@ func (t *Table) Restore(records [][]byte, restartGrace time.Duration) RestoreSta
 				continue
 			}
 			top = max(top, mark)
-			if mark == 0 && departed == 0 {
-				delete(marks, id)
-				continue
-			}
 			m := &Member{id: id, mark: mark, wake: make(chan struct{}, 1)}
 			if departed != 0 {
 				m.departed = time.UnixMilli(departed)
 			}
 			marks[id] = m
+		case recDropMember:
+			id := r.string(wireframe.MaxKeyFieldBytes)
+			if r.err != nil || len(r.b) != 0 {
+				st.Refused++
+				continue
+			}
+			delete(marks, id)
 		default:
 			st.Refused++
 		}
@@ -316,6 +327,7 @@ func (t *Table) decodePut(r *reader) (*entry, error) {
 	e.line = []byte(line)
 	e.journaled, e.journalSize = true, len(r.whole)
 	e.replayDrop = flags&flagReplayDrop != 0
+	e.unheld = flags&flagUnheld != 0 && e.kind == kindRemoved
 	if ended != 0 {
 		e.endedAt = time.UnixMilli(ended)
 	}
@@ -439,7 +451,7 @@ func (t *Table) restoreEntry(e *entry, now time.Time, grace time.Duration, st *R
 	}
 	t.journaledBytes += int64(e.journalSize)
 	if e.kind != kindLive {
-		t.ended += e.size()
+		*t.endBytes(e) += e.size()
 		if e.endedAt.After(now) || e.endedAt.IsZero() {
 			e.endedAt = now // a clock stepped back since the write, or an edited file
 		}
@@ -464,6 +476,9 @@ func (t *Table) restoreEntry(e *entry, now time.Time, grace time.Duration, st *R
 	t.linkVersion(e)
 	if e.kind != kindLive {
 		t.ends.push(e)
+	}
+	if e.unheld {
+		t.unheldEnds.push(e)
 	}
 }
 

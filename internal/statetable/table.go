@@ -63,6 +63,8 @@ type entry struct {
 	endedAt time.Time
 	retired bool
 	gone    bool // deleted from the table: an item still naming it is stale
+	// unheld says a removal named a workload the table held no run of.
+	unheld bool
 	// A removal's: replayDrop says the broker's replay of its runs is
 	// dropped (a producer removed an owned workload); runs are the runs it
 	// removed, nil for any.
@@ -150,12 +152,16 @@ type Table struct {
 	version  atomic.Uint64                    // the last version given
 	inPass   int                              // runs in pass order
 	passSize int64                            // their lines' bytes
-	ended    int64                            // tombstones' bytes
+	ended    int64                            // tombstones' bytes (the ends of runs this node held)
 	ends     endQueue                         // tombstones, oldest first
-	leases   leaseHeap                        //
-	leaseCh  chan struct{}                    // poked when the earliest deadline may have moved
-	stats    Stats                            //
-	self     string                           //
+	// unheldBytes and unheldEnds are the removals of workloads the table
+	// held no run of, with a bound of their own (evictLocked).
+	unheldBytes int64
+	unheldEnds  endQueue
+	leases      leaseHeap     //
+	leaseCh     chan struct{} // poked when the earliest deadline may have moved
+	stats       Stats         //
+	self        string        //
 	// journaledBytes is what the journaled entries' records take: what a
 	// compaction would write, beside the members' marks.
 	journaledBytes int64
@@ -166,6 +172,7 @@ type Table struct {
 // Stats are the table's counters, for the metrics.
 type Stats struct {
 	Evicted       atomic.Uint64 // ends dropped at the byte bound before every member had them
+	EvictedUnheld atomic.Uint64 // removals of unheld workloads dropped at their own bound
 	FullPasses    atomic.Uint64 // members sent the whole table because an end they lacked was evicted
 	Forgotten     atomic.Uint64 // ends forgotten once every member had them
 	Untracked     atomic.Uint64 // broker frames not kept: a bound was reached
@@ -254,11 +261,10 @@ const (
 	FullBytes                    // the run would take the table past MaxLiveBytes (a broker frame)
 	ReplayDropped                // the broker's replay of a run a producer removed
 	BrokerTook                   // a producer's frame for a workload the broker took after its check
-	NotHeld                      // a removal of a workload the table holds no run of
 )
 
 func (o Outcome) String() string {
-	return [...]string{"applied", "stale", "full", "full_bytes", "replay_dropped", "broker_took", "not_held"}[o]
+	return [...]string{"applied", "stale", "full", "full_bytes", "replay_dropped", "broker_took"}[o]
 }
 
 // Commit applies a local-origin frame: the one place the table changes
@@ -385,6 +391,7 @@ func (t *Table) commitLifecycle(f *Frame, now time.Time) (Outcome, uint64) {
 		e = t.newRun(k)
 	case !held:
 		t.unretire(e)
+		e.owner = Broker // the run starts again: whoever owned its end does not own it
 	}
 	t.setRun(e, ev, line, now)
 	if owned {
@@ -454,13 +461,14 @@ func (t *Table) commitRemoval(f *Frame, now time.Time) (Outcome, uint64) {
 	if producer && t.brokerOwns(ref) {
 		return BrokerTook, 0
 	}
-	if t.byRef[ref] == nil {
-		// Nothing of it is held, so nothing needs retiring at a peer: a
-		// removal of an id this node never held (or already forgot) takes
-		// no room, so it cannot push a real end out.
-		return NotHeld, 0
-	}
-	owned := producer || t.producerOwns(ref)
+	// A removal of a workload the table holds no run of is relayed all
+	// the same: the peers may hold it (an end this node forgot once every
+	// member had it, a job finished long ago that a user removes from the
+	// Jobs list). Its tombstone is unheld: it counts against a budget of
+	// its own, so removals of ids this node never held cannot push out
+	// the ends of the workloads it did.
+	unheld := t.byRef[ref] == nil
+	owned := t.producerOwns(ref)
 	var runs []runKey
 	for e := t.byRef[ref]; e != nil; {
 		next := e.sibling
@@ -474,24 +482,34 @@ func (t *Table) commitRemoval(f *Frame, now time.Time) (Outcome, uint64) {
 		if k.Origin == t.self {
 			k.Origin = t.self
 		}
-		r = &entry{key: k, kind: kindRemoved, leaseIdx: -1}
+		r = &entry{key: k, kind: kindRemoved, leaseIdx: -1, unheld: unheld}
 		t.removals[ref] = r
 	} else {
-		t.ended -= r.size()
+		*t.endBytes(r) -= r.size()
 		r.retired = false
+		r.unheld = r.unheld && unheld
 	}
 	line := f.Line
 	if line == nil {
 		line = wireframe.EncodeNotification(wireframe.MethodRemove, f.Removal.Params)
 	}
-	r.line, r.endedAt, r.runs = line, now, runs
-	r.replayDrop = producer && owned
-	if owned {
+	r.line = line
+	// A repeat of a removal whose runs are gone is relayed again, but it
+	// neither extends nor starts a window of replays dropped: a producer
+	// cannot keep an id silenced for the broker by removing it again.
+	if !unheld || r.endedAt.IsZero() {
+		r.endedAt, r.runs = now, runs
+		r.replayDrop = producer && owned
+	}
+	if producer {
 		r.owner = Producer
 	}
-	t.ended += r.size()
+	*t.endBytes(r) += r.size()
 	t.bump(r)
 	t.ends.push(r)
+	if r.unheld {
+		t.unheldEnds.push(r)
+	}
 	t.evictLocked()
 	return Applied, t.journalPut(r)
 }
@@ -515,7 +533,7 @@ func (t *Table) deleteEntry(e *entry) {
 		t.journalForget(e)
 	}
 	if e.kind != kindLive {
-		t.ended -= e.size()
+		*t.endBytes(e) -= e.size()
 	}
 	t.unlinkVersion(e)
 	t.leavePass(e)
@@ -692,14 +710,14 @@ func (t *Table) retryAfterLocked(now time.Time) time.Duration {
 // Sizes are the table's gauges.
 type Sizes struct {
 	Runs, Live, Owned, Removals, Members, Leases int
-	RunBytes, EndedBytes                         int64
+	RunBytes, EndedBytes, UnheldBytes            int64
 }
 
 // Sizes returns the table's gauges; O(1).
 func (t *Table) Sizes() Sizes {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return Sizes{Runs: t.inPass, RunBytes: t.passSize, EndedBytes: t.ended, Removals: len(t.removals), Members: len(t.members), Leases: len(t.leases)}
+	return Sizes{Runs: t.inPass, RunBytes: t.passSize, EndedBytes: t.ended, UnheldBytes: t.unheldBytes, Removals: len(t.removals), Members: len(t.members), Leases: len(t.leases)}
 }
 
 // Bounds returns the configured bounds.
@@ -807,10 +825,25 @@ func (t *Table) expireClaimsLocked(now time.Time) {
 // days long, so a second late costs nothing.
 const claimCheck = time.Second
 
+// endBytes is the count e's bytes are kept in: the ends of workloads this
+// node held, or the unheld removals'.
+func (t *Table) endBytes(e *entry) *int64 {
+	if e.unheld {
+		return &t.unheldBytes
+	}
+	return &t.ended
+}
+
+// unheldShare is the part of MaxEndedBytes the unheld removals may take,
+// beside it: an eighth, some 20,000 removals at the default.
+const unheldShare = 8
+
 // evictLocked drops the oldest ends while the tombstones are over their
 // byte bound, acknowledged or not. A member that had not acknowledged one
 // is sent the whole table from the start: what it is sent then is
-// everything the table still holds.
+// everything the table still holds. The unheld removals have a bound of
+// their own, and a member that misses an evicted one is not sent the
+// table again: the table never held what it names.
 func (t *Table) evictLocked() {
 	for t.ended > t.cfg.MaxEndedBytes {
 		e := t.ends.atForget()
@@ -819,14 +852,26 @@ func (t *Table) evictLocked() {
 		}
 		t.ends.forgetHead++
 		t.ends.retireHead = max(t.ends.retireHead, t.ends.forgetHead)
-		for _, m := range t.members {
-			if m.mark < e.version {
-				m.resetLocked()
+		if !e.unheld {
+			for _, m := range t.members {
+				if m.mark < e.version {
+					m.resetLocked()
+				}
 			}
 		}
 		t.deleteEntry(e)
 		t.stats.Evicted.Add(1)
 	}
+	for t.unheldBytes > t.cfg.MaxEndedBytes/unheldShare {
+		e := t.unheldEnds.atForget()
+		if e == nil || e == t.vtail {
+			return
+		}
+		t.unheldEnds.forgetHead++
+		t.deleteEntry(e)
+		t.stats.EvictedUnheld.Add(1)
+	}
+	t.unheldEnds.compact()
 }
 
 // clip shortens a value for an answer or a log line.

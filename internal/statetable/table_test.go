@@ -229,8 +229,27 @@ func TestARemovalDeletesEveryRunAndIsSentAsATombstone(t *testing.T) {
 	if got := sent(t, tb, late); !slices.Equal(got, []string{"a:removed"}) {
 		t.Fatalf("a member that joins after: %v", got)
 	}
-	if o := remove(t, tb, FromProducer, "never-held"); o != NotHeld {
-		t.Fatalf("a removal of an id never held: %s, want not_held (no tombstone takes room)", o)
+}
+
+// A removal of a workload the table holds no run of is relayed (a peer may
+// hold it), but its tombstone counts against a budget of its own: a flood
+// of them never pushes out the end of a workload the node held.
+func TestRemovalsOfUnheldWorkloadsAreRelayedButCannotPushOutARealEnd(t *testing.T) {
+	tb, _, _ := newTable(t, func(c *Config) { c.MaxEndedBytes = 64 << 10 })
+	m := tb.Join("away")
+	commit(t, tb, FromProducer, event(t, "real", "completed"))
+	for i := range 2000 {
+		if o := remove(t, tb, FromProducer, fmt.Sprintf("ghost-%04d", i)); o != Applied {
+			t.Fatalf("removal of an unheld id: %s", o)
+		}
+	}
+	sz := tb.Sizes()
+	if tb.Stats().Evicted.Load() != 0 || sz.EndedBytes == 0 || sz.UnheldBytes > (64<<10)/unheldShare {
+		t.Fatalf("after 2,000 unheld removals: sizes %+v, evicted %d; want the real end kept and the unheld within their share", sz, tb.Stats().Evicted.Load())
+	}
+	got := sent(t, tb, m)
+	if got[0] != "real:completed" || got[len(got)-1] != "ghost-1999:removed" {
+		t.Fatalf("the member is sent %d entries, from %s to %s: want the real end and the newest removals", len(got), got[0], got[len(got)-1])
 	}
 }
 
