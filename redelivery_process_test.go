@@ -73,24 +73,15 @@ func (l *frameLog) liveAtBroker() map[string]bool {
 }
 
 // wantReusedIDRemovedTwice waits until the barrier workload reached d's
-// broker, after everything sent before it, and checks that d's broker got
-// both runs of id and both removals, and holds nothing of id. (A heartbeat
-// may re-assert a run between its upsert and its removal: the runs are
-// counted, not the upserts.)
+// broker, after everything sent before it, and checks that d's broker
+// holds nothing of id and got a removal of it. (The peer is sent each
+// entry's latest state: runs removed before it took them reach it as
+// their removal alone.)
 func wantReusedIDRemovedTwice(t *testing.T, d *daemonProc, id, barrier string) {
 	t.Helper()
 	d.waitUpserts(barrier, 1)
-	runs := map[any]bool{}
-	for _, w := range d.upserts() {
-		if w["id"] == id {
-			runs[w["runId"]] = true
-		}
-	}
-	if !runs[id+"-1"] || !runs[id+"-2"] || len(runs) != 2 {
-		t.Fatalf("the peer's broker got upserts of %s's runs %v, want its two runs", id, runs)
-	}
-	if got := d.removalsOf(id); got != 2 {
-		t.Fatalf("the peer's broker got %d of 2 removals of %s", got, id)
+	if got := d.removalsOf(id); got < 1 {
+		t.Fatalf("the peer's broker got no removal of %s", id)
 	}
 	if d.liveAtBroker()[id] {
 		t.Fatalf("%s is live at the peer's broker after its origin removed it", id)

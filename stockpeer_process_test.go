@@ -548,9 +548,16 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 	a.send(lifecycleLine("a-dup-retried", "running", na.ID))
 	s.send(lifecycleLine("s-dup-retried", "running", ns.ID))
 	for range 2 {
-		a.send(lifecycleLine("a-dup-repeated", "running", na.ID))
 		s.send(lifecycleLine("s-dup-repeated", "running", ns.ID))
 	}
+	// This daemon sends a peer each entry's latest state: a repeat committed
+	// before the first was taken is folded into it. Once the first is on
+	// the wire, the repeat is a change of its own and goes again.
+	a.send(lifecycleLine("a-dup-repeated", "running", na.ID))
+	eventually(t, "a-dup-repeated on the wire once", func() bool {
+		return tapS.count(func(r tapRequest) bool { return r.frame.id == "a-dup-repeated" && !r.frame.resync && r.forwarded }) == 1
+	})
+	a.send(lifecycleLine("a-dup-repeated", "running", na.ID))
 
 	// The shapes the stock daemon relays as its broker wrote them.
 	shapes := map[string]string{
