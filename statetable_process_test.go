@@ -811,7 +811,6 @@ func boundedEnds(t *testing.T, n int, extraA ...string) (a *pairNodeBroker, righ
 // answer. At heal it cuts every connection the hole held, as a middlebox
 // whose state expired does, and forwards again.
 type holeProxy struct {
-	t      *testing.T
 	target string
 	ln     net.Listener
 
@@ -828,7 +827,7 @@ func newHoleProxy(t *testing.T, target string) *holeProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &holeProxy{t: t, target: target, ln: ln, conns: map[net.Conn]bool{}}
+	p := &holeProxy{target: target, ln: ln, conns: map[net.Conn]bool{}}
 	p.wg.Go(p.accept)
 	t.Cleanup(func() {
 		ln.Close()
