@@ -389,11 +389,11 @@ func originFlags(interval string, extra ...string) []string {
 }
 
 // awayEnds runs the away scenario: n jobs posted running on A's ingress
-// and known to B; B leaves A's discovery and stops; the
-// producer ends every job, each tenth removed and the rest completed;
-// beforeReturn, if any, does what it does to A; B starts again and A
-// discovers it. It returns B's broker and what was
-// meant of each job, for the judge.
+// and known to B; B leaves A's discovery and stops; the producer ends
+// every job, each tenth removed and the rest completed; beforeReturn, if
+// any, does what it does to A; B starts again with its identity and app
+// dir, and A discovers it. It returns the two brokers and what was meant
+// of each job, for the judge.
 func awayEnds(t *testing.T, n int, beforeReturn func(a *pairNodeBroker)) (a, b *pairNodeBroker, meant map[string]string) {
 	t.Helper()
 	nodes := writeCluster(t, 2)
@@ -583,8 +583,10 @@ func leasedAcrossKill(t *testing.T, n int, kill bool) {
 // reaches B through a proxy that stops forwarding (a black hole: nothing
 // refused, nothing answered). While it does, A's producer takes 2,000 jobs
 // through queued, running and an end, removes a quarter of them and leaves
-// a quarter running, each frame carrying a 2 KiB note, so the peer queue's
-// 8 MiB bound is passed; the re-sync set's retention passes as well. The
+// a quarter running, each frame carrying a 2 KiB note, so what waits for
+// B passes the peer queue's bounds (1,024 frames, 8 MiB) and its retries'
+// (three attempts of 5 s); the re-sync set's terminal retention passes as
+// well. The
 // proxy heals; B's Jobs list must equal A's, state for state, with the
 // same removals.
 func TestStateTableABlackHoledPeerUnderChurnReturnsToExactFinalStates(t *testing.T) {
