@@ -16,7 +16,17 @@ import (
 // last-write store would show.
 func (l *frameLog) jobsList() *pairbroker.Store {
 	s := pairbroker.New(nil)
-	for _, f := range l.all() {
+	applyFrames(s, l.all())
+	return s
+}
+
+// applyFrames merges a daemon's frames to its broker, in order, into s as
+// PAIR's broker does: each workloads:upsert through the merge, each
+// workloads:remove as a removal of every record of (origin, id); other
+// frames are not the Jobs store's. A broker whose store outlives its
+// daemon's restarts (statetable_process_test.go) feeds one store this way.
+func applyFrames(s *pairbroker.Store, frames []wireframe.RPC) {
+	for _, f := range frames {
 		switch f.Method {
 		case wireframe.MethodUpsert:
 			var p struct {
@@ -37,7 +47,6 @@ func (l *frameLog) jobsList() *pairbroker.Store {
 			}
 		}
 	}
-	return s
 }
 
 // A job's frames committed out of order (its producer posts each on its
