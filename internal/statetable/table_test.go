@@ -332,6 +332,7 @@ func TestAtTheByteBoundTheOldestEndGoesAndAMemberThatLackedItGetsTheWholeTable(t
 	tb, _, _ := newTable(t, func(c *Config) { c.MaxEndedBytes = 3000 })
 	away := tb.Join("away")
 	commit(t, tb, FromBroker, event(t, "live", "running"))
+	sent(t, tb, away) // it has the live run; then it is away while the ends happen
 	for i := range 20 {
 		commit(t, tb, FromProducer, event(t, fmt.Sprintf("e-%02d", i), "completed"))
 	}
@@ -380,6 +381,7 @@ func TestLeasesAreArmedRenewedAndEndedOnTheirRuns(t *testing.T) {
 func TestTheJournalRebuildsWhatARestartNeeds(t *testing.T) {
 	tb, c, j := newTable(t)
 	m := tb.Join("peer")
+	tb.Join("never-took") // joined, took nothing: it is still owed every end
 	if o, _ := tb.Commit(&Frame{Source: FromProducer, Life: event(t, "leased", "running"), LeaseSeconds: 30}); o != Applied {
 		t.Fatal(o)
 	}
@@ -409,6 +411,9 @@ func TestTheJournalRebuildsWhatARestartNeeds(t *testing.T) {
 	}
 	if o := commit(t, again, FromBroker, event(t, "gone", "running")); o != ReplayDropped {
 		t.Fatalf("the replay of a removed run after the restart: %s", o)
+	}
+	if _, known := again.MemberMark("never-took"); !known {
+		t.Fatal("a member that took nothing before the restart is forgotten: the ends it lacks could be forgotten before it returns")
 	}
 	// The member is sent only what it lacked: the change after its mark.
 	peer := again.Join("peer")
