@@ -48,6 +48,11 @@ func (t peerTarget) id() string {
 	return t.hostUUID + "|" + t.principal + "|" + strings.Join(t.addrs, ",")
 }
 
+// memberID names the target's member in the state table: its node and the
+// principal it is pinned under. An address change keeps the member (and
+// its mark); a new principal is a new member, sent the whole table.
+func (t peerTarget) memberID() string { return t.hostUUID + "|" + t.principal }
+
 // broadcaster owns the outbound path: one sender per target, each reading
 // the state table from its member's mark (peersender.go). There is no
 // queue between the table and a peer: what a peer has not taken is what
@@ -95,7 +100,14 @@ func newBroadcaster(log *slog.Logger, trust *pairinstall.ClusterTrust, table *st
 // not taken, and its connections are closed.
 func (b *broadcaster) setTargets(targets []peerTarget) (added, removed []peerTarget) {
 	next := make(map[string]peerTarget, len(targets))
+	members := make(map[string]bool, len(targets))
 	for _, t := range targets {
+		// One sender per member: two targets for one node and principal
+		// (a snapshot that lists a node twice) would share its mark.
+		if members[t.memberID()] {
+			continue
+		}
+		members[t.memberID()] = true
 		next[t.id()] = t
 	}
 	b.mu.Lock()
@@ -129,7 +141,7 @@ func (b *broadcaster) startSenderLocked(id string, t peerTarget) {
 		}
 		b.stats[t.principal] = st
 	}
-	s := newPeerSender(t, st, b.dialTLS(t), b.table, b.table.Join(t.hostUUID), b.interval, b.draining, b.log)
+	s := newPeerSender(t, st, b.dialTLS(t), b.table, b.table.Join(t.memberID()), b.interval, b.draining, b.log)
 	b.peers[id] = s
 	b.senders.Go(s.run)
 }

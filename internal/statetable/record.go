@@ -46,12 +46,20 @@ func (t *Table) journalPut(e *entry) uint64 {
 		}
 		return 0
 	}
-	e.journaled = true
-	return t.appendRecord(encodePut(nil, e))
+	rec := encodePut(nil, e)
+	t.setJournaled(e, len(rec))
+	return t.appendRecord(rec)
+}
+
+// setJournaled records that e's state is in the journal in size bytes
+// (0: not at all), keeping the total a compaction would write.
+func (t *Table) setJournaled(e *entry, size int) {
+	t.journaledBytes += int64(size - e.journalSize)
+	e.journalSize, e.journaled = size, size > 0
 }
 
 func (t *Table) journalForget(e *entry) {
-	e.journaled = false
+	t.setJournaled(e, 0)
 	b := []byte{recForget}
 	b = binary.AppendUvarint(b, e.version)
 	b = append(b, byte(e.kind))
@@ -125,8 +133,9 @@ func appendString(b []byte, s string) []byte {
 // reader decodes a record, each length checked against what is left and
 // against maxLen before anything is allocated.
 type reader struct {
-	b   []byte
-	err error
+	b     []byte
+	whole []byte // the record, for its size
+	err   error
 }
 
 var errRecord = errors.New("malformed record")
@@ -215,7 +224,7 @@ func (t *Table) Restore(records [][]byte, restartGrace time.Duration) RestoreSta
 			st.Refused++
 			continue
 		}
-		r := &reader{b: rec[1:]}
+		r := &reader{b: rec[1:], whole: rec}
 		switch rec[0] {
 		case recPut:
 			e, err := t.decodePut(r)
@@ -284,7 +293,7 @@ func slotOf(runs map[wireframe.WorkloadKey]*restored, rems map[wireframe.Workloa
 
 // decodePut decodes a put and checks it as the live paths would.
 func (t *Table) decodePut(r *reader) (*entry, error) {
-	e := &entry{leaseIdx: -1, journaled: true}
+	e := &entry{leaseIdx: -1}
 	e.version = r.uvarint()
 	e.kind = kind(r.byte())
 	e.owner = Owner(r.byte())
@@ -305,6 +314,7 @@ func (t *Table) decodePut(r *reader) (*entry, error) {
 		return nil, errRecord
 	}
 	e.line = []byte(line)
+	e.journaled, e.journalSize = true, len(r.whole)
 	e.replayDrop = flags&flagReplayDrop != 0
 	if ended != 0 {
 		e.endedAt = time.UnixMilli(ended)
@@ -427,6 +437,7 @@ func (t *Table) restoreEntry(e *entry, now time.Time, grace time.Duration, st *R
 			st.Ends++
 		}
 	}
+	t.journaledBytes += int64(e.journalSize)
 	if e.kind != kindLive {
 		t.ended += e.size()
 		if e.endedAt.After(now) || e.endedAt.IsZero() {
@@ -527,7 +538,8 @@ func (t *Table) Snapshot(emit func([]byte) error) error {
 func (t *Table) JournaledBytes() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	// The ends and the producers' runs are what is journaled; the ends'
-	// bytes are counted, the producers' runs are within the pass bytes.
-	return t.ended + t.passSize
+	return t.journaledBytes + int64(len(t.members))*ackRecordBytes
 }
+
+// ackRecordBytes is about what a member's mark costs in the journal.
+const ackRecordBytes = 96

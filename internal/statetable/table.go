@@ -69,8 +69,10 @@ type entry struct {
 	replayDrop bool
 	runs       []runKey
 	// journaled says a record of the entry's current state is in the
-	// journal: a later change that needs none writes a forget instead.
-	journaled bool
+	// journal, of journalSize bytes: a later change that needs none
+	// writes a forget instead.
+	journaled   bool
+	journalSize int
 	// The producer's lease: leaseIdx is its place in Table.leases, -1 for
 	// none.
 	leaseSeconds  int
@@ -137,7 +139,7 @@ type Table struct {
 	byKey    map[wireframe.WorkloadKey]*entry // runs
 	byRef    map[wireframe.WorkloadRef]*entry // the first of a workload's runs
 	removals map[wireframe.WorkloadRef]*entry // removal tombstones
-	members  map[string]*Member               // by node id
+	members  map[string]*Member               // by node id and principal (peerTarget.memberID)
 	vcursors map[*vcursor]struct{}            // members' and walks' places in version order
 	passes   map[*Pass]struct{}               // heartbeat passes' places in pass order
 	vhead    *entry                           // version order, oldest first
@@ -154,6 +156,11 @@ type Table struct {
 	leaseCh  chan struct{}                    // poked when the earliest deadline may have moved
 	stats    Stats                            //
 	self     string                           //
+	// journaledBytes is what the journaled entries' records take: what a
+	// compaction would write, beside the members' marks.
+	journaledBytes int64
+	// nextClaimCheck is when expireClaimsLocked looks again.
+	nextClaimCheck time.Time
 }
 
 // Stats are the table's counters, for the metrics.
@@ -345,25 +352,23 @@ func (t *Table) commitLifecycle(f *Frame, now time.Time) (Outcome, uint64) {
 		}
 	}
 	e := t.byKey[k]
-	if e != nil && e.retired {
-		// An end past its retention no longer holds its run: a frame for
-		// it starts again, and a member that missed the end is sent the
-		// newer state instead.
-		t.unretire(e)
-	}
-	if e != nil && !supersedes(ev, e) {
+	// An end past its retention no longer holds its run: a frame for it
+	// starts the run again, as if the table held none, and a member that
+	// missed the end is sent the newer state instead.
+	held := e != nil && !e.retired
+	if held && !supersedes(ev, e) {
 		return Stale, 0
 	}
 	line := f.Line
 	if line == nil {
 		line = ReassertionLine(ev.Method, ev.Params)
 	}
-	if e == nil && !producer && t.inPass >= t.cfg.MaxLive {
+	if !held && !producer && t.inPass >= t.cfg.MaxLive {
 		t.stats.Untracked.Add(1)
 		return Full, 0
 	}
 	grow := int64(len(line))
-	if e != nil {
+	if held {
 		grow -= int64(len(e.line))
 	}
 	if !producer && grow > 0 && t.passSize+grow > t.cfg.MaxLiveBytes {
@@ -375,8 +380,11 @@ func (t *Table) commitLifecycle(f *Frame, now time.Time) (Outcome, uint64) {
 		}
 		return FullBytes, 0
 	}
-	if e == nil {
+	switch {
+	case e == nil:
 		e = t.newRun(k)
+	case !held:
+		t.unretire(e)
 	}
 	t.setRun(e, ev, line, now)
 	if owned {
@@ -748,7 +756,11 @@ func (t *Table) reapLocked(now time.Time) (more bool) {
 		t.retire(e)
 		t.ends.retireHead++
 	}
-	low := t.lowMarkLocked(now)
+	t.expireClaimsLocked(now)
+	low := uint64(0)
+	if e := t.ends.atForget(); e != nil && e.retired {
+		low = t.lowMarkLocked()
+	}
 	for e := t.ends.atForget(); e != nil; e = t.ends.atForget() {
 		if n == reapBudget {
 			return true
@@ -768,17 +780,32 @@ func (t *Table) reapLocked(now time.Time) (more bool) {
 // lowMarkLocked is the lowest mark of the members holding a claim: an end
 // at or below it is held by every member. Without members it is the
 // highest version: nobody is owed anything.
-func (t *Table) lowMarkLocked(now time.Time) uint64 {
+func (t *Table) lowMarkLocked() uint64 {
 	low := uint64(math.MaxUint64)
-	for id, m := range t.members {
-		if !m.active && now.Sub(m.departed) >= t.cfg.MemberClaim {
-			t.dropMemberLocked(id, m)
-			continue
-		}
+	for _, m := range t.members {
 		low = min(low, m.mark)
 	}
 	return low
 }
+
+// expireClaimsLocked drops the members that left longer than their claim
+// ago. It looks only when the earliest departure may be due, so a reap
+// costs O(members) at most once per claimCheck.
+func (t *Table) expireClaimsLocked(now time.Time) {
+	if now.Before(t.nextClaimCheck) {
+		return
+	}
+	t.nextClaimCheck = now.Add(claimCheck)
+	for id, m := range t.members {
+		if !m.active && now.Sub(m.departed) >= t.cfg.MemberClaim {
+			t.dropMemberLocked(id, m)
+		}
+	}
+}
+
+// claimCheck is how often the members' claims are looked at: a claim is
+// days long, so a second late costs nothing.
+const claimCheck = time.Second
 
 // evictLocked drops the oldest ends while the tombstones are over their
 // byte bound, acknowledged or not. A member that had not acknowledged one

@@ -479,3 +479,26 @@ func BenchmarkCommit(b *testing.B) {
 		}
 	})
 }
+
+func TestAnEndPastItsRetentionNoLongerHoldsItsRun(t *testing.T) {
+	tb, c, _ := newTable(t)
+	m := tb.Join("peer")
+	commit(t, tb, FromProducer, event(t, "j", "completed"))
+	if o := commit(t, tb, FromProducer, event(t, "j", "running")); o != Stale {
+		t.Fatalf("a late running frame within the retention: %s, want stale", o)
+	}
+	c.advance(retention)
+	tb.Prune()
+	if tb.HoldsRun(wireframe.WorkloadKey{Origin: self, Engine: "e", RunID: "r-j", ID: "j"}) {
+		t.Fatal("the end still holds its run past its retention")
+	}
+	if o := commit(t, tb, FromProducer, event(t, "j", "running")); o != Applied {
+		t.Fatalf("a frame for the run past the retention: %s, want applied", o)
+	}
+	if got := sent(t, tb, m); !slices.Equal(got, []string{"j:running"}) {
+		t.Fatalf("the peer that lacked the end is sent %v, want the newer state alone", got)
+	}
+	if sz := tb.Sizes(); sz.Runs != 1 || sz.EndedBytes != 0 {
+		t.Fatalf("sizes %+v: want one live run and no end", sz)
+	}
+}
