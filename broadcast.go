@@ -198,18 +198,28 @@ func (b *broadcaster) targetHosts() map[string]struct{} {
 	return out
 }
 
-// peerBehind returns, by peer principal, how many versions the table has
-// given past the peer's mark: an upper bound of the entries it has not
-// taken. O(targets).
-func (b *broadcaster) peerBehind() map[string]uint64 {
+// peerLag is one peer's distance from the table: the versions given past
+// its mark (at most the entries it has yet to take) and how long it has
+// lacked the oldest of them.
+type peerLag struct {
+	versions uint64
+	lag      time.Duration
+}
+
+// peerBehind returns, by peer principal, how far each peer is behind the
+// table. O(targets).
+func (b *broadcaster) peerBehind() map[string]peerLag {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	v := b.table.Version()
-	out := make(map[string]uint64, len(b.peers))
+	out := make(map[string]peerLag, len(b.peers))
 	for _, s := range b.peers {
+		l := out[s.target.principal]
 		if mark, ok := b.table.MemberMark(s.member.ID()); ok && v > mark {
-			out[s.target.principal] += v - mark
+			l.versions += v - mark
 		}
+		l.lag = max(l.lag, b.table.Lag(s.member))
+		out[s.target.principal] = l
 	}
 	return out
 }

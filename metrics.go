@@ -78,7 +78,11 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	behind := m.bcast.peerBehind()
 	t.Family("nvpair_wlm_peer_behind_versions", "gauge", "Versions the state table has given past a peer's mark: at most the entries it has yet to take; 0 for a caught-up peer or one that left.")
 	for _, s := range stats {
-		t.Sample("nvpair_wlm_peer_behind_versions", []string{"peer"}, []string{s.peer}, float64(behind[s.peer]))
+		t.Sample("nvpair_wlm_peer_behind_versions", []string{"peer"}, []string{s.peer}, float64(behind[s.peer].versions))
+	}
+	t.Family("nvpair_wlm_peer_behind_seconds", "gauge", "How long a peer has lacked a change of the state table: the age of the oldest entry above its mark; 0 for a caught-up peer or one that left.")
+	for _, s := range stats {
+		t.Sample("nvpair_wlm_peer_behind_seconds", []string{"peer"}, []string{s.peer}, behind[s.peer].lag.Seconds())
 	}
 
 	t.Single("nvpair_wlm_peer_batches_received_total", "counter", "Batch requests processed on the peer port.", float64(m.batchesReceived.Load()))

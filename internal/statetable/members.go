@@ -122,6 +122,21 @@ func (t *Table) TakeAbove(m *Member, maxFrames, maxBytes int) Taken {
 	return r
 }
 
+// Lag is how long m has lacked a change: the age of the first entry above
+// its mark, 0 when it has every entry.
+func (t *Table) Lag(m *Member) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	next := t.vhead
+	if m.cur.after != nil {
+		next = m.cur.after.vnext
+	}
+	if next == nil {
+		return 0
+	}
+	return max(0, time.Duration(t.cfg.Now().UnixNano()-next.changedAt))
+}
+
 // Behind reports whether the table holds an entry above m's mark.
 func (t *Table) Behind(m *Member) bool {
 	t.mu.Lock()

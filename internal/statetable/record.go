@@ -473,6 +473,8 @@ func (t *Table) restoreEntry(e *entry, now time.Time, grace time.Duration, st *R
 		e.leaseDeadline = d
 		heapPush(t, e)
 	}
+	// A restored entry's age is not known: it counts from the start.
+	e.changedAt = now.UnixNano()
 	t.linkVersion(e)
 	if e.kind != kindLive {
 		t.ends.push(e)

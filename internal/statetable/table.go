@@ -49,6 +49,9 @@ type entry struct {
 	kind    kind
 	owner   Owner
 	version uint64
+	// changedAt is when the entry got its version (Unix nanoseconds): a
+	// member's lag is the age of the first entry above its mark.
+	changedAt int64
 	// What a later frame is compared with (supersedes).
 	seq    int64
 	rank   lifecycleRank
@@ -520,6 +523,7 @@ func (t *Table) bump(e *entry) {
 		t.unlinkVersion(e)
 	}
 	e.version = t.version.Add(1)
+	e.changedAt = t.cfg.Now().UnixNano()
 	t.linkVersion(e)
 }
 

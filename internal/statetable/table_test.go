@@ -526,3 +526,21 @@ func TestAnEndPastItsRetentionNoLongerHoldsItsRun(t *testing.T) {
 		t.Fatalf("sizes %+v: want one live run and no end", sz)
 	}
 }
+
+func TestAMembersLagIsTheAgeOfTheOldestChangeItLacks(t *testing.T) {
+	tb, c, _ := newTable(t)
+	m := tb.Join("peer")
+	if lag := tb.Lag(m); lag != 0 {
+		t.Fatalf("lag of a member of an empty table: %v", lag)
+	}
+	commit(t, tb, FromBroker, event(t, "a", "running"))
+	c.advance(5 * time.Second)
+	commit(t, tb, FromBroker, event(t, "b", "running"))
+	if lag := tb.Lag(m); lag != 5*time.Second {
+		t.Fatalf("lag %v, want the 5 s since the oldest change it lacks", lag)
+	}
+	sent(t, tb, m)
+	if lag := tb.Lag(m); lag != 0 {
+		t.Fatalf("lag %v of a caught-up member, want 0", lag)
+	}
+}
