@@ -12,7 +12,7 @@ import (
 // The ingress order (spec 3.5, 6). An ingress frame, a producer's post or a
 // lease's expiry, is written up to the broker first and only then committed
 // (tracked, remembered, queued for the peers), and concurrent ingress
-// frames reach the broker and the peer queue in one order. ingestMu decides
+// frames reach the broker and the state table in one order. ingestMu decides
 // that order, but it is held only while a frame takes its place in the
 // broker order (brokerWriter.enter), not across the write: posts that wait
 // together are written together (brokergroup.go). The frame's commit is its

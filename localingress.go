@@ -299,7 +299,7 @@ func isJSONMediaType(ct string) bool {
 // show a workload the origin broker does not hold and the producer can
 // retry; so does a frame the broker writer refuses as over the line limit,
 // which is returned as it is. ingestMu keeps concurrent posts for one
-// workload in one order at the broker and in the peer queue. A post
+// workload in one order at the broker and in the state table. A post
 // waiting for ingestMu or for its write waits on the broker as surely as
 // the one writing, so the slot that bounds the ingress's waiters is taken
 // before ingestMu, and a post that finds none is refused with

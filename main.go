@@ -66,7 +66,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.localIngress, "local-ingress", "", "serve producers on this loopback address (default: the listen address in <app-dir>/workload-ingress.json, else off)")
 	fs.StringVar(&o.metrics, "metrics", "", "serve GET /metrics (Prometheus) on this loopback address (default off)")
 	fs.DurationVar(&o.resyncInterval, "resync-interval", defaultResyncInterval, "how often each peer is sent a pass over this node's live workloads (the heartbeat)")
-	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "how long the peer queues may drain at shutdown, after the listeners' 0.5 s grace")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", defaultDrainTimeout, "how long the peers may catch up at shutdown, after the listeners' 0.5 s grace")
 	lineMax := fs.String("broker-line-max", strconv.Itoa(wireframe.DefaultBrokerLineMax), "longest line written to the broker, newline included, in bytes")
 	fs.IntVar(&o.maxLive, "max-live-workloads", defaultMaxLiveWorkloads, "most workloads the re-sync set holds (live, and terminal within their retention)")
 	fs.Int64Var(&o.maxLiveBytes, "max-live-workload-bytes", defaultMaxLiveWorkloadBytes, "most bytes of workload frames the re-sync set holds")

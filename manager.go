@@ -48,7 +48,7 @@ const (
 	// broker do, and leave the rest for the process's exit on a busy
 	// machine. The listeners' grace lets requests in flight finish their
 	// broker write (milliseconds with a broker that reads; nothing helps
-	// one that does not); the drain gets the rest, for the peer queues.
+	// one that does not); the drain gets the rest, for the peers to catch up.
 	defaultDrainTimeout = 1500 * time.Millisecond
 	serverShutdownGrace = 500 * time.Millisecond
 )
@@ -62,7 +62,7 @@ type Config struct {
 	PeerAddr       string // the inter-node listener, e.g. ":14320"
 	ClusterDir     string
 	ResyncInterval time.Duration
-	DrainTimeout   time.Duration // how long peer queues may drain at shutdown
+	DrainTimeout   time.Duration // how long the peers may catch up at shutdown
 	BrokerLineMax  int           // longest line to the broker, newline included; 0: 256 KiB
 	// MaxLiveWorkloads bounds the re-sync set (live workloads and terminal
 	// ones within their retention); 0: defaultMaxLiveWorkloads.
@@ -418,7 +418,7 @@ func (m *Manager) announce() error {
 
 // stopServers closes the listeners, so no new frame is taken, and lets
 // in-flight requests finish their broker write within serverShutdownGrace.
-// The peer queues' drain time comes after it (Run).
+// The peers' drain time comes after it (Run).
 func (m *Manager) stopServers(servers []*http.Server) {
 	ctx, cancel := context.WithTimeout(context.Background(), serverShutdownGrace)
 	defer cancel()

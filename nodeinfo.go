@@ -106,7 +106,7 @@ func (li *localIngress) serveNodeInfo(w http.ResponseWriter, r *http.Request) {
 
 // nodeInfo builds the answer. The snapshot is read under discoveryMu and
 // the targets under broadcaster.mu, each only long enough to take a
-// reference or copy the target set; the live counts under activeMu, O(1).
+// reference or copy the target set; the live counts from the state table, O(1).
 // The members are listed in the snapshot's order, this node's own entry
 // included.
 func (m *Manager) nodeInfo() nodeInfo {

@@ -174,7 +174,7 @@ func (s *peerSender) settleHold(probe bool, status int, deferFor time.Duration) 
 // writeRetryAfterMetrics renders the peers' deferrals.
 func writeRetryAfterMetrics(t *promtext.Text, stats []*peerStats) {
 	const waits, held = "nvpair_wlm_peer_retry_after_waits_total", "nvpair_wlm_peer_retry_after_held_seconds_total"
-	t.Family(waits, "counter", "Answers from a peer (503 or 429) whose Retry-After this node honoured: no request went to the peer, on either lane, until the wait (at most 30 s) was over.")
+	t.Family(waits, "counter", "Answers from a peer (503 or 429) whose Retry-After this node honoured: no request went to the peer until the wait (at most 30 s) was over.")
 	for _, s := range stats {
 		t.Sample(waits, []string{"peer"}, []string{s.peer}, float64(s.retryAfterWaits.Load()))
 	}

@@ -25,7 +25,7 @@ import (
 // The read-back (spec 3.5.2): GET /v1/workloads on the ingress lists this
 // node's ingress-reported workloads, so a producer that restarted can ask
 // which of its jobs the node still shows, and close those it no longer
-// runs. It reads the re-sync set a slice at a time, activeMu released in
+// runs. It reads the state table's pass order a slice at a time, its lock released in
 // between, and streams the answer as it goes: no request holds the lock
 // for more than a slice, or the answer in memory.
 //
@@ -54,7 +54,7 @@ const (
 	// entries of the set, listed or not, so a filter that matches little
 	// in a large set is answered in bounded time; the cursor goes on.
 	readBackScanMax = 100_000
-	// readBackSlice is the most entries one hold of activeMu visits.
+	// readBackSlice is the most entries one hold of the table's lock visits.
 	readBackSlice = 256
 	// maxCursorBytes bounds the cursor parameter: a cursor this node gives
 	// is at most 5 varints and four 256-byte fields, base64url-encoded.
