@@ -24,7 +24,7 @@ var deliveryFamilies = []struct{ name, column string }{
 	{"nvpair_wlm_peer_delivery_failures_total", "FAILURES"},
 	{"nvpair_wlm_peer_delivery_retries_total", "RETRIES"},
 	{"nvpair_wlm_peer_deliveries_dropped_total", "DROPPED"},
-	{"nvpair_wlm_peer_queue_dropped_total", "QUEUE-DROPPED"},
+	{"nvpair_wlm_peer_behind_versions", "BEHIND"},
 }
 
 // Bounds of a scrape.

@@ -14,7 +14,7 @@ const (
 	famFail    = "nvpair_wlm_peer_delivery_failures_total"
 	famRetry   = "nvpair_wlm_peer_delivery_retries_total"
 	famDropped = "nvpair_wlm_peer_deliveries_dropped_total"
-	famQueue   = "nvpair_wlm_peer_queue_dropped_total"
+	famQueue   = "nvpair_wlm_peer_behind_versions"
 )
 
 func TestParsePeerCountersReadsTheDeliveryFamiliesByPeer(t *testing.T) {
@@ -25,7 +25,7 @@ nvpair_wlm_peer_deliveries_succeeded_total{peer="b\"q\\s\nl"} 3
 nvpair_wlm_peer_delivery_failures_total{peer="aaaa"} 2
   nvpair_wlm_peer_delivery_retries_total { peer = "aaaa" , } 1 1700000000000
 nvpair_wlm_peer_deliveries_dropped_total{zone="x",peer="aaaa"} 0
-nvpair_wlm_peer_queue_dropped_total{peer="aaaa"} 1e+06
+nvpair_wlm_peer_behind_versions{peer="aaaa"} 1e+06
 
 # other families, and the same names without a peer label, are not delivery counters
 nvpair_wlm_peer_delivery_latency_seconds_bucket{peer="aaaa",le="+Inf"} 12
@@ -122,14 +122,14 @@ func TestDeliveryReportShowsARowPerMemberAndStrangers(t *testing.T) {
 	want := []string{
 		"peer deliveries (each daemon's /metrics at the end of the run, counted since its last start):",
 		"node1 (n1) http://127.0.0.1:1001/metrics",
-		"  PEER      SUCCEEDED  FAILURES  RETRIES  DROPPED  QUEUE-DROPPED",
+		"  PEER      SUCCEEDED  FAILURES  RETRIES  DROPPED  BEHIND",
 		"  n2               40         3        2        1              0",
 		"  n3                -         -        -        -              -",
 		"  01234567          5         -        -        -              -",
 		"node2 (n2) http://127.0.0.1:1002/metrics",
 		"  scrape failed: connection refused",
 		"node3 (n3) http://127.0.0.1:1003/metrics",
-		"  PEER  SUCCEEDED  FAILURES  RETRIES  DROPPED  QUEUE-DROPPED",
+		"  PEER  SUCCEEDED  FAILURES  RETRIES  DROPPED  BEHIND",
 		"  n1            -         -        -        -              -",
 		"  n2            -         -        -        -              -",
 	}
