@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,14 +16,32 @@ func TestLockAppDirRefusesASecondHolderNamingThePidUntilReleased(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, LockFileName))
+	path := filepath.Join(dir, LockFileName)
+	b, err := os.ReadFile(path)
 	if err != nil || strings.TrimSpace(string(b)) != strconv.Itoa(os.Getpid()) {
 		t.Fatalf("lock file holds %q, %v; want this pid", b, err)
 	}
+	// The file names a pid that is not the holder's, as an exited daemon's
+	// would: the refusal must not repeat it.
+	const stale = "424242"
+	if err := os.WriteFile(path, []byte(stale+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	_, err = LockAppDir(dir, 0)
 	var held *HeldError
-	if !errors.As(err, &held) || held.PID != os.Getpid() {
-		t.Fatalf("second lock: %v, want a HeldError naming pid %d", err, os.Getpid())
+	if !errors.As(err, &held) {
+		t.Fatalf("second lock: %v, want a HeldError", err)
+	}
+	msg := err.Error()
+	if strings.Contains(msg, stale) || strings.Count(msg, "\n") != 0 || !strings.Contains(msg, path) || !strings.Contains(msg, "stop that process first") {
+		t.Errorf("refusal %q: want one line naming the lock file and what to do, never the file's stale pid", msg)
+	}
+	want := 0
+	if runtime.GOOS == "linux" {
+		want = os.Getpid() // the kernel names the holder: this process
+	}
+	if held.PID != want {
+		t.Errorf("HeldError.PID %d, want %d (the holder as the system names it, or none)", held.PID, want)
 	}
 	if err := first.Release(); err != nil {
 		t.Fatal(err)
