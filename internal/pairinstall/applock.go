@@ -3,9 +3,11 @@ package pairinstall
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -44,12 +46,36 @@ func (e *HeldError) Error() string {
 	return fmt.Sprintf("another nvpair-workload-manager already runs on this app dir: a process holds %s (%s); stop that process first, or give this start another --app-dir", e.Path, holderHint(e.Path))
 }
 
+// ReadOnlyError is an app dir the daemon cannot write: on a read-only file
+// system, or not writable for this user. The daemon refuses to start on
+// one (spec 3.4.1): it keeps its lock, the node id it may have to mint and
+// the journal of owners and leases there, and a daemon running without its
+// journal would lose ownership at its next restart without a word.
+type ReadOnlyError struct {
+	Dir string
+	Err error
+}
+
+// Error says, in one line, what is wrong and what the operator can do.
+func (e *ReadOnlyError) Error() string {
+	return fmt.Sprintf("app dir %s is read-only (%v): the daemon keeps its lock, node id and journal there and does not start without them; make it writable, or give this start another --app-dir", e.Dir, e.Err)
+}
+
+func (e *ReadOnlyError) Unwrap() error { return e.Err }
+
+// readOnly reports whether err, from opening or creating the lock file,
+// says the app dir cannot be written.
+func readOnly(err error) bool {
+	return errors.Is(err, syscall.EROFS) || errors.Is(err, fs.ErrPermission)
+}
+
 // LockAppDir takes the app dir's lock, waiting up to wait for a holder
 // that is on its way out (a supervisor that restarts the worker while the
 // old one still drains). It creates the app dir when missing, as minting a
 // node id would. On success the file names this process's pid, for an
 // operator's eyes only. A lock held past wait is a *HeldError naming the
-// holder's pid when the system can tell it. The lock file is never a
+// holder's pid when the system can tell it; an app dir it cannot write
+// is a *ReadOnlyError. The lock file is never a
 // symbolic link (it is opened without following one, and created only
 // where nothing is): a link planted in the app dir would otherwise have
 // the daemon truncate and write whatever file it points at.
@@ -68,6 +94,9 @@ func LockAppDir(appDir string, wait time.Duration) (*AppDirLock, error) {
 				_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 			}
 			return &AppDirLock{f: f, Path: path}, nil
+		}
+		if readOnly(err) {
+			return nil, &ReadOnlyError{Dir: appDir, Err: err}
 		}
 		if !errors.Is(err, errLockHeld) {
 			return nil, fmt.Errorf("lock %s: %w", path, err)

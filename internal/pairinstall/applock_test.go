@@ -2,11 +2,13 @@ package pairinstall
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -51,4 +53,23 @@ func TestLockAppDirRefusesASecondHolderNamingThePidUntilReleased(t *testing.T) {
 		t.Fatalf("lock after release: %v", err)
 	}
 	again.Release()
+}
+
+// An app dir the daemon cannot write, on a read-only file system or not
+// writable for this user, is a ReadOnlyError whose one line says what to
+// do; the process test (TestAReadOnlyAppDirIsRefusedWithOneLineAndExit1)
+// provokes it for real.
+func TestALockFileThatCannotBeWrittenIsAReadOnlyAppDir(t *testing.T) {
+	for _, cause := range []error{syscall.EROFS, fs.ErrPermission, &fs.PathError{Op: "open", Path: "x", Err: syscall.EROFS}} {
+		if !readOnly(cause) {
+			t.Errorf("%v: not taken as a read-only app dir", cause)
+		}
+	}
+	if readOnly(syscall.ENOSPC) {
+		t.Error("a full disk taken as a read-only app dir")
+	}
+	msg := (&ReadOnlyError{Dir: "/app", Err: syscall.EROFS}).Error()
+	if strings.Contains(msg, "\n") || !strings.Contains(msg, "/app is read-only") || !strings.Contains(msg, "make it writable") {
+		t.Errorf("%q: want one line naming the app dir and what to do", msg)
+	}
 }
