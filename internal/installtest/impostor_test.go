@@ -3,6 +3,7 @@
 package installtest
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,10 +14,23 @@ import (
 
 // startImpostor runs a process of this user that passes the node's
 // --cluster-dir as PAIR's broker passes it to the worker, but is a shell
-// loop, not the workload manager. It is killed at cleanup.
-func startImpostor(t *testing.T, n *node) *exec.Cmd {
+// loop, not the workload manager. The shell is a private copy of the
+// system's, so the impostor's executable is the test's own file: a script
+// that wrongly took the impostor for the worker (as install.sh once did)
+// replaces that copy, never the machine's /bin/sh, whatever user the
+// tests run as. It is killed at cleanup.
+func startImpostor(t *testing.T, n *node) (cmd *exec.Cmd, exe string) {
 	t.Helper()
-	cmd := exec.Command("sh", "-c", "while :; do sleep 1; done", "impostor",
+	shell, err := filepath.EvalSymlinks("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := filepath.Join(t.TempDir(), "impostor-sh")
+	copyFile(t, shell, own)
+	if err := os.Chmod(own, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.Command(own, "-c", "while :; do sleep 1; done", "impostor",
 		"--port", "0", "--log-level", "info", "--cluster-dir", filepath.Join(n.appDir, "cluster"))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -25,7 +39,7 @@ func startImpostor(t *testing.T, n *node) *exec.Cmd {
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	return cmd
+	return cmd, own
 }
 
 // alive reports whether the impostor still runs: the script never signals it.
@@ -39,7 +53,8 @@ func TestInstallRefusesAnImpostorWorkerAndChangesNothing(t *testing.T) {
 	n := newNode(t)
 	n.sup.Process.Signal(syscall.SIGTERM)
 	n.sup.Wait() // the supervisor waits for its worker to exit first
-	imp := startImpostor(t, n)
+	imp, impExe := startImpostor(t, n)
+	impBytes := readFileBytes(t, impExe)
 	out, code := n.script("install", built.next, "--timeout", "5")
 	if code != 1 || strings.Count(out, "\n") != 1 || !strings.Contains(out, "is not PAIR's workload manager") ||
 		!strings.Contains(out, "nothing changed") || strings.Contains(out, "no running worker") {
@@ -56,6 +71,9 @@ func TestInstallRefusesAnImpostorWorkerAndChangesNothing(t *testing.T) {
 	if !alive(imp) {
 		t.Error("the impostor was signalled")
 	}
+	if !bytes.Equal(readFileBytes(t, impExe), impBytes) {
+		t.Error("the impostor's executable was replaced")
+	}
 	out, code = n.script("rollback", "--timeout", "5")
 	if code == 0 || !n.is(built.stock) || !alive(imp) {
 		t.Errorf("rollback with an impostor exited %d; want a refusal that touches nothing:\n%s", code, out)
@@ -67,7 +85,7 @@ func TestInstallRefusesAnImpostorWorkerAndChangesNothing(t *testing.T) {
 // stand-in alone; it no longer adds that no worker runs.
 func TestInstallBesideAnImpostorActsOnlyOnThePAIRWorker(t *testing.T) {
 	n := newNode(t)
-	imp := startImpostor(t, n)
+	imp, _ := startImpostor(t, n)
 	out, code := n.script("install", built.next, "--listen", n.ingress, "--timeout", "60")
 	if code != 0 || strings.Contains(out, "no running worker") {
 		t.Fatalf("install beside an impostor exited %d, want 0:\n%s", code, out)
