@@ -312,7 +312,7 @@ func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
 // header had the given values (lease.go): a bad one is the producer's
 // mistake, refused before anything is written.
 func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, error) {
-	fr, err := wireframe.ParseIngress(body, m.cfg.NodeID, m.cfg.WorkloadMaxBytes)
+	fr, err := wireframe.ParseIngressAs(body, m.cfg.NodeID, m.cfg.NodeIDAliases, m.cfg.WorkloadMaxBytes)
 	f := localFrame{method: fr.Method, params: fr.Params, life: fr.Life, removal: fr.Removal}
 	m.refusedOverBound(err, "ingress")
 	if m.refusedOverWorkloadBound(err, "ingress") {

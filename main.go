@@ -207,6 +207,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if node.Notice != "" {
 		log.Warn("node id", "file", node.Source, "reason", node.Notice)
 	}
+	aliases := nodeAliases(node, log)
 	// From here a start that fails (a port taken, an unusable listener)
 	// forgets the id it minted, so it leaves no identity of a node that
 	// never ran (spec 3.4.1). Run fails only before the node announces
@@ -243,6 +244,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	m, err := NewManager(Config{
 		NodeID:           node.ID,
 		NodeIDFile:       node.Source,
+		NodeIDAliases:    aliases,
 		Version:          version,
 		PeerAddr:         ":" + strconv.Itoa(o.port),
 		ClusterDir:       o.clusterDir,
@@ -278,6 +280,18 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return fail(explainAddrError(err, o)) // a listener could not bind
 	}
 	return 0
+}
+
+// nodeAliases returns the node's other ids, logging each with the file it
+// came from: an operator who sees producers stamp node-id.json's id reads
+// here that the ingress takes it as this node's (spec 3.4.1).
+func nodeAliases(node pairinstall.ResolvedNodeID, log *slog.Logger) []string {
+	var ids []string
+	for _, a := range node.Aliases {
+		log.Info("node id alias: frames naming it are this node's, relayed under the node id", "alias", a.ID, "aliasFile", a.Source, "nodeId", node.ID, "nodeIdFile", node.Source)
+		ids = append(ids, a.ID)
+	}
+	return ids
 }
 
 // appDirLockWait is how long a start waits for the app dir's lock before

@@ -88,6 +88,11 @@ type Config struct {
 	Out         io.Writer            // frames to the broker
 	Logger      *slog.Logger
 	LogLevel    *slog.LevelVar // changed by log/set-level; may be nil
+
+	// NodeIDAliases are this node's other ids (node-id.json's, where
+	// identity.json names another): the ingress takes a producer's frame
+	// naming one as this node's and relays it under NodeID (spec 3.4.1).
+	NodeIDAliases []string
 }
 
 // frameSource says where a local-origin frame entered the daemon.

@@ -85,12 +85,72 @@ function Get-WorkerIds {
     return , $ids
 }
 
-# Get-WorkerId returns the one worker's id, or $null; several is an error.
-function Get-WorkerId {
+# Get-WorkerId returns the id of the one worker proven to be PAIR's
+# workload manager (Test-Wlm), or $null when no process passes the
+# --cluster-dir. When some do but none or several is proven it stops,
+# saying why in one line, having changed nothing (-Quiet: returns $null
+# instead). Any process of this user can pass --cluster-dir; one that is
+# not proven is never acted on.
+function Get-WorkerId([switch]$Quiet) {
     $ids = Get-WorkerIds
     if ($ids.Count -eq 0) { return $null }
-    if ($ids.Count -gt 1) { Die "several processes run with --cluster-dir ${ClusterDir}: $($ids -join ' ')" }
-    return $ids[0]
+    $proven = @()
+    $why = ''
+    foreach ($id in $ids) {
+        $r = Test-Wlm $id
+        if ($null -eq $r) { $proven += $id } else { $why = $r }
+    }
+    if ($proven.Count -eq 1) { return $proven[0] }
+    if ($Quiet) { return $null }
+    if ($proven.Count -eq 0) { Die "$why; nothing changed" }
+    Die "several workload managers run with --cluster-dir ${ClusterDir}: $($proven -join ' '); nothing changed"
+}
+
+# Test-Wlm returns $null when the process is PAIR's workload manager: its
+# executable answers --version as this project does ("nvpair-workload-manager
+# VERSION GO OS/ARCH"), or with one word, as the stock build prints its bare
+# version, while its parent is PAIR's broker (nvpair-ui-broker). Otherwise
+# it returns why not.
+function Test-Wlm([int]$Id) {
+    $exe = Get-ExeOf $Id
+    if (-not $exe) { return "process $Id passes --cluster-dir $ClusterDir, but its executable cannot be resolved" }
+    $v = Get-VersionOf $exe
+    if ($v.StartsWith('nvpair-workload-manager ')) { return $null }
+    $parent = Get-ParentName $Id
+    if ($v -match '^[A-Za-z0-9._+-]+$' -and $parent -eq 'nvpair-ui-broker') { return $null }
+    if ($v.Length -gt 80) { $v = $v.Substring(0, 80) }
+    return "process $Id passes --cluster-dir $ClusterDir but is not PAIR's workload manager: $exe --version answers `"$v`", and its parent ($parent) is not PAIR's broker"
+}
+
+# Get-VersionOf returns the first line Exe --version prints within 5 s, or
+# '': a stand-in that hangs must not hang the script.
+function Get-VersionOf([string]$Exe) {
+    $out = [IO.Path]::GetTempFileName()
+    $err = [IO.Path]::GetTempFileName()
+    try {
+        $p = Start-Process -FilePath $Exe -ArgumentList '--version' -NoNewWindow -PassThru -RedirectStandardOutput $out -RedirectStandardError $err -ErrorAction Stop
+        if (-not $p.WaitForExit(5000)) {
+            Stop-Process -Id $p.Id -Force -ErrorAction SilentlyContinue
+            return ''
+        }
+        $line = Get-Content -LiteralPath $out -TotalCount 1
+        if ($null -eq $line) { return '' }
+        return "$line".Trim()
+    } catch {
+        return ''
+    } finally {
+        Remove-Item -LiteralPath $out, $err -Force -ErrorAction SilentlyContinue
+    }
+}
+
+# Get-ParentName returns the process name of the process's parent (the
+# broker runs the worker), or ''.
+function Get-ParentName([int]$Id) {
+    $c = Get-CimInstance Win32_Process -Filter "ProcessId=$Id" -ErrorAction SilentlyContinue
+    if (-not $c) { return '' }
+    $pp = Get-Process -Id $c.ParentProcessId -ErrorAction SilentlyContinue
+    if (-not $pp) { return '' }
+    return $pp.ProcessName
 }
 
 # Get-ExeOf returns the full path of the process's executable.
@@ -114,8 +174,12 @@ function Stop-Worker([int]$Id) {
 function Wait-Restarted([int]$OldId, [string]$Exe) {
     $end = (Get-Date).AddSeconds($Timeout)
     while ((Get-Date) -le $end) {
-        $id = Get-WorkerId
-        if ($id -and $id -ne $OldId -and (Get-ExeOf $id) -eq $Exe) { return $id }
+        # A process running the file just installed (or put back) is the
+        # worker: the script knows what that file is.
+        $ids = Get-WorkerIds
+        foreach ($id in $ids) {
+            if ($id -ne $OldId -and (Get-ExeOf $id) -eq $Exe) { return $id }
+        }
         Start-Sleep -Milliseconds 200
     }
     return $null
@@ -256,7 +320,7 @@ function Set-Executable([string]$From, [string]$Exe) {
 function Restore-Stock([string]$Exe) {
     if (-not (Test-Path -LiteralPath "$Exe.stock")) { Die "no stock executable at $Exe.stock to roll back to" }
     $aside = Set-Executable "$Exe.stock" $Exe
-    $id = Get-WorkerId
+    $id = Get-WorkerId -Quiet
     $old = 0
     if ($id) { Stop-Worker $id; $old = $id }
     Remove-Item -LiteralPath $aside -Force -ErrorAction SilentlyContinue
@@ -268,7 +332,7 @@ function Restore-Stock([string]$Exe) {
 # Get-StockExe returns the executable to roll back: the running worker's
 # when a stock copy sits beside it, else the one the last install recorded.
 function Get-StockExe {
-    $id = Get-WorkerId
+    $id = Get-WorkerId -Quiet
     if ($id) {
         $exe = Get-ExeOf $id
         if ($exe -and (Test-Path -LiteralPath "$exe.stock")) { return $exe }

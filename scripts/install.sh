@@ -15,7 +15,10 @@
 # PAIR's back end (the broker) runs the worker as
 #   nvpair-workload-manager --log-level LEVEL --cluster-dir APP-DIR/cluster
 # and starts it again when it exits. This script finds that process by its
-# --cluster-dir, resolves its real executable (/proc/PID/exe on Linux; ps or
+# --cluster-dir and acts on it only once it is proven PAIR's workload
+# manager (its executable answers --version as this project, or as the
+# stock build with PAIR's broker as its parent; else it changes nothing
+# and says why), resolves its real executable (/proc/PID/exe on Linux; ps or
 # lsof on macOS), keeps the stock executable beside it as EXE.stock (once:
 # an existing backup is never overwritten), moves the new one into place
 # with a rename in the same directory, and stops the worker so the broker
@@ -98,16 +101,92 @@ worker_pids() {
 	}'
 }
 
-# worker_pid prints the one worker's pid; none or several is an error.
+# worker_pid prints the pid of the one worker proven to be PAIR's workload
+# manager (is_wlm). It returns 1, saying nothing, when no process passes
+# --cluster-dir; when some do but none or several is proven, it says why
+# on stderr, in one line, and returns 2. A process that is not proven is
+# never acted on: any process of this user can pass --cluster-dir.
 worker_pid() {
 	pids=$(worker_pids)
+	[ -n "$pids" ] || return 1
+	proven=""
+	why=""
+	for p in $pids; do
+		if r=$(is_wlm "$p"); then proven="$proven $p"; else why=$r; fi
+	done
 	# shellcheck disable=SC2086 # one word per pid
-	set -- $pids
+	set -- $proven
 	case $# in
-	0) return 1 ;;
 	1) printf '%s\n' "$1" ;;
-	*) die "several processes run with --cluster-dir $cluster_dir: $pids" ;;
+	0)
+		printf '%s: %s; nothing changed\n' "$prog" "$why" >&2
+		return 2
+		;;
+	*)
+		printf '%s: several workload managers run with --cluster-dir %s:%s; nothing changed\n' "$prog" "$cluster_dir" "$proven" >&2
+		return 2
+		;;
 	esac
+}
+
+# the_worker prints the one proven worker's pid, or exits 1 saying why:
+# "no running worker" only when no process passes --cluster-dir at all.
+the_worker() {
+	rc=0
+	w=$(worker_pid) || rc=$?
+	case $rc in
+	0) printf '%s\n' "$w" ;;
+	1) die "no running worker with --cluster-dir $cluster_dir (is PAIR running?)" ;;
+	*) exit 1 ;;
+	esac
+}
+
+# is_wlm PID succeeds when the process is PAIR's workload manager: its
+# executable answers --version as this project does ("nvpair-workload-manager
+# VERSION GO OS/ARCH"), or answers one word, as the stock build prints its
+# bare version, and its parent is PAIR's broker (nvpair-ui-broker).
+# Otherwise it prints why not.
+is_wlm() {
+	x=$(exe_of "$1") || {
+		printf 'pid %s passes --cluster-dir %s, but its executable cannot be resolved' "$1" "$cluster_dir"
+		return 1
+	}
+	v=$(version_of "$x")
+	case $v in "nvpair-workload-manager "*) return 0 ;; esac
+	parent=$(parent_name "$1")
+	case $v in
+	"" | *[!A-Za-z0-9._+-]*) ;;
+	*) [ "$parent" != nvpair-ui-broker ] || return 0 ;;
+	esac
+	printf "pid %s passes --cluster-dir %s but is not PAIR's workload manager: %s --version answers \"%s\", and its parent (%s) is not PAIR's broker" \
+		"$1" "$cluster_dir" "$x" "$(printf '%s' "$v" | cut -c 1-80)" "${parent:-unknown}"
+	return 1
+}
+
+# version_of EXE prints the first line EXE --version answers within 5 s
+# (nothing when it does not): a stand-in that hangs must not hang the script.
+version_of() {
+	vout=$(mktemp) || return 0
+	"$1" --version </dev/null >"$vout" 2>/dev/null &
+	vpid=$!
+	(
+		sleep 5
+		kill -KILL "$vpid" 2>/dev/null
+	) &
+	wpid=$!
+	wait "$vpid" 2>/dev/null || true
+	kill "$wpid" 2>/dev/null || true
+	head -n 1 "$vout"
+	rm -f "$vout"
+}
+
+# parent_name PID prints the base name of the executable of the process's
+# parent (the broker runs the worker), or nothing.
+parent_name() {
+	pp=$(ps -o ppid= -p "$1" 2>/dev/null | tr -d ' ') || return 0
+	[ -n "$pp" ] || return 0
+	pe=$(exe_of "$pp" 2>/dev/null) || return 0
+	basename "$pe" .exe
 }
 
 # exe_of PID prints the real path of the process's executable.
@@ -153,14 +232,17 @@ stop_worker() {
 }
 
 # wait_restarted OLD-PID EXE waits until the broker runs a new worker from
-# EXE, and prints its pid.
+# EXE, and prints its pid. A process running the file just installed (or
+# put back) is the worker: the script knows what that file is.
 wait_restarted() {
 	end=$(($(date +%s) + timeout))
 	while [ "$(date +%s)" -le "$end" ]; do
-		if p=$(worker_pid 2>/dev/null) && [ "$p" != "$1" ] && running_from "$p" "$2"; then
-			printf '%s\n' "$p"
-			return 0
-		fi
+		for p in $(worker_pids); do
+			if [ "$p" != "$1" ] && running_from "$p" "$2"; then
+				printf '%s\n' "$p"
+				return 0
+			fi
+		done
 		sleep 0.2
 	done
 	return 1
@@ -273,7 +355,7 @@ put_stock_back() {
 	[ -e "$exe.stock" ] || die "no stock executable at $exe.stock to roll back to"
 	cp -p "$exe.stock" "$exe.rollback.$$"
 	mv -f "$exe.rollback.$$" "$exe"
-	if pid=$(worker_pid); then
+	if pid=$(worker_pid 2>/dev/null); then
 		stop_worker "$pid"
 	else
 		pid=none
@@ -289,7 +371,7 @@ put_stock_back() {
 # a stock copy sits beside it, else the one the last install recorded (the
 # worker may be a new executable that fails at start, or none at all).
 stock_exe() {
-	if pid=$(worker_pid) && exe=$(exe_of "$pid") && [ -e "$exe.stock" ]; then
+	if pid=$(worker_pid 2>/dev/null) && exe=$(exe_of "$pid") && [ -e "$exe.stock" ]; then
 		printf '%s\n' "$exe"
 		return 0
 	fi
@@ -302,7 +384,7 @@ install)
 	[ -n "$new_exe" ] || usage
 	[ -f "$new_exe" ] || die "$new_exe: no such file"
 	ver=$("$new_exe" --version 2>&1) || die "$new_exe does not run on this machine: $ver"
-	pid=$(worker_pid) || die "no running worker with --cluster-dir $cluster_dir (is PAIR running?)"
+	pid=$(the_worker) || exit 1
 	exe=$(exe_of "$pid") || die "cannot resolve the executable of worker $pid"
 	[ -f "$exe" ] || die "worker $pid runs $exe, which is not a file"
 	say "worker $pid runs $exe"

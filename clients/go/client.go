@@ -60,14 +60,19 @@ type Config struct {
 	// RetryAfterMax caps how long a Retry-After may make the client wait
 	// (DefaultRetryAfterMax).
 	RetryAfterMax time.Duration
-	// RequestTimeout bounds one request (DefaultRequestTimeout).
+	// RequestTimeout bounds one request from start to end: the connect,
+	// the request, the answer's headers and its body, all together
+	// (DefaultRequestTimeout). A daemon that answers slowly, a byte at a
+	// time, is cut off at it like one that does not answer.
 	RequestTimeout time.Duration
 	// OutboxPath, when set, names a file that keeps terminal frames until
 	// the daemon took them; New sends again what a previous process left.
 	OutboxPath string
 	// OutboxMax bounds the frames the outbox holds (DefaultOutboxMax).
 	OutboxMax int
-	// HTTPClient sends the requests (a client of its own by default).
+	// HTTPClient sends the requests (a client of its own by default). The
+	// client uses a copy whose redirect policy follows none: a 3xx is the
+	// daemon's answer, never a request to somewhere else.
 	HTTPClient *http.Client
 	// Logger receives retries and refusals (slog.Default() by default).
 	Logger *slog.Logger
@@ -89,7 +94,8 @@ var (
 )
 
 // StatusError is a frame the daemon refused for good (a 4xx other than 408
-// and 429), or the last answer of a frame that ran out of attempts.
+// and 429, or a 3xx, which the client never follows), or the last answer
+// of a frame that ran out of attempts.
 type StatusError struct {
 	Method string // the frame's method
 	Status int    // the HTTP status
@@ -107,7 +113,7 @@ type Stats struct {
 	Queued        int64 // frames waiting or in flight now
 	Sent          int64 // frames the daemon answered 200
 	Retried       int64 // tries after a retryable failure, counted when sent
-	Refused       int64 // frames refused for good (4xx other than 408/429)
+	Refused       int64 // frames refused for good (4xx other than 408/429, or a 3xx)
 	Dropped       int64 // frames never sent: queue full, attempts spent, job owned, left at Close's deadline
 	OutboxPending int64 // terminal frames in the outbox now
 	OutboxFull    int64 // terminal frames not kept because the outbox was full
@@ -209,9 +215,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.OutboxMax <= 0 {
 		cfg.OutboxMax = DefaultOutboxMax
 	}
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{}
-	}
+	cfg.HTTPClient = noRedirects(cfg.HTTPClient)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -621,7 +625,8 @@ func (c *Client) answered() {
 
 // retryable reports whether a status may succeed when sent again: a 5xx,
 // a 408 (the body came too slowly) or a 429. Every other 4xx means the
-// producer must change, and sending the same frame again cannot help.
+// producer must change, and sending the same frame again cannot help; a
+// 3xx means something other than the daemon answers on its address.
 func retryable(status int) bool {
 	return status >= 500 || status == http.StatusRequestTimeout || status == http.StatusTooManyRequests
 }
@@ -649,9 +654,41 @@ func (c *Client) post(f *frame) (int, string, time.Duration, error) {
 		return 0, "", 0, err
 	}
 	defer resp.Body.Close()
+	if isRedirect(resp.StatusCode) {
+		return resp.StatusCode, redirectReason(resp), 0, nil
+	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	reason, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
 	return resp.StatusCode, reason, parseRetryAfter(resp.Header.Get("Retry-After")), nil
+}
+
+// noRedirects returns a copy of hc (a new client when nil) that follows no
+// redirect. Go's default policy would follow a 307 with the frame's body
+// to wherever Location points, another host included, and turn a POST
+// answered 302 into a GET whose 200 would count a frame the daemon never
+// got as sent. Whatever answers on the ingress's address is either the
+// daemon or not; a redirect from it is an answer, never an address.
+func noRedirects(hc *http.Client) *http.Client {
+	var own http.Client
+	if hc != nil {
+		own = *hc
+	}
+	own.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &own
+}
+
+// isRedirect reports whether status is a 3xx, which the client reports as
+// the answer it is: the frame was not taken, and is not sent elsewhere.
+func isRedirect(status int) bool { return status >= 300 && status < 400 }
+
+// redirectReason names a redirect the client did not follow, and where it
+// pointed, clipped: it is the reason of the frame's StatusError.
+func redirectReason(resp *http.Response) string {
+	loc := resp.Header.Get("Location")
+	if len(loc) > 256 {
+		loc = loc[:256] + "..."
+	}
+	return fmt.Sprintf("a redirect to %q, not followed: the client sends only to its node's ingress (is something other than the daemon listening there?)", loc)
 }
 
 // parseRetryAfter reads a Retry-After of delay-seconds or an HTTP date; 0

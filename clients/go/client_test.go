@@ -104,6 +104,9 @@ func (f *fakeIngress) requests() []got {
 	return append([]got(nil), f.reqs...)
 }
 
+// testNodeID is the node id the fake nodes answer GET /v1/node with.
+const testNodeID = "0b5e7c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5b"
+
 // serve starts f and returns its HOST:PORT.
 func serve(t *testing.T, h http.Handler) string {
 	t.Helper()
@@ -571,11 +574,12 @@ func TestScheduledOnByMemberNameFromTheNode(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/workloads/events", in)
 	mux.HandleFunc("/v1/node", func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, `{"nodeId":"n-1","nodeIdSource":"node-id.json","version":"dev","members":[{"name":"gpu-2","nodeId":"n-2","delivering":true}],"limits":{"bodyMaxBytes":32768}}`)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"nodeId":"`+testNodeID+`","nodeIdSource":"node-id.json","version":"dev","members":[{"name":"gpu-2","nodeId":"n-2","delivering":true}],"limits":{"bodyMaxBytes":32768}}`)
 	})
 	c := newClient(t, Config{Addr: serve(t, mux)})
 	n, err := c.Node(context.Background())
-	if err != nil || n.NodeID != "n-1" || len(n.Members) != 1 || !n.Members[0].Delivering || n.Limits.BodyMaxBytes != 32768 {
+	if err != nil || n.NodeID != testNodeID || len(n.Members) != 1 || !n.Members[0].Delivering || n.Limits.BodyMaxBytes != 32768 {
 		t.Fatalf("Node: %+v, %v", n, err)
 	}
 	if _, err := c.Submit(context.Background(), JobSpec{Model: "m", Engine: "e", ScheduledOnMember: "gpu-2"}); err != nil {
@@ -608,7 +612,8 @@ func TestAMemberNameLearnedOnceIsResolvedWhileTheNodeDoesNotAnswer(t *testing.T)
 			http.Error(w, "restarting", http.StatusServiceUnavailable)
 			return
 		}
-		io.WriteString(w, `{"nodeId":"n-1","members":`+members.Load().(string)+`}`)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"nodeId":"`+testNodeID+`","members":`+members.Load().(string)+`,"limits":{}}`)
 	})
 	c := newClient(t, Config{Addr: serve(t, mux)})
 	submit := func(member string) error {

@@ -3,9 +3,12 @@ package wlmclient
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -46,7 +49,12 @@ type Limits struct {
 }
 
 // Node asks the node who it is (GET /v1/node). A producer never reads
-// PAIR's files for this.
+// PAIR's files for this. The answer is taken only when it is this node's
+// document: a 200 of application/json, at most nodeAnswerMax bytes, a JSON
+// object with a node id (a UUID, as every PAIR node id is), its members
+// and its limits. Anything else (a redirect, a page, `{}`, another
+// service's JSON) is an error: a producer that stamped or scheduled on an
+// id it took from it would report in the name of nobody.
 func (c *Client) Node(ctx context.Context) (*Node, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
@@ -59,20 +67,72 @@ func (c *Client) Node(ctx context.Context) (*Node, error) {
 		return nil, fmt.Errorf("wlmclient: GET /v1/node: %w", err)
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if isRedirect(resp.StatusCode) {
+		return nil, &StatusError{Method: "GET /v1/node", Status: resp.StatusCode, Reason: redirectReason(resp)}
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, nodeAnswerMax+1))
 	if err != nil {
-		return nil, fmt.Errorf("wlmclient: GET /v1/node: %w", err)
+		return nil, fmt.Errorf("wlmclient: GET /v1/node: the answer did not arrive whole within RequestTimeout (%s): %w", c.cfg.RequestTimeout, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		reason, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
 		return nil, &StatusError{Method: "GET /v1/node", Status: resp.StatusCode, Reason: reason}
 	}
-	var n Node
-	if err := json.Unmarshal(b, &n); err != nil {
+	n, err := parseNode(resp.Header.Get("Content-Type"), b)
+	if err != nil {
 		return nil, fmt.Errorf("wlmclient: GET /v1/node: %w", err)
 	}
-	c.members.learn(&n, time.Now())
+	c.members.learn(n, time.Now())
+	return n, nil
+}
+
+// nodeAnswerMax bounds the answer of GET /v1/node the client reads: far
+// above what a node of thousands of members answers, and a bound on what a
+// server that never stops sending can make it hold.
+const nodeAnswerMax = 4 << 20
+
+// nodeIDPattern is the shape of every PAIR node id: a UUID (spec 3.4.1).
+var nodeIDPattern = regexp.MustCompile(`^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$`)
+
+// parseNode reads b, an answer of GET /v1/node with Content-Type ctype, and
+// refuses it unless it is a node's document: JSON by its type, an object
+// naming a node id, with a members list and a limits object.
+func parseNode(ctype string, b []byte) (*Node, error) {
+	if mt, _, err := mime.ParseMediaType(ctype); err != nil || mt != "application/json" {
+		return nil, fmt.Errorf("the answer is %q, not application/json: not the daemon's node document", clip(ctype))
+	}
+	if len(b) > nodeAnswerMax {
+		return nil, fmt.Errorf("the answer is over %d bytes: not the daemon's node document", nodeAnswerMax)
+	}
+	var shape struct {
+		NodeID  *string          `json:"nodeId"`
+		Members *json.RawMessage `json:"members"`
+		Limits  *json.RawMessage `json:"limits"`
+	}
+	if err := json.Unmarshal(b, &shape); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	switch {
+	case shape.NodeID == nil || !nodeIDPattern.MatchString(*shape.NodeID):
+		return nil, errors.New("the answer names no node id (a UUID in nodeId): not the daemon's node document")
+	case shape.Members == nil || (*shape.Members)[0] != '[':
+		return nil, errors.New("the answer has no members list: not the daemon's node document")
+	case shape.Limits == nil || (*shape.Limits)[0] != '{':
+		return nil, errors.New("the answer has no limits object: not the daemon's node document")
+	}
+	var n Node
+	if err := json.Unmarshal(b, &n); err != nil {
+		return nil, fmt.Errorf("not the daemon's node document: %w", err)
+	}
 	return &n, nil
+}
+
+// clip shortens s, from a server the client does not trust, for an error.
+func clip(s string) string {
+	if len(s) > 128 {
+		return s[:128] + "..."
+	}
+	return s
 }
 
 // MemberID returns the node id of the member named name, for scheduledOn.

@@ -14,6 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import conformance_producer
 
+SELF = "0b5e7c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5b"  # the node id the fake answers GET /v1/node with
+
 logging.getLogger("wlmclient").setLevel(logging.CRITICAL)
 
 GOOD = ["--addr", "127.0.0.1:1", "--producer", "p", "--outbox", "/tmp/x", "--lease", "10",
@@ -62,6 +64,7 @@ class Ingress:
             def answer(self, status, body):
                 b = body.encode()
                 self.send_response(status)
+                self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(b)))
                 self.end_headers()
                 self.wfile.write(b)
@@ -69,8 +72,8 @@ class Ingress:
             def do_GET(self):
                 if self.path != "/v1/node":
                     return self.answer(404, "not found\n")
-                self.answer(200, json.dumps({"nodeId": "n-self", "members": [
-                    {"name": "self", "nodeId": "n-self", "self": True, "delivering": False},
+                self.answer(200, json.dumps({"nodeId": SELF, "limits": {}, "members": [
+                    {"name": "self", "nodeId": SELF, "self": True, "delivering": False},
                     {"name": "gpu-b", "nodeId": "n-b", "self": False, "delivering": True}]}))
 
             def do_POST(self):
@@ -108,7 +111,7 @@ class ARun(unittest.TestCase):
         self.assertEqual(conformance_producer.run(args, stdout, stderr), 0, stderr.getvalue())
         lines = [json.loads(line) for line in stdout.getvalue().splitlines()]
         self.assertGreaterEqual(len(lines), 2)
-        self.assertEqual(lines[0], {"event": "node", "nodeId": "n-self", "member": "gpu-b", "memberId": "n-b"})
+        self.assertEqual(lines[0], {"event": "node", "nodeId": SELF, "member": "gpu-b", "memberId": "n-b"})
         self.assertEqual(lines[-1], {"event": "done", "closeErr": ""})
         s = lines[-2]
         self.assertEqual(s["event"], "stats")

@@ -16,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import wlmclient
 
 WAIT = 30.0  # the deadline of every wait on a condition
+SELF = "0b5e7c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5b"  # the node id the fakes answer GET /v1/node with
 
 # The client's warnings are what the tests provoke; assertLogs still sees them.
 logging.getLogger("wlmclient").setLevel(logging.CRITICAL)
@@ -54,7 +55,7 @@ class Fake:
         self.hold = None          # an Event every POST waits on, if set
         self.rule = None          # frame -> an answer or None, asked before the script
         self.drop = 0             # POSTs to leave unanswered, the connection closed (-1: all)
-        self.node = {"nodeId": "n-self", "members": [{"name": "gpu-a", "nodeId": "n-a", "self": False,
+        self.node = {"nodeId": SELF, "limits": {}, "members": [{"name": "gpu-a", "nodeId": "n-a", "self": False,
                                                      "delivering": True}]}
         self.node_gets = 0        # GET /v1/node requests seen
         fake = self
@@ -71,6 +72,7 @@ class Fake:
                     return
                 b = json.dumps(fake.node).encode()
                 self.send_response(200)
+                self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(b)))
                 self.end_headers()
                 self.wfile.write(b)
@@ -101,7 +103,10 @@ class Fake:
                     self.send_header(k, v)
                 self.send_header("Content-Length", str(len(b)))
                 self.end_headers()
-                self.wfile.write(b)
+                try:
+                    self.wfile.write(b)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up on the request (close's deadline cuts it off)
                 with fake.lock:
                     fake.inflight[jid] -= 1
 
@@ -362,7 +367,7 @@ class FrameTest(Base):
         c.submit("m", "e", scheduled_on_member="gpu-a")
         with self.assertRaises(wlmclient.WlmError):
             c.submit("m", "e", scheduled_on_member="nobody")
-        self.assertEqual(c.node()["nodeId"], "n-self")
+        self.assertEqual(c.node()["nodeId"], SELF)
         c.close(timeout=WAIT)
         self.assertEqual(self.fake.frames()[0]["params"]["workloadInfo"]["scheduledOn"], "n-a")
 
@@ -383,11 +388,11 @@ class FrameTest(Base):
             c.submit("m", "e", scheduled_on_member="gpu-b")
         # A restarted daemon answers no members until its first discovery
         # snapshot: that teaches nothing.
-        self.fake.node = {"nodeId": "n-self", "members": []}
+        self.fake.node = {"nodeId": SELF, "limits": {}, "members": []}
         c._members_at -= 2 * wlmclient.MEMBER_FRESH
         c.submit("m", "e", scheduled_on_member="gpu-a")
         # Of two members of one name the first listed wins, asked or cached.
-        self.fake.node = {"nodeId": "n-self", "members": [{"name": "gpu-c", "nodeId": "n-c1"},
+        self.fake.node = {"nodeId": SELF, "limits": {}, "members": [{"name": "gpu-c", "nodeId": "n-c1"},
                                                           {"name": "gpu-c", "nodeId": "n-c2"}]}
         self.assertEqual([c.member_id("gpu-c") for _ in range(2)], ["n-c1", "n-c1"])
         c.close(timeout=WAIT)

@@ -22,7 +22,11 @@ the same semantics, standard library only (Python 3.9+):
   took them, and a restarted producer sends them again;
 - :meth:`Client.close` flushes within the caller's deadline;
 - :meth:`Client.node` reads this node's id, members and limits from
-  ``GET /v1/node``, and ``scheduled_on_member`` names a member by name.
+  ``GET /v1/node``, and ``scheduled_on_member`` names a member by name;
+- every request has one deadline, ``request_timeout`` (10 s), for all of
+  it: the connect, the request, the answer's headers and its body; and no
+  redirect is ever followed: a 3xx is the answer, and the frame was not
+  taken.
 
 One sender thread per client sends every job's frames (spec.md 3.5.7). A
 frame waiting to be retried parks its job, not the thread: the other jobs'
@@ -32,17 +36,17 @@ down costs one try per backoff, not one per job.
 """
 
 import heapq
+import io
 import json
 import logging
 import os
 import random
+import re
 import secrets
 import socket
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 import http.client
 from collections import deque
 from dataclasses import dataclass
@@ -63,6 +67,11 @@ DEFAULT_RETRY_AFTER_MAX = 300.0
 DEFAULT_REQUEST_TIMEOUT = 10.0
 DEFAULT_OUTBOX_MAX = 1024
 MEMBER_FRESH = 60.0  # seconds a member name's node id is used without asking GET /v1/node again
+NODE_ANSWER_MAX = 4 << 20  # the most of an answer of GET /v1/node the client reads
+_REASON_MAX = 4096  # the most of any other answer it reads: its first line is the reason
+
+# Every PAIR node id is a UUID (spec 3.4.1): what GET /v1/node must name.
+_NODE_ID = re.compile(r"\A[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
 
 LEASE_MIN, LEASE_MAX = 5, 86400
 
@@ -95,7 +104,8 @@ class OwnedError(WlmError):
 
 
 class StatusError(WlmError):
-    """The daemon answered a frame with a status that is final or was the last try."""
+    """The daemon answered a frame with a status that is final (a 3xx, which is
+    never followed, or a 4xx other than 408 and 429) or was the last try."""
 
     def __init__(self, method, status, reason):
         super().__init__("wlmclient: %s: %d %s" % (method, status, reason))
@@ -108,7 +118,7 @@ class Stats:
     queued: int = 0          # frames waiting or in flight now
     sent: int = 0            # frames the daemon answered 200
     retried: int = 0         # tries after a retryable failure
-    refused: int = 0         # frames refused for good (4xx other than 408/429)
+    refused: int = 0         # frames refused for good (4xx other than 408/429, or a 3xx)
     dropped: int = 0         # frames never sent: queue full, attempts spent, job owned, close's deadline
     outbox_pending: int = 0  # terminal frames in the outbox now
     outbox_full: int = 0     # terminal frames not kept because the outbox was full
@@ -142,7 +152,8 @@ def _method_for(state):
 
 def _retryable(status):
     """A 5xx, a 408 (the body came too slowly) or a 429 may succeed when sent
-    again; every other 4xx means the producer must change."""
+    again; every other 4xx means the producer must change, and a 3xx that
+    something other than the daemon answers on its address."""
     return status >= 500 or status in (408, 429)
 
 
@@ -392,9 +403,11 @@ class Client:
         self._backoff_max = max(backoff_max, backoff_min)
         self._retry_after_max = retry_after_max
         self._request_timeout = request_timeout
-        # A loopback daemon is never reached through a proxy from the
-        # environment (http_proxy would send every frame elsewhere).
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        host, _, port = addr.rpartition(":")
+        self._host, self._port = host.strip("[]"), int(port)
+        # The connection of the request in flight, if any, so close can cut
+        # it off at its deadline; guarded by self._lock.
+        self._inflight = None
         # _lock guards everything below it; _cond is signalled when a job is
         # ready, a renewal is armed, a frame left the queue or the client
         # stops. Lock order: a Job's lock, then this, then the outbox's.
@@ -479,17 +492,22 @@ class Client:
         return j
 
     def node(self):
-        """GET /v1/node: this node's id, members and limits, as a dict."""
-        req = urllib.request.Request(self._url + "/v1/node", method="GET")
+        """GET /v1/node: this node's id, members and limits, as a dict.
+
+        The answer is taken only when it is this node's document: a 200 of
+        application/json, at most NODE_ANSWER_MAX bytes, a JSON object
+        naming a node id (a UUID), with a members list and a limits object.
+        Anything else (a redirect, a page, ``{}``) raises WlmError: an id
+        taken from it would report in the name of nobody."""
         try:
-            with self._opener.open(req, timeout=self._request_timeout) as resp:
-                n = json.loads(resp.read(4 << 20))
-        except urllib.error.HTTPError as e:
-            raise StatusError("GET /v1/node", e.code, _first_line(e.read(4096))) from None
-        except (OSError, http.client.HTTPException, ValueError) as e:
+            status, headers, body = self._exchange("GET", "/v1/node", None, {}, NODE_ANSWER_MAX + 1)
+        except (OSError, http.client.HTTPException) as e:
             raise WlmError("wlmclient: GET /v1/node: %s" % e) from e
-        if not isinstance(n, dict):
-            raise WlmError("wlmclient: GET /v1/node: the answer is not a JSON object")
+        if 300 <= status < 400:
+            raise StatusError("GET /v1/node", status, _redirect_reason(headers))
+        if status != 200:
+            raise StatusError("GET /v1/node", status, _first_line(body[:_REASON_MAX]))
+        n = _node_document(headers, body)
         self._learn_members(n)
         return n
 
@@ -562,10 +580,14 @@ class Client:
                 self._cond.wait(left)
             unsent = self._queued
         # At the deadline the sender stops: a retry wait ends now, and a
-        # request in flight is left to its timeout on a daemon thread.
+        # request in flight is cut off, so the sender thread ends at once
+        # rather than at the request's own deadline.
         self._stopping.set()
         with self._cond:
             self._cond.notify_all()
+            inflight = self._inflight
+        if inflight is not None:
+            inflight.cut()
         if unsent == 0:
             self._thread.join()
         if self._outbox is not None:
@@ -760,24 +782,183 @@ class Client:
 
     def _post(self, f):
         """Send f once: (status, first line of the answer, Retry-After seconds,
-        transport error)."""
+        transport error). A 3xx is an answer like any other: its reason names
+        where it pointed, and nothing is sent there."""
         headers = {"Content-Type": "application/json"}
         if f.lease:
             headers["Workload-Lease"] = str(f.lease)
-        req = urllib.request.Request(self._url + "/v1/workloads/events", data=f.body,
-                                     headers=headers, method="POST")
         try:
-            with self._opener.open(req, timeout=self._request_timeout) as resp:
-                resp.read(4096)
-                return resp.status, "", 0.0, None
-        except urllib.error.HTTPError as e:
-            try:
-                body = e.read(4096)
-            except (OSError, http.client.HTTPException):
-                body = b""
-            return e.code, _first_line(body), parse_retry_after(e.headers.get("Retry-After")), None
+            status, h, body = self._exchange("POST", "/v1/workloads/events", f.body, headers, _REASON_MAX)
         except (OSError, http.client.HTTPException) as e:
             return 0, "", 0.0, e
+        if 300 <= status < 400:
+            return status, _redirect_reason(h), 0.0, None
+        if status == 200:
+            return status, "", 0.0, None
+        return status, _first_line(body), parse_retry_after(h.get("Retry-After")), None
+
+    def _exchange(self, method, path, body, headers, limit):
+        """One request to the node, within one deadline (request_timeout from
+        now) for all of it: (status, headers, at most limit bytes of the
+        body). A body that does not arrive whole by the deadline is returned
+        as far as it came when the status is 200 (the frame was taken: the
+        status is the answer), and raised otherwise. Never a redirect: this
+        speaks HTTP itself, to the node's address only."""
+        conn = _DeadlineConnection(self._host, self._port, time.monotonic() + self._request_timeout)
+        with self._lock:
+            self._inflight = conn
+        resp = None
+        try:
+            conn.putrequest(method, path, skip_accept_encoding=True)
+            for k, v in headers.items():
+                conn.putheader(k, v)
+            conn.putheader("User-Agent", "wlmclient-python")
+            conn.putheader("Connection", "close")
+            if body is not None:
+                conn.putheader("Content-Length", str(len(body)))
+            conn.endheaders(body)
+            resp = conn.getresponse()
+            try:
+                data = resp.read(limit)
+            except (OSError, http.client.HTTPException):
+                if resp.status != 200 or method == "GET":
+                    raise
+                data = b""
+            return resp.status, resp.headers, data
+        finally:
+            with self._lock:
+                if self._inflight is conn:
+                    self._inflight = None
+            if resp is not None:
+                resp.close()
+            conn.close()
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reading side whose every read ends by one deadline, for
+    http.client's response: a socket timeout alone bounds each read, so a
+    server sending a byte a second would hold a request for as long as it
+    likes."""
+
+    def __init__(self, owner, deadline):
+        super().__init__()
+        self._owner, self._deadline = owner, deadline
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        sock = self._owner.sock
+        sock.settimeout(_left(self._deadline))
+        return sock.recv_into(b)
+
+    def close(self):
+        if not self.closed:
+            self._owner.release()
+        super().close()
+
+
+class _DeadlineSocket:
+    """What http.client sees as its socket: the real one, each send and read
+    bounded by the request's deadline. As with a socket's own makefile, the
+    real socket is closed once the connection and every reader are: http.client
+    closes the connection while its response still reads."""
+
+    def __init__(self, sock, deadline):
+        self.sock, self._deadline = sock, deadline
+        self._readers, self._closed = 0, False
+
+    def sendall(self, data):
+        self.sock.settimeout(_left(self._deadline))
+        self.sock.sendall(data)
+
+    def makefile(self, mode, *args, **kwargs):
+        self._readers += 1
+        return io.BufferedReader(_DeadlineReader(self, self._deadline))
+
+    def release(self):
+        self._readers -= 1
+        if self._closed and self._readers == 0:
+            self.sock.close()
+
+    def close(self):
+        self._closed = True
+        if self._readers == 0:
+            self.sock.close()
+
+
+class _DeadlineConnection(http.client.HTTPConnection):
+    """An HTTP connection whose connect, request and answer share one
+    deadline (a time.monotonic() value). http.client follows no redirect
+    and uses no proxy from the environment, which a loopback daemon must
+    never be reached through."""
+
+    def __init__(self, host, port, deadline):
+        super().__init__(host, port, timeout=max(deadline - time.monotonic(), 0.001))
+        self._deadline = deadline
+        self._raw = None
+        self._cut = False
+
+    def connect(self):
+        sock = socket.create_connection((self.host, self.port), timeout=_left(self._deadline))
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._raw = sock
+        self.sock = _DeadlineSocket(sock, self._deadline)
+        if self._cut:
+            self.cut()
+
+    def cut(self):
+        """End the request now, from another thread (close's deadline): its
+        reads and sends fail at once."""
+        self._cut = True
+        sock = self._raw
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def _left(deadline):
+    """The time to a request's deadline, or socket.timeout when it passed."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise socket.timeout("wlmclient: the request's deadline passed")
+    return left
+
+
+def _redirect_reason(headers):
+    """The reason of a 3xx, which the client never follows: where it pointed."""
+    loc = (headers.get("Location") or "")[:256]
+    return ("a redirect to %r, not followed: the client sends only to its node's ingress "
+            "(is something other than the daemon listening there?)" % loc)
+
+
+def _node_document(headers, body):
+    """The answer of GET /v1/node as a dict, or WlmError unless it is the
+    node's document: JSON by its type, an object with a node id, a members
+    list and a limits object, within NODE_ANSWER_MAX bytes."""
+    ctype = headers.get("Content-Type") or ""
+    if not ctype or headers.get_content_type() != "application/json":
+        raise WlmError("wlmclient: GET /v1/node: the answer is %r, not application/json: "
+                       "not the daemon's node document" % ctype[:128])
+    if len(body) > NODE_ANSWER_MAX:
+        raise WlmError("wlmclient: GET /v1/node: the answer is over %d bytes: not the daemon's node document"
+                       % NODE_ANSWER_MAX)
+    try:
+        n = json.loads(body)
+    except ValueError as e:
+        raise WlmError("wlmclient: GET /v1/node: not JSON: %s" % e) from e
+    if not isinstance(n, dict):
+        raise WlmError("wlmclient: GET /v1/node: not a JSON object: not the daemon's node document")
+    if not (isinstance(n.get("nodeId"), str) and _NODE_ID.match(n["nodeId"])):
+        raise WlmError("wlmclient: GET /v1/node: the answer names no node id (a UUID in nodeId): "
+                       "not the daemon's node document")
+    if not isinstance(n.get("members"), list):
+        raise WlmError("wlmclient: GET /v1/node: the answer has no members list: not the daemon's node document")
+    if not isinstance(n.get("limits"), dict):
+        raise WlmError("wlmclient: GET /v1/node: the answer has no limits object: not the daemon's node document")
+    return n
 
 
 def _first_line(b):

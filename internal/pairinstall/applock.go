@@ -3,10 +3,11 @@ package pairinstall
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
+	"syscall"
 	"time"
 )
 
@@ -26,26 +27,58 @@ type AppDirLock struct {
 	Path string
 }
 
-// HeldError is the lock taken by another process: the pid it wrote, or 0
-// when it wrote none yet (it locked an instant ago) or the file is unreadable.
+// HeldError is the lock taken by another process: its pid when the
+// operating system names the holder of a lock (Linux, from /proc/locks),
+// else 0. The pid a daemon wrote into the file is never read for it: it
+// may be an exited daemon's, and an operator who acted on it could stop an
+// unrelated process.
 type HeldError struct {
 	Path string
 	PID  int
 }
 
+// Error says, in one line, who holds the lock as far as the system can
+// tell, and what the operator can do.
 func (e *HeldError) Error() string {
-	who := "another nvpair-workload-manager"
 	if e.PID > 0 {
-		who += " (pid " + strconv.Itoa(e.PID) + ")"
+		return fmt.Sprintf("another nvpair-workload-manager already runs on this app dir: pid %d holds %s; stop that process first, or give this start another --app-dir", e.PID, e.Path)
 	}
-	return fmt.Sprintf("%s already runs on this app dir: it holds %s; stop it first, or give this one another --app-dir", who, e.Path)
+	return fmt.Sprintf("another nvpair-workload-manager already runs on this app dir: a process holds %s (%s); stop that process first, or give this start another --app-dir", e.Path, holderHint(e.Path))
+}
+
+// ReadOnlyError is an app dir the daemon cannot write: on a read-only file
+// system, or not writable for this user. The daemon refuses to start on
+// one (spec 3.4.1): it keeps its lock, the node id it may have to mint and
+// the journal of owners and leases there, and a daemon running without its
+// journal would lose ownership at its next restart without a word.
+type ReadOnlyError struct {
+	Dir string
+	Err error
+}
+
+// Error says, in one line, what is wrong and what the operator can do.
+func (e *ReadOnlyError) Error() string {
+	return fmt.Sprintf("app dir %s is read-only (%v): the daemon keeps its lock, node id and journal there and does not start without them; make it writable, or give this start another --app-dir", e.Dir, e.Err)
+}
+
+func (e *ReadOnlyError) Unwrap() error { return e.Err }
+
+// readOnly reports whether err, from opening or creating the lock file,
+// says the app dir cannot be written.
+func readOnly(err error) bool {
+	return errors.Is(err, syscall.EROFS) || errors.Is(err, fs.ErrPermission)
 }
 
 // LockAppDir takes the app dir's lock, waiting up to wait for a holder
 // that is on its way out (a supervisor that restarts the worker while the
 // old one still drains). It creates the app dir when missing, as minting a
-// node id would. On success the file names this process's pid. A lock held
-// past wait is a *HeldError naming the holder's pid.
+// node id would. On success the file names this process's pid, for an
+// operator's eyes only. A lock held past wait is a *HeldError naming the
+// holder's pid when the system can tell it; an app dir it cannot write
+// is a *ReadOnlyError. The lock file is never a
+// symbolic link (it is opened without following one, and created only
+// where nothing is): a link planted in the app dir would otherwise have
+// the daemon truncate and write whatever file it points at.
 func LockAppDir(appDir string, wait time.Duration) (*AppDirLock, error) {
 	if err := os.MkdirAll(appDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create app dir %s: %w", appDir, err)
@@ -62,11 +95,14 @@ func LockAppDir(appDir string, wait time.Duration) (*AppDirLock, error) {
 			}
 			return &AppDirLock{f: f, Path: path}, nil
 		}
+		if readOnly(err) {
+			return nil, &ReadOnlyError{Dir: appDir, Err: err}
+		}
 		if !errors.Is(err, errLockHeld) {
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
 		if !time.Now().Before(deadline) {
-			return nil, &HeldError{Path: path, PID: readLockPID(path)}
+			return nil, &HeldError{Path: path, PID: lockHolder(path)}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -82,19 +118,3 @@ func (l *AppDirLock) Release() error {
 
 // errLockHeld is tryLockFile's answer for a lock another process holds.
 var errLockHeld = errors.New("held by another process")
-
-// readLockPID reads the pid a holder wrote; 0 when there is none to read.
-func readLockPID(path string) int {
-	f, err := openForRead(path)
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	b := make([]byte, 32)
-	n, _ := f.Read(b)
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b[:n])))
-	if err != nil || pid <= 0 {
-		return 0
-	}
-	return pid
-}

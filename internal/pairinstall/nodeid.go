@@ -39,6 +39,17 @@ type ResolvedNodeID struct {
 	// Minted says this resolution made the id and wrote Source: no file
 	// named a node before it.
 	Minted bool
+	// Aliases are this node's other ids: the one node-id.json names when
+	// identity.json names another. Both files are this node's own, and a
+	// producer that reads node-id.json (PAIR's documented place for it)
+	// stamps that one; the ingress takes it as this node's (spec 3.4.1).
+	Aliases []NodeAlias
+}
+
+// NodeAlias is another id of this node and the file that names it.
+type NodeAlias struct {
+	ID     string
+	Source string
 }
 
 // ForgetMinted removes the node-id.json this resolution minted, for a start
@@ -61,8 +72,11 @@ func (r ResolvedNodeID) ForgetMinted() error {
 // file, and it is never overwritten: minting over it would fork the node's
 // identity.
 func ResolveNodeID(appDir, clusterDir string) (ResolvedNodeID, error) {
-	for _, path := range []string{filepath.Join(clusterDir, identityFileName), filepath.Join(appDir, nodeIDFileName)} {
+	for i, path := range []string{filepath.Join(clusterDir, identityFileName), filepath.Join(appDir, nodeIDFileName)} {
 		id, err := readIdentityDoc(path)
+		if err == nil && i == 0 {
+			return ResolvedNodeID{ID: id, Source: path, Aliases: otherID(appDir, id)}, nil
+		}
 		if err == nil {
 			return ResolvedNodeID{ID: id, Source: path}, nil
 		}
@@ -87,6 +101,19 @@ func ResolveNodeID(appDir, clusterDir string) (ResolvedNodeID, error) {
 	// Another process may have written node-id.json first: then its id is
 	// read back, and that file is not this start's to remove.
 	return ResolvedNodeID{ID: id, Source: docPath, Minted: id == minted}, nil
+}
+
+// otherID returns node-id.json's id as an alias when it names another id
+// than identity.json's. A node-id.json that is absent, unreadable or
+// names no UUID names no alias: identity.json names the node, and a
+// damaged file it outranks does not stop the start.
+func otherID(appDir, id string) []NodeAlias {
+	path := filepath.Join(appDir, nodeIDFileName)
+	other, err := readIdentityDoc(path)
+	if err != nil || strings.EqualFold(other, id) {
+		return nil
+	}
+	return []NodeAlias{{ID: other, Source: path}}
 }
 
 // carryOverLegacyID writes the id of an earlier version's node-id file into

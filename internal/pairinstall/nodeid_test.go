@@ -263,3 +263,42 @@ func TestResolveNodeIDRefusesADanglingSymlinkWithoutLooping(t *testing.T) {
 		t.Fatalf("ResolveNodeID on a dangling node-id.json symlink: child %v:\n%s", err, strings.Join(lines[:min(5, len(lines))], "\n"))
 	}
 }
+
+// When identity.json and node-id.json name two ids, identity.json's is the
+// node's and node-id.json's its alias, with the file it came from; one
+// file, or both naming the same id, or a damaged node-id.json, gives none.
+func TestNodeIDFromIdentityJSONKeepsNodeIDJSONsOtherIDAsAnAlias(t *testing.T) {
+	app := t.TempDir()
+	cluster := filepath.Join(app, "cluster")
+	if err := os.MkdirAll(cluster, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const idIdentity, idNodeID = "11111111-2222-4333-8444-555555555555", "66666666-7777-4888-9999-aaaaaaaaaaaa"
+	write := func(path, id string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(`{"node_uuid":"`+id+`","created_at":1}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(cluster, identityFileName), idIdentity)
+	r, err := ResolveNodeID(app, cluster)
+	if err != nil || r.ID != idIdentity || len(r.Aliases) != 0 {
+		t.Fatalf("identity.json alone: %+v, %v", r, err)
+	}
+	write(filepath.Join(app, nodeIDFileName), idNodeID)
+	r, err = ResolveNodeID(app, cluster)
+	want := NodeAlias{ID: idNodeID, Source: filepath.Join(app, nodeIDFileName)}
+	if err != nil || r.ID != idIdentity || len(r.Aliases) != 1 || r.Aliases[0] != want {
+		t.Fatalf("two ids: %+v, %v; want %s with the alias %+v", r, err, idIdentity, want)
+	}
+	write(filepath.Join(app, nodeIDFileName), idIdentity)
+	if r, err = ResolveNodeID(app, cluster); err != nil || len(r.Aliases) != 0 {
+		t.Fatalf("both naming one id: %+v, %v", r, err)
+	}
+	if err := os.WriteFile(filepath.Join(app, nodeIDFileName), []byte("not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r, err = ResolveNodeID(app, cluster); err != nil || r.ID != idIdentity || len(r.Aliases) != 0 {
+		t.Fatalf("a damaged node-id.json under identity.json: %+v, %v", r, err)
+	}
+}

@@ -321,7 +321,7 @@ func stampOrigin(s *Scan, level int, nodeID string) (stampedObject, error) {
 		return stampedObject{params: pl.raw, object: l.raw, origin: m.value}, nil
 	default:
 		if origin := string(appendUnquoted(nil, m.value)); origin != "" && origin != nodeID {
-			return stampedObject{}, fmt.Errorf("originatedFrom %q is not this node: a producer reports only workloads that run here", origin)
+			return stampedObject{}, &ForeignOriginError{Origin: origin}
 		}
 		at, end, insert = m.off, m.off+len(m.value), quoted
 	}

@@ -48,6 +48,10 @@ func TestABadFlagIsOneLineNamingItAndExit2(t *testing.T) {
 	}
 }
 
+// selfID is the node id the stand-in ingress answers GET /v1/node with: a
+// UUID, as the client takes no other.
+const selfID = "0b5e7c1a-2f3d-4e5f-8a9b-0c1d2e3f4a5b"
+
 // ingress stands in for the daemon's ingress: it answers GET /v1/node and
 // every POST 200, and records each job's frames in arrival order.
 type ingress struct {
@@ -71,7 +75,8 @@ type frame struct {
 func (in *ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.Method == http.MethodGet && r.URL.Path == "/v1/node":
-		io.WriteString(w, `{"nodeId":"n-self","members":[{"name":"self","nodeId":"n-self","self":true},{"name":"gpu-b","nodeId":"n-b","delivering":true}]}`)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"nodeId":"`+selfID+`","limits":{},"members":[{"name":"self","nodeId":"`+selfID+`","self":true},{"name":"gpu-b","nodeId":"n-b","delivering":true}]}`)
 	case r.Method == http.MethodPost && r.URL.Path == "/v1/workloads/events":
 		var f frame
 		if err := json.NewDecoder(r.Body).Decode(&f); err != nil {
@@ -115,7 +120,7 @@ func TestARunPrintsTheProtocolAndEachJobsFramesArriveInSeqOrder(t *testing.T) {
 	if len(lines) < 2 || lines[0]["event"] != "node" || lines[len(lines)-1]["event"] != "done" {
 		t.Fatalf("want a node line first and a done line last, got %v", lines)
 	}
-	if n := lines[0]; n["nodeId"] != "n-self" || n["member"] != "gpu-b" || n["memberId"] != "n-b" {
+	if n := lines[0]; n["nodeId"] != selfID || n["member"] != "gpu-b" || n["memberId"] != "n-b" {
 		t.Errorf("node line %v", n)
 	}
 	if d := lines[len(lines)-1]; d["closeErr"] != "" {
