@@ -104,12 +104,12 @@ func (t *Table) TakeAbove(m *Member, maxFrames, maxBytes int) Taken {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var r Taken
-	e := t.vhead
+	e := t.versions.head
 	if m.cur.after != nil {
-		e = m.cur.after.vnext
+		e = m.cur.after.v.next
 	}
 	size := 0
-	for ; e != nil && len(r.Lines) < maxFrames; e = e.vnext {
+	for ; e != nil && len(r.Lines) < maxFrames; e = e.v.next {
 		l := e.lineOf()
 		n := l.FreshLen() + 1
 		if len(r.Lines) > 0 && size+n > maxBytes {
@@ -127,9 +127,9 @@ func (t *Table) TakeAbove(m *Member, maxFrames, maxBytes int) Taken {
 func (t *Table) Lag(m *Member) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	next := t.vhead
+	next := t.versions.head
 	if m.cur.after != nil {
-		next = m.cur.after.vnext
+		next = m.cur.after.v.next
 	}
 	if next == nil {
 		return 0
@@ -142,9 +142,9 @@ func (t *Table) Behind(m *Member) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if m.cur.after == nil {
-		return t.vhead != nil
+		return t.versions.head != nil
 	}
-	return m.cur.after.vnext != nil
+	return m.cur.after.v.next != nil
 }
 
 // Ack records that m took every entry up to version v in version order:
@@ -157,9 +157,9 @@ func (t *Table) Ack(m *Member, v uint64) {
 		return
 	}
 	for {
-		next := t.vhead
+		next := t.versions.head
 		if m.cur.after != nil {
-			next = m.cur.after.vnext
+			next = m.cur.after.v.next
 		}
 		if next == nil || next.version > v {
 			break

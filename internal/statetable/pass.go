@@ -27,13 +27,13 @@ func (t *Table) TakePass(p *Pass, maxFrames, maxBytes int) (lines [][]byte, done
 	t.reapLocked(t.cfg.Now())
 	if p.pending {
 		t.passes[p] = struct{}{}
-		p.next, p.pending, p.Size = t.phead, false, t.inPass
+		p.next, p.pending, p.Size = t.pass.head, false, t.inPass
 	}
 	size := 0
 	for p.next != nil && len(lines) < maxFrames {
 		e := p.next
 		if e.version > p.start {
-			p.next = e.pnext
+			p.next = e.p.next
 			continue
 		}
 		if len(lines) > 0 && size+len(e.line) > maxBytes {
@@ -41,7 +41,7 @@ func (t *Table) TakePass(p *Pass, maxFrames, maxBytes int) (lines [][]byte, done
 		}
 		lines = append(lines, e.line)
 		size += len(e.line)
-		p.next = e.pnext
+		p.next = e.p.next
 	}
 	p.Progress += len(lines)
 	return lines, p.next == nil

@@ -48,16 +48,16 @@ func (t *Table) ReadStart(mark *ReadMark, slice int, visited func(int)) ReadPos 
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if mark == nil {
-		return ReadPos{t.phead}
+		return ReadPos{t.pass.head}
 	}
 	if e := t.byKey[mark.Key]; e != nil && e.inPass && e.order == mark.Order {
-		return ReadPos{e.pnext}
+		return ReadPos{e.p.next}
 	}
-	p := t.phead
+	p := t.pass.head
 	for {
 		n := 0
 		for ; n < slice && p != nil && p.order <= mark.Order; n++ {
-			p = p.pnext
+			p = p.p.next
 		}
 		visited(n)
 		if p == nil || p.order > mark.Order {
@@ -81,7 +81,7 @@ func (t *Table) ReadSlice(pos ReadPos, requester *string, want, slice int) (v Re
 	p := pos.e
 	var e *entry
 	for ; v.Visited < slice && p != nil; v.Visited++ {
-		e, p = p, p.pnext
+		e, p = p, p.p.next
 		// An end past its retention is not listed even before a reap
 		// has taken it out of pass order.
 		ended := e.kind != kindLive && now.Sub(e.endedAt) >= t.cfg.Retention

@@ -493,10 +493,10 @@ func (t *Table) placeCursors() {
 	}
 	slices.SortFunc(ms, func(a, b *Member) int { return cmpU64(a.mark, b.mark) })
 	var after *entry
-	e := t.vhead
+	e := t.versions.head
 	for _, m := range ms {
 		for e != nil && e.version <= m.mark {
-			after, e = e, e.vnext
+			after, e = e, e.v.next
 		}
 		m.cur.after = after
 	}
@@ -518,11 +518,11 @@ func (t *Table) Snapshot(emit func([]byte) error) error {
 	for {
 		var recs [][]byte
 		t.mu.Lock()
-		e := t.vhead
+		e := t.versions.head
 		if w.after != nil {
-			e = w.after.vnext
+			e = w.after.v.next
 		}
-		for n := 0; e != nil && n < reapBudget; n, e = n+1, e.vnext {
+		for n := 0; e != nil && n < reapBudget; n, e = n+1, e.v.next {
 			if e.journaled {
 				recs = append(recs, encodePut(nil, e))
 			}

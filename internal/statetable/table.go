@@ -88,10 +88,9 @@ type entry struct {
 	order   uint64
 	inPass  bool
 	sibling *entry // the runs of one workload (byRef)
-	// vprev/vnext link every entry in version order; pprev/pnext link the
-	// live and retained terminal runs in pass order (first tracked first).
-	vprev, vnext *entry
-	pprev, pnext *entry
+	// v links every entry in version order; p links the live and
+	// retained terminal runs in pass order (first tracked first).
+	v, p links
 }
 
 func (e *entry) size() int64 {
@@ -147,10 +146,8 @@ type Table struct {
 	members  map[string]*Member               // by node id and principal (peerTarget.memberID)
 	vcursors map[*vcursor]struct{}            // members' and walks' places in version order
 	passes   map[*Pass]struct{}               // heartbeat passes' places in pass order
-	vhead    *entry                           // version order, oldest first
-	vtail    *entry                           //
-	phead    *entry                           // pass order
-	ptail    *entry                           //
+	versions order                            // every entry, oldest version first
+	pass     order                            // the runs re-asserted, first tracked first
 	linked   uint64                           // the last pass order given
 	version  atomic.Uint64                    // the last version given
 	inPass   int                              // runs in pass order
@@ -193,7 +190,7 @@ func New(cfg Config) *Table {
 	if cfg.LeaseUnit == 0 {
 		cfg.LeaseUnit = time.Second
 	}
-	return &Table{
+	t := &Table{
 		cfg:      cfg,
 		self:     cfg.Self,
 		byKey:    map[wireframe.WorkloadKey]*entry{},
@@ -204,6 +201,9 @@ func New(cfg Config) *Table {
 		passes:   map[*Pass]struct{}{},
 		leaseCh:  make(chan struct{}, 1),
 	}
+	t.versions.at = func(e *entry) *links { return &e.v }
+	t.pass.at = func(e *entry) *links { return &e.p }
+	return t
 }
 
 // SetJournal sets where the table writes its records; called once, before
@@ -592,35 +592,54 @@ func (t *Table) leavePass(e *entry) {
 	}
 }
 
-func (t *Table) linkVersion(e *entry) {
-	e.vprev, e.vnext = t.vtail, nil
-	if t.vtail == nil {
-		t.vhead = e
-	} else {
-		t.vtail.vnext = e
-	}
-	t.vtail = e
+// links are an entry's place in one of its two orders.
+type links struct{ prev, next *entry }
+
+// order is one intrusive doubly linked list of entries, through the links
+// at gives for each: version order or pass order.
+type order struct {
+	head, tail *entry
+	at         func(*entry) *links
 }
+
+func (o *order) pushBack(e *entry) {
+	l := o.at(e)
+	l.prev, l.next = o.tail, nil
+	if o.tail == nil {
+		o.head = e
+	} else {
+		o.at(o.tail).next = e
+	}
+	o.tail = e
+}
+
+// remove takes e out of the list; its own links are left as they were.
+func (o *order) remove(e *entry) {
+	l := o.at(e)
+	if l.prev == nil {
+		o.head = l.next
+	} else {
+		o.at(l.prev).next = l.next
+	}
+	if l.next == nil {
+		o.tail = l.prev
+	} else {
+		o.at(l.next).prev = l.prev
+	}
+}
+
+func (t *Table) linkVersion(e *entry) { t.versions.pushBack(e) }
 
 // unlinkVersion takes e out of version order; a cursor past it moves back
 // to the entry before it, so it still names the last entry it has.
 func (t *Table) unlinkVersion(e *entry) {
 	for c := range t.vcursors {
 		if c.after == e {
-			c.after = e.vprev
+			c.after = e.v.prev
 		}
 	}
-	if e.vprev == nil {
-		t.vhead = e.vnext
-	} else {
-		e.vprev.vnext = e.vnext
-	}
-	if e.vnext == nil {
-		t.vtail = e.vprev
-	} else {
-		e.vnext.vprev = e.vprev
-	}
-	e.vprev, e.vnext = nil, nil
+	t.versions.remove(e)
+	e.v = links{}
 }
 
 func (t *Table) linkPass(e *entry) {
@@ -628,35 +647,20 @@ func (t *Table) linkPass(e *entry) {
 	e.order = t.linked
 	e.inPass = true
 	t.inPass++
-	e.pprev, e.pnext = t.ptail, nil
-	if t.ptail == nil {
-		t.phead = e
-	} else {
-		t.ptail.pnext = e
-	}
-	t.ptail = e
+	t.pass.pushBack(e)
 }
 
 // unlinkPass takes e out of pass order; a pass about to visit it moves on
-// to the entry after it. e keeps its pnext: a read-back that holds e
+// to the entry after it. e keeps its next link: a read-back that holds e
 // between two slices goes on from e to the entries that followed it.
 func (t *Table) unlinkPass(e *entry) {
 	for p := range t.passes {
 		if p.next == e {
-			p.next = e.pnext
+			p.next = e.p.next
 		}
 	}
-	if e.pprev == nil {
-		t.phead = e.pnext
-	} else {
-		e.pprev.pnext = e.pnext
-	}
-	if e.pnext == nil {
-		t.ptail = e.pprev
-	} else {
-		e.pnext.pprev = e.pprev
-	}
-	e.pprev = nil
+	t.pass.remove(e)
+	e.p.prev = nil
 	e.inPass = false
 	t.inPass--
 }
@@ -851,7 +855,7 @@ const unheldShare = 8
 func (t *Table) evictLocked() {
 	for t.ended > t.cfg.MaxEndedBytes {
 		e := t.ends.atForget()
-		if e == nil || e == t.vtail {
+		if e == nil || e == t.versions.tail {
 			return // the newest always stays
 		}
 		t.ends.forgetHead++
@@ -868,7 +872,7 @@ func (t *Table) evictLocked() {
 	}
 	for t.unheldBytes > t.cfg.MaxEndedBytes/unheldShare {
 		e := t.unheldEnds.atForget()
-		if e == nil || e == t.vtail {
+		if e == nil || e == t.versions.tail {
 			return
 		}
 		t.unheldEnds.forgetHead++
