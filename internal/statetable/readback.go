@@ -8,8 +8,8 @@ import (
 
 // The ingress read-back (spec 3.5.2) walks pass order a slice at a time,
 // the lock released in between. An entry that leaves pass order keeps its
-// next link in pass order, so a walk that holds it between two slices goes on from it to the
-// entries that followed it.
+// next link, so a walk that holds it between two slices goes on from it
+// to the entries that followed it.
 
 // ReadPos is a read-back walk's place: the next entry it looks at.
 type ReadPos struct{ e *entry }
