@@ -342,7 +342,10 @@ func benchRunManager(b *testing.B, ingress bool) *benchRun {
 	m, err := NewManager(Config{
 		NodeID: benchNodeID, Version: "bench", PeerAddr: "127.0.0.1:0", ClusterDir: clusterDir,
 		ResyncInterval: time.Hour, In: dIn, Out: dOut,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		// Durability on, as in a real app dir: an ingress 200 waits for
+		// its journal record.
+		JournalPath: filepath.Join(filepath.Dir(clusterDir), journalFileName),
+		Logger:      slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {
 		b.Fatal(err)

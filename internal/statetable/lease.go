@@ -22,17 +22,27 @@ type Lease struct {
 // Ref is the workload the lease is on.
 func (l Lease) Ref() wireframe.WorkloadRef { return l.Key.Ref() }
 
+// leaseState is a run's lease: its length as the producer gave it, when it
+// runs out (after a failed expiry, the next try), the consecutive failed
+// expiries, and its place in Table.leases.
+type leaseState struct {
+	seconds  int
+	deadline time.Time
+	failures int
+	idx      int
+}
+
 type leaseHeap []*entry
 
 func (h leaseHeap) Len() int           { return len(h) }
-func (h leaseHeap) Less(i, j int) bool { return h[i].leaseDeadline.Before(h[j].leaseDeadline) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].lease.deadline.Before(h[j].lease.deadline) }
 func (h leaseHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].leaseIdx, h[j].leaseIdx = i, j
+	h[i].lease.idx, h[j].lease.idx = i, j
 }
 func (h *leaseHeap) Push(x any) {
 	e := x.(*entry)
-	e.leaseIdx = len(*h)
+	e.lease.idx = len(*h)
 	*h = append(*h, e)
 }
 func (h *leaseHeap) Pop() any {
@@ -40,7 +50,7 @@ func (h *leaseHeap) Pop() any {
 	e := old[len(old)-1]
 	old[len(old)-1] = nil
 	*h = old[:len(old)-1]
-	e.leaseIdx = -1
+	e.lease.idx = -1
 	return e
 }
 
@@ -77,14 +87,15 @@ func (t *Table) armLease(e *entry, seconds int, deadline time.Time) {
 			t.endLease(s)
 		}
 	}
-	e.leaseSeconds, e.leaseDeadline, e.leaseFailures = seconds, deadline, 0
-	if e.leaseIdx >= 0 {
-		heap.Fix(&t.leases, e.leaseIdx)
+	if e.lease != nil {
+		e.lease.seconds, e.lease.deadline, e.lease.failures = seconds, deadline, 0
+		heap.Fix(&t.leases, e.lease.idx)
 		t.stats.LeaseRenewed.Add(1)
 	} else {
+		e.lease = &leaseState{seconds: seconds, deadline: deadline}
 		heap.Push(&t.leases, e)
 	}
-	if e.leaseIdx == 0 {
+	if e.lease.idx == 0 {
 		poke(t.leaseCh)
 	}
 }
@@ -96,10 +107,10 @@ func (t *Table) endLeases(ref wireframe.WorkloadRef) {
 }
 
 func (t *Table) endLease(e *entry) {
-	if e.leaseIdx >= 0 {
-		heap.Remove(&t.leases, e.leaseIdx)
+	if e.lease != nil {
+		heap.Remove(&t.leases, e.lease.idx)
+		e.lease = nil
 	}
-	e.leaseSeconds, e.leaseDeadline, e.leaseFailures = 0, time.Time{}, 0
 }
 
 // LeaseWake is poked when the earliest deadline may have moved earlier.
@@ -112,26 +123,26 @@ func (t *Table) NextLease() (time.Time, bool) {
 	if len(t.leases) == 0 {
 		return time.Time{}, false
 	}
-	return t.leases[0].leaseDeadline, true
+	return t.leases[0].lease.deadline, true
 }
 
 // DueLease returns the lease due first when its deadline has passed.
 func (t *Table) DueLease(now time.Time) (Lease, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if len(t.leases) == 0 || t.leases[0].leaseDeadline.After(now) {
+	if len(t.leases) == 0 || t.leases[0].lease.deadline.After(now) {
 		return Lease{}, false
 	}
 	e := t.leases[0]
-	return Lease{Key: e.key, Seconds: e.leaseSeconds, Deadline: e.leaseDeadline}, true
+	return Lease{Key: e.key, Seconds: e.lease.seconds, Deadline: e.lease.deadline}, true
 }
 
 // LeaseOf returns run k's lease deadline, zero for none.
 func (t *Table) LeaseOf(k wireframe.WorkloadKey) time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e := t.byKey[k]; e != nil && e.leaseIdx >= 0 {
-		return e.leaseDeadline
+	if e := t.byKey[k]; e != nil && e.lease != nil {
+		return e.lease.deadline
 	}
 	return time.Time{}
 }
@@ -143,7 +154,7 @@ func (t *Table) EndLease(ref wireframe.WorkloadRef) bool {
 	defer t.mu.Unlock()
 	had := false
 	for s := t.byRef[ref]; s != nil; s = s.sibling {
-		had = had || s.leaseIdx >= 0
+		had = had || s.lease != nil
 		t.endLease(s)
 	}
 	return had
@@ -156,15 +167,15 @@ func (t *Table) PostponeLease(k wireframe.WorkloadKey, now time.Time, first, mos
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.byKey[k]
-	if e == nil || e.leaseIdx < 0 {
+	if e == nil || e.lease == nil {
 		return 0
 	}
 	// The shift stops at 5: past the maximum already at the defaults, and
 	// a larger one would overflow after enough failures.
-	d := min(first<<min(e.leaseFailures, 5), most)
-	e.leaseFailures++
-	e.leaseDeadline = now.Add(d)
-	heap.Fix(&t.leases, e.leaseIdx)
+	d := min(first<<min(e.lease.failures, 5), most)
+	e.lease.failures++
+	e.lease.deadline = now.Add(d)
+	heap.Fix(&t.leases, e.lease.idx)
 	return d
 }
 

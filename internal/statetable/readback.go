@@ -93,8 +93,8 @@ func (t *Table) ReadSlice(pos ReadPos, requester *string, want, slice int) (v Re
 			continue
 		}
 		it := ReadItem{Line: e.line, Mark: ReadMark{e.order, e.key}}
-		if e.leaseIdx >= 0 {
-			it.Deadline = e.leaseDeadline
+		if e.lease != nil {
+			it.Deadline = e.lease.deadline
 		}
 		v.Items = append(v.Items, it)
 	}

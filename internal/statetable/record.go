@@ -59,8 +59,8 @@ func (t *Table) journalPut(e *entry) uint64 {
 // setJournaled records that e's state is in the journal in size bytes
 // (0: not at all), keeping the total a compaction would write.
 func (t *Table) setJournaled(e *entry, size int) {
-	t.journaledBytes += int64(size - e.journalSize)
-	e.journalSize, e.journaled = size, size > 0
+	t.journaledBytes += int64(size) - int64(e.journalSize)
+	e.journalSize, e.journaled = int32(size), size > 0
 }
 
 func (t *Table) journalForget(e *entry) {
@@ -108,8 +108,13 @@ func encodePut(b []byte, e *entry) []byte {
 	}
 	b = append(b, byte(e.kind), byte(e.owner), flags)
 	b = binary.AppendVarint(b, unixMilli(e.endedAt))
-	b = binary.AppendUvarint(b, uint64(e.leaseSeconds))
-	b = binary.AppendVarint(b, unixMilli(e.leaseDeadline))
+	var seconds uint64
+	var deadline int64
+	if e.lease != nil {
+		seconds, deadline = uint64(e.lease.seconds), unixMilli(e.lease.deadline)
+	}
+	b = binary.AppendUvarint(b, seconds)
+	b = binary.AppendVarint(b, deadline)
 	b = appendKey(b, e.key)
 	b = binary.AppendUvarint(b, uint64(len(e.runs)))
 	for _, r := range e.runs {
@@ -304,7 +309,7 @@ func slotOf(runs map[wireframe.WorkloadKey]*restored, rems map[wireframe.Workloa
 
 // decodePut decodes a put and checks it as the live paths would.
 func (t *Table) decodePut(r *reader) (*entry, error) {
-	e := &entry{leaseIdx: -1}
+	e := &entry{}
 	e.version = r.uvarint()
 	e.kind = kind(r.byte())
 	e.owner = Owner(r.byte())
@@ -325,7 +330,7 @@ func (t *Table) decodePut(r *reader) (*entry, error) {
 		return nil, errRecord
 	}
 	e.line = []byte(line)
-	e.journaled, e.journalSize = true, len(r.whole)
+	e.journaled, e.journalSize = true, int32(len(r.whole))
 	e.replayDrop = flags&flagReplayDrop != 0
 	e.unheld = flags&flagUnheld != 0 && e.kind == kindRemoved
 	if ended != 0 {
@@ -335,7 +340,7 @@ func (t *Table) decodePut(r *reader) (*entry, error) {
 		if leaseSeconds < MinLeaseSeconds || leaseSeconds > MaxLeaseSeconds || e.kind != kindLive || e.owner != Producer {
 			return nil, fmt.Errorf("lease of %d s: %w", leaseSeconds, errRecord)
 		}
-		e.leaseSeconds, e.leaseDeadline = int(leaseSeconds), time.UnixMilli(leaseDeadline)
+		e.lease = &leaseState{seconds: int(leaseSeconds), deadline: time.UnixMilli(leaseDeadline), idx: -1}
 	}
 	if err := checkLine(e); err != nil {
 		return nil, err
@@ -459,18 +464,18 @@ func (t *Table) restoreEntry(e *entry, now time.Time, grace time.Duration, st *R
 			e.retired = true
 		}
 	}
-	if e.leaseSeconds > 0 {
+	if e.lease != nil {
 		// A lease's deadline is at most its length from now (a clock
 		// stepped back, an edited file), and at least the grace: the
 		// producer's renewals failed while the daemon was down.
-		d := e.leaseDeadline
-		if latest := now.Add(time.Duration(e.leaseSeconds) * t.cfg.LeaseUnit); d.After(latest) {
+		d := e.lease.deadline
+		if latest := now.Add(time.Duration(e.lease.seconds) * t.cfg.LeaseUnit); d.After(latest) {
 			d = latest
 		}
 		if earliest := now.Add(grace); d.Before(earliest) {
 			d = earliest
 		}
-		e.leaseDeadline = d
+		e.lease.deadline = d
 		heapPush(t, e)
 	}
 	// A restored entry's age is not known: it counts from the start.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+	"sync"
 
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -76,9 +77,22 @@ const ResyncMarkerBytes = len(`"resync":true,`)
 // "resync": true first in its params, the marker that lets a re-assertion
 // through the peers' dedup. A fresh send leaves the marker out
 // (Line.Fresh), so one copy serves both.
+//
+// The line is kept for as long as its run is, so it is built in a pooled
+// buffer and copied out at its exact length: a buffer grown for it would
+// keep its slack (up to a size class more) per run held.
 func ReassertionLine(method string, params json.RawMessage) []byte {
-	return wireframe.EncodeNotification(method, WithResync(WithoutResync(params)))
+	b := lineBuffers.Get().(*bytes.Buffer)
+	b.Reset()
+	wireframe.WriteNotification(b, method, WithResync(WithoutResync(params)))
+	line := bytes.Clone(b.Bytes())
+	if b.Cap() <= 64<<10 {
+		lineBuffers.Put(b)
+	}
+	return line
 }
+
+var lineBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // WithResync returns params with "resync": true added first.
 func WithResync(params json.RawMessage) json.RawMessage {

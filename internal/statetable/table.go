@@ -42,55 +42,57 @@ const (
 // removed run from a new job of the same id.
 type runKey struct{ engine, runID string }
 
-// entry is one thing this node asserts. Guarded by Table.mu.
+// entry is one thing this node asserts. Guarded by Table.mu. Its fields
+// are ordered by size, the one-byte ones together: a table of 100,000 runs
+// holds 100,000 of them, and padding between fields is paid that often.
 type entry struct {
-	key     wireframe.WorkloadKey // a removal's has Origin and ID only
-	line    []byte                // a run's re-assertion line, a removal's notification
-	kind    kind
-	owner   Owner
-	version uint64
+	key  wireframe.WorkloadKey // a removal's has Origin and ID only
+	line []byte                // a run's re-assertion line, a removal's notification
+	// endedAt is when a tombstone ended (see retired).
+	endedAt time.Time
+	// A removal's runs are the runs it removed, nil for any (see
+	// replayDrop).
+	runs []runKey
+	// requester is the held event's requesterId (when hasRequester), which
+	// the read-back's filter compares without parsing the line.
+	requester string
+	version   uint64
 	// changedAt is when the entry got its version (Unix nanoseconds): a
 	// member's lag is the age of the first entry above its mark.
 	changedAt int64
-	// What a later frame is compared with (supersedes).
-	seq    int64
-	rank   lifecycleRank
-	hasSeq bool
-	// The held event's requesterId, which the read-back's filter compares
-	// without parsing the line.
-	hasRequester bool
-	requester    string
-	// endedAt is when a tombstone ended; retired says its retention has
-	// passed: it is out of the pass order, no longer holds its run or id,
-	// and stays only until every member has acknowledged it.
-	endedAt time.Time
-	retired bool
-	gone    bool // deleted from the table: an item still naming it is stale
-	// unheld says a removal named a workload the table held no run of.
-	unheld bool
-	// A removal's: replayDrop says the broker's replay of its runs is
-	// dropped (a producer removed an owned workload); runs are the runs it
-	// removed, nil for any.
-	replayDrop bool
-	runs       []runKey
-	// journaled says a record of the entry's current state is in the
-	// journal, of journalSize bytes: a later change that needs none
-	// writes a forget instead.
-	journaled   bool
-	journalSize int
-	// The producer's lease: leaseIdx is its place in Table.leases, -1 for
-	// none.
-	leaseSeconds  int
-	leaseDeadline time.Time
-	leaseFailures int
-	leaseIdx      int
+	// seq is what a later frame is compared with (supersedes), with rank.
+	seq int64
 	// order is the entry's place in pass order, for the read-back's cursor.
-	order   uint64
-	inPass  bool
+	order uint64
+	// lease is the producer's lease on the run, nil for none: most runs
+	// have none, so it costs them a pointer.
+	lease   *leaseState
 	sibling *entry // the runs of one workload (byRef)
 	// v links every entry in version order; p links the live and
 	// retained terminal runs in pass order (first tracked first).
 	v, p links
+	// journalSize is the bytes of the entry's record in the journal, while
+	// journaled says one is there: a later change that needs none writes a
+	// forget instead.
+	journalSize int32
+	kind        kind
+	owner       Owner
+	rank        lifecycleRank
+	hasSeq      bool
+	// hasRequester says requester holds the event's requesterId.
+	hasRequester bool
+	// retired says the end's retention has passed: it is out of the pass
+	// order, no longer holds its run or id, and stays only until every
+	// member has acknowledged it.
+	retired bool
+	gone    bool // deleted from the table: an item still naming it is stale
+	// unheld says a removal named a workload the table held no run of.
+	unheld bool
+	// replayDrop says the broker's replay of a removal's runs is dropped
+	// (a producer removed an owned workload).
+	replayDrop bool
+	journaled  bool
+	inPass     bool
 }
 
 func (e *entry) size() int64 {
@@ -410,7 +412,7 @@ func (t *Table) newRun(k wireframe.WorkloadKey) *entry {
 	if k.Origin == t.self {
 		k.Origin = t.self // every local key shares the node id's bytes
 	}
-	e := &entry{key: k, leaseIdx: -1}
+	e := &entry{key: k}
 	t.byKey[k] = e
 	ref := k.Ref()
 	e.sibling = t.byRef[ref]
@@ -485,7 +487,7 @@ func (t *Table) commitRemoval(f *Frame, now time.Time) (Outcome, uint64) {
 		if k.Origin == t.self {
 			k.Origin = t.self
 		}
-		r = &entry{key: k, kind: kindRemoved, leaseIdx: -1, unheld: unheld}
+		r = &entry{key: k, kind: kindRemoved, unheld: unheld}
 		t.removals[ref] = r
 	} else {
 		*t.endBytes(r) -= r.size()

@@ -430,7 +430,7 @@ func TestARestoreEnforcesTheLivePathsBounds(t *testing.T) {
 	good := j.records()
 	var bad [][]byte
 	for _, edit := range []func(e *entry){
-		func(e *entry) { e.leaseSeconds = 1 << 31 },                                                        // a lease the ingress never allows
+		func(e *entry) { e.lease = &leaseState{seconds: 1 << 31} },                                         // a lease the ingress never allows
 		func(e *entry) { e.key.ID = "other" },                                                              // a line that names another key
 		func(e *entry) { e.line = []byte("not json") },                                                     // a line that is no frame
 		func(e *entry) { e.key.ID = strings.Repeat("x", wireframe.MaxKeyFieldBytes+1); e.line = []byte{} }, // a field over its bound
