@@ -123,15 +123,15 @@ func TestDeliveryReportShowsARowPerMemberAndStrangers(t *testing.T) {
 		"peer deliveries (each daemon's /metrics at the end of the run, counted since its last start):",
 		"node1 (n1) http://127.0.0.1:1001/metrics",
 		"  PEER      SUCCEEDED  FAILURES  RETRIES  DROPPED  BEHIND",
-		"  n2               40         3        2        1              0",
-		"  n3                -         -        -        -              -",
-		"  01234567          5         -        -        -              -",
+		"  n2               40         3        2        1       0",
+		"  n3                -         -        -        -       -",
+		"  01234567          5         -        -        -       -",
 		"node2 (n2) http://127.0.0.1:1002/metrics",
 		"  scrape failed: connection refused",
 		"node3 (n3) http://127.0.0.1:1003/metrics",
 		"  PEER  SUCCEEDED  FAILURES  RETRIES  DROPPED  BEHIND",
-		"  n1            -         -        -        -              -",
-		"  n2            -         -        -        -              -",
+		"  n1            -         -        -        -       -",
+		"  n2            -         -        -        -       -",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("report:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
