@@ -32,6 +32,7 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		{pkg: "internal/pairbroker", may: nil, never: []string{"net", "net/http", "os/exec"}},
 		{pkg: "internal/cliflags", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/stockwlm", may: nil, never: []string{"net/http"}},
+		{pkg: "internal/pairshadow", may: []string{"internal/pairbroker", "internal/stockwlm"}, never: []string{"net", "net/http"}},
 		{pkg: "internal/ownjournal", may: nil, never: []string{"net/http"}},
 	}
 	for _, r := range rules {

@@ -98,7 +98,9 @@ type Incoming struct {
 
 // Parse reads the fields the merge needs from a workload object and keeps a
 // copy of its bytes. Null members read as absent, as PAIR's broker decodes
-// them. id, originatedFrom and state are required.
+// them. id and originatedFrom are required, and only they, as
+// workloadstore.ParseIncoming requires them: an object without a state is
+// kept, live, and ranks below queued.
 func Parse(info json.RawMessage) (Incoming, error) {
 	var w struct {
 		ID             string `json:"id"`
@@ -115,8 +117,8 @@ func Parse(info json.RawMessage) (Incoming, error) {
 	if err := json.Unmarshal(info, &w); err != nil {
 		return Incoming{}, fmt.Errorf("workloadInfo: %w", err)
 	}
-	if w.ID == "" || w.OriginatedFrom == "" || w.State == "" {
-		return Incoming{}, errors.New("workloadInfo: id, state and originatedFrom are required")
+	if w.ID == "" || w.OriginatedFrom == "" {
+		return Incoming{}, errors.New("workloadInfo: id and originatedFrom are required")
 	}
 	in := Incoming{Key: Key{w.OriginatedFrom, w.Engine, w.RunID, w.ID}, Model: w.Model, State: w.State,
 		ScheduledOn: w.ScheduledOn, Info: slices.Clone(info)}
@@ -149,11 +151,12 @@ const (
 	LowerRank                         // an earlier state was rejected
 	Repointed                         // the same state with another scheduledOn replaced
 	Unchanged                         // the same state, nothing to apply
+	OlderThanGuess                    // the origin's event had a lower seq than the guess it would replace, and was rejected
 )
 
 var outcomeNames = [...]string{"added", "newer generation", "older generation", "authoritative over inferred",
 	"inferred failed a live record", "inferred on a terminal record", "higher seq", "seq not higher",
-	"higher rank", "lower rank", "scheduledOn changed", "unchanged"}
+	"higher rank", "lower rank", "scheduledOn changed", "unchanged", "seq lower than the guess kept"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
@@ -228,8 +231,14 @@ func (s *Store) applyLocked(in Incoming, inferred bool) Outcome {
 	}
 	// Provenance before rank: the origin's word undoes a wrong guess (a
 	// node that was only cut off, not gone), and a guess may only fail a
-	// record the origin left live.
+	// record the origin left live. A guess keeps the seq of the record it
+	// replaced, so an event of the origin with a lower one is a delayed
+	// copy of something older than that record, and is rejected; an equal
+	// one is the origin re-asserting that record, and wins.
 	if !inferred && cur.Inferred {
+		if in.Seq > 0 && cur.Seq > 0 && in.Seq < cur.Seq {
+			return OlderThanGuess
+		}
 		s.putLocked(in, false, now, cur)
 		return OverInferred
 	}
@@ -330,16 +339,18 @@ func (s *Store) SweepStale(self string, budget time.Duration, reason string) []R
 }
 
 // FailNode fails, by inference, every live record that node originated or
-// runs, when node has left discovery, and returns them. Records self
-// originated are left to their producers, whose word is the truth about
-// them.
-func (s *Store) FailNode(self, node, reason string) []Record {
+// runs, when node has left discovery, and returns them: the records of
+// workloadstore.ActiveForNode, which PAIR's broker fails with
+// ApplyInferred. That includes this broker's own workloads scheduled on
+// node, since the engine that ran them is gone; their producers' next word
+// undoes the guess, as the origin's always does.
+func (s *Store) FailNode(node, reason string) []Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	var out []Record
 	for k, r := range s.recs {
-		if r.Terminal() || k.Origin == self || (k.Origin != node && r.ScheduledOn != node) {
+		if r.Terminal() || (k.Origin != node && r.ScheduledOn != node) {
 			continue
 		}
 		if rec, ok := s.failLocked(r, reason, now); ok {
