@@ -2,7 +2,9 @@ package pairbroker
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -346,5 +348,21 @@ func TestStopClosesStdinThenTerminatesThenKills(t *testing.T) {
 	}
 	if StopGrace != 3*time.Second || SignalGrace != 2*time.Second {
 		t.Errorf("graces %s/%s, want PAIR's 3s and 2s", StopGrace, SignalGrace)
+	}
+}
+
+// PAIR's broker reads a line of LineMax bytes, newline included, and stops
+// for good at a longer one: nothing after it is read.
+func TestReadLinesStopsForGoodOnALineOverLineMax(t *testing.T) {
+	fits := strings.Repeat("a", LineMax-1) + "\n"
+	over := strings.Repeat("b", LineMax) + "\n"
+	var got []int
+	err := ReadLines(strings.NewReader("x\r\n"+fits+over+"after\n"), func(l []byte) { got = append(got, len(l)) })
+	if !errors.Is(err, ErrLineTooLong) || fmt.Sprint(got) != fmt.Sprint([]int{1, LineMax - 1}) {
+		t.Fatalf("read lines of %v, then %v; want [1 %d], then ErrLineTooLong", got, err, LineMax-1)
+	}
+	got = nil
+	if err := ReadLines(strings.NewReader(fits+"last"), func(l []byte) { got = append(got, len(l)) }); err != nil || len(got) != 2 {
+		t.Fatalf("read lines of %v, then %v; want two lines and no error", got, err)
 	}
 }
