@@ -2,9 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
 	"testing"
 
 	"nvpair-workload-manager/internal/pairbroker"
+	"nvpair-workload-manager/internal/pairshadow"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -13,9 +17,12 @@ import (
 // (internal/pairbroker, the model the dev cluster's brokers use): what the
 // Jobs list of a PAIR broker fed by this daemon shows. A test asserting
 // what a user would see uses it, not the last upsert, which is what a
-// last-write store would show.
+// last-write store would show. When ../shared holds PAIR's own store, the
+// same frames go to it too (internal/pairshadow), and a Jobs list that is
+// not the model's fails the test, naming the job.
 func (l *frameLog) jobsList() *pairbroker.Store {
-	s := pairbroker.New(nil)
+	j := pairshadow.NewJudged(nil, l.shadow())
+	defer j.Close()
 	for _, f := range l.all() {
 		switch f.Method {
 		case wireframe.MethodUpsert:
@@ -23,9 +30,7 @@ func (l *frameLog) jobsList() *pairbroker.Store {
 				WorkloadInfo json.RawMessage `json:"workloadInfo"`
 			}
 			if json.Unmarshal(f.Params, &p) == nil {
-				if in, err := pairbroker.Parse(p.WorkloadInfo); err == nil {
-					s.Apply(in)
-				}
+				j.Upsert(p.WorkloadInfo)
 			}
 		case wireframe.MethodRemove:
 			var p struct {
@@ -33,11 +38,48 @@ func (l *frameLog) jobsList() *pairbroker.Store {
 				OriginatedFrom string `json:"originatedFrom"`
 			}
 			if json.Unmarshal(f.Params, &p) == nil {
-				s.Remove(p.OriginatedFrom, p.WorkloadID)
+				j.Remove(p.OriginatedFrom, p.WorkloadID)
 			}
 		}
 	}
-	return s
+	for _, d := range j.Disagreements() {
+		l.t.Errorf("PAIR's store disagrees with the model: %s", d)
+	}
+	return j.Model()
+}
+
+// shadow starts PAIR's store for one Jobs list, or returns nil, saying so
+// once in the test's log, when ../shared has none.
+func (l *frameLog) shadow() *pairshadow.Shadow {
+	bin, err := pairshadow.Program(".")
+	if errors.Is(err, pairshadow.ErrNotFound) {
+		l.t.Logf("no shadow of PAIR's store: %v", err)
+		return nil
+	}
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	sh, err := pairshadow.Start(bin)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return sh
+}
+
+// brokerLineMaxArg is the --broker-line-max a daemon's arguments give, 0
+// when they give none.
+func brokerLineMaxArg(args []string) int {
+	for i, a := range args {
+		v, ok := strings.CutPrefix(a, "--broker-line-max=")
+		if !ok && a == "--broker-line-max" && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
 }
 
 // A job's frames relayed out of order (its producer posts each on its own
