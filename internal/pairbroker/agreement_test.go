@@ -236,7 +236,7 @@ func (w *world) check(t *testing.T, seed uint64, count, length int, rerun string
 // TestModelAgreesWithPAIRsStore is the fixed-seed run CI holds.
 func TestModelAgreesWithPAIRsStore(t *testing.T) {
 	w := newWorld(t)
-	w.check(t, 31, 400, 30, "the fixed seed")
+	w.check(t, 31, 300, 30, "the fixed seed")
 }
 
 // TestModelAgreesWithPAIRsStoreRandomSeed is a short run from a new seed
