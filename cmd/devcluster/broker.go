@@ -67,8 +67,9 @@ type broker struct {
 	jobs       *pairshadow.Judged               // the Jobs store, and PAIR's beside it
 	store      *pairbroker.Store                // jobs.Model(), for reading
 
-	// dmu guards disagreed, disagreedOn, stopped and upserted: where PAIR's store and the
-	// model disagreed, the first time for each job, in the order found.
+	// dmu guards the four fields below it. disagreed lists where PAIR's
+	// store and the model disagreed, the first time for each job (the
+	// heads disagreedOn holds), in the order found.
 	dmu         sync.Mutex
 	disagreed   []string
 	disagreedOn map[string]bool
