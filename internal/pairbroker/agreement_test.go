@@ -84,6 +84,14 @@ func (g gen) upsert(base time.Time) step {
 	if q := g.r.IntN(5); q > 0 {
 		w["seq"] = q
 	}
+	switch g.r.IntN(30) {
+	case 0:
+		w["seq"] = -1 // no seq to either store's merge
+	case 1:
+		w["createdAt"] = "100" // a string: both parsers refuse the object
+	case 2:
+		w["seq"] = nil // null reads as absent
+	}
 	if on := g.pick("", selfNode, "n2", "n3"); on != "" {
 		w["scheduledOn"] = on
 	}
