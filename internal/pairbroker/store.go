@@ -6,11 +6,12 @@
 // It owns the merge rule (Store.Apply, Store.ApplyInferred), the removal of
 // every generation of a workload (Store.Remove), the staleness sweep
 // (Store.SweepStale), the node-loss inference (Store.FailNode), the replay a
-// restarted daemon is owed (Store.Replay, ReplayMethod) and the stop
-// sequence a broker runs on its worker (Stop). Each rule cites where PAIR
-// states it: services/nvpair-ui-broker/workloadstore/store.go and
-// stopwait.go in NVIDIA/Personal-AI-Router. The facts are PAIR's; the code
-// is ours.
+// restarted daemon is owed (Store.Replay, ReplayMethod), the reader of
+// the worker's stdout (ReadLines) and the stop sequence a broker runs on
+// its worker (Stop). Each rule cites where PAIR states it:
+// services/nvpair-ui-broker/workloadstore/store.go and stopwait.go in
+// NVIDIA/Personal-AI-Router. The facts are PAIR's; the code is ours.
+// internal/pairshadow holds the model to PAIR's store itself.
 //
 // It is pure state and timing: it must never import the daemon (the root
 // package), any other package of this module, nor net, net/http or os/exec.
