@@ -115,7 +115,12 @@ func (g gen) step(base time.Time) step {
 	case n < 18:
 		return step{kind: "sweep"}
 	}
-	return step{kind: "wait", wait: []time.Duration{time.Second, 30 * time.Second, budget}[g.r.IntN(3)]}
+	// Waits of whole seconds, of the replay window and the sweep's budget,
+	// and of fractions of a millisecond, so that a comparison made in
+	// milliseconds by one store and in nanoseconds by the other shows.
+	waits := []time.Duration{time.Second, 30 * time.Second, pairbroker.ReplayWindow, budget,
+		time.Duration(g.r.IntN(2000)) * time.Microsecond}
+	return step{kind: "wait", wait: waits[g.r.IntN(len(waits))]}
 }
 
 // sequence draws n steps, sometimes repeating or reordering earlier upserts

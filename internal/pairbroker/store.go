@@ -399,18 +399,22 @@ const ReplayWindow = 60 * time.Second
 func (s *Store) Replay(self string, window time.Duration) []Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cutoff := s.now().Add(-window)
+	// In whole epoch milliseconds, as ReplayForNode compares them (the
+	// completion time is the wire's, in milliseconds): a comparison in
+	// nanoseconds would drop a terminal PAIR's store replays, for up to a
+	// millisecond at the window's edge.
+	cutoff := s.now().UnixMilli() - window.Milliseconds()
 	var out []Record
 	for k, r := range s.recs {
 		if k.Origin != self {
 			continue
 		}
 		if r.Terminal() {
-			done := r.Updated
+			done := r.Updated.UnixMilli()
 			if r.CompletedAt > 0 {
-				done = time.UnixMilli(r.CompletedAt)
+				done = r.CompletedAt
 			}
-			if r.Inferred || done.Before(cutoff) {
+			if r.Inferred || done < cutoff {
 				continue
 			}
 		}
