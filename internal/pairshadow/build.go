@@ -13,6 +13,7 @@ package pairshadow
 
 import (
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -20,6 +21,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
+	"strings"
 
 	"nvpair-workload-manager/internal/stockwlm"
 )
@@ -55,7 +58,9 @@ func Find(start string) (string, error) {
 		if !isStoreModule(mod) {
 			return "", fmt.Errorf("%w: $%s is %s, which has no %s/workloadstore", ErrNotFound, stockwlm.EnvDir, dir, storeRel)
 		}
-		return mod, nil
+		// Absolute: a go.mod replace takes a relative path only from the
+		// module that holds it.
+		return filepath.Abs(mod)
 	}
 	abs, err := filepath.Abs(start)
 	if err != nil {
@@ -104,13 +109,20 @@ func Build(mod, outDir string) (string, error) {
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		return "", err
 	}
+	// The overlay adds our clock file to PAIR's package for this build
+	// only: go build reads it in place of a file that does not exist.
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {
+		filepath.Join(mod, "workloadstore", "zz_pairshadow_clock.go"): filepath.Join(src, "clock.go.overlay"),
+	}})
+	if err != nil {
+		return "", err
+	}
 	files := map[string][]byte{
 		"main.go": programSource,
 		"go.mod": fmt.Appendf(nil, "module nvpair-pairshadow-storeproc\n\ngo %s\n\nrequire nvpair-ui-broker v0.0.0\n\nreplace nvpair-ui-broker => %s\n",
-			m[1], mod),
+			m[1], modPath(mod)),
 		"clock.go.overlay": clockSource,
-		"overlay.json": fmt.Appendf(nil, `{"Replace":{%q:%q}}`,
-			filepath.Join(mod, "workloadstore", "zz_pairshadow_clock.go"), filepath.Join(src, "clock.go.overlay")),
+		"overlay.json":     overlay,
 	}
 	for name, b := range files {
 		if err := os.WriteFile(filepath.Join(src, name), b, 0o644); err != nil {
@@ -128,4 +140,13 @@ func Build(mod, outDir string) (string, error) {
 		return "", fmt.Errorf("building PAIR's workload store program against %s: %v\n%s", mod, err, b)
 	}
 	return out, nil
+}
+
+// modPath quotes dir for a go.mod replace directive when it holds a space
+// or another character the directive cannot take bare.
+func modPath(dir string) string {
+	if strings.ContainsAny(dir, " \t\"'`") {
+		return strconv.Quote(dir)
+	}
+	return dir
 }
