@@ -143,13 +143,18 @@ type world struct {
 	now time.Time
 }
 
+// epoch is where every sequence's clock starts: a whole millisecond, as
+// the wire's times are.
 var epoch = time.UnixMilli(1_790_000_000_000)
 
+// reset empties both stores and sets the clock back to epoch.
 func (w *world) reset() {
 	w.now = epoch
 	w.j.Reset()
 }
 
+// apply makes one step happen to both stores; a wait moves the clock both
+// read.
 func (w *world) apply(s step) {
 	switch s.kind {
 	case "upsert":
@@ -202,6 +207,8 @@ func (w *world) shrink(steps []step) []step {
 	return steps
 }
 
+// newWorld starts PAIR's store beside a model, both reading the world's
+// clock, or skips the test, in one line, when ../shared has no store.
 func newWorld(t *testing.T) *world {
 	t.Helper()
 	bin, err := pairshadow.Program(".")

@@ -209,7 +209,9 @@ func listOf(infos []string) string {
 	return strings.Join(infos, " and ")
 }
 
-// Reset empties both stores.
+// Reset empties both stores: a property test runs many sequences on one
+// program. The model is a new one, so a caller must ask Model again, and
+// must not reset while another goroutine reads the old one.
 func (j *Judged) Reset() {
 	j.begin()
 	defer j.mu.Unlock()
