@@ -47,10 +47,14 @@ func (j *Judged) Model() *pairbroker.Store { return j.model }
 // Shadowed reports whether PAIR's store judges this one.
 func (j *Judged) Shadowed() bool { return j.shadow != nil }
 
-// begin starts an operation: it takes mu and fixes its instant.
+// begin starts an operation: it takes mu and fixes its instant. The
+// instant is the wall clock's alone (Round(0) drops the monotonic
+// reading): PAIR's store is given it as Unix nanoseconds, and both stores
+// must measure the same intervals, or a wall-clock step during a run would
+// show as a disagreement that neither store made.
 func (j *Judged) begin() time.Time {
 	j.mu.Lock()
-	j.at = j.clock()
+	j.at = j.clock().Round(0)
 	return j.at
 }
 
