@@ -395,7 +395,9 @@ const ReplayWindow = 60 * time.Second
 // daemon's ready (workloadstore.ReplayForNode): every live record self
 // originated, and those it holds finished on the origin's word whose
 // completion (completedAt, else the record's last change) is within window
-// of now; never a peer's, never a guess. Oldest first.
+// of now; never a peer's, never a guess. Oldest first, where
+// workloadstore.ReplayForNode has no order: a replay in a stable order
+// makes the dev cluster's restarts repeatable.
 func (s *Store) Replay(self string, window time.Duration) []Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -445,7 +447,9 @@ func ReplayMethod(state string) string {
 }
 
 // Snapshot returns a copy of every record, ordered by origin, id, engine
-// and run.
+// and run. The order differs from workloadstore.Snapshot's (createdAt,
+// origin, id) on purpose: the dev cluster's view and the tests sort as
+// they need, and internal/pairshadow compares the two lists as sets.
 func (s *Store) Snapshot() []Record {
 	s.mu.Lock()
 	out := make([]Record, 0, len(s.recs))
