@@ -16,11 +16,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/pairbroker"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -59,14 +61,28 @@ type frameLog struct {
 	mu     sync.Mutex // guards lines and frames
 	lines  []string
 	frames []wireframe.RPC
+	// lineMax is the longest line the broker reads, newline included:
+	// PAIR's (pairbroker.LineMax) when 0; a node given a longer
+	// --broker-line-max sets it.
+	lineMax atomic.Int64
 }
 
 // readFrom records lines from r until it ends. A line that is not a JSON
 // frame fails the test: stdout carries only frames.
+//
+// A line longer than PAIR's broker reads (pairbroker.LineMax, unless the
+// node was given a longer limit) fails the test, and nothing after it is
+// recorded: PAIR's reader has stopped for good by then. The rest is
+// drained, so that the daemon does not block on a test already failed.
 func (l *frameLog) readFrom(r io.Reader) {
 	br := bufio.NewReader(r)
 	for {
 		line, err := br.ReadBytes('\n')
+		if max := l.maxLine(); len(line) > max {
+			l.t.Errorf("daemon wrote a line of %d bytes, over the %d its broker reads: PAIR's broker stops reading for good there", len(line), max)
+			io.Copy(io.Discard, br)
+			return
+		}
 		if errors.Is(err, os.ErrClosed) {
 			// The test closed the pipe at its cleanup, after the daemon
 			// was stopped, while this reader was still behind (a broker
@@ -90,6 +106,14 @@ func (l *frameLog) readFrom(r io.Reader) {
 			return
 		}
 	}
+}
+
+// maxLine is the longest line the broker reads, newline included.
+func (l *frameLog) maxLine() int {
+	if n := l.lineMax.Load(); n > 0 {
+		return int(n)
+	}
+	return pairbroker.LineMax
 }
 
 // all returns a copy of every frame received so far.
@@ -295,6 +319,9 @@ func newTestNode(t testing.TB, opts ...nodeOption) *testNode {
 	}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.BrokerLineMax > pairbroker.LineMax {
+		n.broker.lineMax.Store(int64(cfg.BrokerLineMax)) // the test reads longer lines than PAIR's broker
 	}
 	if n.m, err = NewManager(cfg); err != nil {
 		t.Fatal(err)

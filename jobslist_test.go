@@ -2,9 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
 	"testing"
 
 	"nvpair-workload-manager/internal/pairbroker"
+	"nvpair-workload-manager/internal/pairshadow"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -13,19 +17,34 @@ import (
 // (internal/pairbroker, the model the dev cluster's brokers use): what the
 // Jobs list of a PAIR broker fed by this daemon shows. A test asserting
 // what a user would see uses it, not the last upsert, which is what a
-// last-write store would show.
+// last-write store would show. When ../shared holds PAIR's own store, the
+// same frames go to it too (internal/pairshadow), and a Jobs list that is
+// not the model's fails the test, naming the job.
 func (l *frameLog) jobsList() *pairbroker.Store {
-	s := pairbroker.New(nil)
-	applyFrames(s, l.all())
-	return s
+	j := pairshadow.NewJudged(nil, l.shadow())
+	defer j.Close()
+	eachJobsFrame(l.all(), func(info json.RawMessage) { _, _ = j.Upsert(info) }, func(origin, id string) { j.Remove(origin, id) })
+	for _, d := range j.Disagreements() {
+		l.t.Errorf("PAIR's store disagrees with the model: %s", d)
+	}
+	return j.Model()
 }
 
 // applyFrames merges a daemon's frames to its broker, in order, into s as
-// PAIR's broker does: each workloads:upsert through the merge, each
-// workloads:remove as a removal of every record of (origin, id); other
-// frames are not the Jobs store's. A broker whose store outlives its
-// daemon's restarts (statetable_process_test.go) feeds one store this way.
+// PAIR's broker does. A broker whose store outlives its daemon's restarts
+// (statetable_process_test.go) feeds one store this way.
 func applyFrames(s *pairbroker.Store, frames []wireframe.RPC) {
+	eachJobsFrame(frames, func(info json.RawMessage) {
+		if in, err := pairbroker.Parse(info); err == nil {
+			s.Apply(in)
+		}
+	}, func(origin, id string) { s.Remove(origin, id) })
+}
+
+// eachJobsFrame hands what reaches PAIR's Jobs store of a daemon's frames
+// to its broker, in order: each workloads:upsert's workloadInfo, each
+// workloads:remove's origin and id. Other frames are not the store's.
+func eachJobsFrame(frames []wireframe.RPC, upsert func(json.RawMessage), remove func(origin, id string)) {
 	for _, f := range frames {
 		switch f.Method {
 		case wireframe.MethodUpsert:
@@ -33,9 +52,7 @@ func applyFrames(s *pairbroker.Store, frames []wireframe.RPC) {
 				WorkloadInfo json.RawMessage `json:"workloadInfo"`
 			}
 			if json.Unmarshal(f.Params, &p) == nil {
-				if in, err := pairbroker.Parse(p.WorkloadInfo); err == nil {
-					s.Apply(in)
-				}
+				upsert(p.WorkloadInfo)
 			}
 		case wireframe.MethodRemove:
 			var p struct {
@@ -43,10 +60,44 @@ func applyFrames(s *pairbroker.Store, frames []wireframe.RPC) {
 				OriginatedFrom string `json:"originatedFrom"`
 			}
 			if json.Unmarshal(f.Params, &p) == nil {
-				s.Remove(p.OriginatedFrom, p.WorkloadID)
+				remove(p.OriginatedFrom, p.WorkloadID)
 			}
 		}
 	}
+}
+
+// shadow starts PAIR's store for one Jobs list, or returns nil, saying so
+// once in the test's log, when ../shared has none.
+func (l *frameLog) shadow() *pairshadow.Shadow {
+	bin, err := pairshadow.Program(".")
+	if errors.Is(err, pairshadow.ErrNotFound) {
+		l.t.Logf("no shadow of PAIR's store: %v", err)
+		return nil
+	}
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	sh, err := pairshadow.Start(bin)
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	return sh
+}
+
+// brokerLineMaxArg is the --broker-line-max a daemon's arguments give, 0
+// when they give none.
+func brokerLineMaxArg(args []string) int {
+	for i, a := range args {
+		v, ok := strings.CutPrefix(a, "--broker-line-max=")
+		if !ok && a == "--broker-line-max" && i+1 < len(args) {
+			v, ok = args[i+1], true
+		}
+		if ok {
+			n, _ := strconv.Atoi(v)
+			return n
+		}
+	}
+	return 0
 }
 
 // A job's frames committed out of order (its producer posts each on its

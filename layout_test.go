@@ -34,6 +34,7 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		{pkg: "internal/stockwlm", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/statejournal", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/statetable", may: []string{"internal/wireframe"}, never: []string{"net/http"}},
+		{pkg: "internal/pairshadow", may: []string{"internal/pairbroker", "internal/stockwlm"}, never: []string{"net", "net/http"}},
 	}
 	for _, r := range rules {
 		t.Run(r.pkg, func(t *testing.T) {

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/pairshadow"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -432,6 +433,7 @@ func TestMain(m *testing.M) {
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
+	pairshadow.RemoveProgram() // PAIR's store program, when a Jobs list built it
 	os.Exit(code)
 }
 
@@ -535,6 +537,7 @@ func startDaemonReading(t testing.TB, bin string, env []string, wrap func(io.Rea
 	}
 	d := &daemonProc{t: t, stdin: inW, stdout: outR, stderr: &logBuffer{}, frameLog: frameLog{t: t},
 		readDone: make(chan struct{}), exited: make(chan struct{})}
+	d.lineMax.Store(int64(brokerLineMaxArg(args))) // 0 without the flag: PAIR's limit
 	d.cmd = exec.Command(bin, args...)
 	d.cmd.Env = append(os.Environ(), env...)
 	d.cmd.Stdin, d.cmd.Stdout, d.cmd.Stderr = inR, outW, d.stderr

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"encoding/json"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/pairbroker"
+	"nvpair-workload-manager/internal/pairshadow"
 )
 
 // jobKey is a workload as a removal names it: ids are unique per origin
@@ -52,7 +52,8 @@ func (j job) terminal() bool {
 func lifecycleMethod(state string) string { return pairbroker.ReplayMethod(state) }
 
 // broker plays one node's broker, the way PAIR's desktop back end does: it
-// owns the node's Jobs store (internal/pairbroker, PAIR's merge), feeds it
+// owns the node's Jobs store (internal/pairbroker, PAIR's merge, judged by
+// PAIR's own store through internal/pairshadow when ../shared has it), feeds it
 // from the daemon's workloads:upsert and workloads:remove and from the
 // local-origin frames it sends the daemon itself, pushes discovery:nodes
 // snapshots, fails by inference what a departed node or a silent origin
@@ -63,7 +64,19 @@ type broker struct {
 	name       string
 	staleAfter time.Duration                    // the staleness budget of the sweep; 0: no sweep
 	logf       func(format string, args ...any) // devcluster's own notes; may be nil
-	store      *pairbroker.Store
+	jobs       *pairshadow.Judged               // the Jobs store, and PAIR's beside it
+	store      *pairbroker.Store                // jobs.Model(), for reading
+
+	// dmu guards the four fields below it. disagreed lists where PAIR's
+	// store and the model disagreed, the first time for each job (the
+	// heads disagreedOn holds), in the order found.
+	dmu         sync.Mutex
+	disagreed   []string
+	disagreedOn map[string]bool
+	stopped     string // why the reader stopped for good (serve); "" while it reads
+	// upserted counts the daemon's workloads:upsert frames per job, so a
+	// test can tell one relay from many.
+	upserted map[jobKey]int
 
 	// wmu serializes writes to the daemon's stdin, and orders the local
 	// frames after a replay: a frame applied while no daemon is attached
@@ -78,12 +91,46 @@ type broker struct {
 }
 
 func newBroker(nodeID, name string, staleAfter time.Duration) *broker {
-	return newBrokerAt(nodeID, name, staleAfter, nil)
+	return newBrokerAt(nodeID, name, staleAfter, nil, nil)
 }
 
-// newBrokerAt is newBroker with the store's clock (time.Now when nil).
-func newBrokerAt(nodeID, name string, staleAfter time.Duration, now func() time.Time) *broker {
-	return &broker{nodeID: nodeID, name: name, staleAfter: staleAfter, store: pairbroker.New(now)}
+// newBrokerAt is newBroker with the store's clock (time.Now when nil) and
+// PAIR's store to judge it (none when nil).
+func newBrokerAt(nodeID, name string, staleAfter time.Duration, now func() time.Time, shadow *pairshadow.Shadow) *broker {
+	j := pairshadow.NewJudged(now, shadow)
+	return &broker{nodeID: nodeID, name: name, staleAfter: staleAfter, jobs: j, store: j.Model(),
+		disagreedOn: map[string]bool{}, upserted: map[jobKey]int{}}
+}
+
+// judge compares the broker's Jobs list with PAIR's store's now, and
+// returns the differences it had not found before: one line each, naming
+// the job. Nothing without a shadow.
+func (b *broker) judge() []string { return b.noteDisagreements(b.jobs.Disagreements()) }
+
+// noteDisagreements keeps the lines about jobs not named before, and
+// returns them.
+func (b *broker) noteDisagreements(lines []string) []string {
+	b.dmu.Lock()
+	defer b.dmu.Unlock()
+	var fresh []string
+	for _, l := range lines {
+		// The line's head names the comparison and the job; the objects
+		// after it change as the job moves on.
+		head, _, _ := strings.Cut(l, ": the model holds")
+		if !b.disagreedOn[head] {
+			b.disagreedOn[head] = true
+			b.disagreed = append(b.disagreed, l)
+			fresh = append(fresh, l)
+		}
+	}
+	return fresh
+}
+
+// disagreements returns every difference found so far.
+func (b *broker) disagreements() []string {
+	b.dmu.Lock()
+	defer b.dmu.Unlock()
+	return slices.Clone(b.disagreed)
 }
 
 func (b *broker) notef(format string, args ...any) {
@@ -142,11 +189,17 @@ type frame struct {
 }
 
 // replayFrames is the replay the broker owes a restarted daemon
-// (pairbroker.Store.Replay): a lifecycle frame for each live workload this
-// node originated, those that reached it through the ingress included, and
-// for each it finished within the last minute, oldest first.
+// (pairbroker.Store.Replay, after PAIR's ReplayForNode(self, 60000) on
+// every (re)start of its workload manager): a lifecycle frame for each live
+// workload this node originated, those that reached it through the ingress
+// included, and for each it finished within the last minute, oldest first.
+// With a shadow, a replay PAIR's store would make otherwise is a
+// disagreement.
 func (b *broker) replayFrames() []frame {
-	recs := b.store.Replay(b.nodeID, pairbroker.ReplayWindow)
+	recs, diff := b.jobs.Replay(b.nodeID, pairbroker.ReplayWindow)
+	for _, l := range b.noteDisagreements(diff) {
+		b.notef("PAIR's store disagrees: %s", l)
+	}
 	out := make([]frame, 0, len(recs))
 	for _, r := range recs {
 		out = append(out, frame{pairbroker.ReplayMethod(r.State), workloadParams(r.Info)})
@@ -178,7 +231,7 @@ func (b *broker) discovery(params json.RawMessage) []job {
 	var failed []job
 	for id := range b.nodes {
 		if !now[id] && id != b.nodeID {
-			for _, r := range b.store.FailNode(b.nodeID, id, "node left discovery") {
+			for _, r := range b.jobs.FailNode(id, "node left discovery") {
 				failed = append(failed, jobOf(r))
 			}
 		}
@@ -222,7 +275,7 @@ func (b *broker) local(method string, info json.RawMessage) error {
 	}
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
-	b.store.Apply(in)
+	b.jobs.Upsert(in.Info)
 	if b.live {
 		b.writeLocked(method, workloadParams(in.Info))
 	}
@@ -235,7 +288,7 @@ func (b *broker) local(method string, info json.RawMessage) error {
 func (b *broker) localRemove(id string) {
 	b.wmu.Lock()
 	defer b.wmu.Unlock()
-	b.store.Remove(b.nodeID, id)
+	b.jobs.Remove(b.nodeID, id)
 	if b.live {
 		p, _ := json.Marshal(map[string]string{"workloadId": id, "originatedFrom": b.nodeID})
 		b.writeLocked("workloads:remove", p)
@@ -245,20 +298,49 @@ func (b *broker) localRemove(id string) {
 // serve reads the daemon's frames until its stdout ends. onReady is called
 // with the daemon's node id when it announces itself, onSubscribe when it
 // subscribes to discovery.
+//
+// It reads as PAIR's broker does (pairbroker.ReadLines): a line over
+// pairbroker.LineMax stops the reading for good, the daemon's later frames
+// unread, and is a problem of the run (stopReason says it).
 func (b *broker) serve(stdout io.Reader, onReady func(nodeID string), onSubscribe func()) error {
-	r := bufio.NewReaderSize(stdout, 64<<10)
-	for {
-		line, err := r.ReadBytes('\n')
+	err := pairbroker.ReadLines(stdout, func(line []byte) {
 		if len(bytes.TrimSpace(line)) > 0 {
 			b.handle(line, onReady, onSubscribe)
 		}
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
+	})
+	if errors.Is(err, pairbroker.ErrLineTooLong) {
+		b.dmu.Lock()
+		b.stopped = fmt.Sprintf("%s's daemon wrote %v", b.name, err)
+		b.dmu.Unlock()
 	}
+	return err
+}
+
+// countUpsert counts a workloads:upsert of the job info names.
+func (b *broker) countUpsert(info json.RawMessage) {
+	var w struct {
+		ID             string `json:"id"`
+		OriginatedFrom string `json:"originatedFrom"`
+	}
+	json.Unmarshal(info, &w)
+	b.dmu.Lock()
+	b.upserted[jobKey{w.OriginatedFrom, w.ID}]++
+	b.dmu.Unlock()
+}
+
+// upserts returns how many workloads:upsert of (origin, id) the daemon
+// wrote to this broker.
+func (b *broker) upserts(origin, id string) int {
+	b.dmu.Lock()
+	defer b.dmu.Unlock()
+	return b.upserted[jobKey{origin, id}]
+}
+
+// stopReason says why the broker's reader stopped for good, or "".
+func (b *broker) stopReason() string {
+	b.dmu.Lock()
+	defer b.dmu.Unlock()
+	return b.stopped
 }
 
 func (b *broker) handle(line []byte, onReady func(string), onSubscribe func()) {
@@ -297,12 +379,11 @@ func (b *broker) handle(line []byte, onReady func(string), onSubscribe func()) {
 			b.notef("workloads:upsert: %v", err)
 			return
 		}
-		in, err := pairbroker.Parse(p.WorkloadInfo)
-		if err != nil {
+		// PAIR's broker: ParseIncoming(params.workloadInfo), then Apply.
+		if _, err := b.jobs.Upsert(p.WorkloadInfo); err != nil {
 			b.notef("workloads:upsert: %v", err)
-			return
 		}
-		b.store.Apply(in)
+		b.countUpsert(p.WorkloadInfo)
 	case "workloads:remove":
 		var p struct {
 			WorkloadID     string `json:"workloadId"`
@@ -312,7 +393,7 @@ func (b *broker) handle(line []byte, onReady func(string), onSubscribe func()) {
 			b.notef("workloads:remove: malformed params %s", f.Params)
 			return
 		}
-		b.store.Remove(p.OriginatedFrom, p.WorkloadID)
+		b.jobs.Remove(p.OriginatedFrom, p.WorkloadID)
 	case "":
 		// a response: the broker sends no requests, so there is nothing to match
 	default:
@@ -343,7 +424,7 @@ func (b *broker) sweep() []job {
 		return nil
 	}
 	var out []job
-	for _, r := range b.store.SweepStale(b.nodeID, b.staleAfter, fmt.Sprintf("origin silent for %s", b.staleAfter)) {
+	for _, r := range b.jobs.SweepStale(b.nodeID, b.staleAfter, fmt.Sprintf("origin silent for %s", b.staleAfter)) {
 		out = append(out, jobOf(r))
 	}
 	return out

@@ -225,7 +225,7 @@ func TestBrokerAnswersOnlyRequestsItDoesNotServe(t *testing.T) {
 
 func TestBrokerSweepFailsOnlyRemoteLiveWorkloadsNobodyReasserted(t *testing.T) {
 	now := time.Unix(1000, 0)
-	b := newBrokerAt(self, "node1", 10*time.Second, func() time.Time { return now })
+	b := newBrokerAt(self, "node1", 10*time.Second, func() time.Time { return now }, nil)
 	b.handle(upsertLine(info(other, "silent-live", "running", 1)), nil, nil)
 	b.handle(upsertLine(info(other, "silent-done", "completed", 1)), nil, nil)
 	b.handle(upsertLine(info(self, "own-live", "queued", 1)), nil, nil)

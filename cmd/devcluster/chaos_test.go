@@ -93,6 +93,10 @@ func TestDevclusterChaosRunConvergesWithEveryJobAsMeant(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "converged: yes") || !strings.Contains(out, "as meant: yes") {
 		t.Fatalf("exit %d\nstdout tail:\n%s\nstderr:\n%s", code, tail(out, 20), notes)
 	}
+	// PAIR's own store agreed with every broker through every fault.
+	if shadowBin != "" && !strings.Contains(out, "as PAIR's broker: yes") {
+		t.Fatalf("the run was not judged by PAIR's store, or it disagreed:\n%s", tail(out, 20))
+	}
 	for _, want := range []string{"chaos: restarting node2's daemon", "broker replayed", "chaos: killing node1's producer mid-job",
 		"node1 retired ing-", "chaos: cutting node3 off", "not re-asserted for 3s", "chaos: node3 is back", "chaos: slowing node3's answers"} {
 		if !strings.Contains(notes, want) {

@@ -19,6 +19,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/pairbroker"
+	"nvpair-workload-manager/internal/pairshadow"
 )
 
 // Timeouts of the process management.
@@ -38,6 +39,9 @@ type clusterConfig struct {
 	staleAfter     time.Duration // the brokers' staleness budget (pairbroker.Store.SweepStale); 0: no sweep
 	logLevel       string
 	logf           func(format string, args ...any) // devcluster's notes (never nil)
+	// shadowBin is PAIR's store program (internal/pairshadow), which
+	// judges every broker's Jobs list; "" when ../shared has none.
+	shadowBin string
 }
 
 // node is one member: its files, its ports, its broker and its current
@@ -118,6 +122,11 @@ type cluster struct {
 	// stopping is set once the whole cluster stops: its daemons' exits
 	// are no node losses to tell the brokers of.
 	stopping atomic.Bool
+
+	// shadowProblems are the shadows that could not start or failed to
+	// stop; set by newCluster and closeShadows.
+	shadowProblems []string
+	shadowsClosed  sync.Once
 }
 
 func newCluster(cfg clusterConfig, members []devpki.Node, logDir string) *cluster {
@@ -132,7 +141,7 @@ func newCluster(cfg clusterConfig, members []devpki.Node, logDir string) *cluste
 			clusterDir: m.ClusterDir,
 			logPath:    filepath.Join(logDir, fmt.Sprintf("node%d.log", i+1)),
 		}
-		n.broker = newBroker(m.ID, n.name, cfg.staleAfter)
+		n.broker = newBrokerAt(m.ID, n.name, cfg.staleAfter, nil, c.startShadow(n.name))
 		n.stock = i >= len(members)-cfg.stock
 		n.broker.logf = cfg.logf
 		if i == 0 {
@@ -521,6 +530,61 @@ func (n *node) peerPort() int {
 	defer n.mu.Unlock()
 	return n.port
 }
+
+// startShadow starts PAIR's store for one broker, or returns nil when
+// there is no program, or it does not start (a problem of the run).
+func (c *cluster) startShadow(name string) *pairshadow.Shadow {
+	if c.cfg.shadowBin == "" {
+		return nil
+	}
+	sh, err := pairshadow.Start(c.cfg.shadowBin)
+	if err != nil {
+		c.shadowProblems = append(c.shadowProblems, fmt.Sprintf("%s: %v", name, err))
+		return nil
+	}
+	return sh
+}
+
+// judge compares every broker's Jobs list with PAIR's store beside it, and
+// notes each job they disagree on, the first time, naming the node.
+func (c *cluster) judge() {
+	for _, n := range c.nodes {
+		for _, l := range n.broker.judge() {
+			c.cfg.logf("%s: PAIR's store disagrees: %s", n.name, l)
+		}
+	}
+}
+
+// brokerProblems is everything that makes the brokers' side of the run
+// fail: each disagreement with PAIR's store, naming the node and the job,
+// a broker whose reader a daemon's line stopped, a shadow that failed.
+func (c *cluster) brokerProblems() []string {
+	out := slices.Clone(c.shadowProblems)
+	for _, n := range c.nodes {
+		for _, l := range n.broker.disagreements() {
+			out = append(out, n.name+": "+l)
+		}
+		if why := n.broker.stopReason(); why != "" {
+			out = append(out, why)
+		}
+	}
+	return out
+}
+
+// closeShadows ends every broker's shadow, once the daemons are stopped;
+// a later call does nothing.
+func (c *cluster) closeShadows() {
+	c.shadowsClosed.Do(func() {
+		for _, n := range c.nodes {
+			if err := n.broker.jobs.Close(); err != nil {
+				c.shadowProblems = append(c.shadowProblems, fmt.Sprintf("%s: %v", n.name, err))
+			}
+		}
+	})
+}
+
+// shadowed reports whether PAIR's store judges the brokers.
+func (c *cluster) shadowed() bool { return c.cfg.shadowBin != "" }
 
 // sweep runs every broker's staleness sweep and notes what it failed.
 func (c *cluster) sweep() {

@@ -21,8 +21,9 @@ import (
 
 // daemonBin is the daemon, built once for every test by the same code the
 // devcluster uses when no --bin is given, into testTmp, which TestMain
-// removes at the end.
-var daemonBin, testTmp string
+// removes at the end. shadowBin is PAIR's store program, built there too,
+// which judges the brokers of every test cluster; "" without ../shared.
+var daemonBin, testTmp, shadowBin string
 
 func TestMain(m *testing.M) {
 	os.Exit(func() int {
@@ -45,6 +46,10 @@ func TestMain(m *testing.M) {
 			flags = append(flags, "-race")
 		}
 		if daemonBin, err = buildDaemon(root, tmp, flags...); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if shadowBin, err = buildShadow(os.Stderr, tmp); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
@@ -160,7 +165,7 @@ func testClusterWith(t *testing.T, n int, resync time.Duration, metrics bool, be
 	}
 	var notes lockedBuffer
 	c := newCluster(clusterConfig{bin: daemonBin, ingress: "127.0.0.1:0", metrics: metrics, resyncInterval: resync,
-		logf: func(f string, a ...any) { fmt.Fprintf(&notes, f+"\n", a...) }}, members, dir)
+		logf: func(f string, a ...any) { fmt.Fprintf(&notes, f+"\n", a...) }, shadowBin: shadowBin}, members, dir)
 	if before != nil {
 		before(c)
 	}
@@ -168,6 +173,7 @@ func testClusterWith(t *testing.T, n int, resync time.Duration, metrics bool, be
 		for _, problem := range c.stop() {
 			t.Error(problem)
 		}
+		judgeAtTheEnd(t, c)
 		assertExited(t, c.allPIDs())
 		if t.Failed() {
 			t.Logf("devcluster notes:\n%s", notes.String())
@@ -181,6 +187,19 @@ func testClusterWith(t *testing.T, n int, resync time.Duration, metrics bool, be
 		t.Fatal(err)
 	}
 	return c
+}
+
+// judgeAtTheEnd compares every broker's Jobs list with PAIR's store a last
+// time, closes the shadows and fails the test for each problem of the
+// brokers' side: a disagreement (naming the node and the job), a reader a
+// daemon's line stopped.
+func judgeAtTheEnd(t *testing.T, c *cluster) {
+	t.Helper()
+	c.judge()
+	c.closeShadows()
+	for _, p := range c.brokerProblems() {
+		t.Error(p)
+	}
 }
 
 // probe is a workload the test enters through a node's broker path.

@@ -28,6 +28,7 @@ import (
 
 	"nvpair-workload-manager/internal/cliflags"
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/pairshadow"
 	"nvpair-workload-manager/internal/stockwlm"
 )
 
@@ -214,12 +215,18 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 		}
 	}
 
+	shadowBin, err := buildShadow(stdout, filepath.Join(dir, "bin"))
+	if err != nil {
+		return fail(err)
+	}
+
 	members, err := devpki.WriteCluster(dir, cfg.nodes)
 	if err != nil {
 		return fail(fmt.Errorf("mint the cluster: %w", err))
 	}
 	c := newCluster(clusterConfig{bin: bin, stockBin: stockBin, stock: cfg.stock, ingress: cfg.ingress, metrics: cfg.metrics, resyncInterval: cfg.resyncInterval,
-		staleAfter: cfg.staleAfter, logLevel: cfg.logLevel, logf: logf}, members, dir)
+		staleAfter: cfg.staleAfter, logLevel: cfg.logLevel, logf: logf, shadowBin: shadowBin}, members, dir)
+	defer c.closeShadows() // after the daemons stopped; a second close is a no-op
 	if cfg.chaos {
 		if c.links, err = newLinkNet(c); err != nil {
 			return fail(err)
@@ -328,6 +335,8 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 	failed := false
 	sweep := time.NewTicker(sweepInterval(cfg.staleAfter))
 	defer sweep.Stop()
+	judge := time.NewTicker(judgeInterval)
+	defer judge.Stop()
 wait:
 	for {
 		select {
@@ -342,6 +351,8 @@ wait:
 			break wait
 		case <-sweep.C:
 			c.sweep()
+		case <-judge.C:
+			c.judge()
 		}
 	}
 
@@ -359,12 +370,20 @@ wait:
 	// The Jobs lists as they converged: once the daemons stop, each broker
 	// sees the others leave discovery and fails their live jobs.
 	final := c.views()
+	c.judge()
 	for _, problem := range c.stop() {
 		fmt.Fprintf(stderr, "devcluster: %s\n", problem)
 		failed = true
 	}
+	// The brokers saw every node leave discovery as the daemons stopped:
+	// PAIR's store must agree on that too.
+	c.judge()
+	c.closeShadows()
 	fmt.Fprintln(stdout)
 	summary(stdout, final, deliveries, ok, why)
+	if !brokerVerdict(stdout, c) {
+		failed = true
+	}
 	if cfg.chaos && ok {
 		if bad := intentVerdict(checkIntents(sim, final[0])); bad != "" {
 			fmt.Fprintf(stdout, "as meant: no (%s)\n", bad)
@@ -389,10 +408,55 @@ wait:
 // by inference (the budget PAIR's workloadstore staleness tests use).
 const defaultStaleAfter = 5 * time.Minute
 
-// sweepInterval is how often the brokers sweep: a fifth of the budget, so a
-// silent workload is failed at most a fifth late, and at most every second.
+// sweepInterval is how often the brokers sweep: PAIR's broker runs its
+// staleness sweep (StaleForeign, then ApplyInferredUnchangedSince) every
+// 60 s with a budget of 5 minutes, a fifth of it; a shorter demo budget
+// keeps that ratio, down to 100 ms.
 func sweepInterval(staleAfter time.Duration) time.Duration {
-	return min(max(staleAfter/5, 100*time.Millisecond), time.Second)
+	return max(staleAfter/5, 100*time.Millisecond)
+}
+
+// judgeInterval is how often the brokers' Jobs lists are compared with
+// PAIR's store beside them, while the run goes on.
+const judgeInterval = 500 * time.Millisecond
+
+// buildShadow builds PAIR's store program (internal/pairshadow) into
+// outDir, from the ../shared found from the module root (else from the
+// working directory). Without one it says so in one line and returns "":
+// the run goes on, its Jobs lists the model's alone.
+func buildShadow(stdout io.Writer, outDir string) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		root = "."
+	}
+	mod, err := pairshadow.Find(root)
+	if errors.Is(err, pairshadow.ErrNotFound) {
+		fmt.Fprintf(stdout, "devcluster: no shadow of PAIR's broker store: %v\n", err)
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(stdout, "devcluster: every broker's Jobs list is judged by PAIR's store from %s\n", mod)
+	return pairshadow.Build(mod, outDir)
+}
+
+// brokerVerdict prints whether the brokers' side of the run held: every
+// Jobs list as PAIR's store had it, no broker's reader stopped by a line.
+// It reports false when it did not.
+func brokerVerdict(w io.Writer, c *cluster) bool {
+	problems := c.brokerProblems()
+	switch {
+	case len(problems) > 0:
+		fmt.Fprintf(w, "as PAIR's broker: no (%d problems)\n", len(problems))
+		for _, p := range problems[:min(len(problems), 10)] {
+			fmt.Fprintln(w, "  "+p)
+		}
+		return false
+	case c.shadowed():
+		fmt.Fprintln(w, "as PAIR's broker: yes (every broker's Jobs list was PAIR's own store's at every check; no daemon line stopped a reader)")
+	}
+	return true
 }
 
 // awaitConvergence waits, until deadline or a signal, for every node to
@@ -404,10 +468,14 @@ func awaitConvergence(c *cluster, deadline time.Duration, sigs <-chan os.Signal)
 	defer tick.Stop()
 	streak := 0
 	var why string
+	var nextSweep time.Time
 	for {
-		// The brokers go on sweeping while the views settle, as PAIR's do:
-		// the verdict is on what a user would see.
-		c.sweep()
+		// The brokers go on sweeping while the views settle, as PAIR's do,
+		// at their cadence: the verdict is on what a user would see.
+		if now := time.Now(); !now.Before(nextSweep) {
+			c.sweep()
+			nextSweep = now.Add(sweepInterval(c.cfg.staleAfter))
+		}
 		var ok bool
 		ok, why = converged(c.views())
 		if ok {

@@ -20,7 +20,9 @@ func paperCluster(t *testing.T, n int) *cluster {
 	for i := range members {
 		members[i] = devpki.Node{ID: devpki.NewUUID(), AppDir: t.TempDir()}
 	}
-	return newCluster(clusterConfig{resyncInterval: time.Second, logf: func(string, ...any) {}}, members, t.TempDir())
+	c := newCluster(clusterConfig{resyncInterval: time.Second, logf: func(string, ...any) {}, shadowBin: shadowBin}, members, t.TempDir())
+	t.Cleanup(func() { judgeAtTheEnd(t, c) })
+	return c
 }
 
 func TestViewerPlainPrintsASnapshotOnlyWhenTheJobsChange(t *testing.T) {

@@ -6,11 +6,12 @@
 // It owns the merge rule (Store.Apply, Store.ApplyInferred), the removal of
 // every generation of a workload (Store.Remove), the staleness sweep
 // (Store.SweepStale), the node-loss inference (Store.FailNode), the replay a
-// restarted daemon is owed (Store.Replay, ReplayMethod) and the stop
-// sequence a broker runs on its worker (Stop). Each rule cites where PAIR
-// states it: services/nvpair-ui-broker/workloadstore/store.go and
-// stopwait.go in NVIDIA/Personal-AI-Router. The facts are PAIR's; the code
-// is ours.
+// restarted daemon is owed (Store.Replay, ReplayMethod), the reader of
+// the worker's stdout (ReadLines) and the stop sequence a broker runs on
+// its worker (Stop). Each rule cites where PAIR states it:
+// services/nvpair-ui-broker/workloadstore/store.go and stopwait.go in
+// NVIDIA/Personal-AI-Router. The facts are PAIR's; the code is ours.
+// internal/pairshadow holds the model to PAIR's store itself.
 //
 // It is pure state and timing: it must never import the daemon (the root
 // package), any other package of this module, nor net, net/http or os/exec.
@@ -98,7 +99,9 @@ type Incoming struct {
 
 // Parse reads the fields the merge needs from a workload object and keeps a
 // copy of its bytes. Null members read as absent, as PAIR's broker decodes
-// them. id, originatedFrom and state are required.
+// them. id and originatedFrom are required, and only they, as
+// workloadstore.ParseIncoming requires them: an object without a state is
+// kept, live, and ranks below queued.
 func Parse(info json.RawMessage) (Incoming, error) {
 	var w struct {
 		ID             string `json:"id"`
@@ -115,8 +118,8 @@ func Parse(info json.RawMessage) (Incoming, error) {
 	if err := json.Unmarshal(info, &w); err != nil {
 		return Incoming{}, fmt.Errorf("workloadInfo: %w", err)
 	}
-	if w.ID == "" || w.OriginatedFrom == "" || w.State == "" {
-		return Incoming{}, errors.New("workloadInfo: id, state and originatedFrom are required")
+	if w.ID == "" || w.OriginatedFrom == "" {
+		return Incoming{}, errors.New("workloadInfo: id and originatedFrom are required")
 	}
 	in := Incoming{Key: Key{w.OriginatedFrom, w.Engine, w.RunID, w.ID}, Model: w.Model, State: w.State,
 		ScheduledOn: w.ScheduledOn, Info: slices.Clone(info)}
@@ -149,11 +152,12 @@ const (
 	LowerRank                         // an earlier state was rejected
 	Repointed                         // the same state with another scheduledOn replaced
 	Unchanged                         // the same state, nothing to apply
+	OlderThanGuess                    // the origin's event had a lower seq than the guess it would replace, and was rejected
 )
 
 var outcomeNames = [...]string{"added", "newer generation", "older generation", "authoritative over inferred",
 	"inferred failed a live record", "inferred on a terminal record", "higher seq", "seq not higher",
-	"higher rank", "lower rank", "scheduledOn changed", "unchanged"}
+	"higher rank", "lower rank", "scheduledOn changed", "unchanged", "seq lower than the guess kept"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
@@ -228,8 +232,14 @@ func (s *Store) applyLocked(in Incoming, inferred bool) Outcome {
 	}
 	// Provenance before rank: the origin's word undoes a wrong guess (a
 	// node that was only cut off, not gone), and a guess may only fail a
-	// record the origin left live.
+	// record the origin left live. A guess keeps the seq of the record it
+	// replaced, so an event of the origin with a lower one is a delayed
+	// copy of something older than that record, and is rejected; an equal
+	// one is the origin re-asserting that record, and wins.
 	if !inferred && cur.Inferred {
+		if in.Seq > 0 && cur.Seq > 0 && in.Seq < cur.Seq {
+			return OlderThanGuess
+		}
 		s.putLocked(in, false, now, cur)
 		return OverInferred
 	}
@@ -330,16 +340,18 @@ func (s *Store) SweepStale(self string, budget time.Duration, reason string) []R
 }
 
 // FailNode fails, by inference, every live record that node originated or
-// runs, when node has left discovery, and returns them. Records self
-// originated are left to their producers, whose word is the truth about
-// them.
-func (s *Store) FailNode(self, node, reason string) []Record {
+// runs, when node has left discovery, and returns them: the records of
+// workloadstore.ActiveForNode, which PAIR's broker fails with
+// ApplyInferred. That includes this broker's own workloads scheduled on
+// node, since the engine that ran them is gone; their producers' next word
+// undoes the guess, as the origin's always does.
+func (s *Store) FailNode(node, reason string) []Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	var out []Record
 	for k, r := range s.recs {
-		if r.Terminal() || k.Origin == self || (k.Origin != node && r.ScheduledOn != node) {
+		if r.Terminal() || (k.Origin != node && r.ScheduledOn != node) {
 			continue
 		}
 		if rec, ok := s.failLocked(r, reason, now); ok {
@@ -383,22 +395,28 @@ const ReplayWindow = 60 * time.Second
 // daemon's ready (workloadstore.ReplayForNode): every live record self
 // originated, and those it holds finished on the origin's word whose
 // completion (completedAt, else the record's last change) is within window
-// of now; never a peer's, never a guess. Oldest first.
+// of now; never a peer's, never a guess. Oldest first, where
+// workloadstore.ReplayForNode has no order: a replay in a stable order
+// makes the dev cluster's restarts repeatable.
 func (s *Store) Replay(self string, window time.Duration) []Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cutoff := s.now().Add(-window)
+	// In whole epoch milliseconds, as ReplayForNode compares them (the
+	// completion time is the wire's, in milliseconds): a comparison in
+	// nanoseconds would drop a terminal PAIR's store replays, for up to a
+	// millisecond at the window's edge.
+	cutoff := s.now().UnixMilli() - window.Milliseconds()
 	var out []Record
 	for k, r := range s.recs {
 		if k.Origin != self {
 			continue
 		}
 		if r.Terminal() {
-			done := r.Updated
+			done := r.Updated.UnixMilli()
 			if r.CompletedAt > 0 {
-				done = time.UnixMilli(r.CompletedAt)
+				done = r.CompletedAt
 			}
-			if r.Inferred || done.Before(cutoff) {
+			if r.Inferred || done < cutoff {
 				continue
 			}
 		}
@@ -429,7 +447,9 @@ func ReplayMethod(state string) string {
 }
 
 // Snapshot returns a copy of every record, ordered by origin, id, engine
-// and run.
+// and run. The order differs from workloadstore.Snapshot's (createdAt,
+// origin, id) on purpose: the dev cluster's view and the tests sort as
+// they need, and internal/pairshadow compares the two lists as sets.
 func (s *Store) Snapshot() []Record {
 	s.mu.Lock()
 	out := make([]Record, 0, len(s.recs))

@@ -2,7 +2,9 @@ package pairbroker
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -63,6 +65,9 @@ func TestApplyMergesLikePAIRsBroker(t *testing.T) {
 		{"the origin's event overrides a guess, even of a lower rank",
 			[]step{{ev(peer, "j", "running", 100, 2, peer), false, Added}, {ev(peer, "j", "failed", 100, 2, peer), true, InferredFailed},
 				{ev(peer, "j", "running", 100, 2, peer), false, OverInferred}}, "running", false},
+		{"a guess keeps its record's seq: the origin's delayed lower one does not override it",
+			[]step{{ev(peer, "j", "running", 100, 2, peer), false, Added}, {ev(peer, "j", "failed", 100, 2, peer), true, InferredFailed},
+				{ev(peer, "j", "queued", 100, 1, peer), false, OlderThanGuess}}, "failed", true},
 		{"a guess fails a live record",
 			[]step{{ev(peer, "j", "running", 100, 0, peer), false, Added}, {ev(peer, "j", "failed", 100, 0, peer), true, InferredFailed}}, "failed", true},
 		{"a guess never rewrites a terminal record",
@@ -153,10 +158,15 @@ func TestTheKeyIsOriginEngineRunAndID(t *testing.T) {
 }
 
 func TestParseRefusesAnObjectWithoutItsIdentityAndReadsNullsAsAbsent(t *testing.T) {
-	for _, bad := range []string{`{}`, `{"id":"x","state":"queued"}`, `{"id":"x","originatedFrom":"o"}`, `[]`} {
+	for _, bad := range []string{`{}`, `{"id":"x","state":"queued"}`, `{"originatedFrom":"o","state":"queued"}`, `[]`} {
 		if _, err := Parse(json.RawMessage(bad)); err == nil {
 			t.Errorf("Parse(%s) accepted", bad)
 		}
+	}
+	// A workload without a state is PAIR's broker's too (ParseIncoming asks
+	// only for id and originatedFrom): it ranks below queued and is live.
+	if in, err := Parse(json.RawMessage(`{"id":"x","originatedFrom":"o"}`)); err != nil || in.State != "" {
+		t.Errorf("Parse without a state: %+v, %v", in, err)
 	}
 	in, err := Parse(json.RawMessage(`{"id":"x","state":"queued","originatedFrom":"o","runId":null,"scheduledOn":null,"createdAt":null,"seq":null}`))
 	if err != nil || in.RunID != "" || in.CreatedAt != 0 || in.Seq != 0 {
@@ -234,7 +244,8 @@ func TestAGuessIsNoSighting(t *testing.T) {
 }
 
 // A node that leaves discovery has the live records it originated or runs
-// failed by inference; its finished records and this node's own stay.
+// failed by inference, this node's own that it ran included
+// (workloadstore.ActiveForNode); its finished records stay.
 func TestFailNodeFailsTheDepartedNodesLiveRecords(t *testing.T) {
 	s, _ := newClockStore()
 	s.Apply(ev(peer, "live", "running", 1, 0, peer))
@@ -243,12 +254,12 @@ func TestFailNodeFailsTheDepartedNodesLiveRecords(t *testing.T) {
 	s.Apply(ev("third", "runs-on-peer", "running", 1, 0, peer))
 	s.Apply(ev(self, "mine-on-peer", "running", 1, 0, peer))
 	s.Apply(ev("third", "elsewhere", "running", 1, 0, "third"))
-	got := s.FailNode(self, peer, "node left")
+	got := s.FailNode(peer, "node left")
 	var ids []string
 	for _, r := range got {
 		ids = append(ids, r.ID)
 	}
-	if fmt.Sprint(ids) != "[live queued runs-on-peer]" {
+	if fmt.Sprint(ids) != "[live queued mine-on-peer runs-on-peer]" {
 		t.Fatalf("failed %v", ids)
 	}
 	for id, want := range map[string]string{"done": "completed", "elsewhere": "running"} {
@@ -258,8 +269,8 @@ func TestFailNodeFailsTheDepartedNodesLiveRecords(t *testing.T) {
 			}
 		}
 	}
-	if r, _ := s.Get(self, "mine-on-peer"); r.State != "running" {
-		t.Errorf("own record failed by the node-loss inference: %+v", r)
+	if r, _ := s.Get(self, "mine-on-peer"); r.State != "failed" || !r.Inferred {
+		t.Errorf("own record run by the departed node not failed by inference: %+v", r)
 	}
 }
 
@@ -337,5 +348,21 @@ func TestStopClosesStdinThenTerminatesThenKills(t *testing.T) {
 	}
 	if StopGrace != 3*time.Second || SignalGrace != 2*time.Second {
 		t.Errorf("graces %s/%s, want PAIR's 3s and 2s", StopGrace, SignalGrace)
+	}
+}
+
+// PAIR's broker reads a line of LineMax bytes, newline included, and stops
+// for good at a longer one: nothing after it is read.
+func TestReadLinesStopsForGoodOnALineOverLineMax(t *testing.T) {
+	fits := strings.Repeat("a", LineMax-1) + "\n"
+	over := strings.Repeat("b", LineMax) + "\n"
+	var got []int
+	err := ReadLines(strings.NewReader("x\r\n"+fits+over+"after\n"), func(l []byte) { got = append(got, len(l)) })
+	if !errors.Is(err, ErrLineTooLong) || fmt.Sprint(got) != fmt.Sprint([]int{1, LineMax - 1}) {
+		t.Fatalf("read lines of %v, then %v; want [1 %d], then ErrLineTooLong", got, err, LineMax-1)
+	}
+	got = nil
+	if err := ReadLines(strings.NewReader(fits+"last"), func(l []byte) { got = append(got, len(l)) }); err != nil || len(got) != 2 {
+		t.Fatalf("read lines of %v, then %v; want two lines and no error", got, err)
 	}
 }
