@@ -30,17 +30,6 @@ func (l *frameLog) jobsList() *pairbroker.Store {
 	return j.Model()
 }
 
-// applyFrames merges a daemon's frames to its broker, in order, into s as
-// PAIR's broker does. A broker whose store outlives its daemon's restarts
-// (statetable_process_test.go) feeds one store this way.
-func applyFrames(s *pairbroker.Store, frames []wireframe.RPC) {
-	eachJobsFrame(frames, func(info json.RawMessage) {
-		if in, err := pairbroker.Parse(info); err == nil {
-			s.Apply(in)
-		}
-	}, func(origin, id string) { s.Remove(origin, id) })
-}
-
 // eachJobsFrame hands what reaches PAIR's Jobs store of a daemon's frames
 // to its broker, in order: each workloads:upsert's workloadInfo, each
 // workloads:remove's origin and id. Other frames are not the store's.
@@ -66,20 +55,23 @@ func eachJobsFrame(frames []wireframe.RPC, upsert func(json.RawMessage), remove 
 	}
 }
 
-// shadow starts PAIR's store for one Jobs list, or returns nil, saying so
-// once in the test's log, when ../shared has none.
-func (l *frameLog) shadow() *pairshadow.Shadow {
+// shadow starts PAIR's store for one Jobs list (startShadow).
+func (l *frameLog) shadow() *pairshadow.Shadow { return startShadow(l.t) }
+
+// startShadow starts PAIR's store, or returns nil, saying so in the test's
+// log, when ../shared has none.
+func startShadow(t testing.TB) *pairshadow.Shadow {
 	bin, err := pairshadow.Program(".")
 	if errors.Is(err, pairshadow.ErrNotFound) {
-		l.t.Logf("no shadow of PAIR's store: %v", err)
+		t.Logf("no shadow of PAIR's store: %v", err)
 		return nil
 	}
 	if err != nil {
-		l.t.Fatal(err)
+		t.Fatal(err)
 	}
 	sh, err := pairshadow.Start(bin)
 	if err != nil {
-		l.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return sh
 }

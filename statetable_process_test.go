@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/pairbroker"
+	"nvpair-workload-manager/internal/pairshadow"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -53,12 +55,22 @@ type pairNodeBroker struct {
 	replayWindow time.Duration
 
 	procs []*daemonProc
-	store *pairbroker.Store
+	// store is the model of PAIR's store, judged by PAIR's own store when
+	// ../shared holds it (internal/pairshadow): every frame goes to both,
+	// and a difference fails the test at its end.
+	store *pairshadow.Judged
 	fed   []int // how many of each process's frames the store has merged
 }
 
 func newPairNodeBroker(t *testing.T, node devpki.Node, args ...string) *pairNodeBroker {
-	return &pairNodeBroker{t: t, node: node, args: args, replayWindow: pairbroker.ReplayWindow, store: pairbroker.New(nil)}
+	b := &pairNodeBroker{t: t, node: node, args: args, replayWindow: pairbroker.ReplayWindow, store: pairshadow.NewJudged(nil, startShadow(t))}
+	t.Cleanup(func() {
+		for _, d := range b.store.Disagreements() {
+			t.Errorf("%s: PAIR's store disagrees with the model: %s", node.ID[:8], d)
+		}
+		b.store.Close()
+	})
+	return b
 }
 
 // start starts the node's daemon, replays the store to it, and returns it
@@ -73,7 +85,11 @@ func (b *pairNodeBroker) start() *daemonProc {
 		}
 		<-d.readDone
 	}
-	replay := b.jobs().Replay(b.node.ID, b.replayWindow)
+	b.jobs()
+	replay, differ := b.store.Replay(b.node.ID, b.replayWindow)
+	for _, d := range differ {
+		b.t.Errorf("%s's replay: PAIR's store disagrees with the model: %s", b.node.ID[:8], d)
+	}
 	d := startDaemon(b.t, nodeArgs(b.node, 0, b.args...)...)
 	for _, r := range replay {
 		d.send(string(wireframe.EncodeNotification(pairbroker.ReplayMethod(r.State), []byte(`{"workloadInfo":`+string(r.Info)+`}`))))
@@ -103,10 +119,10 @@ func (b *pairNodeBroker) cur() *daemonProc {
 func (b *pairNodeBroker) jobs() *pairbroker.Store {
 	for i, d := range b.procs {
 		fs := d.framesFrom(b.fed[i])
-		applyFrames(b.store, fs)
+		eachJobsFrame(fs, func(info json.RawMessage) { _, _ = b.store.Upsert(info) }, func(origin, id string) { b.store.Remove(origin, id) })
 		b.fed[i] += len(fs)
 	}
-	return b.store
+	return b.store.Model()
 }
 
 // stop stops the daemon as PAIR's broker stops its worker (pairbroker.Stop:
