@@ -18,7 +18,6 @@ import (
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/promtext"
-	"nvpair-workload-manager/internal/statejournal"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -146,7 +145,7 @@ type Manager struct {
 	// journal keeps what the table must not lose across a restart
 	// (tablejournal.go); nil without a JournalPath or when it could not be
 	// opened.
-	journal *statejournal.Journal
+	journal journalFile
 	// lastEvicted is the table's eviction count at the last prune, for
 	// the one line per burst (pruneTable).
 	lastEvicted uint64

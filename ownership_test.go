@@ -5,16 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
+	"nvpair-workload-manager/internal/statejournal"
 	"nvpair-workload-manager/internal/wireframe"
 )
-
-// withJournal gives the node a journal in its own directory.
-func withJournal(path string) nodeOption {
-	return func(c *Config) { c.JournalPath = path }
-}
 
 // An ingress removal of an id the node does not hold is relayed (a peer
 // may hold it), but no producer owned it, so the broker's own job of that
@@ -156,5 +155,60 @@ func TestOwnershipAFrameCheckedBeforeTheBrokerTookTheIDDoesNotTakeItOver(t *test
 				t.Fatalf("the broker's job after a racing ingress %s: owned by the producer %v, tracked %v, queued %s", tc.name, owned, ifxIsTracked(n, n.id, "proxy-9"), ifxDescribe(got))
 			}
 		})
+	}
+}
+
+// heldJournal is a journal whose Wait is held until released: a stand-in
+// for a slow disk, to see what an answer waits for.
+type heldJournal struct {
+	journalFile
+	waiting chan uint64   // each Wait's sequence, as it starts
+	release chan struct{} // closed to let every Wait return
+}
+
+func (j *heldJournal) Wait(seq uint64) error {
+	j.waiting <- seq
+	<-j.release
+	return j.journalFile.Wait(seq)
+}
+
+// An ingress 200 is a promise (spec 5.3): the answer waits until the
+// frame's journal record is durable, not only until it is committed.
+func TestAnIngress200WaitsForItsJournalRecord(t *testing.T) {
+	n := newTestNode(t)
+	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	// The journal is given before the start (no JournalPath: Run opens none).
+	f, _, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &heldJournal{journalFile: f, waiting: make(chan uint64, 1), release: make(chan struct{})}
+	n.m.useJournal(j)
+	n.start()
+	answered := make(chan int, 1)
+	go func() {
+		st, _ := postIngress(t, n.m.IngressAddr(), ingressFrameJSON(leasedInfo("durable", "running", 1)))
+		answered <- st
+	}()
+	select {
+	case seq := <-j.waiting:
+		if seq == 0 {
+			t.Fatal("the frame's record has no sequence")
+		}
+	case st := <-answered:
+		t.Fatalf("answered %d without waiting for the journal", st)
+	case <-time.After(waitTimeout):
+		t.Fatal("the post neither waited for the journal nor was answered")
+	}
+	select {
+	case st := <-answered:
+		t.Fatalf("answered %d while its journal record was not yet durable", st)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(j.release)
+	if st := <-answered; st != http.StatusOK {
+		t.Fatalf("answered %d once durable, want 200", st)
 	}
 }

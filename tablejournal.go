@@ -6,6 +6,7 @@ import (
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/statejournal"
+	"nvpair-workload-manager/internal/statetable"
 )
 
 // The journal (spec 5.3) is the state table's memory across a restart:
@@ -15,6 +16,24 @@ import (
 // commit). It is read once at start, before any listener serves and
 // before the broker's replay, and compacted in the background from the
 // table when it outgrows twice what it must hold.
+
+// journalFile is what the Manager uses of its journal
+// (*statejournal.Journal): a test stands in for it to hold a write.
+type journalFile interface {
+	statetable.Journal
+	Wait(seq uint64) error
+	Compact(snapshot func(emit func([]byte) error) error) bool
+	Size() int64
+	Close() error
+	Stats() statejournal.Stats
+}
+
+// useJournal makes j the Manager's journal and the table's, before the
+// first change.
+func (m *Manager) useJournal(j journalFile) {
+	m.journal = j
+	m.table.SetJournal(j)
+}
 
 // journalFileName is the journal's name in the app dir, beside
 // node-id.json. The journal of earlier versions (a JSON file rewritten
@@ -44,8 +63,7 @@ func (m *Manager) openJournal() {
 		return
 	}
 	st := m.table.Restore(records, restartLeaseGrace*m.leaseUnit)
-	m.journal = j
-	m.table.SetJournal(j)
+	m.useJournal(j)
 	if st.Records > 0 {
 		m.log.Info("journal read", "file", m.cfg.JournalPath, "records", st.Records, "runs", st.Runs, "ends", st.Ends, "members", st.Members, "refused", st.Refused, "overLimit", st.OverLimit)
 	}
