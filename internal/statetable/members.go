@@ -199,9 +199,43 @@ type endItem struct {
 type endQueue struct {
 	items                  []endItem
 	retireHead, forgetHead int
+	// sweepAt is the length at which push drops the stale items: an end
+	// corrected again and again while a member is away (so forgetHead
+	// stays put) would otherwise leave one stale item per correction.
+	sweepAt int
 }
 
-func (q *endQueue) push(e *entry) { q.items = append(q.items, endItem{e, e.version}) }
+// endQueueSweepFloor is the least length a sweep waits for.
+const endQueueSweepFloor = 1024
+
+func (q *endQueue) push(e *entry) {
+	q.items = append(q.items, endItem{e, e.version})
+	if len(q.items) >= max(q.sweepAt, endQueueSweepFloor) {
+		q.sweep()
+	}
+}
+
+// sweep drops the stale items and sets the next sweep at twice what is
+// left: each sweep is paid for by as many pushes, amortized O(1).
+func (q *endQueue) sweep() {
+	kept := q.items[:0]
+	retire, forget := 0, 0
+	for i := range q.items {
+		if i < q.forgetHead {
+			continue // popped already
+		}
+		if q.valid(i) {
+			if i < q.retireHead {
+				retire++
+			}
+			kept = append(kept, q.items[i])
+		}
+	}
+	clear(q.items[len(kept):])
+	q.items = kept
+	q.retireHead, q.forgetHead = retire, forget
+	q.sweepAt = 2 * len(kept)
+}
 
 func (q *endQueue) valid(i int) bool {
 	it := q.items[i]

@@ -96,12 +96,12 @@ type entry struct {
 }
 
 func (e *entry) size() int64 {
-	return int64(len(e.line)+len(e.key.Origin)+len(e.key.Engine)+len(e.key.RunID)+len(e.key.ID)) + EntryOverhead
+	return int64(len(e.line)+len(e.key.Origin)+len(e.key.Engine)+len(e.key.RunID)+len(e.key.ID)) + entryOverhead
 }
 
-// EntryOverhead is what an entry costs beside its line and key, counted
+// entryOverhead is what an entry costs beside its line and key, counted
 // in the ended bytes: the struct, its map slots and item.
-const EntryOverhead = 256
+const entryOverhead = 256
 
 func (e *entry) lineOf() Line { return Line{b: e.line, run: e.kind != kindRemoved} }
 
@@ -194,7 +194,6 @@ func New(cfg Config) *Table {
 	}
 	t := &Table{
 		cfg:      cfg,
-		self:     cfg.Self,
 		byKey:    map[wireframe.WorkloadKey]*entry{},
 		byRef:    map[wireframe.WorkloadRef]*entry{},
 		removals: map[wireframe.WorkloadRef]*entry{},
@@ -409,16 +408,23 @@ func (t *Table) commitLifecycle(f *Frame, now time.Time) (Outcome, uint64) {
 // newRun creates the entry of a new run, in pass order and its workload's
 // chain.
 func (t *Table) newRun(k wireframe.WorkloadKey) *entry {
-	if k.Origin == t.self {
-		k.Origin = t.self // every local key shares the node id's bytes
-	}
-	e := &entry{key: k}
+	e := &entry{key: t.sharedOrigin(k)}
 	t.byKey[k] = e
 	ref := k.Ref()
 	e.sibling = t.byRef[ref]
 	t.byRef[ref] = e
 	t.linkPass(e)
 	return e
+}
+
+// sharedOrigin returns k with its origin sharing the node id's bytes when
+// it is this node: every local key's origin is, and one string for all
+// saves an allocation per entry.
+func (t *Table) sharedOrigin(k wireframe.WorkloadKey) wireframe.WorkloadKey {
+	if k.Origin == t.cfg.Self {
+		k.Origin = t.cfg.Self
+	}
+	return k
 }
 
 // setRun records ev as e's latest state, with a new version.
@@ -483,11 +489,7 @@ func (t *Table) commitRemoval(f *Frame, now time.Time) (Outcome, uint64) {
 	}
 	r := t.removals[ref]
 	if r == nil {
-		k := wireframe.WorkloadKey{Origin: ref.Origin, ID: ref.ID}
-		if k.Origin == t.self {
-			k.Origin = t.self
-		}
-		r = &entry{key: k, kind: kindRemoved, unheld: unheld}
+		r = &entry{key: t.sharedOrigin(wireframe.WorkloadKey{Origin: ref.Origin, ID: ref.ID}), kind: kindRemoved, unheld: unheld}
 		t.removals[ref] = r
 	} else {
 		*t.endBytes(r) -= r.size()
@@ -719,8 +721,8 @@ func (t *Table) retryAfterLocked(now time.Time) time.Duration {
 
 // Sizes are the table's gauges.
 type Sizes struct {
-	Runs, Live, Owned, Removals, Members, Leases int
-	RunBytes, EndedBytes, UnheldBytes            int64
+	Runs, Removals, Members, Leases   int
+	RunBytes, EndedBytes, UnheldBytes int64
 }
 
 // Sizes returns the table's gauges; O(1).
@@ -729,9 +731,6 @@ func (t *Table) Sizes() Sizes {
 	defer t.mu.Unlock()
 	return Sizes{Runs: t.inPass, RunBytes: t.passSize, EndedBytes: t.ended, UnheldBytes: t.unheldBytes, Removals: len(t.removals), Members: len(t.members), Leases: len(t.leases)}
 }
-
-// Bounds returns the configured bounds.
-func (t *Table) Bounds() Config { return t.cfg }
 
 // HoldsRun reports whether the table holds run k within its retention.
 func (t *Table) HoldsRun(k wireframe.WorkloadKey) bool {

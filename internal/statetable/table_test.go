@@ -544,3 +544,22 @@ func TestAMembersLagIsTheAgeOfTheOldestChangeItLacks(t *testing.T) {
 		t.Fatalf("lag %v of a caught-up member, want 0", lag)
 	}
 }
+
+// An end corrected again and again while a member is away leaves no trail:
+// the table's queue of ends stays bounded by the ends it holds.
+func TestAnEndCorrectedWhileAMemberIsAwayKeepsItsQueueBounded(t *testing.T) {
+	tb, _, _ := newTable(t)
+	tb.Join("away")
+	// An older end the member lacks holds the front of the queue.
+	commit(t, tb, FromProducer, event(t, "older", "completed"))
+	for i := range 20_000 {
+		state := []string{"completed", "failed"}[i%2]
+		commit(t, tb, FromProducer, event(t, "j", state))
+	}
+	tb.mu.Lock()
+	n := len(tb.ends.items)
+	tb.mu.Unlock()
+	if n > 2*endQueueSweepFloor {
+		t.Fatalf("the queue of ends holds %d items for one end", n)
+	}
+}
