@@ -344,6 +344,18 @@ func TestBrowserAttacksAreRefused(t *testing.T) {
 	if n := len(peer.broker.withMethod(wireframe.MethodRemove)); n != 0 {
 		t.Errorf("the peer's broker got %d removal(s)", n)
 	}
+	// The ingress logs an accepted frame after it commits it, so the broker
+	// can see the last barrier before its log line is written: wait for that
+	// line, then count. Frames are accepted in order, so an attempt that got
+	// in would have been logged before it.
+	eventually(t, "the log line of barrier-form's acceptance", func() bool {
+		for _, line := range strings.Split(d.stderr.String(), "\n") {
+			if strings.Contains(line, `msg="ingress frame accepted"`) && strings.HasSuffix(line, " id=barrier-form") {
+				return true
+			}
+		}
+		return false
+	})
 	if n := strings.Count(d.stderr.String(), `msg="ingress frame accepted"`); n != len(legit) {
 		t.Errorf("the daemon accepted %d ingress frames, want only the %d legitimate ones", n, len(legit))
 	}
