@@ -24,7 +24,6 @@ const (
 	peerRetryMaxDelay    = 30 * time.Second
 	peerDialTimeout      = 3 * time.Second
 	peerMaxIdleConns     = 2
-	dropLogInterval      = 10 * time.Second
 	peerEventsPath       = "/v1/workloads/events"
 	peerResponseDrainCap = 64 << 10
 )
@@ -255,33 +254,4 @@ func (b *broadcaster) close(drain time.Duration) {
 	b.mu.Unlock()
 	b.log.Warn("shutdown: peers not caught up in time; what they lack stays owed to them", "peers", behind, "drain", drain)
 	<-done
-}
-
-// dropLogger logs the first drop and then at most one summary per
-// dropLogInterval, so a full queue cannot flood the log.
-type dropLogger struct {
-	mu      sync.Mutex // guards last and pending; a leaf lock
-	last    time.Time
-	pending int
-	total   atomic.Int64
-}
-
-func (d *dropLogger) note(log *slog.Logger, msg string, args ...any) {
-	d.noteCounted(log, "dropped", msg, args...)
-}
-
-// noteCounted is note with the count logged under countKey, for events
-// that are not drops.
-func (d *dropLogger) noteCounted(log *slog.Logger, countKey, msg string, args ...any) {
-	d.total.Add(1)
-	d.mu.Lock()
-	d.pending++
-	if time.Since(d.last) < dropLogInterval {
-		d.mu.Unlock()
-		return
-	}
-	n := d.pending
-	d.pending, d.last = 0, time.Now()
-	d.mu.Unlock()
-	log.Warn(msg, append(args, countKey, n)...)
 }

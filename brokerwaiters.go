@@ -11,6 +11,7 @@ import (
 
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/ratelog"
 )
 
 // Broker stalls are bounded (spec 7). The broker writer blocks while the
@@ -48,7 +49,7 @@ type brokerWaiters struct {
 	channel string        // "peer" or "ingress", for the metrics and the reason
 	slots   chan struct{} // one element per request waiting; capacity is the bound
 	refused atomic.Uint64 // requests answered 503 because every slot was taken
-	log     dropLogger    // refusals, at most one line per dropLogInterval
+	log     ratelog.Burst // refusals, at most one line per ratelog.Interval
 }
 
 func newBrokerWaiters(channel string, limit int) *brokerWaiters {
@@ -122,7 +123,7 @@ func isBrokerBusy(status int, reason string) bool {
 // read, every request beyond the bound is refused, and one line each would
 // flood the log.
 func (b *brokerWaiters) noteRefusal(log *slog.Logger) {
-	b.log.noteCounted(log, "refused", "requests refused: the broker is not reading", "channel", b.channel, "limit", cap(b.slots))
+	b.log.NoteCounted(log, "refused", "requests refused: the broker is not reading", "channel", b.channel, "limit", cap(b.slots))
 }
 
 // refuse answers a request that found no slot: 503, Retry-After, and the

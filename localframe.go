@@ -114,10 +114,10 @@ func (m *Manager) noteOutcome(o statetable.Outcome, f *localFrame) {
 	switch o {
 	case statetable.Applied:
 	case statetable.Full:
-		m.untrackedLog.note(m.log, "state table full (--max-live-workloads): a new broker workload is not relayed",
+		m.untrackedLog.Note(m.log, "state table full (--max-live-workloads): a new broker workload is not relayed",
 			"limit", m.cfg.MaxLiveWorkloads, "method", f.method, "id", httpguard.ClipLogged(f.workloadID()))
 	case statetable.FullBytes:
-		m.untrackedBytesLog.note(m.log, "state table full (--max-live-workload-bytes): a broker workload is no longer relayed",
+		m.untrackedBytesLog.Note(m.log, "state table full (--max-live-workload-bytes): a broker workload is no longer relayed",
 			"limitBytes", m.cfg.MaxLiveWorkloadBytes, "method", f.method, "id", httpguard.ClipLogged(f.workloadID()))
 	default:
 		if m.log.Enabled(context.Background(), slog.LevelDebug) {

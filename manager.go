@@ -18,6 +18,7 @@ import (
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/ratelog"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -149,7 +150,7 @@ type Manager struct {
 	// lastEvicted is the table's eviction count at the last prune, for
 	// the one line per burst (pruneTable).
 	lastEvicted uint64
-	evictLog    dropLogger
+	evictLog    ratelog.Burst
 
 	// leases counts the leases' events (lease.go); the leases themselves
 	// live on their runs in the table. leaseUnit is the length of one
@@ -179,12 +180,12 @@ type Manager struct {
 	peerRejects             *httpguard.SourceLog     // the peer port's refusals, rate-limited per source
 	bodies                  httpguard.RequestBodies  // request-body bytes held at once, per channel
 	serverHandshakeFailures atomic.Uint64
-	untrackedLog            dropLogger
+	untrackedLog            ratelog.Burst
 	fieldBoundRefusals      *promtext.CounterVec // source: frames refused for a field over its bound
-	fieldBoundLog           dropLogger           // the local channel's such refusals
+	fieldBoundLog           ratelog.Burst        // the local channel's such refusals
 	workloadBoundRefusals   *promtext.CounterVec // source: frames refused for params over --workload-max-bytes
-	workloadBoundLog        dropLogger           // the local channel's such refusals
-	untrackedBytesLog       dropLogger           // broker frames not kept: the re-sync set was at its byte bound
+	workloadBoundLog        ratelog.Burst        // the local channel's such refusals
+	untrackedBytesLog       ratelog.Burst        // broker frames not kept: the re-sync set was at its byte bound
 	batchesReceived         atomic.Uint64        // batches processed on the peer port
 	batchFramesReceived     atomic.Uint64        // their elements
 
@@ -567,14 +568,14 @@ func (m *Manager) handleLocal(method string, s *wireframe.Scan) {
 		// The broker has applied it; the peers are not sent it and the
 		// re-sync set does not keep it. Rate-limited like a field over
 		// its bound.
-		m.workloadBoundLog.note(m.log, "local frame not relayed: its params are over the workload bound", "method", method, "reason", err.Error())
+		m.workloadBoundLog.Note(m.log, "local frame not relayed: its params are over the workload bound", "method", method, "reason", err.Error())
 		return
 	}
 	f, err := localFrameFromScan(method, s)
 	if m.refusedOverBound(err, "stdio") {
 		// A broker that sends one such frame may send thousands: the
 		// warning is rate-limited (fieldbounds.go).
-		m.fieldBoundLog.note(m.log, "local frame dropped: a field over its bound", "method", method, "reason", httpguard.ClipReason(err.Error()))
+		m.fieldBoundLog.Note(m.log, "local frame dropped: a field over its bound", "method", method, "reason", httpguard.ClipReason(err.Error()))
 		return
 	}
 	if err != nil {
@@ -631,7 +632,7 @@ func (m *Manager) pruneTable() {
 	for m.table.Prune() {
 	}
 	if n := m.table.Stats().Evicted.Load(); n > m.lastEvicted {
-		m.evictLog.noteCounted(m.log, "evicted", "ends evicted at their byte bound (--max-ended-bytes): a member that lacked one is sent the whole table",
+		m.evictLog.NoteCounted(m.log, "evicted", "ends evicted at their byte bound (--max-ended-bytes): a member that lacked one is sent the whole table",
 			"limitBytes", m.cfg.MaxEndedBytes, "total", n)
 		m.lastEvicted = n
 	}

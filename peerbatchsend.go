@@ -172,7 +172,7 @@ func (s *peerSender) reassertBatch(lines [][]byte) bool {
 	if err != nil {
 		if s.ctx.Err() == nil {
 			s.stats.reassertFailures.Add(uint64(len(lines)))
-			s.hbErrors.note(s.log, "peer re-assertions failed; the next pass repeats them", "frames", len(lines), "reason", httpguard.ClipReason(err.Error()))
+			s.hbErrors.Note(s.log, "peer re-assertions failed; the next pass repeats them", "frames", len(lines), "reason", httpguard.ClipReason(err.Error()))
 		}
 		return false
 	}

@@ -8,6 +8,7 @@ import (
 
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/promtext"
+	"nvpair-workload-manager/internal/ratelog"
 )
 
 // A peer speaks only for itself (spec 3.3, "Origin rule"). A pinned
@@ -73,7 +74,7 @@ func (x *originIndex) mayClaim(principal, node string) bool {
 type originGuard struct {
 	index                     atomic.Pointer[originIndex]
 	refusedSelf, refusedOther atomic.Uint64 // by claim, for the metrics
-	log                       dropLogger    // refusals, at most one line per dropLogInterval
+	log                       ratelog.Burst // refusals, at most one line per ratelog.Interval
 }
 
 // Labels of nvpair_wlm_peer_origin_refused_total.
@@ -124,7 +125,7 @@ func (m *Manager) checkPeerOrigin(log *httpguard.RequestLog, principal string, e
 	} else {
 		m.origins.refusedOther.Add(1)
 	}
-	m.origins.log.noteCounted(log.Logger(), "refused", "peer frames refused for their origin", "claim", claim, "reason", httpguard.ClipReason(reason))
+	m.origins.log.NoteCounted(log.Logger(), "refused", "peer frames refused for their origin", "claim", claim, "reason", httpguard.ClipReason(reason))
 	return http.StatusForbidden, reason
 }
 

@@ -168,7 +168,7 @@ func (s *peerSender) settleHold(probe bool, status int, deferFor time.Duration) 
 	}
 	s.stats.retryAfterWaits.Add(1)
 	s.stats.retryAfterHeldNanos.Add(uint64(added))
-	s.retryAfterLog.noteCounted(s.log, "waits", "peer asked to wait (Retry-After): no request goes to it until then", "status", status, "wait", deferFor)
+	s.retryAfterLog.NoteCounted(s.log, "waits", "peer asked to wait (Retry-After): no request goes to it until then", "status", status, "wait", deferFor)
 }
 
 // writeRetryAfterMetrics renders the peers' deferrals.

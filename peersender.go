@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/ratelog"
 	"nvpair-workload-manager/internal/statetable"
 )
 
@@ -53,14 +54,14 @@ type peerSender struct {
 	hb      *heartbeatStream
 	backoff time.Duration // the wait after the last failed attempt; 0 after a success
 
-	refusedLog dropLogger // entries the peer refused for good, logged at most once per dropLogInterval
-	failLog    dropLogger // failed attempts, likewise
-	hbErrors   dropLogger // failed re-assertions, likewise
+	refusedLog ratelog.Burst // entries the peer refused for good, logged at most once per ratelog.Interval
+	failLog    ratelog.Burst // failed attempts, likewise
+	hbErrors   ratelog.Burst // failed re-assertions, likewise
 
 	// hold is what the peer asked the sender to wait for (Retry-After);
 	// every request passes it first (exchange).
 	hold          peerHold
-	retryAfterLog dropLogger // the deferrals, logged at most once per dropLogInterval
+	retryAfterLog ratelog.Burst // the deferrals, logged at most once per ratelog.Interval
 
 	// advert is what the peer's last answer advertised (noteAdvert): the
 	// most frames a batch to it may have in the high 32 bits and the most
@@ -223,7 +224,7 @@ func (s *peerSender) sendOne(l statetable.Line) (int, error) {
 // mark moves past them, as a retry could not change the answer.
 func (s *peerSender) refused(n int, err error) {
 	s.stats.dropped.Add(uint64(n))
-	s.refusedLog.note(s.log, "peer refused entries for good; skipped for this peer", "entries", n, "reason", httpguard.ClipReason(err.Error()))
+	s.refusedLog.Note(s.log, "peer refused entries for good; skipped for this peer", "entries", n, "reason", httpguard.ClipReason(err.Error()))
 }
 
 // failed counts a failed attempt and waits out its backoff.
@@ -232,7 +233,7 @@ func (s *peerSender) failed(err error) {
 		return
 	}
 	s.stats.failedAttempts.Add(1)
-	s.failLog.noteCounted(s.log, "failed", "peer delivery failed; retrying from its mark", "reason", httpguard.ClipReason(err.Error()))
+	s.failLog.NoteCounted(s.log, "failed", "peer delivery failed; retrying from its mark", "reason", httpguard.ClipReason(err.Error()))
 	s.backoff = min(max(2*s.backoff, peerRetryBaseDelay), peerRetryMaxDelay)
 	if sleepCtx(s.ctx, s.backoff) {
 		s.stats.retries.Add(1)
@@ -263,7 +264,7 @@ func (s *peerSender) reassert(lines [][]byte) bool {
 		if err != nil {
 			if s.ctx.Err() == nil {
 				s.stats.reassertFailures.Add(1)
-				s.hbErrors.note(s.log, "peer re-assertion failed; the next pass repeats it", "reason", httpguard.ClipReason(err.Error()))
+				s.hbErrors.Note(s.log, "peer re-assertion failed; the next pass repeats it", "reason", httpguard.ClipReason(err.Error()))
 			}
 			// A rejection is about this entry (a peer refuses it as too
 			// large, say): the rest of the pass goes on. Any other failure
