@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -68,14 +69,14 @@ func TestAdversarialPinnedPeerSpeakingForAnotherNodeIsRefusedAndTheVictimKeepsRe
 		t.Run(at.name, func(t *testing.T) {
 			if at.batch {
 				ans := netPostBatch(t, rogue, aPeer, netLifecycleBody(t, workload("b-ok-"+itoa(len(at.name)), "running", nb.ID), nil), at.body)
-				if ans.status != http.StatusOK || len(ans.results) != 2 || ans.results[0].Status != http.StatusOK || !isOriginRefusal(ans.results[1].Status, ans.results[1].Reason) {
+				if ans.status != http.StatusOK || len(ans.results) != 2 || ans.results[0].Status != http.StatusOK || !peerwire.IsOriginRefusal(ans.results[1].Status, ans.results[1].Reason) {
 					t.Fatalf("batch = %d %+v, want its own element 200 and the forged one 403 for origin", ans.status, ans.results)
 				}
 				return
 			}
 			st, text := netPostAnswer(t, rogue, aPeer, at.body)
-			if !isOriginRefusal(st, text) {
-				t.Fatalf("POST = %d %q, want 403 %q...", st, text, originRefusalPrefix)
+			if !peerwire.IsOriginRefusal(st, text) {
+				t.Fatalf("POST = %d %q, want 403 %q...", st, text, peerwire.OriginRefusalPrefix)
 			}
 		})
 	}
@@ -139,10 +140,10 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 	post := func(channel string) busyAnswer {
 		id := fmt.Sprintf("%s-%d", channel, seq.Add(1))
 		if channel == "ingress" {
-			return doBusyAnswer(t, time.Minute, local, "http://"+ingress+peerEventsPath, "application/json",
+			return doBusyAnswer(t, time.Minute, local, "http://"+ingress+peerwire.EventsPath, "application/json",
 				[]byte(ifxLifecycleJSON(id, "running", "", `"seq":1`, `"pad":"`+pad+`"`)))
 		}
-		return doBusyAnswer(t, time.Minute, peer, "https://"+aPeer+peerEventsPath, "application/json",
+		return doBusyAnswer(t, time.Minute, peer, "https://"+aPeer+peerwire.EventsPath, "application/json",
 			netLifecycleBody(t, workload(id, "running", nb.ID, map[string]any{"pad": pad}), nil))
 	}
 	// burst posts n requests on each channel at once and returns their

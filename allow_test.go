@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/peerwire"
 )
 
 // TestEvery405NamesTheAllowedMethods: on each of the daemon's three HTTP
@@ -21,13 +22,13 @@ func TestEvery405NamesTheAllowedMethods(t *testing.T) {
 		listener, method, url, allow string
 		c                            *http.Client
 	}{
-		{"ingress", http.MethodGet, "http://" + n.m.IngressAddr() + peerEventsPath, "POST", http.DefaultClient},
-		{"ingress", http.MethodPut, "http://" + n.m.IngressAddr() + peerEventsPath, "POST", http.DefaultClient},
-		{"ingress", http.MethodDelete, "http://" + n.m.IngressAddr() + peerEventsPath, "POST", http.DefaultClient},
+		{"ingress", http.MethodGet, "http://" + n.m.IngressAddr() + peerwire.EventsPath, "POST", http.DefaultClient},
+		{"ingress", http.MethodPut, "http://" + n.m.IngressAddr() + peerwire.EventsPath, "POST", http.DefaultClient},
+		{"ingress", http.MethodDelete, "http://" + n.m.IngressAddr() + peerwire.EventsPath, "POST", http.DefaultClient},
 		{"metrics", http.MethodPost, "http://" + n.m.MetricsAddr() + "/metrics", "GET, HEAD", http.DefaultClient},
 		{"metrics", http.MethodDelete, "http://" + n.m.MetricsAddr() + "/metrics", "GET, HEAD", http.DefaultClient},
-		{"peer", http.MethodGet, "https://" + n.m.PeerAddr().String() + peerEventsPath, "POST", peer},
-		{"peer", http.MethodPut, "https://" + n.m.PeerAddr().String() + peerEventsPath, "POST", peer},
+		{"peer", http.MethodGet, "https://" + n.m.PeerAddr().String() + peerwire.EventsPath, "POST", peer},
+		{"peer", http.MethodPut, "https://" + n.m.PeerAddr().String() + peerwire.EventsPath, "POST", peer},
 	}
 	for _, tc := range cases {
 		t.Run(tc.listener+" "+tc.method, func(t *testing.T) {

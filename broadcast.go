@@ -24,7 +24,6 @@ const (
 	peerRetryMaxDelay    = 30 * time.Second
 	peerDialTimeout      = 3 * time.Second
 	peerMaxIdleConns     = 2
-	peerEventsPath       = "/v1/workloads/events"
 	peerResponseDrainCap = 64 << 10
 )
 

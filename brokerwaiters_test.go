@@ -14,6 +14,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -72,15 +73,15 @@ func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingB
 		}
 	}, opt, withConnLimits(httpguard.ConnLimits{PeerPerSource: 1024}))
 	ingressPost := func(t *testing.T, id string, within time.Duration) busyAnswer {
-		return doBusyAnswer(t, within, http.DefaultClient, "http://"+h.n.m.IngressAddr()+peerEventsPath, "application/json",
+		return doBusyAnswer(t, within, http.DefaultClient, "http://"+h.n.m.IngressAddr()+peerwire.EventsPath, "application/json",
 			[]byte(ifxLifecycleJSON(id, "running", "")))
 	}
 	peerPost := func(t *testing.T, id string, within time.Duration) busyAnswer {
-		return doBusyAnswer(t, within, h.c, "https://"+h.addr+peerEventsPath, "application/json",
+		return doBusyAnswer(t, within, h.c, "https://"+h.addr+peerwire.EventsPath, "application/json",
 			netLifecycleBody(t, workload(id, "running", h.client.Principal), nil))
 	}
 	peerBatch := func(t *testing.T, id string, within time.Duration) busyAnswer {
-		return doBusyAnswer(t, within, h.c, "https://"+h.addr+peerEventsPath, peerBatchContentType,
+		return doBusyAnswer(t, within, h.c, "https://"+h.addr+peerwire.EventsPath, peerwire.BatchContentType,
 			append(netLifecycleBody(t, workload(id, "running", h.client.Principal), nil), '\n'))
 	}
 	channels := []channel{

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -608,7 +609,7 @@ func attackFormField(id string) (name, value string) {
 // loopback Host, application/json) and requires 200.
 func postLegitimateFrame(t *testing.T, port, body string) {
 	t.Helper()
-	resp, err := http.Post("http://127.0.0.1:"+port+peerEventsPath, "application/json", strings.NewReader(body))
+	resp, err := http.Post("http://127.0.0.1:"+port+peerwire.EventsPath, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -697,7 +698,7 @@ func (a *attackServer) targetURL(i int) string {
 		// browser checks, which answer every attempt first.
 		return a.expand(at.target) + nodeInfoPath + "?attempt=" + at.name
 	}
-	return a.expand(at.target) + peerEventsPath + "?attempt=" + at.name
+	return a.expand(at.target) + peerwire.EventsPath + "?attempt=" + at.name
 }
 
 func (a *attackServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -1118,7 +1119,7 @@ func parseNetLog(path string) (map[string][]netlogRequest, error) {
 			method, rest, _ := strings.Cut(p.Line, " ")
 			target, _, _ := strings.Cut(rest, " ")
 			u, err := url.Parse(target)
-			if err != nil || (u.Path != peerEventsPath && u.Path != readBackPath && u.Path != nodeInfoPath) {
+			if err != nil || (u.Path != peerwire.EventsPath && u.Path != readBackPath && u.Path != nodeInfoPath) {
 				continue
 			}
 			name := u.Query().Get("attempt")
@@ -1208,7 +1209,7 @@ func TestBrowserPageLoopingReadBacksMakesTheDaemonDoNoWork(t *testing.T) {
 	producer := &http.Client{Timeout: waitTimeout}
 	post := func(body string) (int, time.Duration) {
 		began := time.Now()
-		resp, err := producer.Post("http://"+ingress+peerEventsPath, "application/json", strings.NewReader(body))
+		resp, err := producer.Post("http://"+ingress+peerwire.EventsPath, "application/json", strings.NewReader(body))
 		if err != nil {
 			t.Errorf("producer post: %v", err)
 			return 0, 0

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -161,10 +162,10 @@ func TestPeerPortRefusesAFieldOverItsBoundWith400NamingIt(t *testing.T) {
 		[]byte(lifecycleFrameJSON(workloadJSON(origin, fieldOf("id", "in-batch"), fieldOf("engine", strings.Repeat("a", 256))))),
 		netRemoveBody(t, strings.Repeat("w", 257), origin),
 	)
-	want := []peerBatchResult{
-		{http.StatusBadRequest, overBound("workloadInfo.engine", 257)},
-		{http.StatusOK, ""},
-		{http.StatusBadRequest, overBound("params.workloadId", 257)},
+	want := []peerwire.BatchResult{
+		{Status: http.StatusBadRequest, Reason: overBound("workloadInfo.engine", 257)},
+		{Status: http.StatusOK, Reason: ""},
+		{Status: http.StatusBadRequest, Reason: overBound("params.workloadId", 257)},
 	}
 	if ans.status != http.StatusOK || !slices.Equal(ans.results, want) {
 		t.Fatalf("batch answered %d %v, want 200 %v", ans.status, ans.results, want)

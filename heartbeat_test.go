@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -169,9 +170,9 @@ func (s *hbSink) serve(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(s.delay) // a slow peer, by design of the test
 	}
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	isBatch := mt == peerBatchContentType
+	isBatch := mt == peerwire.BatchContentType
 	if s.batching {
-		w.Header().Set(peerBatchHeader, peerBatchAdvert)
+		w.Header().Set(peerwire.BatchHeader, peerwire.BatchAdvert)
 	}
 	if isBatch && !s.batching {
 		s.mu.Lock()
@@ -193,16 +194,16 @@ func (s *hbSink) serve(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok\n")
 		return
 	}
-	var results []peerBatchResult
+	var results []peerwire.BatchResult
 	failed := false
 	for _, f := range frames {
 		switch {
 		case failed:
-			results = append(results, peerBatchResult{Status: http.StatusServiceUnavailable, Reason: reasonNotAttempted})
+			results = append(results, peerwire.BatchResult{Status: http.StatusServiceUnavailable, Reason: peerwire.ReasonNotAttempted})
 		default:
 			st := s.record(f)
 			failed = st >= 500
-			res := peerBatchResult{Status: st}
+			res := peerwire.BatchResult{Status: st}
 			if st != http.StatusOK {
 				res.Reason = sinkReason(st)
 			}
@@ -212,7 +213,7 @@ func (s *hbSink) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.batches++
 	s.mu.Unlock()
-	b, _ := json.Marshal(peerBatchAnswer{Results: results})
+	b, _ := json.Marshal(peerwire.BatchAnswer{Results: results})
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(b)
 }
@@ -301,7 +302,7 @@ func (s *hbSink) finalState(id string) string {
 // a refusal for origin.
 func sinkReason(status int) string {
 	if status == http.StatusForbidden {
-		return originRefusalPrefix + "the sink refuses this workload"
+		return peerwire.OriginRefusalPrefix + "the sink refuses this workload"
 	}
 	return "failed"
 }

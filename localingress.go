@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -271,8 +272,8 @@ func (li *localIngress) checkRequest(r *http.Request) (int, string) {
 	if status, reason := li.refusePages(r); status != 0 { // fetchmetadata.go
 		return status, reason
 	}
-	if r.URL.Path != peerEventsPath {
-		return http.StatusNotFound, "no such endpoint; POST to " + peerEventsPath
+	if r.URL.Path != peerwire.EventsPath {
+		return http.StatusNotFound, "no such endpoint; POST to " + peerwire.EventsPath
 	}
 	if r.Method != http.MethodPost {
 		return http.StatusMethodNotAllowed, "method must be POST"

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -127,8 +128,8 @@ func TestLocalIngressHostCheckReadsTheRequestLineHostNotTheHeader(t *testing.T) 
 		target string
 		want   int
 	}{
-		{"http://evil.example" + peerEventsPath, http.StatusMisdirectedRequest},
-		{"http://" + addr + peerEventsPath, http.StatusOK},
+		{"http://evil.example" + peerwire.EventsPath, http.StatusMisdirectedRequest},
+		{"http://" + addr + peerwire.EventsPath, http.StatusOK},
 	} {
 		req := "POST " + tc.target + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\n" +
 			"Content-Length: " + itoa(len(body)) + "\r\nConnection: close\r\n\r\n" + body
@@ -264,7 +265,7 @@ func TestLocalIngressHeaderRejectionsDoNotReadTheBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	url := "http://" + li.BoundAddr() + peerEventsPath
+	url := "http://" + li.BoundAddr() + peerwire.EventsPath
 	cases := []struct {
 		name   string
 		method string
@@ -320,10 +321,10 @@ func TestLocalIngressRejectionWithUnsentBodyIsAnsweredAtOnce(t *testing.T) {
 		name, head string
 		want       int
 	}{
-		{"Origin", "POST " + peerEventsPath + " HTTP/1.1\r\nHost: " + addr + "\r\nOrigin: null\r\nContent-Type: application/json\r\n", http.StatusForbidden},
-		{"Host", "POST " + peerEventsPath + " HTTP/1.1\r\nHost: evil.example\r\nContent-Type: application/json\r\n", http.StatusMisdirectedRequest},
-		{"method", "PUT " + peerEventsPath + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\n", http.StatusMethodNotAllowed},
-		{"content type", "POST " + peerEventsPath + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: text/plain\r\n", http.StatusUnsupportedMediaType},
+		{"Origin", "POST " + peerwire.EventsPath + " HTTP/1.1\r\nHost: " + addr + "\r\nOrigin: null\r\nContent-Type: application/json\r\n", http.StatusForbidden},
+		{"Host", "POST " + peerwire.EventsPath + " HTTP/1.1\r\nHost: evil.example\r\nContent-Type: application/json\r\n", http.StatusMisdirectedRequest},
+		{"method", "PUT " + peerwire.EventsPath + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\n", http.StatusMethodNotAllowed},
+		{"content type", "POST " + peerwire.EventsPath + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: text/plain\r\n", http.StatusUnsupportedMediaType},
 	} {
 		wg.Go(func() {
 			// Each waits for the server's read timeout: run them together.
@@ -1169,7 +1170,7 @@ func liDo(addr string, rq liRequest) (int, string, error) {
 		method = http.MethodPost
 	}
 	if path == "" {
-		path = peerEventsPath
+		path = peerwire.EventsPath
 	}
 	body := rq.bodyReader
 	if body == nil {
@@ -1274,7 +1275,7 @@ func liRawPost(addr, host, body string, chunked bool) (int, error) {
 	}
 	conn.SetDeadline(time.Now().Add(waitTimeout))
 	var req strings.Builder
-	req.WriteString("POST " + peerEventsPath + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\nConnection: close\r\n")
+	req.WriteString("POST " + peerwire.EventsPath + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\nConnection: close\r\n")
 	if chunked {
 		req.WriteString("Transfer-Encoding: chunked\r\n\r\n")
 		for rest := body; rest != ""; {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -94,7 +95,7 @@ func TestUnpinnedClientIsRefused(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
 		InsecureSkipVerify: true, Certificates: []tls.Certificate{cert}}}}
 	body := `{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":` + mustJSON(t, workload("x", "running", stranger.Principal)) + `}}`
-	resp, err := client.Post("https://"+b.m.PeerAddr().String()+peerEventsPath, "application/json", strings.NewReader(body))
+	resp, err := client.Post("https://"+b.m.PeerAddr().String()+peerwire.EventsPath, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -26,30 +27,32 @@ func TestEveryAnswerOfThePeerPortAdvertisesBatches(t *testing.T) {
 		status int
 		do     func() netAnswer
 	}{
-		{"single frame written", 200, func() netAnswer { return netSend(t, h.c, h.addr, "POST", peerEventsPath, "application/json", valid) }},
+		{"single frame written", 200, func() netAnswer {
+			return netSend(t, h.c, h.addr, "POST", peerwire.EventsPath, "application/json", valid)
+		}},
 		{"single frame invalid", 400, func() netAnswer {
-			return netSend(t, h.c, h.addr, "POST", peerEventsPath, "application/json", []byte("{"))
+			return netSend(t, h.c, h.addr, "POST", peerwire.EventsPath, "application/json", []byte("{"))
 		}},
 		{"single frame from an unpinned client", 403, func() netAnswer {
-			return netSend(t, stranger, h.addr, "POST", peerEventsPath, "application/json", valid)
+			return netSend(t, stranger, h.addr, "POST", peerwire.EventsPath, "application/json", valid)
 		}},
 		{"batch from an unpinned client", 403, func() netAnswer {
-			return netSend(t, stranger, h.addr, "POST", peerEventsPath, peerBatchContentType, valid)
+			return netSend(t, stranger, h.addr, "POST", peerwire.EventsPath, peerwire.BatchContentType, valid)
 		}},
 		{"another path", 404, func() netAnswer { return netSend(t, h.c, h.addr, "POST", "/v1/other", "application/json", valid) }},
-		{"another method", 405, func() netAnswer { return netSend(t, h.c, h.addr, "GET", peerEventsPath, "", nil) }},
+		{"another method", 405, func() netAnswer { return netSend(t, h.c, h.addr, "GET", peerwire.EventsPath, "", nil) }},
 		{"single frame over 1 MiB", 413, func() netAnswer {
-			return netSend(t, h.c, h.addr, "POST", peerEventsPath, "application/json", make([]byte, wireframe.MaxBytes+1))
+			return netSend(t, h.c, h.addr, "POST", peerwire.EventsPath, "application/json", make([]byte, wireframe.MaxBytes+1))
 		}},
 		{"batch over its byte bound", 413, func() netAnswer {
-			return netSend(t, h.c, h.addr, "POST", peerEventsPath, peerBatchContentType, make([]byte, peerBatchMaxBytes+1))
+			return netSend(t, h.c, h.addr, "POST", peerwire.EventsPath, peerwire.BatchContentType, make([]byte, peerwire.BatchMaxBytes+1))
 		}},
 		{"batch answer", 200, func() netAnswer { return netPostBatch(t, h.c, h.addr, valid, []byte("{")) }},
 		{"single frame the broker could not take", 500, func() netAnswer {
 			// A node of its own: a failed broker write shuts it down.
 			f := newNetPeerHarness(t, netFailOn("job-advert-fails"))
 			body := netLifecycleBody(t, workload("job-advert-fails", "running", f.client.Principal), nil)
-			return netSend(t, f.c, f.addr, "POST", peerEventsPath, "application/json", body)
+			return netSend(t, f.c, f.addr, "POST", peerwire.EventsPath, "application/json", body)
 		}},
 	}
 	for _, c := range cases {
@@ -57,10 +60,10 @@ func TestEveryAnswerOfThePeerPortAdvertisesBatches(t *testing.T) {
 		if a.status != c.status {
 			t.Fatalf("%s: status %d, want %d (%q)", c.name, a.status, c.status, a.text)
 		}
-		if got := a.header.Values(peerBatchHeader); len(got) != 1 || got[0] != "max-frames=256, max-bytes=1048576" {
-			t.Fatalf("%s: %s = %q, want one advertisement \"max-frames=256, max-bytes=1048576\"", c.name, peerBatchHeader, got)
+		if got := a.header.Values(peerwire.BatchHeader); len(got) != 1 || got[0] != "max-frames=256, max-bytes=1048576" {
+			t.Fatalf("%s: %s = %q, want one advertisement \"max-frames=256, max-bytes=1048576\"", c.name, peerwire.BatchHeader, got)
 		}
-		if frames, bytes, ok := parseBatchAdvert(a.header.Get(peerBatchHeader)); !ok || frames != peerBatchMaxFrames || bytes != peerBatchMaxBytes {
+		if frames, bytes, ok := peerwire.ParseBatchAdvert(a.header.Get(peerwire.BatchHeader)); !ok || frames != peerwire.BatchMaxFrames || bytes != peerwire.BatchMaxBytes {
 			t.Fatalf("%s: the advertisement parses as %d, %d, %v", c.name, frames, bytes, ok)
 		}
 	}
@@ -79,16 +82,16 @@ func TestASingleFramePostIsAnsweredAsBeforeApartFromTheAdvertisement(t *testing.
 		text                            string
 		extraHeader                     string // besides the common ones
 	}{
-		{"written", "POST", peerEventsPath, "application/json", valid, 200, "ok\n", ""},
-		{"already seen", "POST", peerEventsPath, "application/json", valid, 200, "ok\n", ""},
-		{"without a Content-Type", "POST", peerEventsPath, "", netRemoveBody(t, "job-single", origin), 200, "ok\n", ""},
-		{"unknown method", "POST", peerEventsPath, "application/json",
+		{"written", "POST", peerwire.EventsPath, "application/json", valid, 200, "ok\n", ""},
+		{"already seen", "POST", peerwire.EventsPath, "application/json", valid, 200, "ok\n", ""},
+		{"without a Content-Type", "POST", peerwire.EventsPath, "", netRemoveBody(t, "job-single", origin), 200, "ok\n", ""},
+		{"unknown method", "POST", peerwire.EventsPath, "application/json",
 			bytes.Replace(valid, []byte(wireframe.MethodStarted), []byte("workload:paused"), 1), 400, "unknown method \"workload:paused\"\n", ""},
-		{"bad jsonrpc", "POST", peerEventsPath, "application/json",
+		{"bad jsonrpc", "POST", peerwire.EventsPath, "application/json",
 			bytes.Replace(valid, []byte(`"2.0"`), []byte(`"1.0"`), 1), 400, "jsonrpc must be \"2.0\"\n", ""},
-		{"over 1 MiB", "POST", peerEventsPath, "application/json", make([]byte, wireframe.MaxBytes+1), 413, "body larger than 1048576 bytes\n", ""},
+		{"over 1 MiB", "POST", peerwire.EventsPath, "application/json", make([]byte, wireframe.MaxBytes+1), 413, "body larger than 1048576 bytes\n", ""},
 		{"another path", "POST", "/v1/other", "application/json", valid, 404, "no such endpoint\n", ""},
-		{"another method", "PUT", peerEventsPath, "application/json", valid, 405, "method must be POST\n", "Allow"},
+		{"another method", "PUT", peerwire.EventsPath, "application/json", valid, 405, "method must be POST\n", "Allow"},
 	}
 	for _, c := range cases {
 		a := netSend(t, h.c, h.addr, c.method, c.path, c.contentType, c.body)
@@ -98,7 +101,7 @@ func TestASingleFramePostIsAnsweredAsBeforeApartFromTheAdvertisement(t *testing.
 		if ct := a.header.Get("Content-Type"); ct != "text/plain; charset=utf-8" {
 			t.Fatalf("%s: Content-Type %q, want text/plain; charset=utf-8", c.name, ct)
 		}
-		want := []string{"Content-Length", "Content-Type", "Date", peerBatchHeader, "X-Content-Type-Options"}
+		want := []string{"Content-Length", "Content-Type", "Date", peerwire.BatchHeader, "X-Content-Type-Options"}
 		if c.extraHeader != "" {
 			want = append(want, c.extraHeader)
 		}
@@ -151,7 +154,7 @@ func TestABatchOfValidFramesIsAppliedOnceEachInBatchOrder(t *testing.T) {
 		t.Fatalf("%d results for %d elements", len(a.results), len(elems))
 	}
 	for i, r := range a.results {
-		if r != (peerBatchResult{Status: 200}) {
+		if r != (peerwire.BatchResult{Status: 200}) {
 			t.Fatalf("element %d: %+v, want 200 without a reason", i, r)
 		}
 	}
@@ -179,7 +182,7 @@ func TestABatchElementThatFailsValidationIsAnswered400AndTheOthersAreApplied(t *
 		append(ok("job-v3"), '\r'), // a CRLF line
 		ok("job-v4"),               // the last line, without its newline
 	}, []byte("\n"))
-	a := netSend(t, h.c, h.addr, "POST", peerEventsPath, peerBatchContentType, body)
+	a := netSend(t, h.c, h.addr, "POST", peerwire.EventsPath, peerwire.BatchContentType, body)
 	if a.status != http.StatusOK {
 		t.Fatalf("batch = %d %q, want 200", a.status, a.text)
 	}
@@ -273,7 +276,7 @@ func TestRunPeerBatchHandsNothingOnAfterAFailure(t *testing.T) {
 		return 200, ""
 	}
 	elems := [][]byte{[]byte("a"), []byte("bad"), []byte(" \t"), []byte("fail"), []byte("b"), []byte("")}
-	results := runPeerBatch(elems, handle)
+	results := peerwire.RunBatch(elems, handle)
 	if strings.Join(handled, ",") != "a,bad,fail" {
 		t.Fatalf("handled %q, want a, bad, fail", handled)
 	}
@@ -295,7 +298,7 @@ func TestADuplicateInsideOneBatchIsAnsweredAlreadySeenAndWrittenOnce(t *testing.
 	resync := netLifecycleBody(t, workload("job-resync", "running", origin), map[string]any{"resync": true})
 	removal := netRemoveBody(t, "job-gone", origin)
 	a := netPostBatch(t, h.c, h.addr, life, life, resync, resync, removal, removal)
-	want := []peerBatchResult{{200, ""}, {200, "already seen"}, {200, ""}, {200, ""}, {200, ""}, {200, "already seen"}}
+	want := []peerwire.BatchResult{{Status: 200, Reason: ""}, {Status: 200, Reason: "already seen"}, {Status: 200, Reason: ""}, {Status: 200, Reason: ""}, {Status: 200, Reason: ""}, {Status: 200, Reason: "already seen"}}
 	if a.status != http.StatusOK || !slices.Equal(a.results, want) {
 		t.Fatalf("batch = %d %+v, want 200 %+v", a.status, a.results, want)
 	}
@@ -333,16 +336,16 @@ func TestABatchOverItsBoundsIsAnswered413AndNothingIsWritten(t *testing.T) {
 		status  int
 		reason  string
 	}{
-		{"over the byte bound", sized("job-over", peerBatchMaxBytes+1), false, 413, "batch body larger than 1048576 bytes\n"},
-		{"over the byte bound, chunked", sized("job-chunked", peerBatchMaxBytes+1), true, 413, "batch body larger than 1048576 bytes\n"},
-		{"over the frame bound", many("job-many", peerBatchMaxFrames+1), false, 413, "batch of more than 256 frames\n"},
-		{"over the frame bound in empty lines", append(frame("job-blank"), bytes.Repeat([]byte("\n"), peerBatchMaxFrames+1)...), false, 413, "batch of more than 256 frames\n"},
+		{"over the byte bound", sized("job-over", peerwire.BatchMaxBytes+1), false, 413, "batch body larger than 1048576 bytes\n"},
+		{"over the byte bound, chunked", sized("job-chunked", peerwire.BatchMaxBytes+1), true, 413, "batch body larger than 1048576 bytes\n"},
+		{"over the frame bound", many("job-many", peerwire.BatchMaxFrames+1), false, 413, "batch of more than 256 frames\n"},
+		{"over the frame bound in empty lines", append(frame("job-blank"), bytes.Repeat([]byte("\n"), peerwire.BatchMaxFrames+1)...), false, 413, "batch of more than 256 frames\n"},
 		{"empty", nil, false, 400, "empty batch\n"},
-		{"at the byte bound", sized("job-at", peerBatchMaxBytes), false, 200, ""},
-		{"at the frame bound", many("job-all", peerBatchMaxFrames), false, 200, ""},
+		{"at the byte bound", sized("job-at", peerwire.BatchMaxBytes), false, 200, ""},
+		{"at the frame bound", many("job-all", peerwire.BatchMaxFrames), false, 200, ""},
 	}
 	for _, c := range cases {
-		a := netSendBody(t, h.c, h.addr, peerBatchContentType, c.body, c.chunked)
+		a := netSendBody(t, h.c, h.addr, peerwire.BatchContentType, c.body, c.chunked)
 		if a.status != c.status || (c.status != 200 && a.text != c.reason) {
 			t.Fatalf("%s: %d %.200q, want %d %q", c.name, a.status, a.text, c.status, c.reason)
 		}
@@ -361,7 +364,7 @@ func TestABatchOverItsBoundsIsAnswered413AndNothingIsWritten(t *testing.T) {
 			t.Fatalf("%s, from a batch refused whole, reached the broker", id)
 		}
 	}
-	if ids["job-at-1"] != 1 || ids["job-at-2"] != 1 || ids["job-all0"] != 1 || ids["job-all"+itoa(peerBatchMaxFrames-1)] != 1 {
+	if ids["job-at-1"] != 1 || ids["job-at-2"] != 1 || ids["job-all0"] != 1 || ids["job-all"+itoa(peerwire.BatchMaxFrames-1)] != 1 {
 		t.Fatalf("the batches at the bounds were not written: %v", ids)
 	}
 }
@@ -395,7 +398,7 @@ func TestParseBatchAdvert(t *testing.T) {
 		ok            bool
 	}{
 		{"max-frames=256, max-bytes=1048576", 256, 1048576, true},
-		{formatBatchAdvert(7, 9), 7, 9, true},
+		{peerwire.FormatBatchAdvert(7, 9), 7, 9, true},
 		{"max-bytes=1048576,max-frames=256", 256, 1048576, true},
 		{" \tmax-frames = 16 ,\tmax-bytes= 4096\t ", 16, 4096, true},
 		{"Max-Frames=16, MAX-BYTES=4096", 16, 4096, true},
@@ -417,9 +420,9 @@ func TestParseBatchAdvert(t *testing.T) {
 		{"max-frames=16; max-bytes=4096", 0, 0, false},
 	}
 	for _, c := range cases {
-		frames, bytes, ok := parseBatchAdvert(c.h)
+		frames, bytes, ok := peerwire.ParseBatchAdvert(c.h)
 		if frames != c.frames || bytes != c.bytes || ok != c.ok {
-			t.Errorf("parseBatchAdvert(%q) = %d, %d, %v; want %d, %d, %v", c.h, frames, bytes, ok, c.frames, c.bytes, c.ok)
+			t.Errorf("peerwire.ParseBatchAdvert(%q) = %d, %d, %v; want %d, %d, %v", c.h, frames, bytes, ok, c.frames, c.bytes, c.ok)
 		}
 	}
 }
@@ -432,7 +435,7 @@ type netAnswer struct {
 	status  int
 	header  http.Header
 	text    string
-	results []peerBatchResult
+	results []peerwire.BatchResult
 }
 
 // netSend sends one request to the peer port and reads its answer.
@@ -445,7 +448,7 @@ func netSend(t testing.TB, c *http.Client, addr, method, path, contentType strin
 // length) when asked.
 func netSendBody(t testing.TB, c *http.Client, addr, contentType string, body []byte, chunked bool) netAnswer {
 	t.Helper()
-	return netDo(t, c, addr, http.MethodPost, peerEventsPath, contentType, body, chunked)
+	return netDo(t, c, addr, http.MethodPost, peerwire.EventsPath, contentType, body, chunked)
 }
 
 func netDo(t testing.TB, c *http.Client, addr, method, path, contentType string, body []byte, chunked bool) netAnswer {
@@ -467,7 +470,7 @@ func netDo(t testing.TB, c *http.Client, addr, method, path, contentType string,
 	netMust(t, err)
 	a := netAnswer{status: resp.StatusCode, header: resp.Header, text: string(text)}
 	if resp.StatusCode == http.StatusOK && resp.Header.Get("Content-Type") == "application/json" {
-		var ans peerBatchAnswer
+		var ans peerwire.BatchAnswer
 		dec := json.NewDecoder(bytes.NewReader(text))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&ans); err != nil {
@@ -485,7 +488,7 @@ func netPostBatch(t testing.TB, c *http.Client, addr string, elems ...[]byte) ne
 	for _, e := range elems {
 		body = append(append(body, e...), '\n')
 	}
-	return netSend(t, c, addr, http.MethodPost, peerEventsPath, peerBatchContentType, body)
+	return netSend(t, c, addr, http.MethodPost, peerwire.EventsPath, peerwire.BatchContentType, body)
 }
 
 // netRelayed lists what h's broker got from peers, in order, as
@@ -530,7 +533,7 @@ func (f *netMarkerFailingWriter) Write(p []byte) (int, error) {
 // The advert is set straight into the header map, so its name must be in
 // the canonical form net/http looks names up by.
 func TestPeerBatchHeaderNameIsCanonical(t *testing.T) {
-	if c := http.CanonicalHeaderKey(peerBatchHeader); c != peerBatchHeader {
-		t.Fatalf("%q is not canonical: %q", peerBatchHeader, c)
+	if c := http.CanonicalHeaderKey(peerwire.BatchHeader); c != peerwire.BatchHeader {
+		t.Fatalf("%q is not canonical: %q", peerwire.BatchHeader, c)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -21,7 +22,7 @@ import (
 
 // peerBatchAnswerCap bounds how much of a batch answer is read: one result
 // per element, each reason clipped to 256 bytes, for at most
-// peerBatchMaxFrames elements, with room to spare.
+// peerwire.BatchMaxFrames elements, with room to spare.
 const peerBatchAnswerCap = 1 << 20
 
 var (
@@ -38,12 +39,12 @@ var (
 // bounds a batch to it may have, the smaller of its and this node's, or
 // none when the answer carried no valid advertisement. Either lane calls it.
 func (s *peerSender) noteAdvert(h string) {
-	frames, size, ok := parseBatchAdvert(h)
+	frames, size, ok := peerwire.ParseBatchAdvert(h)
 	if !ok {
 		s.advert.Store(0)
 		return
 	}
-	frames, size = min(frames, peerBatchMaxFrames), min(size, peerBatchMaxBytes)
+	frames, size = min(frames, peerwire.BatchMaxFrames), min(size, peerwire.BatchMaxBytes)
 	s.advert.Store(uint64(frames)<<32 | uint64(size))
 }
 
@@ -96,7 +97,7 @@ func (s *peerSender) sendBatch(lines []statetable.Line) (int, error) {
 	for i, r := range results {
 		switch {
 		case r.Status == http.StatusOK:
-		case retryableAnswer(r.Status, r.Reason):
+		case peerwire.RetryableAnswer(r.Status, r.Reason):
 			return i, fmt.Errorf("batch element %d: status %d", i, r.Status)
 		default:
 			s.refused(1, fmt.Errorf("%w: status %d: %s", errPermanent, r.Status, r.Reason))
@@ -134,11 +135,11 @@ var newline = []byte{'\n'}
 // postBatch makes one batch attempt and returns its per-element results.
 // A transport error, a retryable status for the whole batch, or an answer
 // that does not hold one result per element is an error worth retrying.
-func (s *peerSender) postBatch(ctx context.Context, segs [][]byte, frames int) ([]peerBatchResult, error) {
+func (s *peerSender) postBatch(ctx context.Context, segs [][]byte, frames int) ([]peerwire.BatchResult, error) {
 	s.stats.batchesSent.Add(1)
 	s.stats.batchFramesSent.Add(uint64(frames))
 	open := func() io.Reader { return newBatchBody(segs) }
-	status, answer, err := s.exchange(ctx, open, batchBodySize(segs), peerBatchContentType, peerBatchAnswerCap)
+	status, answer, err := s.exchange(ctx, open, batchBodySize(segs), peerwire.BatchContentType, peerBatchAnswerCap)
 	switch {
 	case err != nil:
 		return nil, err
@@ -146,12 +147,12 @@ func (s *peerSender) postBatch(ctx context.Context, segs [][]byte, frames int) (
 		return nil, errNotBatching
 	case status == http.StatusRequestEntityTooLarge:
 		return nil, errBatchTooLarge
-	case retryableStatus(status):
+	case peerwire.RetryableStatus(status):
 		return nil, fmt.Errorf("batch: status %d", status)
 	case status != http.StatusOK:
 		return nil, fmt.Errorf("%w: batch: status %d", errPermanent, status)
 	}
-	var a peerBatchAnswer
+	var a peerwire.BatchAnswer
 	if err := json.Unmarshal(answer, &a); err != nil || len(a.Results) != frames {
 		return nil, fmt.Errorf("batch answer holds %d results for %d frames", len(a.Results), frames)
 	}
@@ -181,7 +182,7 @@ func (s *peerSender) reassertBatch(lines [][]byte) bool {
 		switch {
 		case r.Status == http.StatusOK:
 			s.stats.reasserted.Add(1)
-		case retryableAnswer(r.Status, r.Reason):
+		case peerwire.RetryableAnswer(r.Status, r.Reason):
 			s.stats.reassertFailures.Add(1)
 			ok = false
 		default:

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/ratelog"
 )
@@ -20,12 +21,6 @@ import (
 // peer port refuses a frame whose originatedFrom is this node, and, once
 // the latest discovery snapshot says which node a principal is, a frame
 // from that principal naming any other node.
-
-// originRefusalPrefix starts the reason of every refusal for origin, in a
-// single frame's answer and in a batch element's result alike. A sender of
-// this project reads it to tell a refusal that no retry can change from the
-// 403 of a peer that has not re-read its pins yet (isOriginRefusal).
-const originRefusalPrefix = "origin refused: "
 
 // originIndex is what one discovery snapshot says about the principals it
 // lists: the nodes (hostUuid) each is listed for. It is built once per
@@ -99,13 +94,13 @@ const (
 //     non-empty origin), so it speaks for nobody else.
 func (g *originGuard) originRefusal(self, principal, origin string) (claim, reason string) {
 	if origin == self {
-		return claimSelf, originRefusalPrefix + fmt.Sprintf("originatedFrom %q is this node: a peer speaks only for itself", clipField(origin))
+		return claimSelf, peerwire.OriginRefusalPrefix + fmt.Sprintf("originatedFrom %q is this node: a peer speaks only for itself", clipField(origin))
 	}
 	if origin == "" || origin == principal {
 		return "", ""
 	}
 	if !g.index.Load().mayClaim(principal, origin) {
-		return claimOther, originRefusalPrefix + fmt.Sprintf("originatedFrom %q is not the node discovery lists for principal %q: a peer speaks only for itself", clipField(origin), clipField(principal))
+		return claimOther, peerwire.OriginRefusalPrefix + fmt.Sprintf("originatedFrom %q is not the node discovery lists for principal %q: a peer speaks only for itself", clipField(origin), clipField(principal))
 	}
 	return "", ""
 }
@@ -127,19 +122,6 @@ func (m *Manager) checkPeerOrigin(log *httpguard.RequestLog, principal string, e
 	}
 	m.origins.log.NoteCounted(log.Logger(), "refused", "peer frames refused for their origin", "claim", claim, "reason", httpguard.ClipReason(reason))
 	return http.StatusForbidden, reason
-}
-
-// isOriginRefusal reports whether a peer's answer (a single frame's, or a
-// batch element's result) refused the frame for its origin: final, since
-// the same frame would be refused again.
-func isOriginRefusal(status int, reason string) bool {
-	return status == http.StatusForbidden && strings.HasPrefix(reason, originRefusalPrefix)
-}
-
-// retryableAnswer is retryableStatus, but for an answer whose reason is
-// known: a refusal for origin is final although it is a 403.
-func retryableAnswer(status int, reason string) bool {
-	return retryableStatus(status) && !isOriginRefusal(status, reason)
 }
 
 // maxQuotedField bounds a value quoted in a refusal's reason, so the

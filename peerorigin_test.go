@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -35,8 +36,8 @@ func TestAPeerFrameNamingThisNodeAsItsOriginIsRefused403AndNothingReachesTheBrok
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			st, text := netPostAnswer(t, h.c, h.addr, c.body)
-			if st != http.StatusForbidden || !strings.HasPrefix(text, originRefusalPrefix) || !strings.Contains(text, "is this node") {
-				t.Fatalf("POST = %d %q, want 403 %q...", st, text, originRefusalPrefix)
+			if st != http.StatusForbidden || !strings.HasPrefix(text, peerwire.OriginRefusalPrefix) || !strings.Contains(text, "is this node") {
+				t.Fatalf("POST = %d %q, want 403 %q...", st, text, peerwire.OriginRefusalPrefix)
 			}
 		})
 	}
@@ -96,8 +97,8 @@ func TestOnceDiscoveryListsAPrincipalItMaySpeakOnlyForItsOwnNodes(t *testing.T) 
 			wantRelayed = append(wantRelayed, "upsert:"+id, "remove:"+id)
 			continue
 		}
-		if !strings.HasPrefix(text, originRefusalPrefix) || !strings.Contains(text, p) {
-			t.Fatalf("%s: reason %q, want it to start %q and name the principal", s.name, text, originRefusalPrefix)
+		if !strings.HasPrefix(text, peerwire.OriginRefusalPrefix) || !strings.Contains(text, p) {
+			t.Fatalf("%s: reason %q, want it to start %q and name the principal", s.name, text, peerwire.OriginRefusalPrefix)
 		}
 	}
 	h.barrier(t)
@@ -126,7 +127,7 @@ func TestABatchElementRefusedForItsOriginGetsItsOwn403AndTheRestAreAppliedInOrde
 	}
 	for i, want := range []int{200, 403, 200, 403, 200} {
 		r := a.results[i]
-		if r.Status != want || (want == 403) != isOriginRefusal(r.Status, r.Reason) {
+		if r.Status != want || (want == 403) != peerwire.IsOriginRefusal(r.Status, r.Reason) {
 			t.Fatalf("element %d: %+v, want %d", i, r, want)
 		}
 	}
@@ -226,10 +227,10 @@ func TestAPrincipalMayNameItselfAndARemovalMayNameNoOriginWhateverDiscoverySays(
 		}
 	}
 	// The rule still holds for every node the principal is not.
-	if st, text := post(string(netLifecycleBody(t, workload("x", "running", "host-x"), nil))); !isOriginRefusal(st, text) {
+	if st, text := post(string(netLifecycleBody(t, workload("x", "running", "host-x"), nil))); !peerwire.IsOriginRefusal(st, text) {
 		t.Fatalf("a frame naming another node = %d %q, want 403 for origin", st, text)
 	}
-	if st, text := post(string(netRemoveBody(t, "x", h.n.id))); !isOriginRefusal(st, text) {
+	if st, text := post(string(netRemoveBody(t, "x", h.n.id))); !peerwire.IsOriginRefusal(st, text) {
 		t.Fatalf("a removal naming this node = %d %q, want 403 for origin", st, text)
 	}
 	h.barrier(t)

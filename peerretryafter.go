@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,64 +18,10 @@ import (
 // for the time asked, capped, no request goes to that peer on any lane,
 // and the frames wait in their place.
 
-// peerRetryAfterCap is the longest wait a peer's Retry-After can impose.
-// A peer asking for more is tried again after this: a wait is advice from
-// a peer that may recover sooner, and 30 s is the default heartbeat
-// interval, by which a pass would have been due anyway.
-const peerRetryAfterCap = 30 * time.Second
-
 // errDeferred is an answer (503 or 429) whose Retry-After the sender
 // honours: not a failed attempt. The same request goes again once the wait
 // is over.
 var errDeferred = errors.New("peer asked to wait")
-
-// parseRetryAfter reads a Retry-After value (RFC 9110, 10.2.3): whole
-// seconds, or an HTTP-date. It returns the wait asked for, at least 1 s (a
-// date less than a second away; the header's resolution is a second) and
-// at most peerRetryAfterCap, and false for a value that asks for no wait
-// (0, a date not in the future) or is not one (a sign, a fraction, text):
-// such an answer is a failed attempt with the sender's own backoff, as it
-// always was.
-func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, false
-	}
-	if strings.Trim(v, "0123456789") == "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		switch {
-		case err != nil: // all digits: only too large to hold, past the cap
-			return peerRetryAfterCap, true
-		case n == 0:
-			return 0, false
-		case n >= uint64(peerRetryAfterCap/time.Second):
-			return peerRetryAfterCap, true
-		}
-		return time.Duration(n) * time.Second, true
-	}
-	at, err := http.ParseTime(v)
-	if err != nil {
-		return 0, false
-	}
-	d := at.Sub(now)
-	if d <= 0 {
-		return 0, false
-	}
-	return min(max(d, time.Second), peerRetryAfterCap), true
-}
-
-// retryAfterOf is the wait an answer asks for, or 0 when it asks for none
-// that the sender honours: only a 503 or a 429 with a valid Retry-After.
-func retryAfterOf(resp *http.Response) time.Duration {
-	if resp.StatusCode != http.StatusServiceUnavailable && resp.StatusCode != http.StatusTooManyRequests {
-		return 0
-	}
-	d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
-	if !ok {
-		return 0
-	}
-	return d
-}
 
 // peerHold is what a peer has asked its sender to wait for, shared by the
 // sender's two lanes: every request to the peer passes wait first. Until

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/peerwire"
 )
 
 func TestParseRetryAfterHonoursSecondsAndDatesWithinTheCapAndIgnoresTheRest(t *testing.T) {
@@ -28,13 +29,13 @@ func TestParseRetryAfterHonoursSecondsAndDatesWithinTheCapAndIgnoresTheRest(t *t
 		{"2", 2 * time.Second, true},
 		{" 7 ", 7 * time.Second, true},
 		{"30", 30 * time.Second, true},
-		{"31", peerRetryAfterCap, true},
-		{"86400", peerRetryAfterCap, true},
-		{"99999999999999999999999", peerRetryAfterCap, true}, // too large for any integer: past the cap
+		{"31", peerwire.RetryAfterCap, true},
+		{"86400", peerwire.RetryAfterCap, true},
+		{"99999999999999999999999", peerwire.RetryAfterCap, true}, // too large for any integer: past the cap
 		{date(10 * time.Second), 10 * time.Second, true},
 		{now.Add(10 * time.Second).Format(time.RFC850), 10 * time.Second, true},
 		{now.Add(10 * time.Second).Format(time.ANSIC), 10 * time.Second, true},
-		{date(time.Hour), peerRetryAfterCap, true},
+		{date(time.Hour), peerwire.RetryAfterCap, true},
 		// Asking for no wait: the answer is a failed attempt, as before.
 		{"0", 0, false},
 		{"000", 0, false},
@@ -49,13 +50,13 @@ func TestParseRetryAfterHonoursSecondsAndDatesWithinTheCapAndIgnoresTheRest(t *t
 		{"soon", 0, false},
 		{"Thu, 03 Dec 2026 10:00:10", 0, false},
 	} {
-		got, ok := parseRetryAfter(c.value, now)
+		got, ok := peerwire.ParseRetryAfter(c.value, now)
 		if got != c.want || ok != c.ok {
-			t.Errorf("parseRetryAfter(%q) = %v, %v; want %v, %v", c.value, got, ok, c.want, c.ok)
+			t.Errorf("peerwire.ParseRetryAfter(%q) = %v, %v; want %v, %v", c.value, got, ok, c.want, c.ok)
 		}
 	}
 	// A date less than a second away waits the header's resolution.
-	if got, ok := parseRetryAfter(date(0), now.Add(-300*time.Millisecond)); !ok || got != time.Second {
+	if got, ok := peerwire.ParseRetryAfter(date(0), now.Add(-300*time.Millisecond)); !ok || got != time.Second {
 		t.Errorf("a date 300 ms away = %v, %v; want 1s, true", got, ok)
 	}
 }
@@ -110,7 +111,7 @@ func TestPeerHoldLetsNoRequestGoUntilTheWaitThenOneProbeAtATime(t *testing.T) {
 
 func TestPeerHoldWaitEndsWithItsContext(t *testing.T) {
 	var h peerHold
-	h.settle(false, peerRetryAfterCap, time.Now())
+	h.settle(false, peerwire.RetryAfterCap, time.Now())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := h.wait(ctx); done <- err }()
@@ -161,7 +162,7 @@ func (p *deferringPeer) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	frames := [][]byte{body}
-	if mt == peerBatchContentType {
+	if mt == peerwire.BatchContentType {
 		frames = bytes.Split(bytes.TrimSuffix(body, []byte("\n")), []byte("\n"))
 	}
 	var ids []string
@@ -177,7 +178,7 @@ func (p *deferringPeer) serve(w http.ResponseWriter, r *http.Request) {
 		ids = append(ids, v.Params.WorkloadInfo.ID)
 	}
 	if p.batching {
-		w.Header().Set(peerBatchHeader, peerBatchAdvert)
+		w.Header().Set(peerwire.BatchHeader, peerwire.BatchAdvert)
 	}
 	p.mu.Lock()
 	status := http.StatusOK
@@ -193,12 +194,12 @@ func (p *deferringPeer) serve(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case status != http.StatusOK:
 		http.Error(w, "busy", status)
-	case mt == peerBatchContentType:
-		results := make([]peerBatchResult, len(frames))
+	case mt == peerwire.BatchContentType:
+		results := make([]peerwire.BatchResult, len(frames))
 		for i := range results {
 			results[i].Status = http.StatusOK
 		}
-		json.NewEncoder(w).Encode(peerBatchAnswer{Results: results})
+		json.NewEncoder(w).Encode(peerwire.BatchAnswer{Results: results})
 	default:
 		io.WriteString(w, "ok\n")
 	}
@@ -385,8 +386,8 @@ func TestAPeersRetryAfterDoesNotHoldShutdownPastTheDrainTimeout(t *testing.T) {
 	select {
 	case err := <-a.done:
 		a.done <- err // for the node's cleanup, which waits for it too
-	case <-time.After(peerRetryAfterCap / 2):
-		t.Fatalf("Run still running %v after its stop, held by the peer's 30 s wait", peerRetryAfterCap/2)
+	case <-time.After(peerwire.RetryAfterCap / 2):
+		t.Fatalf("Run still running %v after its stop, held by the peer's 30 s wait", peerwire.RetryAfterCap/2)
 	}
 	if len(p.log()) != 1 {
 		t.Fatalf("%d requests to a peer that asked for 30 s, want 1", len(p.log()))

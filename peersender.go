@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/ratelog"
 	"nvpair-workload-manager/internal/statetable"
 )
@@ -92,7 +93,7 @@ func newPeerSender(t peerTarget, stats *peerStats, dialTLS func(context.Context,
 		client: &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		// url.URL escapes an IPv6 zone ("%" -> "%25"); concatenation would
 		// leave an invalid escape and every request to the peer would fail.
-		url:    (&url.URL{Scheme: "https", Host: t.addrs[0], Path: peerEventsPath}).String(),
+		url:    (&url.URL{Scheme: "https", Host: t.addrs[0], Path: peerwire.EventsPath}).String(),
 		ctx:    ctx,
 		cancel: cancel,
 		drain:  drain,
@@ -285,25 +286,18 @@ var errPermanent = errors.New("rejected by peer")
 // change.
 func (s *peerSender) post(ctx context.Context, line []byte) error {
 	open := func() io.Reader { return bytes.NewReader(line) }
-	status, text, err := s.exchange(ctx, open, int64(len(line)), "application/json", int64(len(originRefusalPrefix)))
+	status, text, err := s.exchange(ctx, open, int64(len(line)), "application/json", int64(len(peerwire.OriginRefusalPrefix)))
 	if err != nil {
 		return err
 	}
 	switch {
 	case status == http.StatusOK:
 		return nil
-	case retryableAnswer(status, string(text)):
+	case peerwire.RetryableAnswer(status, string(text)):
 		return fmt.Errorf("status %d", status)
 	default:
 		return fmt.Errorf("%w: status %d", errPermanent, status)
 	}
-}
-
-// retryableStatus reports whether an answer may change on another try:
-// server errors, 429, and 403 (the peer may not have re-read its pins yet),
-// except a 403 that refused the frame for its origin (retryableAnswer).
-func retryableStatus(status int) bool {
-	return status >= 500 || status == http.StatusTooManyRequests || status == http.StatusForbidden
 }
 
 // exchange makes one request within peerAttemptTimeout and returns the
@@ -338,8 +332,8 @@ func (s *peerSender) exchange(ctx context.Context, open func() io.Reader, size i
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	s.noteAdvert(resp.Header.Get(peerBatchHeader))
-	status, deferFor = resp.StatusCode, retryAfterOf(resp)
+	s.noteAdvert(resp.Header.Get(peerwire.BatchHeader))
+	status, deferFor = resp.StatusCode, peerwire.RetryAfterOf(resp)
 	kept, err := io.ReadAll(io.LimitReader(resp.Body, keep))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, peerResponseDrainCap))
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/pairinstall"
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -42,7 +43,7 @@ func (e *peerEvent) origin() string {
 
 // parsePeerFrame validates a request body from a peer in one pass over it
 // (framescan.go); params over maxWorkload bytes, and the slack a frame at
-// that bound may have gained on its way (peerWorkloadSlack), are refused
+// that bound may have gained on its way (peerwire.WorkloadSlack), are refused
 // (*workloadTooLargeError). It has no side effects.
 func parsePeerFrame(body []byte, maxWorkload int) (peerEvent, error) {
 	if err := wireframe.CheckUTF8(body); err != nil {
@@ -59,7 +60,7 @@ func parsePeerFrame(body []byte, maxWorkload int) (peerEvent, error) {
 	if env.JSONRPC != "2.0" {
 		return peerEvent{}, errors.New(`jsonrpc must be "2.0"`)
 	}
-	if err := wireframe.CheckWorkloadBytes(&s, maxWorkload, peerWorkloadSlack); err != nil {
+	if err := wireframe.CheckWorkloadBytes(&s, maxWorkload, peerwire.WorkloadSlack); err != nil {
 		return peerEvent{}, err
 	}
 	switch {
@@ -84,7 +85,7 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 	// included: a sender learns what a peer accepts from whatever answer it
 	// last had from it, and a sender that never sees the header keeps
 	// sending single frames, which is all a stock daemon understands.
-	w.Header()[peerBatchHeader] = peerBatchAdvertValue
+	w.Header()[peerwire.BatchHeader] = peerwire.BatchAdvertValue
 	log := httpguard.NewRequestLog(m.log, "peer", r.RemoteAddr)
 	reject := func(status int, reason string) {
 		reason = httpguard.ClipReason(reason)
@@ -108,7 +109,7 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 	}
 	principal := pairinstall.PrincipalOf(r.TLS.PeerCertificates[0])
 	log.With("peer", principal)
-	if r.URL.Path != peerEventsPath {
+	if r.URL.Path != peerwire.EventsPath {
 		reject(http.StatusNotFound, "no such endpoint")
 		return
 	}
@@ -117,7 +118,7 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 		reject(http.StatusMethodNotAllowed, "method must be POST")
 		return
 	}
-	if isPeerBatch(r) {
+	if peerwire.IsBatch(r) {
 		m.servePeerBatch(w, r, &log, principal, reject)
 		return
 	}
@@ -141,7 +142,7 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 	case status == http.StatusOK:
 		// Written or already seen: the sender needs no more than that.
 		httpguard.Answer(w, http.StatusOK, "ok")
-	case status == http.StatusInternalServerError, isOriginRefusal(status, reason):
+	case status == http.StatusInternalServerError, peerwire.IsOriginRefusal(status, reason):
 		// Already logged by handlePeerFrame: a failed write with its error,
 		// a refusal for origin at most once per interval.
 		httpguard.Answer(w, status, httpguard.ClipReason(reason))
@@ -150,15 +151,12 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// reasonAlreadySeen is handlePeerFrame's reason for a duplicate.
-const reasonAlreadySeen = "already seen"
-
 // handlePeerFrame takes one frame from a peer, the body of a single request
 // or one element of a batch, so that both are handled by the same code: the
 // same validation, the same frames-received count, the same dedup with its
 // per-key lock and its re-assertion bypass, the same broker write. It
 // answers 200 when the frame was written (reason "") or already seen
-// (reasonAlreadySeen); 400 when it is not a valid frame; 403 when principal
+// (peerwire.ReasonAlreadySeen); 400 when it is not a valid frame; 403 when principal
 // may not send an event of that origin (peerorigin.go), final for a sender
 // that reads the reason; 413 when its params are over the workload bound
 // (--workload-max-bytes) or its line to the broker would be over the line
@@ -195,7 +193,7 @@ func (m *Manager) handlePeerFrame(log *httpguard.RequestLog, principal string, b
 		log.Logger().Debug("peer frame accepted", "duplicate", duplicate)
 	}
 	if duplicate {
-		return http.StatusOK, reasonAlreadySeen
+		return http.StatusOK, peerwire.ReasonAlreadySeen
 	}
 	return http.StatusOK, ""
 }

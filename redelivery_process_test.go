@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -184,7 +185,7 @@ func TestProcessReusedIDRemovedTwiceInABatchAndRepeatedRemovalsOnce(t *testing.T
 		}
 		ans := netPostBatch(t, fromA, bPeer, rm, rm, body(lifecycleLine("barrier-2", "running", na.ID)))
 		for i, r := range ans.results[:2] {
-			if r.Status != http.StatusOK || r.Reason != reasonAlreadySeen {
+			if r.Status != http.StatusOK || r.Reason != peerwire.ReasonAlreadySeen {
 				t.Fatalf("batch element %d = %+v, want already seen", i, r)
 			}
 		}
@@ -200,7 +201,7 @@ func TestProcessReusedIDRemovedTwiceInABatchAndRepeatedRemovalsOnce(t *testing.T
 		}
 		rm := body(removalFrame("job-9", na.ID))
 		// As batches, whose results tell a write from a duplicate.
-		results := make([]peerBatchResult, 2)
+		results := make([]peerwire.BatchResult, 2)
 		var wg sync.WaitGroup
 		for i, c := range []*http.Client{fromA, fromC} {
 			wg.Add(1)
@@ -212,8 +213,8 @@ func TestProcessReusedIDRemovedTwiceInABatchAndRepeatedRemovalsOnce(t *testing.T
 			}()
 		}
 		wg.Wait()
-		written := peerBatchResult{Status: http.StatusOK}
-		seen := peerBatchResult{Status: http.StatusOK, Reason: reasonAlreadySeen}
+		written := peerwire.BatchResult{Status: http.StatusOK}
+		seen := peerwire.BatchResult{Status: http.StatusOK, Reason: peerwire.ReasonAlreadySeen}
 		if !(results[0] == written && results[1] == seen) && !(results[0] == seen && results[1] == written) {
 			t.Fatalf("results %+v, want one written and one already seen", results)
 		}

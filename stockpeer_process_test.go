@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/stockwlm"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -736,10 +737,10 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 // Content-Type application/json, over HTTP/1.1), or "".
 func singleFrameViolation(r tapRequest) string {
 	switch {
-	case r.method != http.MethodPost || r.path != peerEventsPath:
+	case r.method != http.MethodPost || r.path != peerwire.EventsPath:
 		return fmt.Sprintf("A sent the stock daemon %s %s", r.method, r.path)
 	case r.contentType != "application/json":
-		return fmt.Sprintf("A sent the stock daemon a request with Content-Type %q (a batch is %s): %.200q", r.contentType, peerBatchContentType, r.body)
+		return fmt.Sprintf("A sent the stock daemon a request with Content-Type %q (a batch is %s): %.200q", r.contentType, peerwire.BatchContentType, r.body)
 	case !r.frame.single:
 		return fmt.Sprintf("A sent the stock daemon a body that is not one JSON-RPC notification: %.300q", r.body)
 	case r.proto != "HTTP/1.1":

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -136,7 +137,7 @@ func TestProcessAPeerInItsFreshHostWindowIsHeardUnderItsPrincipal(t *testing.T) 
 
 	peer := netPeerClient(t, &nb.Identity, na.Identity.DER)
 	st, text := netPostAnswer(t, peer, "127.0.0.1:"+itoa(a.port), netLifecycleBody(t, workload("c-job", "running", nc.ID), nil))
-	if !isOriginRefusal(st, text) || !strings.Contains(text, nc.ID) {
+	if !peerwire.IsOriginRefusal(st, text) || !strings.Contains(text, nc.ID) {
 		t.Fatalf("a frame in C's name from B's principal = %d %q, want 403 for origin", st, text)
 	}
 	if a.upsertCount("c-job") != 0 {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"nvpair-workload-manager/internal/promtext"
-	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -35,15 +34,6 @@ const (
 	// maxMaxLiveWorkloadBytes is the most: 1 TiB, past any node.
 	maxMaxLiveWorkloadBytes = 1 << 40
 )
-
-// peerWorkloadSlack is what the peer port takes beyond the workload bound:
-// what the origin may add to a frame it took at the bound before relaying
-// it. Its ingress measures a producer's params as sent and then stamps the
-// origin (`,"originatedFrom":"<id>"`, the id at most maxKeyFieldBytes),
-// and its heartbeat adds the re-assertion marker (`"resync":true,`). A
-// peer with the same bound must take all of it, or a frame a producer
-// was told was accepted would be refused, for good, at every peer.
-const peerWorkloadSlack = len(`,"originatedFrom":""`) + wireframe.MaxKeyFieldBytes + statetable.ResyncMarkerBytes
 
 // checkMaxLiveWorkloadBytes refuses a --max-live-workload-bytes outside
 // its range.

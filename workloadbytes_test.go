@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -110,7 +111,7 @@ func TestPeerPortRefusesParamsOverTheWorkloadBoundWith413SingleAndPerBatchElemen
 	frame := func(id string, size int) []byte { return []byte(paddedFrame(t, id, origin, size)) }
 	// The peer port takes what an origin with the same bound may have added
 	// to a frame at it: its ingress's origin stamp, its re-assertion marker.
-	most := limit + peerWorkloadSlack
+	most := limit + peerwire.WorkloadSlack
 	if status, reason := netPostAnswer(t, h.c, h.addr, frame("single-at", most)); status != http.StatusOK {
 		t.Fatalf("params of exactly %d bytes: %d %q, want 200", most, status, reason)
 	}
@@ -120,10 +121,10 @@ func TestPeerPortRefusesParamsOverTheWorkloadBoundWith413SingleAndPerBatchElemen
 	// A batch element over the bound gets its own 413, final for that
 	// frame, and the elements after it are applied.
 	ans := netPostBatch(t, h.c, h.addr, frame("batch-0", 200), frame("batch-over", 2*limit), frame("batch-2", limit))
-	want := []peerBatchResult{
-		{http.StatusOK, ""},
-		{http.StatusRequestEntityTooLarge, overWorkloadBound(2*limit, limit)},
-		{http.StatusOK, ""},
+	want := []peerwire.BatchResult{
+		{Status: http.StatusOK, Reason: ""},
+		{Status: http.StatusRequestEntityTooLarge, Reason: overWorkloadBound(2*limit, limit)},
+		{Status: http.StatusOK, Reason: ""},
 	}
 	if ans.status != http.StatusOK || !slices.Equal(ans.results, want) {
 		t.Fatalf("batch answered %d %v, want 200 %v", ans.status, ans.results, want)
