@@ -264,7 +264,7 @@ func BenchmarkFanOutEndToEnd(b *testing.B) {
 	r.m.trust.Reload()
 	p, _ := json.Marshal(map[string]any{"nodes": nodes})
 	r.send(b, wireframe.EncodeNotification("discovery:nodes", p))
-	eventually(b, "8 targets", func() bool { return r.m.bcast.targetCount() == k })
+	eventually(b, "8 targets", func() bool { return r.m.bcast.TargetCount() == k })
 
 	minDelivered := func() int64 {
 		lo := int64(-1)
@@ -378,7 +378,7 @@ func benchManager(b *testing.B, out io.Writer) *Manager {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { m.bcast.close(time.Second) })
+	b.Cleanup(func() { m.bcast.Close(time.Second) })
 	return m
 }
 

@@ -410,8 +410,8 @@ func netAddrEntry(hostUUID, clusterUUID, hostPort string) map[string]any {
 // netDrops returns how many entries the node's peers refused for good.
 func netDrops(n *testNode) int64 {
 	var total int64
-	for _, st := range n.m.bcast.peerStatsSnapshot() {
-		total += int64(st.dropped.Load())
+	for _, st := range n.m.bcast.StatsSnapshot() {
+		total += int64(st.Dropped.Load())
 	}
 	return total
 }

@@ -52,7 +52,7 @@ func TestNodeWithoutIdentityBroadcastsNothingUntilIdentityAppears(t *testing.T) 
 	a.sendLifecycle(workload("job-before", "running", a.id))
 	a.discover(b)
 	netBarrier(t, a)
-	if got := a.m.bcast.targetCount(); got != 0 {
+	if got := a.m.bcast.TargetCount(); got != 0 {
 		t.Fatalf("a node without identity has %d broadcast target(s), want 0", got)
 	}
 

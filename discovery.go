@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/peersend"
 )
 
 // discoveredNode is one entry of a discovery:nodes snapshot: PAIR's
@@ -46,8 +47,8 @@ func parseDiscovery(params json.RawMessage) ([]discoveredNode, error) {
 // selectTargets picks the nodes to broadcast to: not this node, advertising
 // a wl port, reachable at some address, and pinned under its clusterUuid.
 // Skipped nodes are logged at debug.
-func selectTargets(nodes []discoveredNode, self string, pinned func(principal string) bool, log *slog.Logger) []peerTarget {
-	var targets []peerTarget
+func selectTargets(nodes []discoveredNode, self string, pinned func(principal string) bool, log *slog.Logger) []peersend.Target {
+	var targets []peersend.Target
 	for _, n := range nodes {
 		skip := func(reason string) {
 			log.Debug("discovery: not a target", "node", httpguard.ClipLogged(n.Name), "host", httpguard.ClipLogged(n.HostUUID), "reason", reason)
@@ -74,7 +75,7 @@ func selectTargets(nodes []discoveredNode, self string, pinned func(principal st
 		// The name is only ever logged (every line of the peer's sender
 		// carries it), so it is kept clipped.
 		name = httpguard.ClipLogged(name)
-		targets = append(targets, peerTarget{hostUUID: n.HostUUID, name: name, principal: n.ClusterUUID, addrs: addrs})
+		targets = append(targets, peersend.Target{HostUUID: n.HostUUID, Name: name, Principal: n.ClusterUUID, Addrs: addrs})
 	}
 	return targets
 }
@@ -126,11 +127,11 @@ func (m *Manager) applyDiscovery(params json.RawMessage) {
 func (m *Manager) refreshTargets() {
 	m.discoveryMu.Lock()
 	defer m.discoveryMu.Unlock()
-	var targets []peerTarget
+	var targets []peersend.Target
 	if m.trust.Clustered() { // a node that is not a clustered member broadcasts nothing
 		targets = selectTargets(m.lastNodes, m.cfg.NodeID, func(p string) bool { _, ok := m.trust.Pin(p); return ok }, m.log)
 	}
-	added, removed := m.bcast.setTargets(targets)
+	added, removed := m.bcast.SetTargets(targets)
 	if len(added) == 0 && len(removed) == 0 {
 		return
 	}
@@ -139,10 +140,10 @@ func (m *Manager) refreshTargets() {
 	m.log.Info("broadcast targets changed", "added", targetNames(added), "removed", targetNames(removed), "total", len(targets))
 }
 
-func targetNames(ts []peerTarget) []string {
+func targetNames(ts []peersend.Target) []string {
 	names := make([]string, len(ts))
 	for i, t := range ts {
-		names[i] = t.name + "@" + t.addrs[0]
+		names[i] = t.Name + "@" + t.Addrs[0]
 	}
 	slices.Sort(names)
 	return names

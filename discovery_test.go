@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/peersend"
 )
 
 func TestSelectTargetsKeepsOnlyPinnedReachablePeers(t *testing.T) {
@@ -35,12 +36,12 @@ func TestSelectTargetsKeepsOnlyPinnedReachablePeers(t *testing.T) {
 		return e
 	}
 	target := func(host, principal string, addrs ...string) string {
-		return peerTarget{hostUUID: host, principal: principal, addrs: addrs}.id()
+		return peersend.Target{HostUUID: host, Principal: principal, Addrs: addrs}.ID()
 	}
 	cases := []struct {
 		name    string
 		nodes   []map[string]any
-		want    []string // peerTarget ids
+		want    []string // peersend.Target ids
 		skipLog string   // a debug line with this reason, "" for none
 	}{
 		{"a pinned peer with ip and port", []map[string]any{entry(h1, p1, "192.168.1.20", wl(14320))},
@@ -88,7 +89,7 @@ func TestSelectTargetsKeepsOnlyPinnedReachablePeers(t *testing.T) {
 			targets := selectTargets(nodes, self, func(p string) bool { return pinned[p] }, netLogger(logs))
 			var got []string
 			for _, tg := range targets {
-				got = append(got, tg.id())
+				got = append(got, tg.ID())
 			}
 			if !slices.Equal(got, c.want) {
 				t.Fatalf("targets\n got %q\nwant %q", got, c.want)
@@ -215,12 +216,12 @@ func TestPinArrivingAfterSnapshotMakesNodeATarget(t *testing.T) {
 	b.start()
 	a.discover(b)
 	netBarrier(t, a)
-	if got := a.m.bcast.targetCount(); got != 0 {
+	if got := a.m.bcast.TargetCount(); got != 0 {
 		t.Fatalf("an unpinned node is a target (%d targets)", got)
 	}
 
 	a.trust(b) // the cluster manager pins B after the snapshot
-	netWithin(t, 2*time.Second, "the newly pinned node to become a target", func() bool { return a.m.bcast.targetCount() == 1 })
+	netWithin(t, 2*time.Second, "the newly pinned node to become a target", func() bool { return a.m.bcast.TargetCount() == 1 })
 	a.sendLifecycle(workload("job-1", "running", a.id))
 	// The backfill of the new target runs beside this frame and may carry
 	// it a second time, as a re-assertion.

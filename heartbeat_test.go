@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/peersend"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -374,9 +375,9 @@ func trackRunning(t *testing.T, n *testNode, count int) []string {
 
 // passesCompleted is how many heartbeat passes n's sender to sink finished.
 func passesCompleted(n *testNode, sink *hbSink) uint64 {
-	for _, st := range n.m.bcast.peerStatsSnapshot() {
-		if st.peer == sink.ident.Principal {
-			return st.passesCompleted.Load()
+	for _, st := range n.m.bcast.StatsSnapshot() {
+		if st.Peer == sink.ident.Principal {
+			return st.PassesCompleted.Load()
 		}
 	}
 	return 0
@@ -588,15 +589,15 @@ func TestHeartbeatPassToAFailingPeerEndsAtTheFirstFailure(t *testing.T) {
 	sink.failResync = true
 	trackRunning(t, n, 50)
 	sink.join(t, n)
-	stats := func() *peerStats {
-		for _, st := range n.m.bcast.peerStatsSnapshot() {
-			if st.peer == sink.ident.Principal {
+	stats := func() *peersend.Stats {
+		for _, st := range n.m.bcast.StatsSnapshot() {
+			if st.Peer == sink.ident.Principal {
 				return st
 			}
 		}
-		return &peerStats{}
+		return &peersend.Stats{}
 	}
-	if !holdsWithin(time.Minute, func() bool { return stats().passesAbandoned.Load() == 1 }) {
+	if !holdsWithin(time.Minute, func() bool { return stats().PassesAbandoned.Load() == 1 }) {
 		t.Fatal("timed out waiting for the first pass to end")
 	}
 	if got := sink.resyncTries(); got != 1 {
@@ -616,33 +617,6 @@ func TestHeartbeatPassGoesOnPastAnEntryThePeerRejects(t *testing.T) {
 	trackRunning(t, n, 5)
 	sink.join(t, n)
 	eventually(t, "the entries after the rejected one re-asserted", func() bool { return sink.count("resync", "hb-00004") == 1 })
-}
-
-func TestHeartbeatPacesEveryPassOverMostOfTheInterval(t *testing.T) {
-	n := newTestNode(t)
-	for i := range 100 {
-		if ok, _ := n.m.commitLocal(ifxParseLocal(t, ifxLifecycleJSON(fmt.Sprintf("p-%03d", i), "running", n.id)), fromBroker); !ok {
-			t.Fatal("not committed")
-		}
-	}
-	h := newHeartbeatStream(n.m.table, 2500*time.Millisecond, &peerStats{})
-	defer h.close()
-	t0 := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
-	h.begin(t0)
-	if w := h.paceWait(t0); w != 0 {
-		t.Fatalf("a pass waits %v before its first slice, want none", w)
-	}
-	if lines, _ := n.m.table.TakePass(&h.pass, 50, wireframe.MaxBytes); len(lines) != 50 {
-		t.Fatalf("took %d, want 50", len(lines))
-	}
-	// Half the runs sent: the rest is due over the second half of the
-	// pass's span, passShare of the interval = 2 s.
-	if w := h.paceWait(t0); w != time.Second {
-		t.Fatalf("after half the runs at once, the pass waits %v, want 1s", w)
-	}
-	if w := h.paceWait(t0.Add(1100 * time.Millisecond)); w > 0 {
-		t.Fatalf("a pass behind its pace waits %v, want none", w)
-	}
 }
 
 // requireNoReassertionAfterRemoval fails when a workload was re-asserted to

@@ -396,7 +396,7 @@ func discoveryEntries(nodes ...*testNode) []map[string]any {
 // waitTargets waits until the node broadcasts to n targets.
 func (n *testNode) waitTargets(count int) {
 	n.t.Helper()
-	eventually(n.t, fmt.Sprintf("%d broadcast target(s)", count), func() bool { return n.m.bcast.targetCount() == count })
+	eventually(n.t, fmt.Sprintf("%d broadcast target(s)", count), func() bool { return n.m.bcast.TargetCount() == count })
 }
 
 // mesh starts nodes that pin and discover each other, fully connected.

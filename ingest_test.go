@@ -430,7 +430,7 @@ func ifxDrain(q *peerCapture) []outboundFrame {
 			return out
 		}
 		for _, l := range taken.Lines {
-			line := freshBody(l)
+			line := l.FreshBytes()
 			var env struct {
 				Method string `json:"method"`
 			}

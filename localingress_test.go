@@ -849,8 +849,8 @@ func TestLocalIngressOutOfOrderProducerFramesConvergeAtThePeer(t *testing.T) {
 			if last == nil || last["state"] != j.final {
 				return false
 			}
-			for _, st := range a.m.bcast.peerStatsSnapshot() {
-				reasserted = reasserted || st.reasserted.Load() > 0
+			for _, st := range a.m.bcast.StatsSnapshot() {
+				reasserted = reasserted || st.Reasserted.Load() > 0
 			}
 			return reasserted
 		})

@@ -17,6 +17,8 @@ import (
 
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/pairinstall"
+	"nvpair-workload-manager/internal/peersend"
+	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/ratelog"
 	"nvpair-workload-manager/internal/statetable"
@@ -127,7 +129,7 @@ type Manager struct {
 	out   *brokerWriter
 	trust *pairinstall.ClusterTrust
 	dedup *dedup
-	bcast *broadcaster
+	bcast *peersend.Broadcaster
 	now   func() time.Time
 
 	// ingestMu keeps concurrent ingress posts (and lease expiries) in one
@@ -280,7 +282,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		Now:           func() time.Time { return m.now() },
 		LeaseUnit:     time.Second,
 	})
-	m.bcast = newBroadcaster(cfg.Logger, trust, m.table, cfg.ResyncInterval)
+	m.bcast = peersend.New(cfg.Logger, trust, m.table, cfg.ResyncInterval)
 	return m, nil
 }
 
@@ -393,7 +395,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.stopServers(servers)
 	// Every frame is committed now; the peers get until the drain's end to
 	// catch up, and what they still lack stays in the journal.
-	m.bcast.close(m.cfg.DrainTimeout)
+	m.bcast.Close(m.cfg.DrainTimeout)
 	m.closeJournal(deadline)
 	m.brokerLines.stop(m.log)
 	wg.Wait()
@@ -435,7 +437,7 @@ func (m *Manager) stopServers(servers []*http.Server) {
 }
 
 func (m *Manager) servePeers(wg *sync.WaitGroup, ln net.Listener) *http.Server {
-	srv := httpguard.NewHTTPServer(http.HandlerFunc(m.servePeer), peerServerIdleTimeout, m.log)
+	srv := httpguard.NewHTTPServer(http.HandlerFunc(m.servePeer), peerwire.ServerIdleTimeout, m.log)
 	srv.ErrorLog = log.New(&handshakeFailureCounter{n: &m.serverHandshakeFailures, next: srv.ErrorLog.Writer()}, "", 0)
 	srv.TLSConfig = m.trust.ServerTLSConfig(httpguard.PeerALPN)
 	srv.ConnState = m.conns.Peer.ConnState

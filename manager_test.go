@@ -333,7 +333,7 @@ func TestShutdownDrainsPeerQueuesBeforeExit(t *testing.T) {
 	a.broker.toD.Close() // the broker quits: EOF starts A's shutdown
 	time.AfterFunc(300*time.Millisecond, b.m.out.mu.Unlock)
 	waitRun(t, a, waitTimeout)
-	if got := a.m.bcast.peerStatsSnapshot()[0].succeeded.Load(); got != frames {
+	if got := a.m.bcast.StatsSnapshot()[0].Succeeded.Load(); got != frames {
 		t.Fatalf("A delivered %d of %d committed frames before exiting", got, frames)
 	}
 	eventually(t, "every frame at B's broker", func() bool { return len(b.broker.withMethod(wireframe.MethodUpsert)) == frames })
@@ -378,7 +378,7 @@ func TestNewManagerDefaultsTheBrokerLineLimitAndRefusesAnUnusableOne(t *testing.
 		if err != nil {
 			t.Fatalf("BrokerLineMax %d: %v", tc.lineMax, err)
 		}
-		m.bcast.close(time.Second)
+		m.bcast.Close(time.Second)
 		if m.cfg.BrokerLineMax != tc.want || m.out.lineMax != tc.want {
 			t.Errorf("BrokerLineMax %d: config %d, writer %d; want %d", tc.lineMax, m.cfg.BrokerLineMax, m.out.lineMax, tc.want)
 		}

@@ -26,7 +26,7 @@ func TestUnclusteredNodeCompletesNoHandshakeUntilAdmittedWithoutRestart(t *testi
 	a.sendLifecycle(workload("job-unclustered", "running", a.id))
 	a.discover(b)
 	netBarrier(t, a)
-	if got := a.m.bcast.targetCount(); got != 0 {
+	if got := a.m.bcast.TargetCount(); got != 0 {
 		t.Fatalf("an unclustered node has %d broadcast target(s), want 0", got)
 	}
 

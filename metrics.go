@@ -48,46 +48,11 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	t.Family("nvpair_wlm_field_bound_refusals_total", "counter", "Frames refused because a field was over its bound, by source (stdio, peer, ingress).")
 	t.CounterSamples("nvpair_wlm_field_bound_refusals_total", []string{"source"}, m.fieldBoundRefusals)
 	m.writeWorkloadBoundMetrics(&t)
-	stats := m.bcast.peerStatsSnapshot()
-	perPeer := []struct {
-		name, kind, help string
-		get              func(*peerStats) uint64
-	}{
-		{"nvpair_wlm_peer_deliveries_succeeded_total", "counter", "Entries of the state table a peer took (its mark moved past them).", func(s *peerStats) uint64 { return s.succeeded.Load() }},
-		{"nvpair_wlm_peer_delivery_failures_total", "counter", "Failed delivery attempts to a peer.", func(s *peerStats) uint64 { return s.failedAttempts.Load() }},
-		{"nvpair_wlm_peer_delivery_retries_total", "counter", "Delivery attempts to a peer that were retries.", func(s *peerStats) uint64 { return s.retries.Load() }},
-		{"nvpair_wlm_peer_deliveries_dropped_total", "counter", "Entries a peer refused for good (a 4xx a retry cannot change); skipped for that peer.", func(s *peerStats) uint64 { return s.dropped.Load() }},
-		{"nvpair_wlm_peer_batches_sent_total", "counter", "Batch requests sent to a peer that advertised batches.", func(s *peerStats) uint64 { return s.batchesSent.Load() }},
-		{"nvpair_wlm_peer_batch_frames_sent_total", "counter", "Frames sent to a peer inside batches (fresh frames and re-assertions).", func(s *peerStats) uint64 { return s.batchFramesSent.Load() }},
-		{"nvpair_wlm_heartbeat_passes_started_total", "counter", "Heartbeat passes over the re-asserted runs started for a peer.", func(s *peerStats) uint64 { return s.passesStarted.Load() }},
-		{"nvpair_wlm_heartbeat_passes_completed_total", "counter", "Heartbeat passes that reached the end of the re-asserted runs for a peer.", func(s *peerStats) uint64 { return s.passesCompleted.Load() }},
-		{"nvpair_wlm_heartbeat_passes_overrun_total", "counter", "Heartbeat passes for a peer that took longer than the re-sync interval.", func(s *peerStats) uint64 { return s.passesOverrun.Load() }},
-		{"nvpair_wlm_heartbeat_passes_abandoned_total", "counter", "Heartbeat passes for a peer ended early because it failed a re-assertion; the next pass repeats them.", func(s *peerStats) uint64 { return s.passesAbandoned.Load() }},
-		{"nvpair_wlm_heartbeat_reasserted_total", "counter", "Re-assertions delivered to a peer.", func(s *peerStats) uint64 { return s.reasserted.Load() }},
-		{"nvpair_wlm_heartbeat_reassert_failures_total", "counter", "Re-assertions a peer did not accept; the next pass repeats them.", func(s *peerStats) uint64 { return s.reassertFailures.Load() }},
-		{"nvpair_wlm_heartbeat_pass_progress_entries", "gauge", "Entries the heartbeat pass under way (or the last one) has visited for a peer.", func(s *peerStats) uint64 { return s.passProgress.Load() }},
-		{"nvpair_wlm_heartbeat_pass_size_entries", "gauge", "Runs re-asserted when a peer's current (or last) heartbeat pass started.", func(s *peerStats) uint64 { return s.passSize.Load() }},
-	}
-	for _, f := range perPeer {
-		t.Family(f.name, f.kind, f.help)
-		for _, s := range stats {
-			t.Sample(f.name, []string{"peer"}, []string{s.peer}, float64(f.get(s)))
-		}
-	}
-	writeRetryAfterMetrics(&t, stats)
-	behind := m.bcast.peerBehind()
-	t.Family("nvpair_wlm_peer_behind_versions", "gauge", "Versions the state table has given past a peer's mark: at most the entries it has yet to take; 0 for a caught-up peer or one that left.")
-	for _, s := range stats {
-		t.Sample("nvpair_wlm_peer_behind_versions", []string{"peer"}, []string{s.peer}, float64(behind[s.peer].versions))
-	}
-	t.Family("nvpair_wlm_peer_behind_seconds", "gauge", "How long a peer has lacked a change of the state table: the age of the oldest entry above its mark; 0 for a caught-up peer or one that left.")
-	for _, s := range stats {
-		t.Sample("nvpair_wlm_peer_behind_seconds", []string{"peer"}, []string{s.peer}, behind[s.peer].lag.Seconds())
-	}
+	m.bcast.WriteMetrics(&t)
 
 	t.Single("nvpair_wlm_peer_batches_received_total", "counter", "Batch requests processed on the peer port.", float64(m.batchesReceived.Load()))
 	t.Single("nvpair_wlm_peer_batch_frames_received_total", "counter", "Elements of the batches processed on the peer port.", float64(m.batchFramesReceived.Load()))
-	t.Single("nvpair_wlm_targets", "gauge", "Current broadcast targets.", float64(m.bcast.targetCount()))
+	t.Single("nvpair_wlm_targets", "gauge", "Current broadcast targets.", float64(m.bcast.TargetCount()))
 	t.Single("nvpair_wlm_pinned_peers", "gauge", "Peers with a valid pin in the cluster directory.", float64(m.trust.PinCount()))
 	t.Single("nvpair_wlm_clustered", "gauge", "1 while this node is a clustered member (identity and an active admission or a pin), else 0.", boolGauge(m.trust.Clustered()))
 	files := m.trust.FileStats()
@@ -99,10 +64,10 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	t.Single("nvpair_wlm_cluster_file_limit_bytes", "gauge", "The largest file the daemon reads from its cluster and app directories; larger ones are refused.", pairinstall.MaxFileBytes)
 	t.Family("nvpair_wlm_tls_handshakes_total", "counter", "Completed TLS handshakes on the inter-node channel, by side.")
 	t.Sample("nvpair_wlm_tls_handshakes_total", []string{"side"}, []string{"server"}, float64(m.trust.ServerHandshakes()))
-	t.Sample("nvpair_wlm_tls_handshakes_total", []string{"side"}, []string{"client"}, float64(m.bcast.handshakes.Load()))
+	t.Sample("nvpair_wlm_tls_handshakes_total", []string{"side"}, []string{"client"}, float64(m.bcast.Handshakes.Load()))
 	t.Family("nvpair_wlm_tls_handshake_failures_total", "counter", "Failed TLS handshakes on the inter-node channel, by side.")
 	t.Sample("nvpair_wlm_tls_handshake_failures_total", []string{"side"}, []string{"server"}, float64(m.serverHandshakeFailures.Load()))
-	t.Sample("nvpair_wlm_tls_handshake_failures_total", []string{"side"}, []string{"client"}, float64(m.bcast.handshakeFailures.Load()))
+	t.Sample("nvpair_wlm_tls_handshake_failures_total", []string{"side"}, []string{"client"}, float64(m.bcast.HandshakeFailures.Load()))
 
 	sz := m.table.Sizes()
 	writeDeprecatedGauges(&t, float64(sz.Runs), float64(m.cfg.MaxLiveWorkloads), float64(sz.Removals))

@@ -113,7 +113,7 @@ func (m *Manager) nodeInfo() nodeInfo {
 	m.discoveryMu.Lock()
 	nodes := m.lastNodes // replaced whole by applyDiscovery, never changed in place
 	m.discoveryMu.Unlock()
-	targets := m.bcast.targetHosts()
+	targets := m.bcast.TargetHosts()
 
 	members := make([]nodeMember, 0, len(nodes))
 	for _, n := range nodes {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/peersend"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -153,7 +154,7 @@ func TestAFreshFrameRefusedForItsOriginIsGivenUpWithoutRetries(t *testing.T) {
 			n.sendLifecycle(workload("spoofed", "running", n.id))
 			n.sendLifecycle(workload("after", "running", n.id))
 			eventually(t, "the frame after it at the peer", func() bool { return sink.count("fresh", "after") == 1 })
-			eventually(t, "the refused frame given up", func() bool { return peerStatsOf(n, sink).dropped.Load() == 1 })
+			eventually(t, "the refused frame given up", func() bool { return peerStatsOf(n, sink).Dropped.Load() == 1 })
 			if got := sink.originRefusals("fresh"); got != 1 {
 				t.Fatalf("the peer was sent the refused frame %d times, want once: a refusal for origin is final", got)
 			}
@@ -171,11 +172,11 @@ func TestAHeartbeatPassGoesOnPastAnEntryRefusedForItsOrigin(t *testing.T) {
 			sink.refuseOrigin = "hb-00001"
 			// More entries than one request to a batching peer carries, so
 			// the refused entry is not in the pass's last request.
-			ids := trackRunning(t, n, 3*heartbeatSlice)
+			ids := trackRunning(t, n, 3*peersend.HeartbeatSlice)
 			last := ids[len(ids)-1]
 			sink.join(t, n)
 			eventually(t, "the last entry re-asserted", func() bool { return sink.count("resync", last) == 1 })
-			if got := peerStatsOf(n, sink).passesAbandoned.Load(); got != 0 {
+			if got := peerStatsOf(n, sink).PassesAbandoned.Load(); got != 0 {
 				t.Fatalf("%d passes abandoned at an entry refused for its origin, want 0", got)
 			}
 			if got, refused := sink.count("resync", ""), sink.originRefusals("resync"); got != len(ids)-1 || refused != 1 {
@@ -186,13 +187,13 @@ func TestAHeartbeatPassGoesOnPastAnEntryRefusedForItsOrigin(t *testing.T) {
 }
 
 // peerStatsOf is n's sender statistics for sink.
-func peerStatsOf(n *testNode, sink *hbSink) *peerStats {
-	for _, st := range n.m.bcast.peerStatsSnapshot() {
-		if st.peer == sink.ident.Principal {
+func peerStatsOf(n *testNode, sink *hbSink) *peersend.Stats {
+	for _, st := range n.m.bcast.StatsSnapshot() {
+		if st.Peer == sink.ident.Principal {
 			return st
 		}
 	}
-	return &peerStats{}
+	return &peersend.Stats{}
 }
 
 // The origin rule and the two origins that name no other node (spec 3.3):

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,116 +14,9 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/peersend"
 	"nvpair-workload-manager/internal/peerwire"
 )
-
-func TestParseRetryAfterHonoursSecondsAndDatesWithinTheCapAndIgnoresTheRest(t *testing.T) {
-	now := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
-	date := func(d time.Duration) string { return now.Add(d).Format(http.TimeFormat) }
-	for _, c := range []struct {
-		value string
-		want  time.Duration
-		ok    bool
-	}{
-		{"2", 2 * time.Second, true},
-		{" 7 ", 7 * time.Second, true},
-		{"30", 30 * time.Second, true},
-		{"31", peerwire.RetryAfterCap, true},
-		{"86400", peerwire.RetryAfterCap, true},
-		{"99999999999999999999999", peerwire.RetryAfterCap, true}, // too large for any integer: past the cap
-		{date(10 * time.Second), 10 * time.Second, true},
-		{now.Add(10 * time.Second).Format(time.RFC850), 10 * time.Second, true},
-		{now.Add(10 * time.Second).Format(time.ANSIC), 10 * time.Second, true},
-		{date(time.Hour), peerwire.RetryAfterCap, true},
-		// Asking for no wait: the answer is a failed attempt, as before.
-		{"0", 0, false},
-		{"000", 0, false},
-		{date(0), 0, false},
-		{date(-time.Hour), 0, false},
-		// Not a Retry-After: ignored, the sender's own backoff applies.
-		{"", 0, false},
-		{"-1", 0, false},
-		{"+2", 0, false},
-		{"1.5", 0, false},
-		{"2s", 0, false},
-		{"soon", 0, false},
-		{"Thu, 03 Dec 2026 10:00:10", 0, false},
-	} {
-		got, ok := peerwire.ParseRetryAfter(c.value, now)
-		if got != c.want || ok != c.ok {
-			t.Errorf("peerwire.ParseRetryAfter(%q) = %v, %v; want %v, %v", c.value, got, ok, c.want, c.ok)
-		}
-	}
-	// A date less than a second away waits the header's resolution.
-	if got, ok := peerwire.ParseRetryAfter(date(0), now.Add(-300*time.Millisecond)); !ok || got != time.Second {
-		t.Errorf("a date 300 ms away = %v, %v; want 1s, true", got, ok)
-	}
-}
-
-func TestPeerHoldLetsNoRequestGoUntilTheWaitThenOneProbeAtATime(t *testing.T) {
-	var h peerHold
-	ctx := context.Background()
-	if probe, err := h.wait(ctx); probe || err != nil {
-		t.Fatalf("a peer that asked nothing: probe %v, err %v; want a plain request", probe, err)
-	}
-	h.settle(false, 0, time.Now())
-	asked := time.Now()
-	if added := h.settle(false, 300*time.Millisecond, asked); added != 300*time.Millisecond {
-		t.Fatalf("the first deferral held the peer %v, want 300ms", added)
-	}
-	// A second deferral within the first extends the hold by the difference.
-	if added := h.settle(false, 200*time.Millisecond, asked); added != 0 {
-		t.Fatalf("a shorter deferral within the hold added %v, want 0", added)
-	}
-	type result struct {
-		probe bool
-		at    time.Time
-	}
-	results := make(chan result, 3)
-	for range 3 {
-		go func() {
-			probe, err := h.wait(ctx)
-			if err != nil {
-				t.Error(err)
-			}
-			results <- result{probe, time.Now()}
-		}()
-	}
-	first := <-results
-	if !first.probe || first.at.Before(asked.Add(300*time.Millisecond)) {
-		t.Fatalf("first request: probe %v at %v after the deferral; want the probe, not before 300ms", first.probe, first.at.Sub(asked))
-	}
-	// The others wait for the probe's answer; it defers again.
-	h.settle(true, 200*time.Millisecond, time.Now())
-	second := <-results
-	if !second.probe {
-		t.Fatal("after a second deferral the next request was not a probe")
-	}
-	h.settle(true, 0, time.Now()) // the peer took it
-	if third := <-results; third.probe {
-		t.Fatal("after an answer that was not a deferral, a request was still a probe")
-	}
-	if probe, _ := h.wait(ctx); probe {
-		t.Fatal("a later request was a probe")
-	}
-}
-
-func TestPeerHoldWaitEndsWithItsContext(t *testing.T) {
-	var h peerHold
-	h.settle(false, peerwire.RetryAfterCap, time.Now())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { _, err := h.wait(ctx); done <- err }()
-	cancel()
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatal("wait ended without an error when its context did")
-		}
-	case <-time.After(waitTimeout):
-		t.Fatal("wait outlived its context")
-	}
-}
 
 // ---- a peer that asks its senders to wait ----
 
@@ -267,9 +159,9 @@ func startWithPeer(t *testing.T, a *testNode, p *deferringPeer) {
 	a.waitTargets(1)
 }
 
-func senderStats(t *testing.T, a *testNode) *peerStats {
+func senderStats(t *testing.T, a *testNode) *peersend.Stats {
 	t.Helper()
-	stats := a.m.bcast.peerStatsSnapshot()
+	stats := a.m.bcast.StatsSnapshot()
 	if len(stats) != 1 {
 		t.Fatalf("%d peers' stats, want 1", len(stats))
 	}
@@ -304,11 +196,11 @@ func TestFreshFramesWaitOutAPeersRetryAfterAndArriveInOrder(t *testing.T) {
 				t.Fatalf("%d requests answered 503, want 4", n)
 			}
 			st := senderStats(t, a)
-			if st.dropped.Load() != 0 || st.failedAttempts.Load() != 0 || st.retryAfterWaits.Load() != 4 {
+			if st.Dropped.Load() != 0 || st.FailedAttempts.Load() != 0 || st.RetryAfterWaits.Load() != 4 {
 				t.Fatalf("dropped %d, failed attempts %d, Retry-After waits %d; want 0, 0, 4",
-					st.dropped.Load(), st.failedAttempts.Load(), st.retryAfterWaits.Load())
+					st.Dropped.Load(), st.FailedAttempts.Load(), st.RetryAfterWaits.Load())
 			}
-			if held := time.Duration(st.retryAfterHeldNanos.Load()); held < 4*time.Second {
+			if held := time.Duration(st.RetryAfterHeldNanos.Load()); held < 4*time.Second {
 				t.Fatalf("the peer was held %v, want the 4 s its answers asked for", held)
 			}
 			if !a.logs.contains("level=WARN", "peer asked to wait (Retry-After)", "wait=1s") {
@@ -345,9 +237,9 @@ func TestHeartbeatWaitsOutAPeersRetryAfterAndCarriesOnItsPass(t *testing.T) {
 				t.Fatalf("%d requests answered 503, want 3", n)
 			}
 			st := senderStats(t, a)
-			if st.passesAbandoned.Load() != 0 || st.reassertFailures.Load() != 0 || st.retryAfterWaits.Load() != 3 {
+			if st.PassesAbandoned.Load() != 0 || st.ReassertFailures.Load() != 0 || st.RetryAfterWaits.Load() != 3 {
 				t.Fatalf("passes abandoned %d, re-assertion failures %d, Retry-After waits %d; want 0, 0, 3",
-					st.passesAbandoned.Load(), st.reassertFailures.Load(), st.retryAfterWaits.Load())
+					st.PassesAbandoned.Load(), st.ReassertFailures.Load(), st.RetryAfterWaits.Load())
 			}
 		})
 	}
@@ -363,12 +255,12 @@ func TestARetryAfterThatAsksForNoWaitIsAFailedAttemptAsBefore(t *testing.T) {
 			st := senderStats(t, a)
 			// Nothing is given up: the frame stays above the peer's mark
 			// and goes again after each backoff.
-			eventually(t, "two failed attempts", func() bool { return st.failedAttempts.Load() >= 2 })
-			if st.dropped.Load() != 0 {
-				t.Fatalf("%d entries dropped for a retryable answer, want none", st.dropped.Load())
+			eventually(t, "two failed attempts", func() bool { return st.FailedAttempts.Load() >= 2 })
+			if st.Dropped.Load() != 0 {
+				t.Fatalf("%d entries dropped for a retryable answer, want none", st.Dropped.Load())
 			}
-			if st.retryAfterWaits.Load() != 0 {
-				t.Fatalf("%d Retry-After waits honoured for %q, want none", st.retryAfterWaits.Load(), value)
+			if st.RetryAfterWaits.Load() != 0 {
+				t.Fatalf("%d Retry-After waits honoured for %q, want none", st.RetryAfterWaits.Load(), value)
 			}
 		})
 	}
@@ -380,7 +272,7 @@ func TestAPeersRetryAfterDoesNotHoldShutdownPastTheDrainTimeout(t *testing.T) {
 	startWithPeer(t, a, p)
 	a.sendLifecycle(workload("held", "running", a.id))
 	st := senderStats(t, a)
-	eventually(t, "the peer's wait honoured", func() bool { return st.retryAfterWaits.Load() == 1 })
+	eventually(t, "the peer's wait honoured", func() bool { return st.RetryAfterWaits.Load() == 1 })
 	start := time.Now()
 	a.cancel()
 	select {

@@ -5,17 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"time"
 
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
-
-// peerServerIdleTimeout is how long the peer server keeps an idle
-// connection; peers' clients close theirs sooner (peerClientIdleTimeout).
-const peerServerIdleTimeout = 120 * time.Second
 
 // peerEvent is a validated frame from another member: a removal when
 // isRemoval, a lifecycle event otherwise. It is held by value, so that a

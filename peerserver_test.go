@@ -402,7 +402,7 @@ func TestPeerEventAfterFailedBrokerWriteIsDeliveredOnRetry(t *testing.T) {
 			failing.fail.Store(true)
 			m, err := NewManager(Config{NodeID: devpki.NewUUID(), In: strings.NewReader(""), Out: failing, ClusterDir: t.TempDir()})
 			netMust(t, err)
-			t.Cleanup(func() { m.bcast.close(time.Second) })
+			t.Cleanup(func() { m.bcast.Close(time.Second) })
 			ev, err := parsePeerFrame(c.body, wireframe.DefaultWorkloadMaxBytes)
 			netMust(t, err)
 			if _, err := m.relayPeerEvent(&ev); err == nil {
@@ -473,7 +473,7 @@ func TestPeerServerDeliversConcurrentDuplicatesOnce(t *testing.T) {
 func TestPeerServerHasReadTimeoutsAndNoWriteTimeout(t *testing.T) {
 	m, err := NewManager(Config{NodeID: devpki.NewUUID(), In: strings.NewReader(""), Out: io.Discard, ClusterDir: t.TempDir()})
 	netMust(t, err)
-	t.Cleanup(func() { m.bcast.close(time.Second) })
+	t.Cleanup(func() { m.bcast.Close(time.Second) })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	netMust(t, err)
 	var wg sync.WaitGroup
@@ -486,8 +486,8 @@ func TestPeerServerHasReadTimeoutsAndNoWriteTimeout(t *testing.T) {
 	if srv.WriteTimeout != 0 {
 		t.Fatalf("WriteTimeout = %v, want none: it would cut the answer after a slow broker write had landed", srv.WriteTimeout)
 	}
-	if peerClientIdleTimeout <= 0 || peerClientIdleTimeout >= srv.IdleTimeout {
-		t.Fatalf("client idle timeout %v must be shorter than the server's %v", peerClientIdleTimeout, srv.IdleTimeout)
+	if peerwire.ClientIdleTimeout <= 0 || peerwire.ClientIdleTimeout >= srv.IdleTimeout {
+		t.Fatalf("client idle timeout %v must be shorter than the server's %v", peerwire.ClientIdleTimeout, srv.IdleTimeout)
 	}
 }
 

@@ -344,7 +344,7 @@ func TestNewManagerDefaultsTheByteBoundsAndRefusesUnusableOnes(t *testing.T) {
 		if err != nil {
 			t.Fatalf("WorkloadMaxBytes %d, MaxLiveWorkloadBytes %d: %v", tc.workload, tc.live, err)
 		}
-		m.bcast.close(time.Second)
+		m.bcast.Close(time.Second)
 		if m.cfg.WorkloadMaxBytes != tc.wantWorkload || m.cfg.MaxLiveWorkloadBytes != tc.wantLive {
 			t.Errorf("WorkloadMaxBytes %d, MaxLiveWorkloadBytes %d: took %d and %d; want %d and %d",
 				tc.workload, tc.live, m.cfg.WorkloadMaxBytes, m.cfg.MaxLiveWorkloadBytes, tc.wantWorkload, tc.wantLive)

@@ -5,11 +5,21 @@ import (
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 	"strings"
+	"time"
 )
 
 // EventsPath is the peer port's one endpoint: POST a workload event, a
 // single frame or a batch, to every other member at this path.
 const EventsPath = "/v1/workloads/events"
+
+// ServerIdleTimeout is how long the peer server keeps an idle connection.
+// ClientIdleTimeout is shorter, so a sender always closes an idle
+// connection before the server does and never sends a request onto a
+// connection the server is closing.
+const (
+	ServerIdleTimeout = 120 * time.Second
+	ClientIdleTimeout = ServerIdleTimeout / 2
+)
 
 // ReasonAlreadySeen is handlePeerFrame's reason for a duplicate.
 const ReasonAlreadySeen = "already seen"

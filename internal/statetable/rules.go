@@ -205,6 +205,16 @@ func (l Line) Fresh() (head, tail []byte) {
 	return l.b[:at], l.b[at+n:]
 }
 
+// FreshBytes is Fresh in one slice: the body of a single frame's request.
+// It copies only a run's line, whose marker it leaves out.
+func (l Line) FreshBytes() []byte {
+	head, tail := l.Fresh()
+	if len(tail) == 0 {
+		return head
+	}
+	return append(append(make([]byte, 0, len(head)+len(tail)), head...), tail...)
+}
+
 // FreshLen is the length of Fresh's two pieces together.
 func (l Line) FreshLen() int {
 	h, t := l.Fresh()

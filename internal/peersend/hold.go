@@ -1,4 +1,4 @@
-package main
+package peersend
 
 import (
 	"context"
@@ -109,20 +109,20 @@ func (s *peerSender) settleHold(probe bool, status int, deferFor time.Duration) 
 	if deferFor <= 0 {
 		return
 	}
-	s.stats.retryAfterWaits.Add(1)
-	s.stats.retryAfterHeldNanos.Add(uint64(added))
+	s.stats.RetryAfterWaits.Add(1)
+	s.stats.RetryAfterHeldNanos.Add(uint64(added))
 	s.retryAfterLog.NoteCounted(s.log, "waits", "peer asked to wait (Retry-After): no request goes to it until then", "status", status, "wait", deferFor)
 }
 
 // writeRetryAfterMetrics renders the peers' deferrals.
-func writeRetryAfterMetrics(t *promtext.Text, stats []*peerStats) {
+func writeRetryAfterMetrics(t *promtext.Text, stats []*Stats) {
 	const waits, held = "nvpair_wlm_peer_retry_after_waits_total", "nvpair_wlm_peer_retry_after_held_seconds_total"
 	t.Family(waits, "counter", "Answers from a peer (503 or 429) whose Retry-After this node honoured: no request went to the peer until the wait (at most 30 s) was over.")
 	for _, s := range stats {
-		t.Sample(waits, []string{"peer"}, []string{s.peer}, float64(s.retryAfterWaits.Load()))
+		t.Sample(waits, []string{"peer"}, []string{s.Peer}, float64(s.RetryAfterWaits.Load()))
 	}
 	t.Family(held, "counter", "Seconds a peer's Retry-After held every request to it.")
 	for _, s := range stats {
-		t.Sample(held, []string{"peer"}, []string{s.peer}, time.Duration(s.retryAfterHeldNanos.Load()).Seconds())
+		t.Sample(held, []string{"peer"}, []string{s.Peer}, time.Duration(s.RetryAfterHeldNanos.Load()).Seconds())
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package peersend
 
 import (
 	"context"
@@ -66,7 +66,7 @@ func (s *peerSender) batching() bool {
 // else one.
 func (s *peerSender) heartbeatBounds() (frames, size int) {
 	if frames, size := s.batchBounds(); frames > 1 {
-		return min(frames, heartbeatSlice), size
+		return min(frames, HeartbeatSlice), size
 	}
 	return 1, wireframe.MaxBytes
 }
@@ -136,8 +136,8 @@ var newline = []byte{'\n'}
 // A transport error, a retryable status for the whole batch, or an answer
 // that does not hold one result per element is an error worth retrying.
 func (s *peerSender) postBatch(ctx context.Context, segs [][]byte, frames int) ([]peerwire.BatchResult, error) {
-	s.stats.batchesSent.Add(1)
-	s.stats.batchFramesSent.Add(uint64(frames))
+	s.stats.BatchesSent.Add(1)
+	s.stats.BatchFramesSent.Add(uint64(frames))
 	open := func() io.Reader { return newBatchBody(segs) }
 	status, answer, err := s.exchange(ctx, open, batchBodySize(segs), peerwire.BatchContentType, peerBatchAnswerCap)
 	switch {
@@ -172,7 +172,7 @@ func (s *peerSender) reassertBatch(lines [][]byte) bool {
 	}
 	if err != nil {
 		if s.ctx.Err() == nil {
-			s.stats.reassertFailures.Add(uint64(len(lines)))
+			s.stats.ReassertFailures.Add(uint64(len(lines)))
 			s.hbErrors.Note(s.log, "peer re-assertions failed; the next pass repeats them", "frames", len(lines), "reason", httpguard.ClipReason(err.Error()))
 		}
 		return false
@@ -181,12 +181,12 @@ func (s *peerSender) reassertBatch(lines [][]byte) bool {
 	for _, r := range results {
 		switch {
 		case r.Status == http.StatusOK:
-			s.stats.reasserted.Add(1)
+			s.stats.Reasserted.Add(1)
 		case peerwire.RetryableAnswer(r.Status, r.Reason):
-			s.stats.reassertFailures.Add(1)
+			s.stats.ReassertFailures.Add(1)
 			ok = false
 		default:
-			s.stats.reassertFailures.Add(1)
+			s.stats.ReassertFailures.Add(1)
 		}
 	}
 	return ok

@@ -1,4 +1,4 @@
-package main
+package peersend
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 type heartbeatStream struct {
 	table    *statetable.Table
 	interval time.Duration
-	stats    *peerStats
+	stats    *Stats
 	pass     statetable.Pass
 	active   bool
 	started  time.Time // of the pass under way, or of the last one
@@ -37,15 +37,15 @@ type heartbeatStream struct {
 // the rest of the interval left for a pass that runs slow to finish.
 const passShare = 80
 
-// heartbeatSlice is the most re-assertions one request carries to a
+// HeartbeatSlice is the most re-assertions one request carries to a
 // batching peer. It bounds how long a fresh entry waits behind a heartbeat
 // request, and how long a take holds the table's lock (about 4 µs for 64
 // entries), where the peer's 256-frame batch would bound neither well.
-const heartbeatSlice = 64
+const HeartbeatSlice = 64
 
 // newHeartbeatStream schedules the first pass an interval from now: a new
 // peer's backfill is its catch-up from the start of the table.
-func newHeartbeatStream(table *statetable.Table, interval time.Duration, stats *peerStats) *heartbeatStream {
+func newHeartbeatStream(table *statetable.Table, interval time.Duration, stats *Stats) *heartbeatStream {
 	return &heartbeatStream{table: table, interval: interval, stats: stats, next: time.Now().Add(interval)}
 }
 
@@ -54,8 +54,8 @@ func (h *heartbeatStream) close() { h.table.ClosePass(&h.pass) }
 func (h *heartbeatStream) begin(now time.Time) {
 	h.active, h.started = true, now
 	h.table.BeginPass(&h.pass)
-	h.stats.passesStarted.Add(1)
-	h.stats.passProgress.Store(0)
+	h.stats.PassesStarted.Add(1)
+	h.stats.PassProgress.Store(0)
 }
 
 // untilNext is how long until the stream has a slice to send.
@@ -83,12 +83,12 @@ func (h *heartbeatStream) paceWait(now time.Time) time.Duration {
 // refuses connections into a tight loop of failed dials; the next pass,
 // on the usual schedule, repeats them all.
 func (h *heartbeatStream) abandon(now time.Time) {
-	h.stats.passesAbandoned.Add(1)
+	h.stats.PassesAbandoned.Add(1)
 	h.end(now)
 }
 
 func (h *heartbeatStream) finish(now time.Time) {
-	h.stats.passesCompleted.Add(1)
+	h.stats.PassesCompleted.Add(1)
 	h.end(now)
 }
 
@@ -98,7 +98,7 @@ func (h *heartbeatStream) end(now time.Time) {
 	h.active = false
 	h.next = h.started.Add(h.interval)
 	if now.After(h.next) {
-		h.stats.passesOverrun.Add(1)
+		h.stats.PassesOverrun.Add(1)
 		h.next = now
 	}
 }
@@ -118,8 +118,8 @@ func (s *peerSender) heartbeatTurn() bool {
 	}
 	frames, size := s.heartbeatBounds()
 	lines, done := s.table.TakePass(&h.pass, frames, size)
-	h.stats.passSize.Store(uint64(h.pass.Size))
-	h.stats.passProgress.Store(uint64(h.pass.Progress))
+	h.stats.PassSize.Store(uint64(h.pass.Size))
+	h.stats.PassProgress.Store(uint64(h.pass.Progress))
 	if len(lines) > 0 && !s.reassert(lines) {
 		h.abandon(time.Now())
 		return true

@@ -1,4 +1,4 @@
-package main
+package peersend
 
 import (
 	"bytes"
@@ -19,18 +19,18 @@ import (
 	"nvpair-workload-manager/internal/statetable"
 )
 
-// peerStats counts one peer's deliveries and heartbeat passes, for the
+// Stats counts one peer's deliveries and heartbeat passes, for the
 // metrics.
-type peerStats struct {
-	peer                                 string
-	succeeded, failedAttempts, retries   atomic.Uint64
-	dropped                              atomic.Uint64 // entries the peer refused for good, skipped
-	passesStarted, passesCompleted       atomic.Uint64
-	passesOverrun, passesAbandoned       atomic.Uint64
-	reasserted, reassertFailures         atomic.Uint64 // re-assertions delivered, and not
-	passProgress, passSize               atomic.Uint64 // runs visited in the pass under way, of the table's when it started
-	batchesSent, batchFramesSent         atomic.Uint64
-	retryAfterWaits, retryAfterHeldNanos atomic.Uint64 // answers whose Retry-After was honoured, and the time they held the peer
+type Stats struct {
+	Peer                                 string // the peer's principal
+	Succeeded, FailedAttempts, Retries   atomic.Uint64
+	Dropped                              atomic.Uint64 // entries the peer refused for good, skipped
+	PassesStarted, PassesCompleted       atomic.Uint64
+	PassesOverrun, PassesAbandoned       atomic.Uint64
+	Reasserted, ReassertFailures         atomic.Uint64 // re-assertions delivered, and not
+	PassProgress, PassSize               atomic.Uint64 // runs visited in the pass under way, of the table's when it started
+	BatchesSent, BatchFramesSent         atomic.Uint64
+	RetryAfterWaits, RetryAfterHeldNanos atomic.Uint64 // answers whose Retry-After was honoured, and the time they held the peer
 }
 
 // peerSender delivers one peer its entries above its mark, in version
@@ -42,8 +42,8 @@ type peerStats struct {
 // or a removal of its workload: the same goroutine sends the newer one
 // next, and nothing is sent twice at once.
 type peerSender struct {
-	target  peerTarget
-	stats   *peerStats
+	target  Target
+	stats   *Stats
 	log     *slog.Logger
 	table   *statetable.Table
 	member  *statetable.Member
@@ -74,26 +74,26 @@ type peerSender struct {
 	singly bool
 }
 
-func newPeerSender(t peerTarget, stats *peerStats, dialTLS func(context.Context, string, string) (net.Conn, error), table *statetable.Table, member *statetable.Member, interval time.Duration, drain <-chan struct{}, log *slog.Logger) *peerSender {
+func newPeerSender(t Target, stats *Stats, dialTLS func(context.Context, string, string) (net.Conn, error), table *statetable.Table, member *statetable.Member, interval time.Duration, drain <-chan struct{}, log *slog.Logger) *peerSender {
 	ctx, cancel := context.WithCancel(context.Background())
 	transport := &http.Transport{
 		DialTLSContext:      dialTLS,
 		MaxIdleConns:        peerMaxIdleConns,
 		MaxIdleConnsPerHost: peerMaxIdleConns,
-		IdleConnTimeout:     peerClientIdleTimeout,
+		IdleConnTimeout:     peerwire.ClientIdleTimeout,
 		Protocols:           httpguard.HTTP1Only,
 	}
 	return &peerSender{
 		target: t,
 		stats:  stats,
-		log:    log.With("peer", t.name, "principal", t.principal),
+		log:    log.With("peer", t.Name, "principal", t.Principal),
 		table:  table,
 		member: member,
 		// Redirects are not followed: a peer's answer is its own.
 		client: &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		// url.URL escapes an IPv6 zone ("%" -> "%25"); concatenation would
 		// leave an invalid escape and every request to the peer would fail.
-		url:    (&url.URL{Scheme: "https", Host: t.addrs[0], Path: peerwire.EventsPath}).String(),
+		url:    (&url.URL{Scheme: "https", Host: t.Addrs[0], Path: peerwire.EventsPath}).String(),
 		ctx:    ctx,
 		cancel: cancel,
 		drain:  drain,
@@ -192,7 +192,7 @@ func (s *peerSender) catchUp() bool {
 	}
 	if upTo > 0 {
 		s.table.Ack(s.member, taken.Versions[upTo-1])
-		s.stats.succeeded.Add(uint64(upTo))
+		s.stats.Succeeded.Add(uint64(upTo))
 	}
 	if err != nil {
 		s.failed(err)
@@ -205,11 +205,11 @@ func (s *peerSender) catchUp() bool {
 // sendOne sends one entry fresh and returns 1 when it is settled (taken,
 // or refused for good and skipped).
 func (s *peerSender) sendOne(l statetable.Line) (int, error) {
-	err := s.post(s.ctx, freshBody(l))
+	err := s.post(s.ctx, l.FreshBytes())
 	for errors.Is(err, errDeferred) {
 		// The peer asked to wait: not a failed attempt. The same entry
 		// goes again once the wait is over (post waits for it).
-		err = s.post(s.ctx, freshBody(l))
+		err = s.post(s.ctx, l.FreshBytes())
 	}
 	switch {
 	case err == nil:
@@ -224,7 +224,7 @@ func (s *peerSender) sendOne(l statetable.Line) (int, error) {
 // refused counts entries the peer refused for good: they are skipped, the
 // mark moves past them, as a retry could not change the answer.
 func (s *peerSender) refused(n int, err error) {
-	s.stats.dropped.Add(uint64(n))
+	s.stats.Dropped.Add(uint64(n))
 	s.refusedLog.Note(s.log, "peer refused entries for good; skipped for this peer", "entries", n, "reason", httpguard.ClipReason(err.Error()))
 }
 
@@ -233,21 +233,12 @@ func (s *peerSender) failed(err error) {
 	if s.ctx.Err() != nil {
 		return
 	}
-	s.stats.failedAttempts.Add(1)
+	s.stats.FailedAttempts.Add(1)
 	s.failLog.NoteCounted(s.log, "failed", "peer delivery failed; retrying from its mark", "reason", httpguard.ClipReason(err.Error()))
 	s.backoff = min(max(2*s.backoff, peerRetryBaseDelay), peerRetryMaxDelay)
 	if sleepCtx(s.ctx, s.backoff) {
-		s.stats.retries.Add(1)
+		s.stats.Retries.Add(1)
 	}
-}
-
-// freshBody is a single entry's request body, its fresh line.
-func freshBody(l statetable.Line) []byte {
-	head, tail := l.Fresh()
-	if len(tail) == 0 {
-		return head
-	}
-	return append(append(make([]byte, 0, len(head)+len(tail)), head...), tail...)
 }
 
 // reassert sends re-assertions once each, without retries: the next pass
@@ -264,7 +255,7 @@ func (s *peerSender) reassert(lines [][]byte) bool {
 		}
 		if err != nil {
 			if s.ctx.Err() == nil {
-				s.stats.reassertFailures.Add(1)
+				s.stats.ReassertFailures.Add(1)
 				s.hbErrors.Note(s.log, "peer re-assertion failed; the next pass repeats it", "reason", httpguard.ClipReason(err.Error()))
 			}
 			// A rejection is about this entry (a peer refuses it as too
@@ -272,7 +263,7 @@ func (s *peerSender) reassert(lines [][]byte) bool {
 			// is about the peer.
 			return errors.Is(err, errPermanent)
 		}
-		s.stats.reasserted.Add(1)
+		s.stats.Reasserted.Add(1)
 	}
 	return true
 }
