@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
@@ -113,7 +114,7 @@ func TestAdversarialPinnedPeerSpeakingForAnotherNodeIsRefusedAndTheVictimKeepsRe
 
 // TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded
 // stops reading A's stdout while a pinned peer and local producers keep
-// posting. At most brokerWaitersMax requests per channel wait on the
+// posting. At most brokerio.WaitersMax requests per channel wait on the
 // broker; every other is answered 503 with Retry-After at once and its
 // connection closed, so A's goroutines and open descriptors stay bounded
 // however many more come. Once the broker reads again, every waiting
@@ -179,42 +180,42 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 	baseFDs := openFDs(t, a)
 
 	gate.pause()
-	const first = 2 * brokerWaitersMax
+	const first = 2 * brokerio.WaitersMax
 	answers1, wg1 := burst(first)
 	eventually(t, "both channels at their bound", func() bool {
 		m := scrapeProc(t, a)
-		return m[`nvpair_wlm_broker_waiters{channel="peer"}`] == brokerWaitersMax && m[`nvpair_wlm_broker_waiters{channel="ingress"}`] == brokerWaitersMax
+		return m[`nvpair_wlm_broker_waiters{channel="peer"}`] == brokerio.WaitersMax && m[`nvpair_wlm_broker_waiters{channel="ingress"}`] == brokerio.WaitersMax
 	})
 	// Every request not waiting is answered: 200 for those written before
 	// the pipe filled, 503 for the rest.
 	got := map[int]int{}
 	deadline := time.After(waitTimeout)
-	for range 2*first - 2*brokerWaitersMax {
+	for range 2*first - 2*brokerio.WaitersMax {
 		var a busyAnswer
 		select {
 		case a = <-answers1:
 		case <-deadline:
-			t.Fatalf("while stalled, only %v of the %d requests not waiting were answered: the rest hang", got, 2*first-2*brokerWaitersMax)
+			t.Fatalf("while stalled, only %v of the %d requests not waiting were answered: the rest hang", got, 2*first-2*brokerio.WaitersMax)
 		}
 		got[a.status]++
 		if a.status == http.StatusServiceUnavailable && (a.retryAfter == "" || !a.connectionClosing) {
 			t.Fatalf("refusal %+v lacks Retry-After or Connection: close", a)
 		}
 	}
-	if got[http.StatusServiceUnavailable] == 0 || got[http.StatusOK]+got[http.StatusServiceUnavailable] != 2*first-2*brokerWaitersMax {
+	if got[http.StatusServiceUnavailable] == 0 || got[http.StatusOK]+got[http.StatusServiceUnavailable] != 2*first-2*brokerio.WaitersMax {
 		t.Fatalf("answers while stalled: %v, want 503s and nothing else but the 200s written before the pipe filled", got)
 	}
 
 	// A second wave while the broker still does not read: all refused, and
 	// A holds no more than it did.
-	answers2, wg2 := burst(2 * brokerWaitersMax)
+	answers2, wg2 := burst(2 * brokerio.WaitersMax)
 	if !holdsWithin(waitTimeout, func() bool { return len(answers2) == cap(answers2) }) {
 		t.Fatalf("while stalled at the bound, only %d of %d more requests were answered: the rest hang", len(answers2), cap(answers2))
 	}
 	wg2.Wait()
 	close(answers2)
 	for a := range answers2 {
-		if a.status != http.StatusServiceUnavailable || a.retryAfter != strconv.Itoa(brokerBusyRetryAfter) {
+		if a.status != http.StatusServiceUnavailable || a.retryAfter != strconv.Itoa(brokerio.BusyRetryAfter) {
 			t.Fatalf("while stalled at the bound: %+v, want 503 with Retry-After", a)
 		}
 	}
@@ -222,15 +223,15 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 	stalled := m["go_goroutines"]
 	// Per waiting request: its connection's goroutine and the background
 	// read net/http starts once the body is in; a little for the scrape.
-	if limit := base + 2*2*brokerWaitersMax + 32; stalled > limit {
+	if limit := base + 2*2*brokerio.WaitersMax + 32; stalled > limit {
 		t.Fatalf("goroutines while stalled: %v, want at most %v (%v before)", stalled, limit, base)
 	}
-	if refused := m[`nvpair_wlm_broker_busy_refusals_total{channel="peer"}`] + m[`nvpair_wlm_broker_busy_refusals_total{channel="ingress"}`]; refused < float64(got[http.StatusServiceUnavailable]+4*brokerWaitersMax) {
-		t.Fatalf("refusals counted %v, want at least %d", refused, got[http.StatusServiceUnavailable]+4*brokerWaitersMax)
+	if refused := m[`nvpair_wlm_broker_busy_refusals_total{channel="peer"}`] + m[`nvpair_wlm_broker_busy_refusals_total{channel="ingress"}`]; refused < float64(got[http.StatusServiceUnavailable]+4*brokerio.WaitersMax) {
+		t.Fatalf("refusals counted %v, want at least %d", refused, got[http.StatusServiceUnavailable]+4*brokerio.WaitersMax)
 	}
 	fds := openFDs(t, a)
 	if baseFDs >= 0 {
-		if limit := baseFDs + 2*brokerWaitersMax + 16; fds > limit {
+		if limit := baseFDs + 2*brokerio.WaitersMax + 16; fds > limit {
 			t.Fatalf("open descriptors while stalled: %d, want at most %d (%d before)", fds, limit, baseFDs)
 		}
 	}

@@ -32,6 +32,7 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
@@ -92,11 +93,11 @@ func benchDedupKey(i int) dedupDigest {
 }
 
 func BenchmarkBrokerWriterNotify(b *testing.B) {
-	w := newBrokerWriter(io.Discard, wireframe.DefaultBrokerLineMax)
+	w := brokerio.NewWriter(io.Discard, wireframe.DefaultBrokerLineMax)
 	params := json.RawMessage(benchSeedParams)
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := w.notify(wireframe.MethodUpsert, params); err != nil {
+		if err := w.Notify(wireframe.MethodUpsert, params); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/wireframe"
@@ -90,18 +91,6 @@ func (g *groupWriter) lines(t *testing.T) []wireframe.RPC {
 	return out
 }
 
-// queuedBehindLeader counts the frames waiting in groups behind the write
-// in progress.
-func queuedBehindLeader(bw *brokerWriter) int {
-	bw.mu.Lock()
-	defer bw.mu.Unlock()
-	n := 0
-	for g := bw.head; g != nil; g = g.next {
-		n += len(g.members)
-	}
-	return n
-}
-
 // holdBroker gives n's broker writer a groupWriter and starts a write of
 // the daemon's own that the writer holds, so every frame sent from now on
 // waits in a group behind it until the writer is released. It returns the
@@ -109,9 +98,9 @@ func queuedBehindLeader(bw *brokerWriter) int {
 func holdBroker(t *testing.T, n *testNode) (*groupWriter, func()) {
 	t.Helper()
 	gw := newGroupWriter()
-	n.m.out = newBrokerWriter(gw, n.m.cfg.BrokerLineMax)
+	n.m.out = brokerio.NewWriter(gw, n.m.cfg.BrokerLineMax)
 	held := make(chan error, 1)
-	go func() { held <- n.m.out.notify("test:hold", nil) }()
+	go func() { held <- n.m.out.Notify("test:hold", nil) }()
 	<-gw.held
 	t.Cleanup(func() {
 		select {
@@ -205,7 +194,7 @@ func TestFramesReadyTogetherAreWrittenInOneWriteInTheOrderTheyWereAccepted(t *te
 	// Every ingress post and one frame of each peer wait behind the held
 	// write: a group.
 	eventually(t, "every ingress post and each peer's first frame queued behind the held write", func() bool {
-		return queuedBehindLeader(n.m.out) == workloads*postsEach+peers
+		return n.m.out.Queued() == workloads*postsEach+peers
 	})
 	close(gw.release)
 	heldDone()
@@ -330,7 +319,7 @@ func TestAFailedGroupWriteFailsEveryFrameOfTheGroupAndCommitsNone(t *testing.T) 
 		})
 	}
 	eventually(t, "every frame queued behind the held write", func() bool {
-		return queuedBehindLeader(n.m.out) == len(bodies)+len(principals)
+		return n.m.out.Queued() == len(bodies)+len(principals)
 	})
 	close(gw.release)
 	heldDone()
@@ -370,7 +359,7 @@ func TestAFailedGroupWriteFailsEveryFrameOfTheGroupAndCommitsNone(t *testing.T) 
 		t.Fatalf("%d ingress frames still counted in flight", got)
 	}
 	select {
-	case <-n.m.out.gone:
+	case <-n.m.out.Gone():
 	default:
 		t.Fatal("the failed write did not mark the broker gone")
 	}
@@ -392,7 +381,7 @@ func TestALineOverTheLimitIsRefusedAloneAndDoesNotJoinAGroup(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, "two frames queued", func() bool { return queuedBehindLeader(n.m.out) == 2 })
+	eventually(t, "two frames queued", func() bool { return n.m.out.Queued() == 2 })
 	big := `"note":"` + strings.Repeat("x", wireframe.MinBrokerLineMax) + `"`
 	if err := answeredWhileHeld(t, "an over-long frame", func() error {
 		_, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("big", "running", "", big)))
@@ -400,7 +389,7 @@ func TestALineOverTheLimitIsRefusedAloneAndDoesNotJoinAGroup(t *testing.T) {
 	}); !errors.Is(err, wireframe.ErrLineOverLimit) {
 		t.Fatalf("an over-long frame while a group forms: %v, want errLineOverLimit", err)
 	}
-	if got := queuedBehindLeader(n.m.out); got != 2 {
+	if got := n.m.out.Queued(); got != 2 {
 		t.Fatalf("%d frames queued after the refusal, want 2: the refused line joined", got)
 	}
 	close(gw.release)
@@ -414,26 +403,26 @@ func TestALineOverTheLimitIsRefusedAloneAndDoesNotJoinAGroup(t *testing.T) {
 	}
 }
 
-// A group is bounded in bytes: frames queued beyond brokerGroupMaxBytes go
+// A group is bounded in bytes: frames queued beyond brokerio.GroupMaxBytes go
 // up in the next write, none is refused, and every write but a single
 // frame's is within the bound.
 func TestAGroupIsBoundedInBytesAndTheRestGoesInTheNextWrite(t *testing.T) {
 	gw := newGroupWriter()
-	bw := newBrokerWriter(gw, wireframe.MaxBrokerLineMax)
+	bw := brokerio.NewWriter(gw, wireframe.MaxBrokerLineMax)
 	held := make(chan error, 1)
-	go func() { held <- bw.notify("test:hold", nil) }()
+	go func() { held <- bw.Notify("test:hold", nil) }()
 	<-gw.held
 	const frames, size = 8, 300 << 10 // 2.4 MB in all: three groups at least
 	var wg sync.WaitGroup
 	for i := range frames {
 		params := paddedNotification(t, fmt.Sprintf("test:big-%d", i), size)
 		wg.Go(func() {
-			if err := bw.notify(fmt.Sprintf("test:big-%d", i), params); err != nil {
+			if err := bw.Notify(fmt.Sprintf("test:big-%d", i), params); err != nil {
 				t.Errorf("frame %d: %v", i, err)
 			}
 		})
 	}
-	eventually(t, "every frame queued", func() bool { return queuedBehindLeader(bw) == frames })
+	eventually(t, "every frame queued", func() bool { return bw.Queued() == frames })
 	close(gw.release)
 	if err := <-held; err != nil {
 		t.Fatal(err)
@@ -442,19 +431,19 @@ func TestAGroupIsBoundedInBytesAndTheRestGoesInTheNextWrite(t *testing.T) {
 	sizes, counts := gw.calls()
 	written := 0
 	for i, s := range sizes {
-		if s > brokerGroupMaxBytes && counts[i] > 1 {
-			t.Fatalf("write %d carried %d frames in %d bytes, over the %d-byte group bound", i, counts[i], s, brokerGroupMaxBytes)
+		if s > brokerio.GroupMaxBytes && counts[i] > 1 {
+			t.Fatalf("write %d carried %d frames in %d bytes, over the %d-byte group bound", i, counts[i], s, brokerio.GroupMaxBytes)
 		}
 		written += counts[i]
 	}
-	if written != frames+1 || bw.writes.Load() != frames+1 {
-		t.Fatalf("%d frames written (%d counted), want %d", written, bw.writes.Load(), frames+1)
+	if written != frames+1 || bw.Counts().Writes != frames+1 {
+		t.Fatalf("%d frames written (%d counted), want %d", written, bw.Counts().Writes, frames+1)
 	}
-	if len(sizes) > frames || bw.groupsAtBound.Load() == 0 {
-		t.Fatalf("%d writes for %d frames, %d groups closed at the bound: want groups of several frames, cut at the bound", len(sizes), frames+1, bw.groupsAtBound.Load())
+	if len(sizes) > frames || bw.Counts().GroupsAtBound == 0 {
+		t.Fatalf("%d writes for %d frames, %d groups closed at the bound: want groups of several frames, cut at the bound", len(sizes), frames+1, bw.Counts().GroupsAtBound)
 	}
-	if bw.writeCalls.Load() != uint64(len(sizes)) {
-		t.Fatalf("write calls counted %d, made %d", bw.writeCalls.Load(), len(sizes))
+	if bw.Counts().WriteCalls != uint64(len(sizes)) {
+		t.Fatalf("write calls counted %d, made %d", bw.Counts().WriteCalls, len(sizes))
 	}
 }
 
@@ -538,33 +527,12 @@ func TestUpsertLineIsTheNotificationEncoding(t *testing.T) {
 		`{"id":"\u00e9<>&","note":"line\nbreak"}`,
 		"{\"id\":\"a\",\n\"bad\":}", // does not compact: written as it is
 	} {
-		b := upsertLine(json.RawMessage(info))
+		b := brokerio.UpsertLine(json.RawMessage(info))
 		want := string(wireframe.EncodeNotification(wireframe.MethodUpsert, json.RawMessage(`{"workloadInfo":`+info+`}`))) + "\n"
 		if b.String() != want {
-			t.Errorf("upsertLine(%q) =\n%q\nwant\n%q", info, b.String(), want)
+			t.Errorf("brokerio.UpsertLine(%q) =\n%q\nwant\n%q", info, b.String(), want)
 		}
-		putBrokerLine(b)
-	}
-}
-
-// A lone caller leads: its frame is written on its own goroutine, at once,
-// with no group and no handoff.
-func TestALoneFrameIsWrittenByItsOwnCallerWithoutAGroup(t *testing.T) {
-	var buf bytes.Buffer
-	bw := newBrokerWriter(&buf, wireframe.DefaultBrokerLineMax)
-	for i := range 3 {
-		if err := bw.notify("test:alone", json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))); err != nil {
-			t.Fatal(err)
-		}
-		bw.mu.Lock()
-		leading, head := bw.leading, bw.head
-		bw.mu.Unlock()
-		if leading || head != nil {
-			t.Fatalf("after a lone write: leading %v, a group waiting %v", leading, head != nil)
-		}
-	}
-	if bw.writeCalls.Load() != 3 || bw.writes.Load() != 3 || strings.Count(buf.String(), "\n") != 3 {
-		t.Fatalf("%d write calls, %d frames, %q", bw.writeCalls.Load(), bw.writes.Load(), buf.String())
+		brokerio.PutLine(b)
 	}
 }
 
@@ -616,18 +584,19 @@ func benchWriters(b *testing.B, counts func() (frames, calls uint64), op func(b 
 }
 
 // writeCounts returns the frames written and the Write calls made.
-func (bw *brokerWriter) writeCounts() (frames, calls uint64) {
-	return bw.writes.Load(), bw.writeCalls.Load()
+func writeCounts(bw *brokerio.Writer) (frames, calls uint64) {
+	c := bw.Counts()
+	return c.Writes, c.WriteCalls
 }
 
 // BenchmarkBrokerGroupNotify writes a workloads:upsert notification to a
 // pipe per op. It uses only notify, so it runs on the writer before group
 // commit too, for a before-and-after comparison.
 func BenchmarkBrokerGroupNotify(b *testing.B) {
-	bw := newBrokerWriter(benchPipe(b), wireframe.DefaultBrokerLineMax)
+	bw := brokerio.NewWriter(benchPipe(b), wireframe.DefaultBrokerLineMax)
 	params := json.RawMessage(benchSeedParams)
-	benchWriters(b, bw.writeCounts, func(b *testing.B, _ int64) {
-		if err := bw.notify(wireframe.MethodUpsert, params); err != nil {
+	benchWriters(b, func() (uint64, uint64) { return writeCounts(bw) }, func(b *testing.B, _ int64) {
+		if err := bw.Notify(wireframe.MethodUpsert, params); err != nil {
 			b.Fatal(err)
 		}
 	})
@@ -638,7 +607,7 @@ func BenchmarkBrokerGroupNotify(b *testing.B) {
 // broker side a pipe.
 func BenchmarkBrokerGroupIngest(b *testing.B) {
 	m := benchManager(b, benchPipe(b))
-	benchWriters(b, m.out.writeCounts, func(b *testing.B, i int64) {
+	benchWriters(b, func() (uint64, uint64) { return writeCounts(m.out) }, func(b *testing.B, i int64) {
 		body := benchIngressBody(make([]byte, 0, 512), i/3, i%3+1)
 		if _, err := m.ingestLocal(body); err != nil {
 			b.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/peerwire"
@@ -59,7 +60,7 @@ type busyAnswer struct {
 func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingBehind(t *testing.T) {
 	type channel struct {
 		name    string
-		waiters func(m *Manager) *brokerWaiters
+		waiters func(m *Manager) *brokerio.Waiters
 		// post sends the frame for id on this channel and returns the
 		// answer, or a zero answer when none came within.
 		post func(t *testing.T, id string, within time.Duration) busyAnswer
@@ -85,9 +86,9 @@ func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingB
 			append(netLifecycleBody(t, workload(id, "running", h.client.Principal), nil), '\n'))
 	}
 	channels := []channel{
-		{"ingress", func(m *Manager) *brokerWaiters { return m.ingressWaiters }, ingressPost, peerPost},
-		{"peer", func(m *Manager) *brokerWaiters { return m.peerWaiters }, peerPost, ingressPost},
-		{"peer batch", func(m *Manager) *brokerWaiters { return m.peerWaiters }, peerBatch, ingressPost},
+		{"ingress", func(m *Manager) *brokerio.Waiters { return m.ingressWaiters }, ingressPost, peerPost},
+		{"peer", func(m *Manager) *brokerio.Waiters { return m.peerWaiters }, peerPost, ingressPost},
+		{"peer batch", func(m *Manager) *brokerio.Waiters { return m.peerWaiters }, peerBatch, ingressPost},
 	}
 	for _, c := range channels {
 		t.Run(c.name, func(t *testing.T) {
@@ -97,19 +98,19 @@ func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingB
 			// However this case ends, its requests are let through and
 			// waited for before the next case.
 			t.Cleanup(func() { gate.open(); wg.Wait() })
-			answers := make(chan busyAnswer, brokerWaitersMax+1)
-			for i := range brokerWaitersMax {
+			answers := make(chan busyAnswer, brokerio.WaitersMax+1)
+			for i := range brokerio.WaitersMax {
 				wg.Go(func() { answers <- c.post(t, c.name+"-waiting-"+itoa(i), waitTimeout) })
 			}
-			eventually(t, "every slot taken", func() bool { return waiters.waiting() == brokerWaitersMax })
+			eventually(t, "every slot taken", func() bool { return waiters.Waiting() == brokerio.WaitersMax })
 
-			refusedBefore := waiters.refused.Load()
+			refusedBefore := waiters.Refused()
 			// At once: a refusal that waited would hold what the bound saves.
 			a := c.post(t, c.name+"-refused", 2*time.Second)
-			if a.status != http.StatusServiceUnavailable || a.retryAfter != "1" || !a.connectionClosing || !strings.HasPrefix(a.text, reasonBrokerBusyPrefix) {
+			if a.status != http.StatusServiceUnavailable || a.retryAfter != "1" || !a.connectionClosing || !strings.HasPrefix(a.text, brokerio.ReasonBusyPrefix) {
 				t.Fatalf("request over the bound: %+v, want 503, Retry-After: 1, Connection: close, a reason naming the bound", a)
 			}
-			if got := waiters.refused.Load() - refusedBefore; got != 1 {
+			if got := waiters.Refused() - refusedBefore; got != 1 {
 				t.Fatalf("refusals counted: %d, want 1", got)
 			}
 			// The other channel has slots of its own.
@@ -118,7 +119,7 @@ func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingB
 			if waiters == h.n.m.peerWaiters {
 				otherWaiters = h.n.m.ingressWaiters
 			}
-			eventually(t, "the other channel's request waiting, not refused", func() bool { return otherWaiters.waiting() == 1 })
+			eventually(t, "the other channel's request waiting, not refused", func() bool { return otherWaiters.Waiting() == 1 })
 
 			gate.open()
 			wg.Wait()
@@ -150,9 +151,7 @@ func gateAgain(t *testing.T, n *testNode, g *gatedWriter) *gatedWriter {
 	}
 	next := &gatedWriter{w: g.w, gate: make(chan struct{})}
 	t.Cleanup(next.open)
-	n.m.out.mu.Lock()
-	n.m.out.w = next
-	n.m.out.mu.Unlock()
+	n.m.out.SwapWriter(next)
 	return next
 }
 
@@ -218,32 +217,32 @@ func newNetPeerHarnessWith(t *testing.T, before func(*testNode), opts ...nodeOpt
 // queue; with none freed, the request is refused once its patience is up,
 // and sooner when its client goes away.
 func TestARequestBeyondTheBoundWaitsBrieflyForASlot(t *testing.T) {
-	b := newBrokerWaiters("ingress", 2)
+	b := brokerio.NewWaiters("ingress", 2)
 	for range 2 {
-		if !b.acquire(nil) {
+		if !b.Acquire(nil) {
 			t.Fatal("a free slot was refused")
 		}
 	}
 	got := make(chan bool, 1)
-	go func() { got <- b.acquire(nil) }()
-	b.release() // while the third waits, or before it looks: it gets the slot either way
+	go func() { got <- b.Acquire(nil) }()
+	b.Release() // while the third waits, or before it looks: it gets the slot either way
 	if !<-got {
 		t.Fatal("a request that found every slot taken was refused although one was freed at once")
 	}
 
 	start := time.Now()
-	if b.acquire(nil) {
+	if b.Acquire(nil) {
 		t.Fatal("a slot was taken with none free")
 	}
-	if waited := time.Since(start); waited < brokerWaiterPatience {
-		t.Fatalf("refused after %v, before the %v of patience", waited, brokerWaiterPatience)
+	if waited := time.Since(start); waited < brokerio.WaiterPatience {
+		t.Fatalf("refused after %v, before the %v of patience", waited, brokerio.WaiterPatience)
 	}
 	gone := make(chan struct{})
 	close(gone)
-	if b.acquire(gone) {
+	if b.Acquire(gone) {
 		t.Fatal("a slot was taken with none free for a client that went away")
 	}
-	if b.refused.Load() != 2 {
-		t.Fatalf("%d refusals counted, want 2", b.refused.Load())
+	if b.Refused() != 2 {
+		t.Fatalf("%d refusals counted, want 2", b.Refused())
 	}
 }

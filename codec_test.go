@@ -17,16 +17,17 @@ import (
 	"syscall"
 	"testing"
 
+	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
 func TestBrokerWriterNeverInterleavesConcurrentFrames(t *testing.T) {
 	// A writer that takes each Write in small pieces and yields in between,
-	// as a pipe under pressure may: without the brokerWriter's own lock two
+	// as a pipe under pressure may: without the brokerio.Writer's own lock two
 	// frames would interleave.
 	cw := &chunkyWriter{}
-	bw := newBrokerWriter(cw, wireframe.DefaultBrokerLineMax)
+	bw := brokerio.NewWriter(cw, wireframe.DefaultBrokerLineMax)
 	const writers, perWriter = 32, 50
 	payload := strings.Repeat("w", 300)
 	var wg sync.WaitGroup
@@ -36,7 +37,7 @@ func TestBrokerWriterNeverInterleavesConcurrentFrames(t *testing.T) {
 			defer wg.Done()
 			for i := range perWriter {
 				params, _ := json.Marshal(map[string]any{"g": g, "i": i, "pad": payload})
-				if err := bw.notify("test:frame", params); err != nil {
+				if err := bw.Notify("test:frame", params); err != nil {
 					t.Errorf("notify: %v", err)
 					return
 				}
@@ -76,30 +77,30 @@ func TestBrokerWriterNeverInterleavesConcurrentFrames(t *testing.T) {
 
 func TestBrokerWriterAfterAFailedWriteIsGoneAndNeverWritesAgain(t *testing.T) {
 	fw := &failingWriter{err: syscall.EPIPE}
-	bw := newBrokerWriter(fw, wireframe.DefaultBrokerLineMax)
+	bw := brokerio.NewWriter(fw, wireframe.DefaultBrokerLineMax)
 	select {
-	case <-bw.gone:
+	case <-bw.Gone():
 		t.Fatal("gone closed before any write")
 	default:
 	}
 
-	err := bw.notify("first", json.RawMessage(`{}`))
+	err := bw.Notify("first", json.RawMessage(`{}`))
 	if err == nil || !errors.Is(err, syscall.EPIPE) {
 		t.Fatalf("first write = %v, want the writer's EPIPE", err)
 	}
 	select {
-	case <-bw.gone:
+	case <-bw.Gone():
 	default:
 		t.Fatal("gone not closed after a failed write")
 	}
 
 	for i := range 3 {
-		if err := bw.notify("later", json.RawMessage(`{}`)); !errors.Is(err, errBrokerGone) {
-			t.Fatalf("write %d after the failure = %v, want errBrokerGone", i, err)
+		if err := bw.Notify("later", json.RawMessage(`{}`)); !errors.Is(err, brokerio.ErrGone) {
+			t.Fatalf("write %d after the failure = %v, want brokerio.ErrGone", i, err)
 		}
 	}
-	if err := bw.respond(json.RawMessage(`1`), nil, nil); !errors.Is(err, errBrokerGone) {
-		t.Fatalf("respond after the failure = %v, want errBrokerGone", err)
+	if err := bw.Respond(json.RawMessage(`1`), nil, nil); !errors.Is(err, brokerio.ErrGone) {
+		t.Fatalf("respond after the failure = %v, want brokerio.ErrGone", err)
 	}
 	if n := fw.calls.Load(); n != 1 {
 		t.Fatalf("the writer was called %d times, want 1: later writes must not touch it", n)
@@ -124,10 +125,10 @@ func paddedNotification(t testing.TB, method string, size int) json.RawMessage {
 func TestBrokerWriterWritesALineAtTheLimitAndRefusesOneByteMore(t *testing.T) {
 	const limit = wireframe.MinBrokerLineMax
 	var buf bytes.Buffer
-	bw := newBrokerWriter(&buf, limit)
+	bw := brokerio.NewWriter(&buf, limit)
 
 	// A line of exactly the limit, its newline included, is written.
-	if err := bw.notify("test:at-limit", paddedNotification(t, "test:at-limit", limit)); err != nil {
+	if err := bw.Notify("test:at-limit", paddedNotification(t, "test:at-limit", limit)); err != nil {
 		t.Fatalf("a %d-byte line with a %d-byte limit: %v", limit, limit, err)
 	}
 	if buf.Len() != limit {
@@ -136,7 +137,7 @@ func TestBrokerWriterWritesALineAtTheLimitAndRefusesOneByteMore(t *testing.T) {
 
 	// One byte more is refused: nothing written, the sentinel returned with
 	// the size and the limit, the channel not marked gone.
-	err := bw.notify("test:over-limit", paddedNotification(t, "test:over-limit", limit+1))
+	err := bw.Notify("test:over-limit", paddedNotification(t, "test:over-limit", limit+1))
 	if !errors.Is(err, wireframe.ErrLineOverLimit) {
 		t.Fatalf("a %d-byte line with a %d-byte limit = %v, want errLineOverLimit", limit+1, limit, err)
 	}
@@ -147,20 +148,20 @@ func TestBrokerWriterWritesALineAtTheLimitAndRefusesOneByteMore(t *testing.T) {
 		t.Fatalf("the refused line wrote %d bytes", buf.Len()-limit)
 	}
 	select {
-	case <-bw.gone:
+	case <-bw.Gone():
 		t.Fatal("a refused line marked the broker gone")
 	default:
 	}
 
 	// Later writes still go through.
-	if err := bw.notify("test:after", json.RawMessage(`{}`)); err != nil {
+	if err := bw.Notify("test:after", json.RawMessage(`{}`)); err != nil {
 		t.Fatalf("write after a refused line: %v", err)
 	}
 	lines := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
 	if len(lines) != 2 || !strings.Contains(lines[0], "test:at-limit") || !strings.Contains(lines[1], "test:after") {
 		t.Fatalf("broker got %d lines, want the one at the limit and the one after", len(lines))
 	}
-	if r, w, f := bw.refused.Load(), bw.writes.Load(), bw.failures.Load(); r != 1 || w != 2 || f != 0 {
+	if r, w, f := bw.Counts().Refused, bw.Counts().Writes, bw.Counts().Failures; r != 1 || w != 2 || f != 0 {
 		t.Fatalf("refused %d, writes %d, failures %d; want 1, 2, 0", r, w, f)
 	}
 }
@@ -174,8 +175,8 @@ func TestBrokerLineLimitIsWhatAScannerWithThatBufferReads(t *testing.T) {
 		ok   bool
 	}{{wireframe.DefaultBrokerLineMax, true}, {wireframe.DefaultBrokerLineMax + 1, false}} {
 		var buf bytes.Buffer
-		bw := newBrokerWriter(&buf, tc.size) // a writer that takes the line
-		if err := bw.notify(wireframe.MethodUpsert, paddedNotification(t, wireframe.MethodUpsert, tc.size)); err != nil {
+		bw := brokerio.NewWriter(&buf, tc.size) // a writer that takes the line
+		if err := bw.Notify(wireframe.MethodUpsert, paddedNotification(t, wireframe.MethodUpsert, tc.size)); err != nil {
 			t.Fatal(err)
 		}
 		sc := bufio.NewScanner(&buf)
@@ -183,7 +184,7 @@ func TestBrokerLineLimitIsWhatAScannerWithThatBufferReads(t *testing.T) {
 		if got := sc.Scan(); got != tc.ok {
 			t.Fatalf("a %d-byte line through a %d-byte scanner: read %v (%v), want %v", tc.size, wireframe.DefaultBrokerLineMax, got, sc.Err(), tc.ok)
 		}
-		if w := newBrokerWriter(io.Discard, wireframe.DefaultBrokerLineMax); (w.notify(wireframe.MethodUpsert, paddedNotification(t, wireframe.MethodUpsert, tc.size)) == nil) != tc.ok {
+		if w := brokerio.NewWriter(io.Discard, wireframe.DefaultBrokerLineMax); (w.Notify(wireframe.MethodUpsert, paddedNotification(t, wireframe.MethodUpsert, tc.size)) == nil) != tc.ok {
 			t.Fatalf("the broker writer with the default limit disagrees with the scanner on a %d-byte line", tc.size)
 		}
 	}
@@ -207,8 +208,8 @@ func TestBrokerWriterRespond(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			bw := newBrokerWriter(&buf, wireframe.DefaultBrokerLineMax)
-			if err := bw.respond(json.RawMessage(tc.id), tc.result, tc.rerr); err != nil {
+			bw := brokerio.NewWriter(&buf, wireframe.DefaultBrokerLineMax)
+			if err := bw.Respond(json.RawMessage(tc.id), tc.result, tc.rerr); err != nil {
 				t.Fatal(err)
 			}
 			out := buf.String()
@@ -230,8 +231,8 @@ func TestBrokerWriterWritesEachFrameOnOneLineEvenForMultilineParams(t *testing.T
 		"{\"s\":\"keeps \\n and \\r escapes\", \"n\": {\n}}",
 	} {
 		var buf bytes.Buffer
-		bw := newBrokerWriter(&buf, wireframe.DefaultBrokerLineMax)
-		if err := bw.notify(wireframe.MethodUpsert, json.RawMessage(params)); err != nil {
+		bw := brokerio.NewWriter(&buf, wireframe.DefaultBrokerLineMax)
+		if err := bw.Notify(wireframe.MethodUpsert, json.RawMessage(params)); err != nil {
 			t.Fatal(err)
 		}
 		out := buf.String()

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 
+	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/peersend"
 )
@@ -106,7 +107,7 @@ func dialAddresses(n discoveredNode, port int) []string {
 func (m *Manager) applyDiscovery(params json.RawMessage) {
 	nodes, err := parseDiscovery(params)
 	if err != nil {
-		m.brokerLines.warn(m.log, brokerLineBadDiscovery, "reason", httpguard.ClipLogged(err.Error()))
+		m.brokerLines.Warn(m.log, brokerio.LineBadDiscovery, "reason", httpguard.ClipLogged(err.Error()))
 		return
 	}
 	// The origin index is built before any lock is taken, and swapped in

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -647,7 +648,7 @@ func (g *ifxGate) Write(p []byte) (int, error) {
 // the test broker.
 func ifxGateBroker(n *testNode) *ifxGate {
 	g := &ifxGate{w: n.broker.dOut, entered: make(chan []byte, 16), release: make(chan struct{})}
-	n.m.out = newBrokerWriter(g, n.m.cfg.BrokerLineMax)
+	n.m.out = brokerio.NewWriter(g, n.m.cfg.BrokerLineMax)
 	return g
 }
 
@@ -677,7 +678,7 @@ func ifxRawBroker(n *testNode) *ifxRaw {
 			}
 		}
 	}()
-	n.m.out = newBrokerWriter(pw, n.m.cfg.BrokerLineMax)
+	n.m.out = brokerio.NewWriter(pw, n.m.cfg.BrokerLineMax)
 	n.t.Cleanup(func() { pw.Close() })
 	return r
 }
@@ -705,7 +706,7 @@ func (r *ifxRaw) frames(t *testing.T) []wireframe.RPC {
 func ifxBrokerBarrier(t *testing.T, n *testNode) {
 	t.Helper()
 	before := len(n.broker.withMethod("test:barrier"))
-	if err := n.m.out.notify("test:barrier", nil); err != nil {
+	if err := n.m.out.Notify("test:barrier", nil); err != nil {
 		t.Fatalf("barrier write: %v", err)
 	}
 	n.broker.waitMethod("test:barrier", before+1)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -14,7 +15,7 @@ import (
 // (tracked, remembered, queued for the peers), and concurrent ingress
 // frames reach the broker and the state table in one order. ingestMu decides
 // that order, but it is held only while a frame takes its place in the
-// broker order (brokerWriter.enter), not across the write: posts that wait
+// broker order (brokerio.Writer.enter), not across the write: posts that wait
 // together are written together (brokergroup.go). The frame's commit is its
 // after-write step, which the group's leader runs in the broker order
 // before any later group is written; a frame whose write fails is not
@@ -116,7 +117,7 @@ func (q *ingressInFlight) inFlight() int {
 
 // ingressTurn is an ingress frame's place in the broker order.
 type ingressTurn struct {
-	turn      brokerTurn
+	turn      brokerio.Turn
 	q         *ingressInFlight
 	key       wireframe.WorkloadKey
 	startsRun bool
@@ -143,7 +144,7 @@ func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, tableLine 
 	key := f.life.Key() // unused for a removal, which never starts a run
 	q.accept(key, startsRun, bytes)
 	c := &ingressCommit{}
-	turn, err := m.out.enter(line, func() {
+	turn, err := m.out.Enter(line, func() {
 		_, c.seq = m.commitLocalLine(f, fromIngress, tableLine)
 		q.settle(key, startsRun, bytes)
 	})
@@ -163,7 +164,7 @@ func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, tableLine 
 // once its record's write failed: the frame is applied, and a retry of it
 // is harmless.
 func (t ingressTurn) wait() error {
-	if err := t.turn.wait(); err != nil {
+	if err := t.turn.Wait(); err != nil {
 		t.q.settle(t.key, t.startsRun, t.bytes)
 		return fmt.Errorf("%w: %v", errBrokerWrite, err)
 	}

@@ -371,7 +371,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 			st, _ := postIngress(t, a.m.IngressAddr(), ingressFrameJSON(leasedInfo("raced", "completed", 2)))
 			done <- st
 		}()
-		eventually(t, "the producer's frame to wait behind the expiry", func() bool { return a.m.ingressWaiters.waiting() == 1 })
+		eventually(t, "the producer's frame to wait behind the expiry", func() bool { return a.m.ingressWaiters.Waiting() == 1 })
 		stall.unblock()
 		if st := <-done; st != http.StatusOK {
 			t.Fatalf("the late terminal frame: %d", st)

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 
+	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
@@ -124,4 +126,23 @@ func (m *Manager) noteOutcome(o statetable.Outcome, f *localFrame) {
 			m.log.Debug("local frame changes nothing this node asserts", "outcome", o.String(), "method", f.method, "id", httpguard.ClipLogged(f.workloadID()))
 		}
 	}
+}
+
+// frameLine builds the broker line of a local frame.
+func frameLine(f *localFrame) *bytes.Buffer {
+	if f.isRemoval() {
+		return brokerio.RemoveLine(&f.removal)
+	}
+	return brokerio.UpsertLine(f.life.Raw)
+}
+
+// emitUpsert writes a workload object up to the broker as workloads:upsert.
+func (m *Manager) emitUpsert(info json.RawMessage) error {
+	return m.out.Send(brokerio.UpsertLine(info))
+}
+
+// emitRemove writes a removal up to the broker as workloads:remove, naming
+// the workload in the tokens it arrived with (removalEvent.brokerParams).
+func (m *Manager) emitRemove(r *wireframe.Removal) error {
+	return m.out.Send(brokerio.RemoveLine(r))
 }

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/statetable"
@@ -194,8 +195,8 @@ func (li *localIngress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if log.Enabled(slog.LevelDebug) {
 			log.Logger().Debug("ingress frame accepted", "method", f.method, "id", httpguard.ClipLogged(f.workloadID()))
 		}
-	case isBrokerBusy(status, reason):
-		li.m.ingressWaiters.noteRefusal(li.m.log)
+	case brokerio.IsBusy(status, reason):
+		li.m.ingressWaiters.NoteRefusal(li.m.log)
 	case status >= http.StatusInternalServerError:
 		li.rejects.Log(log.Logger(), slog.LevelError, r.RemoteAddr, status, "ingress frame not accepted", "status", status, "reason", reason)
 	default:
@@ -245,13 +246,13 @@ func (li *localIngress) decide(w http.ResponseWriter, r *http.Request) (int, str
 // headers it needs.
 func refusalOf(w http.ResponseWriter, err error) (int, string) {
 	var atLimit *errAtLimit
-	var busy *errBrokerBusy
+	var busy *brokerio.BusyError
 	var tooLarge *wireframe.WorkloadTooLargeError
 	switch {
 	case errors.As(err, &tooLarge):
 		return http.StatusRequestEntityTooLarge, err.Error()
 	case errors.As(err, &busy):
-		setBrokerBusyHeaders(w)
+		brokerio.SetBusyHeaders(w)
 		return http.StatusServiceUnavailable, err.Error()
 	case isNotOwned(err):
 		return http.StatusConflict, err.Error()
@@ -304,7 +305,7 @@ func isJSONMediaType(ct string) bool {
 // waiting for ingestMu or for its write waits on the broker as surely as
 // the one writing, so the slot that bounds the ingress's waiters is taken
 // before ingestMu, and a post that finds none is refused with
-// *errBrokerBusy before it waits for anything.
+// *brokerio.BusyError before it waits for anything.
 func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
 	return m.ingestLocalLeased(body, nil)
 }
@@ -326,10 +327,10 @@ func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, er
 		m.leases.refused.Add(1)
 		return f, fmt.Errorf("%w: %v", errBadFrame, err)
 	}
-	if !m.ingressWaiters.acquire(nil) {
-		return f, m.ingressWaiters.busy()
+	if !m.ingressWaiters.Acquire(nil) {
+		return f, m.ingressWaiters.Busy()
 	}
-	defer m.ingressWaiters.release()
+	defer m.ingressWaiters.Release()
 	m.framesReceived.Inc("ingress", f.method)
 	// Both lines are built before ingestMu: only the frame's place in the
 	// order is decided under it.
@@ -354,12 +355,12 @@ func (m *Manager) enterIngress(f localFrame, line *bytes.Buffer, peerLine []byte
 	m.ingestMu.Lock()
 	defer m.ingestMu.Unlock()
 	if err := m.checkOwner(&f); err != nil {
-		putBrokerLine(line)
+		brokerio.PutLine(line)
 		return ingressTurn{}, err
 	}
 	startsRun, err := m.checkLiveLimit(&f, bytes)
 	if err != nil {
-		putBrokerLine(line)
+		brokerio.PutLine(line)
 		return ingressTurn{}, err
 	}
 	return m.enterIngressOrder(f, line, peerLine, startsRun, bytes)
@@ -401,7 +402,7 @@ func (e *errAtLimit) retryAfterSeconds() int {
 // all. The set still exceeds its limit when broker frames take the slots
 // of runs in flight (a broker frame is tracked while the set holds fewer
 // than the limit, and an ingress frame already written is tracked
-// anyway), by at most the runs in flight: at most brokerWaitersMax. The
+// anyway), by at most the runs in flight: at most brokerio.WaitersMax. The
 // bytes likewise, by at most the lines of the frames in flight.
 func (m *Manager) checkLiveLimit(f *localFrame, lineBytes int64) (startsRun bool, err error) {
 	if f.isRemoval() {

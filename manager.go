@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/peersend"
@@ -112,7 +113,7 @@ const (
 // activeMu: the ingress's checks), and discoveryMu -> broadcaster.mu ->
 // the table's lock (a target change joins or leaves a member). ingestMu
 // and discoveryMu are never held together. Leaf locks, taken under any of
-// these and never around them: brokerWriter.mu, ingressFlight.mu,
+// these and never around them: brokerio.Writer.mu, ingressFlight.mu,
 // pairinstall.ClusterTrust.mu, dedup.mu, the journal's append lock (under
 // the table's). No lock is held across a network write to a peer or a
 // journal write: each peer's sender takes a slice of the table under its
@@ -126,7 +127,7 @@ const (
 type Manager struct {
 	cfg   Config
 	log   *slog.Logger
-	out   *brokerWriter
+	out   *brokerio.Writer
 	trust *pairinstall.ClusterTrust
 	dedup *dedup
 	bcast *peersend.Broadcaster
@@ -170,7 +171,7 @@ type Manager struct {
 	origins *originGuard
 	// peerWaiters and ingressWaiters bound the requests of each channel
 	// that wait on the broker write at once (brokerwaiters.go).
-	peerWaiters, ingressWaiters *brokerWaiters
+	peerWaiters, ingressWaiters *brokerio.Waiters
 
 	ingress *localIngress    // set by EnableLocalIngress before Run
 	metrics *metricsEndpoint // set by EnableMetrics before Run
@@ -193,7 +194,7 @@ type Manager struct {
 
 	// brokerLines counts the broker's bad lines and rate-limits the
 	// warnings they cause (brokerlinelog.go).
-	brokerLines *brokerLineLog
+	brokerLines *brokerio.LineLog
 
 	shutdownOnce sync.Once
 	shutdownReq  chan struct{} // closed by a shutdown request from the broker
@@ -250,7 +251,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg:         cfg,
 		log:         cfg.Logger,
-		out:         newBrokerWriter(cfg.Out, cfg.BrokerLineMax),
+		out:         brokerio.NewWriter(cfg.Out, cfg.BrokerLineMax),
 		trust:       trust,
 		dedup:       newDedup(dedupCapacity),
 		now:         time.Now,
@@ -258,15 +259,15 @@ func NewManager(cfg Config) (*Manager, error) {
 		shutdownReq: make(chan struct{}),
 
 		origins:        &originGuard{},
-		peerWaiters:    newBrokerWaiters("peer", brokerWaitersMax),
-		ingressWaiters: newBrokerWaiters("ingress", brokerWaitersMax),
+		peerWaiters:    brokerio.NewWaiters("peer", brokerio.WaitersMax),
+		ingressWaiters: brokerio.NewWaiters("ingress", brokerio.WaitersMax),
 
 		framesReceived:     promtext.NewCounterVec(),
 		ingressResponses:   promtext.NewCounterVec(),
 		fieldBoundRefusals: promtext.NewCounterVec(),
 		conns:              httpguard.NewListenerLimits(cfg.Conns),
 		peerRejects:        httpguard.NewSourceLog(),
-		brokerLines:        newBrokerLineLog(),
+		brokerLines:        brokerio.NewLineLog(),
 		bodies:             httpguard.NewRequestBodies(),
 
 		workloadBoundRefusals: promtext.NewCounterVec(),
@@ -376,7 +377,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			m.log.Info("shutting down", "reason", "signal")
 		case <-readDone:
 			m.log.Info("shutting down", "reason", "broker closed the local channel")
-		case <-m.out.gone:
+		case <-m.out.Gone():
 			m.log.Info("shutting down", "reason", "broker write failed")
 		case <-m.shutdownReq:
 			m.log.Info("shutting down", "reason", "shutdown requested")
@@ -397,7 +398,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	// catch up, and what they still lack stays in the journal.
 	m.bcast.Close(m.cfg.DrainTimeout)
 	m.closeJournal(deadline)
-	m.brokerLines.stop(m.log)
+	m.brokerLines.Stop(m.log)
 	wg.Wait()
 	select {
 	case <-leasesDone:
@@ -416,11 +417,11 @@ type loopbackServer interface {
 // announce sends ready and the discovery subscription, in that order.
 func (m *Manager) announce() error {
 	ready, _ := json.Marshal(map[string]string{"version": m.cfg.Version, "nodeId": m.cfg.NodeID})
-	if err := m.out.notify("ready", ready); err != nil {
+	if err := m.out.Notify("ready", ready); err != nil {
 		m.log.Warn("broker unavailable at start", "reason", err)
 		return err
 	}
-	return m.out.notify("discovery:subscribe", json.RawMessage(`{"services":["wl"]}`))
+	return m.out.Notify("discovery:subscribe", json.RawMessage(`{"services":["wl"]}`))
 }
 
 // stopServers closes the listeners, so no new frame is taken, and lets
@@ -456,7 +457,7 @@ func (m *Manager) readLoop() {
 	for {
 		line, err := lr.Next()
 		if errors.Is(err, wireframe.ErrLineTooLong) {
-			m.brokerLines.warn(m.log, brokerLineTooLong, "reason", err)
+			m.brokerLines.Warn(m.log, brokerio.LineTooLong, "reason", err)
 			continue
 		}
 		if err != nil {
@@ -479,12 +480,12 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 		return false
 	}
 	if err := wireframe.CheckUTF8(line); err != nil {
-		m.brokerLines.warn(m.log, brokerLineNotUTF8, "reason", err)
+		m.brokerLines.Warn(m.log, brokerio.LineNotUTF8, "reason", err)
 		return false
 	}
 	var s wireframe.Scan
 	if err := s.ScanFrame(line); err != nil {
-		m.brokerLines.warn(m.log, brokerLineNotJSON, "reason", httpguard.ClipLogged(fmt.Sprintf("not JSON: %v", err)))
+		m.brokerLines.Warn(m.log, brokerio.LineNotJSON, "reason", httpguard.ClipLogged(fmt.Sprintf("not JSON: %v", err)))
 		return false
 	}
 	env, err := wireframe.EnvelopeOf(&s)
@@ -492,14 +493,14 @@ func (m *Manager) handleLine(line []byte) (shutdown bool) {
 		return m.handleControlLine(line)
 	}
 	if env.JSONRPC != "2.0" {
-		m.brokerLines.warn(m.log, brokerLineBadVersion, "method", httpguard.ClipLogged(env.Method), "reason", `jsonrpc must be "2.0"`)
+		m.brokerLines.Warn(m.log, brokerio.LineBadVersion, "method", httpguard.ClipLogged(env.Method), "reason", `jsonrpc must be "2.0"`)
 		return false
 	}
 	m.framesReceived.Inc("stdio", env.Method)
 	m.handleLocal(env.Method, &s)
 	if env.ID != nil {
-		if err := m.out.respond(env.ID, nil, nil); err != nil {
-			m.brokerLines.warn(m.log, brokerLineUnanswered, "method", env.Method, "id", httpguard.ClipLoggedBytes(env.ID), "reason", httpguard.ClipLogged(err.Error()))
+		if err := m.out.Respond(env.ID, nil, nil); err != nil {
+			m.brokerLines.Warn(m.log, brokerio.LineUnanswered, "method", env.Method, "id", httpguard.ClipLoggedBytes(env.ID), "reason", httpguard.ClipLogged(err.Error()))
 		}
 	}
 	return false
@@ -517,11 +518,11 @@ func isWorkloadMethod(m string) bool {
 func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 	var f wireframe.RPC
 	if err := json.Unmarshal(line, &f); err != nil {
-		m.brokerLines.warn(m.log, brokerLineNotJSON, "reason", httpguard.ClipLogged(fmt.Sprintf("not JSON: %v", err)))
+		m.brokerLines.Warn(m.log, brokerio.LineNotJSON, "reason", httpguard.ClipLogged(fmt.Sprintf("not JSON: %v", err)))
 		return false
 	}
 	if f.JSONRPC != "2.0" {
-		m.brokerLines.warn(m.log, brokerLineBadVersion, "method", httpguard.ClipLogged(f.Method), "reason", `jsonrpc must be "2.0"`)
+		m.brokerLines.Warn(m.log, brokerio.LineBadVersion, "method", httpguard.ClipLogged(f.Method), "reason", `jsonrpc must be "2.0"`)
 		return false
 	}
 	if f.IsResponse() {
@@ -549,11 +550,11 @@ func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 		rerr = &wireframe.RPCError{Code: wireframe.CodeMethodNotFound, Message: "method not found: " + httpguard.ClipReason(f.Method)}
 	}
 	if rerr != nil && !f.IsRequest() {
-		m.brokerLines.warn(m.log, brokerLineRefused, "method", httpguard.ClipLogged(f.Method), "reason", httpguard.ClipLogged(rerr.Message))
+		m.brokerLines.Warn(m.log, brokerio.LineRefused, "method", httpguard.ClipLogged(f.Method), "reason", httpguard.ClipLogged(rerr.Message))
 	}
 	if f.IsRequest() {
-		if err := m.out.respond(f.ID, result, rerr); err != nil {
-			m.brokerLines.warn(m.log, brokerLineUnanswered, "method", httpguard.ClipLogged(f.Method), "id", httpguard.ClipLoggedBytes(f.ID), "reason", httpguard.ClipLogged(err.Error()))
+		if err := m.out.Respond(f.ID, result, rerr); err != nil {
+			m.brokerLines.Warn(m.log, brokerio.LineUnanswered, "method", httpguard.ClipLogged(f.Method), "id", httpguard.ClipLoggedBytes(f.ID), "reason", httpguard.ClipLogged(err.Error()))
 		}
 	}
 	if shutdown {
@@ -581,7 +582,7 @@ func (m *Manager) handleLocal(method string, s *wireframe.Scan) {
 		return
 	}
 	if err != nil {
-		m.brokerLines.warn(m.log, brokerLineMalformed, "method", method, "reason", httpguard.ClipLogged(err.Error()))
+		m.brokerLines.Warn(m.log, brokerio.LineMalformed, "method", method, "reason", httpguard.ClipLogged(err.Error()))
 		return
 	}
 	m.commitLocal(f, fromBroker)

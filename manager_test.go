@@ -321,17 +321,17 @@ func waitRun(t *testing.T, n *testNode, within time.Duration) time.Duration {
 }
 
 func TestShutdownDrainsPeerQueuesBeforeExit(t *testing.T) {
-	a, b := newTestNode(t), newTestNode(t)
+	gated, gate := withGatedBroker(t)
+	a, b := newTestNode(t), newTestNode(t, gated)
 	mesh(t, a, b)
-	// B's broker writes stall, so A's frames pile up in A's peer queue.
-	b.m.out.mu.Lock()
+	// B's broker stops reading, so A's frames wait above B's mark.
 	const frames = 20
 	for i := range frames {
 		a.sendLifecycle(workload("drain-"+itoa(i), "running", a.id))
 	}
 	eventually(t, "A to commit every frame", func() bool { return a.m.table.Version() == frames })
 	a.broker.toD.Close() // the broker quits: EOF starts A's shutdown
-	time.AfterFunc(300*time.Millisecond, b.m.out.mu.Unlock)
+	time.AfterFunc(300*time.Millisecond, gate.open)
 	waitRun(t, a, waitTimeout)
 	if got := a.m.bcast.StatsSnapshot()[0].Succeeded.Load(); got != frames {
 		t.Fatalf("A delivered %d of %d committed frames before exiting", got, frames)
@@ -341,10 +341,9 @@ func TestShutdownDrainsPeerQueuesBeforeExit(t *testing.T) {
 
 func TestShutdownDrainIsBoundedByTheDrainTimeout(t *testing.T) {
 	a := newTestNode(t, func(c *Config) { c.DrainTimeout = 300 * time.Millisecond })
-	b := newTestNode(t)
+	gated, _ := withGatedBroker(t) // B never answers while A shuts down
+	b := newTestNode(t, gated)
 	mesh(t, a, b)
-	b.m.out.mu.Lock() // B never answers while A shuts down
-	t.Cleanup(b.m.out.mu.Unlock)
 	a.sendLifecycle(workload("stuck", "running", a.id))
 	eventually(t, "A to commit the frame", func() bool { return a.m.table.Version() == 1 })
 	a.broker.toD.Close()
@@ -379,8 +378,8 @@ func TestNewManagerDefaultsTheBrokerLineLimitAndRefusesAnUnusableOne(t *testing.
 			t.Fatalf("BrokerLineMax %d: %v", tc.lineMax, err)
 		}
 		m.bcast.Close(time.Second)
-		if m.cfg.BrokerLineMax != tc.want || m.out.lineMax != tc.want {
-			t.Errorf("BrokerLineMax %d: config %d, writer %d; want %d", tc.lineMax, m.cfg.BrokerLineMax, m.out.lineMax, tc.want)
+		if m.cfg.BrokerLineMax != tc.want || m.out.LineMax() != tc.want {
+			t.Errorf("BrokerLineMax %d: config %d, writer %d; want %d", tc.lineMax, m.cfg.BrokerLineMax, m.out.LineMax(), tc.want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"runtime"
 
+	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/wireframe"
@@ -37,11 +38,8 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	t.CounterSamples("nvpair_wlm_frames_received_total", []string{"source", "method"}, m.framesReceived)
 	t.Family("nvpair_wlm_ingress_responses_total", "counter", "Ingress answers, by HTTP status code.")
 	t.CounterSamples("nvpair_wlm_ingress_responses_total", []string{"code"}, m.ingressResponses)
-	t.Single("nvpair_wlm_broker_writes_total", "counter", "Frames written to the broker.", float64(m.out.writes.Load()))
-	t.Single("nvpair_wlm_broker_write_failures_total", "counter", "Writes to the broker that failed.", float64(m.out.failures.Load()))
-	t.Single("nvpair_wlm_broker_lines_refused_total", "counter", "Frames not written to the broker because their line would exceed its line limit (--broker-line-max).", float64(m.out.refused.Load()))
-	m.writeBrokerGroupMetrics(&t)
-	m.brokerLines.writeMetrics(&t)
+	m.out.WriteMetrics(&t)
+	m.brokerLines.WriteMetrics(&t)
 	t.Single("nvpair_wlm_dedup_hits_total", "counter", "Peer frames not written to the broker because they were already seen.", float64(m.dedup.hits.Load()))
 	t.Single("nvpair_wlm_dedup_keys", "gauge", fmt.Sprintf("Keys the peer dedup remembers (at most %d).", dedupCapacity), float64(m.dedup.len()))
 	t.Single("nvpair_wlm_dedup_bytes", "gauge", fmt.Sprintf("Estimated heap bytes of the peer dedup's keys: %d per key, whatever the frames carried (at most %d).", dedupEntryBytes, dedupMaxBytes), float64(m.dedup.bytes()))
@@ -74,7 +72,7 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	m.conns.WriteMetrics(&t)
 	m.bodies.WriteMetrics(&t)
 	m.origins.writeMetrics(&t)
-	writeBrokerWaitersMetrics(&t, m.peerWaiters, m.ingressWaiters)
+	brokerio.WriteWaitersMetrics(&t, m.peerWaiters, m.ingressWaiters)
 	m.writeLeaseMetrics(&t)
 	m.writeTableMetrics(&t)
 	m.writeReadBackMetrics(&t)

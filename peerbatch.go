@@ -37,14 +37,14 @@ func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *ht
 	}
 	// A batch is one request waiting on the broker, whatever its length: it
 	// takes one slot for all its elements, which it writes one at a time.
-	if !m.peerWaiters.acquire(r.Context().Done()) {
-		m.peerWaiters.refuse(w, log.Logger())
+	if !m.peerWaiters.Acquire(r.Context().Done()) {
+		m.peerWaiters.Refuse(w, log.Logger())
 		return
 	}
 	m.batchesReceived.Add(1)
 	m.batchFramesReceived.Add(uint64(len(elems)))
 	results := peerwire.RunBatch(elems, func(b []byte) (int, string) { return m.handlePeerFrame(log, principal, b) })
-	m.peerWaiters.release()
+	m.peerWaiters.Release()
 	logPeerBatch(log, results)
 	b, err := json.Marshal(peerwire.BatchAnswer{Results: results})
 	if err != nil {

@@ -229,7 +229,7 @@ func TestABatchStopsAtTheFirstFailedBrokerWrite(t *testing.T) {
 		netRemoveBody(t, "job-s1", origin),
 		ok("job-s1"), // already seen, but after the failure
 	}
-	writes := h.n.m.out.writes.Load()
+	writes := h.n.m.out.Counts().Writes
 	a := netPostBatch(t, h.c, h.addr, elems...)
 	if a.status != http.StatusOK {
 		t.Fatalf("batch = %d %q, want 200", a.status, a.text)
@@ -245,10 +245,10 @@ func TestABatchStopsAtTheFirstFailedBrokerWrite(t *testing.T) {
 		}
 	}
 	// The answer came after every write was made: the counters are final.
-	if n := h.n.m.out.writes.Load() - writes; n != 2 {
+	if n := h.n.m.out.Counts().Writes - writes; n != 2 {
 		t.Fatalf("%d lines written to the broker for the batch, want 2 (job-s1, job-s2)", n)
 	}
-	if n := h.n.m.out.failures.Load(); n != 1 {
+	if n := h.n.m.out.Counts().Failures; n != 1 {
 		t.Fatalf("%d failed broker writes, want 1", n)
 	}
 	eventually(t, "job-s1 and job-s2 at the broker", func() bool {

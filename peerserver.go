@@ -127,12 +127,12 @@ func (m *Manager) servePeer(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	// The slot is taken once the body is in, so a client slow to send one
 	// never holds it, and given back before the answer is written.
-	if !m.peerWaiters.acquire(r.Context().Done()) {
-		m.peerWaiters.refuse(w, log.Logger())
+	if !m.peerWaiters.Acquire(r.Context().Done()) {
+		m.peerWaiters.Refuse(w, log.Logger())
 		return
 	}
 	status, reason := m.handlePeerFrame(&log, principal, body)
-	m.peerWaiters.release()
+	m.peerWaiters.Release()
 	switch {
 	case status == http.StatusOK:
 		// Written or already seen: the sender needs no more than that.

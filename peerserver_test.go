@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
@@ -209,7 +210,7 @@ func TestPeerServerAnswers413ToAFrameOverTheBrokerLineLimit(t *testing.T) {
 	if ids := netUpsertIDs(h.n); ids["peer-over-limit"] != 0 || len(h.n.broker.withMethod(wireframe.MethodRemove)) != 0 {
 		t.Fatalf("a refused frame reached the broker: upserts %v, %d removal(s)", ids, len(h.n.broker.withMethod(wireframe.MethodRemove)))
 	}
-	if n := h.n.m.out.refused.Load(); n != 4 {
+	if n := h.n.m.out.Counts().Refused; n != 4 {
 		t.Fatalf("%d lines refused, want 4", n)
 	}
 	logs := h.n.logs.String()
@@ -411,7 +412,7 @@ func TestPeerEventAfterFailedBrokerWriteIsDeliveredOnRetry(t *testing.T) {
 			// The broker is back (a working channel): the sender's retry
 			// must be written, once.
 			rec := &netLineRecorder{}
-			m.out = newBrokerWriter(rec, m.cfg.BrokerLineMax)
+			m.out = brokerio.NewWriter(rec, m.cfg.BrokerLineMax)
 			for i, wantDup := range []bool{false, true} {
 				dup, err := m.relayPeerEvent(&ev)
 				if err != nil || dup != wantDup {

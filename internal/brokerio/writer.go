@@ -1,4 +1,4 @@
-package main
+package brokerio
 
 import (
 	"bytes"
@@ -36,7 +36,7 @@ import (
 // leader pays none; and a goroutine that outlives the Manager would need a
 // shutdown of its own.
 
-// brokerGroupMaxBytes bounds the lines of one group, newlines included. A
+// GroupMaxBytes bounds the lines of one group, newlines included. A
 // frame that would take a group past it starts the next group instead (a
 // line longer than the bound is a group of its own), so the bound never
 // refuses anything. It bounds what one failed Write fails together, the
@@ -46,7 +46,7 @@ import (
 // at once, so in practice only frames of hundreds of kilobytes reach it; and
 // it is 16 times the 64 KiB a Linux pipe holds, so the bound costs no extra
 // wake-up of the broker.
-const brokerGroupMaxBytes = 1 << 20
+const GroupMaxBytes = 1 << 20
 
 // brokerLineKeepBytes is the largest line buffer put back in the pool: a
 // rare huge frame's buffer is left to the collector, not kept for good.
@@ -54,27 +54,27 @@ const brokerLineKeepBytes = 64 << 10
 
 // brokerLines recycles the buffers lines are built in, so a frame costs no
 // allocation for its line once the pool is warm.
-// errBrokerGone is returned by every write after the first failed one: the
+// ErrGone is returned by every write after the first failed one: the
 // broker is the daemon's parent, and a pipe that failed once does not heal.
-var errBrokerGone = errors.New("broker channel closed")
+var ErrGone = errors.New("broker channel closed")
 
 var brokerLines = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-func getBrokerLine() *bytes.Buffer {
+func GetLine() *bytes.Buffer {
 	b := brokerLines.Get().(*bytes.Buffer)
 	b.Reset()
 	return b
 }
 
-func putBrokerLine(b *bytes.Buffer) {
+func PutLine(b *bytes.Buffer) {
 	if b.Cap() <= brokerLineKeepBytes {
 		brokerLines.Put(b)
 	}
 }
 
-// brokerWriter writes frames onto the broker's side of the local channel, in
+// Writer writes frames onto the broker's side of the local channel, in
 // groups (see above).
-type brokerWriter struct {
+type Writer struct {
 	// mu guards w, err, leading, head and tail. It is a leaf lock, held only
 	// to join a group, to seal one and to hand the lead on: never across a
 	// Write, a line's copy or a commit.
@@ -100,7 +100,7 @@ type brokerWriter struct {
 	writes, failures atomic.Uint64 // frames written; Write calls that failed
 	refused          atomic.Uint64 // lines over lineMax, never written
 	writeCalls       atomic.Uint64 // Write calls: writes/writeCalls is the mean group
-	groupsAtBound    atomic.Uint64 // groups closed because the next line would pass brokerGroupMaxBytes
+	groupsAtBound    atomic.Uint64 // groups closed because the next line would pass GroupMaxBytes
 }
 
 // brokerGroup is the lines that will go up in one Write, in the order they
@@ -119,16 +119,16 @@ type groupMember struct {
 	after func() // the frame's commit, run by the leader after the write; nil for none
 }
 
-// newBrokerWriter returns a writer to w whose lines, newline included, are
+// NewWriter returns a writer to w whose lines, newline included, are
 // at most lineMax bytes.
-func newBrokerWriter(w io.Writer, lineMax int) *brokerWriter {
-	return &brokerWriter{w: w, gone: make(chan struct{}), lineMax: lineMax}
+func NewWriter(w io.Writer, lineMax int) *Writer {
+	return &Writer{w: w, gone: make(chan struct{}), lineMax: lineMax}
 }
 
-// brokerTurn is a frame's place in the broker order, taken by enter. wait
+// Turn is a frame's place in the broker order, taken by enter. wait
 // writes it, or waits for it to be written.
-type brokerTurn struct {
-	bw    *brokerWriter
+type Turn struct {
+	bw    *Writer
 	buf   *bytes.Buffer // the frame's line, given back to the pool by wait
 	g     *brokerGroup  // the group it joined; nil when its caller leads
 	w     io.Writer     // for a caller that leads: the writer at its enter
@@ -144,30 +144,30 @@ type brokerTurn struct {
 // answered; it is not run when the write fails. A line over the limit is
 // refused alone: the error wraps errLineOverLimit and the channel stays up.
 // On an error buf is back in the pool.
-func (bw *brokerWriter) enter(buf *bytes.Buffer, after func()) (brokerTurn, error) {
+func (bw *Writer) Enter(buf *bytes.Buffer, after func()) (Turn, error) {
 	if size := buf.Len(); size > bw.lineMax {
-		putBrokerLine(buf)
+		PutLine(buf)
 		bw.refused.Add(1)
-		return brokerTurn{}, &wireframe.LineOverLimitError{Size: size, Limit: bw.lineMax}
+		return Turn{}, &wireframe.LineOverLimitError{Size: size, Limit: bw.lineMax}
 	}
 	bw.mu.Lock()
 	defer bw.mu.Unlock()
 	if bw.err != nil {
-		putBrokerLine(buf)
-		return brokerTurn{}, errBrokerGone
+		PutLine(buf)
+		return Turn{}, ErrGone
 	}
 	if !bw.leading {
 		bw.leading = true
-		return brokerTurn{bw: bw, buf: buf, w: bw.w, after: after}, nil
+		return Turn{bw: bw, buf: buf, w: bw.w, after: after}, nil
 	}
-	return brokerTurn{bw: bw, buf: buf, g: bw.joinLocked(groupMember{line: buf.Bytes(), after: after})}, nil
+	return Turn{bw: bw, buf: buf, g: bw.joinLocked(groupMember{line: buf.Bytes(), after: after})}, nil
 }
 
 // joinLocked appends a member to the newest group, or to a new one when
 // there is none or the newest has no room for it. Called with mu held.
-func (bw *brokerWriter) joinLocked(m groupMember) *brokerGroup {
+func (bw *Writer) joinLocked(m groupMember) *brokerGroup {
 	g := bw.tail
-	if g != nil && g.bytes+len(m.line) > brokerGroupMaxBytes {
+	if g != nil && g.bytes+len(m.line) > GroupMaxBytes {
 		bw.groupsAtBound.Add(1)
 		g = nil
 	}
@@ -188,8 +188,8 @@ func (bw *brokerWriter) joinLocked(m groupMember) *brokerGroup {
 // wait writes the frame, or waits until its group is written, and returns
 // the outcome: nil once the line is written and the frame's commit has run,
 // or the write's error, shared by the whole group.
-func (t brokerTurn) wait() error {
-	defer putBrokerLine(t.buf)
+func (t Turn) Wait() error {
+	defer PutLine(t.buf)
 	if t.g == nil {
 		err := t.bw.write(t.w, t.buf.Bytes(), 1)
 		if err == nil && t.after != nil {
@@ -209,7 +209,7 @@ func (t brokerTurn) wait() error {
 // lead writes group g, which has been handed the lead, in one Write; runs
 // its commits in order when the write succeeded; answers its members; and
 // hands the lead on.
-func (bw *brokerWriter) lead(g *brokerGroup) {
+func (bw *Writer) lead(g *brokerGroup) {
 	bw.mu.Lock()
 	// g is the head: the lead goes to the oldest group. Sealed here, it
 	// takes no more members; newcomers form the next group.
@@ -222,7 +222,7 @@ func (bw *brokerWriter) lead(g *brokerGroup) {
 	bw.mu.Unlock()
 	var err error
 	if gone != nil {
-		err = errBrokerGone
+		err = ErrGone
 	} else {
 		err = bw.write(w, bw.groupBytes(g), len(g.members))
 	}
@@ -241,7 +241,7 @@ func (bw *brokerWriter) lead(g *brokerGroup) {
 // groupBytes returns g's lines as one buffer: the line itself for a group
 // of one, else the lines copied into the writer's buffer, which the caller,
 // as the leader, owns.
-func (bw *brokerWriter) groupBytes(g *brokerGroup) []byte {
+func (bw *Writer) groupBytes(g *brokerGroup) []byte {
 	if len(g.members) == 1 {
 		return g.members[0].line
 	}
@@ -255,7 +255,7 @@ func (bw *brokerWriter) groupBytes(g *brokerGroup) []byte {
 
 // handOn gives the lead to the oldest waiting group, or gives it up when
 // there is none.
-func (bw *brokerWriter) handOn() {
+func (bw *Writer) handOn() {
 	bw.mu.Lock()
 	next := bw.head
 	if next == nil {
@@ -270,7 +270,7 @@ func (bw *brokerWriter) handOn() {
 // write makes one Write call of b, which holds frames lines. A failed write
 // marks the channel gone: the broker is the daemon's parent, and a pipe
 // that failed once does not heal.
-func (bw *brokerWriter) write(w io.Writer, b []byte, frames int) error {
+func (bw *Writer) write(w io.Writer, b []byte, frames int) error {
 	bw.writeCalls.Add(1)
 	if _, err := w.Write(b); err != nil {
 		bw.failures.Add(1)
@@ -288,36 +288,36 @@ func (bw *brokerWriter) write(w io.Writer, b []byte, frames int) error {
 
 // send enters the line in buf and waits for it: the whole of a write for a
 // frame whose order nothing else decides.
-func (bw *brokerWriter) send(buf *bytes.Buffer) error {
-	t, err := bw.enter(buf, nil)
+func (bw *Writer) Send(buf *bytes.Buffer) error {
+	t, err := bw.Enter(buf, nil)
 	if err != nil {
 		return err
 	}
-	return t.wait()
+	return t.Wait()
 }
 
 // writeLine writes one frame, given without its newline. A line over the
 // limit is not written: the error wraps errLineOverLimit, and the channel
 // is not marked gone.
-func (bw *brokerWriter) writeLine(line []byte) error {
-	b := getBrokerLine()
+func (bw *Writer) WriteLine(line []byte) error {
+	b := GetLine()
 	b.Write(line)
 	b.WriteByte('\n')
-	return bw.send(b)
+	return bw.Send(b)
 }
 
 // notify sends a notification to the broker, its line built once.
-func (bw *brokerWriter) notify(method string, params json.RawMessage) error {
-	b := getBrokerLine()
+func (bw *Writer) Notify(method string, params json.RawMessage) error {
+	b := GetLine()
 	wireframe.WriteNotification(b, method, params)
 	b.WriteByte('\n')
-	return bw.send(b)
+	return bw.Send(b)
 }
 
 // respond answers a request of the broker's with a result, or with rerr when
 // it is not nil. A nil result is sent as "result": null, which JSON-RPC
 // requires for a successful answer.
-func (bw *brokerWriter) respond(id json.RawMessage, result any, rerr *wireframe.RPCError) error {
+func (bw *Writer) Respond(id json.RawMessage, result any, rerr *wireframe.RPCError) error {
 	var resp any
 	if rerr != nil {
 		resp = struct {
@@ -336,51 +336,72 @@ func (bw *brokerWriter) respond(id json.RawMessage, result any, rerr *wireframe.
 	if err != nil {
 		return fmt.Errorf("encode response: %w", err)
 	}
-	return bw.writeLine(line)
+	return bw.WriteLine(line)
 }
 
-// upsertLine builds the workloads:upsert line of a workload object, its
+// UpsertLine builds the workloads:upsert line of a workload object, its
 // newline included, in a pooled buffer: the bytes encodeNotification gives
 // for params {"workloadInfo":info}, built in one pass.
-func upsertLine(info json.RawMessage) *bytes.Buffer {
-	b := getBrokerLine()
+func UpsertLine(info json.RawMessage) *bytes.Buffer {
+	b := GetLine()
 	b.WriteString(`{"jsonrpc":"2.0","method":"` + wireframe.MethodUpsert + `","params":{"workloadInfo":`)
 	wireframe.WriteOneLine(b, info)
 	b.WriteString("}}\n")
 	return b
 }
 
-// removeLine builds the workloads:remove line of a removal, its newline
+// RemoveLine builds the workloads:remove line of a removal, its newline
 // included, in a pooled buffer.
-func removeLine(r *wireframe.Removal) *bytes.Buffer {
-	b := getBrokerLine()
+func RemoveLine(r *wireframe.Removal) *bytes.Buffer {
+	b := GetLine()
 	wireframe.WriteNotification(b, wireframe.MethodRemove, r.BrokerParams())
 	b.WriteByte('\n')
 	return b
 }
 
-// frameLine builds the broker line of a local frame.
-func frameLine(f *localFrame) *bytes.Buffer {
-	if f.isRemoval() {
-		return removeLine(&f.removal)
+// WriteMetrics renders the writer's series: frames written, failed and
+// refused writes, and the group commit's own.
+func (bw *Writer) WriteMetrics(t *promtext.Text) {
+	t.Single("nvpair_wlm_broker_writes_total", "counter", "Frames written to the broker.", float64(bw.writes.Load()))
+	t.Single("nvpair_wlm_broker_write_failures_total", "counter", "Writes to the broker that failed.", float64(bw.failures.Load()))
+	t.Single("nvpair_wlm_broker_lines_refused_total", "counter", "Frames not written to the broker because their line would exceed its line limit (--broker-line-max).", float64(bw.refused.Load()))
+	t.Single("nvpair_wlm_broker_write_calls_total", "counter", "Write calls to the broker; nvpair_wlm_broker_writes_total over this is the mean frames per write (group commit).", float64(bw.writeCalls.Load()))
+	t.Single("nvpair_wlm_broker_write_groups_at_bound_total", "counter", "Groups of broker frames closed because the next frame would take them past nvpair_wlm_broker_write_group_limit_bytes; that frame went up in the next write.", float64(bw.groupsAtBound.Load()))
+	t.Single("nvpair_wlm_broker_write_group_limit_bytes", "gauge", "The most bytes of frames written to the broker in one write call, unless one frame alone is longer.", GroupMaxBytes)
+}
+
+// Gone is closed on the first failed write: the broker is the daemon's
+// parent, and the Manager treats it as the signal to shut down.
+func (bw *Writer) Gone() <-chan struct{} { return bw.gone }
+
+// LineMax is the longest line the writer writes, its newline included.
+func (bw *Writer) LineMax() int { return bw.lineMax }
+
+// Counts is what the writer has done so far, for tests and benchmarks.
+type Counts struct {
+	Writes, Failures, Refused, WriteCalls, GroupsAtBound uint64
+}
+
+// Counts returns the writer's counters.
+func (bw *Writer) Counts() Counts {
+	return Counts{bw.writes.Load(), bw.failures.Load(), bw.refused.Load(), bw.writeCalls.Load(), bw.groupsAtBound.Load()}
+}
+
+// Queued counts the frames waiting in groups behind the write in progress.
+func (bw *Writer) Queued() int {
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	n := 0
+	for g := bw.head; g != nil; g = g.next {
+		n += len(g.members)
 	}
-	return upsertLine(f.life.Raw)
+	return n
 }
 
-// emitUpsert writes a workload object up to the broker as workloads:upsert.
-func (m *Manager) emitUpsert(info json.RawMessage) error {
-	return m.out.send(upsertLine(info))
-}
-
-// emitRemove writes a removal up to the broker as workloads:remove, naming
-// the workload in the tokens it arrived with (removalEvent.brokerParams).
-func (m *Manager) emitRemove(r *wireframe.Removal) error {
-	return m.out.send(removeLine(r))
-}
-
-// writeBrokerGroupMetrics renders the group commit's own series.
-func (m *Manager) writeBrokerGroupMetrics(t *promtext.Text) {
-	t.Single("nvpair_wlm_broker_write_calls_total", "counter", "Write calls to the broker; nvpair_wlm_broker_writes_total over this is the mean frames per write (group commit).", float64(m.out.writeCalls.Load()))
-	t.Single("nvpair_wlm_broker_write_groups_at_bound_total", "counter", "Groups of broker frames closed because the next frame would take them past nvpair_wlm_broker_write_group_limit_bytes; that frame went up in the next write.", float64(m.out.groupsAtBound.Load()))
-	t.Single("nvpair_wlm_broker_write_group_limit_bytes", "gauge", "The most bytes of frames written to the broker in one write call, unless one frame alone is longer.", brokerGroupMaxBytes)
+// SwapWriter replaces the writer's destination, for tests that hold the
+// broker's side and then let it go.
+func (bw *Writer) SwapWriter(w io.Writer) {
+	bw.mu.Lock()
+	bw.w = w
+	bw.mu.Unlock()
 }
