@@ -33,7 +33,7 @@ const (
 	LineRefused                      // a notification with bad params (log/set-level)
 	LineBadDiscovery                 // a discovery:nodes snapshot that does not decode
 	LineUnanswered                   // a request whose answer could not be written
-	LineKinds // how many kinds there are
+	LineKinds                        // how many kinds there are
 )
 
 // lineKindNames are the kinds' label values, in their order.
