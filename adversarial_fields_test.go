@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"nvpair-workload-manager/internal/peerserver"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -52,12 +53,12 @@ func TestAdversarialMaximumLengthFieldsThroughAPinnedPeerKeepTheDedupWithinItsBy
 	d.waitMethod(wireframe.MethodUpsert, advFrames)
 	m := scrapeAddr(t, metrics)
 	keys, size := m["nvpair_wlm_dedup_keys"], m["nvpair_wlm_dedup_bytes"]
-	if keys != advFrames || size != advFrames*dedupEntryBytes || size > dedupMaxBytes {
+	if keys != advFrames || size != advFrames*peerserver.DedupEntryBytes || size > peerserver.DedupMaxBytes {
 		t.Fatalf("after %d maximum-length frames the dedup reports %v keys and %v bytes; want %d keys, %d bytes, within its bound of %d",
-			advFrames, keys, size, advFrames, advFrames*dedupEntryBytes, dedupMaxBytes)
+			advFrames, keys, size, advFrames, advFrames*peerserver.DedupEntryBytes, peerserver.DedupMaxBytes)
 	}
 	t.Logf("%d frames of maximum-length fields: dedup %v keys, %v bytes (bound %d); receiver RSS %d -> %d KiB",
-		advFrames, keys, size, dedupMaxBytes, rssBefore, advRSS(d))
+		advFrames, keys, size, peerserver.DedupMaxBytes, rssBefore, advRSS(d))
 
 	// One byte over, in any bounded field: 400 naming the field and its
 	// bound, and nothing reaches the broker or the dedup.

@@ -16,6 +16,7 @@ import (
 
 	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/peerserver"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -59,12 +60,12 @@ func TestAdversarialPinnedPeerSpeakingForAnotherNodeIsRefusedAndTheVictimKeepsRe
 		body        []byte
 		batch       bool
 	}{
-		{"upsert of A's own workload", claimSelf, netLifecycleBody(t, workload("own-job", "completed", na.ID), nil), false},
-		{"re-assertion of A's own workload", claimSelf, netLifecycleBody(t, workload("own-job", "failed", na.ID), map[string]any{"resync": true}), false},
-		{"removal of A's own workload", claimSelf, netRemoveBody(t, "own-job", na.ID), false},
-		{"removal of A's own workload in a batch", claimSelf, netRemoveBody(t, "own-job", na.ID), true},
-		{"upsert in C's name", claimOther, netLifecycleBody(t, workload("c-after", "running", nc.ID), nil), false},
-		{"removal in C's name in a batch", claimOther, netRemoveBody(t, "c-before", nc.ID), true},
+		{"upsert of A's own workload", peerserver.ClaimSelf, netLifecycleBody(t, workload("own-job", "completed", na.ID), nil), false},
+		{"re-assertion of A's own workload", peerserver.ClaimSelf, netLifecycleBody(t, workload("own-job", "failed", na.ID), map[string]any{"resync": true}), false},
+		{"removal of A's own workload", peerserver.ClaimSelf, netRemoveBody(t, "own-job", na.ID), false},
+		{"removal of A's own workload in a batch", peerserver.ClaimSelf, netRemoveBody(t, "own-job", na.ID), true},
+		{"upsert in C's name", peerserver.ClaimOther, netLifecycleBody(t, workload("c-after", "running", nc.ID), nil), false},
+		{"removal in C's name in a batch", peerserver.ClaimOther, netRemoveBody(t, "c-before", nc.ID), true},
 	}
 	for _, at := range attacks {
 		t.Run(at.name, func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/peerserver"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -38,7 +39,7 @@ func BenchmarkParsePeerFrame(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if _, err := parsePeerFrame(body, wireframe.DefaultWorkloadMaxBytes); err != nil {
+		if _, err := peerserver.ParseFrame(body, wireframe.DefaultWorkloadMaxBytes); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -79,7 +80,7 @@ func BenchmarkServePeer(b *testing.B) {
 		req.Header.Set("Content-Type", "application/json")
 		req.TLS = state
 		w := httptest.NewRecorder()
-		m.servePeer(w, req)
+		m.peers.ServeHTTP(w, req)
 		if w.Code != http.StatusOK {
 			b.Fatalf("status %d: %s", w.Code, w.Body.String())
 		}

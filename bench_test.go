@@ -54,44 +54,6 @@ const benchSeedParams = `{"workloadInfo":{"id":"job-42","runId":"job-42","seq":1
 	`"state":"running","createdAt":1789661457000,"startedAt":1789661457000,"completedAt":null,"error":null,` +
 	`"requesterId":"my-scheduler","originatedFrom":"` + benchNodeID + `"}}`
 
-func BenchmarkDedupDeliverOnce(b *testing.B) {
-	write := func() error { return nil }
-	b.Run("hit", func(b *testing.B) {
-		d := newDedup(dedupCapacity)
-		key := benchDedupKey(0)
-		d.deliverOnce(key, write)
-		b.ReportAllocs()
-		for b.Loop() {
-			if dup, _ := d.deliverOnce(key, write); !dup {
-				b.Fatal("a recorded key was not a duplicate")
-			}
-		}
-	})
-	b.Run("miss", func(b *testing.B) {
-		// More keys than the capacity, cycled: every lookup misses and,
-		// once the LRU is full, every record evicts the oldest key.
-		keys := make([]dedupDigest, 4*dedupCapacity)
-		for i := range keys {
-			keys[i] = benchDedupKey(i)
-		}
-		d := newDedup(dedupCapacity)
-		b.ReportAllocs()
-		i := 0
-		for b.Loop() {
-			if dup, _ := d.deliverOnce(keys[i%len(keys)], write); dup {
-				b.Fatal("a key older than the capacity was a duplicate")
-			}
-			i++
-		}
-	})
-}
-
-func benchDedupKey(i int) dedupDigest {
-	ev := wireframe.Lifecycle{Info: wireframe.WorkloadInfo{OriginatedFrom: benchNodeID, Engine: "llamacpp", RunID: "run-" + strconv.Itoa(i),
-		ID: "job-" + strconv.Itoa(i), State: "running", Seq: 1, HasSeq: true}}
-	return lifecycleDedupKey(&ev)
-}
-
 func BenchmarkBrokerWriterNotify(b *testing.B) {
 	w := brokerio.NewWriter(io.Discard, wireframe.DefaultBrokerLineMax)
 	params := json.RawMessage(benchSeedParams)

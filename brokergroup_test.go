@@ -184,7 +184,7 @@ func TestFramesReadyTogetherAreWrittenInOneWriteInTheOrderTheyWereAccepted(t *te
 		wg.Go(func() {
 			<-start
 			for i := range peerFrames {
-				if st, reason := n.m.handlePeerFrame(discardLog(), p, peerFrame(t, p, fmt.Sprintf("peer-%s-%d", p[:8], i), 1)); st != http.StatusOK {
+				if st, reason := n.m.peers.HandleFrame(discardLog(), p, peerFrame(t, p, fmt.Sprintf("peer-%s-%d", p[:8], i), 1)); st != http.StatusOK {
 					errs <- fmt.Errorf("peer frame %d: %d %s", i, st, reason)
 				}
 			}
@@ -249,8 +249,8 @@ func TestFramesReadyTogetherAreWrittenInOneWriteInTheOrderTheyWereAccepted(t *te
 			}
 		}
 	}
-	if n.m.dedup.len() != peers*peerFrames {
-		t.Fatalf("the dedup holds %d keys, want the %d peer frames written", n.m.dedup.len(), peers*peerFrames)
+	if n.m.peers.DedupLen() != peers*peerFrames {
+		t.Fatalf("the dedup holds %d keys, want the %d peer frames written", n.m.peers.DedupLen(), peers*peerFrames)
 	}
 
 	// The peers are sent each workload once, at its latest event.
@@ -314,7 +314,7 @@ func TestAFailedGroupWriteFailsEveryFrameOfTheGroupAndCommitsNone(t *testing.T) 
 	}
 	for _, p := range principals {
 		wg.Go(func() {
-			st, _ := n.m.handlePeerFrame(discardLog(), p, peerFrame(t, p, "peer-"+p[:8], 1))
+			st, _ := n.m.peers.HandleFrame(discardLog(), p, peerFrame(t, p, "peer-"+p[:8], 1))
 			peerStatus <- st
 		})
 	}
@@ -352,8 +352,8 @@ func TestAFailedGroupWriteFailsEveryFrameOfTheGroupAndCommitsNone(t *testing.T) 
 	if ifxRemembers(n, n.id, "kept") {
 		t.Fatal("the failed removal was remembered")
 	}
-	if n.m.dedup.len() != 0 {
-		t.Fatalf("the dedup recorded %d peer frames of the failed group", n.m.dedup.len())
+	if n.m.peers.DedupLen() != 0 {
+		t.Fatalf("the dedup recorded %d peer frames of the failed group", n.m.peers.DedupLen())
 	}
 	if got := n.m.ingressFlight.inFlight(); got != 0 {
 		t.Fatalf("%d ingress frames still counted in flight", got)

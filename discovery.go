@@ -12,6 +12,7 @@ import (
 	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/peersend"
+	"nvpair-workload-manager/internal/peerserver"
 )
 
 // discoveredNode is one entry of a discovery:nodes snapshot: PAIR's
@@ -112,7 +113,11 @@ func (m *Manager) applyDiscovery(params json.RawMessage) {
 	}
 	// The origin index is built before any lock is taken, and swapped in
 	// whole: the peer port reads it without one.
-	m.origins.index.Store(newOriginIndex(nodes))
+	bindings := make([]peerserver.Binding, len(nodes))
+	for i, n := range nodes {
+		bindings[i] = peerserver.Binding{Principal: n.ClusterUUID, Node: n.HostUUID}
+	}
+	m.peers.SetDiscovery(bindings)
 	m.discoveryMu.Lock()
 	m.lastNodes = nodes
 	m.discoveryMu.Unlock()

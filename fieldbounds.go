@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -17,11 +15,7 @@ import (
 // refusedOverBound reports whether err refuses a frame for a field over its
 // bound, and counts it for source (stdio, peer, ingress) when it does.
 func (m *Manager) refusedOverBound(err error, source string) bool {
-	if err == nil {
-		return false // the common case, without errors.As's allocation
-	}
-	var tooLong *wireframe.FieldTooLongError
-	if !errors.As(err, &tooLong) {
+	if !wireframe.IsFieldTooLong(err) {
 		return false
 	}
 	m.fieldBoundRefusals.Inc(source)

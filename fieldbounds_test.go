@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -185,7 +184,7 @@ func TestPeerPortRefusesAFieldOverItsBoundWith400NamingIt(t *testing.T) {
 	if got, want := h.n.m.fieldBoundRefusals.Get("peer"), uint64(len(cases)+3); got != want {
 		t.Fatalf("field bound refusals counted for the peer port: %d, want %d", got, want)
 	}
-	if n := h.n.m.dedup.len(); n != 2 {
+	if n := h.n.m.peers.DedupLen(); n != 2 {
 		t.Fatalf("the dedup holds %d keys, want 2 (in-batch and the barrier)", n)
 	}
 }
@@ -360,41 +359,6 @@ func maxLengthFrame(i int, origin string) string {
 		origin = v("origin")
 	}
 	return lifecycleFrameJSON(workloadJSON(origin, members...))
-}
-
-// The dedup holds a fixed-size digest per key, so filled past its capacity
-// with frames whose every key field is at its bound it holds no more than
-// its documented bound in bytes. Were the fields kept, the same fill would
-// hold some 18 MB.
-func TestDedupMemoryIsBoundedInBytesWithMaximumLengthFields(t *testing.T) {
-	const frames = dedupCapacity + dedupCapacity/2
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	d := newDedup(dedupCapacity)
-	for i := range frames {
-		f, err := parsePeerFrame([]byte(maxLengthFrame(i, "")), wireframe.DefaultWorkloadMaxBytes)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if dup, err := d.deliverOnce(lifecycleDedupKey(&f.life), func() error { return nil }); dup || err != nil {
-			t.Fatalf("frame %d: duplicate=%v err=%v, want a write", i, dup, err)
-		}
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-	runtime.KeepAlive(d)
-	if d.len() != dedupCapacity {
-		t.Fatalf("the dedup holds %d keys, want its capacity %d", d.len(), dedupCapacity)
-	}
-	if d.bytes() != dedupMaxBytes {
-		t.Fatalf("the dedup's byte estimate is %d when full, want %d", d.bytes(), dedupMaxBytes)
-	}
-	t.Logf("%d keys hold %d heap bytes (%.0f a key); the bound is %d", d.len(), held, float64(held)/float64(d.len()), dedupMaxBytes)
-	if held > dedupMaxBytes {
-		t.Fatalf("%d keys of maximum-length fields hold %d heap bytes, over the dedup's bound of %d", d.len(), held, dedupMaxBytes)
-	}
 }
 
 // --- one encoding per id --------------------------------------------------------

@@ -135,14 +135,3 @@ func frameLine(f *localFrame) *bytes.Buffer {
 	}
 	return brokerio.UpsertLine(f.life.Raw)
 }
-
-// emitUpsert writes a workload object up to the broker as workloads:upsert.
-func (m *Manager) emitUpsert(info json.RawMessage) error {
-	return m.out.Send(brokerio.UpsertLine(info))
-}
-
-// emitRemove writes a removal up to the broker as workloads:remove, naming
-// the workload in the tokens it arrived with (removalEvent.brokerParams).
-func (m *Manager) emitRemove(r *wireframe.Removal) error {
-	return m.out.Send(brokerio.RemoveLine(r))
-}

@@ -19,6 +19,7 @@ import (
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/peersend"
+	"nvpair-workload-manager/internal/peerserver"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/ratelog"
@@ -129,8 +130,8 @@ type Manager struct {
 	log   *slog.Logger
 	out   *brokerio.Writer
 	trust *pairinstall.ClusterTrust
-	dedup *dedup
-	bcast *peersend.Broadcaster
+	bcast *peersend.Broadcaster // the outbound side of the peer port
+	peers *peerserver.Server    // its inbound side
 	now   func() time.Time
 
 	// ingestMu keeps concurrent ingress posts (and lease expiries) in one
@@ -166,9 +167,6 @@ type Manager struct {
 	discoveryMu sync.Mutex
 	lastNodes   []discoveredNode
 
-	// origins binds each principal to the nodes the last discovery snapshot
-	// lists it for, read by the peer port without a lock (peerorigin.go).
-	origins *originGuard
 	// peerWaiters and ingressWaiters bound the requests of each channel
 	// that wait on the broker write at once (brokerwaiters.go).
 	peerWaiters, ingressWaiters *brokerio.Waiters
@@ -180,7 +178,6 @@ type Manager struct {
 	framesReceived          *promtext.CounterVec     // source, method
 	ingressResponses        *promtext.CounterVec     // code
 	conns                   httpguard.ListenerLimits // the listeners' connection caps
-	peerRejects             *httpguard.SourceLog     // the peer port's refusals, rate-limited per source
 	bodies                  httpguard.RequestBodies  // request-body bytes held at once, per channel
 	serverHandshakeFailures atomic.Uint64
 	untrackedLog            ratelog.Burst
@@ -189,8 +186,6 @@ type Manager struct {
 	workloadBoundRefusals   *promtext.CounterVec // source: frames refused for params over --workload-max-bytes
 	workloadBoundLog        ratelog.Burst        // the local channel's such refusals
 	untrackedBytesLog       ratelog.Burst        // broker frames not kept: the re-sync set was at its byte bound
-	batchesReceived         atomic.Uint64        // batches processed on the peer port
-	batchFramesReceived     atomic.Uint64        // their elements
 
 	// brokerLines counts the broker's bad lines and rate-limits the
 	// warnings they cause (brokerlinelog.go).
@@ -253,12 +248,10 @@ func NewManager(cfg Config) (*Manager, error) {
 		log:         cfg.Logger,
 		out:         brokerio.NewWriter(cfg.Out, cfg.BrokerLineMax),
 		trust:       trust,
-		dedup:       newDedup(dedupCapacity),
 		now:         time.Now,
 		leaseUnit:   time.Second,
 		shutdownReq: make(chan struct{}),
 
-		origins:        &originGuard{},
 		peerWaiters:    brokerio.NewWaiters("peer", brokerio.WaitersMax),
 		ingressWaiters: brokerio.NewWaiters("ingress", brokerio.WaitersMax),
 
@@ -266,7 +259,6 @@ func NewManager(cfg Config) (*Manager, error) {
 		ingressResponses:   promtext.NewCounterVec(),
 		fieldBoundRefusals: promtext.NewCounterVec(),
 		conns:              httpguard.NewListenerLimits(cfg.Conns),
-		peerRejects:        httpguard.NewSourceLog(),
 		brokerLines:        brokerio.NewLineLog(),
 		bodies:             httpguard.NewRequestBodies(),
 
@@ -282,6 +274,18 @@ func NewManager(cfg Config) (*Manager, error) {
 		MemberClaim:   cfg.MemberClaim,
 		Now:           func() time.Time { return m.now() },
 		LeaseUnit:     time.Second,
+	})
+	m.peers = peerserver.New(peerserver.Config{
+		Self:                  cfg.NodeID,
+		WorkloadMaxBytes:      cfg.WorkloadMaxBytes,
+		Trust:                 trust,
+		Broker:                m.out,
+		Bodies:                m.bodies.Peer,
+		Waiters:               m.peerWaiters,
+		FramesReceived:        m.framesReceived,
+		FieldBoundRefusals:    m.fieldBoundRefusals,
+		WorkloadBoundRefusals: m.workloadBoundRefusals,
+		Log:                   cfg.Logger,
 	})
 	m.bcast = peersend.New(cfg.Logger, trust, m.table, cfg.ResyncInterval)
 	return m, nil
@@ -438,7 +442,7 @@ func (m *Manager) stopServers(servers []*http.Server) {
 }
 
 func (m *Manager) servePeers(wg *sync.WaitGroup, ln net.Listener) *http.Server {
-	srv := httpguard.NewHTTPServer(http.HandlerFunc(m.servePeer), peerwire.ServerIdleTimeout, m.log)
+	srv := httpguard.NewHTTPServer(m.peers, peerwire.ServerIdleTimeout, m.log)
 	srv.ErrorLog = log.New(&handshakeFailureCounter{n: &m.serverHandshakeFailures, next: srv.ErrorLog.Writer()}, "", 0)
 	srv.TLSConfig = m.trust.ServerTLSConfig(httpguard.PeerALPN)
 	srv.ConnState = m.conns.Peer.ConnState
@@ -529,7 +533,7 @@ func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 		m.log.Debug("response from broker ignored", "id", httpguard.ClipLoggedBytes(f.ID))
 		return false
 	}
-	m.framesReceived.Inc("stdio", knownMethod(f.Method))
+	m.framesReceived.Inc("stdio", wireframe.MetricMethod(f.Method))
 	var result any
 	var rerr *wireframe.RPCError
 	switch {
@@ -597,7 +601,7 @@ func (m *Manager) setLogLevel(params json.RawMessage) (any, *wireframe.RPCError)
 	}
 	// The level is quoted clipped in the refusal: no level is that long,
 	// and the answer must fit the broker's line.
-	lvl, err := parseLogLevel(clipField(p.Level))
+	lvl, err := parseLogLevel(httpguard.ClipField(p.Level))
 	if err != nil {
 		return nil, &wireframe.RPCError{Code: wireframe.CodeInvalidParams, Message: err.Error()}
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"runtime"
 
@@ -17,16 +16,6 @@ import (
 // series the Manager owns and renders everything in the Prometheus text
 // exposition format when the metrics endpoint is scraped.
 
-// knownMethod bounds the method label: anything else is "other".
-func knownMethod(m string) string {
-	switch m {
-	case wireframe.MethodSubmitted, wireframe.MethodStarted, wireframe.MethodCompleted, wireframe.MethodErrored, wireframe.MethodRemove,
-		"discovery:nodes", "log/set-level", "shutdown":
-		return m
-	}
-	return "other"
-}
-
 // writeMetrics renders every metric of the daemon.
 func (m *Manager) writeMetrics(w io.Writer) error {
 	m.presetSeries()
@@ -40,16 +29,13 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	t.CounterSamples("nvpair_wlm_ingress_responses_total", []string{"code"}, m.ingressResponses)
 	m.out.WriteMetrics(&t)
 	m.brokerLines.WriteMetrics(&t)
-	t.Single("nvpair_wlm_dedup_hits_total", "counter", "Peer frames not written to the broker because they were already seen.", float64(m.dedup.hits.Load()))
-	t.Single("nvpair_wlm_dedup_keys", "gauge", fmt.Sprintf("Keys the peer dedup remembers (at most %d).", dedupCapacity), float64(m.dedup.len()))
-	t.Single("nvpair_wlm_dedup_bytes", "gauge", fmt.Sprintf("Estimated heap bytes of the peer dedup's keys: %d per key, whatever the frames carried (at most %d).", dedupEntryBytes, dedupMaxBytes), float64(m.dedup.bytes()))
+	m.peers.WriteDedupMetrics(&t)
 	t.Family("nvpair_wlm_field_bound_refusals_total", "counter", "Frames refused because a field was over its bound, by source (stdio, peer, ingress).")
 	t.CounterSamples("nvpair_wlm_field_bound_refusals_total", []string{"source"}, m.fieldBoundRefusals)
 	m.writeWorkloadBoundMetrics(&t)
 	m.bcast.WriteMetrics(&t)
 
-	t.Single("nvpair_wlm_peer_batches_received_total", "counter", "Batch requests processed on the peer port.", float64(m.batchesReceived.Load()))
-	t.Single("nvpair_wlm_peer_batch_frames_received_total", "counter", "Elements of the batches processed on the peer port.", float64(m.batchFramesReceived.Load()))
+	m.peers.WriteBatchMetrics(&t)
 	t.Single("nvpair_wlm_targets", "gauge", "Current broadcast targets.", float64(m.bcast.TargetCount()))
 	t.Single("nvpair_wlm_pinned_peers", "gauge", "Peers with a valid pin in the cluster directory.", float64(m.trust.PinCount()))
 	t.Single("nvpair_wlm_clustered", "gauge", "1 while this node is a clustered member (identity and an active admission or a pin), else 0.", boolGauge(m.trust.Clustered()))
@@ -71,7 +57,7 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	writeDeprecatedGauges(&t, float64(sz.Runs), float64(m.cfg.MaxLiveWorkloads), float64(sz.Removals))
 	m.conns.WriteMetrics(&t)
 	m.bodies.WriteMetrics(&t)
-	m.origins.writeMetrics(&t)
+	m.peers.WriteOriginMetrics(&t)
 	brokerio.WriteWaitersMetrics(&t, m.peerWaiters, m.ingressWaiters)
 	m.writeLeaseMetrics(&t)
 	m.writeTableMetrics(&t)

@@ -46,7 +46,7 @@ func TestAPeerFrameNamingThisNodeAsItsOriginIsRefused403AndNothingReachesTheBrok
 	if got := netRelayed(h); len(got) != 0 {
 		t.Fatalf("a frame in this node's name reached the broker: %v", got)
 	}
-	if got := h.n.m.origins.refusedSelf.Load(); got != uint64(len(cases)) {
+	if got := h.n.m.peers.OriginRefusalsSelf(); got != uint64(len(cases)) {
 		t.Fatalf("refusals counted = %d, want %d", got, len(cases))
 	}
 	// One warning for the three, not one each: a peer can send thousands.
@@ -106,7 +106,7 @@ func TestOnceDiscoveryListsAPrincipalItMaySpeakOnlyForItsOwnNodes(t *testing.T) 
 	if got := netRelayed(h); strings.Join(got, " ") != strings.Join(wantRelayed, " ") {
 		t.Fatalf("relayed\n got %v\nwant %v", got, wantRelayed)
 	}
-	if got := h.n.m.origins.refusedOther.Load(); got != 6 {
+	if got := h.n.m.peers.OriginRefusalsOther(); got != 6 {
 		t.Fatalf("refusals (claim=other) counted = %d, want 6", got)
 	}
 }

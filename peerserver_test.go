@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
@@ -202,7 +201,7 @@ func TestPeerServerAnswers413ToAFrameOverTheBrokerLineLimit(t *testing.T) {
 				t.Fatalf("%s, attempt %d: POST of %d bytes = %d, want 413", c.name, attempt, len(c.body), st)
 			}
 		}
-		if n := h.n.m.dedup.len(); n != 0 {
+		if n := h.n.m.peers.DedupLen(); n != 0 {
 			t.Fatalf("%s: the dedup recorded %d key(s) for a refused frame", c.name, n)
 		}
 	}
@@ -379,50 +378,11 @@ func TestPeerServerAnswers500AndRecordsNothingWhenTheBrokerWriteFails(t *testing
 	if st := netPost(t, h.c, h.addr, netLifecycleBody(t, workload("job-f", "running", h.client.Principal), nil)); st != http.StatusInternalServerError {
 		t.Fatalf("POST with a failing broker = %d, want 500", st)
 	}
-	if n := h.n.m.dedup.len(); n != 0 {
+	if n := h.n.m.peers.DedupLen(); n != 0 {
 		t.Fatalf("dedup recorded %d key(s) for a frame the broker never got", n)
 	}
 	if !h.n.logs.contains("broker write failed", "status=500") {
 		t.Fatalf("the failed write was not logged; logs:\n%s", h.n.logs)
-	}
-}
-
-func TestPeerEventAfterFailedBrokerWriteIsDeliveredOnRetry(t *testing.T) {
-	origin := devpki.NewUUID()
-	cases := []struct {
-		name   string
-		body   []byte
-		method string
-	}{
-		{"lifecycle", netLifecycleBody(t, workload("job-retry", "running", origin), nil), wireframe.MethodUpsert},
-		{"removal", netRemoveBody(t, "job-retry", origin), wireframe.MethodRemove},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			failing := &netFailingWriter{w: io.Discard}
-			failing.fail.Store(true)
-			m, err := NewManager(Config{NodeID: devpki.NewUUID(), In: strings.NewReader(""), Out: failing, ClusterDir: t.TempDir()})
-			netMust(t, err)
-			t.Cleanup(func() { m.bcast.Close(time.Second) })
-			ev, err := parsePeerFrame(c.body, wireframe.DefaultWorkloadMaxBytes)
-			netMust(t, err)
-			if _, err := m.relayPeerEvent(&ev); err == nil {
-				t.Fatal("relay to a failing broker reported success")
-			}
-			// The broker is back (a working channel): the sender's retry
-			// must be written, once.
-			rec := &netLineRecorder{}
-			m.out = brokerio.NewWriter(rec, m.cfg.BrokerLineMax)
-			for i, wantDup := range []bool{false, true} {
-				dup, err := m.relayPeerEvent(&ev)
-				if err != nil || dup != wantDup {
-					t.Fatalf("attempt %d after the failure: duplicate=%v err=%v, want duplicate=%v", i+2, dup, err, wantDup)
-				}
-			}
-			if lines := rec.lines(); len(lines) != 1 || !strings.Contains(lines[0], `"method":"`+c.method+`"`) {
-				t.Fatalf("broker lines after the retry = %q, want one %s", lines, c.method)
-			}
-		})
 	}
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 
 	"nvpair-workload-manager/internal/promtext"
@@ -47,11 +46,7 @@ func checkMaxLiveWorkloadBytes(n int64) error {
 // refusedOverWorkloadBound reports whether err refuses a frame for its
 // size, and counts it for source (stdio, peer, ingress) when it does.
 func (m *Manager) refusedOverWorkloadBound(err error, source string) bool {
-	if err == nil {
-		return false // the common case, without errors.As's allocation
-	}
-	var tooLarge *wireframe.WorkloadTooLargeError
-	if !errors.As(err, &tooLarge) {
+	if !wireframe.IsWorkloadTooLarge(err) {
 		return false
 	}
 	m.workloadBoundRefusals.Inc(source)

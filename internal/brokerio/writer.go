@@ -405,3 +405,10 @@ func (bw *Writer) SwapWriter(w io.Writer) {
 	bw.w = w
 	bw.mu.Unlock()
 }
+
+// SendUpsert writes a workload object up to the broker as workloads:upsert.
+func (bw *Writer) SendUpsert(info json.RawMessage) error { return bw.Send(UpsertLine(info)) }
+
+// SendRemove writes a removal up to the broker as workloads:remove, naming
+// the workload in the tokens it arrived with (Removal.BrokerParams).
+func (bw *Writer) SendRemove(r *wireframe.Removal) error { return bw.Send(RemoveLine(r)) }

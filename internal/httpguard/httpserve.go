@@ -191,6 +191,18 @@ func ClipReason(s string) string {
 	return strings.ToValidUTF8(s[:MaxReasonBytes], "") + "... (truncated)"
 }
 
+// MaxQuotedField bounds a value quoted inside a reason, so the reason keeps
+// its ending whatever the request held.
+const MaxQuotedField = 96
+
+// ClipField shortens a value from a request for quoting in a reason.
+func ClipField(s string) string {
+	if len(s) <= MaxQuotedField {
+		return s
+	}
+	return strings.ToValidUTF8(s[:MaxQuotedField], "") + "..."
+}
+
 // ClipLogged bounds a value for a log line: it keeps the longest start of
 // s that takes at most MaxReasonBytes once the log's text format has
 // quoted it, cut on a character boundary and marked as ClipReason marks

@@ -1,6 +1,7 @@
 package wireframe
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -339,3 +340,34 @@ func parseJSONInteger(v []byte) (int64, bool) {
 func isHighSurrogate(r rune) bool { return 0xd800 <= r && r < 0xdc00 }
 
 func isLowSurrogate(r rune) bool { return 0xdc00 <= r && r < 0xe000 }
+
+// MetricMethod bounds a metric's method label to the methods the daemon
+// knows: anything else, which a client chooses, is "other".
+func MetricMethod(m string) string {
+	switch m {
+	case MethodSubmitted, MethodStarted, MethodCompleted, MethodErrored, MethodRemove,
+		"discovery:nodes", "log/set-level", "shutdown":
+		return m
+	}
+	return "other"
+}
+
+// IsFieldTooLong reports whether err refuses a frame for a field over its
+// bound.
+func IsFieldTooLong(err error) bool {
+	if err == nil {
+		return false // the common case, without errors.As's allocation
+	}
+	var tooLong *FieldTooLongError
+	return errors.As(err, &tooLong)
+}
+
+// IsWorkloadTooLarge reports whether err refuses a frame for params over
+// the workload bound.
+func IsWorkloadTooLarge(err error) bool {
+	if err == nil {
+		return false // the common case, without errors.As's allocation
+	}
+	var tooLarge *WorkloadTooLargeError
+	return errors.As(err, &tooLarge)
+}

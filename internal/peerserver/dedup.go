@@ -1,4 +1,4 @@
-package main
+package peerserver
 
 import (
 	"container/list"
@@ -11,8 +11,8 @@ import (
 	"nvpair-workload-manager/internal/wireframe"
 )
 
-// dedupCapacity bounds the keys the peer server remembers.
-const dedupCapacity = 10000
+// DedupCapacity bounds the keys the peer server remembers.
+const DedupCapacity = 10000
 
 // dedupDigest is a dedup key as the dedup holds it: the SHA-256 of the
 // key's fields (digestKey). Stored as a fixed-size array, not
@@ -21,18 +21,18 @@ const dedupCapacity = 10000
 // by its capacity.
 type dedupDigest [sha256.Size]byte
 
-// dedupEntryBytes is the estimated heap one remembered key costs: its
+// DedupEntryBytes is the estimated heap one remembered key costs: its
 // list element (48 bytes), the digest boxed in the element's Value (32)
 // and its share of the index map, whose slots hold a digest and a pointer
 // (40 bytes, and a control byte) at a load that falls to about half when
 // the map grows. Measured over fills from 500 to 10,000 keys the cost is
 // 146 to 185 bytes a key (159 when full); 192 bounds it at every fill.
 // TestDedupMemoryIsBoundedInBytesWithMaximumLengthFields checks it.
-const dedupEntryBytes = 192
+const DedupEntryBytes = 192
 
-// dedupMaxBytes bounds the heap the dedup's keys hold: 1.92 MB at the
+// DedupMaxBytes bounds the heap the dedup's keys hold: 1.92 MB at the
 // default capacity, whatever the frames carried.
-const dedupMaxBytes = dedupCapacity * dedupEntryBytes
+const DedupMaxBytes = DedupCapacity * DedupEntryBytes
 
 // dedup remembers the events already written to the broker, so that an event
 // that reaches this node by several deliveries (a retry, a re-broadcast
@@ -238,8 +238,8 @@ func (d *dedup) len() int {
 }
 
 // bytes estimates the heap the remembered keys hold, for the metrics:
-// dedupEntryBytes per key, at most dedupMaxBytes at the default capacity.
-func (d *dedup) bytes() int { return d.len() * dedupEntryBytes }
+// DedupEntryBytes per key, at most DedupMaxBytes at the default capacity.
+func (d *dedup) bytes() int { return d.len() * DedupEntryBytes }
 
 // lifecycleDedupKey is the key peers deduplicate a lifecycle event on.
 func lifecycleDedupKey(e *wireframe.Lifecycle) dedupDigest {

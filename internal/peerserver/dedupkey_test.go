@@ -1,4 +1,4 @@
-package main
+package peerserver
 
 import (
 	"encoding/json"
@@ -137,4 +137,37 @@ func mustLifecycleRaw(t testing.TB, method, params string) wireframe.Lifecycle {
 		t.Fatalf("parseLifecycle(%s): %v", params, err)
 	}
 	return ev
+}
+
+// workload is a workload object with the usual members, overridden (nil
+// deletes a member).
+func workload(id, state, origin string, overrides ...map[string]any) map[string]any {
+	w := map[string]any{
+		"id": id, "model": "qwen3.5-9b", "engine": "llamacpp", "state": state,
+		"originatedFrom": origin, "runId": "run-" + id, "seq": 1, "createdAt": 1789661457000,
+	}
+	for _, o := range overrides {
+		for k, v := range o {
+			if v == nil {
+				delete(w, k)
+			} else {
+				w[k] = v
+			}
+		}
+	}
+	return w
+}
+
+// methodFor is the lifecycle method of a state.
+func methodFor(state string) string {
+	switch state {
+	case "queued":
+		return wireframe.MethodSubmitted
+	case "running":
+		return wireframe.MethodStarted
+	case "completed":
+		return wireframe.MethodCompleted
+	default:
+		return wireframe.MethodErrored
+	}
 }

@@ -1,4 +1,4 @@
-package main
+package peerserver
 
 import (
 	"encoding/json"
@@ -15,8 +15,8 @@ import (
 // looked at, so a batch over them is refused whole and nothing of it is
 // written. A batch that was processed is answered 200 with one result per
 // element, whatever those results are.
-func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *httpguard.RequestLog, principal string, reject func(status int, reason string)) {
-	body, release, err := m.bodies.Peer.ReadBody(w, r, peerwire.BatchMaxBytes)
+func (s *Server) servePeerBatch(w http.ResponseWriter, r *http.Request, log *httpguard.RequestLog, principal string, reject func(status int, reason string)) {
+	body, release, err := s.cfg.Bodies.ReadBody(w, r, peerwire.BatchMaxBytes)
 	if err != nil {
 		status, reason := httpguard.BodyRefusal(w, err)
 		if status == http.StatusRequestEntityTooLarge {
@@ -37,14 +37,14 @@ func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *ht
 	}
 	// A batch is one request waiting on the broker, whatever its length: it
 	// takes one slot for all its elements, which it writes one at a time.
-	if !m.peerWaiters.Acquire(r.Context().Done()) {
-		m.peerWaiters.Refuse(w, log.Logger())
+	if !s.cfg.Waiters.Acquire(r.Context().Done()) {
+		s.cfg.Waiters.Refuse(w, log.Logger())
 		return
 	}
-	m.batchesReceived.Add(1)
-	m.batchFramesReceived.Add(uint64(len(elems)))
-	results := peerwire.RunBatch(elems, func(b []byte) (int, string) { return m.handlePeerFrame(log, principal, b) })
-	m.peerWaiters.Release()
+	s.batchesReceived.Add(1)
+	s.batchFramesReceived.Add(uint64(len(elems)))
+	results := peerwire.RunBatch(elems, func(b []byte) (int, string) { return s.HandleFrame(log, principal, b) })
+	s.cfg.Waiters.Release()
 	logPeerBatch(log, results)
 	b, err := json.Marshal(peerwire.BatchAnswer{Results: results})
 	if err != nil {
@@ -63,7 +63,7 @@ func (m *Manager) servePeerBatch(w http.ResponseWriter, r *http.Request, log *ht
 // with a bad element in every batch would otherwise fill the log 256 lines
 // at a time. Rejected and unattempted elements make it a warning naming the
 // first of them; a failed broker write was already logged at error, and a
-// refusal for origin, rate-limited, by handlePeerFrame: alone, those
+// refusal for origin, rate-limited, by HandleFrame: alone, those
 // leave the batch's line at debug.
 func logPeerBatch(log *httpguard.RequestLog, results []peerwire.BatchResult) {
 	var ok, rejected, notAttempted, originRefused int

@@ -1,7 +1,11 @@
-package main
+package peerserver
 
 import (
 	"errors"
+	"nvpair-workload-manager/internal/wireframe"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -180,7 +184,7 @@ func TestDedupEvictsTheLeastRecentlySeenKey(t *testing.T) {
 func TestDedupStaysWithinCapacityUnderManyKeys(t *testing.T) {
 	d := newDedup(50)
 	for i := range 1000 {
-		if _, err := d.deliverOnce(testDigest(itoa(i)), func() error { return nil }); err != nil {
+		if _, err := d.deliverOnce(testDigest(strconv.Itoa(i)), func() error { return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -188,7 +192,7 @@ func TestDedupStaysWithinCapacityUnderManyKeys(t *testing.T) {
 		t.Fatalf("dedup holds %d keys (%d indexed), want 50", d.len(), len(d.index))
 	}
 	for i := 950; i < 1000; i++ {
-		if dup, _ := d.deliverOnce(testDigest(itoa(i)), func() error { t.Fatalf("recent key %d written again", i); return nil }); !dup {
+		if dup, _ := d.deliverOnce(testDigest(strconv.Itoa(i)), func() error { t.Fatalf("recent key %d written again", i); return nil }); !dup {
 			t.Fatalf("recent key %d not a duplicate", i)
 		}
 	}
@@ -203,7 +207,7 @@ func TestDedupInflightMapEmptyAfterConcurrentDeliveries(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 200 {
-				k := itoa(i % 20)
+				k := strconv.Itoa(i % 20)
 				_, _ = d.deliverOnce(testDigest(k), func() error {
 					if (g+i)%3 == 0 {
 						return errors.New("failed")
@@ -312,4 +316,63 @@ func sameKeys(got []string, want ...string) bool {
 		}
 	}
 	return true
+}
+
+// waitTimeout bounds a wait on another goroutine.
+const waitTimeout = 10 * time.Second
+
+// eventually waits for cond, failing the test after 10 s.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// maxLengthLifecycle is a completed run whose every key field is at its
+// bound, distinct for each i.
+func maxLengthLifecycle(i int) wireframe.Lifecycle {
+	v := func(tag string) string {
+		s := tag + "-" + strconv.Itoa(i) + "-"
+		return s + strings.Repeat("x", wireframe.MaxKeyFieldBytes-len(s))
+	}
+	return wireframe.Lifecycle{Method: wireframe.MethodCompleted, Info: wireframe.WorkloadInfo{
+		ID: v("id"), RunID: v("run"), Engine: v("engine"), Model: v("model"), ScheduledOn: v("sched"),
+		OriginatedFrom: v("origin"), State: "completed", Seq: int64(i + 1), HasSeq: true}}
+}
+
+// The dedup holds a fixed-size digest per key, so filled past its capacity
+// with frames whose every key field is at its bound it holds no more than
+// its documented bound in bytes. Were the fields kept, the same fill would
+// hold some 18 MB.
+func TestDedupMemoryIsBoundedInBytesWithMaximumLengthFields(t *testing.T) {
+	const frames = DedupCapacity + DedupCapacity/2
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	d := newDedup(DedupCapacity)
+	for i := range frames {
+		ev := maxLengthLifecycle(i)
+		if dup, err := d.deliverOnce(lifecycleDedupKey(&ev), func() error { return nil }); dup || err != nil {
+			t.Fatalf("frame %d: duplicate=%v err=%v, want a write", i, dup, err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	held := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	runtime.KeepAlive(d)
+	if d.len() != DedupCapacity {
+		t.Fatalf("the dedup holds %d keys, want its capacity %d", d.len(), DedupCapacity)
+	}
+	if d.bytes() != DedupMaxBytes {
+		t.Fatalf("the dedup's byte estimate is %d when full, want %d", d.bytes(), DedupMaxBytes)
+	}
+	t.Logf("%d keys hold %d heap bytes (%.0f a key); the bound is %d", d.len(), held, float64(held)/float64(d.len()), DedupMaxBytes)
+	if held > DedupMaxBytes {
+		t.Fatalf("%d keys of maximum-length fields hold %d heap bytes, over the dedup's bound of %d", d.len(), held, DedupMaxBytes)
+	}
 }

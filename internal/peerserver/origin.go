@@ -1,9 +1,8 @@
-package main
+package peerserver
 
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"sync/atomic"
 
 	"nvpair-workload-manager/internal/httpguard"
@@ -22,6 +21,23 @@ import (
 // the latest discovery snapshot says which node a principal is, a frame
 // from that principal naming any other node.
 
+// Binding is one entry of a discovery snapshot as the origin rule reads
+// it: a principal (the clusterUuid its certificate is pinned under) and
+// the node (hostUuid) the directory lists it for.
+type Binding struct{ Principal, Node string }
+
+// SetDiscovery takes the latest discovery snapshot's bindings: from now on
+// a principal it lists may claim only the nodes it is listed for. The
+// index is built before it is swapped in whole, so a request never waits
+// for it.
+func (s *Server) SetDiscovery(bindings []Binding) { s.origins.index.Store(newOriginIndex(bindings)) }
+
+// OriginRefusalsSelf counts the frames refused for naming this node as
+// their origin; OriginRefusalsOther those naming a node their principal is
+// not listed for.
+func (s *Server) OriginRefusalsSelf() uint64  { return s.origins.refusedSelf.Load() }
+func (s *Server) OriginRefusalsOther() uint64 { return s.origins.refusedOther.Load() }
+
 // originIndex is what one discovery snapshot says about the principals it
 // lists: the nodes (hostUuid) each is listed for. It is built once per
 // snapshot and never changed, so the peer port reads it without a lock.
@@ -36,14 +52,14 @@ type principalHost struct{ principal, host string }
 // and a node. A principal listed for two nodes is bound to both: the
 // directory vouches for each, and picking one would refuse the other's
 // frames for as long as the snapshot stands.
-func newOriginIndex(nodes []discoveredNode) *originIndex {
+func newOriginIndex(nodes []Binding) *originIndex {
 	x := &originIndex{known: map[string]struct{}{}, bound: map[principalHost]struct{}{}}
 	for _, n := range nodes {
-		if n.ClusterUUID == "" || n.HostUUID == "" {
+		if n.Principal == "" || n.Node == "" {
 			continue
 		}
-		x.known[n.ClusterUUID] = struct{}{}
-		x.bound[principalHost{n.ClusterUUID, n.HostUUID}] = struct{}{}
+		x.known[n.Principal] = struct{}{}
+		x.bound[principalHost{n.Principal, n.Node}] = struct{}{}
 	}
 	return x
 }
@@ -74,8 +90,8 @@ type originGuard struct {
 
 // Labels of nvpair_wlm_peer_origin_refused_total.
 const (
-	claimSelf  = "self"  // the frame named this node as its origin
-	claimOther = "other" // it named a node its principal is not listed for
+	ClaimSelf  = "self"  // the frame named this node as its origin
+	ClaimOther = "other" // it named a node its principal is not listed for
 )
 
 // originRefusal returns why a frame from principal naming origin is
@@ -94,13 +110,13 @@ const (
 //     non-empty origin), so it speaks for nobody else.
 func (g *originGuard) originRefusal(self, principal, origin string) (claim, reason string) {
 	if origin == self {
-		return claimSelf, peerwire.OriginRefusalPrefix + fmt.Sprintf("originatedFrom %q is this node: a peer speaks only for itself", clipField(origin))
+		return ClaimSelf, peerwire.OriginRefusalPrefix + fmt.Sprintf("originatedFrom %q is this node: a peer speaks only for itself", httpguard.ClipField(origin))
 	}
 	if origin == "" || origin == principal {
 		return "", ""
 	}
 	if !g.index.Load().mayClaim(principal, origin) {
-		return claimOther, peerwire.OriginRefusalPrefix + fmt.Sprintf("originatedFrom %q is not the node discovery lists for principal %q: a peer speaks only for itself", clipField(origin), clipField(principal))
+		return ClaimOther, peerwire.OriginRefusalPrefix + fmt.Sprintf("originatedFrom %q is not the node discovery lists for principal %q: a peer speaks only for itself", httpguard.ClipField(origin), httpguard.ClipField(principal))
 	}
 	return "", ""
 }
@@ -110,36 +126,25 @@ func (g *originGuard) originRefusal(self, principal, origin string) (claim, reas
 // last line; 0 when it may. The log is
 // rate-limited because a misbehaving peer can send thousands a second, and
 // one line with a count says as much.
-func (m *Manager) checkPeerOrigin(log *httpguard.RequestLog, principal string, ev *peerEvent) (status int, reason string) {
-	claim, reason := m.origins.originRefusal(m.cfg.NodeID, principal, ev.origin())
+func (s *Server) checkPeerOrigin(log *httpguard.RequestLog, principal string, ev *Event) (status int, reason string) {
+	claim, reason := s.origins.originRefusal(s.cfg.Self, principal, ev.origin())
 	if claim == "" {
 		return 0, ""
 	}
-	if claim == claimSelf {
-		m.origins.refusedSelf.Add(1)
+	if claim == ClaimSelf {
+		s.origins.refusedSelf.Add(1)
 	} else {
-		m.origins.refusedOther.Add(1)
+		s.origins.refusedOther.Add(1)
 	}
-	m.origins.log.NoteCounted(log.Logger(), "refused", "peer frames refused for their origin", "claim", claim, "reason", httpguard.ClipReason(reason))
+	s.origins.log.NoteCounted(log.Logger(), "refused", "peer frames refused for their origin", "claim", claim, "reason", httpguard.ClipReason(reason))
 	return http.StatusForbidden, reason
 }
 
-// maxQuotedField bounds a value quoted in a refusal's reason, so the
-// reason keeps its ending whatever the request held.
-const maxQuotedField = 96
-
-// clipField shortens a value from a request for quoting.
-func clipField(s string) string {
-	if len(s) <= maxQuotedField {
-		return s
-	}
-	return strings.ToValidUTF8(s[:maxQuotedField], "") + "..."
-}
-
-// writeMetrics renders the refusals for origin.
-func (g *originGuard) writeMetrics(t *promtext.Text) {
+// WriteOriginMetrics renders the refusals for origin.
+func (s *Server) WriteOriginMetrics(t *promtext.Text) {
+	g := &s.origins
 	const name = "nvpair_wlm_peer_origin_refused_total"
 	t.Family(name, "counter", "Peer frames refused (403) because their originatedFrom is this node (claim=self) or a node discovery does not list for the sending principal (claim=other).")
-	t.Sample(name, []string{"claim"}, []string{claimOther}, float64(g.refusedOther.Load()))
-	t.Sample(name, []string{"claim"}, []string{claimSelf}, float64(g.refusedSelf.Load()))
+	t.Sample(name, []string{"claim"}, []string{ClaimOther}, float64(g.refusedOther.Load()))
+	t.Sample(name, []string{"claim"}, []string{ClaimSelf}, float64(g.refusedSelf.Load()))
 }
