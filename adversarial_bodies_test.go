@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -34,7 +35,7 @@ func TestAdversarialUnsentIngressBodiesLeaveProducersAndAPeerServed(t *testing.T
 	}{
 		{"36 declaring 1 MiB", 36, wireframe.MaxBytes},
 		{"132 declaring 1 MiB", 132, wireframe.MaxBytes},
-		{"132 declaring the cap", 132, int(ingressBodyMax(wireframe.DefaultWorkloadMaxBytes))},
+		{"132 declaring the cap", 132, int(ingress.BodyMax(wireframe.DefaultWorkloadMaxBytes))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := writeCluster(t, 2)

@@ -20,6 +20,7 @@ import (
 	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -281,7 +282,7 @@ func TestFramesReadyTogetherAreWrittenInOneWriteInTheOrderTheyWereAccepted(t *te
 }
 
 // A broker write that fails part-way through a group fails every frame of
-// that group: each ingress post is a 500 (errBrokerWrite) and leaves
+// that group: each ingress post is a 500 (ingress.ErrBrokerWrite) and leaves
 // nothing tracked, remembered or queued; each peer frame is a 500 and is
 // not recorded in the dedup, so its sender may send it again.
 func TestAFailedGroupWriteFailsEveryFrameOfTheGroupAndCommitsNone(t *testing.T) {
@@ -328,8 +329,8 @@ func TestAFailedGroupWriteFailsEveryFrameOfTheGroupAndCommitsNone(t *testing.T) 
 	close(peerStatus)
 
 	for err := range ingressErrs {
-		if !errors.Is(err, errBrokerWrite) {
-			t.Fatalf("an ingress post of the failed group: %v, want errBrokerWrite (500)", err)
+		if !errors.Is(err, ingress.ErrBrokerWrite) {
+			t.Fatalf("an ingress post of the failed group: %v, want ingress.ErrBrokerWrite (500)", err)
 		}
 	}
 	for st := range peerStatus {
@@ -363,8 +364,8 @@ func TestAFailedGroupWriteFailsEveryFrameOfTheGroupAndCommitsNone(t *testing.T) 
 	default:
 		t.Fatal("the failed write did not mark the broker gone")
 	}
-	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("after", "running", ""))); !errors.Is(err, errBrokerWrite) {
-		t.Fatalf("a post after the failure: %v, want errBrokerWrite", err)
+	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("after", "running", ""))); !errors.Is(err, ingress.ErrBrokerWrite) {
+		t.Fatalf("a post after the failure: %v, want ingress.ErrBrokerWrite", err)
 	}
 }
 
@@ -454,12 +455,12 @@ func TestAGroupIsBoundedInBytesAndTheRestGoesInTheNextWrite(t *testing.T) {
 func TestIngressFramesInFlightCountTowardTheLiveWorkloadLimit(t *testing.T) {
 	const limit = 4
 	n, gw, heldDone, wg := twoNewRunsInFlight(t, limit)
-	var atLimit *errAtLimit
+	var atLimit *ingress.AtLimitError
 	if err := answeredWhileHeld(t, "a third new run", func() error {
 		_, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("new-2", "running", "")))
 		return err
 	}); !errors.As(err, &atLimit) {
-		t.Fatalf("a third new run while two are in flight at %d of %d: %v, want errAtLimit (503)", limit-2, limit, err)
+		t.Fatalf("a third new run while two are in flight at %d of %d: %v, want ingress.AtLimitError (503)", limit-2, limit, err)
 	}
 	// A later frame of a run in flight takes no second slot.
 	wg.Go(func() {

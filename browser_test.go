@@ -210,49 +210,49 @@ var browserAttempts = []browserAttempt{
 		want: []int{421, 421}, saw: regexp.MustCompile(`^status 421$`), methods: []string{"GET", "GET"},
 	},
 	{
-		name: "fetch-readback-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: readBackPath,
+		name: "fetch-readback-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/workloads",
 		models: "a page reading this node's workloads with a cross-origin GET: cors mode sends Origin",
 		script: `const r = await fetch(T);
 			return "status " + r.status + ": " + await r.text();`,
 		want: []int{403}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"GET"},
 	},
 	{
-		name: "fetch-readback-no-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: readBackPath,
+		name: "fetch-readback-no-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/workloads",
 		models: "a blind no-cors GET of the read-back: no Origin, but its Fetch Metadata marks it a page's, so it is refused before any work",
 		script: `const r = await fetch(T, {mode: "no-cors"});
 			return r.type + " status " + r.status + ": " + await r.text();`,
 		want: []int{403}, saw: noCORSRefused, methods: []string{"GET"}, reason: "(Sec-Fetch-Site: same-site)",
 	},
 	{
-		name: "fetch-readback-no-cors-header", page: attackerOrigin + "/attack/", target: ingressOrigin, path: readBackPath,
+		name: "fetch-readback-no-cors-header", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/workloads",
 		models: "a no-cors GET that sets the read-back's header: a no-cors request may carry only CORS-safelisted headers, so the browser drops it",
-		script: `const r = await fetch(T, {mode: "no-cors", headers: {"` + readBackHeader + `": "1"}});
+		script: `const r = await fetch(T, {mode: "no-cors", headers: {"` + "Workload-Read-Back" + `": "1"}});
 			return r.type + " status " + r.status + ": " + await r.text();`,
 		want: []int{403}, saw: noCORSRefused, methods: []string{"GET"}, reason: "(Sec-Fetch-Site: same-site)",
 	},
 	{
-		name: "fetch-readback-cors-header", page: attackerOrigin + "/attack/", target: ingressOrigin, path: readBackPath,
+		name: "fetch-readback-cors-header", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/workloads",
 		models: "a cors GET with the read-back's header: not CORS-safelisted, so the browser asks first with an OPTIONS preflight, which carries Origin; the GET never follows",
-		script: `const r = await fetch(T, {headers: {"` + readBackHeader + `": "1"}});
+		script: `const r = await fetch(T, {headers: {"` + "Workload-Read-Back" + `": "1"}});
 			return "status " + r.status + ": " + await r.text();`,
 		want: []int{403}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"OPTIONS"},
 	},
 	{
-		name: "rebind-same-origin-readback", page: rebindOrigin + "/rebind/", target: "", path: readBackPath,
+		name: "rebind-same-origin-readback", page: rebindOrigin + "/rebind/", target: "", path: "/v1/workloads",
 		models: "DNS rebinding: a same-origin GET of the read-back, whose answer the page could read; the Host check answers",
 		script: `const r = await fetch(T);
 			return "status " + r.status + ": " + (await r.text()).trim();`,
 		want: []int{421, 421}, saw: regexp.MustCompile(`^status 421: host "rebind\.test:\d+" is not this loopback local ingress$`), methods: []string{"GET", "GET"},
 	},
 	{
-		name: "fetch-node-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: nodeInfoPath,
+		name: "fetch-node-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/node",
 		models: "a page reading this node's id and members with a cross-origin GET: cors mode sends Origin",
 		script: `const r = await fetch(T);
 			return "status " + r.status + ": " + await r.text();`,
 		want: []int{403}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"GET"},
 	},
 	{
-		name: "fetch-node-no-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: nodeInfoPath,
+		name: "fetch-node-no-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/node",
 		models: "a blind no-cors GET of the node endpoint: no Origin, but its Fetch Metadata marks it a page's",
 		script: `const r = await fetch(T, {mode: "no-cors"});
 			return r.type + " status " + r.status + ": " + await r.text();`,
@@ -279,7 +279,7 @@ func TestBrowserAttacksAreRefused(t *testing.T) {
 	// its requesterId is the attempt's name, which the attempt filters on.
 	var secrets []string
 	for _, a := range browserAttempts {
-		if a.path == readBackPath {
+		if a.path == "/v1/workloads" {
 			id := readBackSecret + "-" + a.name
 			secrets = append(secrets, id)
 			postLegitimateFrame(t, ingressPort, strings.Replace(attackFrame(id), `"engine"`, `"requesterId":"`+a.name+`","engine"`, 1))
@@ -435,12 +435,12 @@ func checkBrowserRequests(t *testing.T, a browserAttempt, reqs []netlogRequest, 
 			t.Errorf("request %d: method %s, want %s", j, r.method, a.methods[j])
 		}
 		_, hasOrigin := r.headerOK("Origin")
-		if _, sent := r.headerOK(readBackHeader); sent && r.method != http.MethodOptions {
-			t.Errorf("request %d: the page sent the read-back's header %s without a preflight", j, readBackHeader)
+		if _, sent := r.headerOK("Workload-Read-Back"); sent && r.method != http.MethodOptions {
+			t.Errorf("request %d: the page sent the read-back's header %s without a preflight", j, "Workload-Read-Back")
 		}
 		switch a.want[j] {
 		case http.StatusOK:
-			if hasOrigin || a.path != readBackPath {
+			if hasOrigin || a.path != "/v1/workloads" {
 				t.Errorf("request %d: answered 200 with an Origin (%v) or on the events path (%q)", j, hasOrigin, a.path)
 			}
 		case http.StatusForbidden:
@@ -688,15 +688,15 @@ func (a *attackServer) pageURL(i int) string {
 
 func (a *attackServer) targetURL(i int) string {
 	at := browserAttempts[i]
-	if at.path == readBackPath {
+	if at.path == "/v1/workloads" {
 		// The read-back refuses parameters it does not know: the
 		// attempt's name is the requesterId its secret workload carries.
-		return a.expand(at.target) + readBackPath + "?requesterId=" + at.name
+		return a.expand(at.target) + "/v1/workloads" + "?requesterId=" + at.name
 	}
-	if at.path == nodeInfoPath {
+	if at.path == "/v1/node" {
 		// The node endpoint takes no query (400), but only after the
 		// browser checks, which answer every attempt first.
-		return a.expand(at.target) + nodeInfoPath + "?attempt=" + at.name
+		return a.expand(at.target) + "/v1/node" + "?attempt=" + at.name
 	}
 	return a.expand(at.target) + peerwire.EventsPath + "?attempt=" + at.name
 }
@@ -993,8 +993,8 @@ func (f *rebindFront) handle(c net.Conn) {
 	if err != nil {
 		return
 	}
-	// The events path and the read-back's both start with readBackPath.
-	if _, target, _ := strings.Cut(line, " "); !strings.HasPrefix(target, readBackPath) {
+	// The events path and the read-back's both start with "/v1/workloads".
+	if _, target, _ := strings.Cut(line, " "); !strings.HasPrefix(target, "/v1/workloads") {
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			return
@@ -1119,11 +1119,11 @@ func parseNetLog(path string) (map[string][]netlogRequest, error) {
 			method, rest, _ := strings.Cut(p.Line, " ")
 			target, _, _ := strings.Cut(rest, " ")
 			u, err := url.Parse(target)
-			if err != nil || (u.Path != peerwire.EventsPath && u.Path != readBackPath && u.Path != nodeInfoPath) {
+			if err != nil || (u.Path != peerwire.EventsPath && u.Path != "/v1/workloads" && u.Path != "/v1/node") {
 				continue
 			}
 			name := u.Query().Get("attempt")
-			if u.Path == readBackPath {
+			if u.Path == "/v1/workloads" {
 				name = u.Query().Get("requesterId")
 			}
 			out[name] = append(out[name], netlogRequest{method: method, line: strings.TrimSpace(p.Line), headers: p.Headers})
@@ -1293,9 +1293,9 @@ func TestBrowserPageLoopingReadBacksMakesTheDaemonDoNoWork(t *testing.T) {
 		switch r.URL.Path {
 		case "/loop":
 			js := func(s string) string { b, _ := json.Marshal(s); return string(b) }
-			target := "http://" + ingress + readBackPath + "?limit=1&requesterId="
+			target := "http://" + ingress + "/v1/workloads" + "?limit=1&requesterId="
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
-			fmt.Fprintf(w, readBackLoopPage, js(target+"victim"), js(target+"nobody"), js("http://"+r.Host+"/report"), js(readBackHeader), 100)
+			fmt.Fprintf(w, readBackLoopPage, js(target+"victim"), js(target+"nobody"), js("http://"+r.Host+"/report"), js("Workload-Read-Back"), 100)
 		case "/report":
 			n, _ := strconv.Atoi(r.URL.Query().Get("sent"))
 			select {
@@ -1383,7 +1383,7 @@ func TestBrowserPageLoopingReadBacksMakesTheDaemonDoNoWork(t *testing.T) {
 	}
 	for _, r := range reqs {
 		site, _ := r.headerOK("Sec-Fetch-Site")
-		if _, hdr := r.headerOK(readBackHeader); r.status != http.StatusForbidden || site != "same-site" || hdr {
+		if _, hdr := r.headerOK("Workload-Read-Back"); r.status != http.StatusForbidden || site != "same-site" || hdr {
 			t.Fatalf("the browser sent %s with Sec-Fetch-Site %q (the read-back's header: %v) and read %d; want same-site, no header, 403", r.line, site, hdr, r.status)
 		}
 	}

@@ -68,18 +68,18 @@ func TestFetchMetadataOfAPageIsRefusedOnEveryIngressPathBeforeAnyWork(t *testing
 	for _, p := range paths {
 		for _, c := range refused {
 			t.Run(p.name+"/"+c.name, func(t *testing.T) {
-				refusedBefore, scannedBefore := n.m.readBacks.fetchMetadataRefused.Load(), n.m.readBacks.scanned.Load()
+				refusedBefore, scannedBefore := n.m.ingressStats.FetchMetadataRefused(), n.m.ingressStats.Scanned()
 				received := n.m.framesReceived.Get("ingress", wireframe.MethodStarted)
 				st, text := p.send(c.headers...)
 				if st != http.StatusForbidden || text != "requests from web pages are refused "+c.reason {
 					t.Fatalf("%d %q, want 403 naming %s", st, text, c.reason)
 				}
-				if got := n.m.readBacks.fetchMetadataRefused.Load() - refusedBefore; got != 1 {
+				if got := n.m.ingressStats.FetchMetadataRefused() - refusedBefore; got != 1 {
 					t.Errorf("nvpair_wlm_ingress_fetch_metadata_refusals_total moved by %d, want 1", got)
 				}
-				if n.m.readBacks.scanned.Load() != scannedBefore || n.m.framesReceived.Get("ingress", wireframe.MethodStarted) != received {
+				if n.m.ingressStats.Scanned() != scannedBefore || n.m.framesReceived.Get("ingress", wireframe.MethodStarted) != received {
 					t.Errorf("the refused request did work: entries looked at %d -> %d, frames received %d -> %d",
-						scannedBefore, n.m.readBacks.scanned.Load(), received, n.m.framesReceived.Get("ingress", wireframe.MethodStarted))
+						scannedBefore, n.m.ingressStats.Scanned(), received, n.m.framesReceived.Get("ingress", wireframe.MethodStarted))
 				}
 			})
 		}
@@ -99,14 +99,14 @@ func TestFetchMetadataOfAPageIsRefusedOnEveryIngressPathBeforeAnyWork(t *testing
 
 	// Origin and Host are checked first, as before: their answers do not
 	// change when Fetch Metadata comes with them.
-	before := n.m.readBacks.fetchMetadataRefused.Load()
+	before := n.m.ingressStats.FetchMetadataRefused()
 	if st, text := postIngress(t, addr, frame, "Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site"); st != http.StatusForbidden || !strings.Contains(text, "Origin header") {
 		t.Errorf("Origin and Fetch Metadata: %d %q, want the Origin check's 403", st, text)
 	}
 	if st, _, body := getReadBack(t, addr, "", "Host", "rebind.example:"+port, "Sec-Fetch-Site", "same-origin"); st != http.StatusMisdirectedRequest {
 		t.Errorf("a rebinding page's read-back: %d %s, want the Host check's 421", st, body)
 	}
-	if got := n.m.readBacks.fetchMetadataRefused.Load(); got != before {
+	if got := n.m.ingressStats.FetchMetadataRefused(); got != before {
 		t.Errorf("requests the Origin or Host check refused counted as Fetch Metadata refusals: %d -> %d", before, got)
 	}
 }

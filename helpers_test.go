@@ -22,6 +22,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/pairbroker"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
@@ -696,4 +697,13 @@ func commitDirect(t testing.TB, n *testNode, ev *wireframe.Lifecycle, src statet
 	if o, _ := n.m.table.Commit(&statetable.Frame{Source: src, Life: ev}); o != statetable.Applied {
 		t.Fatalf("commit of %s: %s", ev.Info.ID, o)
 	}
+}
+
+// newLocalIngress turns m's ingress on at addr and returns its server, not
+// yet bound.
+func newLocalIngress(m *Manager, addr string) (*ingress.Server, error) {
+	if err := m.EnableLocalIngress(addr); err != nil {
+		return nil, err
+	}
+	return m.ingress, nil
 }

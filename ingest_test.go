@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/brokerio"
+	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -38,8 +39,8 @@ func TestIngestFailedBrokerWriteLeavesNothingTrackedQueuedOrRemembered(t *testin
 			n.broker.fromD.Close() // the broker stops reading: every write fails
 
 			_, err := n.m.ingestLocal([]byte(tc.body))
-			if !errors.Is(err, errBrokerWrite) {
-				t.Fatalf("ingestLocal with the broker gone = %v, want errBrokerWrite", err)
+			if !errors.Is(err, ingress.ErrBrokerWrite) {
+				t.Fatalf("ingestLocal with the broker gone = %v, want ingress.ErrBrokerWrite", err)
 			}
 			if got := ifxTrackedCount(n); got != 0 {
 				t.Errorf("re-sync set holds %d entries after a failed broker write, want 0", got)
@@ -65,8 +66,8 @@ func TestIngestFailedRemovalKeepsWorkloadTrackedAndQueuesNothing(t *testing.T) {
 	n.broker.fromD.Close()
 
 	_, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", "")))
-	if !errors.Is(err, errBrokerWrite) {
-		t.Fatalf("removal with the broker gone = %v, want errBrokerWrite", err)
+	if !errors.Is(err, ingress.ErrBrokerWrite) {
+		t.Fatalf("removal with the broker gone = %v, want ingress.ErrBrokerWrite", err)
 	}
 	if !ifxIsTracked(n, n.id, "job-1") {
 		t.Error("a removal the broker never received untracked the workload: peers would lose a workload the broker still holds")

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -425,8 +426,8 @@ func TestIngressFramePassesRemovalParamsThroughToPeers(t *testing.T) {
 func ifxWantRejected(t *testing.T, n *testNode, q *peerCapture, body string) {
 	t.Helper()
 	_, err := n.m.ingestLocal([]byte(body))
-	if !errors.Is(err, errBadFrame) {
-		t.Fatalf("ingestLocal(%s) = %v, want errBadFrame", body, err)
+	if !errors.Is(err, ingress.ErrBadFrame) {
+		t.Fatalf("ingestLocal(%s) = %v, want ingress.ErrBadFrame", body, err)
 	}
 	ifxBrokerBarrier(t, n)
 	for _, f := range n.broker.all() {

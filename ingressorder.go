@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"nvpair-workload-manager/internal/brokerio"
+	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -137,7 +138,7 @@ type ingressCommit struct{ seq uint64 }
 // before ingestMu was taken; bytes is what it may add to the re-sync set
 // (0 for a removal). Called with ingestMu held; the caller waits on the
 // turn after releasing it. A line over the broker's line limit is
-// returned as it is; a broker already gone as errBrokerWrite. Either
+// returned as it is; a broker already gone as ingress.ErrBrokerWrite. Either
 // leaves nothing in flight.
 func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, tableLine []byte, startsRun bool, bytes int64) (ingressTurn, error) {
 	q := &m.ingressFlight
@@ -153,26 +154,26 @@ func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, tableLine 
 		if errors.Is(err, wireframe.ErrLineOverLimit) {
 			return ingressTurn{}, err
 		}
-		return ingressTurn{}, fmt.Errorf("%w: %v", errBrokerWrite, err)
+		return ingressTurn{}, fmt.Errorf("%w: %v", ingress.ErrBrokerWrite, err)
 	}
 	return ingressTurn{turn: turn, q: q, key: key, startsRun: startsRun, bytes: bytes, committed: c, m: m}, nil
 }
 
 // wait returns once the frame is written, committed and its journal
-// record durable (spec 5.3: a 200 is a promise), or as errBrokerWrite once
-// its group's write failed, which committed nothing, or as errNotDurable
+// record durable (spec 5.3: a 200 is a promise), or as ingress.ErrBrokerWrite once
+// its group's write failed, which committed nothing, or as ingress.ErrNotDurable
 // once its record's write failed: the frame is applied, and a retry of it
 // is harmless.
 func (t ingressTurn) wait() error {
 	if err := t.turn.Wait(); err != nil {
 		t.q.settle(t.key, t.startsRun, t.bytes)
-		return fmt.Errorf("%w: %v", errBrokerWrite, err)
+		return fmt.Errorf("%w: %v", ingress.ErrBrokerWrite, err)
 	}
 	if t.committed.seq == 0 || t.m.journal == nil {
 		return nil
 	}
 	if err := t.m.journal.Wait(t.committed.seq); err != nil {
-		return fmt.Errorf("%w: %v", errNotDurable, err)
+		return fmt.Errorf("%w: %v", ingress.ErrNotDurable, err)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
@@ -24,9 +25,6 @@ import (
 // promise to report again before a deadline; when it does not, the daemon
 // retires the job as the producer would have, with a failed terminal frame,
 // through the ingress's own path (ingressorder.go).
-
-// leaseHeader carries a lease on an ingress lifecycle frame, in seconds.
-const leaseHeader = "Workload-Lease"
 
 // The lengths a lease may have, in seconds. A producer renews at a third
 // of its lease: at 5 s that is every 1.7 s, often enough to notice a crash
@@ -54,16 +52,16 @@ func parseLeaseHeader(values []string, f *localFrame) (int, error) {
 	case len(values) == 0:
 		return 0, nil
 	case len(values) > 1:
-		return 0, fmt.Errorf("%s given %d times: send it once", leaseHeader, len(values))
+		return 0, fmt.Errorf("%s given %d times: send it once", ingress.LeaseHeader, len(values))
 	case f.isRemoval():
-		return 0, fmt.Errorf("%s on a removal: a lease applies to a queued or running frame", leaseHeader)
+		return 0, fmt.Errorf("%s on a removal: a lease applies to a queued or running frame", ingress.LeaseHeader)
 	case f.life.Terminal():
-		return 0, fmt.Errorf("%s on a %s frame: a lease applies to a queued or running frame; a terminal frame ends it", leaseHeader, f.life.Info.State)
+		return 0, fmt.Errorf("%s on a %s frame: a lease applies to a queued or running frame; a terminal frame ends it", ingress.LeaseHeader, f.life.Info.State)
 	}
 	v := values[0]
 	n, err := strconv.ParseUint(v, 10, 32)
 	if err != nil || n < minLeaseSeconds || n > maxLeaseSeconds {
-		return 0, fmt.Errorf("%s %q: must be a whole number of seconds from %d to %d", leaseHeader, httpguard.ClipReason(v), minLeaseSeconds, maxLeaseSeconds)
+		return 0, fmt.Errorf("%s %q: must be a whole number of seconds from %d to %d", ingress.LeaseHeader, httpguard.ClipReason(v), minLeaseSeconds, maxLeaseSeconds)
 	}
 	return int(n), nil
 }

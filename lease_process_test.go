@@ -56,7 +56,7 @@ func postProc(t *testing.T, ingress string, w map[string]any, seconds int) {
 	t.Helper()
 	var h []string
 	if seconds > 0 {
-		h = []string{leaseHeader, itoa(seconds)}
+		h = []string{"Workload-Lease", itoa(seconds)}
 	}
 	if st, text := postIngress(t, ingress, ingressFrameJSON(w), h...); st != http.StatusOK {
 		t.Fatalf("post %s %s: %d %s", w["id"], w["state"], st, text)
@@ -85,7 +85,7 @@ func TestProcessALeasedJobNotRenewedTurnsFailedAtItsBrokerAndAPeerWithinItsLease
 			case <-stop:
 				return
 			case <-tick.C:
-				st, _ := postIngress(t, ingress, ingressFrameJSON(leasedInfo("renewed", "running", 1)), leaseHeader, itoa(minLeaseSeconds))
+				st, _ := postIngress(t, ingress, ingressFrameJSON(leasedInfo("renewed", "running", 1)), "Workload-Lease", itoa(minLeaseSeconds))
 				if st != http.StatusOK {
 					t.Errorf("renewal: %d", st)
 					return

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -63,7 +64,7 @@ func postLeased(t *testing.T, n *testNode, w map[string]any, seconds int) {
 	t.Helper()
 	var h []string
 	if seconds > 0 {
-		h = []string{leaseHeader, itoa(seconds)}
+		h = []string{ingress.LeaseHeader, itoa(seconds)}
 	}
 	if st, text := postIngress(t, n.m.IngressAddr(), ingressFrameJSON(w), h...); st != http.StatusOK {
 		t.Fatalf("post %s %s with lease %d: %d %s", w["id"], w["state"], seconds, st, text)
@@ -150,10 +151,10 @@ func TestWorkloadLeaseHeaderOutsideItsRulesIs400AndWritesNothing(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := http.Header{"Content-Type": {"application/json"}, leaseHeader: tc.values}
+			h := http.Header{"Content-Type": {"application/json"}, ingress.LeaseHeader: tc.values}
 			st, text := liMust(t, addr, liRequest{header: h, body: tc.frame})
-			if st != http.StatusBadRequest || !strings.Contains(text, leaseHeader) || !strings.Contains(text, tc.reason) {
-				t.Fatalf("%s %q: %d %q, want 400 naming %s and %q", leaseHeader, tc.values, st, text, leaseHeader, tc.reason)
+			if st != http.StatusBadRequest || !strings.Contains(text, ingress.LeaseHeader) || !strings.Contains(text, tc.reason) {
+				t.Fatalf("%s %q: %d %q, want 400 naming %s and %q", ingress.LeaseHeader, tc.values, st, text, ingress.LeaseHeader, tc.reason)
 			}
 		})
 	}
@@ -432,7 +433,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 			// The longest lease there is (86400 units: half an hour here),
 			// so the renewed lease cannot also run out while the clock job
 			// below expires on a loaded machine.
-			st, _ := postIngress(t, a.m.IngressAddr(), ingressFrameJSON(leasedInfo("raced", "running", 2)), leaseHeader, "86400")
+			st, _ := postIngress(t, a.m.IngressAddr(), ingressFrameJSON(leasedInfo("raced", "running", 2)), ingress.LeaseHeader, "86400")
 			done <- st
 		}()
 		<-stall.entered // the renewal is in its broker write, not yet committed
@@ -527,7 +528,7 @@ func TestLeasesAreBoundedByTheLiveWorkloadLimit(t *testing.T) {
 	addr := n.m.IngressAddr()
 	postLeased(t, n, leasedInfo("one", "running", 1), 60)
 	postLeased(t, n, leasedInfo("two", "running", 1), 60)
-	st, text := postIngress(t, addr, ingressFrameJSON(leasedInfo("three", "running", 1)), leaseHeader, "60")
+	st, text := postIngress(t, addr, ingressFrameJSON(leasedInfo("three", "running", 1)), ingress.LeaseHeader, "60")
 	if st != http.StatusServiceUnavailable || !strings.Contains(text, "--max-live-workloads") {
 		t.Fatalf("a third leased job at the limit of 2: %d %q, want 503 naming the limit", st, text)
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -356,10 +357,10 @@ func TestLocalIngressRejectionWithUnsentBodyIsAnsweredAtOnce(t *testing.T) {
 func TestLocalIngressBodyCap(t *testing.T) {
 	n := liStartNode(t)
 	addr := n.m.IngressAddr()
-	capped := int(ingressBodyMax(wireframe.DefaultWorkloadMaxBytes))
-	if capped != wireframe.DefaultWorkloadMaxBytes+ingressEnvelopeAllowance || ingressBodyMax(wireframe.MaxWorkloadMaxBytes) != wireframe.MaxBytes {
+	capped := int(ingress.BodyMax(wireframe.DefaultWorkloadMaxBytes))
+	if capped != wireframe.DefaultWorkloadMaxBytes+ingress.EnvelopeAllowance || ingress.BodyMax(wireframe.MaxWorkloadMaxBytes) != wireframe.MaxBytes {
 		t.Fatalf("the cap is %d at the default bound and %d at the largest, want %d and %d",
-			capped, ingressBodyMax(wireframe.MaxWorkloadMaxBytes), wireframe.DefaultWorkloadMaxBytes+ingressEnvelopeAllowance, wireframe.MaxBytes)
+			capped, ingress.BodyMax(wireframe.MaxWorkloadMaxBytes), wireframe.DefaultWorkloadMaxBytes+ingress.EnvelopeAllowance, wireframe.MaxBytes)
 	}
 	for _, tc := range []struct {
 		name    string
@@ -398,7 +399,7 @@ func TestLocalIngressServerTimeouts(t *testing.T) {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	srv := li.serve(&wg, ln)
+	srv := li.Start(&wg, ln)
 	defer wg.Wait()
 	defer srv.Close()
 	if srv.ReadHeaderTimeout <= 0 || srv.ReadTimeout <= 0 || srv.IdleTimeout <= 0 {

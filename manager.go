@@ -17,6 +17,7 @@ import (
 
 	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/peersend"
 	"nvpair-workload-manager/internal/peerserver"
@@ -159,9 +160,9 @@ type Manager struct {
 	// leases counts the leases' events (lease.go); the leases themselves
 	// live on their runs in the table. leaseUnit is the length of one
 	// second of Workload-Lease: a second, shorter only in tests.
-	leases    leaseStats
-	leaseUnit time.Duration
-	readBacks readBackStats // the read-back's counters (readback.go)
+	leases       leaseStats
+	leaseUnit    time.Duration
+	ingressStats ingress.Stats // the read-back's and Fetch Metadata's counters (internal/ingress), kept while the ingress is off too
 
 	// discoveryMu guards lastNodes and serializes target refreshes.
 	discoveryMu sync.Mutex
@@ -171,7 +172,7 @@ type Manager struct {
 	// that wait on the broker write at once (brokerwaiters.go).
 	peerWaiters, ingressWaiters *brokerio.Waiters
 
-	ingress *localIngress    // set by EnableLocalIngress before Run
+	ingress *ingress.Server  // set by EnableLocalIngress before Run
 	metrics *metricsEndpoint // set by EnableMetrics before Run
 
 	// Metrics the Manager itself owns; the components keep their own.
@@ -354,7 +355,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	servers := []*http.Server{m.servePeers(&wg, peerLn)}
 	for i, x := range extras {
-		servers = append(servers, x.serve(&wg, listeners[i+1]))
+		servers = append(servers, x.Start(&wg, listeners[i+1]))
 	}
 	// The expiry loop is not waited for like the others: an expiry blocked
 	// on a broker that does not read would hold shutdown, as a request
@@ -415,7 +416,7 @@ func (m *Manager) Run(ctx context.Context) error {
 // or the metrics endpoint.
 type loopbackServer interface {
 	Listen() (net.Listener, error)
-	serve(wg *sync.WaitGroup, ln net.Listener) *http.Server
+	Start(wg *sync.WaitGroup, ln net.Listener) *http.Server
 }
 
 // announce sends ready and the discovery subscription, in that order.

@@ -61,7 +61,7 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	brokerio.WriteWaitersMetrics(&t, m.peerWaiters, m.ingressWaiters)
 	m.writeLeaseMetrics(&t)
 	m.writeTableMetrics(&t)
-	m.writeReadBackMetrics(&t)
+	m.ingressStats.WriteMetrics(&t)
 	t.Single("go_goroutines", "gauge", "Number of goroutines that currently exist.", float64(runtime.NumGoroutine()))
 	promtext.WriteProcessMetrics(&t)
 	_, err := w.Write(t.Bytes())

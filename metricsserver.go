@@ -9,11 +9,12 @@ import (
 	"sync"
 
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/ingress"
 )
 
 // metricsIdleTimeout is how long the metrics endpoint keeps an idle
 // connection from a scraper.
-const metricsIdleTimeout = ingressIdleTimeout
+const metricsIdleTimeout = ingress.IdleTimeout
 
 // metricsEndpoint serves GET /metrics in the Prometheus text format on a
 // loopback address, with the same refusal of browsers as the ingress: the
@@ -43,7 +44,7 @@ func (m *Manager) MetricsAddr() string {
 	return m.metrics.BoundAddr()
 }
 
-func (e *metricsEndpoint) serve(wg *sync.WaitGroup, ln net.Listener) *http.Server {
+func (e *metricsEndpoint) Start(wg *sync.WaitGroup, ln net.Listener) *http.Server {
 	return e.Serve(wg, ln, e, metricsIdleTimeout, e.m.log)
 }
 

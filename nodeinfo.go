@@ -1,124 +1,27 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"log/slog"
-	"net/http"
-	"path/filepath"
-
-	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/wireframe"
+	"path/filepath"
 )
 
-// The node endpoint (spec 3.5.4): GET /v1/node on the ingress tells a
-// producer what it needs to report correctly and nothing it could only
-// learn by reading PAIR's files: this node's id and the file it came from,
-// the daemon's version, the members of the latest discovery snapshot with
-// whether this node delivers to each, and the bounds its frames must keep.
-//
-// It runs the ingress's browser checks first (Origin, Host, Fetch
-// Metadata), like every ingress path. Unlike the read-back it needs no
-// Workload-Read-Back-like header: its answer is the same whoever asks and
-// whatever they ask, bounded by one discovery snapshot (itself one broker
-// line), and says nothing about any producer's jobs; a page that slips
-// past the other checks (a browser sending no Fetch Metadata) gets an
-// opaque answer it cannot read (no CORS, Cross-Origin-Resource-Policy
-// same-origin), whose cost and time are those of any other page's.
-
-// nodeInfoPath is the node endpoint's path on the ingress.
-const nodeInfoPath = "/v1/node"
-
-// nodeInfo is the answer to GET /v1/node. Its members and their names
-// are part of the ingress's contract (README, spec 3.5.4, api/openapi.json):
-// members may be added, never renamed or removed.
-type nodeInfo struct {
-	NodeID       string       `json:"nodeId"`
-	NodeIDSource string       `json:"nodeIdSource"`
-	NodeIDFile   string       `json:"nodeIdFile"`
-	Version      string       `json:"version"`
-	Members      []nodeMember `json:"members"`
-	Limits       nodeLimits   `json:"limits"`
-}
-
-// nodeMember is one node of the latest discovery snapshot.
-type nodeMember struct {
-	Name   string `json:"name"`
-	NodeID string `json:"nodeId"`
-	Self   bool   `json:"self"`
-	// Delivering: this node is a broadcast target of ours right now
-	// (spec 4): it advertises a wl port and an address, its clusterUuid is
-	// pinned, and this node is a clustered member, so every frame a
-	// producer posts here is queued for it.
-	Delivering bool `json:"delivering"`
-}
-
-// nodeLimits are the bounds a producer's frames and jobs must keep.
-type nodeLimits struct {
-	BodyMaxBytes         int64 `json:"bodyMaxBytes"`
-	BrokerLineMaxBytes   int   `json:"brokerLineMaxBytes"`
-	WorkloadMaxBytes     int   `json:"workloadMaxBytes"`
-	FieldMaxBytes        int   `json:"fieldMaxBytes"`
-	ErrorMaxBytes        int   `json:"errorMaxBytes"`
-	LeaseMinSeconds      int   `json:"leaseMinSeconds"`
-	LeaseMaxSeconds      int   `json:"leaseMaxSeconds"`
-	LiveWorkloads        int   `json:"liveWorkloads"`
-	LiveWorkloadsMax     int   `json:"liveWorkloadsMax"`
-	LiveWorkloadBytes    int64 `json:"liveWorkloadBytes"`
-	LiveWorkloadBytesMax int64 `json:"liveWorkloadBytesMax"`
-}
-
-// serveNodeInfo answers GET /v1/node: the Origin (403), Host (421) and
-// Fetch Metadata (403) checks first, as on every ingress path, then the
-// method (405 with Allow: GET), then the query, which must be empty (400),
-// then the answer.
-func (li *localIngress) serveNodeInfo(w http.ResponseWriter, r *http.Request) {
-	status, reason := li.refusePages(r)
-	if status == 0 && r.Method != http.MethodGet {
-		w.Header().Set("Allow", http.MethodGet)
-		status, reason = http.StatusMethodNotAllowed, "method must be GET"
-	}
-	if status == 0 && r.URL.RawQuery != "" {
-		status, reason = http.StatusBadRequest, nodeInfoPath+" takes no query parameters"
-	}
-	if status != 0 {
-		reason = httpguard.ClipReason(reason)
-		li.m.ingressResponses.Inc(httpguard.StatusCode(status))
-		log := li.m.log.With("channel", "ingress", "remote", r.RemoteAddr, "httpMethod", httpguard.ClipReason(r.Method), "path", nodeInfoPath)
-		li.rejects.Log(log, slog.LevelWarn, r.RemoteAddr, status, "ingress request rejected", "status", status, "reason", reason)
-		httpguard.Answer(w, status, reason)
-		return
-	}
-	body := li.m.nodeInfoJSON()
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", fmt.Sprint(len(body)))
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Cross-Origin-Resource-Policy", "same-origin")
-	h.Set("Cache-Control", "no-store")
-	li.m.ingressResponses.Inc("200")
-	// The answer has the 5 s write deadline of every ingress answer
-	// (httpguard.AnswerWriteTimeout), armed as it starts.
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(body)
-}
-
-// nodeInfo builds the answer. The snapshot is read under discoveryMu and
+// NodeInfo builds the answer to GET /v1/node (internal/ingress). The
+// snapshot is read under discoveryMu and
 // the targets under broadcaster.mu, each only long enough to take a
 // reference or copy the target set; the live counts from the state table, O(1).
 // The members are listed in the snapshot's order, this node's own entry
 // included.
-func (m *Manager) nodeInfo() nodeInfo {
+func (m *Manager) NodeInfo() ingress.NodeInfo {
 	m.discoveryMu.Lock()
 	nodes := m.lastNodes // replaced whole by applyDiscovery, never changed in place
 	m.discoveryMu.Unlock()
 	targets := m.bcast.TargetHosts()
 
-	members := make([]nodeMember, 0, len(nodes))
+	members := make([]ingress.NodeMember, 0, len(nodes))
 	for _, n := range nodes {
 		_, delivering := targets[n.HostUUID]
-		members = append(members, nodeMember{Name: n.Name, NodeID: n.HostUUID, Self: n.HostUUID == m.cfg.NodeID, Delivering: delivering})
+		members = append(members, ingress.NodeMember{Name: n.Name, NodeID: n.HostUUID, Self: n.HostUUID == m.cfg.NodeID, Delivering: delivering})
 	}
 
 	sz := m.table.Sizes()
@@ -129,14 +32,14 @@ func (m *Manager) nodeInfo() nodeInfo {
 	if m.cfg.NodeIDFile != "" {
 		source = filepath.Base(m.cfg.NodeIDFile)
 	}
-	return nodeInfo{
+	return ingress.NodeInfo{
 		NodeID:       m.cfg.NodeID,
 		NodeIDSource: source,
 		NodeIDFile:   m.cfg.NodeIDFile,
 		Version:      m.cfg.Version,
 		Members:      members,
-		Limits: nodeLimits{
-			BodyMaxBytes:         ingressBodyMax(m.cfg.WorkloadMaxBytes),
+		Limits: ingress.NodeLimits{
+			BodyMaxBytes:         ingress.BodyMax(m.cfg.WorkloadMaxBytes),
 			BrokerLineMaxBytes:   m.cfg.BrokerLineMax,
 			WorkloadMaxBytes:     m.cfg.WorkloadMaxBytes,
 			FieldMaxBytes:        wireframe.MaxKeyFieldBytes,
@@ -149,16 +52,4 @@ func (m *Manager) nodeInfo() nodeInfo {
 			LiveWorkloadBytesMax: liveBytesMax,
 		},
 	}
-}
-
-// nodeInfoJSON renders the answer, one line. HTML characters are not
-// escaped, so a member's name takes no more room in the answer than in
-// the snapshot (six bytes for one otherwise), and the answer stays within
-// a small multiple of the broker line that carried the snapshot.
-func (m *Manager) nodeInfoJSON() []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(m.nodeInfo()) // strings and numbers only: cannot fail
-	return buf.Bytes()
 }

@@ -10,15 +10,16 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
-// getNodeInfo asks the ingress at addr for GET /v1/node with the given
+// getNodeInfo asks the ingressAddr at addr for GET /v1/node with the given
 // headers (name/value pairs) and returns the status, the headers and the
 // body.
 func getNodeInfo(t testing.TB, addr, query string, headers ...string) (int, http.Header, []byte) {
 	t.Helper()
-	u := "http://" + addr + nodeInfoPath
+	u := "http://" + addr + "/v1/node"
 	if query != "" {
 		u += "?" + query
 	}
@@ -41,13 +42,13 @@ func getNodeInfo(t testing.TB, addr, query string, headers ...string) (int, http
 
 // decodeNodeInfo decodes an answer strictly: a member the test does not
 // know is a failure, so the documented shape is the whole shape.
-func decodeNodeInfo(t testing.TB, body []byte) nodeInfo {
+func decodeNodeInfo(t testing.TB, body []byte) ingress.NodeInfo {
 	t.Helper()
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	var ni nodeInfo
+	var ni ingress.NodeInfo
 	if err := dec.Decode(&ni); err != nil {
-		t.Fatalf("GET %s answer %q: %v", nodeInfoPath, body, err)
+		t.Fatalf("GET %s answer %q: %v", "/v1/node", body, err)
 	}
 	return ni
 }
@@ -64,9 +65,9 @@ func TestProcessNodeEndpointAnswersTheNodesIdMembersAndLimits(t *testing.T) {
 	nodes := writeCluster(t, 2)
 	idA := devpki.NewUUID()
 	writeFile(t, filepath.Join(nodes[0].ClusterDir, identityFileName), identityDoc(idA))
-	a := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0", "--workload-max-bytes", "20000",
+	a := startNode(t, nodes[0], "--local-ingressAddr", "127.0.0.1:0", "--workload-max-bytes", "20000",
 		"--broker-line-max", "300000", "--max-live-workloads", "50", "--max-live-workload-bytes", "2000000")
-	ingress := a.loggedValue("local ingress listening", "addr")
+	ingressAddr := a.loggedValue("local ingressAddr listening", "addr")
 	b := startNode(t, nodes[1])
 	if got := a.readyNodeID(); got != idA {
 		t.Fatalf("A announced %s, want identity.json's %s", got, idA)
@@ -75,7 +76,7 @@ func TestProcessNodeEndpointAnswersTheNodesIdMembersAndLimits(t *testing.T) {
 	a.waitMethod("discovery:subscribe", 1)
 
 	// Before any snapshot: no members, an empty list and not null.
-	st, h, body := getNodeInfo(t, ingress, "")
+	st, h, body := getNodeInfo(t, ingressAddr, "")
 	if st != http.StatusOK || h.Get("Content-Type") != "application/json" || !strings.Contains(string(body), `"members":[]`) {
 		t.Fatalf("before a snapshot: %d %q %s", st, h.Get("Content-Type"), body)
 	}
@@ -96,13 +97,13 @@ func TestProcessNodeEndpointAnswersTheNodesIdMembersAndLimits(t *testing.T) {
 	}
 	snapshot(true)
 	a.waitLog("broadcast targets changed", "total=1")
-	if s, text := postIngress(t, ingress, curlFrame); s != http.StatusOK {
+	if s, text := postIngress(t, ingressAddr, curlFrame); s != http.StatusOK {
 		t.Fatalf("post: %d %s", s, text)
 	}
 
-	st, h, body = getNodeInfo(t, ingress, "")
+	st, h, body = getNodeInfo(t, ingressAddr, "")
 	if st != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", nodeInfoPath, st, body)
+		t.Fatalf("GET %s: %d %s", "/v1/node", st, body)
 	}
 	for k, v := range map[string]string{"X-Content-Type-Options": "nosniff", "Cross-Origin-Resource-Policy": "same-origin", "Cache-Control": "no-store"} {
 		if h.Get(k) != v {
@@ -113,15 +114,15 @@ func TestProcessNodeEndpointAnswersTheNodesIdMembersAndLimits(t *testing.T) {
 		t.Errorf("a name is escaped in the answer: %s", body)
 	}
 	got := decodeNodeInfo(t, body)
-	want := nodeInfo{
+	want := ingress.NodeInfo{
 		NodeID: idA, NodeIDSource: "identity.json", NodeIDFile: filepath.Join(nodes[0].ClusterDir, identityFileName),
 		Version: a.loggedValue("started", "version"),
-		Members: []nodeMember{
+		Members: []ingress.NodeMember{
 			{Name: "node-a", NodeID: idA, Self: true},
 			{Name: "node-b", NodeID: nodes[1].ID, Delivering: true},
 			{Name: "<node c & co>", NodeID: stranger},
 		},
-		Limits: nodeLimits{
+		Limits: ingress.NodeLimits{
 			BodyMaxBytes: 20000 + 16<<10, BrokerLineMaxBytes: 300000, WorkloadMaxBytes: 20000,
 			FieldMaxBytes: 256, ErrorMaxBytes: 4096, LeaseMinSeconds: 5, LeaseMaxSeconds: 86400,
 			LiveWorkloads: 1, LiveWorkloadsMax: 50, LiveWorkloadBytesMax: 2000000,
@@ -132,24 +133,24 @@ func TestProcessNodeEndpointAnswersTheNodesIdMembersAndLimits(t *testing.T) {
 	}
 	want.Limits.LiveWorkloadBytes = got.Limits.LiveWorkloadBytes
 	if g, w := mustJSON(t, got), mustJSON(t, want); g != w {
-		t.Fatalf("GET %s:\n got %s\nwant %s", nodeInfoPath, g, w)
+		t.Fatalf("GET %s:\n got %s\nwant %s", "/v1/node", g, w)
 	}
 
 	snapshot(false)
 	a.waitLog("broadcast targets changed", "total=0")
-	if got := decodeNodeInfo(t, third(getNodeInfo(t, ingress, ""))); got.Members[1].Delivering {
+	if got := decodeNodeInfo(t, third(getNodeInfo(t, ingressAddr, ""))); got.Members[1].Delivering {
 		t.Fatalf("node-b without a wl port is still delivered to: %+v", got.Members)
 	}
 }
 
 // TestProcessNodeEndpointRefusesPagesAndWhatItDoesNotServe holds GET
-// /v1/node to the ingress's browser checks over the real binary, then its
+// /v1/node to the ingressAddr's browser checks over the real binary, then its
 // own: a method other than GET, a query.
 func TestProcessNodeEndpointRefusesPagesAndWhatItDoesNotServe(t *testing.T) {
 	nodes := writeCluster(t, 1)
-	a := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0")
-	ingress := a.loggedValue("local ingress listening", "addr")
-	port := ingress[strings.LastIndexByte(ingress, ':')+1:]
+	a := startNode(t, nodes[0], "--local-ingressAddr", "127.0.0.1:0")
+	ingressAddr := a.loggedValue("local ingressAddr listening", "addr")
+	port := ingressAddr[strings.LastIndexByte(ingressAddr, ':')+1:]
 	cases := []struct {
 		name    string
 		headers []string
@@ -158,28 +159,28 @@ func TestProcessNodeEndpointRefusesPagesAndWhatItDoesNotServe(t *testing.T) {
 	}{
 		{"a page's cross-origin fetch", []string{"Origin", "http://evil.example"}, http.StatusForbidden, "Origin"},
 		{"an opaque origin", []string{"Origin", "null"}, http.StatusForbidden, "Origin"},
-		{"a rebinding page", []string{"Host", "evil.example:" + port}, http.StatusMisdirectedRequest, "is not this loopback local ingress"},
+		{"a rebinding page", []string{"Host", "evil.example:" + port}, http.StatusMisdirectedRequest, "is not this loopback local ingressAddr"},
 		{"a page's no-cors GET", []string{"Sec-Fetch-Site", "cross-site", "Sec-Fetch-Mode", "no-cors"}, http.StatusForbidden, "Sec-Fetch-Site: cross-site"},
 		{"another port of 127.0.0.1", []string{"Sec-Fetch-Site", "same-site", "Sec-Fetch-Mode", "cors"}, http.StatusForbidden, "Sec-Fetch-Site: same-site"},
 	}
 	for _, c := range cases {
-		st, _, body := getNodeInfo(t, ingress, "", c.headers...)
+		st, _, body := getNodeInfo(t, ingressAddr, "", c.headers...)
 		if st != c.status || !strings.Contains(string(body), c.reason) || strings.Contains(string(body), nodes[0].ID) {
 			t.Errorf("%s: %d %q, want %d naming %s and not the node's id", c.name, st, body, c.status, c.reason)
 		}
 	}
-	st, text := liMust(t, ingress, liRequest{method: http.MethodPost, path: nodeInfoPath, header: http.Header{"Content-Type": {"application/json"}}, body: "{}"})
+	st, text := liMust(t, ingressAddr, liRequest{method: http.MethodPost, path: "/v1/node", header: http.Header{"Content-Type": {"application/json"}}, body: "{}"})
 	if st != http.StatusMethodNotAllowed || text != "method must be GET" {
 		t.Errorf("POST: %d %q", st, text)
 	}
-	if st, _, body := getNodeInfo(t, ingress, "members=all"); st != http.StatusBadRequest || !strings.Contains(string(body), "takes no query parameters") {
+	if st, _, body := getNodeInfo(t, ingressAddr, "members=all"); st != http.StatusBadRequest || !strings.Contains(string(body), "takes no query parameters") {
 		t.Errorf("a query: %d %q", st, body)
 	}
 	// A user's own request from the address bar is not a page's.
-	if st, _, body := getNodeInfo(t, ingress, "", "Sec-Fetch-Site", "none", "Sec-Fetch-Mode", "navigate"); st != http.StatusOK {
+	if st, _, body := getNodeInfo(t, ingressAddr, "", "Sec-Fetch-Site", "none", "Sec-Fetch-Mode", "navigate"); st != http.StatusOK {
 		t.Errorf("address bar: %d %q", st, body)
 	}
-	a.waitLog("ingress request rejected", "path="+nodeInfoPath)
+	a.waitLog("ingressAddr request rejected", "path="+"/v1/node")
 }
 
 func third[A, B, C any](_ A, _ B, c C) C { return c }

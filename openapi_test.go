@@ -12,6 +12,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -259,11 +260,11 @@ func TestOpenAPIAnswerSchemasDescribeTheAnswers(t *testing.T) {
 	n.m.applyDiscovery(json.RawMessage(`{"nodes":[{"hostUuid":"` + n.id + `","name":"self"},{"hostUuid":"other","name":"other","ip":"127.0.0.1","clusterUuid":"x","services":{"wl":{"port":1}}}]}`))
 	st, _, node := getNodeInfo(t, addr, "")
 	if st != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", nodeInfoPath, st, node)
+		t.Fatalf("GET %s: %d %s", ingress.NodeInfoPath, st, node)
 	}
 	st, _, workloads := getReadBack(t, addr, "")
 	if st != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", readBackPath, st, workloads)
+		t.Fatalf("GET %s: %d %s", ingress.ReadBackPath, st, workloads)
 	}
 	if !strings.Contains(string(workloads), `"leaseDeadline":null`) || !strings.Contains(string(node), `"name":"other"`) {
 		t.Fatalf("the answers do not show what the test set up: %s %s", node, workloads)
@@ -279,7 +280,7 @@ func TestOpenAPIAnswerSchemasDescribeTheAnswers(t *testing.T) {
 	}
 	var answerTop map[string]json.RawMessage
 	if json.Unmarshal(node, &answer) != nil || json.Unmarshal(node, &answerTop) != nil || len(answer.Members) != 2 {
-		t.Fatalf("GET %s: %s", nodeInfoPath, node)
+		t.Fatalf("GET %s: %s", ingress.NodeInfoPath, node)
 	}
 	nodeSchema := []string{"components", "schemas", "Node"}
 	sameKeys := func(what string, got map[string]json.RawMessage, documented map[string]json.RawMessage) {

@@ -31,7 +31,7 @@ func TestProcessIngressRemovalOrLeaseOfABrokerJobIs409AndTheBrokersLaterFramesRe
 		headers []string
 	}{
 		{"removal", `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"proxy-1"}}`, nil},
-		{"lease", ingressFrameJSON(leasedInfo("proxy-1", "running", 2)), []string{leaseHeader, itoa(minLeaseSeconds)}},
+		{"lease", ingressFrameJSON(leasedInfo("proxy-1", "running", 2)), []string{"Workload-Lease", itoa(minLeaseSeconds)}},
 		{"frame", ingressFrameJSON(leasedInfo("proxy-1", "completed", 2)), nil},
 	}
 	for _, r := range refusals {

@@ -6,13 +6,13 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -45,28 +45,28 @@ func getReadBack(t testing.TB, addr, query string, headers ...string) (int, http
 
 func doReadBack(t testing.TB, method, addr, query string, headers ...string) (int, http.Header, []byte) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+addr+readBackPath+"?"+query, nil)
+	req, err := http.NewRequest(method, "http://"+addr+ingress.ReadBackPath+"?"+query, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set(readBackHeader, readBackHeaderValue)
+	req.Header.Set(ingress.ReadBackHeader, ingress.ReadBackHeaderValue)
 	for i := 0; i+1 < len(headers); i += 2 {
-		if headers[i] == readBackHeader {
-			req.Header.Del(readBackHeader)
+		if headers[i] == ingress.ReadBackHeader {
+			req.Header.Del(ingress.ReadBackHeader)
 		}
 	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		switch {
 		case headers[i] == "Host":
 			req.Host = headers[i+1]
-		case headers[i] == readBackHeader && headers[i+1] == "":
+		case headers[i] == ingress.ReadBackHeader && headers[i+1] == "":
 		default:
 			req.Header.Add(headers[i], headers[i+1])
 		}
 	}
 	resp, err := liClient.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, readBackPath, err)
+		t.Fatalf("%s %s: %v", method, ingress.ReadBackPath, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -248,29 +248,29 @@ func TestReadBackPagesThroughEveryWorkloadOnceWithLimitAndCursor(t *testing.T) {
 // rather than ending early.
 func TestReadBackWalkGoesOnPastEntriesRemovedBetweenTwoSlices(t *testing.T) {
 	n := newTestNode(t)
-	for i := range 2 * readBackSlice {
+	for i := range 2 * ingress.ReadBackSlice {
 		if _, err := n.m.ingestLocal([]byte(ingressFrameJSON(leasedInfo("walk-"+itoa(1000+i), "running", 1)))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	head := n.m.table.ReadStart(nil, readBackSlice, func(int) {})
-	v := n.m.table.ReadSlice(head, nil, readBackSlice, readBackSlice)
+	head := n.m.table.ReadStart(nil, ingress.ReadBackSlice, func(int) {})
+	v := n.m.table.ReadSlice(head, nil, ingress.ReadBackSlice, ingress.ReadBackSlice)
 	first, visited, next := v.Items, v.Visited, v.Next
-	if len(first) != readBackSlice || visited != readBackSlice || next.AtEnd() {
+	if len(first) != ingress.ReadBackSlice || visited != ingress.ReadBackSlice || next.AtEnd() {
 		t.Fatalf("first slice: %d items, %d visited, next %v", len(first), visited, next)
 	}
 	// The next slice's first entry and the one after it leave the set.
-	for _, id := range []string{"walk-" + itoa(1000+readBackSlice), "walk-" + itoa(1001+readBackSlice)} {
+	for _, id := range []string{"walk-" + itoa(1000+ingress.ReadBackSlice), "walk-" + itoa(1001+ingress.ReadBackSlice)} {
 		if _, err := n.m.ingestLocal([]byte(`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"` + id + `"}}`)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	v = n.m.table.ReadSlice(next, nil, readBackSlice, readBackSlice)
+	v = n.m.table.ReadSlice(next, nil, ingress.ReadBackSlice, ingress.ReadBackSlice)
 	second, end := v.Items, v.Next
-	if len(second) != readBackSlice-2 || !end.AtEnd() {
-		t.Fatalf("second slice: %d items (want %d), end %v", len(second), readBackSlice-2, end)
+	if len(second) != ingress.ReadBackSlice-2 || !end.AtEnd() {
+		t.Fatalf("second slice: %d items (want %d), end %v", len(second), ingress.ReadBackSlice-2, end)
 	}
-	if id := second[0].Mark.Key.ID; id != "walk-"+itoa(1002+readBackSlice) {
+	if id := second[0].Mark.Key.ID; id != "walk-"+itoa(1002+ingress.ReadBackSlice) {
 		t.Fatalf("the second slice starts at %s, want the first entry still in the set", id)
 	}
 }
@@ -282,7 +282,7 @@ func TestReadBackQueryOutsideItsRulesIs400NamingTheParameter(t *testing.T) {
 	if valid.Next != nil {
 		t.Fatalf("one workload, limit 1: next %q, want null", *valid.Next)
 	}
-	long := strings.Repeat("c", maxCursorBytes+1)
+	long := strings.Repeat("c", ingress.MaxCursorBytes+1)
 	for _, c := range []struct {
 		query, reason string
 	}{
@@ -296,7 +296,7 @@ func TestReadBackQueryOutsideItsRulesIs400NamingTheParameter(t *testing.T) {
 		{"requesterId=" + strings.Repeat("r", 257), "requesterId is 257 bytes, over its 256-byte bound"},
 		{"requesterId=%ff", "requesterId must be valid UTF-8"},
 		{"cursor=!!!", "cursor: not a cursor this node gave"},
-		{"cursor=" + readBackCursor{order: 1, id: "x"}.encode() + "AA", "cursor: not a cursor this node gave"},
+		{"cursor=AQAAAAF4AA", "cursor: not a cursor this node gave"}, // a valid cursor (order 1, id "x") with bytes after it
 		{"cursor=" + long, "cursor is 1441 bytes"},
 		{"limit=%zz", "query"},
 	} {
@@ -375,31 +375,31 @@ func TestReadBackAnswerIsReadableByNoOtherOrigin(t *testing.T) {
 func TestReadBackEndsAPageAtItsByteBoundWithACursor(t *testing.T) {
 	n, _ := readBackNode(t)
 	const each = 200 << 10
-	count := readBackPageBytes/each + 3
+	count := ingress.ReadBackPageBytes/each + 3
 	trackWideIngressRuns(t, n, count, each)
 	first := readBack(t, n.m.IngressAddr(), "limit=10000")
-	if len(first.Workloads) != readBackPageBytes/each+1 || first.Next == nil {
+	if len(first.Workloads) != ingress.ReadBackPageBytes/each+1 || first.Next == nil {
 		t.Fatalf("the first page holds %d workloads of %d bytes, next %v; want the page ended just past %d bytes, with a cursor",
-			len(first.Workloads), each, first.Next, readBackPageBytes)
+			len(first.Workloads), each, first.Next, ingress.ReadBackPageBytes)
 	}
 	rest := readBack(t, n.m.IngressAddr(), "limit=10000&cursor="+url.QueryEscape(*first.Next))
 	if len(first.Workloads)+len(rest.Workloads) != count || rest.Next != nil {
 		t.Fatalf("the second page holds %d, next %v; want the other %d", len(rest.Workloads), rest.Next, count-len(first.Workloads))
 	}
-	if got := n.m.readBacks.cutBytes.Load(); got != 1 {
+	if got := n.m.ingressStats.CutBytes(); got != 1 {
 		t.Fatalf("nvpair_wlm_readback_pages_cut_total{bound=\"bytes\"} = %d, want 1", got)
 	}
 }
 
 func TestReadBackEndsAPageAtItsScanBoundWithACursor(t *testing.T) {
-	n, _ := readBackNode(t, withMaxLiveWorkloads(readBackScanMax+2*readBackSlice))
+	n, _ := readBackNode(t, withMaxLiveWorkloads(ingress.ReadBackScanMax+2*ingress.ReadBackSlice))
 	// The broker's own workloads, which the read-back looks at and skips:
 	// more than the bound rounded up to a whole slice.
 	ev, err := wireframe.ParseLifecycle(wireframe.MethodStarted, json.RawMessage(`{"workloadInfo":`+mustJSON(t, workload("proxy", "running", n.id))+`}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range readBackScanMax + readBackSlice {
+	for i := range ingress.ReadBackScanMax + ingress.ReadBackSlice {
 		ev.Info.ID = "proxy-" + itoa(i)
 		commitDirect(t, n, &ev, statetable.FromBroker)
 	}
@@ -407,13 +407,13 @@ func TestReadBackEndsAPageAtItsScanBoundWithACursor(t *testing.T) {
 
 	first := readBack(t, n.m.IngressAddr(), "")
 	if len(first.Workloads) != 0 || first.Next == nil {
-		t.Fatalf("the first answer lists %v, next %v; want none and a cursor after %d entries looked at", first.ids(), first.Next, readBackScanMax)
+		t.Fatalf("the first answer lists %v, next %v; want none and a cursor after %d entries looked at", first.ids(), first.Next, ingress.ReadBackScanMax)
 	}
 	rest := readBack(t, n.m.IngressAddr(), "cursor="+url.QueryEscape(*first.Next))
 	if got := rest.ids(); !slices.Equal(got, []string{"after-them"}) || rest.Next != nil {
 		t.Fatalf("the next answer lists %v, next %v", got, rest.Next)
 	}
-	if got := n.m.readBacks.cutScan.Load(); got != 1 {
+	if got := n.m.ingressStats.CutScan(); got != 1 {
 		t.Fatalf("nvpair_wlm_readback_pages_cut_total{bound=\"scan\"} = %d, want 1", got)
 	}
 }
@@ -422,11 +422,11 @@ func TestReadBackEndsAPageAtItsScanBoundWithACursor(t *testing.T) {
 // deadline: it cannot hold the request, and what it copied out of the set,
 // for longer.
 func TestReadBackClientThatStopsReadingIsDroppedAtTheWriteDeadline(t *testing.T) {
-	old := readBackWriteTimeout
-	readBackWriteTimeout = 300 * time.Millisecond
-	t.Cleanup(func() { readBackWriteTimeout = old })
+	old := ingress.ReadBackWriteTimeout
+	ingress.ReadBackWriteTimeout = 300 * time.Millisecond
+	t.Cleanup(func() { ingress.ReadBackWriteTimeout = old })
 	n, _ := readBackNode(t)
-	trackWideIngressRuns(t, n, readBackPageBytes/(200<<10), 200<<10)
+	trackWideIngressRuns(t, n, ingress.ReadBackPageBytes/(200<<10), 200<<10)
 	conn, err := net.Dial("tcp", n.m.IngressAddr())
 	if err != nil {
 		t.Fatal(err)
@@ -437,7 +437,7 @@ func TestReadBackClientThatStopsReadingIsDroppedAtTheWriteDeadline(t *testing.T)
 	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := io.WriteString(conn, "GET "+readBackPath+" HTTP/1.1\r\nHost: "+n.m.IngressAddr()+"\r\n"+readBackHeader+": 1\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(conn, "GET "+ingress.ReadBackPath+" HTTP/1.1\r\nHost: "+n.m.IngressAddr()+"\r\n"+ingress.ReadBackHeader+": 1\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the read-back to give up on the client", func() bool {
@@ -474,28 +474,28 @@ func TestReadBackWithoutItsHeaderIs400NamingItBeforeAnyWork(t *testing.T) {
 		headers []string
 		reason  string
 	}{
-		{"missing", []string{readBackHeader, ""}, "the read-back requires the header Workload-Read-Back: 1 (a web page cannot send it)"},
-		{"another value", []string{readBackHeader, "true"}, "header Workload-Read-Back must be given once, as 1"},
-		{"empty", []string{readBackHeader, " "}, "header Workload-Read-Back must be given once, as 1"},
-		{"twice", []string{readBackHeader, "1", readBackHeader, "1"}, "header Workload-Read-Back must be given once, as 1"},
+		{"missing", []string{ingress.ReadBackHeader, ""}, "the read-back requires the header Workload-Read-Back: 1 (a web page cannot send it)"},
+		{"another value", []string{ingress.ReadBackHeader, "true"}, "header Workload-Read-Back must be given once, as 1"},
+		{"empty", []string{ingress.ReadBackHeader, " "}, "header Workload-Read-Back must be given once, as 1"},
+		{"twice", []string{ingress.ReadBackHeader, "1", ingress.ReadBackHeader, "1"}, "header Workload-Read-Back must be given once, as 1"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			before := n.m.readBacks.scanned.Load()
+			before := n.m.ingressStats.Scanned()
 			st, _, body := getReadBack(t, addr, "", c.headers...)
 			if st != http.StatusBadRequest || strings.TrimSpace(string(body)) != c.reason {
 				t.Fatalf("%d %.200q, want 400 %q", st, body, c.reason)
 			}
-			if got := n.m.readBacks.scanned.Load(); got != before {
+			if got := n.m.ingressStats.Scanned(); got != before {
 				t.Fatalf("entries looked at moved %d -> %d for a refused read-back", before, got)
 			}
 		})
 	}
 	// The method is checked before the header, and the header before the
 	// query: each request has one answer.
-	if st, _, body := doReadBack(t, http.MethodPost, addr, "limit=0", readBackHeader, ""); st != http.StatusMethodNotAllowed {
+	if st, _, body := doReadBack(t, http.MethodPost, addr, "limit=0", ingress.ReadBackHeader, ""); st != http.StatusMethodNotAllowed {
 		t.Errorf("POST without the header: %d %s, want 405", st, body)
 	}
-	if st, _, body := getReadBack(t, addr, "limit=0", readBackHeader, ""); st != http.StatusBadRequest || !strings.Contains(string(body), readBackHeader) {
+	if st, _, body := getReadBack(t, addr, "limit=0", ingress.ReadBackHeader, ""); st != http.StatusBadRequest || !strings.Contains(string(body), ingress.ReadBackHeader) {
 		t.Errorf("a bad query without the header: %d %s, want the header's 400", st, body)
 	}
 	if got := readBack(t, addr, "").ids(); !slices.Equal(got, []string{"hdr"}) {
@@ -516,25 +516,25 @@ func stallReadBack(t *testing.T, addr string) net.Conn {
 	if err := conn.(*net.TCPConn).SetReadBuffer(4096); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := io.WriteString(conn, "GET "+readBackPath+"?limit=10000 HTTP/1.1\r\nHost: "+addr+"\r\n"+readBackHeader+": 1\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(conn, "GET "+ingress.ReadBackPath+"?limit=10000 HTTP/1.1\r\nHost: "+addr+"\r\n"+ingress.ReadBackHeader+": 1\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
 	return conn
 }
 
-// At most readBackMaxInProgress read-backs are answered at once; one more
+// At most ingress.ReadBackMaxInProgress read-backs are answered at once; one more
 // is refused at once with 503 and Retry-After, not queued, and is counted;
 // once one ends, read-backs are answered again.
 func TestReadBacksInProgressAreBoundedAndOneMoreIs503WithRetryAfter(t *testing.T) {
 	n, _ := readBackNode(t)
 	addr := n.m.IngressAddr()
-	trackWideIngressRuns(t, n, readBackPageBytes/(200<<10)+2, 200<<10)
+	trackWideIngressRuns(t, n, ingress.ReadBackPageBytes/(200<<10)+2, 200<<10)
 	var stalled []net.Conn
-	for range readBackMaxInProgress {
+	for range ingress.ReadBackMaxInProgress {
 		stalled = append(stalled, stallReadBack(t, addr))
 	}
 	eventually(t, "the stalled read-backs to be in progress", func() bool {
-		return n.m.readBacks.inProgress.Load() == readBackMaxInProgress
+		return n.m.ingressStats.InProgress() == ingress.ReadBackMaxInProgress
 	})
 	var metrics strings.Builder
 	if err := n.m.writeMetrics(&metrics); err != nil {
@@ -545,23 +545,23 @@ func TestReadBacksInProgressAreBoundedAndOneMoreIs503WithRetryAfter(t *testing.T
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-	scanned := n.m.readBacks.scanned.Load()
+	scanned := n.m.ingressStats.Scanned()
 	st, h, body := getReadBack(t, addr, "limit=1")
 	if st != http.StatusServiceUnavailable || h.Get("Retry-After") != "1" ||
 		strings.TrimSpace(string(body)) != "2 read-backs are in progress, the most this node answers at once; retry after 1 s" {
 		t.Fatalf("one read-back more: %d Retry-After %q %.200q, want 503 with Retry-After 1", st, h.Get("Retry-After"), body)
 	}
-	if got := n.m.readBacks.busy.Load(); got != 1 {
+	if got := n.m.ingressStats.Busy(); got != 1 {
 		t.Errorf("nvpair_wlm_readback_busy_refusals_total = %d, want 1", got)
 	}
-	if got := n.m.readBacks.scanned.Load(); got != scanned {
+	if got := n.m.ingressStats.Scanned(); got != scanned {
 		t.Errorf("the refused read-back looked at %d entries", got-scanned)
 	}
 	// The producer's frames are not held up by the read-backs.
 	postLeased(t, n, leasedInfo("during", "running", 1), 0)
 
 	stalled[0].Close()
-	eventually(t, "a place to free", func() bool { return n.m.readBacks.inProgress.Load() < readBackMaxInProgress })
+	eventually(t, "a place to free", func() bool { return n.m.ingressStats.InProgress() < ingress.ReadBackMaxInProgress })
 	if got := readBack(t, addr, "limit=1"); len(got.Workloads) != 1 {
 		t.Fatalf("after a place freed: listed %v", got.ids())
 	}
@@ -572,7 +572,7 @@ func TestReadBacksInProgressAreBoundedAndOneMoreIs503WithRetryAfter(t *testing.T
 // this node: shown by the count of entries looked at, which is
 // deterministic, rather than by the time.
 func TestReadBackLooksAtTheSameEntriesWhetherItsFilterMatchesOrNot(t *testing.T) {
-	n, _ := readBackNode(t, withMaxLiveWorkloads(2*readBackScanMax))
+	n, _ := readBackNode(t, withMaxLiveWorkloads(2*ingress.ReadBackScanMax))
 	// The broker's own workloads, which the read-back looks at and never
 	// lists, around the jobs of two producers: "early" has its jobs at
 	// the head of the set, "late" at its end.
@@ -593,14 +593,14 @@ func TestReadBackLooksAtTheSameEntriesWhetherItsFilterMatchesOrNot(t *testing.T)
 	}
 	post("early-1", "early")
 	post("early-2", "early")
-	proxies(3*readBackSlice + 17)
+	proxies(3*ingress.ReadBackSlice + 17)
 	post("late-1", "late")
 	set := n.m.table.Sizes().Runs
 
 	looked := func(query string) (int, readBackAnswer) {
-		before := n.m.readBacks.scanned.Load()
+		before := n.m.ingressStats.Scanned()
 		a := readBack(t, n.m.IngressAddr(), query)
-		return int(n.m.readBacks.scanned.Load() - before), a
+		return int(n.m.ingressStats.Scanned() - before), a
 	}
 	for _, c := range []struct {
 		query string
@@ -631,41 +631,11 @@ func TestReadBackLooksAtTheSameEntriesWhetherItsFilterMatchesOrNot(t *testing.T)
 
 	// Past the scan bound the two still look at the same entries: the
 	// bound, rounded up to a whole slice.
-	proxies(readBackScanMax)
-	bound := (readBackScanMax + readBackSlice - 1) / readBackSlice * readBackSlice
+	proxies(ingress.ReadBackScanMax)
+	bound := (ingress.ReadBackScanMax + ingress.ReadBackSlice - 1) / ingress.ReadBackSlice * ingress.ReadBackSlice
 	for _, q := range []string{"requesterId=early&limit=1", "requesterId=nobody&limit=1"} {
 		if got, a := looked(q); got != bound || a.Next == nil {
 			t.Errorf("%s on %d entries looked at %d, next %v; want %d and a cursor", q, n.m.table.Sizes().Runs, got, a.Next, bound)
 		}
-	}
-}
-
-// BenchmarkReadBackLimit1 is ?requesterId=X&limit=1 on a set of 100,000
-// ingress jobs, when X's 1,000 jobs are at the head of the set ("hit") and
-// when X has none ("none"): the two look at the same entries.
-func BenchmarkReadBackLimit1(b *testing.B) {
-	n := newTestNode(b, withMaxLiveWorkloads(readBackScanMax))
-	var jobs [2]wireframe.Lifecycle
-	for i, requester := range []string{"x", "z"} {
-		w := leasedInfo("job", "running", 1)
-		w["originatedFrom"], w["requesterId"] = n.id, requester
-		ev, err := wireframe.ParseLifecycle(wireframe.MethodStarted, json.RawMessage(`{"workloadInfo":`+mustJSON(b, w)+`}`))
-		if err != nil {
-			b.Fatal(err)
-		}
-		jobs[i] = ev
-	}
-	for i := range readBackScanMax {
-		e := &jobs[min(i/1000, 1)]
-		e.Info.ID = "w-" + itoa(i)
-		commitDirect(b, n, e, statetable.FromProducer)
-	}
-	for _, c := range []struct{ name, requester string }{{"hit", "x"}, {"none", "y"}} {
-		b.Run(c.name, func(b *testing.B) {
-			q := readBackQuery{limit: 1, requester: &c.requester}
-			for b.Loop() {
-				n.m.readBack(httptest.NewRecorder(), q)
-			}
-		})
 	}
 }

@@ -273,12 +273,12 @@ func (p *producer) warm(conns int) {
 	var wg sync.WaitGroup
 	for range conns {
 		wg.Go(func() {
-			req, err := http.NewRequest(http.MethodGet, "http://"+p.ingress+readBackPath, nil)
+			req, err := http.NewRequest(http.MethodGet, "http://"+p.ingress+"/v1/workloads", nil)
 			if err != nil {
 				p.t.Error(err)
 				return
 			}
-			req.Header.Set(readBackHeader, readBackHeaderValue)
+			req.Header.Set("Workload-Read-Back", "1")
 			resp, err := p.client.Do(req)
 			if err != nil {
 				p.t.Error(err)
@@ -597,7 +597,7 @@ func leasedAcrossKill(t *testing.T, n, kills int) {
 			last = func() { a.sigkill() }
 		}
 		codes, texts := p.postAllThen(to-from, to-from, func(i int) (string, []string) {
-			return jobFrame(id(from+i), "running", 1), []string{leaseHeader, itoa(minLeaseSeconds)}
+			return jobFrame(id(from+i), "running", 1), []string{"Workload-Lease", itoa(minLeaseSeconds)}
 		}, last)
 		for i, c := range codes {
 			if c != http.StatusOK {
@@ -621,7 +621,7 @@ func leasedAcrossKill(t *testing.T, n, kills int) {
 	codes, texts := p.postAll(len(reporting), 8, func(k int) (string, []string) {
 		i := reporting[k]
 		if meant[id(i)] == "running" {
-			return jobFrame(id(i), "running", 2), []string{leaseHeader, "600"}
+			return jobFrame(id(i), "running", 2), []string{"Workload-Lease", "600"}
 		}
 		return jobFrame(id(i), "completed", 2), nil
 	})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
@@ -297,12 +298,12 @@ func TestIngressFramesInFlightCountTowardTheResyncByteBound(t *testing.T) {
 		})
 	}
 	eventually(t, "two new runs in flight", func() bool { return n.m.ingressFlight.inFlight() == 2 })
-	var atLimit *errAtLimit
+	var atLimit *ingress.AtLimitError
 	if err := answeredWhileHeld(t, "a third new run", func() error {
 		_, err := n.m.ingestLocal(body("new-2"))
 		return err
-	}); !errors.As(err, &atLimit) || atLimit.bound != statetable.LimitBytes {
-		t.Fatalf("a third new run while two are in flight at the byte bound: %v, want errAtLimit for bytes (503)", err)
+	}); !errors.As(err, &atLimit) || atLimit.Bound != statetable.LimitBytes {
+		t.Fatalf("a third new run while two are in flight at the byte bound: %v, want ingress.AtLimitError for bytes (503)", err)
 	}
 	close(gw.release)
 	heldDone()

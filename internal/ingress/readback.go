@@ -1,4 +1,4 @@
-package main
+package ingress
 
 import (
 	"bytes"
@@ -33,62 +33,62 @@ import (
 // request is refused by its Origin or its Fetch Metadata (fetchmetadata.go)
 // before anything is looked at, and a read-back must carry a header no page
 // can send without a CORS preflight, which the daemon never allows. What a
-// local program can make it do is bounded: readBackMaxInProgress answers
-// at once, each looking at no more than readBackScanMax entries. And every
+// local program can make it do is bounded: ReadBackMaxInProgress answers
+// at once, each looking at no more than ReadBackScanMax entries. And every
 // answer looks at the same entries whatever its filter matches, so its time
 // does not tell whether a requester has jobs on this node.
 
-// readBackPath is the read-back's path on the ingress.
-const readBackPath = "/v1/workloads"
+// ReadBackPath is the read-back's path on the ingress.
+const ReadBackPath = "/v1/workloads"
 
 const (
-	// readBackDefaultLimit and readBackMaxLimit bound the workloads of
+	// ReadBackDefaultLimit and ReadBackMaxLimit bound the workloads of
 	// one answer (the limit parameter); the cursor goes on from there.
-	readBackDefaultLimit = 1000
-	readBackMaxLimit     = 10000
-	// readBackPageBytes ends an answer once its workload objects reach
+	ReadBackDefaultLimit = 1000
+	ReadBackMaxLimit     = 10000
+	// ReadBackPageBytes ends an answer once its workload objects reach
 	// this many bytes, whatever the limit (a page always holds at least
 	// one): 10,000 workloads of a 256 KiB line each would be gigabytes.
-	readBackPageBytes = 8 << 20
-	// readBackScanMax ends an answer once it has looked at this many
+	ReadBackPageBytes = 8 << 20
+	// ReadBackScanMax ends an answer once it has looked at this many
 	// entries of the set, listed or not, so a filter that matches little
 	// in a large set is answered in bounded time; the cursor goes on.
-	readBackScanMax = 100_000
-	// readBackSlice is the most entries one hold of the table's lock visits.
-	readBackSlice = 256
-	// maxCursorBytes bounds the cursor parameter: a cursor this node gives
+	ReadBackScanMax = 100_000
+	// ReadBackSlice is the most entries one hold of the table's lock visits.
+	ReadBackSlice = 256
+	// MaxCursorBytes bounds the cursor parameter: a cursor this node gives
 	// is at most 5 varints and four 256-byte fields, base64url-encoded.
-	maxCursorBytes = 1440
-	// readBackHeader must be on every read-back, once, with the value
-	// readBackHeaderValue. It is not a CORS-safelisted header: a page's
+	MaxCursorBytes = 1440
+	// ReadBackHeader must be on every read-back, once, with the value
+	// ReadBackHeaderValue. It is not a CORS-safelisted header: a page's
 	// no-cors fetch drops it, and its cors fetch sends a preflight first,
 	// which the daemon refuses (it carries Origin). A browser that sends
 	// no Fetch Metadata still cannot have a page read back.
-	readBackHeader      = "Workload-Read-Back"
-	readBackHeaderValue = "1"
-	// readBackMaxInProgress bounds the read-backs answered at once; one
+	ReadBackHeader      = "Workload-Read-Back"
+	ReadBackHeaderValue = "1"
+	// ReadBackMaxInProgress bounds the read-backs answered at once; one
 	// more is refused at once with 503 and Retry-After, never queued. A
 	// read-back is a producer's restart-time question, so two at once is
 	// room for a restarting producer and one more, and bounds what a local
 	// program looping on it takes to two walks' worth of CPU.
-	readBackMaxInProgress = 2
+	ReadBackMaxInProgress = 2
 )
 
-// readBackWriteTimeout bounds how long a client may take to read an
+// ReadBackWriteTimeout bounds how long a client may take to read an
 // answer: the ingress has no write timeout of its own (3.5), and a client
 // that stops reading must not keep the request forever. A variable only so
 // a test need not wait 30 s.
-var readBackWriteTimeout = 30 * time.Second
+var ReadBackWriteTimeout = 30 * time.Second
 
-// readBackStats are the read-back's counters; the answers themselves are
+// Stats are the read-back's counters; the answers themselves are
 // counted with the ingress's (nvpair_wlm_ingress_responses_total).
-type readBackStats struct {
+type Stats struct {
 	listed   atomic.Uint64 // workloads listed in answers
-	cutBytes atomic.Uint64 // answers ended by readBackPageBytes
-	cutScan  atomic.Uint64 // answers ended by readBackScanMax
+	cutBytes atomic.Uint64 // answers ended by ReadBackPageBytes
+	cutScan  atomic.Uint64 // answers ended by ReadBackScanMax
 	scanned  atomic.Uint64 // entries of the set looked at by the walks
 	// inProgress is the read-backs being answered, at most
-	// readBackMaxInProgress; busy counts those refused at that bound.
+	// ReadBackMaxInProgress; busy counts those refused at that bound.
 	inProgress atomic.Int64
 	busy       atomic.Uint64
 	// fetchMetadataRefused counts the requests refused by their Fetch
@@ -97,12 +97,26 @@ type readBackStats struct {
 	fetchMetadataRefused atomic.Uint64
 }
 
-// begin takes one of the readBackMaxInProgress places, or reports that
+// FetchMetadataRefused counts the requests refused by their Fetch Metadata.
+func (s *Stats) FetchMetadataRefused() uint64 { return s.fetchMetadataRefused.Load() }
+
+// Scanned counts the entries of the table the read-back's walks looked at.
+func (s *Stats) Scanned() uint64 { return s.scanned.Load() }
+
+// CutBytes and CutScan count the answers a bound ended (the page's bytes,
+// the entries looked at); InProgress is the read-backs being answered, and
+// Busy those refused because ReadBackMaxInProgress were.
+func (s *Stats) CutBytes() uint64  { return s.cutBytes.Load() }
+func (s *Stats) CutScan() uint64   { return s.cutScan.Load() }
+func (s *Stats) InProgress() int64 { return s.inProgress.Load() }
+func (s *Stats) Busy() uint64      { return s.busy.Load() }
+
+// begin takes one of the ReadBackMaxInProgress places, or reports that
 // none is free (and counts the refusal). It never waits.
-func (s *readBackStats) begin() bool {
+func (s *Stats) begin() bool {
 	for {
 		n := s.inProgress.Load()
-		if n >= readBackMaxInProgress {
+		if n >= ReadBackMaxInProgress {
 			s.busy.Add(1)
 			return false
 		}
@@ -113,7 +127,7 @@ func (s *readBackStats) begin() bool {
 }
 
 // end gives back the place begin took.
-func (s *readBackStats) end() { s.inProgress.Add(-1) }
+func (s *Stats) end() { s.inProgress.Add(-1) }
 
 // readBackQuery is a read-back request's parameters.
 type readBackQuery struct {
@@ -174,7 +188,7 @@ func decodeCursor(s string) (readBackCursor, error) {
 // requesterId, each at most once. Anything else is the caller's mistake,
 // refused with the parameter named.
 func parseReadBackQuery(raw string) (readBackQuery, error) {
-	q := readBackQuery{limit: readBackDefaultLimit}
+	q := readBackQuery{limit: ReadBackDefaultLimit}
 	values, err := url.ParseQuery(raw)
 	if err != nil {
 		return q, fmt.Errorf("query: %v", err)
@@ -193,8 +207,8 @@ func parseReadBackQuery(raw string) (readBackQuery, error) {
 		switch k {
 		case "limit":
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > readBackMaxLimit {
-				return q, fmt.Errorf("limit %q: must be a whole number from 1 to %d", httpguard.ClipReason(v), readBackMaxLimit)
+			if err != nil || n < 1 || n > ReadBackMaxLimit {
+				return q, fmt.Errorf("limit %q: must be a whole number from 1 to %d", httpguard.ClipReason(v), ReadBackMaxLimit)
 			}
 			q.limit = n
 		case "requesterId":
@@ -206,7 +220,7 @@ func parseReadBackQuery(raw string) (readBackQuery, error) {
 			}
 			q.requester = &v
 		case "cursor":
-			if len(v) > maxCursorBytes {
+			if len(v) > MaxCursorBytes {
 				return q, fmt.Errorf("cursor is %d bytes: %w", len(v), errBadCursor)
 			}
 			c, err := decodeCursor(v)
@@ -221,16 +235,16 @@ func parseReadBackQuery(raw string) (readBackQuery, error) {
 	return q, nil
 }
 
-// checkReadBackHeader returns 400 naming readBackHeader unless the
+// checkReadBackHeader returns 400 naming ReadBackHeader unless the
 // request carries it once with its value, else 0.
 func checkReadBackHeader(h http.Header) (int, string) {
-	switch vs := h.Values(readBackHeader); {
-	case len(vs) == 1 && vs[0] == readBackHeaderValue:
+	switch vs := h.Values(ReadBackHeader); {
+	case len(vs) == 1 && vs[0] == ReadBackHeaderValue:
 		return 0, ""
 	case len(vs) == 0:
-		return http.StatusBadRequest, "the read-back requires the header " + readBackHeader + ": " + readBackHeaderValue + " (a web page cannot send it)"
+		return http.StatusBadRequest, "the read-back requires the header " + ReadBackHeader + ": " + ReadBackHeaderValue + " (a web page cannot send it)"
 	}
-	return http.StatusBadRequest, "header " + readBackHeader + " must be given once, as " + readBackHeaderValue
+	return http.StatusBadRequest, "header " + ReadBackHeader + " must be given once, as " + ReadBackHeaderValue
 }
 
 // serveReadBack answers GET /v1/workloads: the Origin (403), Host (421)
@@ -238,11 +252,11 @@ func checkReadBackHeader(h http.Header) (int, string) {
 // method (405 with Allow), then the read-back header (400), then the
 // query (400), then a place among the read-backs in progress (503), then
 // the listing. Nothing before the listing looks at the set.
-func (li *localIngress) serveReadBack(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveReadBack(w http.ResponseWriter, r *http.Request) {
 	log := func() *slog.Logger {
-		return li.m.log.With("channel", "ingress", "remote", r.RemoteAddr, "httpMethod", httpguard.ClipReason(r.Method), "path", readBackPath)
+		return s.log.With("channel", "ingress", "remote", r.RemoteAddr, "httpMethod", httpguard.ClipReason(r.Method), "path", ReadBackPath)
 	}
-	status, reason := li.refusePages(r)
+	status, reason := s.refusePages(r)
 	if status == 0 && r.Method != http.MethodGet {
 		w.Header().Set("Allow", http.MethodGet)
 		status, reason = http.StatusMethodNotAllowed, "method must be GET"
@@ -257,21 +271,21 @@ func (li *localIngress) serveReadBack(w http.ResponseWriter, r *http.Request) {
 			status, reason = http.StatusBadRequest, err.Error()
 		}
 	}
-	if status == 0 && !li.m.readBacks.begin() {
+	if status == 0 && !s.cfg.Stats.begin() {
 		w.Header().Set("Retry-After", "1")
-		status, reason = http.StatusServiceUnavailable, fmt.Sprintf("%d read-backs are in progress, the most this node answers at once; retry after 1 s", readBackMaxInProgress)
+		status, reason = http.StatusServiceUnavailable, fmt.Sprintf("%d read-backs are in progress, the most this node answers at once; retry after 1 s", ReadBackMaxInProgress)
 	}
 	if status != 0 {
 		reason = httpguard.ClipReason(reason)
-		li.m.ingressResponses.Inc(httpguard.StatusCode(status))
-		li.rejects.Log(log(), slog.LevelWarn, r.RemoteAddr, status, "ingress request rejected", "status", status, "reason", reason)
+		s.cfg.Responses.Inc(httpguard.StatusCode(status))
+		s.rejects.Log(log(), slog.LevelWarn, r.RemoteAddr, status, "ingress request rejected", "status", status, "reason", reason)
 		httpguard.Answer(w, status, reason)
 		return
 	}
-	defer li.m.readBacks.end()
-	li.m.ingressResponses.Inc("200")
-	listed, cut := li.m.readBack(w, q)
-	if li.m.log.Enabled(r.Context(), slog.LevelDebug) {
+	defer s.cfg.Stats.end()
+	s.cfg.Responses.Inc("200")
+	listed, cut := s.readBack(w, q)
+	if s.log.Enabled(r.Context(), slog.LevelDebug) {
 		log().Debug("ingress read-back answered", "status", http.StatusOK, "listed", listed, "cutBy", cut)
 	}
 }
@@ -281,7 +295,7 @@ func (li *localIngress) serveReadBack(w http.ResponseWriter, r *http.Request) {
 // "limit", "bytes" or "scan" ("client" when the client went away).
 //
 // The walk looks at the same entries whatever the filter matches: from
-// the cursor to the end of the set, or to readBackScanMax entries (rounded
+// the cursor to the end of the set, or to ReadBackScanMax entries (rounded
 // up to a slice), and never stops at the limit. An answer that stopped at
 // its limit (or its byte bound) looks on without listing, only to learn
 // whether a further workload matched: if one did, next names the last one
@@ -291,7 +305,7 @@ func (li *localIngress) serveReadBack(w http.ResponseWriter, r *http.Request) {
 // nothing after every entry: the time of ?requesterId=X&limit=1 would say
 // whether X has jobs on this node. What still differs is the work on the
 // workloads listed, at most limit of them, which is the answer itself.
-func (m *Manager) readBack(w http.ResponseWriter, q readBackQuery) (int, string) {
+func (s *Server) readBack(w http.ResponseWriter, q readBackQuery) (int, string) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
@@ -299,24 +313,24 @@ func (m *Manager) readBack(w http.ResponseWriter, q readBackQuery) (int, string)
 	// browser drops a cross-origin no-cors answer before a page sees it.
 	h.Set("Cross-Origin-Resource-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
-	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(readBackWriteTimeout))
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(ReadBackWriteTimeout))
 	w.WriteHeader(http.StatusOK)
 
 	var buf bytes.Buffer
 	buf.WriteString(`{"workloads":[`)
-	pos := m.table.ReadStart(q.cursor.mark(), readBackSlice, func(n int) { m.readBacks.scanned.Add(uint64(n)) })
+	pos := s.cfg.Table.ReadStart(q.cursor.mark(), ReadBackSlice, func(n int) { s.cfg.Stats.scanned.Add(uint64(n)) })
 	listed, pageBytes, visited := 0, 0, 0
 	var last, lastListed readBackCursor
 	// stopped is the bound that ended the listing ("limit" or "bytes"),
 	// more whether a workload to list was found after it.
 	stopped, more := "", false
-	for !pos.AtEnd() && visited < readBackScanMax {
+	for !pos.AtEnd() && visited < ReadBackScanMax {
 		want := 0
 		if stopped == "" {
 			want = q.limit - listed
 		}
-		v := m.table.ReadSlice(pos, q.requester, want, readBackSlice)
-		m.readBacks.scanned.Add(uint64(v.Visited))
+		v := s.cfg.Table.ReadSlice(pos, q.requester, want, ReadBackSlice)
+		s.cfg.Stats.scanned.Add(uint64(v.Visited))
 		pos, visited, last = v.Next, visited+v.Visited, cursorOf(v.Last)
 		more = more || v.Beyond
 		for i, it := range v.Items {
@@ -348,7 +362,7 @@ func (m *Manager) readBack(w http.ResponseWriter, q readBackQuery) (int, string)
 				buf.Reset()
 			}
 			switch {
-			case pageBytes >= readBackPageBytes:
+			case pageBytes >= ReadBackPageBytes:
 				stopped = "bytes"
 			case listed >= q.limit:
 				stopped = "limit"
@@ -369,9 +383,9 @@ func (m *Manager) readBack(w http.ResponseWriter, q readBackQuery) (int, string)
 	}
 	switch cut {
 	case "bytes":
-		m.readBacks.cutBytes.Add(1)
+		s.cfg.Stats.cutBytes.Add(1)
 	case "scan":
-		m.readBacks.cutScan.Add(1)
+		s.cfg.Stats.cutScan.Add(1)
 	}
 	buf.WriteString(`],"next":`)
 	if next == nil {
@@ -380,7 +394,7 @@ func (m *Manager) readBack(w http.ResponseWriter, q readBackQuery) (int, string)
 		buf.WriteString(strconv.Quote(next.encode()))
 	}
 	buf.WriteString("}\n")
-	m.readBacks.listed.Add(uint64(listed))
+	s.cfg.Stats.listed.Add(uint64(listed))
 	if _, err := w.Write(buf.Bytes()); err != nil {
 		return listed, "client"
 	}
@@ -410,25 +424,20 @@ func readBackInfo(line []byte) (json.RawMessage, bool) {
 	return wireframe.MemberNamed(pm, "workloadInfo")
 }
 
-// writeReadBackMetrics renders the read-back's counters and bounds.
-func (m *Manager) writeReadBackMetrics(t *promtext.Text) {
-	t.Single("nvpair_wlm_readback_listed_total", "counter", "Workloads listed by the ingress read-back (GET /v1/workloads).", float64(m.readBacks.listed.Load()))
+// WriteMetrics renders the read-back's counters and bounds, and the
+// ingress's Fetch Metadata refusals.
+func (st *Stats) WriteMetrics(t *promtext.Text) {
+	t.Single("nvpair_wlm_readback_listed_total", "counter", "Workloads listed by the ingress read-back (GET /v1/workloads).", float64(st.listed.Load()))
 	t.Family("nvpair_wlm_readback_pages_cut_total", "counter", "Read-back answers ended before the limit by a bound, with a cursor to go on: bytes (the page's byte bound) or scan (the entries one answer looks at).")
-	t.Sample("nvpair_wlm_readback_pages_cut_total", []string{"bound"}, []string{"bytes"}, float64(m.readBacks.cutBytes.Load()))
-	t.Sample("nvpair_wlm_readback_pages_cut_total", []string{"bound"}, []string{"scan"}, float64(m.readBacks.cutScan.Load()))
-	t.Single("nvpair_wlm_readback_limit_max", "gauge", "The most workloads one read-back answer lists (its limit parameter's maximum).", readBackMaxLimit)
-	t.Single("nvpair_wlm_readback_page_bytes_max", "gauge", "The bytes of workload objects after which a read-back answer ends, whatever its limit.", readBackPageBytes)
-	t.Single("nvpair_wlm_readback_scan_max", "gauge", "The entries of the re-sync set one read-back answer looks at before it ends with a cursor.", readBackScanMax)
-	t.Single("nvpair_wlm_readback_entries_scanned_total", "counter", "Entries of the re-sync set the read-back's walks looked at, listed or not: an answer looks at the same entries whatever its filter matches.", float64(m.readBacks.scanned.Load()))
-	t.Single("nvpair_wlm_readback_in_progress", "gauge", "Read-backs being answered.", float64(m.readBacks.inProgress.Load()))
-	t.Single("nvpair_wlm_readback_in_progress_max", "gauge", "The most read-backs answered at once; one more is refused 503 with Retry-After.", readBackMaxInProgress)
-	t.Single("nvpair_wlm_readback_busy_refusals_total", "counter", "Read-backs refused 503 because the most were in progress.", float64(m.readBacks.busy.Load()))
-	m.writeFetchMetadataMetrics(t)
-}
-
-// writeFetchMetadataMetrics renders the count of ingress requests refused
-// by their Fetch Metadata.
-func (m *Manager) writeFetchMetadataMetrics(t *promtext.Text) {
-	n := m.readBacks.fetchMetadataRefused.Load()
+	t.Sample("nvpair_wlm_readback_pages_cut_total", []string{"bound"}, []string{"bytes"}, float64(st.cutBytes.Load()))
+	t.Sample("nvpair_wlm_readback_pages_cut_total", []string{"bound"}, []string{"scan"}, float64(st.cutScan.Load()))
+	t.Single("nvpair_wlm_readback_limit_max", "gauge", "The most workloads one read-back answer lists (its limit parameter's maximum).", ReadBackMaxLimit)
+	t.Single("nvpair_wlm_readback_page_bytes_max", "gauge", "The bytes of workload objects after which a read-back answer ends, whatever its limit.", ReadBackPageBytes)
+	t.Single("nvpair_wlm_readback_scan_max", "gauge", "The entries of the re-sync set one read-back answer looks at before it ends with a cursor.", ReadBackScanMax)
+	t.Single("nvpair_wlm_readback_entries_scanned_total", "counter", "Entries of the re-sync set the read-back's walks looked at, listed or not: an answer looks at the same entries whatever its filter matches.", float64(st.scanned.Load()))
+	t.Single("nvpair_wlm_readback_in_progress", "gauge", "Read-backs being answered.", float64(st.inProgress.Load()))
+	t.Single("nvpair_wlm_readback_in_progress_max", "gauge", "The most read-backs answered at once; one more is refused 503 with Retry-After.", ReadBackMaxInProgress)
+	t.Single("nvpair_wlm_readback_busy_refusals_total", "counter", "Read-backs refused 503 because the most were in progress.", float64(st.busy.Load()))
+	n := st.fetchMetadataRefused.Load()
 	t.Single("nvpair_wlm_ingress_fetch_metadata_refusals_total", "counter", "Ingress requests refused 403 because a browser marked them as a web page's (Sec-Fetch-Site other than none, or Sec-Fetch-Mode no-cors).", float64(n))
 }
