@@ -169,10 +169,7 @@ func (t ingressTurn) wait() error {
 		t.q.settle(t.key, t.startsRun, t.bytes)
 		return fmt.Errorf("%w: %v", ingress.ErrBrokerWrite, err)
 	}
-	if t.committed.seq == 0 || t.m.journal == nil {
-		return nil
-	}
-	if err := t.m.journal.Wait(t.committed.seq); err != nil {
+	if err := t.m.journal.wait(t.committed.seq); err != nil {
 		return fmt.Errorf("%w: %v", ingress.ErrNotDurable, err)
 	}
 	return nil

@@ -149,9 +149,9 @@ type Manager struct {
 	// path to the peers and to disk reads it.
 	table *statetable.Table
 	// journal keeps what the table must not lose across a restart
-	// (tablejournal.go); nil without a JournalPath or when it could not be
-	// opened.
-	journal journalFile
+	// (tablejournal.go); its file is nil without a JournalPath or when it
+	// could not be opened.
+	journal tableJournal
 	// lastEvicted is the table's eviction count at the last prune, for
 	// the one line per burst (pruneTable).
 	lastEvicted uint64
@@ -276,6 +276,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		Now:           func() time.Time { return m.now() },
 		LeaseUnit:     time.Second,
 	})
+	m.journal = tableJournal{path: cfg.JournalPath, log: cfg.Logger, table: m.table}
 	m.peers = peerserver.New(peerserver.Config{
 		Self:                  cfg.NodeID,
 		WorkloadMaxBytes:      cfg.WorkloadMaxBytes,
@@ -348,7 +349,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	// restores (or it would be refused 409 against the replay), and the
 	// replay must find the removals it restores (or it would bring the
 	// workloads back).
-	m.openJournal()
+	m.journal.open(restartLeaseGrace * m.leaseUnit)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -402,7 +403,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	// Every frame is committed now; the peers get until the drain's end to
 	// catch up, and what they still lack stays in the journal.
 	m.bcast.Close(m.cfg.DrainTimeout)
-	m.closeJournal(deadline)
+	m.journal.close(deadline)
 	m.brokerLines.Stop(m.log)
 	wg.Wait()
 	select {
@@ -644,7 +645,7 @@ func (m *Manager) pruneTable() {
 			"limitBytes", m.cfg.MaxEndedBytes, "total", n)
 		m.lastEvicted = n
 	}
-	m.maybeCompact()
+	m.journal.maybeCompact()
 }
 
 // runEvery calls fn every interval until ctx ends.

@@ -57,5 +57,5 @@ func (m *Manager) writeTableMetrics(t *promtext.Text) {
 	t.Single("nvpair_wlm_members", "gauge", "Members this node keeps a mark for: targets, and nodes that left within their claim.", float64(sz.Members))
 	t.Single("nvpair_wlm_member_claims_expired_total", "counter", "Members forgotten because they stayed away past their claim.", float64(st.ClaimsExpired.Load()))
 	t.Single("nvpair_wlm_ingress_ownership_refusals_total", "counter", "Ingress frames refused 409 because they named a workload the broker owns.", float64(st.Refused409.Load()))
-	m.writeJournalMetrics(t)
+	m.journal.writeMetrics(t)
 }

@@ -185,7 +185,7 @@ func TestAnIngress200WaitsForItsJournalRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := &heldJournal{journalFile: f, waiting: make(chan uint64, 1), release: make(chan struct{})}
-	n.m.useJournal(j)
+	n.m.journal.use(j)
 	n.start()
 	answered := make(chan int, 1)
 	go func() {

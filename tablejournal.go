@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"time"
 
 	"nvpair-workload-manager/internal/httpguard"
@@ -28,11 +29,31 @@ type journalFile interface {
 	Stats() statejournal.Stats
 }
 
-// useJournal makes j the Manager's journal and the table's, before the
-// first change.
-func (m *Manager) useJournal(j journalFile) {
-	m.journal = j
-	m.table.SetJournal(j)
+// tableJournal keeps the state table's journal: it opens it and rebuilds
+// the table from it at start, compacts it from the table, waits on its
+// records for the ingress, and closes it within the shutdown's budget.
+// Its file is set once, before the first change (use), and never again,
+// so it is read without a lock.
+type tableJournal struct {
+	path  string // "" keeps no journal
+	log   *slog.Logger
+	table *statetable.Table
+	file  journalFile // nil without a path or when it could not be opened
+}
+
+// use makes f the journal and the table's, before the first change.
+func (j *tableJournal) use(f journalFile) {
+	j.file = f
+	j.table.SetJournal(f)
+}
+
+// wait returns once the record of sequence seq is durable; at once for
+// seq 0 (no record) or without a journal.
+func (j *tableJournal) wait(seq uint64) error {
+	if seq == 0 || j.file == nil {
+		return nil
+	}
+	return j.file.Wait(seq)
 }
 
 // journalFileName is the journal's name in the app dir, beside
@@ -48,64 +69,67 @@ const minMaxEndedBytes = 64 << 10
 // it a rewrite costs more than the bytes it saves.
 const journalCompactFloor = 4 << 20
 
-// openJournal opens the journal and rebuilds the table from it. A journal
+// open opens the journal and rebuilds the table from it. A journal
 // that cannot be opened is one WARN line and a start without one: it
 // never keeps the daemon from starting (a node that cannot write its app
 // dir still relays; its ingress answers are then not durable, which the
 // metrics and the line say).
-func (m *Manager) openJournal() {
-	if m.cfg.JournalPath == "" {
+//
+// leaseGrace is the least time a restored lease is given
+// (restartLeaseGrace lease units).
+func (j *tableJournal) open(leaseGrace time.Duration) {
+	if j.path == "" {
 		return
 	}
-	j, records, err := statejournal.Open(m.cfg.JournalPath, statejournal.Options{Logger: m.log})
+	f, records, err := statejournal.Open(j.path, statejournal.Options{Logger: j.log})
 	if err != nil {
-		m.log.Warn("journal unusable: starting without it; ingress answers are not durable", "file", m.cfg.JournalPath, "reason", httpguard.ClipReason(err.Error()))
+		j.log.Warn("journal unusable: starting without it; ingress answers are not durable", "file", j.path, "reason", httpguard.ClipReason(err.Error()))
 		return
 	}
-	st := m.table.Restore(records, restartLeaseGrace*m.leaseUnit)
-	m.useJournal(j)
+	st := j.table.Restore(records, leaseGrace)
+	j.use(f)
 	if st.Records > 0 {
-		m.log.Info("journal read", "file", m.cfg.JournalPath, "records", st.Records, "runs", st.Runs, "ends", st.Ends, "members", st.Members, "refused", st.Refused, "overLimit", st.OverLimit)
+		j.log.Info("journal read", "file", j.path, "records", st.Records, "runs", st.Runs, "ends", st.Ends, "members", st.Members, "refused", st.Refused, "overLimit", st.OverLimit)
 	}
 }
 
 // maybeCompact starts a compaction when the journal holds more than twice
 // what the table needs it to, and at least journalCompactFloor.
-func (m *Manager) maybeCompact() {
-	if m.journal == nil {
+func (j *tableJournal) maybeCompact() {
+	if j.file == nil {
 		return
 	}
-	live := m.table.JournaledBytes()
-	if size := m.journal.Size(); size > journalCompactFloor && size > 2*live {
-		m.journal.Compact(m.table.Snapshot)
+	live := j.table.JournaledBytes()
+	if size := j.file.Size(); size > journalCompactFloor && size > 2*live {
+		j.file.Compact(j.table.Snapshot)
 	}
 }
 
-// closeJournal writes what is pending and closes the journal, within the
+// close writes what is pending and closes the journal, within the
 // shutdown's deadline: a record not written by then is one no answer
 // waited for (a broker frame's, which its broker replays).
-func (m *Manager) closeJournal(deadline time.Time) {
-	if m.journal == nil {
+func (j *tableJournal) close(deadline time.Time) {
+	if j.file == nil {
 		return
 	}
 	done := make(chan error, 1)
-	go func() { done <- m.journal.Close() }()
+	go func() { done <- j.file.Close() }()
 	select {
 	case err := <-done:
 		if err != nil {
-			m.log.Warn("journal close failed", "reason", httpguard.ClipReason(err.Error()))
+			j.log.Warn("journal close failed", "reason", httpguard.ClipReason(err.Error()))
 		}
 	case <-time.After(time.Until(deadline)):
-		m.log.Warn("shutdown: the journal's last write did not finish within the shutdown budget")
+		j.log.Warn("shutdown: the journal's last write did not finish within the shutdown budget")
 	}
 }
 
-// writeJournalMetrics renders the journal's counters; at zero without one.
-func (m *Manager) writeJournalMetrics(t *promtext.Text) {
+// writeMetrics renders the journal's counters; at zero without one.
+func (j *tableJournal) writeMetrics(t *promtext.Text) {
 	var st statejournal.Stats
 	var size int64
-	if m.journal != nil {
-		st, size = m.journal.Stats(), m.journal.Size()
+	if j.file != nil {
+		st, size = j.file.Stats(), j.file.Size()
 	}
 	t.Single("nvpair_wlm_journal_bytes", "gauge", "Bytes of the journal file.", float64(size))
 	t.Single("nvpair_wlm_journal_records_total", "counter", "Records appended to the journal.", float64(st.Records))
