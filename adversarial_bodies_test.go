@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/ingress"
-	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -45,7 +44,7 @@ func TestAdversarialUnsentIngressBodiesLeaveProducersAndAPeerServed(t *testing.T
 
 			ctx, stop := context.WithCancel(context.Background())
 			var attackers sync.WaitGroup
-			head := "POST " + peerwire.EventsPath + " HTTP/1.1\r\nHost: " + ingressAddr + "\r\nContent-Type: application/json\r\n" +
+			head := "POST " + wireframe.EventsPath + " HTTP/1.1\r\nHost: " + ingressAddr + "\r\nContent-Type: application/json\r\n" +
 				"Content-Length: " + itoa(tc.declared) + "\r\n\r\n{"
 			for range tc.conns {
 				attackers.Go(func() {

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -155,7 +154,7 @@ func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinThe
 // answer's status and text.
 func advPost(addr, frame string) (int, string, error) {
 	c := &http.Client{Timeout: waitTimeout}
-	resp, err := c.Post("http://"+addr+peerwire.EventsPath, "application/json", strings.NewReader(frame))
+	resp, err := c.Post("http://"+addr+wireframe.EventsPath, "application/json", strings.NewReader(frame))
 	if err != nil {
 		return 0, "", err
 	}

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/peerwire"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // The adversarial tests of the connection caps and the logs (spec 7) run
@@ -120,7 +120,7 @@ func TestAdversarialConnectionFloodLeavesRoomForRealClients(t *testing.T) {
 func postIngressTo(t *testing.T, addr, frame string) (int, string) {
 	t.Helper()
 	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Post("http://"+addr+peerwire.EventsPath, "application/json", strings.NewReader(frame))
+	resp, err := c.Post("http://"+addr+wireframe.EventsPath, "application/json", strings.NewReader(frame))
 	if err != nil {
 		t.Fatalf("ingress post: %v", err)
 	}
@@ -137,7 +137,7 @@ func TestAdversarialUnauthenticatedPeerClientsGet403AClosedConnectionAndOneWarni
 	netMust(t, err)
 	cert, err := stranger.TLSCertificate()
 	netMust(t, err)
-	url := "https://" + net.JoinHostPort("127.0.0.1", itoa(a.port)) + peerwire.EventsPath
+	url := "https://" + net.JoinHostPort("127.0.0.1", itoa(a.port)) + wireframe.EventsPath
 	body := []byte(lifecycleLine("stranger", "running", stranger.Principal))
 	for i := range 200 {
 		c, err := tls.Dial("tcp", net.JoinHostPort("127.0.0.1", itoa(a.port)), &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{cert}})
@@ -175,7 +175,7 @@ func TestAdversarialLongPathMethodAndHostKeepEveryLogLineShort(t *testing.T) {
 	for _, target := range []string{ingress, metricsAddr} {
 		for name, req := range map[string]string{
 			"path":   "POST /" + long + " HTTP/1.1\r\nHost: " + target + "\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
-			"method": long + " " + peerwire.EventsPath + " HTTP/1.1\r\nHost: " + target + "\r\nContent-Length: 2\r\n\r\n{}",
+			"method": long + " " + wireframe.EventsPath + " HTTP/1.1\r\nHost: " + target + "\r\nContent-Length: 2\r\n\r\n{}",
 			"Host":   "GET /metrics HTTP/1.1\r\nHost: " + long + "\r\n\r\n",
 		} {
 			status := rawRequest(t, target, req)

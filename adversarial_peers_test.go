@@ -142,10 +142,10 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 	post := func(channel string) busyAnswer {
 		id := fmt.Sprintf("%s-%d", channel, seq.Add(1))
 		if channel == "ingress" {
-			return doBusyAnswer(t, time.Minute, local, "http://"+ingress+peerwire.EventsPath, "application/json",
+			return doBusyAnswer(t, time.Minute, local, "http://"+ingress+wireframe.EventsPath, "application/json",
 				[]byte(ifxLifecycleJSON(id, "running", "", `"seq":1`, `"pad":"`+pad+`"`)))
 		}
-		return doBusyAnswer(t, time.Minute, peer, "https://"+aPeer+peerwire.EventsPath, "application/json",
+		return doBusyAnswer(t, time.Minute, peer, "https://"+aPeer+wireframe.EventsPath, "application/json",
 			netLifecycleBody(t, workload(id, "running", nb.ID, map[string]any{"pad": pad}), nil))
 	}
 	// burst posts n requests on each channel at once and returns their

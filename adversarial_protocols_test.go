@@ -8,7 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"nvpair-workload-manager/internal/peerwire"
+	"nvpair-workload-manager/internal/wireframe"
 	"sync"
 	"testing"
 	"time"
@@ -74,7 +74,7 @@ func TestAdversarialHTTP2AndNonReadingClientsCannotLockThePeerPortOut(t *testing
 		c.SetDeadline(time.Time{})
 		return c
 	}
-	post := "POST " + peerwire.EventsPath + " HTTP/1.1\r\nHost: " + peerAddr + "\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+	post := "POST " + wireframe.EventsPath + " HTTP/1.1\r\nHost: " + peerAddr + "\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
 	for i, source := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"} {
 		for range peerCap / 2 {
 			switch i % 3 {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/peerwire"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // TestEvery405NamesTheAllowedMethods: on each of the daemon's three HTTP
@@ -22,13 +22,13 @@ func TestEvery405NamesTheAllowedMethods(t *testing.T) {
 		listener, method, url, allow string
 		c                            *http.Client
 	}{
-		{"ingress", http.MethodGet, "http://" + n.m.IngressAddr() + peerwire.EventsPath, "POST", http.DefaultClient},
-		{"ingress", http.MethodPut, "http://" + n.m.IngressAddr() + peerwire.EventsPath, "POST", http.DefaultClient},
-		{"ingress", http.MethodDelete, "http://" + n.m.IngressAddr() + peerwire.EventsPath, "POST", http.DefaultClient},
+		{"ingress", http.MethodGet, "http://" + n.m.IngressAddr() + wireframe.EventsPath, "POST", http.DefaultClient},
+		{"ingress", http.MethodPut, "http://" + n.m.IngressAddr() + wireframe.EventsPath, "POST", http.DefaultClient},
+		{"ingress", http.MethodDelete, "http://" + n.m.IngressAddr() + wireframe.EventsPath, "POST", http.DefaultClient},
 		{"metrics", http.MethodPost, "http://" + n.m.MetricsAddr() + "/metrics", "GET, HEAD", http.DefaultClient},
 		{"metrics", http.MethodDelete, "http://" + n.m.MetricsAddr() + "/metrics", "GET, HEAD", http.DefaultClient},
-		{"peer", http.MethodGet, "https://" + n.m.PeerAddr().String() + peerwire.EventsPath, "POST", peer},
-		{"peer", http.MethodPut, "https://" + n.m.PeerAddr().String() + peerwire.EventsPath, "POST", peer},
+		{"peer", http.MethodGet, "https://" + n.m.PeerAddr().String() + wireframe.EventsPath, "POST", peer},
+		{"peer", http.MethodPut, "https://" + n.m.PeerAddr().String() + wireframe.EventsPath, "POST", peer},
 	}
 	for _, tc := range cases {
 		t.Run(tc.listener+" "+tc.method, func(t *testing.T) {

@@ -17,7 +17,6 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/peerserver"
-	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -76,7 +75,7 @@ func BenchmarkServePeer(b *testing.B) {
 	for b.Loop() {
 		n++
 		buf = benchPeerFrame(buf[:0], peer.Principal, n)
-		req := httptest.NewRequest(http.MethodPost, peerwire.EventsPath, bytes.NewReader(buf))
+		req := httptest.NewRequest(http.MethodPost, wireframe.EventsPath, bytes.NewReader(buf))
 		req.Header.Set("Content-Type", "application/json")
 		req.TLS = state
 		w := httptest.NewRecorder()
@@ -101,7 +100,7 @@ func BenchmarkPeerInboundEndToEnd(b *testing.B) {
 	}
 	r.m.trust.Reload()
 	c := netPeerClient(b, &peer, r.ident.DER)
-	url := "https://" + r.m.PeerAddr().String() + peerwire.EventsPath
+	url := "https://" + r.m.PeerAddr().String() + wireframe.EventsPath
 	var next atomic.Int64
 	b.SetParallelism(4)
 	benchPostInParallel(b, c, url, func(buf []byte) []byte { return benchPeerFrame(buf, peer.Principal, next.Add(1)) })

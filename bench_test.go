@@ -34,7 +34,6 @@ import (
 
 	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -129,7 +128,7 @@ func BenchmarkServeIngress(b *testing.B) {
 	for b.Loop() {
 		n++
 		buf = benchIngressBody(buf[:0], n/3, n%3+1)
-		req := httptest.NewRequest(http.MethodPost, peerwire.EventsPath, bytes.NewReader(buf))
+		req := httptest.NewRequest(http.MethodPost, wireframe.EventsPath, bytes.NewReader(buf))
 		req.Host = host
 		req.Header.Set("Content-Type", "application/json")
 		w := httptest.NewRecorder()
@@ -147,7 +146,7 @@ func BenchmarkServeIngress(b *testing.B) {
 // localIngress.ServeHTTP to see the daemon's share.
 func BenchmarkIngressEndToEnd(b *testing.B) {
 	r := benchRunManager(b, true)
-	url := "http://" + r.m.IngressAddr() + peerwire.EventsPath
+	url := "http://" + r.m.IngressAddr() + wireframe.EventsPath
 	tr := &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}

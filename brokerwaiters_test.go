@@ -74,15 +74,15 @@ func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingB
 		}
 	}, opt, withConnLimits(httpguard.ConnLimits{PeerPerSource: 1024}))
 	ingressPost := func(t *testing.T, id string, within time.Duration) busyAnswer {
-		return doBusyAnswer(t, within, http.DefaultClient, "http://"+h.n.m.IngressAddr()+peerwire.EventsPath, "application/json",
+		return doBusyAnswer(t, within, http.DefaultClient, "http://"+h.n.m.IngressAddr()+wireframe.EventsPath, "application/json",
 			[]byte(ifxLifecycleJSON(id, "running", "")))
 	}
 	peerPost := func(t *testing.T, id string, within time.Duration) busyAnswer {
-		return doBusyAnswer(t, within, h.c, "https://"+h.addr+peerwire.EventsPath, "application/json",
+		return doBusyAnswer(t, within, h.c, "https://"+h.addr+wireframe.EventsPath, "application/json",
 			netLifecycleBody(t, workload(id, "running", h.client.Principal), nil))
 	}
 	peerBatch := func(t *testing.T, id string, within time.Duration) busyAnswer {
-		return doBusyAnswer(t, within, h.c, "https://"+h.addr+peerwire.EventsPath, peerwire.BatchContentType,
+		return doBusyAnswer(t, within, h.c, "https://"+h.addr+wireframe.EventsPath, peerwire.BatchContentType,
 			append(netLifecycleBody(t, workload(id, "running", h.client.Principal), nil), '\n'))
 	}
 	channels := []channel{

@@ -26,7 +26,6 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -609,7 +608,7 @@ func attackFormField(id string) (name, value string) {
 // loopback Host, application/json) and requires 200.
 func postLegitimateFrame(t *testing.T, port, body string) {
 	t.Helper()
-	resp, err := http.Post("http://127.0.0.1:"+port+peerwire.EventsPath, "application/json", strings.NewReader(body))
+	resp, err := http.Post("http://127.0.0.1:"+port+wireframe.EventsPath, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -698,7 +697,7 @@ func (a *attackServer) targetURL(i int) string {
 		// browser checks, which answer every attempt first.
 		return a.expand(at.target) + "/v1/node" + "?attempt=" + at.name
 	}
-	return a.expand(at.target) + peerwire.EventsPath + "?attempt=" + at.name
+	return a.expand(at.target) + wireframe.EventsPath + "?attempt=" + at.name
 }
 
 func (a *attackServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -1119,7 +1118,7 @@ func parseNetLog(path string) (map[string][]netlogRequest, error) {
 			method, rest, _ := strings.Cut(p.Line, " ")
 			target, _, _ := strings.Cut(rest, " ")
 			u, err := url.Parse(target)
-			if err != nil || (u.Path != peerwire.EventsPath && u.Path != "/v1/workloads" && u.Path != "/v1/node") {
+			if err != nil || (u.Path != wireframe.EventsPath && u.Path != "/v1/workloads" && u.Path != "/v1/node") {
 				continue
 			}
 			name := u.Query().Get("attempt")
@@ -1209,7 +1208,7 @@ func TestBrowserPageLoopingReadBacksMakesTheDaemonDoNoWork(t *testing.T) {
 	producer := &http.Client{Timeout: waitTimeout}
 	post := func(body string) (int, time.Duration) {
 		began := time.Now()
-		resp, err := producer.Post("http://"+ingress+peerwire.EventsPath, "application/json", strings.NewReader(body))
+		resp, err := producer.Post("http://"+ingress+wireframe.EventsPath, "application/json", strings.NewReader(body))
 		if err != nil {
 			t.Errorf("producer post: %v", err)
 			return 0, 0

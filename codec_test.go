@@ -18,7 +18,6 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/brokerio"
-	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -254,7 +253,7 @@ func TestBrokerGetsOneFramePerLineForAPrettyPrintedIngressPost(t *testing.T) {
 	}
 	n.start()
 	eventually(t, "ingress bound", func() bool { return n.m.IngressAddr() != "" })
-	resp, err := http.Post("http://"+n.m.IngressAddr()+peerwire.EventsPath, "application/json",
+	resp, err := http.Post("http://"+n.m.IngressAddr()+wireframe.EventsPath, "application/json",
 		strings.NewReader(prettyFrame(t, workload("job-pretty", "running", ""))))
 	if err != nil {
 		t.Fatal(err)
@@ -284,7 +283,7 @@ func TestBrokerGetsOneFramePerLineForAPrettyPrintedPeerPost(t *testing.T) {
 		InsecureSkipVerify: true,
 	}}}
 	defer client.CloseIdleConnections()
-	resp, err := client.Post(fmt.Sprintf("https://127.0.0.1:%d%s", b.peerPort(), peerwire.EventsPath), "application/json",
+	resp, err := client.Post(fmt.Sprintf("https://127.0.0.1:%d%s", b.peerPort(), wireframe.EventsPath), "application/json",
 		strings.NewReader(prettyFrame(t, workload("job-pretty", "running", a.id))))
 	if err != nil {
 		t.Fatal(err)

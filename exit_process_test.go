@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -178,7 +177,7 @@ func (l *lineTail) cut() []byte {
 // the status, or 0 and the error when the request failed: for a goroutine
 // that may outlive the daemon it posts to.
 func netPostTracedNoFail(c *http.Client, addr string, body []byte) (int, error) {
-	resp, err := c.Post("https://"+addr+peerwire.EventsPath, "application/json", strings.NewReader(string(body)))
+	resp, err := c.Post("https://"+addr+wireframe.EventsPath, "application/json", strings.NewReader(string(body)))
 	if err != nil {
 		return 0, err
 	}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -47,7 +46,7 @@ const corpusFrame = `{"jsonrpc":"2.0","method":"workload:started","params":{"wor
 // request builds a raw HTTP/1.1 POST of corpusFrame with the given header
 // lines (each without its CRLF).
 func request(headers ...string) string {
-	return "POST " + peerwire.EventsPath + " HTTP/1.1\r\n" + strings.Join(headers, "\r\n") +
+	return "POST " + wireframe.EventsPath + " HTTP/1.1\r\n" + strings.Join(headers, "\r\n") +
 		"\r\nContent-Length: " + strconv.Itoa(len(corpusFrame)) + "\r\nConnection: close\r\n\r\n" + corpusFrame
 }
 
@@ -97,9 +96,9 @@ func TestIngressHostBypassCorpus(t *testing.T) {
 		{"no port", request(host("127.0.0.1"), ct), 421, "the Host must carry the bound port"},
 		{"empty name", request(host(":"+port), ct), 421, "an empty name bypassed one well-known server's check"},
 		{"two Host headers", request(host("127.0.0.1:"+port), host("evil.example:"+port), ct), 400, "Go's server refuses it before any handler"},
-		{"HTTP/1.0 without Host", "POST " + peerwire.EventsPath + " HTTP/1.0\r\n" + ct + "\r\nContent-Length: " +
+		{"HTTP/1.0 without Host", "POST " + wireframe.EventsPath + " HTTP/1.0\r\n" + ct + "\r\nContent-Length: " +
 			strconv.Itoa(len(corpusFrame)) + "\r\n\r\n" + corpusFrame, 421, "no Host at all: refuse"},
-		{"absolute-form request line", "POST http://evil.example" + peerwire.EventsPath + " HTTP/1.1\r\n" + host("127.0.0.1:"+port) + "\r\n" + ct +
+		{"absolute-form request line", "POST http://evil.example" + wireframe.EventsPath + " HTTP/1.1\r\n" + host("127.0.0.1:"+port) + "\r\n" + ct +
 			"\r\nContent-Length: " + strconv.Itoa(len(corpusFrame)) + "\r\nConnection: close\r\n\r\n" + corpusFrame, 421,
 			"Go takes the request line's host into r.Host, and r.Host is what the check reads"},
 	}
@@ -167,7 +166,7 @@ func TestIngressOriginContentTypeAndBodyCorpus(t *testing.T) {
 		}
 		defer c.Close()
 		c.SetDeadline(time.Now().Add(waitTimeout))
-		req := "POST " + peerwire.EventsPath + " HTTP/1.1\r\n" + host + "\r\n" + ct + "\r\nContent-Length: " +
+		req := "POST " + wireframe.EventsPath + " HTTP/1.1\r\n" + host + "\r\n" + ct + "\r\nContent-Length: " +
 			strconv.Itoa(len(corpusFrame)) + "\r\n\r\n" + corpusFrame + `{"smuggled":true}`
 		if _, err := c.Write([]byte(req)); err != nil {
 			t.Fatal(err)

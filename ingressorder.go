@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"sync"
 
@@ -133,32 +131,6 @@ type ingressTurn struct {
 // leaves for the frame's own caller.
 type ingressCommit struct{ seq uint64 }
 
-// enterIngressOrder gives an ingress frame its place in the broker order,
-// with line its broker line and peerLine its line to the peers, both built
-// before ingestMu was taken; bytes is what it may add to the re-sync set
-// (0 for a removal). Called with ingestMu held; the caller waits on the
-// turn after releasing it. A line over the broker's line limit is
-// returned as it is; a broker already gone as ingress.ErrBrokerWrite. Either
-// leaves nothing in flight.
-func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, tableLine []byte, startsRun bool, bytes int64) (ingressTurn, error) {
-	q := &m.ingressFlight
-	key := f.life.Key() // unused for a removal, which never starts a run
-	q.accept(key, startsRun, bytes)
-	c := &ingressCommit{}
-	turn, err := m.out.Enter(line, func() {
-		_, c.seq = m.commitLocalLine(f, fromIngress, tableLine)
-		q.settle(key, startsRun, bytes)
-	})
-	if err != nil {
-		q.settle(key, startsRun, bytes)
-		if errors.Is(err, wireframe.ErrLineOverLimit) {
-			return ingressTurn{}, err
-		}
-		return ingressTurn{}, fmt.Errorf("%w: %v", ingress.ErrBrokerWrite, err)
-	}
-	return ingressTurn{turn: turn, q: q, key: key, startsRun: startsRun, bytes: bytes, committed: c, m: m}, nil
-}
-
 // wait returns once the frame is written, committed and its journal
 // record durable (spec 5.3: a 200 is a promise), or as ingress.ErrBrokerWrite once
 // its group's write failed, which committed nothing, or as ingress.ErrNotDurable
@@ -173,13 +145,4 @@ func (t ingressTurn) wait() error {
 		return fmt.Errorf("%w: %v", ingress.ErrNotDurable, err)
 	}
 	return nil
-}
-
-// enterLocalFrame is enterIngressOrder for a frame whose lines are built
-// here, under ingestMu: the lease's expiry, rare enough not to matter. It
-// is checked against neither of the re-sync set's bounds (it replaces a
-// run the set holds, with a few bytes of error text more), so it counts
-// no bytes in flight.
-func (m *Manager) enterLocalFrame(f localFrame) (ingressTurn, error) {
-	return m.enterIngressOrder(f, frameLine(&f), tableLine(&f), false, 0)
 }

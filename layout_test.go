@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -35,6 +38,18 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		{pkg: "internal/statejournal", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/statetable", may: []string{"internal/wireframe"}, never: []string{"net/http"}},
 		{pkg: "internal/pairshadow", may: []string{"internal/pairbroker", "internal/stockwlm"}, never: []string{"net", "net/http"}},
+		{pkg: "internal/ratelog", may: nil},
+		// The peer port: its wire, its inbound server and its outbound
+		// senders. The server and the senders share the wire and never
+		// reach each other; the server never reaches the state table (a
+		// peer's frame changes nothing this node asserts).
+		{pkg: "internal/peerwire", may: []string{"internal/wireframe", "internal/httpguard", "internal/promtext"}},
+		{pkg: "internal/brokerio", may: []string{"internal/wireframe", "internal/httpguard", "internal/promtext", "internal/ratelog"}},
+		{pkg: "internal/peerserver", may: []string{"internal/peerwire", "internal/brokerio", "internal/wireframe", "internal/httpguard", "internal/promtext", "internal/ratelog", "internal/pairinstall"}},
+		{pkg: "internal/peersend", may: []string{"internal/peerwire", "internal/statetable", "internal/wireframe", "internal/httpguard", "internal/promtext", "internal/ratelog", "internal/pairinstall"}},
+		// The ingress's HTTP surface reaches the relay through interfaces
+		// and reads the state table's types; never the peer port.
+		{pkg: "internal/ingress", may: []string{"internal/statetable", "internal/brokerio", "internal/wireframe", "internal/httpguard", "internal/promtext", "internal/ratelog"}},
 	}
 	for _, r := range rules {
 		t.Run(r.pkg, func(t *testing.T) {
@@ -54,6 +69,36 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTheRootStaysThin holds the root package, the relay's heart, to its
+// bounds (issue 32): at most 15 non-test files and 4,000 lines, and only
+// manager.go defines the Manager's methods. What does not need the daemon
+// goes under internal/, behind a package comment and a row above.
+func TestTheRootStaysThin(t *testing.T) {
+	const maxFiles, maxLines = 15, 4000
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, lines := 0, 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		lines += bytes.Count(b, []byte("\n"))
+		if f != "manager.go" && bytes.Contains(b, []byte("\nfunc (m *Manager) ")) {
+			t.Errorf("%s defines a method of the Manager: only manager.go does", f)
+		}
+	}
+	if n > maxFiles || lines > maxLines {
+		t.Errorf("the root holds %d non-test files and %d lines; its bound is %d files and %d lines", n, lines, maxFiles, maxLines)
 	}
 }
 

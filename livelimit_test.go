@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -18,7 +17,7 @@ func withMaxLiveWorkloads(n int) nodeOption {
 // liPostWithHeaders posts a frame to the ingress and returns the answer.
 func liPostWithHeaders(t *testing.T, addr, body string) *http.Response {
 	t.Helper()
-	resp, err := http.Post("http://"+addr+peerwire.EventsPath, "application/json", strings.NewReader(body))
+	resp, err := http.Post("http://"+addr+wireframe.EventsPath, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

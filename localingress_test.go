@@ -22,7 +22,6 @@ import (
 
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/ingress"
-	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -129,8 +128,8 @@ func TestLocalIngressHostCheckReadsTheRequestLineHostNotTheHeader(t *testing.T) 
 		target string
 		want   int
 	}{
-		{"http://evil.example" + peerwire.EventsPath, http.StatusMisdirectedRequest},
-		{"http://" + addr + peerwire.EventsPath, http.StatusOK},
+		{"http://evil.example" + wireframe.EventsPath, http.StatusMisdirectedRequest},
+		{"http://" + addr + wireframe.EventsPath, http.StatusOK},
 	} {
 		req := "POST " + tc.target + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\n" +
 			"Content-Length: " + itoa(len(body)) + "\r\nConnection: close\r\n\r\n" + body
@@ -266,7 +265,7 @@ func TestLocalIngressHeaderRejectionsDoNotReadTheBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	url := "http://" + li.BoundAddr() + peerwire.EventsPath
+	url := "http://" + li.BoundAddr() + wireframe.EventsPath
 	cases := []struct {
 		name   string
 		method string
@@ -322,10 +321,10 @@ func TestLocalIngressRejectionWithUnsentBodyIsAnsweredAtOnce(t *testing.T) {
 		name, head string
 		want       int
 	}{
-		{"Origin", "POST " + peerwire.EventsPath + " HTTP/1.1\r\nHost: " + addr + "\r\nOrigin: null\r\nContent-Type: application/json\r\n", http.StatusForbidden},
-		{"Host", "POST " + peerwire.EventsPath + " HTTP/1.1\r\nHost: evil.example\r\nContent-Type: application/json\r\n", http.StatusMisdirectedRequest},
-		{"method", "PUT " + peerwire.EventsPath + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\n", http.StatusMethodNotAllowed},
-		{"content type", "POST " + peerwire.EventsPath + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: text/plain\r\n", http.StatusUnsupportedMediaType},
+		{"Origin", "POST " + wireframe.EventsPath + " HTTP/1.1\r\nHost: " + addr + "\r\nOrigin: null\r\nContent-Type: application/json\r\n", http.StatusForbidden},
+		{"Host", "POST " + wireframe.EventsPath + " HTTP/1.1\r\nHost: evil.example\r\nContent-Type: application/json\r\n", http.StatusMisdirectedRequest},
+		{"method", "PUT " + wireframe.EventsPath + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: application/json\r\n", http.StatusMethodNotAllowed},
+		{"content type", "POST " + wireframe.EventsPath + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Type: text/plain\r\n", http.StatusUnsupportedMediaType},
 	} {
 		wg.Go(func() {
 			// Each waits for the server's read timeout: run them together.
@@ -1171,7 +1170,7 @@ func liDo(addr string, rq liRequest) (int, string, error) {
 		method = http.MethodPost
 	}
 	if path == "" {
-		path = peerwire.EventsPath
+		path = wireframe.EventsPath
 	}
 	body := rq.bodyReader
 	if body == nil {
@@ -1276,7 +1275,7 @@ func liRawPost(addr, host, body string, chunked bool) (int, error) {
 	}
 	conn.SetDeadline(time.Now().Add(waitTimeout))
 	var req strings.Builder
-	req.WriteString("POST " + peerwire.EventsPath + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\nConnection: close\r\n")
+	req.WriteString("POST " + wireframe.EventsPath + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\nConnection: close\r\n")
 	if chunked {
 		req.WriteString("Transfer-Encoding: chunked\r\n\r\n")
 		for rest := body; rest != ""; {

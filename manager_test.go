@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -95,7 +94,7 @@ func TestUnpinnedClientIsRefused(t *testing.T) {
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
 		InsecureSkipVerify: true, Certificates: []tls.Certificate{cert}}}}
 	body := `{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":` + mustJSON(t, workload("x", "running", stranger.Principal)) + `}}`
-	resp, err := client.Post("https://"+b.m.PeerAddr().String()+peerwire.EventsPath, "application/json", strings.NewReader(body))
+	resp, err := client.Post("https://"+b.m.PeerAddr().String()+wireframe.EventsPath, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}

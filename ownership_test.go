@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/statejournal"
+	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -45,7 +46,7 @@ func TestOwnershipEndsWhenTheSetDropsTheWorkloadsLastRun(t *testing.T) {
 	clock.advance(2 * n.m.cfg.ResyncInterval)
 	n.m.pruneTable()
 	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
-	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); !isNotOwned(err) {
+	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); !statetable.IsBrokerOwned(err) {
 		t.Fatalf("a producer's removal of the broker's later job of its old id: %v, want 409", err)
 	}
 }

@@ -28,31 +28,31 @@ func TestEveryAnswerOfThePeerPortAdvertisesBatches(t *testing.T) {
 		do     func() netAnswer
 	}{
 		{"single frame written", 200, func() netAnswer {
-			return netSend(t, h.c, h.addr, "POST", peerwire.EventsPath, "application/json", valid)
+			return netSend(t, h.c, h.addr, "POST", wireframe.EventsPath, "application/json", valid)
 		}},
 		{"single frame invalid", 400, func() netAnswer {
-			return netSend(t, h.c, h.addr, "POST", peerwire.EventsPath, "application/json", []byte("{"))
+			return netSend(t, h.c, h.addr, "POST", wireframe.EventsPath, "application/json", []byte("{"))
 		}},
 		{"single frame from an unpinned client", 403, func() netAnswer {
-			return netSend(t, stranger, h.addr, "POST", peerwire.EventsPath, "application/json", valid)
+			return netSend(t, stranger, h.addr, "POST", wireframe.EventsPath, "application/json", valid)
 		}},
 		{"batch from an unpinned client", 403, func() netAnswer {
-			return netSend(t, stranger, h.addr, "POST", peerwire.EventsPath, peerwire.BatchContentType, valid)
+			return netSend(t, stranger, h.addr, "POST", wireframe.EventsPath, peerwire.BatchContentType, valid)
 		}},
 		{"another path", 404, func() netAnswer { return netSend(t, h.c, h.addr, "POST", "/v1/other", "application/json", valid) }},
-		{"another method", 405, func() netAnswer { return netSend(t, h.c, h.addr, "GET", peerwire.EventsPath, "", nil) }},
+		{"another method", 405, func() netAnswer { return netSend(t, h.c, h.addr, "GET", wireframe.EventsPath, "", nil) }},
 		{"single frame over 1 MiB", 413, func() netAnswer {
-			return netSend(t, h.c, h.addr, "POST", peerwire.EventsPath, "application/json", make([]byte, wireframe.MaxBytes+1))
+			return netSend(t, h.c, h.addr, "POST", wireframe.EventsPath, "application/json", make([]byte, wireframe.MaxBytes+1))
 		}},
 		{"batch over its byte bound", 413, func() netAnswer {
-			return netSend(t, h.c, h.addr, "POST", peerwire.EventsPath, peerwire.BatchContentType, make([]byte, peerwire.BatchMaxBytes+1))
+			return netSend(t, h.c, h.addr, "POST", wireframe.EventsPath, peerwire.BatchContentType, make([]byte, peerwire.BatchMaxBytes+1))
 		}},
 		{"batch answer", 200, func() netAnswer { return netPostBatch(t, h.c, h.addr, valid, []byte("{")) }},
 		{"single frame the broker could not take", 500, func() netAnswer {
 			// A node of its own: a failed broker write shuts it down.
 			f := newNetPeerHarness(t, netFailOn("job-advert-fails"))
 			body := netLifecycleBody(t, workload("job-advert-fails", "running", f.client.Principal), nil)
-			return netSend(t, f.c, f.addr, "POST", peerwire.EventsPath, "application/json", body)
+			return netSend(t, f.c, f.addr, "POST", wireframe.EventsPath, "application/json", body)
 		}},
 	}
 	for _, c := range cases {
@@ -82,16 +82,16 @@ func TestASingleFramePostIsAnsweredAsBeforeApartFromTheAdvertisement(t *testing.
 		text                            string
 		extraHeader                     string // besides the common ones
 	}{
-		{"written", "POST", peerwire.EventsPath, "application/json", valid, 200, "ok\n", ""},
-		{"already seen", "POST", peerwire.EventsPath, "application/json", valid, 200, "ok\n", ""},
-		{"without a Content-Type", "POST", peerwire.EventsPath, "", netRemoveBody(t, "job-single", origin), 200, "ok\n", ""},
-		{"unknown method", "POST", peerwire.EventsPath, "application/json",
+		{"written", "POST", wireframe.EventsPath, "application/json", valid, 200, "ok\n", ""},
+		{"already seen", "POST", wireframe.EventsPath, "application/json", valid, 200, "ok\n", ""},
+		{"without a Content-Type", "POST", wireframe.EventsPath, "", netRemoveBody(t, "job-single", origin), 200, "ok\n", ""},
+		{"unknown method", "POST", wireframe.EventsPath, "application/json",
 			bytes.Replace(valid, []byte(wireframe.MethodStarted), []byte("workload:paused"), 1), 400, "unknown method \"workload:paused\"\n", ""},
-		{"bad jsonrpc", "POST", peerwire.EventsPath, "application/json",
+		{"bad jsonrpc", "POST", wireframe.EventsPath, "application/json",
 			bytes.Replace(valid, []byte(`"2.0"`), []byte(`"1.0"`), 1), 400, "jsonrpc must be \"2.0\"\n", ""},
-		{"over 1 MiB", "POST", peerwire.EventsPath, "application/json", make([]byte, wireframe.MaxBytes+1), 413, "body larger than 1048576 bytes\n", ""},
+		{"over 1 MiB", "POST", wireframe.EventsPath, "application/json", make([]byte, wireframe.MaxBytes+1), 413, "body larger than 1048576 bytes\n", ""},
 		{"another path", "POST", "/v1/other", "application/json", valid, 404, "no such endpoint\n", ""},
-		{"another method", "PUT", peerwire.EventsPath, "application/json", valid, 405, "method must be POST\n", "Allow"},
+		{"another method", "PUT", wireframe.EventsPath, "application/json", valid, 405, "method must be POST\n", "Allow"},
 	}
 	for _, c := range cases {
 		a := netSend(t, h.c, h.addr, c.method, c.path, c.contentType, c.body)
@@ -182,7 +182,7 @@ func TestABatchElementThatFailsValidationIsAnswered400AndTheOthersAreApplied(t *
 		append(ok("job-v3"), '\r'), // a CRLF line
 		ok("job-v4"),               // the last line, without its newline
 	}, []byte("\n"))
-	a := netSend(t, h.c, h.addr, "POST", peerwire.EventsPath, peerwire.BatchContentType, body)
+	a := netSend(t, h.c, h.addr, "POST", wireframe.EventsPath, peerwire.BatchContentType, body)
 	if a.status != http.StatusOK {
 		t.Fatalf("batch = %d %q, want 200", a.status, a.text)
 	}
@@ -448,7 +448,7 @@ func netSend(t testing.TB, c *http.Client, addr, method, path, contentType strin
 // length) when asked.
 func netSendBody(t testing.TB, c *http.Client, addr, contentType string, body []byte, chunked bool) netAnswer {
 	t.Helper()
-	return netDo(t, c, addr, http.MethodPost, peerwire.EventsPath, contentType, body, chunked)
+	return netDo(t, c, addr, http.MethodPost, wireframe.EventsPath, contentType, body, chunked)
 }
 
 func netDo(t testing.TB, c *http.Client, addr, method, path, contentType string, body []byte, chunked bool) netAnswer {
@@ -488,7 +488,7 @@ func netPostBatch(t testing.TB, c *http.Client, addr string, elems ...[]byte) ne
 	for _, e := range elems {
 		body = append(append(body, e...), '\n')
 	}
-	return netSend(t, c, addr, http.MethodPost, peerwire.EventsPath, peerwire.BatchContentType, body)
+	return netSend(t, c, addr, http.MethodPost, wireframe.EventsPath, peerwire.BatchContentType, body)
 }
 
 // netRelayed lists what h's broker got from peers, in order, as

@@ -88,7 +88,7 @@ func TestPeerServerAnswers403ToClientsWithoutTheirPinnedCertificate(t *testing.T
 func TestPeerServerAnswers405ToOtherMethodsAnd404ToOtherPaths(t *testing.T) {
 	h := newNetPeerHarness(t)
 	for _, method := range []string{http.MethodGet, http.MethodPut, http.MethodDelete} {
-		req, err := http.NewRequest(method, "https://"+h.addr+peerwire.EventsPath, nil)
+		req, err := http.NewRequest(method, "https://"+h.addr+wireframe.EventsPath, nil)
 		netMust(t, err)
 		resp, err := h.c.Do(req)
 		netMust(t, err)
@@ -163,7 +163,7 @@ func TestPeerServerAnswers413ToBodiesOver1MiB(t *testing.T) {
 		t.Fatalf("a declared body of 1 MiB + 1 = %d, want 413", st)
 	}
 	// Without a declared length (chunked), the cap still holds.
-	req, err := http.NewRequest(http.MethodPost, "https://"+h.addr+peerwire.EventsPath, bytes.NewReader(padded("job-chunked", wireframe.MaxBytes+1)))
+	req, err := http.NewRequest(http.MethodPost, "https://"+h.addr+wireframe.EventsPath, bytes.NewReader(padded("job-chunked", wireframe.MaxBytes+1)))
 	netMust(t, err)
 	req.ContentLength = -1 // unknown: sent chunked
 	resp, err := h.c.Do(req)
@@ -396,7 +396,7 @@ func TestPeerServerDeliversConcurrentDuplicatesOnce(t *testing.T) {
 	for i := range clients {
 		clients[i] = netPeerClient(t, &h.client, h.n.ident.DER)
 		// Warm the connection so that the posts below start together.
-		resp, err := clients[i].Get("https://" + h.addr + peerwire.EventsPath)
+		resp, err := clients[i].Get("https://" + h.addr + wireframe.EventsPath)
 		netMust(t, err)
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
@@ -408,7 +408,7 @@ func TestPeerServerDeliversConcurrentDuplicatesOnce(t *testing.T) {
 	for i := range clients {
 		wg.Go(func() {
 			<-start
-			resp, err := clients[i].Post("https://"+h.addr+peerwire.EventsPath, "application/json", bytes.NewReader(body))
+			resp, err := clients[i].Post("https://"+h.addr+wireframe.EventsPath, "application/json", bytes.NewReader(body))
 			if err != nil {
 				errs[i] = err
 				return
@@ -541,7 +541,7 @@ func netPost(t testing.TB, c *http.Client, addr string, body []byte) int {
 // status and the answer's text.
 func netPostAnswer(t testing.TB, c *http.Client, addr string, body []byte) (int, string) {
 	t.Helper()
-	resp, err := c.Post("https://"+addr+peerwire.EventsPath, "application/json", bytes.NewReader(body))
+	resp, err := c.Post("https://"+addr+wireframe.EventsPath, "application/json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatalf("POST to %s: %v", addr, err)
 	}
@@ -555,7 +555,7 @@ func netPostAnswer(t testing.TB, c *http.Client, addr string, body []byte) (int,
 // reused connection.
 func netPostTraced(t testing.TB, c *http.Client, addr string, body []byte) (status int, reused bool) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, "https://"+addr+peerwire.EventsPath, bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, "https://"+addr+wireframe.EventsPath, bytes.NewReader(body))
 	netMust(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{

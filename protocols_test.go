@@ -13,7 +13,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/httpguard"
-	"nvpair-workload-manager/internal/peerwire"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // Every listener serves HTTP/1.1 and HTTP/1.0 and nothing else (spec 3.7,
@@ -52,7 +52,7 @@ func protocolListeners(t *testing.T) []protocolListener {
 	}
 	peerAddr := n.m.PeerAddr().String()
 	post := func(host, body string) string {
-		return "POST " + peerwire.EventsPath + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\n" +
+		return "POST " + wireframe.EventsPath + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\n" +
 			"Content-Length: " + itoa(len(body)) + "\r\n"
 	}
 	return []protocolListener{

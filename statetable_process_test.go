@@ -22,7 +22,6 @@ import (
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/pairbroker"
 	"nvpair-workload-manager/internal/pairshadow"
-	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -248,7 +247,7 @@ func newProducer(t *testing.T, ingress string) *producer {
 // post sends one frame with headers (name/value pairs) and returns the
 // answer's status and text; a transport error is status 0.
 func (p *producer) post(body string, headers ...string) (int, string) {
-	req, err := http.NewRequest(http.MethodPost, "http://"+p.ingress+peerwire.EventsPath, strings.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, "http://"+p.ingress+wireframe.EventsPath, strings.NewReader(body))
 	if err != nil {
 		return 0, err.Error()
 	}

@@ -737,7 +737,7 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 // Content-Type application/json, over HTTP/1.1), or "".
 func singleFrameViolation(r tapRequest) string {
 	switch {
-	case r.method != http.MethodPost || r.path != peerwire.EventsPath:
+	case r.method != http.MethodPost || r.path != wireframe.EventsPath:
 		return fmt.Sprintf("A sent the stock daemon %s %s", r.method, r.path)
 	case r.contentType != "application/json":
 		return fmt.Sprintf("A sent the stock daemon a request with Content-Type %q (a batch is %s): %.200q", r.contentType, peerwire.BatchContentType, r.body)

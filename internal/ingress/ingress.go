@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/httpguard"
-	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
@@ -227,8 +226,8 @@ func (s *Server) checkRequest(r *http.Request) (int, string) {
 	if status, reason := s.refusePages(r); status != 0 { // fetchmetadata.go
 		return status, reason
 	}
-	if r.URL.Path != peerwire.EventsPath {
-		return http.StatusNotFound, "no such endpoint; POST to " + peerwire.EventsPath
+	if r.URL.Path != wireframe.EventsPath {
+		return http.StatusNotFound, "no such endpoint; POST to " + wireframe.EventsPath
 	}
 	if r.Method != http.MethodPost {
 		return http.StatusMethodNotAllowed, "method must be POST"

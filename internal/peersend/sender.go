@@ -17,6 +17,7 @@ import (
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/ratelog"
 	"nvpair-workload-manager/internal/statetable"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // Stats counts one peer's deliveries and heartbeat passes, for the
@@ -93,7 +94,7 @@ func newPeerSender(t Target, stats *Stats, dialTLS func(context.Context, string,
 		client: &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		// url.URL escapes an IPv6 zone ("%" -> "%25"); concatenation would
 		// leave an invalid escape and every request to the peer would fail.
-		url:    (&url.URL{Scheme: "https", Host: t.Addrs[0], Path: peerwire.EventsPath}).String(),
+		url:    (&url.URL{Scheme: "https", Host: t.Addrs[0], Path: wireframe.EventsPath}).String(),
 		ctx:    ctx,
 		cancel: cancel,
 		drain:  drain,

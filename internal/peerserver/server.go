@@ -190,7 +190,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	principal := pairinstall.PrincipalOf(r.TLS.PeerCertificates[0])
 	log.With("peer", principal)
-	if r.URL.Path != peerwire.EventsPath {
+	if r.URL.Path != wireframe.EventsPath {
 		reject(http.StatusNotFound, "no such endpoint")
 		return
 	}

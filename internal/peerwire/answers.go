@@ -2,15 +2,10 @@ package peerwire
 
 import (
 	"net/http"
-	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 	"strings"
 	"time"
 )
-
-// EventsPath is the peer port's one endpoint: POST a workload event, a
-// single frame or a batch, to every other member at this path.
-const EventsPath = "/v1/workloads/events"
 
 // ServerIdleTimeout is how long the peer server keeps an idle connection.
 // ClientIdleTimeout is shorter, so a sender always closes an idle
@@ -57,4 +52,4 @@ func RetryableStatus(status int) bool {
 // and its heartbeat adds the re-assertion marker (`"resync":true,`). A
 // peer with the same bound must take all of it, or a frame a producer
 // was told was accepted would be refused, for good, at every peer.
-const WorkloadSlack = len(`,"originatedFrom":""`) + wireframe.MaxKeyFieldBytes + statetable.ResyncMarkerBytes
+const WorkloadSlack = len(`,"originatedFrom":""`) + wireframe.MaxKeyFieldBytes + wireframe.ResyncMarkerBytes

@@ -69,10 +69,6 @@ func (r lifecycleRank) before(other lifecycleRank) bool {
 	return r != rankNone && other != rankNone && r < other
 }
 
-// ResyncMarkerBytes is what the re-assertion marker adds to a frame's line
-// to the peers, at most: `"resync":true,`.
-const ResyncMarkerBytes = len(`"resync":true,`)
-
 // reassertionLine is the line a run is kept as: its notification with
 // "resync": true first in its params, the marker that lets a re-assertion
 // through the peers' dedup. A fresh send leaves the marker out

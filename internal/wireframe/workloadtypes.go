@@ -371,3 +371,12 @@ func IsWorkloadTooLarge(err error) bool {
 	var tooLarge *WorkloadTooLargeError
 	return errors.As(err, &tooLarge)
 }
+
+// EventsPath is where a workload event is posted, on the peer port (a
+// single frame or a batch from another member) and on the loopback
+// ingress (a producer's frame) alike.
+const EventsPath = "/v1/workloads/events"
+
+// ResyncMarkerBytes is what the re-assertion marker adds to a frame's line
+// to the peers, at most: `"resync":true,`.
+const ResyncMarkerBytes = len(`"resync":true,`)

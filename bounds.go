@@ -3,9 +3,16 @@ package main
 import (
 	"fmt"
 
-	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/wireframe"
 )
+
+// Field bounds. Every string that identifies a workload or one of its
+// events is at most maxKeyFieldBytes (workloadtypes.go, checked by the
+// parse step the local channel, the ingress and the peer port share), and
+// the ingress bounds a producer's error text too (ingressframe.go). A frame
+// over a bound is refused: 400 naming the field and the bound on the
+// ingress and the peer port, a rate-limited warning on the local channel,
+// never broadcast or written. Each refusal is counted by source.
 
 // Bytes, not entries, bound what the daemon keeps (issue 20). Before these
 // bounds a member of a producer's own was bounded only by the broker's line
@@ -41,22 +48,4 @@ func checkMaxLiveWorkloadBytes(n int64) error {
 		return fmt.Errorf("must be between %d and %d bytes", int64(minMaxLiveWorkloadBytes), int64(maxMaxLiveWorkloadBytes))
 	}
 	return nil
-}
-
-// refusedOverWorkloadBound reports whether err refuses a frame for its
-// size, and counts it for source (stdio, peer, ingress) when it does.
-func (m *Manager) refusedOverWorkloadBound(err error, source string) bool {
-	if !wireframe.IsWorkloadTooLarge(err) {
-		return false
-	}
-	m.workloadBoundRefusals.Inc(source)
-	return true
-}
-
-// writeWorkloadBoundMetrics renders the workload byte bound and its
-// refusals by source.
-func (m *Manager) writeWorkloadBoundMetrics(t *promtext.Text) {
-	t.Family("nvpair_wlm_workload_bound_refusals_total", "counter", "Frames refused because their params were over the workload byte bound (--workload-max-bytes), by source (stdio, peer, ingress).")
-	t.CounterSamples("nvpair_wlm_workload_bound_refusals_total", []string{"source"}, m.workloadBoundRefusals)
-	t.Single("nvpair_wlm_workload_limit_bytes", "gauge", "The most bytes a frame's params may have on every path (--workload-max-bytes).", float64(m.cfg.WorkloadMaxBytes))
 }
