@@ -102,6 +102,29 @@ func TestTheRootStaysThin(t *testing.T) {
 	}
 }
 
+// TestNoTestTakesTheRelaysLocks keeps the tests on the relay's behaviour,
+// not its locking: a test that holds one of the Manager's locks to stall
+// it tests a state the daemon never reaches, and breaks when the lock
+// order changes. A test stalls the relay the way the world does: a broker
+// that stops reading, a peer that does not answer.
+func TestNoTestTakesTheRelaysLocks(t *testing.T) {
+	files, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, lock := range []string{".ingestMu.", ".discoveryMu.", ".addrMu."} {
+			if bytes.Contains(b, []byte(lock)) {
+				t.Errorf("%s takes the Manager's %s", f, strings.Trim(lock, "."))
+			}
+		}
+	}
+}
+
 // listDeps returns the import paths of pkg and every package it reaches,
 // test files left out: what it compiles into the daemon.
 func listDeps(t *testing.T, pkg string) []string {
