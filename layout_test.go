@@ -113,6 +113,9 @@ func TestNoTestTakesTheRelaysLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range files {
+		if f == "layout_test.go" {
+			continue // it names them
+		}
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
