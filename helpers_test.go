@@ -334,7 +334,7 @@ func newTestNode(t testing.TB, opts ...nodeOption) *testNode {
 	// handshake ("http: server closed idle connection") in CI's loaded
 	// pass. An in-process node's server runs under the race detector as
 	// well, so it gets the tests' wait timeout. That deadline's own tests
-	// set theirs (connlimit_test.go).
+	// set theirs (internal/httpguard/connlimit_test.go).
 	for _, l := range []*httpguard.ConnLimiter{n.m.conns.Peer, n.m.conns.Ingress, n.m.conns.Metrics} {
 		l.FirstRequest = waitTimeout
 	}

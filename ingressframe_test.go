@@ -13,7 +13,7 @@ import (
 	"nvpair-workload-manager/internal/wireframe"
 )
 
-// Tests of the ingress frame rules (ingressframe.go), mostly through
+// Tests of the ingress frame rules (internal/wireframe/ingressframe.go), mostly through
 // ingestLocal on a node that is not started: a rejected frame must leave
 // nothing at the broker, in the re-sync set, in the peer queue or in the
 // removal memory. The HTTP status codes are localingress_test.go's.

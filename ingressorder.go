@@ -15,7 +15,7 @@ import (
 // frames reach the broker and the state table in one order. ingestMu decides
 // that order, but it is held only while a frame takes its place in the
 // broker order (brokerio.Writer.enter), not across the write: posts that wait
-// together are written together (brokergroup.go). The frame's commit is its
+// together are written together (internal/brokerio/writer.go). The frame's commit is its
 // after-write step, which the group's leader runs in the broker order
 // before any later group is written; a frame whose write fails is not
 // committed.

@@ -124,7 +124,7 @@ const (
 // journal write: each peer's sender takes a slice of the table under its
 // lock and sends with none, and the journal writes its groups on its own.
 //
-// The broker write holds no lock either (brokergroup.go): ingestMu is held
+// The broker write holds no lock either (internal/brokerio/writer.go): ingestMu is held
 // only while an ingress frame takes its place in the broker order. The
 // caller that writes a group (the leader) then runs the group's ingress
 // commits, which take the table's lock. No holder of it ever waits for a
@@ -172,7 +172,7 @@ type Manager struct {
 	lastNodes   []discoveredNode
 
 	// peerWaiters and ingressWaiters bound the requests of each channel
-	// that wait on the broker write at once (brokerwaiters.go).
+	// that wait on the broker write at once (internal/brokerio/waiters.go).
 	peerWaiters, ingressWaiters *brokerio.Waiters
 
 	ingress *ingress.Server  // set by EnableLocalIngress before Run
@@ -192,7 +192,7 @@ type Manager struct {
 	untrackedBytesLog       ratelog.Burst        // broker frames not kept: the re-sync set was at its byte bound
 
 	// brokerLines counts the broker's bad lines and rate-limits the
-	// warnings they cause (brokerlinelog.go).
+	// warnings they cause (internal/brokerio/linelog.go).
 	brokerLines *brokerio.LineLog
 
 	shutdownOnce sync.Once
@@ -483,7 +483,7 @@ func (m *Manager) readLoop() {
 
 // handleLine handles one frame from the broker and reports whether it asked
 // for shutdown. A workload frame, nearly every line, is read in one pass
-// (framescan.go); the daemon's control frames are decoded whole.
+// (wireframe.Scan); the daemon's control frames are decoded whole.
 func (m *Manager) handleLine(line []byte) (shutdown bool) {
 	if len(bytes.TrimSpace(line)) == 0 {
 		return false
@@ -586,7 +586,7 @@ func (m *Manager) handleLocal(method string, s *wireframe.Scan) {
 	f, err := localFrameFromScan(method, s)
 	if m.refusedOverBound(err, "stdio") {
 		// A broker that sends one such frame may send thousands: the
-		// warning is rate-limited (fieldbounds.go).
+		// warning is rate-limited (bounds.go).
 		m.fieldBoundLog.Note(m.log, "local frame dropped: a field over its bound", "method", method, "reason", httpguard.ClipReason(err.Error()))
 		return
 	}

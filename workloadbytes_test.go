@@ -19,7 +19,7 @@ import (
 	"nvpair-workload-manager/internal/wireframe"
 )
 
-// Tests of the byte bounds (workloadbytes.go): one frame's params on every
+// Tests of the byte bounds (bounds.go, internal/wireframe/workloadbytes.go): one frame's params on every
 // path, the re-sync set's bytes and each peer queue's bytes.
 
 func withWorkloadMaxBytes(n int) nodeOption {

@@ -16,7 +16,7 @@ import (
 // limit. A warning per line, each quoting what the line held, would be
 // 44,000 warnings for 44,000 lines and a log line of up to a megabyte for
 // one. So the warnings a broker line can cause go through a limiter like
-// the listeners' (sourcelog.go), keyed on the kind of fault instead of a
+// the listeners' (internal/httpguard/sourcelog.go), keyed on the kind of fault instead of a
 // client's address, and every value from the line that reaches a log line
 // is clipped (httpguard.ClipLogged).
 

@@ -223,7 +223,7 @@ func refusalOf(w http.ResponseWriter, err error) (int, string) {
 // checkRequest applies the checks that need no body, in order, and returns
 // the status and reason of the first that fails, or 0.
 func (s *Server) checkRequest(r *http.Request) (int, string) {
-	if status, reason := s.refusePages(r); status != 0 { // fetchmetadata.go
+	if status, reason := s.refusePages(r); status != 0 { // internal/httpguard/fetchmetadata.go
 		return status, reason
 	}
 	if r.URL.Path != wireframe.EventsPath {

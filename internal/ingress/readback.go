@@ -30,7 +30,7 @@ import (
 // for more than a slice, or the answer in memory.
 //
 // A web page must not be able to make it work (spec 3.5.2): a page's
-// request is refused by its Origin or its Fetch Metadata (fetchmetadata.go)
+// request is refused by its Origin or its Fetch Metadata (internal/httpguard/fetchmetadata.go)
 // before anything is looked at, and a read-back must carry a header no page
 // can send without a CORS preflight, which the daemon never allows. What a
 // local program can make it do is bounded: ReadBackMaxInProgress answers
@@ -92,7 +92,7 @@ type Stats struct {
 	inProgress atomic.Int64
 	busy       atomic.Uint64
 	// fetchMetadataRefused counts the requests refused by their Fetch
-	// Metadata on any ingress path (fetchmetadata.go): the check is there
+	// Metadata on any ingress path (internal/httpguard/fetchmetadata.go): the check is there
 	// for the read-back's sake.
 	fetchMetadataRefused atomic.Uint64
 }

@@ -48,7 +48,7 @@ func (t Target) ID() string {
 func (t Target) MemberID() string { return t.HostUUID + "|" + t.Principal }
 
 // Broadcaster owns the outbound path: one sender per target, each reading
-// the state table from its member's mark (peersender.go). There is no
+// the state table from its member's mark (sender.go). There is no
 // queue between the table and a peer: what a peer has not taken is what
 // lies above its mark, so a slow or dead peer delays only itself, and
 // holds nothing but its mark.

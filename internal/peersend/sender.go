@@ -294,7 +294,7 @@ func (s *peerSender) post(ctx context.Context, line []byte) error {
 
 // exchange makes one request within peerAttemptTimeout and returns the
 // answer's status and up to keep bytes of its body, or errDeferred for an
-// answer that asks the sender to wait (peerretryafter.go). Every answer updates
+// answer that asks the sender to wait (hold.go). Every answer updates
 // what the sender knows of the peer's batch advertisement. The rest of the
 // body is drained, up to a bound, so the connection goes back to the pool.
 //

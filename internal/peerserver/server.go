@@ -160,7 +160,7 @@ func ParseFrame(body []byte, maxWorkload int) (Event, error) {
 // client certificate is checked against the pins on every request, so a pin
 // removed while a connection stays open takes effect on its next request.
 // A request is a single frame, or a batch of them when its Content-Type says
-// so (peerbatch.go); the checks that need no body apply to both alike.
+// so (batch.go); the checks that need no body apply to both alike.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Every answer advertises the batches this node takes, refusals
 	// included: a sender learns what a peer accepts from whatever answer it
@@ -238,7 +238,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // per-key lock and its re-assertion bypass, the same broker write. It
 // answers 200 when the frame was written (reason "") or already seen
 // (peerwire.ReasonAlreadySeen); 400 when it is not a valid frame; 403 when principal
-// may not send an event of that origin (peerorigin.go), final for a sender
+// may not send an event of that origin (origin.go), final for a sender
 // that reads the reason; 413 when its params are over the workload bound
 // (--workload-max-bytes) or its line to the broker would be over the line
 // limit, each final for the sender; 500 when the broker write

@@ -49,7 +49,7 @@ const (
 var BatchAdvert = FormatBatchAdvert(BatchMaxFrames, BatchMaxBytes)
 
 // BatchAdvertValue is the header's value, shared by every answer
-// (httpserve.go says why sharing is safe).
+// (internal/httpguard/httpserve.go says why sharing is safe).
 var BatchAdvertValue = []string{BatchAdvert}
 
 // FormatBatchAdvert renders an advertisement: the most elements, and the
