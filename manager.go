@@ -112,23 +112,28 @@ const (
 )
 
 // Manager is the daemon: it relays between the broker, the peers and the
-// optional loopback ingress.
+// optional loopback ingress. It wires the parts that live under internal/
+// (the peer port's server and senders, the ingress's handlers, the
+// broker's writer, the state table and its journal) and holds what only
+// the relay decides: the order of this node's own frames, their commit,
+// their leases and the discovery snapshot.
 //
 // Lock order: ingestMu -> the state table's lock (the design card's
-// activeMu: the ingress's checks), and discoveryMu -> broadcaster.mu ->
-// the table's lock (a target change joins or leaves a member). ingestMu
-// and discoveryMu are never held together. Leaf locks, taken under any of
-// these and never around them: brokerio.Writer.mu, ingressFlight.mu,
-// pairinstall.ClusterTrust.mu, dedup.mu, the journal's append lock (under
-// the table's). No lock is held across a network write to a peer or a
-// journal write: each peer's sender takes a slice of the table under its
-// lock and sends with none, and the journal writes its groups on its own.
+// activeMu: the ingress's checks), and discoveryMu -> the senders' lock
+// (peersend.Broadcaster.mu) -> the table's lock (a target change joins or
+// leaves a member). ingestMu and discoveryMu are never held together.
+// Leaf locks, taken under any of these and never around them:
+// brokerio.Writer.mu, ingressFlight.mu, pairinstall.ClusterTrust.mu, the
+// peer server's dedup lock, the journal's append lock (under the table's).
+// No lock is held across a network write to a peer or a journal write:
+// each peer's sender takes a slice of the table under its lock and sends
+// with none, and the journal writes its groups on its own.
 //
-// The broker write holds no lock either (internal/brokerio/writer.go): ingestMu is held
-// only while an ingress frame takes its place in the broker order. The
-// caller that writes a group (the leader) then runs the group's ingress
-// commits, which take the table's lock. No holder of it ever waits for a
-// broker write, so the lead closes no cycle (spec 6).
+// The broker write holds no lock either (internal/brokerio/writer.go):
+// ingestMu is held only while an ingress frame takes its place in the
+// broker order. The caller that writes a group (the leader) then runs the
+// group's ingress commits, which take the table's lock. No holder of it
+// ever waits for a broker write, so the lead closes no cycle (spec 6).
 type Manager struct {
 	cfg   Config
 	log   *slog.Logger
@@ -163,9 +168,12 @@ type Manager struct {
 	// leases counts the leases' events (lease.go); the leases themselves
 	// live on their runs in the table. leaseUnit is the length of one
 	// second of Workload-Lease: a second, shorter only in tests.
-	leases       leaseStats
-	leaseUnit    time.Duration
-	ingressStats ingress.Stats // the read-back's and Fetch Metadata's counters (internal/ingress), kept while the ingress is off too
+	leases    leaseStats
+	leaseUnit time.Duration
+	// ingressStats are the read-back's and the Fetch Metadata check's
+	// counters (internal/ingress), kept while the ingress is off too, so
+	// their series are always there.
+	ingressStats ingress.Stats
 
 	// discoveryMu guards lastNodes and serializes target refreshes.
 	discoveryMu sync.Mutex
