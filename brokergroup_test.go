@@ -99,7 +99,7 @@ func (g *groupWriter) lines(t *testing.T) []wireframe.RPC {
 func holdBroker(t *testing.T, n *testNode) (*groupWriter, func()) {
 	t.Helper()
 	gw := newGroupWriter()
-	n.m.out = brokerio.NewWriter(gw, n.m.cfg.BrokerLineMax)
+	n.m.out.SwapWriter(gw)
 	held := make(chan error, 1)
 	go func() { held <- n.m.out.Notify("test:hold", nil) }()
 	<-gw.held

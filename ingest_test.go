@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
@@ -649,7 +648,7 @@ func (g *ifxGate) Write(p []byte) (int, error) {
 // the test broker.
 func ifxGateBroker(n *testNode) *ifxGate {
 	g := &ifxGate{w: n.broker.dOut, entered: make(chan []byte, 16), release: make(chan struct{})}
-	n.m.out = brokerio.NewWriter(g, n.m.cfg.BrokerLineMax)
+	n.m.out.SwapWriter(g)
 	return g
 }
 
@@ -679,7 +678,7 @@ func ifxRawBroker(n *testNode) *ifxRaw {
 			}
 		}
 	}()
-	n.m.out = brokerio.NewWriter(pw, n.m.cfg.BrokerLineMax)
+	n.m.out.SwapWriter(pw)
 	n.t.Cleanup(func() { pw.Close() })
 	return r
 }

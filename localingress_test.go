@@ -937,10 +937,9 @@ func TestLocalIngressBrokerDownIs500(t *testing.T) {
 // remembered or queued: 413, with the limit in the reason, logged once at
 // warn and counted. The 1 MiB body cap is not that limit.
 func TestLocalIngressRefusesAFrameOverTheBrokerLineLimitWith413(t *testing.T) {
-	n := newMetricsNode(t, true)
 	// The frame is within the workload bound at its most, so the line
 	// limit is the bound it meets.
-	n.m.cfg.WorkloadMaxBytes = wireframe.MaxWorkloadMaxBytes
+	n := newMetricsNode(t, true, func(c *Config) { c.WorkloadMaxBytes = wireframe.MaxWorkloadMaxBytes })
 	n.start()
 	addr := n.m.IngressAddr()
 	ref := wireframe.WorkloadRef{Origin: n.id, ID: "over-limit"}

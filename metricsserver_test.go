@@ -20,8 +20,8 @@ func scrape(t *testing.T, n *testNode) map[string]float64 {
 
 // newMetricsNode builds a node with the metrics endpoint (and optionally
 // the ingress) on loopback.
-func newMetricsNode(t *testing.T, ingress bool) *testNode {
-	n := newTestNode(t)
+func newMetricsNode(t *testing.T, ingress bool, opts ...nodeOption) *testNode {
+	n := newTestNode(t, opts...)
 	if err := n.m.EnableMetrics("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func TestProcessNodeEndpointAnswersTheNodesIdMembersAndLimits(t *testing.T) {
 	nodes := writeCluster(t, 2)
 	idA := devpki.NewUUID()
 	writeFile(t, filepath.Join(nodes[0].ClusterDir, identityFileName), identityDoc(idA))
-	a := startNode(t, nodes[0], "--local-ingressAddr", "127.0.0.1:0", "--workload-max-bytes", "20000",
+	a := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0", "--workload-max-bytes", "20000",
 		"--broker-line-max", "300000", "--max-live-workloads", "50", "--max-live-workload-bytes", "2000000")
 	ingressAddr := a.loggedValue("local ingressAddr listening", "addr")
 	b := startNode(t, nodes[1])
@@ -148,7 +148,7 @@ func TestProcessNodeEndpointAnswersTheNodesIdMembersAndLimits(t *testing.T) {
 // own: a method other than GET, a query.
 func TestProcessNodeEndpointRefusesPagesAndWhatItDoesNotServe(t *testing.T) {
 	nodes := writeCluster(t, 1)
-	a := startNode(t, nodes[0], "--local-ingressAddr", "127.0.0.1:0")
+	a := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0")
 	ingressAddr := a.loggedValue("local ingressAddr listening", "addr")
 	port := ingressAddr[strings.LastIndexByte(ingressAddr, ':')+1:]
 	cases := []struct {
