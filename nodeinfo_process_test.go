@@ -14,7 +14,7 @@ import (
 	"nvpair-workload-manager/internal/wireframe"
 )
 
-// getNodeInfo asks the ingressAddr at addr for GET /v1/node with the given
+// getNodeInfo asks the ingress at addr for GET /v1/node with the given
 // headers (name/value pairs) and returns the status, the headers and the
 // body.
 func getNodeInfo(t testing.TB, addr, query string, headers ...string) (int, http.Header, []byte) {
@@ -67,7 +67,7 @@ func TestProcessNodeEndpointAnswersTheNodesIdMembersAndLimits(t *testing.T) {
 	writeFile(t, filepath.Join(nodes[0].ClusterDir, identityFileName), identityDoc(idA))
 	a := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0", "--workload-max-bytes", "20000",
 		"--broker-line-max", "300000", "--max-live-workloads", "50", "--max-live-workload-bytes", "2000000")
-	ingressAddr := a.loggedValue("local ingressAddr listening", "addr")
+	ingressAddr := a.loggedValue("local ingress listening", "addr")
 	b := startNode(t, nodes[1])
 	if got := a.readyNodeID(); got != idA {
 		t.Fatalf("A announced %s, want identity.json's %s", got, idA)
@@ -144,12 +144,12 @@ func TestProcessNodeEndpointAnswersTheNodesIdMembersAndLimits(t *testing.T) {
 }
 
 // TestProcessNodeEndpointRefusesPagesAndWhatItDoesNotServe holds GET
-// /v1/node to the ingressAddr's browser checks over the real binary, then its
+// /v1/node to the ingress's browser checks over the real binary, then its
 // own: a method other than GET, a query.
 func TestProcessNodeEndpointRefusesPagesAndWhatItDoesNotServe(t *testing.T) {
 	nodes := writeCluster(t, 1)
 	a := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0")
-	ingressAddr := a.loggedValue("local ingressAddr listening", "addr")
+	ingressAddr := a.loggedValue("local ingress listening", "addr")
 	port := ingressAddr[strings.LastIndexByte(ingressAddr, ':')+1:]
 	cases := []struct {
 		name    string
@@ -159,7 +159,7 @@ func TestProcessNodeEndpointRefusesPagesAndWhatItDoesNotServe(t *testing.T) {
 	}{
 		{"a page's cross-origin fetch", []string{"Origin", "http://evil.example"}, http.StatusForbidden, "Origin"},
 		{"an opaque origin", []string{"Origin", "null"}, http.StatusForbidden, "Origin"},
-		{"a rebinding page", []string{"Host", "evil.example:" + port}, http.StatusMisdirectedRequest, "is not this loopback local ingressAddr"},
+		{"a rebinding page", []string{"Host", "evil.example:" + port}, http.StatusMisdirectedRequest, "is not this loopback local ingress"},
 		{"a page's no-cors GET", []string{"Sec-Fetch-Site", "cross-site", "Sec-Fetch-Mode", "no-cors"}, http.StatusForbidden, "Sec-Fetch-Site: cross-site"},
 		{"another port of 127.0.0.1", []string{"Sec-Fetch-Site", "same-site", "Sec-Fetch-Mode", "cors"}, http.StatusForbidden, "Sec-Fetch-Site: same-site"},
 	}
@@ -180,7 +180,7 @@ func TestProcessNodeEndpointRefusesPagesAndWhatItDoesNotServe(t *testing.T) {
 	if st, _, body := getNodeInfo(t, ingressAddr, "", "Sec-Fetch-Site", "none", "Sec-Fetch-Mode", "navigate"); st != http.StatusOK {
 		t.Errorf("address bar: %d %q", st, body)
 	}
-	a.waitLog("ingressAddr request rejected", "path="+"/v1/node")
+	a.waitLog("ingress request rejected", "path="+"/v1/node")
 }
 
 func third[A, B, C any](_ A, _ B, c C) C { return c }
