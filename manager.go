@@ -1209,7 +1209,7 @@ func (m *Manager) writeWorkloadBoundMetrics(t *promtext.Text) {
 	t.Single("nvpair_wlm_workload_limit_bytes", "gauge", "The most bytes a frame's params may have on every path (--workload-max-bytes).", float64(m.cfg.WorkloadMaxBytes))
 }
 
-// Metrics (metrics.go).
+// Metrics: the loopback endpoint (metrics.go) and every series it renders.
 
 // EnableMetrics turns the metrics endpoint on at addr. It must be called
 // before Run, which binds it. A non-loopback address is refused.
