@@ -4,31 +4,72 @@ import (
 	"bufio"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
 	"testing"
 )
 
-// readmeSection returns the README's text from the heading line to the
-// next heading of the same level.
-func readmeSection(t *testing.T, heading string) string {
+// docFiles are the Markdown files whose sections the tests read: the
+// README and the guides under docs/.
+func docFiles(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile("README.md")
+	files, err := filepath.Glob(filepath.Join("docs", "*.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := string(b)
-	i := strings.Index(text, "\n"+heading+"\n")
-	if i < 0 {
-		t.Fatalf("README has no %q section", heading)
+	return append([]string{"README.md"}, files...)
+}
+
+// readmeSection returns the text of the section whose heading is heading's
+// text (at whatever level: the README's sections moved into docs/ one
+// level up) from the README or a guide under docs/, up to the next heading
+// of the same or a higher level.
+func readmeSection(t *testing.T, heading string) string {
+	t.Helper()
+	want := strings.TrimSpace(strings.TrimLeft(heading, "#"))
+	for _, name := range docFiles(t) {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(string(b), "\n")
+		fence := false
+		for i, l := range lines {
+			if strings.HasPrefix(strings.TrimSpace(l), "```") {
+				fence = !fence
+			}
+			level := headingLevel(l)
+			if fence || level == 0 || strings.TrimSpace(l[level:]) != want {
+				continue
+			}
+			var out []string
+			inner := false
+			for _, m := range lines[i+1:] {
+				if strings.HasPrefix(strings.TrimSpace(m), "```") {
+					inner = !inner
+				}
+				if n := headingLevel(m); !inner && n > 0 && n <= level {
+					break
+				}
+				out = append(out, m)
+			}
+			return strings.Join(out, "\n")
+		}
 	}
-	rest := text[i+1+len(heading):]
-	level := heading[:strings.IndexByte(heading, ' ')+1]
-	if j := strings.Index(rest, "\n"+level); j >= 0 {
-		rest = rest[:j]
+	t.Fatalf("neither the README nor docs/*.md has a %q section", want)
+	return ""
+}
+
+// headingLevel is the level of an ATX heading line (the number of its
+// leading #s), 0 for any other line.
+func headingLevel(line string) int {
+	n := len(line) - len(strings.TrimLeft(line, "#"))
+	if n == 0 || n > 6 || !strings.HasPrefix(line[n:], " ") {
+		return 0
 	}
-	return rest
+	return n
 }
 
 var metricName = regexp.MustCompile("`((?:nvpair_wlm|process|go)_[a-z_]+)(?:\\{[^}`]*\\})?`")
@@ -51,14 +92,19 @@ func servedFamilies(t *testing.T, n *testNode) map[string]bool {
 	return out
 }
 
-// TestREADMEMetricsAreTheOnesServed: the README's metrics table lists
-// every family a node serves (the deprecated names aside), each name in
-// it is served, and so is every name its example queries use.
+// TestREADMEMetricsAreTheOnesServed: the metrics reference
+// (docs/metrics.md, linked from the README) lists every family a node
+// serves (the deprecated names aside), each name in its tables is served,
+// and so is every name its example queries use.
 func TestREADMEMetricsAreTheOnesServed(t *testing.T) {
 	a, b := newMetricsNode(t, true), newMetricsNode(t, false)
 	mesh(t, a, b) // per-peer families appear with a peer
 	served := servedFamilies(t, a)
-	section := readmeSection(t, "## Metrics")
+	text, err := os.ReadFile(filepath.Join("docs", "metrics.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(text)
 	documented := map[string]bool{}
 	queried := map[string]bool{}
 	inQueries := false
@@ -82,7 +128,7 @@ func TestREADMEMetricsAreTheOnesServed(t *testing.T) {
 	deprecated := map[string]bool{"nvpair_wlm_resync_set_size": true, "nvpair_wlm_resync_set_limit": true, "nvpair_wlm_removal_memory_size": true}
 	for f := range served {
 		if !documented[f] && !deprecated[f] {
-			t.Errorf("%s is served but not in the README's metrics table", f)
+			t.Errorf("%s is served but not in the table of docs/metrics.md", f)
 		}
 	}
 	for f := range documented {
@@ -90,11 +136,11 @@ func TestREADMEMetricsAreTheOnesServed(t *testing.T) {
 			continue
 		}
 		if !served[f] {
-			t.Errorf("the README's metrics table lists %s, which is not served", f)
+			t.Errorf("the table of docs/metrics.md lists %s, which is not served", f)
 		}
 	}
 	if len(queried) == 0 {
-		t.Fatal("no example queries found in the README's metrics section")
+		t.Fatal("no example queries found in docs/metrics.md")
 	}
 	for q := range queried {
 		if !served[q] {

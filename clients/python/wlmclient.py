@@ -28,7 +28,7 @@ the same semantics, standard library only (Python 3.9+):
   redirect is ever followed: a 3xx is the answer, and the frame was not
   taken.
 
-One sender thread per client sends every job's frames (spec.md 3.5.7). A
+One sender thread per client sends every job's frames (docs/clients.md). A
 frame waiting to be retried parks its job, not the thread: the other jobs'
 frames go on meanwhile. A transport error (no answer at all: the daemon is
 down) holds every job until a shared backoff passes, so a daemon that is

@@ -1,9 +1,10 @@
 //go:build unix
 
-// Package readmetest runs the README's shell blocks as a reader would, so
-// that every command the README gives is known to work and every exit
-// status it states holds. Each fenced block of shell (or Python) in the
-// README carries a marker on the line before it:
+// Package readmetest runs the shell blocks of the README and of the guides
+// under docs/ as a reader would, so that every command they give is known
+// to work and every exit status they state holds, wherever the text lives.
+// Each fenced block of shell (or Python) in them carries a marker on the
+// line before it:
 //
 //	<!-- doctest: KIND [word ...] [key=value ...] -->
 //
@@ -15,6 +16,11 @@
 // home directory; "daemon" starts the daemon the way PAIR's broker does
 // before the block), ci (what .ci/run runs) or not-run (with a reason).
 // "output=X" wants every line the block prints to be X.
+//
+// The files are read in one order, the README first, then docs/*.md and
+// docs/decisions/*.md by name, so the blocks of each kind run in that
+// order. The tests that build or start the daemon skip under go test
+// -short; the checks of links and test names run always.
 package readmetest
 
 import (
@@ -27,6 +33,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,8 +42,9 @@ import (
 	"time"
 )
 
-// block is one fenced block of the README.
+// block is one fenced block of the README or a guide.
 type block struct {
+	file  string            // the file, from the module root
 	line  int               // the opening fence's line, 1-based
 	lang  string            // sh, python, ...
 	kind  string            // the marker's kind; "" without a marker
@@ -45,7 +53,7 @@ type block struct {
 	text  string            // the body, its fence's indentation removed
 }
 
-func (b block) String() string { return fmt.Sprintf("README.md:%d (%s)", b.line, b.kind) }
+func (b block) String() string { return fmt.Sprintf("%s:%d (%s)", b.file, b.line, b.kind) }
 
 var (
 	markerLine = regexp.MustCompile(`^<!-- doctest: (.*) -->$`)
@@ -62,10 +70,44 @@ func moduleRoot(t *testing.T) string {
 	return root
 }
 
-// readmeBlocks parses the README's fenced blocks and their markers.
+// docFiles are the files whose blocks are run, from the module root: the
+// README, then docs/*.md and docs/decisions/*.md, each by name.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	root := moduleRoot(t)
+	files := []string{"README.md"}
+	for _, dir := range []string{"docs", filepath.Join("docs", "decisions")} {
+		names, err := filepath.Glob(filepath.Join(root, dir, "*.md"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			rel, err := filepath.Rel(root, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, filepath.ToSlash(rel))
+		}
+	}
+	return files
+}
+
+// readmeBlocks parses the fenced blocks of every file of docFiles and
+// their markers, in that order.
 func readmeBlocks(t *testing.T) []block {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(moduleRoot(t), "README.md"))
+	var out []block
+	for _, name := range docFiles(t) {
+		out = append(out, fileBlocks(t, name)...)
+	}
+	return out
+}
+
+// fileBlocks parses one file's fenced blocks and their markers.
+func fileBlocks(t *testing.T, name string) []block {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(moduleRoot(t), name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +123,7 @@ func readmeBlocks(t *testing.T) []block {
 			continue
 		}
 		indent := lines[i][:len(lines[i])-len(strings.TrimLeft(lines[i], " "))]
-		bl := block{line: i + 1, lang: strings.TrimPrefix(trimmed, "```"), words: map[string]bool{}, attrs: map[string]string{}}
+		bl := block{file: name, line: i + 1, lang: strings.TrimPrefix(trimmed, "```"), words: map[string]bool{}, attrs: map[string]string{}}
 		if m := markerLine.FindStringSubmatch(prev); m != nil {
 			spec := m[1]
 			for _, a := range markerAttr.FindAllStringSubmatch(spec, -1) {
@@ -107,7 +149,7 @@ func readmeBlocks(t *testing.T) []block {
 	return out
 }
 
-// blocksOf returns the README's blocks of kind, in order.
+// blocksOf returns the blocks of kind, in order.
 func blocksOf(t *testing.T, kind string) []block {
 	var out []block
 	for _, b := range readmeBlocks(t) {
@@ -116,7 +158,7 @@ func blocksOf(t *testing.T, kind string) []block {
 		}
 	}
 	if len(out) == 0 {
-		t.Fatalf("the README has no block marked %q", kind)
+		t.Fatalf("neither the README nor docs/ has a block marked %q", kind)
 	}
 	return out
 }
@@ -141,7 +183,7 @@ func TestEveryCommandBlockOfTheREADMEIsMarked(t *testing.T) {
 			continue // data: json, yaml, promql
 		}
 		if !kinds[b.kind] {
-			t.Errorf("%s: a %q block without a doctest marker of a known kind; every command the README gives is run", b, b.lang)
+			t.Errorf("%s: a %q block without a doctest marker of a known kind; every command the README and docs/ give is run", b, b.lang)
 		}
 		if b.kind == "not-run" && b.attrs["reason"] == "" {
 			t.Errorf("%s: not-run without a reason", b)
@@ -247,7 +289,7 @@ func portTaken(output string) bool {
 }
 
 // removeNew removes the files at paths that do not exist now, once the
-// test is over: the README's builds write into the module root.
+// test is over: the builds the blocks give write into the module root.
 func removeNew(t *testing.T, paths ...string) {
 	for _, p := range paths {
 		if _, err := os.Stat(p); err == nil {
@@ -257,7 +299,17 @@ func removeNew(t *testing.T, paths ...string) {
 	}
 }
 
+// skipIfShort skips a test that builds or starts the daemon under go test
+// -short, the one-minute inner loop.
+func skipIfShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: this test builds and runs the daemon (minutes, not the inner loop's seconds)")
+	}
+}
+
 func TestREADMEBuildAndRunByHand(t *testing.T) {
+	skipIfShort(t)
 	root := moduleRoot(t)
 	removeNew(t, filepath.Join(root, "nvpair-workload-manager"), filepath.Join(root, "nvpair-workload-manager.exe"))
 	scratch := t.TempDir()
@@ -286,6 +338,7 @@ type supervisor struct {
 }
 
 func TestREADMEInstallOnAPAIRNode(t *testing.T) {
+	skipIfShort(t)
 	if runtime.GOOS != "linux" {
 		t.Skip("the installation blocks use Linux's ~/.config")
 	}
@@ -501,6 +554,7 @@ const startupLimit = 5 * time.Minute
 // while it runs, then stops it with SIGINT to its process group, as Ctrl-C
 // in a terminal does.
 func TestREADMEQuickstartRunsAndTheJobsReachEveryNode(t *testing.T) {
+	skipIfShort(t)
 	var quick block
 	for _, b := range blocksOf(t, "devcluster") {
 		if b.words["ctrl-c"] {
@@ -564,6 +618,7 @@ func countLines(s string, fragments ...string) int {
 // TestREADMEDevclusterExitStatusHoldsForTheCommandItGives runs each dev
 // cluster command whose exit status the README states, as written.
 func TestREADMEDevclusterExitStatusHoldsForTheCommandItGives(t *testing.T) {
+	skipIfShort(t)
 	ran := 0
 	for _, b := range blocksOf(t, "devcluster") {
 		want, ok := b.attrs["exit"]
