@@ -16,7 +16,8 @@ const (
 	ClientIdleTimeout = ServerIdleTimeout / 2
 )
 
-// ReasonAlreadySeen is handlePeerFrame's reason for a duplicate.
+// ReasonAlreadySeen is the peer server's reason for a duplicate
+// (peerserver.Server.HandleFrame).
 const ReasonAlreadySeen = "already seen"
 
 // OriginRefusalPrefix starts the reason of every refusal for origin, in a
