@@ -58,9 +58,9 @@ type valueError struct {
 	kind        any // the flag's type, from its Get: what was expected
 }
 
-// refusal reads the flag package's error for a value a flag of fs refused
-// (flag.go's parseOne: `invalid value "5" for flag -d: parse error`, and
-// `invalid boolean value "x" for -b: ...` for a switch given a value).
+// refusal reads the flag package's error for a value a flag of fs refused,
+// as its FlagSet.parseOne words it: `invalid value "5" for flag -d: parse
+// error`, and `invalid boolean value "x" for -b: ...` for a switch.
 func refusal(fs *flag.FlagSet, msg string) (*valueError, bool) {
 	rest, ok := strings.CutPrefix(msg, "invalid value ")
 	sep := " for flag -"

@@ -61,8 +61,8 @@ func (l *SourceLog) Log(log *slog.Logger, level slog.Level, remote string, statu
 	l.LogKey(log, level, SourceLogKey{hostOf(remote), status}, msg, args...)
 }
 
-// LogKey is Log for a key the caller chose (brokerlinelog.go keys the
-// broker's bad lines on their kind). It returns when the lines held back
+// LogKey is Log for a key the caller chose (the daemon's brokerLineLog, in
+// the root package, keys the broker's bad lines on their kind). It returns when the lines held back
 // for key may next be written: the end of the key's interval for a line it
 // held back, zero for a line it wrote or a level that is off.
 func (l *SourceLog) LogKey(log *slog.Logger, level slog.Level, key SourceLogKey, msg string, args ...any) (heldUntil time.Time) {
