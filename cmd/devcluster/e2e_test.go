@@ -117,7 +117,7 @@ func origins(jobs []job) map[string]int {
 }
 
 func TestDevclusterSimulateConvergesAndShowsBothPaths(t *testing.T) {
-	needsDaemons(t) // run --bin daemonBin
+	needsDaemons(t) // runs the dev cluster on daemonBin
 	t.Parallel()
 	var stdout, stderr lockedBuffer
 	var c *cluster
@@ -335,7 +335,7 @@ func TestDevclusterHealsAKilledAndRestartedNode(t *testing.T) {
 }
 
 func TestDevclusterStopsEveryDaemonWhenOneFailsToStart(t *testing.T) {
-	needsDaemons(t) // run --bin daemonBin
+	needsDaemons(t) // runs the dev cluster on daemonBin
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0") // node 1's ingress port, taken
 	if err != nil {
@@ -367,7 +367,7 @@ func tail(s string, n int) string {
 }
 
 func TestDevclusterFailsWhenADaemonDiesOnItsOwn(t *testing.T) {
-	needsDaemons(t) // run --bin daemonBin
+	needsDaemons(t) // runs the dev cluster on daemonBin
 	t.Parallel()
 	var stdout, stderr lockedBuffer
 	var c *cluster
@@ -412,7 +412,7 @@ func TestProducerExampleJobReachesEveryNode(t *testing.T) {
 }
 
 func TestDevclusterMetricsSummaryShowsEveryPeersDeliveriesOnEveryNode(t *testing.T) {
-	needsDaemons(t) // run --bin daemonBin
+	needsDaemons(t) // runs the dev cluster on daemonBin
 	t.Parallel()
 	var stdout, stderr lockedBuffer
 	var c *cluster
@@ -549,7 +549,7 @@ func head(s string, n int) string {
 // (each daemon's pid, node id, peer port and log) again above the view,
 // with how the rows are sorted.
 func TestDevclusterOnATerminalKeepsTheStartupLinesAboveTheView(t *testing.T) {
-	needsDaemons(t) // run --bin daemonBin
+	needsDaemons(t) // runs the dev cluster on daemonBin
 	t.Parallel()
 	var stdout, stderr lockedBuffer
 	code := run([]string{"--bin", daemonBin, "--duration", "1s", "--nodes", "2", "--ingress", "127.0.0.1:0"},
