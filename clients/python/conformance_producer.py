@@ -141,15 +141,18 @@ def run(args, stdout, stderr):
                     pass
                 return 1
             time.sleep(0.2)
+    # The member's node id, for the "scheduledOn" the orchestrator checks,
+    # from the client's own lookup (the one submit makes for
+    # scheduled_on_member), not a scan of node["members"] of our own: the
+    # producer then checks what producers use. The node() call above taught
+    # it the members, so this asks the node nothing more.
     member_id = ""
     if o.member:
-        for m in node.get("members") or []:
-            if m.get("name") == o.member:
-                member_id = m.get("nodeId", "")
-                break
-        if not member_id:
+        try:
+            member_id = c.member_id(o.member)
+        except wlmclient.WlmError as e:
             # submit will say so for each job that names it.
-            stderr.write("conformance_producer: GET /v1/node lists no member named %r\n" % o.member)
+            stderr.write("conformance_producer: %s\n" % e)
     out.line(event="node", nodeId=node.get("nodeId", ""), member=o.member, memberId=member_id)
 
     stop_stats = threading.Event()

@@ -103,6 +103,18 @@ class ARun(unittest.TestCase):
         self.addCleanup(d.cleanup)
         self.outbox = os.path.join(d.name, "outbox")
 
+    def test_a_member_the_node_does_not_list_has_no_id(self):
+        # The member's id comes from the client's own lookup (member_id); a
+        # name the node does not list leaves memberId empty, says so on
+        # stderr, and the run goes on.
+        stdout, stderr = io.StringIO(), io.StringIO()
+        args = ["--addr", self.ingress.addr, "--producer", "conf-test", "--outbox", self.outbox,
+                "--lease", "10", "--jobs", "0", "--member", "gpu-z"]
+        self.assertEqual(conformance_producer.run(args, stdout, stderr), 0, stderr.getvalue())
+        first = json.loads(stdout.getvalue().splitlines()[0])
+        self.assertEqual(first, {"event": "node", "nodeId": SELF, "member": "gpu-z", "memberId": ""})
+        self.assertIn("no member named 'gpu-z'", stderr.getvalue())
+
     def test_a_run_prints_the_protocol_and_each_jobs_frames_arrive_in_seq_order(self):
         stdout, stderr = io.StringIO(), io.StringIO()
         args = ["--addr", self.ingress.addr, "--producer", "conf-test", "--outbox", self.outbox,

@@ -83,6 +83,7 @@ func TestParseFlagsChaosNeedsSimulateAndTime(t *testing.T) {
 // The whole chaos run, at a test's pace: it logs each fault, ends
 // converged and with every job as its path last meant.
 func TestDevclusterChaosRunConvergesWithEveryJobAsMeant(t *testing.T) {
+	needsDaemons(t) // runs the dev cluster on daemonBin
 	t.Parallel()
 	var stdout, stderr lockedBuffer
 	var c *cluster

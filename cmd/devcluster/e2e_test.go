@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -34,6 +35,13 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(tmp)
 		testTmp = tmp
+		flag.Parse() // for testing.Short
+		// Under -short every test that needs a daemon skips (needsDaemons),
+		// so none is built, nor PAIR's store: the paper clusters' tests
+		// then run unjudged by it, as they do without ../shared.
+		if testing.Short() {
+			return m.Run()
+		}
 		root, err := moduleRoot()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "module root:", err)
@@ -55,6 +63,15 @@ func TestMain(m *testing.M) {
 		}
 		return m.Run()
 	}())
+}
+
+// needsDaemons skips t under go test -short, the quick lane: t starts
+// daemons or builds a program, seconds each, and TestMain built none.
+func needsDaemons(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: starts daemons or builds a program (seconds each); the full run has it")
+	}
 }
 
 // waitTimeout bounds every wait on a condition in these tests.
@@ -100,6 +117,7 @@ func origins(jobs []job) map[string]int {
 }
 
 func TestDevclusterSimulateConvergesAndShowsBothPaths(t *testing.T) {
+	needsDaemons(t) // runs the dev cluster on daemonBin
 	t.Parallel()
 	var stdout, stderr lockedBuffer
 	var c *cluster
@@ -158,6 +176,7 @@ func testCluster(t *testing.T, n int, resync time.Duration) *cluster {
 // may set the nodes up before the first start.
 func testClusterWith(t *testing.T, n int, resync time.Duration, metrics bool, before func(*cluster)) *cluster {
 	t.Helper()
+	needsDaemons(t)
 	dir := t.TempDir()
 	members, err := devpki.WriteCluster(dir, n)
 	if err != nil {
@@ -316,6 +335,7 @@ func TestDevclusterHealsAKilledAndRestartedNode(t *testing.T) {
 }
 
 func TestDevclusterStopsEveryDaemonWhenOneFailsToStart(t *testing.T) {
+	needsDaemons(t) // runs the dev cluster on daemonBin
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0") // node 1's ingress port, taken
 	if err != nil {
@@ -347,6 +367,7 @@ func tail(s string, n int) string {
 }
 
 func TestDevclusterFailsWhenADaemonDiesOnItsOwn(t *testing.T) {
+	needsDaemons(t) // runs the dev cluster on daemonBin
 	t.Parallel()
 	var stdout, stderr lockedBuffer
 	var c *cluster
@@ -391,6 +412,7 @@ func TestProducerExampleJobReachesEveryNode(t *testing.T) {
 }
 
 func TestDevclusterMetricsSummaryShowsEveryPeersDeliveriesOnEveryNode(t *testing.T) {
+	needsDaemons(t) // runs the dev cluster on daemonBin
 	t.Parallel()
 	var stdout, stderr lockedBuffer
 	var c *cluster
@@ -527,6 +549,7 @@ func head(s string, n int) string {
 // (each daemon's pid, node id, peer port and log) again above the view,
 // with how the rows are sorted.
 func TestDevclusterOnATerminalKeepsTheStartupLinesAboveTheView(t *testing.T) {
+	needsDaemons(t) // runs the dev cluster on daemonBin
 	t.Parallel()
 	var stdout, stderr lockedBuffer
 	code := run([]string{"--bin", daemonBin, "--duration", "1s", "--nodes", "2", "--ingress", "127.0.0.1:0"},
@@ -562,6 +585,7 @@ func buildProducerExample(t *testing.T) string {
 // the binary's path.
 func buildModuleProgram(t *testing.T, dir, pkg, name string) string {
 	t.Helper()
+	needsDaemons(t)
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)

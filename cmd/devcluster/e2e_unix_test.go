@@ -42,6 +42,7 @@ var (
 // a separate process.
 func buildDevcluster(t *testing.T) string {
 	t.Helper()
+	needsDaemons(t)
 	devclusterOnce.Do(func() {
 		goBin, err := goTool()
 		if err != nil {

@@ -62,6 +62,29 @@ func TestRunRefusesABadFlagWithStatus2AndOneLine(t *testing.T) {
 	}
 }
 
+// TestHelpIsTheUsageWithEveryFlagsDefault: -h and --help print the usage
+// with each flag's kind and default and exit 0, and no "panic calling
+// String method on zero ..." line (what internal/cliflags' wrapped flags
+// made PrintDefaults print under every flag). internal/cliflags'
+// TestEveryCommandsHelpIsClean runs the built command the same way.
+func TestHelpIsTheUsageWithEveryFlagsDefault(t *testing.T) {
+	for _, arg := range []string{"-h", "--help"} {
+		var stdout, stderr lockedBuffer
+		if code := run([]string{arg}, &stdout, &stderr, nil, false, hooks{}); code != 0 {
+			t.Errorf("%s: exit status %d, want 0", arg, code)
+		}
+		got := stderr.String()
+		if strings.Contains(got, "panic") {
+			t.Errorf("%s prints a panic:\n%s", arg, got)
+		}
+		for _, want := range []string{"usage: devcluster", "-nodes int", "(default 3)", "-stale-after duration", "-log-level string", `(default "info")`} {
+			if !strings.Contains(got, want) {
+				t.Errorf("%s: the usage lacks %q:\n%s", arg, want, got)
+			}
+		}
+	}
+}
+
 func TestWorkDirIsRemovedUnlessKeptOrGiven(t *testing.T) {
 	dir, cleanup, err := workDir(config{})
 	if err != nil {

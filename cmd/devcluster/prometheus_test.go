@@ -33,6 +33,7 @@ func needTool(t *testing.T, name string) string {
 // --metrics prints its Prometheus config, and a real Prometheus started
 // with the printed command scrapes every node and loads the alert rules.
 func TestDevclusterMetricsWritesAPrometheusConfigThatScrapesEveryNode(t *testing.T) {
+	needsDaemons(t) // runs the dev cluster on daemonBin
 	t.Parallel()
 	promtool := needTool(t, "promtool")
 	prometheus := needTool(t, "prometheus")

@@ -15,6 +15,7 @@ import (
 // the tests that make the brokers disagree with PAIR's store on purpose.
 func judgedPaperCluster(t *testing.T, n int) *cluster {
 	t.Helper()
+	needsDaemons(t) // PAIR's store is a program TestMain builds
 	if shadowBin == "" {
 		t.Skip("no shadow of PAIR's store (no ../shared/upstream beside this repository)")
 	}

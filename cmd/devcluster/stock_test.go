@@ -21,6 +21,7 @@ var (
 // with one line when its source is not at hand.
 func stockBinary(t *testing.T) string {
 	t.Helper()
+	needsDaemons(t)
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)

@@ -14,34 +14,34 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
 
-// Explain wraps every flag of fs, so that a value one refuses is remembered
-// with the flag's name, and returns what turns a failed fs.Parse's error
-// into one line. placeholders names flags' values (like "HOST:PORT") for
-// the example in "--x needs a value, like --x HOST:PORT"; a flag with a
-// non-empty default shows its default instead. Flags defined after the
-// call are not wrapped. flag.ErrHelp and nil are returned as they are.
+// Explain returns what turns a failed fs.Parse's error into one line.
+// placeholders names flags' values (like "HOST:PORT") for the example in
+// "--x needs a value, like --x HOST:PORT"; a flag with a non-empty default
+// shows its default instead. flag.ErrHelp and nil are returned as they
+// are.
+//
+// It reads the flag package's own error and leaves fs's flags as they
+// are: a wrapper around each flag's Value would change the Value's type,
+// which the flag package's help reads (PrintDefaults builds a zero value
+// of that type to decide whether to show the default, and names the
+// value "duration", "int", ... by it), so --help would lose its defaults
+// and its value names, and a wrapper whose zero value cannot say String
+// printed "panic calling String method on zero ..." under every flag.
+// TestExplainLeavesHelpAsTheFlagPackagePrintsIt holds that.
 func Explain(fs *flag.FlagSet, placeholders map[string]string) func(error) error {
-	refused := new(valueError)
-	fs.VisitAll(func(f *flag.Flag) {
-		v := &explainedValue{Value: f.Value, name: f.Name, refuse: refused}
-		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
-			f.Value = explainedBool{v}
-		} else {
-			f.Value = v
-		}
-	})
 	return func(err error) error {
 		if err == nil || errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		if refused.name != "" {
-			return refused.explain()
-		}
 		msg := err.Error()
+		if e, ok := refusal(fs, msg); ok {
+			return e.explain()
+		}
 		if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
 			return fmt.Errorf("unknown flag --%s (--help lists the flags)", name)
 		}
@@ -52,36 +52,50 @@ func Explain(fs *flag.FlagSet, placeholders map[string]string) func(error) error
 	}
 }
 
-// explainedValue wraps a flag's value so that a value it refuses is
-// remembered with the flag's name.
-type explainedValue struct {
-	flag.Value
-	name   string
-	refuse *valueError // where a refusal is recorded; shared by the set
-}
-
 // valueError is a value a flag refused.
 type valueError struct {
 	name, value string
 	kind        any // the flag's type, from its Get: what was expected
 }
 
-func (v *explainedValue) Set(s string) error {
-	err := v.Value.Set(s)
-	if err != nil && v.refuse.name == "" {
-		var kind any
-		if g, ok := v.Value.(flag.Getter); ok {
-			kind = g.Get()
+// refusal reads the flag package's error for a value a flag of fs refused,
+// as its FlagSet.parseOne words it: `invalid value "5" for flag -d: parse
+// error`, and `invalid boolean value "x" for -b: ...` for a switch.
+func refusal(fs *flag.FlagSet, msg string) (*valueError, bool) {
+	rest, ok := strings.CutPrefix(msg, "invalid value ")
+	sep := " for flag -"
+	if !ok {
+		if rest, ok = strings.CutPrefix(msg, "invalid boolean value "); !ok {
+			return nil, false
 		}
-		*v.refuse = valueError{name: v.name, value: s, kind: kind}
+		sep = " for -"
 	}
-	return err
+	quoted, err := strconv.QuotedPrefix(rest)
+	if err != nil {
+		return nil, false
+	}
+	value, _ := strconv.Unquote(quoted)
+	rest, ok = strings.CutPrefix(rest[len(quoted):], sep)
+	if !ok {
+		return nil, false
+	}
+	// The name ends at the ": " before the Value's own error; the first
+	// prefix that names a flag of fs is it (a name may hold ": " too).
+	for i := 0; ; i++ {
+		j := strings.Index(rest[i:], ": ")
+		if j < 0 {
+			return nil, false
+		}
+		i += j
+		if f := fs.Lookup(rest[:i]); f != nil {
+			var kind any
+			if g, ok := f.Value.(flag.Getter); ok {
+				kind = g.Get()
+			}
+			return &valueError{name: f.Name, value: value, kind: kind}, true
+		}
+	}
 }
-
-// explainedBool is explainedValue for a switch, which takes no value.
-type explainedBool struct{ *explainedValue }
-
-func (v explainedBool) IsBoolFlag() bool { return true }
 
 // explain says what the flag expected instead of the value it was given.
 func (e *valueError) explain() error {

@@ -61,7 +61,7 @@ func (l *SourceLog) Log(log *slog.Logger, level slog.Level, remote string, statu
 	l.LogKey(log, level, SourceLogKey{hostOf(remote), status}, msg, args...)
 }
 
-// LogKey is Log for a key the caller chose (internal/brokerio/linelog.go keys the
+// LogKey is Log for a key the caller chose (brokerio.LineLog keys the
 // broker's bad lines on their kind). It returns when the lines held back
 // for key may next be written: the end of the key's interval for a line it
 // held back, zero for a line it wrote or a level that is off.

@@ -4,6 +4,7 @@ package installtest
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -39,6 +40,12 @@ func TestMain(m *testing.M) {
 	}
 	code := func() int {
 		defer os.RemoveAll(dir)
+		flag.Parse() // for testing.Short
+		// Under -short every test that needs the builds skips (newNode), so
+		// none is made: the quick lane builds no daemon.
+		if testing.Short() {
+			return m.Run()
+		}
 		if err := buildAll(dir); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
@@ -100,6 +107,9 @@ type node struct {
 
 func newNode(t *testing.T) *node {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: runs install.sh against the real daemon under a supervisor, seconds a test, after TestMain built it twice")
+	}
 	if _, err := exec.LookPath("curl"); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("curl is not installed (.ci/run installs it)")

@@ -2,7 +2,8 @@ package pairbroker
 
 import "time"
 
-// The stop sequence of PAIR's broker (stopwait.go, waitForStdinClose): a
+// The stop sequence of PAIR's broker (waitForStdinClose in its
+// services/nvpair-ui-broker/stopwait.go, not in ../shared/upstream): a
 // worker's closed stdin is its shutdown signal; one that has not exited
 // after StopGrace is terminated, and one that has not exited SignalGrace
 // after that is killed, and waited for SignalGrace more.

@@ -8,9 +8,9 @@
 // (Store.SweepStale), the node-loss inference (Store.FailNode), the replay a
 // restarted daemon is owed (Store.Replay, ReplayMethod), the reader of
 // the worker's stdout (ReadLines) and the stop sequence a broker runs on
-// its worker (Stop). Each rule cites where PAIR states it:
-// services/nvpair-ui-broker/workloadstore/store.go and stopwait.go in
-// NVIDIA/Personal-AI-Router. The facts are PAIR's; the code is ours.
+// its worker (Stop). Each rule cites where PAIR states it, in
+// NVIDIA/Personal-AI-Router: services/nvpair-ui-broker/workloadstore/store.go
+// (a copy is in ../shared/upstream) and services/nvpair-ui-broker/stopwait.go. The facts are PAIR's; the code is ours.
 // internal/pairshadow holds the model to PAIR's store itself.
 //
 // It is pure state and timing: it must never import the daemon (the root

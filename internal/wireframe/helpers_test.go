@@ -7,9 +7,10 @@ import (
 	"strings"
 )
 
-// The package's own test helpers: small copies of the root's (helpers_test.go,
-// bench_test.go, bench_peer_test.go, peerserver.go), so the frame format's
-// tests need nothing of the daemon.
+// The package's own test helpers: small copies of the root package's
+// (benchNodeID, benchSeedFrame and benchSeedParams of its benchmarks,
+// benchPeerFrame, parsePeerFrame, and its test helpers workload, methodFor
+// and workloadJSON), so the frame format's tests need nothing of the daemon.
 
 // benchNodeID is the node id of the benchmarked daemon.
 const benchNodeID = "6f1c2a4e-8b7d-4c3e-9a5f-0d1e2f3a4b5c"

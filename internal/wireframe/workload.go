@@ -56,8 +56,9 @@ type WorkloadInfo struct {
 	Seq    int64
 	HasSeq bool
 	// requester is the requesterId when hasRequester (null and absent are
-	// not a requester): the read-back's filter compares it (readback.go)
-	// rather than parse every entry's line on every answer.
+	// not a requester): the read-back's filter compares it
+	// (internal/statetable's Table.ReadSlice) rather than parse every
+	// entry's line on every answer.
 	Requester    string
 	HasRequester bool
 }

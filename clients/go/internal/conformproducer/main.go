@@ -253,17 +253,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// The member's node id, for the "scheduledOn" the orchestrator checks,
+	// from the client's own lookup (the one Submit makes for
+	// JobSpec.ScheduledOnMember), not a scan of node.Members of our own:
+	// the producer then checks what producers use. The Node call above
+	// taught it the members, so this asks the node nothing more. (This
+	// program is in the client's module, not the daemon's, so it calls the
+	// client with no require in the daemon's go.mod, which must have none.)
 	memberID := ""
 	if o.member != "" {
-		for _, m := range node.Members {
-			if m.Name == o.member {
-				memberID = m.NodeID
-				break
-			}
-		}
-		if memberID == "" {
+		if memberID, err = c.MemberID(context.Background(), o.member); err != nil {
 			// Submit will say so for each job that names it.
-			fmt.Fprintf(stderr, "conformproducer: GET /v1/node lists no member named %q\n", o.member)
+			fmt.Fprintf(stderr, "conformproducer: %v\n", err)
+			memberID = ""
 		}
 	}
 	w.line(nodeLine{Event: "node", NodeID: node.NodeID, Member: o.member, MemberID: memberID})

@@ -215,3 +215,27 @@ func equal(a, b map[string]int) bool {
 	}
 	return true
 }
+
+// TestAMemberTheNodeDoesNotListHasNoID: the member's id comes from the
+// client's own lookup (Client.MemberID); a name the node does not list
+// leaves the node line's memberId empty and says so on stderr, and the run
+// goes on.
+func TestAMemberTheNodeDoesNotListHasNoID(t *testing.T) {
+	in := &ingress{frames: map[string][]frame{}}
+	srv := httptest.NewServer(in)
+	defer srv.Close()
+	var stdout, stderr bytes.Buffer
+	args := []string{"--addr", strings.TrimPrefix(srv.URL, "http://"), "--producer", "conf-test",
+		"--outbox", filepath.Join(t.TempDir(), "outbox"), "--lease", "10", "--jobs", "0", "--member", "gpu-z"}
+	if code := run(args, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
+	}
+	first, _, _ := strings.Cut(stdout.String(), "\n")
+	var n map[string]any
+	if err := json.Unmarshal([]byte(first), &n); err != nil || n["event"] != "node" || n["member"] != "gpu-z" || n["memberId"] != "" {
+		t.Errorf("node line %q (%v): want memberId empty", first, err)
+	}
+	if !strings.Contains(stderr.String(), `no member named "gpu-z"`) {
+		t.Errorf("stderr does not name the missing member:\n%s", stderr.String())
+	}
+}
