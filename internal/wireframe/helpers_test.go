@@ -9,7 +9,7 @@ import (
 
 // The package's own test helpers: small copies of the root package's
 // (benchNodeID, benchSeedFrame and benchSeedParams of its benchmarks,
-// benchPeerFrame, parsePeerFrame, and its test helpers workload, methodFor
+// benchPeerFrame, peerserver.ParseFrame, and its test helpers workload, methodFor
 // and workloadJSON), so the frame format's tests need nothing of the daemon.
 
 // benchNodeID is the node id of the benchmarked daemon.
@@ -51,8 +51,8 @@ type peerEvent struct {
 	removal   Removal
 }
 
-// parsePeerFrame reads a frame as the peer port does (the root's
-// parsePeerFrame), the same steps in the same order, with no slack on the
+// parsePeerFrame reads a frame as the peer port does (peerserver's
+// ParseFrame), the same steps in the same order, with no slack on the
 // workload bound: the fuzz targets pass a bound no frame reaches.
 func parsePeerFrame(body []byte, maxWorkload int) (peerEvent, error) {
 	if err := CheckUTF8(body); err != nil {
