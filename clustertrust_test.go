@@ -120,11 +120,6 @@ const (
 	admissionFileName = "admission.json" // in the cluster dir
 )
 
-// identityDoc is a node identity document naming id.
-func identityDoc(id string) string {
-	return `{"node_uuid": "` + id + `", "created_at": 1789661457000}`
-}
-
 func netMust(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {

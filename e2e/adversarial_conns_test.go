@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package e2e
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testframe"
 )
 
 // The adversarial tests of the connection caps and the logs (spec 7) run
@@ -82,14 +83,14 @@ func TestAdversarialConnectionFloodLeavesRoomForRealClients(t *testing.T) {
 
 	// A real peer's frame reaches this node's broker within a second.
 	start := time.Now()
-	b.send(lifecycleLine("during-flood-peer", "running", nodes[1].ID))
+	b.send(testframe.LifecycleLine("during-flood-peer", "running", nodes[1].ID))
 	a.waitUpserts("during-flood-peer", 1)
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("a pinned peer's frame took %v to reach the broker during the flood, want under 1s", d)
 	}
 	// A producer's frame is answered within a second.
 	start = time.Now()
-	if st, body := postIngressTo(t, ingress, lifecycleLine("during-flood-ingress", "running", nodes[0].ID)); st != http.StatusOK {
+	if st, body := postIngressTo(t, ingress, testframe.LifecycleLine("during-flood-ingress", "running", nodes[0].ID)); st != http.StatusOK {
 		t.Fatalf("an ingress post during the flood = %d %q, want 200", st, body)
 	}
 	if d := time.Since(start); d > time.Second {
@@ -137,7 +138,7 @@ func TestAdversarialUnauthenticatedPeerClientsGet403AClosedConnectionAndOneWarni
 	cert, err := stranger.TLSCertificate()
 	netMust(t, err)
 	url := "https://" + net.JoinHostPort("127.0.0.1", itoa(a.port)) + peerEventsPath
-	body := []byte(lifecycleLine("stranger", "running", stranger.Principal))
+	body := []byte(testframe.LifecycleLine("stranger", "running", stranger.Principal))
 	for i := range 200 {
 		c, err := tls.Dial("tcp", net.JoinHostPort("127.0.0.1", itoa(a.port)), &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{cert}})
 		netMust(t, err)

@@ -1,9 +1,10 @@
-package main
+package e2e
 
 import (
 	"net/http"
 	"testing"
 
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -26,8 +27,8 @@ func TestProcessPeerBackAfterTheRetentionGetsTheEndsItMissed(t *testing.T) {
 	}
 
 	// Two jobs B knows while it is A's target.
-	a.send(lifecycleLine("pj-gone", "running", origin))
-	post(lifecycleLine("ij-gone", "running", origin))
+	a.send(testframe.LifecycleLine("pj-gone", "running", origin))
+	post(testframe.LifecycleLine("ij-gone", "running", origin))
 	b.waitUpserts("pj-gone", 1)
 	b.waitUpserts("ij-gone", 1)
 
@@ -35,16 +36,16 @@ func TestProcessPeerBackAfterTheRetentionGetsTheEndsItMissed(t *testing.T) {
 	a.send(string(wireframe.EncodeNotification("discovery:nodes", []byte(`{"nodes":[]}`))))
 	a.waitLog("broadcast targets changed", "total=0")
 
-	a.send(lifecycleLine("pj-done", "queued", origin))
-	a.send(lifecycleLine("pj-done", "completed", origin))
-	a.send(removalFrame("pj-gone", origin))
+	a.send(testframe.LifecycleLine("pj-done", "queued", origin))
+	a.send(testframe.LifecycleLine("pj-done", "completed", origin))
+	a.send(string(testframe.Removal("pj-gone", origin)))
 	// The read loop answers a request after the frames before it: they
 	// are committed.
 	a.send(`{"jsonrpc":"2.0","id":"barrier","method":"log/set-level","params":{"level":"debug"}}`)
 	a.waitResponse(`"barrier"`)
-	post(lifecycleLine("ij-done", "queued", origin))
-	post(lifecycleLine("ij-done", "completed", origin))
-	post(removalFrame("ij-gone", origin))
+	post(testframe.LifecycleLine("ij-done", "queued", origin))
+	post(testframe.LifecycleLine("ij-done", "completed", origin))
+	post(string(testframe.Removal("ij-gone", origin)))
 
 	// A's set has dropped the completed runs (its retention is 400 ms).
 	eventually(t, "A's re-sync set empty", func() bool {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package e2e
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -26,6 +27,7 @@ import (
 // cuts the attackers' oldest unfinished body when the address is at its
 // bound.
 func TestAdversarialUnsentIngressBodiesLeaveProducersAndAPeerServed(t *testing.T) {
+	skipUnderShort(t) // here, not in its subtests alone: they start the binary after its setup
 	for _, tc := range []struct {
 		name     string
 		conns    int
@@ -33,7 +35,10 @@ func TestAdversarialUnsentIngressBodiesLeaveProducersAndAPeerServed(t *testing.T
 	}{
 		{"36 declaring 1 MiB", 36, wireframe.MaxBytes},
 		{"132 declaring 1 MiB", 132, wireframe.MaxBytes},
-		{"132 declaring the cap", 132, int(ingressBodyMax(wireframe.DefaultWorkloadMaxBytes))},
+		// The ingress's body cap at the default --workload-max-bytes (GET
+		// /v1/node's limits.bodyMaxBytes): 16 KiB of workload and 16 KiB
+		// for the envelope.
+		{"132 declaring the cap", 132, wireframe.DefaultWorkloadMaxBytes + 16<<10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := writeCluster(t, 2)
@@ -74,11 +79,11 @@ func TestAdversarialUnsentIngressBodiesLeaveProducersAndAPeerServed(t *testing.T
 			for i := range posts {
 				id := "beside-" + itoa(i)
 				start := time.Now()
-				if st, _ := postIngressTo(t, ingressAddr, string(netLifecycleBody(t, workload("local-"+id, "running", nodes[0].ID), nil))); st != http.StatusOK {
+				if st, _ := postIngressTo(t, ingressAddr, string(testframe.Lifecycle(testframe.Workload("local-"+id, "running", nodes[0].ID), nil))); st != http.StatusOK {
 					refused++
 				}
 				slowest = max(slowest, time.Since(start))
-				if st, text := netPostAnswer(t, peer, peerAddr, netLifecycleBody(t, workload(id, "running", nodes[1].ID), nil)); st != http.StatusOK {
+				if st, text := netPostAnswer(t, peer, peerAddr, testframe.Lifecycle(testframe.Workload(id, "running", nodes[1].ID), nil)); st != http.StatusOK {
 					t.Fatalf("pinned peer's frame %d: %d %q", i, st, text)
 				}
 			}

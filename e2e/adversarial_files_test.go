@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package e2e
 
 import (
 	"fmt"
@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/testframe"
 )
 
 // makeFIFO makes a named pipe at path with no writer: an open that blocks
@@ -59,9 +61,9 @@ func TestAdversarialPinFilesAreSkippedWhileMemoryStaysFlatAndTheDaemonStops(t *t
 	b.discover(nodes[0], a.port)
 	a.waitLog("broadcast targets changed", "total=1")
 	b.waitLog("broadcast targets changed", "total=1")
-	b.send(lifecycleLine("adv-files-1", "running", nodes[1].ID))
+	b.send(testframe.LifecycleLine("adv-files-1", "running", nodes[1].ID))
 	a.waitUpserts("adv-files-1", 1)
-	a.send(lifecycleLine("adv-files-2", "running", nodes[0].ID))
+	a.send(testframe.LifecycleLine("adv-files-2", "running", nodes[0].ID))
 	b.waitUpserts("adv-files-2", 1)
 
 	// Memory over several reload ticks: read from /proc where there is one.

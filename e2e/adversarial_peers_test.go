@@ -1,9 +1,12 @@
-package main
+package e2e
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"runtime"
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -40,7 +44,7 @@ func TestAdversarialPinnedPeerSpeakingForAnotherNodeIsRefusedAndTheVictimKeepsRe
 
 	// Before A's discovery says which node B's principal is, a frame in
 	// another member's name is taken as it always was.
-	if st, text := netPostAnswer(t, rogue, aPeer, netLifecycleBody(t, workload("c-before", "running", nc.ID), nil)); st != http.StatusOK {
+	if st, text := netPostAnswer(t, rogue, aPeer, testframe.Lifecycle(testframe.Workload("c-before", "running", nc.ID), nil)); st != http.StatusOK {
 		t.Fatalf("before discovery, a frame naming C = %d %q, want 200", st, text)
 	}
 	a.waitUpserts("c-before", 1)
@@ -49,7 +53,7 @@ func TestAdversarialPinnedPeerSpeakingForAnotherNodeIsRefusedAndTheVictimKeepsRe
 	b.discover(na, a.port)
 	a.waitLog("broadcast targets changed", "total=1")
 	b.waitLog("broadcast targets changed", "total=1")
-	a.send(lifecycleLine("own-job", "running", na.ID))
+	a.send(testframe.LifecycleLine("own-job", "running", na.ID))
 	b.waitUpserts("own-job", 1)
 
 	attacks := []struct {
@@ -57,17 +61,17 @@ func TestAdversarialPinnedPeerSpeakingForAnotherNodeIsRefusedAndTheVictimKeepsRe
 		body        []byte
 		batch       bool
 	}{
-		{"upsert of A's own workload", claimSelf, netLifecycleBody(t, workload("own-job", "completed", na.ID), nil), false},
-		{"re-assertion of A's own workload", claimSelf, netLifecycleBody(t, workload("own-job", "failed", na.ID), map[string]any{"resync": true}), false},
-		{"removal of A's own workload", claimSelf, netRemoveBody(t, "own-job", na.ID), false},
-		{"removal of A's own workload in a batch", claimSelf, netRemoveBody(t, "own-job", na.ID), true},
-		{"upsert in C's name", claimOther, netLifecycleBody(t, workload("c-after", "running", nc.ID), nil), false},
-		{"removal in C's name in a batch", claimOther, netRemoveBody(t, "c-before", nc.ID), true},
+		{"upsert of A's own workload", claimSelf, testframe.Lifecycle(testframe.Workload("own-job", "completed", na.ID), nil), false},
+		{"re-assertion of A's own workload", claimSelf, testframe.Lifecycle(testframe.Workload("own-job", "failed", na.ID), map[string]any{"resync": true}), false},
+		{"removal of A's own workload", claimSelf, testframe.Removal("own-job", na.ID), false},
+		{"removal of A's own workload in a batch", claimSelf, testframe.Removal("own-job", na.ID), true},
+		{"upsert in C's name", claimOther, testframe.Lifecycle(testframe.Workload("c-after", "running", nc.ID), nil), false},
+		{"removal in C's name in a batch", claimOther, testframe.Removal("c-before", nc.ID), true},
 	}
 	for _, at := range attacks {
 		t.Run(at.name, func(t *testing.T) {
 			if at.batch {
-				ans := netPostBatch(t, rogue, aPeer, netLifecycleBody(t, workload("b-ok-"+itoa(len(at.name)), "running", nb.ID), nil), at.body)
+				ans := netPostBatch(t, rogue, aPeer, testframe.Lifecycle(testframe.Workload("b-ok-"+itoa(len(at.name)), "running", nb.ID), nil), at.body)
 				if ans.status != http.StatusOK || len(ans.results) != 2 || ans.results[0].Status != http.StatusOK || !isOriginRefusal(ans.results[1].Status, ans.results[1].Reason) {
 					t.Fatalf("batch = %d %+v, want its own element 200 and the forged one 403 for origin", ans.status, ans.results)
 				}
@@ -81,7 +85,7 @@ func TestAdversarialPinnedPeerSpeakingForAnotherNodeIsRefusedAndTheVictimKeepsRe
 	}
 
 	// B's own frames still reach A, through B's daemon.
-	b.send(lifecycleLine("b-job", "running", nb.ID))
+	b.send(testframe.LifecycleLine("b-job", "running", nb.ID))
 	a.waitUpserts("b-job", 1)
 	// A keeps re-asserting its workload to B, as running, and B never hears
 	// of it ending or going away.
@@ -140,10 +144,10 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 		id := fmt.Sprintf("%s-%d", channel, seq.Add(1))
 		if channel == "ingress" {
 			return doBusyAnswer(t, time.Minute, local, "http://"+ingress+peerEventsPath, "application/json",
-				[]byte(ifxLifecycleJSON(id, "running", "", `"seq":1`, `"pad":"`+pad+`"`)))
+				[]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON(id, "running", "", `"seq":1`, `"pad":"`+pad+`"`))))
 		}
 		return doBusyAnswer(t, time.Minute, peer, "https://"+aPeer+peerEventsPath, "application/json",
-			netLifecycleBody(t, workload(id, "running", nb.ID, map[string]any{"pad": pad}), nil))
+			testframe.Lifecycle(testframe.Workload(id, "running", nb.ID, map[string]any{"pad": pad}), nil))
 	}
 	// burst posts n requests on each channel at once and returns their
 	// answers as they come.
@@ -171,7 +175,7 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 		return out, &wg
 	}
 
-	if st, _ := postIngress(t, ingress, ifxLifecycleJSON("warm-up", "running", "")); st != http.StatusOK {
+	if st, _ := postIngress(t, ingress, testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("warm-up", "running", ""))); st != http.StatusOK {
 		t.Fatalf("warm-up post: %d", st)
 	}
 	base := scrapeProc(t, a)["go_goroutines"]
@@ -354,4 +358,50 @@ func openFDs(t *testing.T, d *daemonProc) int {
 	ents, err := os.ReadDir("/proc/" + strconv.Itoa(d.cmd.Process.Pid) + "/fd")
 	netMust(t, err)
 	return len(ents)
+}
+
+// busyAnswer is what a request got back.
+type busyAnswer struct {
+	status            int
+	text, retryAfter  string
+	connectionClosing bool
+	// served runs from the request's last byte written to the answer's
+	// first byte read: the daemon's decision, without the dial, the
+	// handshake and the wait for an accept that a loaded machine adds.
+	served time.Duration
+}
+
+// doBusyAnswer posts body to url and returns the answer, or a zero answer
+// (with the error logged) when none came within.
+func doBusyAnswer(t *testing.T, within time.Duration, c *http.Client, url, contentType string, body []byte) busyAnswer {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Error(err)
+		return busyAnswer{}
+	}
+	req.Header.Set("Content-Type", contentType)
+	// The trace's callbacks run on the transport's goroutines.
+	var wrote, answered atomic.Int64
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest:         func(httptrace.WroteRequestInfo) { wrote.Store(time.Now().UnixNano()) },
+		GotFirstResponseByte: func() { answered.Store(time.Now().UnixNano()) },
+	}))
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Logf("POST %s: %v", url, err)
+		return busyAnswer{}
+	}
+	defer resp.Body.Close()
+	text, _ := io.ReadAll(resp.Body)
+	// A daemon that refuses before reading the body can answer before the
+	// transport reports the request written (or at all): served is then 0,
+	// since the answer did not wait for the request's last byte.
+	var served time.Duration
+	if w, a := wrote.Load(), answered.Load(); w != 0 && a > w {
+		served = time.Duration(a - w)
+	}
+	return busyAnswer{status: resp.StatusCode, text: strings.TrimSpace(string(text)), retryAfter: resp.Header.Get("Retry-After"),
+		connectionClosing: resp.Close, served: served}
 }

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/statetable"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -45,7 +47,7 @@ func procTerminalStates(d *daemonProc, id string) []string {
 // procExpiry returns the expiry of id at a daemon process's broker.
 func procExpiry(d *daemonProc, id string) map[string]any {
 	for _, w := range d.upserts() {
-		if w["id"] == id && w["state"] == "failed" && w["error"] == leaseExpiryError(minLeaseSeconds) {
+		if w["id"] == id && w["state"] == "failed" && w["error"] == leaseExpiryError(statetable.MinLeaseSeconds) {
 			return w
 		}
 	}
@@ -58,7 +60,7 @@ func postProc(t *testing.T, ingress string, w map[string]any, seconds int) {
 	if seconds > 0 {
 		h = []string{leaseHeader, itoa(seconds)}
 	}
-	if st, text := postIngress(t, ingress, ingressFrameJSON(w), h...); st != http.StatusOK {
+	if st, text := postIngress(t, ingress, string(testframe.Lifecycle(w, nil)), h...); st != http.StatusOK {
 		t.Fatalf("post %s %s: %d %s", w["id"], w["state"], st, text)
 	}
 }
@@ -69,9 +71,9 @@ func TestProcessALeasedJobNotRenewedTurnsFailedAtItsBrokerAndAPeerWithinItsLease
 
 	// closed is finished before its lease runs out; renewed is renewed every
 	// second; crashed, posted after closed, is never heard of again.
-	postProc(t, ingress, leasedInfo("closed", "running", 1), minLeaseSeconds)
-	postProc(t, ingress, leasedInfo("renewed", "running", 1), minLeaseSeconds)
-	postProc(t, ingress, leasedInfo("crashed", "running", 1), minLeaseSeconds)
+	postProc(t, ingress, leasedInfo("closed", "running", 1), statetable.MinLeaseSeconds)
+	postProc(t, ingress, leasedInfo("renewed", "running", 1), statetable.MinLeaseSeconds)
+	postProc(t, ingress, leasedInfo("crashed", "running", 1), statetable.MinLeaseSeconds)
 	accepted := time.Now()
 	postProc(t, ingress, leasedInfo("closed", "completed", 2), 0)
 
@@ -85,7 +87,7 @@ func TestProcessALeasedJobNotRenewedTurnsFailedAtItsBrokerAndAPeerWithinItsLease
 			case <-stop:
 				return
 			case <-tick.C:
-				st, _ := postIngress(t, ingress, ingressFrameJSON(leasedInfo("renewed", "running", 1)), leaseHeader, itoa(minLeaseSeconds))
+				st, _ := postIngress(t, ingress, string(testframe.Lifecycle(leasedInfo("renewed", "running", 1), nil)), leaseHeader, itoa(statetable.MinLeaseSeconds))
 				if st != http.StatusOK {
 					t.Errorf("renewal: %d", st)
 					return
@@ -99,10 +101,10 @@ func TestProcessALeasedJobNotRenewedTurnsFailedAtItsBrokerAndAPeerWithinItsLease
 		eventually(t, "the expiry of crashed", func() bool { return procExpiry(d, "crashed") != nil })
 	}
 	took := time.Since(accepted)
-	if took > (minLeaseSeconds+1)*time.Second {
+	if took > (statetable.MinLeaseSeconds+1)*time.Second {
 		t.Fatalf("the expiry reached both brokers %s after the post, over the lease plus 1 s", took)
 	}
-	t.Logf("a %d s lease ran out; the job was failed at its broker and the peer's %s after it was posted", minLeaseSeconds, took.Round(time.Millisecond))
+	t.Logf("a %d s lease ran out; the job was failed at its broker and the peer's %s after it was posted", statetable.MinLeaseSeconds, took.Round(time.Millisecond))
 	for _, d := range []*daemonProc{a, b} {
 		w := procExpiry(d, "crashed")
 		if w["originatedFrom"] != nodes[0].ID || w["seq"] != 2.0 || w["harnessSlot"] != 3.0 || w["requesterId"] != "lease-test" {
@@ -153,17 +155,17 @@ func TestProcessExpiryRacingALateTerminalFrameEndsInOneTerminalStateOnBothNodes(
 	const jobs = 12
 	posted := make([]time.Time, jobs)
 	for i := range jobs {
-		postProc(t, ingress, leasedInfo("race-"+itoa(i), "running", 1), minLeaseSeconds)
+		postProc(t, ingress, leasedInfo("race-"+itoa(i), "running", 1), statetable.MinLeaseSeconds)
 		posted[i] = time.Now()
 	}
 	// Each job's terminal frame is sent at its deadline plus an offset from
 	// -165 ms to +165 ms, so some beat their expiry and some follow it.
 	var wg sync.WaitGroup
 	for i := range jobs {
-		at := posted[i].Add(minLeaseSeconds*time.Second + time.Duration(i*30-165)*time.Millisecond)
+		at := posted[i].Add(statetable.MinLeaseSeconds*time.Second + time.Duration(i*30-165)*time.Millisecond)
 		wg.Go(func() {
 			time.Sleep(time.Until(at))
-			if st, text := postIngress(t, ingress, ingressFrameJSON(leasedInfo("race-"+itoa(i), "completed", 2))); st != http.StatusOK {
+			if st, text := postIngress(t, ingress, string(testframe.Lifecycle(leasedInfo("race-"+itoa(i), "completed", 2), nil))); st != http.StatusOK {
 				t.Errorf("the late terminal frame of race-%d: %d %s", i, st, text)
 			}
 		})

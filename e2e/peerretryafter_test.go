@@ -1,10 +1,12 @@
-package main
+package e2e
 
 import (
 	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/testframe"
 )
 
 // A peer answering 503 with Retry-After: 2 (its broker stalled, its body
@@ -27,7 +29,7 @@ func TestProcessPeerAnswering503RetryAfterIsSentOneRequestPerWaitThenEveryFrameI
 	peer.setDefer(3, "2")
 	want := ids("deferred", 20)
 	for _, id := range want {
-		a.send(lifecycleLine(id, "running", nodes[0].ID))
+		a.send(testframe.LifecycleLine(id, "running", nodes[0].ID))
 	}
 	// The wait for them is the tests' usual, plus the 6 s the peer asks for.
 	if !holdsWithin(waitTimeout+6*time.Second, func() bool { return len(peer.accepted()) >= len(want) }) {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package e2e
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/testframe"
 )
 
 // The HTTP/2 lockout of issue 20, against the real binary: clients with no
@@ -115,12 +117,12 @@ func TestAdversarialHTTP2AndNonReadingClientsCannotLockThePeerPortOut(t *testing
 	for i := range 20 {
 		id := "under-attack-" + itoa(i)
 		start := time.Now()
-		if st, text := netPostAnswer(t, peer, peerAddr, netLifecycleBody(t, workload(id, "running", nodes[1].ID), nil)); st != http.StatusOK {
+		if st, text := netPostAnswer(t, peer, peerAddr, testframe.Lifecycle(testframe.Workload(id, "running", nodes[1].ID), nil)); st != http.StatusOK {
 			t.Fatalf("pinned peer's frame %d during the attack: %d %q", i, st, text)
 		}
 		slowest = max(slowest, time.Since(start))
 		start = time.Now()
-		if st, text := postIngressTo(t, ingressAddr, string(netLifecycleBody(t, workload("local-"+id, "running", nodes[0].ID), nil))); st != http.StatusOK {
+		if st, text := postIngressTo(t, ingressAddr, string(testframe.Lifecycle(testframe.Workload("local-"+id, "running", nodes[0].ID), nil))); st != http.StatusOK {
 			t.Fatalf("producer's post %d during the attack: %d %q", i, st, text)
 		}
 		slowest = max(slowest, time.Since(start))

@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package e2e
 
 import (
 	"bufio"
@@ -26,13 +26,14 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
 // This file proves with a real browser (Debian's headless Chromium) that the
 // loopback ingress refuses what a web page can send it. The daemon under test
 // is the real binary, built once by the test, started with --local-ingress and
-// a pinned peer (an in-process testNode); the test plays the daemon's broker
+// a pinned peer (a second daemon); the test plays the daemon's broker
 // on its stdin/stdout and reads its slog text log on stderr.
 //
 // The attack pages come from the test's own HTTP server, the "attacker":
@@ -267,11 +268,10 @@ var browserAttempts = []browserAttempt{
 // TestBrowserAttacksAreRefused runs every browser attempt against the real
 // daemon and checks, per attempt, that it reached the ingress, that the
 // ingress refused it with the expected status, and that nothing reached the
-// daemon's broker side or the pinned peer.
+// daemon's broker side or the pinned peer (a second daemon).
 func TestBrowserAttacksAreRefused(t *testing.T) {
 	chromium := findChromium(t)
-	peer := newTestNode(t).start()
-	d := startDaemonProcess(t, peer)
+	d, peer := startDaemonProcess(t)
 	ingressPort := ingressPortOf(t, d)
 
 	// A workload of this node's for each read-back attempt to try to read:
@@ -341,7 +341,7 @@ func TestBrowserAttacksAreRefused(t *testing.T) {
 	if got := upsertIDs(peer.upserts()); !slices.Equal(got, legit) {
 		t.Errorf("upserts at the peer's broker = %q, want only %q", got, legit)
 	}
-	if n := len(peer.broker.withMethod(wireframe.MethodRemove)); n != 0 {
+	if n := len(peer.withMethod(wireframe.MethodRemove)); n != 0 {
 		t.Errorf("the peer's broker got %d removal(s)", n)
 	}
 	// The ingress logs an accepted frame after it commits it, so the broker
@@ -480,46 +480,45 @@ func browserUnavailable(t *testing.T, reason string) {
 }
 
 // startDaemonProcess starts the real daemon binary with an ingress on
-// 127.0.0.1 and the peer pinned, tells it about the peer, and waits until
-// the peer is a broadcast target. At cleanup it must exit 0 on stdin EOF.
-func startDaemonProcess(t *testing.T, peer *testNode) *daemonProc {
+// 127.0.0.1 and a peer (a second daemon) pinned, tells it about the peer,
+// and waits until the peer is a broadcast target. At cleanup it must exit
+// 0 on stdin EOF.
+func startDaemonProcess(t *testing.T) (d, peer *daemonProc) {
 	t.Helper()
 	id := devpki.NewUUID()
 	ident, err := devpki.Mint(id)
 	if err != nil {
 		t.Fatal(err)
 	}
+	peerNode := writeCluster(t, 1)[0]
 	app := t.TempDir()
 	cluster := filepath.Join(app, "cluster")
 	if err := devpki.WriteIdentity(cluster, ident); err != nil {
 		t.Fatal(err)
 	}
-	if err := devpki.PinIdentity(cluster, peer.ident); err != nil {
+	if err := devpki.PinIdentity(cluster, peerNode.Identity); err != nil {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(app, "node-id"), id+"\n")
-	// The peer pins the daemon, so it accepts its broadcasts.
-	if err := devpki.PinIdentity(peer.clusterDir, ident); err != nil {
+	// The peer pins the daemon, so it accepts its broadcasts. It is told of
+	// no member, so it sends the daemon nothing.
+	if err := devpki.PinIdentity(peerNode.ClusterDir, ident); err != nil {
 		t.Fatal(err)
 	}
-	peer.m.trust.Reload()
+	peer = startNode(t, peerNode)
 
 	// No heartbeat pass within the test: a browser slow to start on a busy
 	// machine would otherwise see the workloads re-asserted to the peer,
 	// whose broker then holds them twice.
-	d := startDaemon(t, "--app-dir", app, "--port", "0", "--local-ingress", "127.0.0.1:0", "--log-level", "debug", "--resync-interval", "1h")
+	d = startDaemon(t, "--app-dir", app, "--port", "0", "--local-ingress", "127.0.0.1:0", "--log-level", "debug", "--resync-interval", "1h")
 	t.Cleanup(func() {
 		d.closeStdin()
 		d.wantCleanExit(d.waitExit(waitTimeout))
 	})
 	d.waitMethod("ready", 1)
-	p, err := json.Marshal(map[string]any{"nodes": discoveryEntries(peer)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.send(string(wireframe.EncodeNotification("discovery:nodes", p)))
+	d.discover(peerNode, peer.port)
 	d.waitLog(`msg="broadcast targets changed"`, "total=1")
-	return d
+	return d, peer
 }
 
 var ingressListening = regexp.MustCompile(`msg="local ingress listening" .*addr=127\.0\.0\.1:(\d+)`)
@@ -581,17 +580,7 @@ const readBackSecret = "readback-secret"
 // workload:started that the ingress would accept (the barrier proves it) and
 // stamp with the node's id.
 func attackFrame(id string) string {
-	b, err := json.Marshal(map[string]any{
-		"jsonrpc": "2.0", "method": wireframe.MethodStarted,
-		"params": map[string]any{"workloadInfo": map[string]any{
-			"id": id, "runId": "run-" + id, "seq": 1, "model": "qwen3.5-9b", "engine": "llamacpp",
-			"state": "running", "createdAt": 1789661457000,
-		}},
-	})
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
+	return string(testframe.Lifecycle(testframe.Workload(id, "running", "", map[string]any{"originatedFrom": nil}), nil))
 }
 
 // attackFormField splits a frame for a text/plain form: the browser sends
@@ -1220,7 +1209,7 @@ func TestBrowserPageLoopingReadBacksMakesTheDaemonDoNoWork(t *testing.T) {
 	victimFrame := func(i, seq int) string {
 		w := leasedInfo("victim-"+strconv.Itoa(i), "running", seq)
 		w["requesterId"] = "victim"
-		return ingressFrameJSON(w)
+		return string(testframe.Lifecycle(w, nil))
 	}
 
 	// The set: the victim's jobs through the ingress, at the head of the
@@ -1230,7 +1219,7 @@ func TestBrowserPageLoopingReadBacksMakesTheDaemonDoNoWork(t *testing.T) {
 			t.Fatalf("victim job %d: status %d", i, st)
 		}
 	}
-	line := lifecycleLine("proxy-ID", "running", id)
+	line := testframe.LifecycleLine("proxy-ID", "running", id)
 	w := bufio.NewWriterSize(d.stdin, 1<<20)
 	for i := range set - victims {
 		w.WriteString(strings.Replace(line, "proxy-ID", "proxy-"+strconv.Itoa(i), 2))

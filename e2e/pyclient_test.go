@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -312,10 +312,7 @@ func python3OrSkip(t *testing.T) string {
 // the environment points nowhere: the client must not use it.
 func pyScriptCommand(ctx context.Context, t *testing.T, python, source string, args ...string) *exec.Cmd {
 	t.Helper()
-	dir, err := filepath.Abs(filepath.Join("clients", "python"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := filepath.Join(moduleRoot(t), "clients", "python")
 	script := filepath.Join(t.TempDir(), "producer.py")
 	if err := os.WriteFile(script, []byte(source), 0o600); err != nil {
 		t.Fatal(err)

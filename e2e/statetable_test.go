@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -22,6 +22,8 @@ import (
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/pairbroker"
 	"nvpair-workload-manager/internal/pairshadow"
+	"nvpair-workload-manager/internal/statetable"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -337,7 +339,7 @@ func jobFrame(id, state string, seq int) string {
 	if wireframe.IsTerminalState(state) {
 		w["completedAt"] = time.Now().UnixMilli()
 	}
-	return ingressFrameJSON(w)
+	return string(testframe.Lifecycle(w, nil))
 }
 
 // ---- the judge ----------------------------------------------------------------
@@ -477,7 +479,7 @@ func awayEnds(t *testing.T, n int, beforeReturn func(a *pairNodeBroker)) (a, b *
 	}
 	p.mustPostAll("ends", n, 8, func(i int) (string, []string) {
 		if meant[id(i)] == removed {
-			return removalFrame(id(i), ""), nil
+			return string(testframe.Removal(id(i), "")), nil
 		}
 		return jobFrame(id(i), "completed", 2), nil
 	})
@@ -596,7 +598,7 @@ func leasedAcrossKill(t *testing.T, n, kills int) {
 			last = func() { a.sigkill() }
 		}
 		codes, texts := p.postAllThen(to-from, to-from, func(i int) (string, []string) {
-			return jobFrame(id(from+i), "running", 1), []string{leaseHeader, itoa(minLeaseSeconds)}
+			return jobFrame(id(from+i), "running", 1), []string{leaseHeader, itoa(statetable.MinLeaseSeconds)}
 		}, last)
 		for i, c := range codes {
 			if c != http.StatusOK {
@@ -636,7 +638,7 @@ func leasedAcrossKill(t *testing.T, n, kills int) {
 	// the restart grace after a restart; the judge gives a second more.
 	var wrongA, wrongB int
 	var sumA, sumB string
-	deadline := restarted.Add((minLeaseSeconds + restartLeaseGrace + 1) * time.Second)
+	deadline := restarted.Add((statetable.MinLeaseSeconds + restartLeaseGrace + 1) * time.Second)
 	a.waitJobs(time.Until(deadline), func(s *pairbroker.Store) bool {
 		wrongA, sumA = judge(s, nodes[0].ID, meant)
 		return wrongA == 0
@@ -727,7 +729,7 @@ func churnThroughHole(t *testing.T, n int, hole bool) {
 		if wireframe.IsTerminalState(state) {
 			w["completedAt"] = time.Now().UnixMilli()
 		}
-		return ingressFrameJSON(w)
+		return string(testframe.Lifecycle(w, nil))
 	}
 	// Each job's events in its own order, jobs interleaved by the workers.
 	p.mustPostAll("churn", n, 8, func(i int) (string, []string) {
@@ -735,7 +737,7 @@ func churnThroughHole(t *testing.T, n int, hole bool) {
 		switch want := meant[id(i)]; want {
 		case "running":
 		case removed:
-			steps = append(steps, frame(i, "completed", 4), removalFrame(id(i), ""))
+			steps = append(steps, frame(i, "completed", 4), string(testframe.Removal(id(i), "")))
 		default:
 			steps = append(steps, frame(i, want, 4))
 		}

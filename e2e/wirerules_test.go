@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -106,7 +107,7 @@ func TestProcessAMultiHomedPeerWhoseIPRefusesIsDeliveredToAtItsNextAddress(t *te
 	a.discoverEntry(nb, nb.ID, b.port, unreachable, unreachable, "127.0.0.1")
 	a.waitLog("broadcast targets changed", "total=1")
 
-	a.send(lifecycleLine("multi-homed", "running", na.ID))
+	a.send(testframe.LifecycleLine("multi-homed", "running", na.ID))
 	b.waitUpserts("multi-homed", 1)
 }
 
@@ -129,13 +130,13 @@ func TestProcessAPeerInItsFreshHostWindowIsHeardUnderItsPrincipal(t *testing.T) 
 	a.waitLog("broadcast targets changed", "total=1")
 	b.waitLog("broadcast targets changed", "total=1")
 
-	b.send(lifecycleLine("fresh-host-job", "running", nb.ID))
+	b.send(testframe.LifecycleLine("fresh-host-job", "running", nb.ID))
 	a.waitUpserts("fresh-host-job", 1)
 	b.send(`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"fresh-host-job","originatedFrom":"` + nb.ID + `"}}`)
 	eventually(t, "B's removal at A", func() bool { return len(a.removalParams()) == 1 })
 
 	peer := netPeerClient(t, &nb.Identity, na.Identity.DER)
-	st, text := netPostAnswer(t, peer, "127.0.0.1:"+itoa(a.port), netLifecycleBody(t, workload("c-job", "running", nc.ID), nil))
+	st, text := netPostAnswer(t, peer, "127.0.0.1:"+itoa(a.port), testframe.Lifecycle(testframe.Workload("c-job", "running", nc.ID), nil))
 	if !isOriginRefusal(st, text) || !strings.Contains(text, nc.ID) {
 		t.Fatalf("a frame in C's name from B's principal = %d %q, want 403 for origin", st, text)
 	}

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -17,25 +18,7 @@ import (
 // runLine is a broker's lifecycle frame for run of id: each run has its own
 // runId, as a reused id's runs do.
 func runLine(id, run, state, origin string) string {
-	p, err := json.Marshal(map[string]any{"workloadInfo": workload(id, state, origin, map[string]any{"runId": id + "-" + run})})
-	if err != nil {
-		panic(err)
-	}
-	return string(wireframe.EncodeNotification(methodFor(state), p))
-}
-
-// removalFrame is a workloads:remove frame for (origin, id); an empty origin
-// leaves originatedFrom out, as a producer posts it to the ingress.
-func removalFrame(id, origin string) string {
-	p := map[string]string{"workloadId": id}
-	if origin != "" {
-		p["originatedFrom"] = origin
-	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		panic(err)
-	}
-	return string(wireframe.EncodeNotification(wireframe.MethodRemove, b))
+	return string(testframe.Lifecycle(testframe.Workload(id, state, origin, map[string]any{"runId": id + "-" + run}), nil))
 }
 
 // removalsOf counts the workloads:remove frames for id the broker got.
@@ -93,10 +76,10 @@ func TestProcessReusedIDRemovedTwiceThroughTheBrokerIsRemovedAtThePeer(t *testin
 	a, b := startPair(t, nodes[0], nodes[1])
 	origin := nodes[0].ID
 	a.send(runLine("job-42", "1", "running", origin))
-	a.send(removalFrame("job-42", origin))
+	a.send(string(testframe.Removal("job-42", origin)))
 	a.send(runLine("job-42", "2", "running", origin))
-	a.send(removalFrame("job-42", origin))
-	a.send(lifecycleLine("barrier", "running", origin))
+	a.send(string(testframe.Removal("job-42", origin)))
+	a.send(testframe.LifecycleLine("barrier", "running", origin))
 	wantReusedIDRemovedTwice(t, b, "job-42", "barrier")
 }
 
@@ -106,10 +89,10 @@ func TestProcessReusedIDRemovedTwiceThroughTheIngressIsRemovedAtThePeer(t *testi
 	ingress := a.loggedValue("local ingress listening", "addr")
 	for i, frame := range []string{
 		runLine("job-42", "1", "running", ""),
-		removalFrame("job-42", ""),
+		string(testframe.Removal("job-42", "")),
 		runLine("job-42", "2", "running", ""),
-		removalFrame("job-42", ""),
-		lifecycleLine("barrier", "running", ""),
+		string(testframe.Removal("job-42", "")),
+		testframe.LifecycleLine("barrier", "running", ""),
 	} {
 		if st, text := postIngress(t, ingress, frame); st != http.StatusOK {
 			t.Fatalf("ingress post %d = %d %q, want 200", i, st, text)
@@ -143,9 +126,9 @@ func TestProcessReusedIDRemovedTwiceInABatchAndRepeatedRemovalsOnce(t *testing.T
 
 	t.Run("reused id in one batch", func(t *testing.T) {
 		ans := netPostBatch(t, fromA, bPeer,
-			body(runLine("job-42", "1", "running", na.ID)), body(removalFrame("job-42", na.ID)),
-			body(runLine("job-42", "2", "running", na.ID)), body(removalFrame("job-42", na.ID)),
-			body(lifecycleLine("barrier-1", "running", na.ID)))
+			body(runLine("job-42", "1", "running", na.ID)), body(string(testframe.Removal("job-42", na.ID))),
+			body(runLine("job-42", "2", "running", na.ID)), body(string(testframe.Removal("job-42", na.ID))),
+			body(testframe.LifecycleLine("barrier-1", "running", na.ID)))
 		if ans.status != http.StatusOK || len(ans.results) != 5 {
 			t.Fatalf("batch = %d %+v", ans.status, ans.results)
 		}
@@ -159,9 +142,9 @@ func TestProcessReusedIDRemovedTwiceInABatchAndRepeatedRemovalsOnce(t *testing.T
 
 	t.Run("reused id in single frames", func(t *testing.T) {
 		for i, line := range []string{
-			runLine("job-43", "1", "running", na.ID), removalFrame("job-43", na.ID),
-			runLine("job-43", "2", "running", na.ID), removalFrame("job-43", na.ID),
-			lifecycleLine("barrier-4", "running", na.ID),
+			runLine("job-43", "1", "running", na.ID), string(testframe.Removal("job-43", na.ID)),
+			runLine("job-43", "2", "running", na.ID), string(testframe.Removal("job-43", na.ID)),
+			testframe.LifecycleLine("barrier-4", "running", na.ID),
 		} {
 			if st, text := netPostAnswer(t, fromA, bPeer, body(line)); st != http.StatusOK {
 				t.Fatalf("frame %d = %d %q, want 200", i, st, text)
@@ -174,7 +157,7 @@ func TestProcessReusedIDRemovedTwiceInABatchAndRepeatedRemovalsOnce(t *testing.T
 		if st, text := netPostAnswer(t, fromA, bPeer, body(runLine("job-7", "1", "running", na.ID))); st != http.StatusOK {
 			t.Fatalf("upsert = %d %q", st, text)
 		}
-		rm := body(removalFrame("job-7", na.ID))
+		rm := body(string(testframe.Removal("job-7", na.ID)))
 		for i := range 2 {
 			// A single frame's answer is 200 "ok" whether it was written or
 			// already seen: the broker tells which.
@@ -182,7 +165,7 @@ func TestProcessReusedIDRemovedTwiceInABatchAndRepeatedRemovalsOnce(t *testing.T
 				t.Fatalf("removal %d = %d %q, want 200", i+1, st, text)
 			}
 		}
-		ans := netPostBatch(t, fromA, bPeer, rm, rm, body(lifecycleLine("barrier-2", "running", na.ID)))
+		ans := netPostBatch(t, fromA, bPeer, rm, rm, body(testframe.LifecycleLine("barrier-2", "running", na.ID)))
 		for i, r := range ans.results[:2] {
 			if r.Status != http.StatusOK || r.Reason != reasonAlreadySeen {
 				t.Fatalf("batch element %d = %+v, want already seen", i, r)
@@ -198,7 +181,7 @@ func TestProcessReusedIDRemovedTwiceInABatchAndRepeatedRemovalsOnce(t *testing.T
 		if st, text := netPostAnswer(t, fromA, bPeer, body(runLine("job-9", "1", "running", na.ID))); st != http.StatusOK {
 			t.Fatalf("upsert = %d %q", st, text)
 		}
-		rm := body(removalFrame("job-9", na.ID))
+		rm := body(string(testframe.Removal("job-9", na.ID)))
 		// As batches, whose results tell a write from a duplicate.
 		results := make([]peerBatchResult, 2)
 		var wg sync.WaitGroup
@@ -217,7 +200,7 @@ func TestProcessReusedIDRemovedTwiceInABatchAndRepeatedRemovalsOnce(t *testing.T
 		if !(results[0] == written && results[1] == seen) && !(results[0] == seen && results[1] == written) {
 			t.Fatalf("results %+v, want one written and one already seen", results)
 		}
-		if st, _ := netPostAnswer(t, fromA, bPeer, body(lifecycleLine("barrier-3", "running", na.ID))); st != http.StatusOK {
+		if st, _ := netPostAnswer(t, fromA, bPeer, body(testframe.LifecycleLine("barrier-3", "running", na.ID))); st != http.StatusOK {
 			t.Fatal("barrier refused")
 		}
 		b.waitUpserts("barrier-3", 1)

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -63,14 +64,14 @@ func TestAdversarialMaximumLengthFieldsThroughAPinnedPeerKeepTheDedupWithinItsBy
 	// bound, and nothing reaches the broker or the dedup.
 	for _, f := range boundedWorkloadFields {
 		members := []string{fieldOf("id", "over-"+f), fieldOf(f, strings.Repeat("a", wireframe.MaxKeyFieldBytes+1))}
-		status, reason := netPostAnswer(t, c, addr, []byte(lifecycleFrameJSON(workloadJSON(peer.ID, members...))))
+		status, reason := netPostAnswer(t, c, addr, []byte(testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", peer.ID, members...))))
 		if want := overBound("workloadInfo."+f, wireframe.MaxKeyFieldBytes+1); status != http.StatusBadRequest || reason != want {
 			t.Errorf("%s one byte over: %d %q, want 400 %q", f, status, reason, want)
 		}
 	}
 	for _, tc := range []struct{ body, field string }{
-		{string(netRemoveBody(t, strings.Repeat("w", wireframe.MaxKeyFieldBytes+1), peer.ID)), "params.workloadId"},
-		{string(netRemoveBody(t, "job-1", strings.Repeat("o", wireframe.MaxKeyFieldBytes+1))), "params.originatedFrom"},
+		{string(testframe.Removal(strings.Repeat("w", wireframe.MaxKeyFieldBytes+1), peer.ID)), "params.workloadId"},
+		{string(testframe.Removal("job-1", strings.Repeat("o", wireframe.MaxKeyFieldBytes+1))), "params.originatedFrom"},
 	} {
 		status, reason := netPostAnswer(t, c, addr, []byte(tc.body))
 		if want := overBound(tc.field, wireframe.MaxKeyFieldBytes+1); status != http.StatusBadRequest || reason != want {
@@ -90,7 +91,7 @@ func TestAdversarialMaximumLengthFieldsThroughAPinnedPeerKeepTheDedupWithinItsBy
 	// workload in the same bytes.
 	id, origin := `"a\u00e9\/b"`, `"`+peer.ID+`"`
 	info := `{"id":` + id + `,"model":"m","engine":"` + strings.Repeat("e", wireframe.MaxKeyFieldBytes) + `","state":"running","originatedFrom":` + origin + `,"custom":{"k":[1,2.50]}}`
-	if status, reason := netPostAnswer(t, c, addr, []byte(lifecycleFrameJSON(info))); status != http.StatusOK {
+	if status, reason := netPostAnswer(t, c, addr, []byte(testframe.LifecycleJSON(wireframe.MethodStarted, info))); status != http.StatusOK {
 		t.Fatalf("a frame at the bounds: %d %q", status, reason)
 	}
 	rm := `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":` + id + `,"originatedFrom":` + origin + `}}`
@@ -124,4 +125,33 @@ func advRSS(d *daemonProc) int {
 		}
 	}
 	return 0
+}
+
+// boundedWorkloadFields are the workload object's fields held to
+// maxKeyFieldBytes on every path.
+var boundedWorkloadFields = []string{"id", "runId", "engine", "model", "scheduledOn", "originatedFrom", "requesterId"}
+
+// fieldOf is a `"name":"value"` member, value written as it is (escapes
+// and all).
+func fieldOf(name, value string) string { return `"` + name + `":"` + value + `"` }
+
+// overBound is the reason a field over its bound is refused with.
+func overBound(field string, size int) string {
+	return field + " is " + itoa(size) + " bytes, over its " + itoa(wireframe.MaxKeyFieldBytes) + "-byte bound"
+}
+
+// maxLengthFrame is a completed workload whose every bounded field is at its
+// bound and distinct for i.
+func maxLengthFrame(i int, origin string) string {
+	v := func(tag string) string {
+		s := tag + "-" + itoa(i) + "-"
+		return s + strings.Repeat("x", wireframe.MaxKeyFieldBytes-len(s))
+	}
+	members := []string{fieldOf("id", v("id")), fieldOf("runId", v("run")), fieldOf("engine", v("engine")),
+		fieldOf("model", v("model")), fieldOf("scheduledOn", v("sched")), fieldOf("requesterId", v("req")),
+		fieldOf("state", "completed"), `"seq":` + itoa(i+1)}
+	if origin == "" {
+		origin = v("origin")
+	}
+	return testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", origin, members...))
 }

@@ -1,8 +1,10 @@
 //go:build !unix
 
-package main
+package e2e
 
-import "testing"
+import (
+	"testing"
+)
 
 // makeFIFO skips: named pipes in a directory are a Unix matter.
 func makeFIFO(t *testing.T, path string) {

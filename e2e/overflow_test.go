@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -45,12 +46,12 @@ func TestProcessBurstToASingleFramePeerReachesItInItsFinalState(t *testing.T) {
 	add := func(line string) { burst.WriteString(line); burst.WriteByte('\n'); frames++ }
 	for _, state := range []string{"queued", "running"} {
 		for i := range workloads {
-			add(lifecycleLine(id(i), state, origin))
+			add(testframe.LifecycleLine(id(i), state, origin))
 			want[id(i)] = state
 		}
 	}
 	for i := 0; i < workloads; i += 3 {
-		add(lifecycleLine(id(i), "completed", origin))
+		add(testframe.LifecycleLine(id(i), "completed", origin))
 		want[id(i)] = "completed"
 	}
 	for i := 0; i < workloads; i += 10 {

@@ -1,9 +1,10 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -161,4 +162,49 @@ func advPost(addr, frame string) (int, string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, strings.TrimSpace(string(b)), err
+}
+
+// netBlackHole accepts TCP connections and never reads or answers.
+type netBlackHole struct {
+	id       string
+	ident    devpki.Identity
+	ln       net.Listener
+	accepted atomic.Int32
+}
+
+func newNetBlackHole(t testing.TB) *netBlackHole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	netMust(t, err)
+	h := &netBlackHole{id: devpki.NewUUID(), ident: netMint(t, devpki.NewUUID()), ln: ln}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			h.accepted.Add(1)
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return h
+}
+
+func (h *netBlackHole) entry() map[string]any {
+	return netAddrEntry(h.id, h.ident.Principal, h.ln.Addr().String())
 }

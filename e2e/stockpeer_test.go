@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/stockwlm"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -498,8 +499,8 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 
 	// Each broker's first workload is sent before its daemon knows a peer:
 	// it can reach the other side only as the backfill of a new target.
-	a.send(lifecycleLine("a-backfill", "running", na.ID))
-	s.send(lifecycleLine("s-backfill", "running", ns.ID))
+	a.send(testframe.LifecycleLine("a-backfill", "running", na.ID))
+	s.send(testframe.LifecycleLine("s-backfill", "running", ns.ID))
 	discover := func(d *daemonProc, entries ...map[string]any) {
 		p, err := json.Marshal(map[string]any{"nodes": entries})
 		netMust(t, err)
@@ -528,11 +529,11 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 
 	// Lifecycle frames and removals both ways.
 	for _, st := range []string{"queued", "running", "completed"} {
-		a.send(lifecycleLine("a-life", st, na.ID))
-		s.send(lifecycleLine("s-life", st, ns.ID))
+		a.send(testframe.LifecycleLine("a-life", st, na.ID))
+		s.send(testframe.LifecycleLine("s-life", st, ns.ID))
 	}
-	a.send(brokerRemovalLine("a-life", na.ID))
-	s.send(brokerRemovalLine("s-life", ns.ID))
+	a.send(string(testframe.Removal("a-life", na.ID)))
+	s.send(string(testframe.Removal("s-life", ns.ID)))
 	// A removal without originatedFrom, as older senders write it
 	// (upstream's removeParams: the origin is optional), both ways: each
 	// side relays it as it came and writes {"workloadId": ...} to its
@@ -545,19 +546,19 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 	// way the receiver writes it to its broker once.
 	tapS.loseAnswerOnce("a-dup-retried")
 	tapA.loseAnswerOnce("s-dup-retried")
-	a.send(lifecycleLine("a-dup-retried", "running", na.ID))
-	s.send(lifecycleLine("s-dup-retried", "running", ns.ID))
+	a.send(testframe.LifecycleLine("a-dup-retried", "running", na.ID))
+	s.send(testframe.LifecycleLine("s-dup-retried", "running", ns.ID))
 	for range 2 {
-		s.send(lifecycleLine("s-dup-repeated", "running", ns.ID))
+		s.send(testframe.LifecycleLine("s-dup-repeated", "running", ns.ID))
 	}
 	// This daemon sends a peer each entry's latest state: a repeat committed
 	// before the first was taken is folded into it. Once the first is on
 	// the wire, the repeat is a change of its own and goes again.
-	a.send(lifecycleLine("a-dup-repeated", "running", na.ID))
+	a.send(testframe.LifecycleLine("a-dup-repeated", "running", na.ID))
 	eventually(t, "a-dup-repeated on the wire once", func() bool {
 		return tapS.count(func(r tapRequest) bool { return r.frame.id == "a-dup-repeated" && !r.frame.resync && r.forwarded }) == 1
 	})
-	a.send(lifecycleLine("a-dup-repeated", "running", na.ID))
+	a.send(testframe.LifecycleLine("a-dup-repeated", "running", na.ID))
 
 	// The shapes the stock daemon relays as its broker wrote them.
 	shapes := map[string]string{
@@ -589,8 +590,8 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 
 	// Heartbeats: a workload tracked after the backfills can only be
 	// re-asserted by a heartbeat pass.
-	a.send(lifecycleLine("a-hb", "running", na.ID))
-	s.send(lifecycleLine("s-hb", "running", ns.ID))
+	a.send(testframe.LifecycleLine("a-hb", "running", na.ID))
+	s.send(testframe.LifecycleLine("s-hb", "running", ns.ID))
 
 	// Everything so far has crossed.
 	s.waitMethod(wireframe.MethodRemove, 2)
@@ -657,7 +658,7 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 	tapS.setMode(tapFail)
 	const burst = 10
 	for i := range burst {
-		a.send(lifecycleLine(fmt.Sprintf("a-5xx-%d", i), "running", na.ID))
+		a.send(testframe.LifecycleLine(fmt.Sprintf("a-5xx-%d", i), "running", na.ID))
 	}
 	for i := range burst {
 		b.waitUpserts(fmt.Sprintf("a-5xx-%d", i), 1)
@@ -670,7 +671,7 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 	tapS.setMode(tapHang)
 	heldBefore := tapS.count(func(r tapRequest) bool { return r.held })
 	for i := range 2 * burst {
-		a.send(lifecycleLine(fmt.Sprintf("a-hang-%d", i), "running", na.ID))
+		a.send(testframe.LifecycleLine(fmt.Sprintf("a-hang-%d", i), "running", na.ID))
 	}
 	for i := range 2 * burst {
 		b.waitUpserts(fmt.Sprintf("a-hang-%d", i), 1)
@@ -746,11 +747,6 @@ func singleFrameViolation(r tapRequest) string {
 		return fmt.Sprintf("A spoke %s to the stock daemon, want HTTP/1.1", r.proto)
 	}
 	return ""
-}
-
-// brokerRemovalLine is a broker's removal frame.
-func brokerRemovalLine(id, origin string) string {
-	return `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"` + id + `","originatedFrom":"` + origin + `"}}`
 }
 
 func sortedKeys(m map[string]string) []string {

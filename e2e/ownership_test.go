@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/statetable"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -22,7 +24,7 @@ import (
 func TestProcessIngressRemovalOrLeaseOfABrokerJobIs409AndTheBrokersLaterFramesReachThePeer(t *testing.T) {
 	t.Parallel()
 	a, b, nodes, ingress := leaseProcPair(t)
-	a.send(lifecycleLine("proxy-1", "running", nodes[0].ID))
+	a.send(testframe.LifecycleLine("proxy-1", "running", nodes[0].ID))
 	b.waitUpserts("proxy-1", 1)
 
 	refusals := []struct {
@@ -31,8 +33,8 @@ func TestProcessIngressRemovalOrLeaseOfABrokerJobIs409AndTheBrokersLaterFramesRe
 		headers []string
 	}{
 		{"removal", `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"proxy-1"}}`, nil},
-		{"lease", ingressFrameJSON(leasedInfo("proxy-1", "running", 2)), []string{leaseHeader, itoa(minLeaseSeconds)}},
-		{"frame", ingressFrameJSON(leasedInfo("proxy-1", "completed", 2)), nil},
+		{"lease", string(testframe.Lifecycle(leasedInfo("proxy-1", "running", 2), nil)), []string{leaseHeader, itoa(statetable.MinLeaseSeconds)}},
+		{"frame", string(testframe.Lifecycle(leasedInfo("proxy-1", "completed", 2), nil)), nil},
 	}
 	for _, r := range refusals {
 		st, text := postIngress(t, ingress, r.body, r.headers...)
@@ -41,18 +43,16 @@ func TestProcessIngressRemovalOrLeaseOfABrokerJobIs409AndTheBrokersLaterFramesRe
 		}
 	}
 	// The broker's own frames go on: its completion, then three new runs.
-	done := workload("proxy-1", "completed", nodes[0].ID, map[string]any{"seq": 2})
-	p, _ := json.Marshal(map[string]any{"workloadInfo": done})
-	a.send(string(wireframe.EncodeNotification(wireframe.MethodCompleted, p)))
+	done := testframe.Workload("proxy-1", "completed", nodes[0].ID, map[string]any{"seq": 2})
+	a.send(string(testframe.Lifecycle(done, nil)))
 	for i := range 3 {
-		w := workload("proxy-1", "running", nodes[0].ID, map[string]any{"runId": "run-" + itoa(i+2)})
-		p, _ := json.Marshal(map[string]any{"workloadInfo": w})
-		a.send(string(wireframe.EncodeNotification(wireframe.MethodStarted, p)))
+		w := testframe.Workload("proxy-1", "running", nodes[0].ID, map[string]any{"runId": "run-" + itoa(i+2)})
+		a.send(string(testframe.Lifecycle(w, nil)))
 	}
 	b.waitUpserts("proxy-1", 5)
 	// Past a lease's length nothing retired the job: no failed state at
 	// either broker, no removal anywhere (the barrier is a later frame).
-	a.send(lifecycleLine("barrier", "running", nodes[0].ID))
+	a.send(testframe.LifecycleLine("barrier", "running", nodes[0].ID))
 	b.waitUpserts("barrier", 1)
 	for _, d := range []*daemonProc{a, b} {
 		if rm := d.withMethod(wireframe.MethodRemove); len(rm) != 0 {
@@ -87,8 +87,7 @@ func replayLines(d *daemonProc) []string {
 	var lines []string
 	for _, id := range order {
 		if w := latest[id]; w != nil {
-			p, _ := json.Marshal(map[string]any{"workloadInfo": w})
-			lines = append(lines, string(wireframe.EncodeNotification(methodFor(w["state"].(string)), p)))
+			lines = append(lines, string(testframe.Lifecycle(w, nil)))
 		}
 	}
 	return lines
@@ -103,7 +102,7 @@ func TestProcessALeasedIngressJobIsFailedOnBothNodesAfterItsDaemonIsKilledAndRes
 	t.Parallel()
 	a, b, nodes, ingress := leaseProcPair(t)
 	postProc(t, ingress, leasedInfo("kept", "running", 1), 0)
-	postProc(t, ingress, leasedInfo("crashed", "running", 1), minLeaseSeconds)
+	postProc(t, ingress, leasedInfo("crashed", "running", 1), statetable.MinLeaseSeconds)
 	posted := time.Now()
 	b.waitUpserts("crashed", 1)
 	// Both were answered 200, so both are in the journal: no wait.
@@ -137,10 +136,10 @@ func TestProcessALeasedIngressJobIsFailedOnBothNodesAfterItsDaemonIsKilledAndRes
 		eventually(t, "the expiry of crashed", func() bool { return procExpiry(d, "crashed") != nil })
 	}
 	took := time.Since(posted)
-	if limit := (minLeaseSeconds + restartLeaseGrace + 1) * time.Second; took > limit {
+	if limit := (statetable.MinLeaseSeconds + restartLeaseGrace + 1) * time.Second; took > limit {
 		t.Fatalf("the expiry reached both brokers %s after the post, over the lease plus the restart grace plus 1 s (%s)", took, limit)
 	}
-	t.Logf("a %d s lease across a kill -9 and restart: the job was failed at both brokers %s after it was posted", minLeaseSeconds, took.Round(time.Millisecond))
+	t.Logf("a %d s lease across a kill -9 and restart: the job was failed at both brokers %s after it was posted", statetable.MinLeaseSeconds, took.Round(time.Millisecond))
 	for _, d := range []*daemonProc{a2, b} {
 		if got := procTerminalStates(d, "kept"); len(got) != 0 {
 			t.Errorf("the unleased job got terminal states %v", got)
@@ -161,7 +160,7 @@ func TestProcessFiveThousandIngressRemovalsThenAReplayBringNoneBack(t *testing.T
 		wg.Go(func() {
 			for i := w; i < jobs; i += workers {
 				id := "r-" + itoa(i)
-				if st, text := postIngress(t, ingress, ingressFrameJSON(leasedInfo(id, "running", 1))); st != http.StatusOK {
+				if st, text := postIngress(t, ingress, string(testframe.Lifecycle(leasedInfo(id, "running", 1), nil))); st != http.StatusOK {
 					t.Errorf("post %s: %d %s", id, st, text)
 					return
 				}
@@ -180,11 +179,10 @@ func TestProcessFiveThousandIngressRemovalsThenAReplayBringNoneBack(t *testing.T
 	// The replay: each job's later event, so a peer's dedup cannot hide
 	// one that came back; then a barrier behind them on the same channel.
 	for i := range jobs {
-		w := workload("r-"+itoa(i), "running", nodes[0].ID, map[string]any{"seq": 2})
-		p, _ := json.Marshal(map[string]any{"workloadInfo": w})
-		a.send(string(wireframe.EncodeNotification(wireframe.MethodStarted, p)))
+		w := testframe.Workload("r-"+itoa(i), "running", nodes[0].ID, map[string]any{"seq": 2})
+		a.send(string(testframe.Lifecycle(w, nil)))
 	}
-	a.send(lifecycleLine("barrier", "running", nodes[0].ID))
+	a.send(testframe.LifecycleLine("barrier", "running", nodes[0].ID))
 	b.waitUpserts("barrier", 1)
 	back := 0
 	for _, w := range b.upserts() {
@@ -207,7 +205,7 @@ func TestProcessATornJournalTailIsOneWarningAndTheRecordsBeforeItStay(t *testing
 	nodes := writeCluster(t, 1)
 	a := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0")
 	a.waitMethod("ready", 1)
-	if st, text := postIngress(t, a.loggedValue("local ingress listening", "addr"), ingressFrameJSON(leasedInfo("job-1", "running", 1))); st != http.StatusOK {
+	if st, text := postIngress(t, a.loggedValue("local ingress listening", "addr"), string(testframe.Lifecycle(leasedInfo("job-1", "running", 1), nil))); st != http.StatusOK {
 		t.Fatalf("post: %d %s", st, text)
 	}
 	if err := a.cmd.Process.Kill(); err != nil {
@@ -244,7 +242,7 @@ func TestProcessATornJournalTailIsOneWarningAndTheRecordsBeforeItStay(t *testing
 func TestProcessAProducerThatRemovedAnIDCannotSilenceTheBrokersNewJobOfIt(t *testing.T) {
 	t.Parallel()
 	a, b, nodes, ingress := leaseProcPair(t)
-	if st, text := postIngress(t, ingress, ingressFrameJSON(leasedInfo("proxy-7", "running", 1))); st != http.StatusOK {
+	if st, text := postIngress(t, ingress, string(testframe.Lifecycle(leasedInfo("proxy-7", "running", 1), nil))); st != http.StatusOK {
 		t.Fatalf("post: %d %s", st, text)
 	}
 	b.waitUpserts("proxy-7", 1)
@@ -255,13 +253,12 @@ func TestProcessAProducerThatRemovedAnIDCannotSilenceTheBrokersNewJobOfIt(t *tes
 	}
 	b.waitMethod(wireframe.MethodRemove, 1)
 	send := func(overrides map[string]any) {
-		p, _ := json.Marshal(map[string]any{"workloadInfo": workload("proxy-7", "running", nodes[0].ID, overrides)})
-		a.send(string(wireframe.EncodeNotification(wireframe.MethodStarted, p)))
+		a.send(string(testframe.Lifecycle(testframe.Workload("proxy-7", "running", nodes[0].ID, overrides), nil)))
 	}
 	send(map[string]any{"seq": 2})                          // the replay of the removed run
 	send(map[string]any{"runId": "broker-run-1", "seq": 1}) // the broker's own new job
 	b.waitUpserts("proxy-7", 2)
-	a.send(lifecycleLine("barrier", "running", nodes[0].ID))
+	a.send(testframe.LifecycleLine("barrier", "running", nodes[0].ID))
 	b.waitUpserts("barrier", 1)
 	for _, w := range b.upserts() {
 		if w["id"] == "proxy-7" && w["runId"] == "run-proxy-7" && w["seq"] == 2.0 {

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"regexp"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -53,7 +54,7 @@ func TestProcessGarbageBrokerLinesMakeABoundedLogAndTheDaemonStillRelays(t *test
 			}
 		}
 	}
-	a.send(lifecycleLine("good", "running", nodes[0].ID))
+	a.send(testframe.LifecycleLine("good", "running", nodes[0].ID))
 	b.waitUpserts("good", 1)
 	elapsed := time.Since(start)
 	a.closeStdin()

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bufio"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/statetable"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -32,6 +34,7 @@ const exitWithinGrace = 2900 * time.Millisecond
 // stdout with peer frames waiting to be written. Every frame the daemon
 // answered 200 for is in the pipe for the broker to read after the exit.
 func TestProcessExitsWithinThePAIRStopGraceWhateverItsPeersAndBrokerDo(t *testing.T) {
+	skipUnderShort(t) // here, not in its subtests alone: they start the binary after its setup
 	for _, tc := range []struct {
 		name    string
 		stalled bool
@@ -62,8 +65,8 @@ func TestProcessExitsWithinThePAIRStopGraceWhateverItsPeersAndBrokerDo(t *testin
 			ingress := a.loggedValue("local ingress listening", "addr")
 			// A producer's job whose lease runs out while the broker is
 			// stalled: its expiry blocks on the broker write.
-			postProc(t, ingress, leasedInfo("leased", "running", 1), minLeaseSeconds)
-			leaseDue := time.Now().Add(minLeaseSeconds * time.Second)
+			postProc(t, ingress, leasedInfo("leased", "running", 1), statetable.MinLeaseSeconds)
+			leaseDue := time.Now().Add(statetable.MinLeaseSeconds * time.Second)
 			snapshot, err := json.Marshal(map[string]any{"nodes": []map[string]any{netAddrEntry(hanging.id, hanging.ident.Principal, hanging.addr)}})
 			netMust(t, err)
 			a.send(string(wireframe.EncodeNotification("discovery:nodes", snapshot)))
@@ -71,7 +74,7 @@ func TestProcessExitsWithinThePAIRStopGraceWhateverItsPeersAndBrokerDo(t *testin
 			// Frames for the hanging peer: its sender is stuck on the
 			// first, the rest wait in its queue for the drain.
 			for i := range 5 {
-				a.send(lifecycleLine(fmt.Sprintf("for-hanging-%d", i), "running", na.ID))
+				a.send(testframe.LifecycleLine(fmt.Sprintf("for-hanging-%d", i), "running", na.ID))
 			}
 			eventually(t, "the hanging peer to hold a request", func() bool { return hanging.requests() > 0 })
 
@@ -88,7 +91,7 @@ func TestProcessExitsWithinThePAIRStopGraceWhateverItsPeersAndBrokerDo(t *testin
 			var ok []string
 			for i := range posts {
 				id := fmt.Sprintf("from-peer-%d", i)
-				body := netLifecycleBody(t, workload(id, "running", nb.ID, map[string]any{"pad": pad}), nil)
+				body := testframe.Lifecycle(testframe.Workload(id, "running", nb.ID, map[string]any{"pad": pad}), nil)
 				go func() {
 					// Posts still waiting when the daemon exits fail: only
 					// the 200s matter.

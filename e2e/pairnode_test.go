@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
@@ -140,7 +140,7 @@ func TestPAIRNodeWithoutAdmissionOrPinsTurnsClusteredWhenAdmitted(t *testing.T) 
 
 func TestDefaultAppDirIsThePlatformPAIRDataDir(t *testing.T) {
 	if runtime.GOOS == "windows" || runtime.GOOS == "darwin" || runtime.GOOS == "ios" || runtime.GOOS == "plan9" {
-		t.Skip("XDG_CONFIG_HOME is the base on Linux and the BSDs; appdir_windows_test.go covers Windows")
+		t.Skip("XDG_CONFIG_HOME is the base on Linux and the BSDs; the root package's appdir_windows_test.go covers Windows")
 	}
 	home := t.TempDir()
 	configHome := filepath.Join(home, "xdg")
