@@ -115,8 +115,6 @@ func TestLivePinRemovalRejectsKeptAliveConnectionWithinTwoSeconds(t *testing.T) 
 // internal/pairinstall: they are PAIR's contract, which the daemon must
 // keep, not a choice of the package.
 const (
-	identityFileName  = "identity.json"  // in the cluster dir
-	nodeIDFileName    = "node-id.json"   // in the app dir
 	admissionFileName = "admission.json" // in the cluster dir
 )
 

@@ -101,9 +101,8 @@ const (
 // internal/pairinstall: they are PAIR's contract, which the daemon must
 // keep, not a choice of the package.
 const (
-	identityFileName  = "identity.json"  // in the cluster dir
-	nodeIDFileName    = "node-id.json"   // in the app dir
-	admissionFileName = "admission.json" // in the cluster dir
+	identityFileName = "identity.json" // in the cluster dir
+	nodeIDFileName   = "node-id.json"  // in the app dir
 )
 
 // identityDoc is a node identity document naming id.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,19 +91,4 @@ func TestProcessBurstToASingleFramePeerReachesItInItsFinalState(t *testing.T) {
 		t.Fatalf("%d of %d workloads not in their final state at the peer %v after the burst (%s): overflow was lost, not recovered",
 			n, workloads, overflowBurstDeadline, example)
 	}
-}
-
-// loggedInt reads key=N from a slog text line; 0 when absent.
-func loggedInt(t *testing.T, line, key string) int {
-	t.Helper()
-	_, rest, ok := strings.Cut(line, " "+key+"=")
-	if !ok {
-		return 0
-	}
-	v, _, _ := strings.Cut(rest, " ")
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		t.Fatalf("%s=%q in %q is not a number", key, v, line)
-	}
-	return n
 }
