@@ -115,15 +115,8 @@ func TestLivePinRemovalRejectsKeptAliveConnectionWithinTwoSeconds(t *testing.T) 
 // internal/pairinstall: they are PAIR's contract, which the daemon must
 // keep, not a choice of the package.
 const (
-	identityFileName  = "identity.json"  // in the cluster dir
-	nodeIDFileName    = "node-id.json"   // in the app dir
 	admissionFileName = "admission.json" // in the cluster dir
 )
-
-// identityDoc is a node identity document naming id.
-func identityDoc(id string) string {
-	return `{"node_uuid": "` + id + `", "created_at": 1789661457000}`
-}
 
 func netMust(t testing.TB, err error) {
 	t.Helper()

@@ -72,13 +72,6 @@ type hbSink struct {
 	arrived int
 }
 
-// holdAll makes every request wait, unrecorded, until release.
-func (s *hbSink) holdAll() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.gate = make(chan struct{})
-}
-
 // release lets the held requests, and every later one, through.
 func (s *hbSink) release() {
 	s.mu.Lock()
@@ -87,13 +80,6 @@ func (s *hbSink) release() {
 		close(s.gate)
 		s.gate = nil
 	}
-}
-
-// requests is how many requests reached the sink so far, held or not.
-func (s *hbSink) requests() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.arrived
 }
 
 // holdFirst makes the sink hold the first request that carries ev for d.
@@ -289,14 +275,6 @@ func (s *hbSink) record(frame []byte) int {
 		s.final[ev.id] = f.Params.WorkloadInfo.State
 	}
 	return http.StatusOK
-}
-
-// finalState is the last state the sink took for id ("removed" after a
-// removal, "" when it has none).
-func (s *hbSink) finalState(id string) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.final[id]
 }
 
 // sinkReason is the reason the sink gives with a status: a 403 is always

@@ -55,8 +55,8 @@ func holdsWithin(timeout time.Duration, cond func() bool) bool {
 }
 
 // frameLog records every line a daemon writes to its broker, in order, and
-// answers the questions the tests ask of them. The in-process testBroker and
-// the process-level daemonProc both embed it.
+// answers the questions the tests ask of them. The in-process testBroker
+// embeds it (e2e's daemonProc embeds a copy of its own).
 type frameLog struct {
 	t      testing.TB
 	mu     sync.Mutex // guards lines and frames
@@ -124,25 +124,11 @@ func (l *frameLog) all() []wireframe.RPC {
 	return append([]wireframe.RPC(nil), l.frames...)
 }
 
-// line returns the raw text of the i-th frame.
-func (l *frameLog) line(i int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lines[i]
-}
-
 // text returns everything received, one frame per line.
 func (l *frameLog) text() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return strings.Join(l.lines, "\n")
-}
-
-// waitFrames waits until n frames have arrived and returns all of them.
-func (l *frameLog) waitFrames(n int) []wireframe.RPC {
-	l.t.Helper()
-	eventually(l.t, fmt.Sprintf("%d frame(s) from the daemon", n), func() bool { return len(l.all()) >= n })
-	return l.all()
 }
 
 // withMethod returns the frames received so far with the given method.
@@ -664,17 +650,6 @@ func parseMetricsText(t testing.TB, r io.Reader) map[string]float64 {
 		out[line[:i]] = v
 	}
 	return out
-}
-
-// scrapeValue reads one series from the metrics endpoint at addr; a series
-// the endpoint does not have fails the test.
-func scrapeValue(t *testing.T, addr, series string) float64 {
-	t.Helper()
-	v, ok := scrapeAddr(t, addr)[series]
-	if !ok {
-		t.Fatalf("no series %s at %s", series, addr)
-	}
-	return v
 }
 
 // ids is count workload ids with a prefix, in order.

@@ -3,8 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"strconv"
-	"strings"
 	"testing"
 
 	"nvpair-workload-manager/internal/pairbroker"
@@ -74,22 +72,6 @@ func startShadow(t testing.TB) *pairshadow.Shadow {
 		t.Fatal(err)
 	}
 	return sh
-}
-
-// brokerLineMaxArg is the --broker-line-max a daemon's arguments give, 0
-// when they give none.
-func brokerLineMaxArg(args []string) int {
-	for i, a := range args {
-		v, ok := strings.CutPrefix(a, "--broker-line-max=")
-		if !ok && a == "--broker-line-max" && i+1 < len(args) {
-			v, ok = args[i+1], true
-		}
-		if ok {
-			n, _ := strconv.Atoi(v)
-			return n
-		}
-	}
-	return 0
 }
 
 // A job's frames committed out of order (its producer posts each on its

@@ -31,6 +31,7 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		{pkg: "internal/promtext", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/brokeripc", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/wireframe", may: nil, never: []string{"net/http"}},
+		{pkg: "internal/testframe", may: []string{"internal/wireframe"}, never: []string{"net", "net/http"}},
 		{pkg: "internal/httpguard", may: []string{"internal/promtext"}},
 		{pkg: "internal/pairbroker", may: nil, never: []string{"net", "net/http", "os/exec"}},
 		{pkg: "internal/cliflags", may: nil, never: []string{"net/http"}},

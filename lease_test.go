@@ -15,7 +15,7 @@ import (
 
 // leaseTestUnit is one second of Workload-Lease in the in-process tests: a
 // lease of 5 runs out after 100 ms, so they run in milliseconds. The real
-// binary's tests (lease_process_test.go) use real seconds.
+// binary's tests (e2e/lease_test.go) use real seconds.
 const leaseTestUnit = 20 * time.Millisecond
 
 // leasedInfo is a workload object as a producer posts it to the ingress:
