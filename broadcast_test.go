@@ -19,6 +19,7 @@ import (
 )
 
 func TestBroadcastDeadPeerDoesNotDelayHealthyPeer(t *testing.T) {
+	waitsOutRealTime(t, "a dead peer's attempts")
 	a := newTestNode(t)
 	hole, sink := newNetBlackHole(t), newNetSink(t)
 	hole.pinIn(t, a)
@@ -120,6 +121,7 @@ func TestBroadcastHeldPeerKeepsReadLoopResponsiveAndGetsEveryWorkloadInOrder(t *
 }
 
 func TestBroadcastRetriesServerErrorsButNotRejections(t *testing.T) {
+	waitsOutRealTime(t, "the sender's backoff")
 	a := newTestNode(t)
 	sink := newNetSink(t)
 	cases := []struct {

@@ -210,6 +210,7 @@ func TestNewTargetIsBackfilledWithTheResyncSet(t *testing.T) {
 }
 
 func TestPinArrivingAfterSnapshotMakesNodeATarget(t *testing.T) {
+	waitsOutRealTime(t, "the trust reload (1 s)")
 	a, b := newTestNode(t), newTestNode(t)
 	b.trust(a)
 	a.start()

@@ -362,6 +362,7 @@ func passesCompleted(n *testNode, sink *hbSink) uint64 {
 }
 
 func TestHeartbeatNeverReassertsAWorkloadAfterItsRemovalWasSent(t *testing.T) {
+	waitsOutRealTime(t, "heartbeat passes")
 	// A slow single-frame peer keeps a pass in flight for seconds while
 	// every workload is removed, in pass order: one of the removals hits
 	// the entry the pass is about to visit.
@@ -482,6 +483,7 @@ func TestBatchElementThatFailsIsRetriedInOrderWithWhatFollowedIt(t *testing.T) {
 }
 
 func TestFreshFrameOvertakesAHeartbeatPassInFlight(t *testing.T) {
+	waitsOutRealTime(t, "a heartbeat pass")
 	// A pass slow enough to be caught in the middle: a fresh frame sent
 	// then waits for the one re-assertion in flight, not for the rest of
 	// the pass (the sender catches its peer up before every slice).
@@ -558,6 +560,7 @@ func TestReassertionNeverOvertakesAFreshFrameQueuedBeforeIt(t *testing.T) {
 }
 
 func TestHeartbeatPassToAFailingPeerEndsAtTheFirstFailure(t *testing.T) {
+	waitsOutRealTime(t, "a heartbeat pass")
 	// A peer that fails re-assertions (down, overloaded) is tried once per
 	// interval, not once per entry: the pass ends at the first failure.
 	// The interval is long enough that the check below sees one pass.

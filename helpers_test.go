@@ -32,6 +32,16 @@ import (
 // tests sleeps and hopes: they wait for a condition until this deadline.
 const waitTimeout = 10 * time.Second
 
+// waitsOutRealTime skips, under -short, a test that must let a real
+// interval pass (a deadline, a backoff, a Retry-After, a reload): the
+// inner loop stays under a minute, and the full run takes every one.
+func waitsOutRealTime(t *testing.T, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: waits out %s", what)
+	}
+}
+
 // eventually waits until cond holds or fails the test after waitTimeout.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()

@@ -314,6 +314,7 @@ func TestLocalIngressHeaderRejectionsDoNotReadTheBody(t *testing.T) {
 // up to 256 KiB of an unread body after the handler, so with a body that
 // never comes the close itself happens when the read timeout fires.
 func TestLocalIngressRejectionWithUnsentBodyIsAnsweredAtOnce(t *testing.T) {
+	waitsOutRealTime(t, "a body that never arrives")
 	n := liStartNode(t)
 	addr := n.m.IngressAddr()
 	var wg sync.WaitGroup
@@ -414,6 +415,7 @@ func TestLocalIngressServerTimeouts(t *testing.T) {
 // A broker that is slow to take a frame delays the answer; it must not lose
 // it, since the frame has landed by then and the producer would retry it.
 func TestLocalIngressAnswersAfterASlowBrokerWrite(t *testing.T) {
+	waitsOutRealTime(t, "a slow broker write")
 	stall := &liStallingWriter{match: []byte(`"method":"workloads:upsert"`), entered: make(chan struct{}), release: make(chan struct{})}
 	n := newTestNode(t, func(c *Config) { stall.w = c.Out; c.Out = stall })
 	t.Cleanup(stall.unblock)

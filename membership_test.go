@@ -10,6 +10,7 @@ import (
 )
 
 func TestUnclusteredNodeCompletesNoHandshakeUntilAdmittedWithoutRestart(t *testing.T) {
+	waitsOutRealTime(t, "the trust reload (1 s)")
 	a, b := newTestNode(t), newTestNode(t)
 	netMust(t, os.Remove(filepath.Join(a.clusterDir, admissionFileName))) // a keypair, no admission, no pin
 	b.trust(a)

@@ -85,6 +85,7 @@ func TestProcessMetricsInTheStandardNames(t *testing.T) {
 // TestPeerBehindCountsTheChangesAPeerLacks: changes for a peer that never
 // answers stay above its mark, and the per-peer gauge says how many.
 func TestPeerBehindCountsTheChangesAPeerLacks(t *testing.T) {
+	waitsOutRealTime(t, "the sender's backoff")
 	n, hole := startWithBlackHoledPeer(t)
 	series := `nvpair_wlm_peer_behind_versions{peer="` + hole.ident.Principal + `"}`
 	if v, ok := scrape(t, n)[series]; !ok || v != 0 {

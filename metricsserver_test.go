@@ -145,6 +145,7 @@ func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 }
 
 func TestMetricsCountClientHandshakeFailures(t *testing.T) {
+	waitsOutRealTime(t, "the sender's backoff")
 	a, b := newMetricsNode(t, false), newTestNode(t)
 	// A pins B's principal with a certificate B does not present.
 	impostor, err := devpki.Mint(b.id)

@@ -163,6 +163,7 @@ func TestAFreshFrameRefusedForItsOriginIsGivenUpWithoutRetries(t *testing.T) {
 }
 
 func TestAHeartbeatPassGoesOnPastAnEntryRefusedForItsOrigin(t *testing.T) {
+	waitsOutRealTime(t, "several heartbeat passes")
 	for _, batching := range []bool{false, true} {
 		t.Run(map[bool]string{false: "single-frame peer", true: "batching peer"}[batching], func(t *testing.T) {
 			// One pass within the check below: the next is 2 s after it.

@@ -169,6 +169,7 @@ func senderStats(t *testing.T, a *testNode) *peersend.Stats {
 }
 
 func TestFreshFramesWaitOutAPeersRetryAfterAndArriveInOrder(t *testing.T) {
+	waitsOutRealTime(t, "a peer's Retry-After")
 	for _, batching := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
 			a := newTestNode(t)
@@ -211,6 +212,7 @@ func TestFreshFramesWaitOutAPeersRetryAfterAndArriveInOrder(t *testing.T) {
 }
 
 func TestHeartbeatWaitsOutAPeersRetryAfterAndCarriesOnItsPass(t *testing.T) {
+	waitsOutRealTime(t, "a peer's Retry-After")
 	for _, batching := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
 			a := newTestNode(t)
@@ -246,6 +248,7 @@ func TestHeartbeatWaitsOutAPeersRetryAfterAndCarriesOnItsPass(t *testing.T) {
 }
 
 func TestARetryAfterThatAsksForNoWaitIsAFailedAttemptAsBefore(t *testing.T) {
+	waitsOutRealTime(t, "the sender's own backoff")
 	for _, value := range []string{"0", "soon", "-1", "1.5"} {
 		t.Run(value, func(t *testing.T) {
 			a := newTestNode(t)
@@ -267,6 +270,7 @@ func TestARetryAfterThatAsksForNoWaitIsAFailedAttemptAsBefore(t *testing.T) {
 }
 
 func TestAPeersRetryAfterDoesNotHoldShutdownPastTheDrainTimeout(t *testing.T) {
+	waitsOutRealTime(t, "the drain timeout")
 	a := newTestNode(t)
 	p := newDeferringPeer(t, netMint(t, devpki.NewUUID()), false, 1000, "30")
 	startWithPeer(t, a, p)

@@ -226,6 +226,7 @@ func TestEveryListenerAnswersPipelinedRequestsInOrder(t *testing.T) {
 // is armed by httpguard.HTTP1Answers, which wraps every listener alike (the 505 tests
 // above see the same wrapper on each).
 func TestAnAnswerTheClientDoesNotReadEndsAtTheWriteDeadline(t *testing.T) {
+	waitsOutRealTime(t, "the answer write deadline")
 	n := newTestNode(t)
 	netMust(t, n.m.EnableMetrics("127.0.0.1:0"))
 	n.start()
