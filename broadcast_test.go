@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testframe"
 )
 
 func TestBroadcastDeadPeerDoesNotDelayHealthyPeer(t *testing.T) {
@@ -29,8 +30,8 @@ func TestBroadcastDeadPeerDoesNotDelayHealthyPeer(t *testing.T) {
 	a.waitTargets(2)
 
 	start := time.Now()
-	a.sendLifecycle(workload("job-1", "running", a.id))
-	a.sendLifecycle(workload("job-2", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-1", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-2", "running", a.id))
 	eventually(t, "the dead peer to be dialed", func() bool { return hole.accepted.Load() > 0 })
 	eventually(t, "job-1 and job-2 at the healthy peer", func() bool { return sink.count("job-1") == 1 && sink.count("job-2") == 1 })
 	// The dead peer holds each attempt for peerAttemptTimeout (5 s): a
@@ -57,7 +58,7 @@ func TestBroadcastPreservesPerPeerOrder(t *testing.T) {
 	for i := range n {
 		id := fmt.Sprintf("job-%03d", i)
 		want = append(want, id)
-		a.sendLifecycle(workload(id, "running", a.id))
+		a.sendLifecycle(testframe.Workload(id, "running", a.id))
 	}
 	for i, s := range []*netSink{s1, s2} {
 		eventually(t, fmt.Sprintf("%d frames at sink %d", n, i+1), func() bool { return len(s.ids()) >= n })
@@ -81,12 +82,12 @@ func TestBroadcastHeldPeerKeepsReadLoopResponsiveAndGetsEveryWorkloadInOrder(t *
 	a.waitTargets(1)
 
 	id := func(i int) string { return fmt.Sprintf("q-%04d", i) }
-	a.sendLifecycle(workload(id(0), "running", a.id))
+	a.sendLifecycle(testframe.Workload(id(0), "running", a.id))
 	eventually(t, "the first frame in flight at the peer", func() bool { return sink.count(id(0)) >= 1 })
 	const extra = 2100
 	var lines bytes.Buffer
 	for i := 1; i <= extra; i++ {
-		lines.Write(netLifecycleBody(t, workload(id(i), "running", a.id), nil))
+		lines.Write(testframe.Lifecycle(testframe.Workload(id(i), "running", a.id), nil))
 		lines.WriteByte('\n')
 	}
 	// Written from another goroutine: a read loop that blocks on the held
@@ -105,7 +106,7 @@ func TestBroadcastHeldPeerKeepsReadLoopResponsiveAndGetsEveryWorkloadInOrder(t *
 		t.Fatalf("the read loop took %s to answer with a held peer", took)
 	}
 	sink.release()
-	a.sendLifecycle(workload("q-after", "running", a.id))
+	a.sendLifecycle(testframe.Workload("q-after", "running", a.id))
 	eventually(t, "every workload at the peer", func() bool { return len(slices.Compact(sink.ids())) >= extra+2 })
 	got := slices.Compact(sink.ids())
 	var all []string
@@ -146,10 +147,10 @@ func TestBroadcastRetriesServerErrorsButNotRejections(t *testing.T) {
 	a.waitTargets(1)
 
 	for _, c := range cases {
-		a.sendLifecycle(workload(c.id, "running", a.id))
+		a.sendLifecycle(testframe.Workload(c.id, "running", a.id))
 	}
 	// Per-peer order: once the next frame is in, every retry before it is done.
-	a.sendLifecycle(workload("r-after", "running", a.id))
+	a.sendLifecycle(testframe.Workload("r-after", "running", a.id))
 	eventually(t, "r-after at the peer", func() bool { return sink.count("r-after") == 1 })
 	for _, c := range cases {
 		if got := sink.count(c.id); got != c.attempts {
@@ -176,7 +177,7 @@ func TestBroadcastPoolsConnectionsToAPeer(t *testing.T) {
 
 	const n = 50
 	for i := range n {
-		a.sendLifecycle(workload(fmt.Sprintf("job-%02d", i), "running", a.id))
+		a.sendLifecycle(testframe.Workload(fmt.Sprintf("job-%02d", i), "running", a.id))
 	}
 	eventually(t, fmt.Sprintf("%d frames at the peer", n), func() bool { return len(sink.ids()) >= n })
 	if conns, hellos := sink.conns.Load(), sink.hellos.Load(); conns > 2 || hellos > 2 {
@@ -192,15 +193,15 @@ func TestBroadcastStopsSendingToARemovedTarget(t *testing.T) {
 	a.start()
 	netDiscover(a, s1.entry(), s2.entry())
 	a.waitTargets(2)
-	a.sendLifecycle(workload("job-1", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-1", "running", a.id))
 	eventually(t, "job-1 at both peers", func() bool { return s1.count("job-1") == 1 && s2.count("job-1") == 1 })
 
 	netDiscover(a, s2.entry())
 	a.waitTargets(1)
 	// The removed target's sender ends and closes its pooled connection.
 	eventually(t, "the removed target's connections closed", func() bool { return s1.closed.Load() == s1.conns.Load() })
-	a.sendLifecycle(workload("job-2", "running", a.id))
-	a.sendLifecycle(workload("job-3", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-2", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-3", "running", a.id))
 	eventually(t, "job-2 and job-3 at the kept peer", func() bool { return s2.count("job-2") == 1 && s2.count("job-3") == 1 })
 	if got := s1.ids(); !slices.Equal(got, []string{"job-1"}) {
 		t.Fatalf("the removed target received %v after its removal", got)

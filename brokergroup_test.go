@@ -21,6 +21,7 @@ import (
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/ingress"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -146,7 +147,7 @@ func peerPrincipals(k int) []string {
 
 func peerFrame(t *testing.T, principal, id string, seq int) []byte {
 	t.Helper()
-	return netLifecycleBody(t, workload(id, "running", principal, map[string]any{"seq": seq}), nil)
+	return testframe.Lifecycle(testframe.Workload(id, "running", principal, map[string]any{"seq": seq}), nil)
 }
 
 // discardLog is a peer request's log that writes nothing.
@@ -171,7 +172,7 @@ func TestFramesReadyTogetherAreWrittenInOneWriteInTheOrderTheyWereAccepted(t *te
 	errs := make(chan error, workloads*postsEach+peers*peerFrames)
 	for w := range workloads {
 		for seq := 1; seq <= postsEach; seq++ {
-			body := ifxLifecycleJSON(fmt.Sprintf("job-%d", w), "running", "", fmt.Sprintf(`"seq":%d`, seq))
+			body := testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON(fmt.Sprintf("job-%d", w), "running", "", fmt.Sprintf(`"seq":%d`, seq)))
 			wg.Go(func() {
 				<-start
 				if _, err := n.m.ingestLocal([]byte(body)); err != nil {
@@ -289,7 +290,7 @@ func TestAFailedGroupWriteFailsEveryFrameOfTheGroupAndCommitsNone(t *testing.T) 
 	n, q := ifxNode(t)
 	// A workload the group's removal is about: tracked before, and still
 	// tracked after the failed removal.
-	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("kept", "running", ""))); err != nil {
+	if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("kept", "running", "")))); err != nil {
 		t.Fatal(err)
 	}
 	ifxDrain(q)
@@ -298,10 +299,10 @@ func TestAFailedGroupWriteFailsEveryFrameOfTheGroupAndCommitsNone(t *testing.T) 
 	gw, heldDone := holdBroker(t, n)
 	gw.failCall = 2 // the group behind the held write
 	bodies := []string{
-		ifxLifecycleJSON("new-1", "running", ""),
-		ifxLifecycleJSON("new-2", "queued", ""),
-		ifxLifecycleJSON("kept", "completed", ""),
-		ifxRemoveJSON("kept", ""),
+		testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("new-1", "running", "")),
+		testframe.LifecycleJSON(testframe.MethodFor("queued"), testframe.WorkloadJSON("new-2", "queued", "")),
+		testframe.LifecycleJSON(testframe.MethodFor("completed"), testframe.WorkloadJSON("kept", "completed", "")),
+		string(testframe.Removal("kept", "")),
 	}
 	principals := peerPrincipals(2)
 	var wg sync.WaitGroup
@@ -364,7 +365,7 @@ func TestAFailedGroupWriteFailsEveryFrameOfTheGroupAndCommitsNone(t *testing.T) 
 	default:
 		t.Fatal("the failed write did not mark the broker gone")
 	}
-	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("after", "running", ""))); !errors.Is(err, ingress.ErrBrokerWrite) {
+	if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("after", "running", "")))); !errors.Is(err, ingress.ErrBrokerWrite) {
 		t.Fatalf("a post after the failure: %v, want ingress.ErrBrokerWrite", err)
 	}
 }
@@ -377,7 +378,7 @@ func TestALineOverTheLimitIsRefusedAloneAndDoesNotJoinAGroup(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, id := range []string{"before", "after"} {
 		wg.Go(func() {
-			if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON(id, "running", ""))); err != nil {
+			if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON(id, "running", "")))); err != nil {
 				t.Errorf("%s: %v", id, err)
 			}
 		})
@@ -385,7 +386,7 @@ func TestALineOverTheLimitIsRefusedAloneAndDoesNotJoinAGroup(t *testing.T) {
 	eventually(t, "two frames queued", func() bool { return n.m.out.Queued() == 2 })
 	big := `"note":"` + strings.Repeat("x", wireframe.MinBrokerLineMax) + `"`
 	if err := answeredWhileHeld(t, "an over-long frame", func() error {
-		_, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("big", "running", "", big)))
+		_, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("big", "running", "", big))))
 		return err
 	}); !errors.Is(err, wireframe.ErrLineOverLimit) {
 		t.Fatalf("an over-long frame while a group forms: %v, want errLineOverLimit", err)
@@ -457,14 +458,14 @@ func TestIngressFramesInFlightCountTowardTheLiveWorkloadLimit(t *testing.T) {
 	n, gw, heldDone, wg := twoNewRunsInFlight(t, limit)
 	var atLimit *ingress.AtLimitError
 	if err := answeredWhileHeld(t, "a third new run", func() error {
-		_, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("new-2", "running", "")))
+		_, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("new-2", "running", ""))))
 		return err
 	}); !errors.As(err, &atLimit) {
 		t.Fatalf("a third new run while two are in flight at %d of %d: %v, want ingress.AtLimitError (503)", limit-2, limit, err)
 	}
 	// A later frame of a run in flight takes no second slot.
 	wg.Go(func() {
-		if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("new-0", "running", "", `"seq":2`))); err != nil {
+		if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("new-0", "running", "", `"seq":2`)))); err != nil {
 			t.Errorf("a later frame of a run in flight: %v", err)
 		}
 	})
@@ -485,7 +486,7 @@ func TestTheLiveWorkloadOvershootIsAtMostTheIngressRunsInFlight(t *testing.T) {
 	const limit = 4
 	n, gw, heldDone, wg := twoNewRunsInFlight(t, limit)
 	for i := range 3 {
-		n.m.handleLine([]byte(ifxStdioLifecycleJSON(fmt.Sprintf("broker-%d", i), "running", n.id, false)))
+		n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON(fmt.Sprintf("broker-%d", i), "running", n.id))))
 	}
 	close(gw.release)
 	heldDone()
@@ -502,7 +503,7 @@ func twoNewRunsInFlight(t *testing.T, limit int) (*testNode, *groupWriter, func(
 	t.Helper()
 	n, _ := ifxNode(t, withMaxLiveWorkloads(limit))
 	for i := range limit - 2 {
-		if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON(fmt.Sprintf("old-%d", i), "running", ""))); err != nil {
+		if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON(fmt.Sprintf("old-%d", i), "running", "")))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -510,7 +511,7 @@ func twoNewRunsInFlight(t *testing.T, limit int) (*testNode, *groupWriter, func(
 	wg := new(sync.WaitGroup)
 	for i := range 2 {
 		wg.Go(func() {
-			if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON(fmt.Sprintf("new-%d", i), "running", ""))); err != nil {
+			if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON(fmt.Sprintf("new-%d", i), "running", "")))); err != nil {
 				t.Errorf("new-%d: %v", i, err)
 			}
 		})

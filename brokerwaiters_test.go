@@ -16,6 +16,7 @@ import (
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/peerwire"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -75,15 +76,15 @@ func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingB
 	}, opt, withConnLimits(httpguard.ConnLimits{PeerPerSource: 1024}))
 	ingressPost := func(t *testing.T, id string, within time.Duration) busyAnswer {
 		return doBusyAnswer(t, within, http.DefaultClient, "http://"+h.n.m.IngressAddr()+wireframe.EventsPath, "application/json",
-			[]byte(ifxLifecycleJSON(id, "running", "")))
+			[]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON(id, "running", ""))))
 	}
 	peerPost := func(t *testing.T, id string, within time.Duration) busyAnswer {
 		return doBusyAnswer(t, within, h.c, "https://"+h.addr+wireframe.EventsPath, "application/json",
-			netLifecycleBody(t, workload(id, "running", h.client.Principal), nil))
+			testframe.Lifecycle(testframe.Workload(id, "running", h.client.Principal), nil))
 	}
 	peerBatch := func(t *testing.T, id string, within time.Duration) busyAnswer {
 		return doBusyAnswer(t, within, h.c, "https://"+h.addr+wireframe.EventsPath, peerwire.BatchContentType,
-			append(netLifecycleBody(t, workload(id, "running", h.client.Principal), nil), '\n'))
+			append(testframe.Lifecycle(testframe.Workload(id, "running", h.client.Principal), nil), '\n'))
 	}
 	channels := []channel{
 		{"ingress", func(m *Manager) *brokerio.Waiters { return m.ingressWaiters }, ingressPost, peerPost},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -35,7 +36,7 @@ func TestNodeWithoutIdentityCompletesNoHandshakeUntilIdentityAppears(t *testing.
 		t.Fatalf("the peer listener moved from %s to %s: it must serve on the same listener", addr, got)
 	}
 	c := netPeerClient(t, &client, n.ident.DER)
-	if st := netPost(t, c, addr, netLifecycleBody(t, workload("job-1", "running", client.Principal), nil)); st != 200 {
+	if st := netPost(t, c, addr, testframe.Lifecycle(testframe.Workload("job-1", "running", client.Principal), nil)); st != 200 {
 		t.Fatalf("POST once the identity appeared = %d, want 200", st)
 	}
 	n.broker.waitMethod(wireframe.MethodUpsert, 1)
@@ -49,7 +50,7 @@ func TestNodeWithoutIdentityBroadcastsNothingUntilIdentityAppears(t *testing.T) 
 	a.start()
 	b.start()
 
-	a.sendLifecycle(workload("job-before", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-before", "running", a.id))
 	a.discover(b)
 	netBarrier(t, a)
 	if got := a.m.bcast.TargetCount(); got != 0 {
@@ -71,7 +72,7 @@ func TestLivePinReloadAdmitsNewPeerWithinTwoSeconds(t *testing.T) {
 	seq := 0
 	post := func() int {
 		seq++
-		return netPost(t, c, addr, netLifecycleBody(t, workload("job-"+itoa(seq), "running", client.Principal), nil))
+		return netPost(t, c, addr, testframe.Lifecycle(testframe.Workload("job-"+itoa(seq), "running", client.Principal), nil))
 	}
 	if st := post(); st != 403 {
 		t.Fatalf("POST before the pin = %d, want 403", st)
@@ -90,7 +91,7 @@ func TestLivePinRemovalRejectsKeptAliveConnectionWithinTwoSeconds(t *testing.T) 
 	seq := 0
 	post := func() (int, bool) {
 		seq++
-		return netPostTraced(t, c, addr, netLifecycleBody(t, workload("job-"+itoa(seq), "running", client.Principal), nil))
+		return netPostTraced(t, c, addr, testframe.Lifecycle(testframe.Workload("job-"+itoa(seq), "running", client.Principal), nil))
 	}
 	if st, _ := post(); st != 200 {
 		t.Fatalf("POST with the pin = %d, want 200", st)

@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/brokerio"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -254,7 +255,7 @@ func TestBrokerGetsOneFramePerLineForAPrettyPrintedIngressPost(t *testing.T) {
 	n.start()
 	eventually(t, "ingress bound", func() bool { return n.m.IngressAddr() != "" })
 	resp, err := http.Post("http://"+n.m.IngressAddr()+wireframe.EventsPath, "application/json",
-		strings.NewReader(prettyFrame(t, workload("job-pretty", "running", ""))))
+		strings.NewReader(prettyFrame(t, testframe.Workload("job-pretty", "running", ""))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +285,7 @@ func TestBrokerGetsOneFramePerLineForAPrettyPrintedPeerPost(t *testing.T) {
 	}}}
 	defer client.CloseIdleConnections()
 	resp, err := client.Post(fmt.Sprintf("https://127.0.0.1:%d%s", b.peerPort(), wireframe.EventsPath), "application/json",
-		strings.NewReader(prettyFrame(t, workload("job-pretty", "running", a.id))))
+		strings.NewReader(prettyFrame(t, testframe.Workload("job-pretty", "running", a.id))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +306,7 @@ func prettyFrame(t *testing.T, w map[string]any) string {
 	t.Helper()
 	w["labels"] = map[string]any{"team": "a"}
 	b, err := json.MarshalIndent(map[string]any{
-		"jsonrpc": "2.0", "method": methodFor(w["state"].(string)),
+		"jsonrpc": "2.0", "method": testframe.MethodFor(w["state"].(string)),
 		"params": map[string]any{"workloadInfo": w},
 	}, "", "  ")
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/peersend"
+	"nvpair-workload-manager/internal/testframe"
 )
 
 func TestSelectTargetsKeepsOnlyPinnedReachablePeers(t *testing.T) {
@@ -110,7 +111,7 @@ func TestPeerAtIPv6LoopbackReceivesFrames(t *testing.T) {
 	b.start()
 	netDiscover(a, netNodeEntry(b, "::1"))
 	a.waitTargets(1)
-	a.sendLifecycle(workload("job-v6", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-v6", "running", a.id))
 	eventually(t, "job-v6 at B over IPv6", func() bool { return netUpsertIDs(b)["job-v6"] == 1 })
 }
 
@@ -125,20 +126,20 @@ func TestPeerAtZonedIPv6AddressReceivesFrames(t *testing.T) {
 	// The first address carries a zone, as a link-local one does.
 	netDiscover(a, netNodeEntry(b, "::1%"+lo))
 	a.waitTargets(1)
-	a.sendLifecycle(workload("job-zone", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-zone", "running", a.id))
 	eventually(t, "job-zone at B over a zoned IPv6 address", func() bool { return netUpsertIDs(b)["job-zone"] == 1 })
 }
 
 func TestDiscoverySnapshotReplacesTargetSet(t *testing.T) {
 	a, b, c := newTestNode(t), newTestNode(t), newTestNode(t)
 	mesh(t, a, b, c)
-	a.sendLifecycle(workload("job-1", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-1", "running", a.id))
 	eventually(t, "job-1 at B and C", func() bool { return netUpsertIDs(b)["job-1"] == 1 && netUpsertIDs(c)["job-1"] == 1 })
 
 	a.discover(c) // B is absent from the next snapshot
 	a.waitTargets(1)
-	a.sendLifecycle(workload("job-2", "running", a.id))
-	a.sendLifecycle(workload("job-3", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-2", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-3", "running", a.id))
 	eventually(t, "job-2 and job-3 at C", func() bool { ids := netUpsertIDs(c); return ids["job-2"] == 1 && ids["job-3"] == 1 })
 	if ids := netUpsertIDs(b); ids["job-2"] != 0 || ids["job-3"] != 0 {
 		t.Fatalf("B, absent from the snapshot, still received frames: %v", ids)
@@ -187,9 +188,9 @@ func TestNewTargetIsBackfilledWithTheResyncSet(t *testing.T) {
 	a.start()
 	b.start()
 	// Before B is discovered: a live workload, a finished one and a removed one.
-	a.sendLifecycle(workload("job-live", "running", a.id))
-	a.sendLifecycle(workload("job-done", "completed", a.id))
-	a.sendLifecycle(workload("job-gone", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-live", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-done", "completed", a.id))
+	a.sendLifecycle(testframe.Workload("job-gone", "running", a.id))
 	a.sendRemove("job-gone")
 	netBarrier(t, a)
 
@@ -198,7 +199,7 @@ func TestNewTargetIsBackfilledWithTheResyncSet(t *testing.T) {
 	// The backfill is B's catch-up from the start of the table: a frame
 	// committed after it comes after it in version order, so once that
 	// frame is at B's broker the whole backfill is.
-	a.sendLifecycle(workload("job-next", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-next", "running", a.id))
 	eventually(t, "job-next at B", func() bool { return netUpsertIDs(b)["job-next"] == 1 })
 	ids := netUpsertIDs(b)
 	if ids["job-live"] != 1 || ids["job-done"] != 1 {
@@ -223,7 +224,7 @@ func TestPinArrivingAfterSnapshotMakesNodeATarget(t *testing.T) {
 
 	a.trust(b) // the cluster manager pins B after the snapshot
 	netWithin(t, 2*time.Second, "the newly pinned node to become a target", func() bool { return a.m.bcast.TargetCount() == 1 })
-	a.sendLifecycle(workload("job-1", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-1", "running", a.id))
 	// The backfill of the new target runs beside this frame and may carry
 	// it a second time, as a re-assertion.
 	eventually(t, "job-1 at B", func() bool { return netUpsertIDs(b)["job-1"] >= 1 })

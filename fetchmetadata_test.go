@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -17,7 +18,7 @@ func TestFetchMetadataOfAPageIsRefusedOnEveryIngressPathBeforeAnyWork(t *testing
 	n, _ := readBackNode(t)
 	addr := n.m.IngressAddr()
 	postLeased(t, n, leasedInfo("fm-job", "running", 1), 0)
-	frame := ingressFrameJSON(leasedInfo("fm-job", "running", 2))
+	frame := string(testframe.Lifecycle(leasedInfo("fm-job", "running", 2), nil))
 	port := addr[strings.LastIndexByte(addr, ':')+1:]
 
 	type path struct {

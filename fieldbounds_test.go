@@ -11,6 +11,7 @@ import (
 
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/peerwire"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -19,7 +20,7 @@ import (
 // error text (maxIngressErrorBytes) but passes unknown members through, so
 // this is how a producer's frame can still be over the broker's line limit.
 func longNoteWorkload(id, origin string) map[string]any {
-	w := workload(id, "failed", origin, map[string]any{"note": strings.Repeat("n", longErrorBytes)})
+	w := testframe.Workload(id, "failed", origin, map[string]any{"note": strings.Repeat("n", longErrorBytes)})
 	if origin == "" {
 		delete(w, "originatedFrom")
 	}
@@ -91,7 +92,7 @@ func fieldsAtTheirBound() []struct{ name, member string } {
 func TestParseStepBoundsEveryKeyFieldOfAWorkload(t *testing.T) {
 	for _, tc := range fieldBoundViolations() {
 		t.Run(tc.name, func(t *testing.T) {
-			info := workloadJSON("node-a", tc.member)
+			info := testframe.WorkloadJSON("job-1", "running", "node-a", tc.member)
 			_, err := wireframe.ParseLifecycle(wireframe.MethodStarted, json.RawMessage(`{"workloadInfo":`+info+`}`))
 			var tooLong *wireframe.FieldTooLongError
 			if !errors.As(err, &tooLong) || err.Error() != tc.reason {
@@ -101,7 +102,7 @@ func TestParseStepBoundsEveryKeyFieldOfAWorkload(t *testing.T) {
 	}
 	for _, tc := range fieldsAtTheirBound() {
 		t.Run(tc.name, func(t *testing.T) {
-			info := workloadJSON("node-a", tc.member)
+			info := testframe.WorkloadJSON("job-1", "running", "node-a", tc.member)
 			if _, err := wireframe.ParseLifecycle(wireframe.MethodStarted, json.RawMessage(`{"workloadInfo":`+info+`}`)); err != nil {
 				t.Fatalf("parseLifecycle refused a field at its bound: %v", err)
 			}
@@ -109,7 +110,7 @@ func TestParseStepBoundsEveryKeyFieldOfAWorkload(t *testing.T) {
 	}
 	// A spelling encoding/json folds to the field is held to its bound, and
 	// named as sent.
-	_, err := wireframe.ParseLifecycle(wireframe.MethodStarted, json.RawMessage(`{"workloadInfo":`+workloadJSON("node-a", fieldOf("ENGINE", strings.Repeat("a", 257)))+`}`))
+	_, err := wireframe.ParseLifecycle(wireframe.MethodStarted, json.RawMessage(`{"workloadInfo":`+testframe.WorkloadJSON("job-1", "running", "node-a", fieldOf("ENGINE", strings.Repeat("a", 257)))+`}`))
 	if want := overBound("workloadInfo.engine", 257) + ` (sent as "ENGINE")`; err == nil || err.Error() != want {
 		t.Fatalf("a variant spelling over the bound: %v, want %q", err, want)
 	}
@@ -149,7 +150,7 @@ func TestPeerPortRefusesAFieldOverItsBoundWith400NamingIt(t *testing.T) {
 	cases := fieldBoundViolations()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			status, reason := netPostAnswer(t, h.c, h.addr, []byte(lifecycleFrameJSON(workloadJSON(origin, tc.member))))
+			status, reason := netPostAnswer(t, h.c, h.addr, []byte(testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", origin, tc.member))))
 			if status != http.StatusBadRequest || reason != httpguard.ClipReason(tc.reason) {
 				t.Fatalf("status %d (%q), want 400 %q", status, reason, tc.reason)
 			}
@@ -157,9 +158,9 @@ func TestPeerPortRefusesAFieldOverItsBoundWith400NamingIt(t *testing.T) {
 	}
 	// In a batch, each element is held to the bounds as if it came alone.
 	ans := netPostBatch(t, h.c, h.addr,
-		[]byte(lifecycleFrameJSON(workloadJSON(origin, fieldOf("engine", strings.Repeat("a", 257))))),
-		[]byte(lifecycleFrameJSON(workloadJSON(origin, fieldOf("id", "in-batch"), fieldOf("engine", strings.Repeat("a", 256))))),
-		netRemoveBody(t, strings.Repeat("w", 257), origin),
+		[]byte(testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", origin, fieldOf("engine", strings.Repeat("a", 257))))),
+		[]byte(testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", origin, fieldOf("id", "in-batch"), fieldOf("engine", strings.Repeat("a", 256))))),
+		testframe.Removal(strings.Repeat("w", 257), origin),
 	)
 	want := []peerwire.BatchResult{
 		{Status: http.StatusBadRequest, Reason: overBound("workloadInfo.engine", 257)},
@@ -170,7 +171,7 @@ func TestPeerPortRefusesAFieldOverItsBoundWith400NamingIt(t *testing.T) {
 		t.Fatalf("batch answered %d %v, want 200 %v", ans.status, ans.results, want)
 	}
 	// A single removal too.
-	if status, reason := netPostAnswer(t, h.c, h.addr, netRemoveBody(t, "job-1", strings.Repeat("o", 257))); status != http.StatusBadRequest ||
+	if status, reason := netPostAnswer(t, h.c, h.addr, testframe.Removal("job-1", strings.Repeat("o", 257))); status != http.StatusBadRequest ||
 		reason != overBound("params.originatedFrom", 257) {
 		t.Fatalf("removal with a 257-byte origin: %d (%q), want 400 naming params.originatedFrom", status, reason)
 	}
@@ -197,7 +198,7 @@ func TestPeerPortAcceptsFieldsAtTheirBound(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// A distinct run per case, so none is a duplicate of another.
 			members := []string{`"seq":` + itoa(i+1), tc.member}
-			body := lifecycleFrameJSON(workloadJSON(h.client.Principal, members...))
+			body := testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", h.client.Principal, members...))
 			if status, reason := netPostAnswer(t, h.c, h.addr, []byte(body)); status != http.StatusOK || reason != "ok" {
 				t.Fatalf("status %d (%q), want 200 ok", status, reason)
 			}
@@ -222,14 +223,14 @@ func TestIngressRefusesAFieldOverItsBoundWith400NamingIt(t *testing.T) {
 			continue
 		}
 		t.Run(tc.name, func(t *testing.T) {
-			status, reason := postIngress(t, addr, lifecycleFrameJSON(workloadJSON("", tc.member)))
+			status, reason := postIngress(t, addr, testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", "", tc.member)))
 			if status != http.StatusBadRequest || reason != httpguard.ClipReason("bad frame: "+tc.reason) {
 				t.Fatalf("status %d (%q), want 400 naming %q", status, reason, tc.reason)
 			}
 		})
 		refused++
 	}
-	status, reason := postIngress(t, addr, ifxRemoveJSON(strings.Repeat("w", 257), ""))
+	status, reason := postIngress(t, addr, string(testframe.Removal(strings.Repeat("w", 257), "")))
 	if status != http.StatusBadRequest || !strings.Contains(reason, overBound("params.workloadId", 257)) {
 		t.Fatalf("removal with a 257-byte id: %d (%q), want 400 naming params.workloadId", status, reason)
 	}
@@ -253,16 +254,16 @@ func TestIngressBoundsAProducersErrorTextTo4KiB(t *testing.T) {
 	}
 	n.start()
 	addr := n.m.IngressAddr()
-	at := ifxLifecycleJSON("job-err-at", "failed", "", fieldOf("error", strings.Repeat("e", wireframe.MaxIngressErrorBytes)))
+	at := testframe.LifecycleJSON(testframe.MethodFor("failed"), testframe.WorkloadJSON("job-err-at", "failed", "", fieldOf("error", strings.Repeat("e", wireframe.MaxIngressErrorBytes))))
 	if status, reason := postIngress(t, addr, at); status != http.StatusOK {
 		t.Fatalf("a 4096-byte error: %d (%q), want 200", status, reason)
 	}
 	// Escapes count decoded: 2048 é written as \u00e9 are 4096 bytes.
-	escaped := ifxLifecycleJSON("job-err-escaped", "failed", "", fieldOf("error", strings.Repeat(`\u00e9`, wireframe.MaxIngressErrorBytes/2)))
+	escaped := testframe.LifecycleJSON(testframe.MethodFor("failed"), testframe.WorkloadJSON("job-err-escaped", "failed", "", fieldOf("error", strings.Repeat(`\u00e9`, wireframe.MaxIngressErrorBytes/2))))
 	if status, reason := postIngress(t, addr, escaped); status != http.StatusOK {
 		t.Fatalf("a 4096-byte error written with escapes: %d (%q), want 200", status, reason)
 	}
-	over := ifxLifecycleJSON("job-err-over", "failed", "", fieldOf("error", strings.Repeat("e", wireframe.MaxIngressErrorBytes+1)))
+	over := testframe.LifecycleJSON(testframe.MethodFor("failed"), testframe.WorkloadJSON("job-err-over", "failed", "", fieldOf("error", strings.Repeat("e", wireframe.MaxIngressErrorBytes+1))))
 	want := "bad frame: workloadInfo.error is 4097 bytes, over its 4096-byte bound"
 	if status, reason := postIngress(t, addr, over); status != http.StatusBadRequest || reason != want {
 		t.Fatalf("a 4097-byte error: %d (%q), want 400 %q", status, reason, want)
@@ -290,7 +291,7 @@ func TestIngressBoundsAProducersErrorTextTo4KiB(t *testing.T) {
 func TestLocalChannelAndPeerPortRelayALongErrorTextUntouched(t *testing.T) {
 	long := strings.Repeat("E", 100<<10)
 	n, q := ifxNode(t, withWorkloadMaxBytes(wireframe.MaxWorkloadMaxBytes))
-	line := lifecycleFrameJSON(workloadJSON(n.id, fieldOf("id", "job-long-error"), fieldOf("error", long)))
+	line := testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", n.id, fieldOf("id", "job-long-error"), fieldOf("error", long)))
 	n.m.handleLine([]byte(line))
 	frames := ifxDrain(q)
 	if len(frames) != 1 || string(frames[0].line) != line {
@@ -301,7 +302,7 @@ func TestLocalChannelAndPeerPortRelayALongErrorTextUntouched(t *testing.T) {
 	}
 
 	h := newNetPeerHarness(t, withWorkloadMaxBytes(wireframe.MaxWorkloadMaxBytes))
-	body := lifecycleFrameJSON(workloadJSON(h.client.Principal, fieldOf("id", "job-long-error"), fieldOf("error", long)))
+	body := testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", h.client.Principal, fieldOf("id", "job-long-error"), fieldOf("error", long)))
 	if status, reason := netPostAnswer(t, h.c, h.addr, []byte(body)); status != http.StatusOK {
 		t.Fatalf("a peer's frame with a %d-byte error: %d (%q), want 200", len(long), status, reason)
 	}
@@ -315,7 +316,7 @@ func TestLocalChannelDropsAFrameWithAFieldOverItsBoundWithARateLimitedWarning(t 
 	n, q := ifxNode(t)
 	const frames = 5
 	for i := range frames {
-		n.m.handleLine([]byte(lifecycleFrameJSON(workloadJSON(n.id, fieldOf("id", "job-"+itoa(i)), fieldOf("engine", strings.Repeat("a", 257))))))
+		n.m.handleLine([]byte(testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", n.id, fieldOf("id", "job-"+itoa(i)), fieldOf("engine", strings.Repeat("a", 257))))))
 	}
 	n.m.handleLine([]byte(ifxStdioRemoveJSON(strings.Repeat("w", 257), n.id)))
 	if got := ifxDrain(q); len(got) != 0 {
@@ -332,7 +333,7 @@ func TestLocalChannelDropsAFrameWithAFieldOverItsBoundWithARateLimitedWarning(t 
 		t.Fatalf("field bound refusals counted for the local channel: %d, want %d", got, frames+1)
 	}
 	// A frame within the bounds after them is taken as ever.
-	n.m.handleLine([]byte(lifecycleFrameJSON(workloadJSON(n.id, fieldOf("engine", strings.Repeat("a", 256))))))
+	n.m.handleLine([]byte(testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", n.id, fieldOf("engine", strings.Repeat("a", 256))))))
 	if got := ifxDrain(q); len(got) != 1 {
 		t.Fatalf("the frame at the bound: queued %s, want it", ifxDescribe(got))
 	}
@@ -358,7 +359,7 @@ func maxLengthFrame(i int, origin string) string {
 	if origin == "" {
 		origin = v("origin")
 	}
-	return lifecycleFrameJSON(workloadJSON(origin, members...))
+	return testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", origin, members...))
 }
 
 // --- one encoding per id --------------------------------------------------------
@@ -388,7 +389,7 @@ func TestPeerRemovalReachesTheBrokerInTheTokensItsUpsertCarried(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(h.n.broker.withMethod(wireframe.MethodRemove))
 			info := `{"id":` + tc.token + `,"model":"m","engine":"e","state":"running","originatedFrom":` + origin + `}`
-			if status, reason := netPostAnswer(t, h.c, h.addr, []byte(lifecycleFrameJSON(info))); status != http.StatusOK {
+			if status, reason := netPostAnswer(t, h.c, h.addr, []byte(testframe.LifecycleJSON(wireframe.MethodStarted, info))); status != http.StatusOK {
 				t.Fatalf("upsert: %d (%q)", status, reason)
 			}
 			rm := `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":` + tc.token + `,"originatedFrom":` + origin + `}}`

@@ -17,6 +17,7 @@ import (
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/peersend"
 	"nvpair-workload-manager/internal/peerwire"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -345,7 +346,7 @@ func trackRunning(t *testing.T, n *testNode, count int) []string {
 	ids := make([]string, count)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("hb-%05d", i)
-		n.sendLifecycle(workload(ids[i], "running", n.id))
+		n.sendLifecycle(testframe.Workload(ids[i], "running", n.id))
 	}
 	netBarrier(t, n)
 	return ids
@@ -397,7 +398,7 @@ func TestHeartbeatPassCarriesOnPastItsIntervalAndReachesEveryWorkload(t *testing
 	for i := range 200 {
 		id := fmt.Sprintf("fresh-%03d", i)
 		fresh = append(fresh, id)
-		n.sendLifecycle(workload(id, "running", n.id))
+		n.sendLifecycle(testframe.Workload(id, "running", n.id))
 	}
 	// The fresh frames follow the new peer's backfill of every workload
 	// (one catch-up, in version order): a minute for both on a loaded
@@ -448,7 +449,7 @@ func TestMixedClusterBatchingAndSingleFramePeersReceiveEveryFrameInOrder(t *test
 	for i := range 600 {
 		id := fmt.Sprintf("mix-%03d", i)
 		want = append(want, id)
-		n.sendLifecycle(workload(id, "running", n.id))
+		n.sendLifecycle(testframe.Workload(id, "running", n.id))
 	}
 	for _, s := range []*hbSink{batching, single} {
 		eventually(t, "every frame at each peer", func() bool { return s.count("fresh", "") >= len(want) })
@@ -474,7 +475,7 @@ func TestBatchElementThatFailsIsRetriedInOrderWithWhatFollowedIt(t *testing.T) {
 	for i := range 40 {
 		id := fmt.Sprintf("retry-%03d", i)
 		want = append(want, id)
-		n.sendLifecycle(workload(id, "running", n.id))
+		n.sendLifecycle(testframe.Workload(id, "running", n.id))
 	}
 	eventually(t, "every frame at the peer", func() bool { return sink.count("fresh", "") >= len(want) })
 	if got := sink.freshIDs(); !slices.Equal(got, want) {
@@ -497,7 +498,7 @@ func TestFreshFrameOvertakesAHeartbeatPassInFlight(t *testing.T) {
 	if !holdsWithin(time.Minute, func() bool { return sink.count("resync", "") >= 20 }) {
 		t.Fatal("timed out waiting for a pass in flight")
 	}
-	n.sendLifecycle(workload("urgent", "completed", n.id))
+	n.sendLifecycle(testframe.Workload("urgent", "completed", n.id))
 	eventually(t, "the fresh frame at the peer", func() bool { return sink.count("fresh", "urgent") == 1 })
 	before := 0
 	for _, e := range sink.snapshot() {
@@ -542,9 +543,9 @@ func TestReassertionNeverOvertakesAFreshFrameQueuedBeforeIt(t *testing.T) {
 	sink := newHBSink(t, false, 0)
 	sink.join(t, n)
 	holding := sink.holdFirst(hbEvent{"fresh", "x"}, 500*time.Millisecond)
-	n.sendLifecycle(workload("x", "queued", n.id, map[string]any{"seq": 1}))
+	n.sendLifecycle(testframe.Workload("x", "queued", n.id, map[string]any{"seq": 1}))
 	waitClosed(t, "the queued frame in flight", holding)
-	n.sendLifecycle(workload("x", "running", n.id, map[string]any{"seq": 2}))
+	n.sendLifecycle(testframe.Workload("x", "running", n.id, map[string]any{"seq": 2}))
 	eventually(t, "both fresh frames and a re-assertion at the peer", func() bool {
 		return sink.count("fresh", "x") == 2 && sink.count("resync", "x") >= 1
 	})
@@ -585,7 +586,7 @@ func TestHeartbeatPassToAFailingPeerEndsAtTheFirstFailure(t *testing.T) {
 		t.Fatalf("the failing peer was sent %d re-assertions in one pass, want 1", got)
 	}
 	// Fresh frames still go.
-	n.sendLifecycle(workload("after", "running", n.id))
+	n.sendLifecycle(testframe.Workload("after", "running", n.id))
 	eventually(t, "a fresh frame at the peer", func() bool { return sink.count("fresh", "after") == 1 })
 }
 

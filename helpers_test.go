@@ -25,6 +25,7 @@ import (
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/pairbroker"
 	"nvpair-workload-manager/internal/statetable"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -420,25 +421,6 @@ func mesh(t testing.TB, nodes ...*testNode) {
 	}
 }
 
-// workload returns a valid workload object with overrides applied; a nil
-// override value deletes the field.
-func workload(id, state, origin string, overrides ...map[string]any) map[string]any {
-	w := map[string]any{
-		"id": id, "model": "qwen3.5-9b", "engine": "llamacpp", "state": state,
-		"originatedFrom": origin, "runId": "run-" + id, "seq": 1, "createdAt": 1789661457000,
-	}
-	for _, o := range overrides {
-		for k, v := range o {
-			if v == nil {
-				delete(w, k)
-			} else {
-				w[k] = v
-			}
-		}
-	}
-	return w
-}
-
 // longErrorBytes is the length of longErrorFrame's error text: 300 KiB,
 // over the broker's default 256 KiB line limit and under the 1 MiB cap on a
 // request body.
@@ -448,7 +430,7 @@ const longErrorBytes = 300 << 10
 // long, so its line to the broker is over the default line limit. An empty
 // origin leaves originatedFrom out, as a producer on the ingress may.
 func longErrorWorkload(id, origin string) map[string]any {
-	w := workload(id, "failed", origin, map[string]any{"error": strings.Repeat("e", longErrorBytes)})
+	w := testframe.Workload(id, "failed", origin, map[string]any{"error": strings.Repeat("e", longErrorBytes)})
 	if origin == "" {
 		delete(w, "originatedFrom")
 	}
@@ -465,23 +447,9 @@ func longErrorFrame(t testing.TB, id, origin string) []byte {
 	return wireframe.EncodeNotification(wireframe.MethodErrored, p)
 }
 
-// methodFor returns the lifecycle method that carries a state.
-func methodFor(state string) string {
-	switch state {
-	case "queued":
-		return wireframe.MethodSubmitted
-	case "running":
-		return wireframe.MethodStarted
-	case "completed":
-		return wireframe.MethodCompleted
-	default:
-		return wireframe.MethodErrored
-	}
-}
-
 // sendLifecycle sends a local-origin lifecycle frame from the broker.
 func (n *testNode) sendLifecycle(w map[string]any) {
-	n.broker.sendFrame(methodFor(w["state"].(string)), map[string]any{"workloadInfo": w})
+	n.broker.sendFrame(testframe.MethodFor(w["state"].(string)), map[string]any{"workloadInfo": w})
 }
 
 // sendRemove sends a local-origin removal from the broker.
@@ -537,35 +505,6 @@ func writeFile(t testing.TB, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// workloadJSON renders a workload object as JSON text: id "job-1", a model,
-// an engine, state running and originatedFrom (only when origin is not
-// empty), each left out when members names it, then members, each a raw
-// `"name":value`, so a test can send what json.Marshal would not: a repeated
-// name, a raw byte, a lone surrogate escape.
-func workloadJSON(origin string, members ...string) string {
-	base := []string{`"id":"job-1"`, `"model":"qwen3.5-9b"`, `"engine":"llamacpp"`, `"state":"running"`}
-	if origin != "" {
-		base = append(base, `"originatedFrom":"`+origin+`"`)
-	}
-	var out []string
-	for _, b := range base {
-		name := b[:strings.Index(b, ":")+1]
-		given := false
-		for _, m := range members {
-			given = given || strings.HasPrefix(m, name)
-		}
-		if !given {
-			out = append(out, b)
-		}
-	}
-	return "{" + strings.Join(append(out, members...), ",") + "}"
-}
-
-// lifecycleFrameJSON is a workload:started notification carrying info.
-func lifecycleFrameJSON(info string) string {
-	return `{"jsonrpc":"2.0","method":"` + wireframe.MethodStarted + `","params":{"workloadInfo":` + info + `}}`
 }
 
 // typeViolations are workload object members the broker cannot decode, each

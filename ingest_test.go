@@ -14,6 +14,7 @@ import (
 
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/statetable"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -30,8 +31,8 @@ func TestIngestFailedBrokerWriteLeavesNothingTrackedQueuedOrRemembered(t *testin
 		name string
 		body string
 	}{
-		{"upsert", ifxLifecycleJSON("job-1", "running", "")},
-		{"removal", ifxRemoveJSON("job-1", "")},
+		{"upsert", testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", ""))},
+		{"removal", string(testframe.Removal("job-1", ""))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n, q := ifxNode(t)
@@ -56,7 +57,7 @@ func TestIngestFailedBrokerWriteLeavesNothingTrackedQueuedOrRemembered(t *testin
 
 func TestIngestFailedRemovalKeepsWorkloadTrackedAndQueuesNothing(t *testing.T) {
 	n, q := ifxNode(t)
-	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "running", ""))); err != nil {
+	if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", "")))); err != nil {
 		t.Fatal(err)
 	}
 	if got := ifxDrain(q); len(got) != 1 {
@@ -64,7 +65,7 @@ func TestIngestFailedRemovalKeepsWorkloadTrackedAndQueuesNothing(t *testing.T) {
 	}
 	n.broker.fromD.Close()
 
-	_, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", "")))
+	_, err := n.m.ingestLocal(testframe.Removal("job-1", ""))
 	if !errors.Is(err, ingress.ErrBrokerWrite) {
 		t.Fatalf("removal with the broker gone = %v, want ingress.ErrBrokerWrite", err)
 	}
@@ -102,7 +103,7 @@ func TestIngestConcurrentPostsForOneWorkloadKeepOneOrderAtBrokerAndPeers(t *test
 				// (maxIngressErrorBytes), what it adds beside it is not.
 				extra = append(extra, `"note":"`+big+`"`)
 			}
-			body := ifxLifecycleJSON("job-1", "running", "", extra...)
+			body := testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", "", extra...))
 			wg.Go(func() {
 				<-start
 				if _, err := n.m.ingestLocal([]byte(body)); err != nil {
@@ -141,7 +142,7 @@ func TestIngestStalledBrokerWriteDoesNotBlockStdioFramesOrResync(t *testing.T) {
 	gate := ifxGateBroker(n)
 	done := make(chan error, 1)
 	go func() {
-		_, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("ingress-1", "running", "")))
+		_, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("ingress-1", "running", ""))))
 		done <- err
 	}()
 	<-gate.entered
@@ -149,7 +150,7 @@ func TestIngestStalledBrokerWriteDoesNotBlockStdioFramesOrResync(t *testing.T) {
 	stdioDone := make(chan struct{})
 	var reasserted [][]byte
 	go func() {
-		n.m.handleLine([]byte(ifxStdioLifecycleJSON("stdio-1", "running", n.id, false)))
+		n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("stdio-1", "running", n.id))))
 		reasserted = passLines(n.m)
 		close(stdioDone)
 	}()
@@ -177,11 +178,11 @@ func TestIngestStalledBrokerWriteDoesNotBlockStdioFramesOrResync(t *testing.T) {
 
 func TestCommitLocalReportsWhetherTheFrameWasQueued(t *testing.T) {
 	n, q := ifxNode(t)
-	life := ifxParseLocal(t, ifxLifecycleJSON("job-1", "running", n.id))
+	life := ifxParseLocal(t, testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", n.id)))
 	if !committed(n, life, fromIngress) {
 		t.Fatal("commitLocal of a new ingress frame reported not queued")
 	}
-	rm := ifxParseLocal(t, ifxRemoveJSON("job-1", n.id))
+	rm := ifxParseLocal(t, string(testframe.Removal("job-1", n.id)))
 	if !committed(n, rm, fromIngress) {
 		t.Fatal("commitLocal of an ingress removal reported not queued")
 	}
@@ -200,17 +201,17 @@ func TestCommitLocalReportsWhetherTheFrameWasQueued(t *testing.T) {
 func TestIngestRemovalUntracksEveryRunOfTheWorkload(t *testing.T) {
 	n, q := ifxNode(t)
 	for _, run := range []string{"run-a", "run-b"} {
-		if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "running", "", `"runId":"`+run+`"`))); err != nil {
+		if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", "", `"runId":"`+run+`"`)))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-2", "running", ""))); err != nil {
+	if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-2", "running", "")))); err != nil {
 		t.Fatal(err)
 	}
 	if got := ifxTrackedCount(n); got != 3 {
 		t.Fatalf("re-sync set holds %d entries, want 3", got)
 	}
-	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
+	if _, err := n.m.ingestLocal(testframe.Removal("job-1", "")); err != nil {
 		t.Fatal(err)
 	}
 	if ifxIsTracked(n, n.id, "job-1") || !ifxIsTracked(n, n.id, "job-2") || ifxTrackedCount(n) != 1 {
@@ -227,17 +228,17 @@ func TestIngestRemovalUntracksEveryRunOfTheWorkload(t *testing.T) {
 
 func TestIngestRemovalMemoryBlocksStaleStdioReplayOfTrackedWorkload(t *testing.T) {
 	n, q := ifxNode(t)
-	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "running", ""))); err != nil {
+	if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", "")))); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
+	if _, err := n.m.ingestLocal(testframe.Removal("job-1", "")); err != nil {
 		t.Fatal(err)
 	}
 	ifxDrain(q)
 
 	// The broker's replay of its store, which it sent before it applied the
 	// removal.
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", n.id))))
 	if ifxIsTracked(n, n.id, "job-1") {
 		t.Error("a stale stdio replay tracked a workload removed through the ingress: it would be re-asserted on every heartbeat")
 	}
@@ -249,18 +250,18 @@ func TestIngestRemovalMemoryBlocksStaleStdioReplayOfTrackedWorkload(t *testing.T
 func TestIngestRemovalStopsDroppingReplaysOnceTheProducerReportsTheWorkloadAnew(t *testing.T) {
 	n, q := ifxNode(t)
 	ifxOwn(t, n, q, "job-1")
-	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
+	if _, err := n.m.ingestLocal(testframe.Removal("job-1", "")); err != nil {
 		t.Fatal(err)
 	}
 	if !ifxRemembers(n, n.id, "job-1") {
 		t.Fatal("an ingress removal was not remembered")
 	}
 	// The producer reports the workload anew.
-	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "queued", "", `"seq":2`))); err != nil {
+	if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("queued"), testframe.WorkloadJSON("job-1", "queued", "", `"seq":2`)))); err != nil {
 		t.Fatal(err)
 	}
 	ifxDrain(q)
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", n.id))))
 	if got := ifxDrain(q); len(got) != 1 {
 		t.Errorf("the broker's frame for a re-reported workload: queued %s, want it", ifxDescribe(got))
 	}
@@ -277,19 +278,19 @@ func TestIngestRemovalMemoryExpiresAfterRetentionWindow(t *testing.T) {
 	if retention != time.Minute {
 		t.Fatalf("terminal-retention window = %v, want one minute by default", retention)
 	}
-	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
+	if _, err := n.m.ingestLocal(testframe.Removal("job-1", "")); err != nil {
 		t.Fatal(err)
 	}
 	ifxDrain(q)
 
 	clock.advance(retention - time.Millisecond)
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", n.id))))
 	if got := ifxDrain(q); len(got) != 0 || ifxIsTracked(n, n.id, "job-1") {
 		t.Fatalf("just inside the window a replay was queued (%s) or tracked", ifxDescribe(got))
 	}
 
 	clock.advance(time.Millisecond)
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", n.id))))
 	if got := ifxDrain(q); len(got) != 1 {
 		t.Errorf("once the window has passed the broker's frame was not queued: %s", ifxDescribe(got))
 	}
@@ -305,7 +306,7 @@ func TestIngestRemovalMemoryCoversOnlyItsOwnOriginAndID(t *testing.T) {
 	n, q := ifxNode(t)
 	ifxOwn(t, n, q, "job-1")
 	other := "0b7c2f4e-7a51-4d3e-9c1f-2e8a5b6d4c3a"
-	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
+	if _, err := n.m.ingestLocal(testframe.Removal("job-1", "")); err != nil {
 		t.Fatal(err)
 	}
 	ifxDrain(q)
@@ -313,7 +314,7 @@ func TestIngestRemovalMemoryCoversOnlyItsOwnOriginAndID(t *testing.T) {
 		{"job-2", n.id},  // another id, this node
 		{"job-1", other}, // the same id from another origin
 	} {
-		n.m.handleLine([]byte(ifxStdioLifecycleJSON(tc.id, "running", tc.origin, false)))
+		n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON(tc.id, "running", tc.origin))))
 		if got := ifxDrain(q); len(got) != 1 {
 			t.Errorf("(%s, %s) was not queued: %s", tc.origin, tc.id, ifxDescribe(got))
 		}
@@ -321,7 +322,7 @@ func TestIngestRemovalMemoryCoversOnlyItsOwnOriginAndID(t *testing.T) {
 			t.Errorf("(%s, %s) was not tracked", tc.origin, tc.id)
 		}
 	}
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", n.id))))
 	if got := ifxDrain(q); len(got) != 0 {
 		t.Errorf("the removed (origin, id) itself was queued: %s", ifxDescribe(got))
 	}
@@ -329,13 +330,13 @@ func TestIngestRemovalMemoryCoversOnlyItsOwnOriginAndID(t *testing.T) {
 
 func TestIngestABrokersRemovalDropsNoReplayOfItsOwn(t *testing.T) {
 	n, q := ifxNode(t)
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", n.id))))
 	n.m.handleLine([]byte(wireframe.EncodeNotification(wireframe.MethodRemove, json.RawMessage(`{"workloadId":"job-1","originatedFrom":"`+n.id+`"}`))))
 	if got := ifxDrain(q); len(got) != 1 || got[0].method != wireframe.MethodRemove {
 		t.Fatalf("sent %s, want the removal (the workload's latest state)", ifxDescribe(got))
 	}
 	// The broker reports the workload again: it is its own store's word.
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", n.id))))
 	if got := ifxDrain(q); len(got) != 1 || !ifxIsTracked(n, n.id, "job-1") {
 		t.Errorf("after a stdio removal the broker's next frame was not queued (%s) and tracked", ifxDescribe(got))
 	}
@@ -344,11 +345,11 @@ func TestIngestABrokersRemovalDropsNoReplayOfItsOwn(t *testing.T) {
 func TestIngestRemovalMemoryDoesNotBlockResyncTaggedStdioFrame(t *testing.T) {
 	n, q := ifxNode(t)
 	ifxOwn(t, n, q, "job-1")
-	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
+	if _, err := n.m.ingestLocal(testframe.Removal("job-1", "")); err != nil {
 		t.Fatal(err)
 	}
 	ifxDrain(q)
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, true)))
+	n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", n.id), `"resync":true`)))
 	if got := ifxDrain(q); len(got) != 1 {
 		t.Errorf("a resync-tagged frame from the broker was not queued: %s", ifxDescribe(got))
 	}
@@ -365,23 +366,23 @@ func TestIngestRemovalMemoryRepeatedRemovalKeepsOneEntryAndDoesNotExtendIt(t *te
 	n, q := ifxNode(t)
 	clock := ifxUseClock(n)
 	ifxOwn(t, n, q, "job-1")
-	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
+	if _, err := n.m.ingestLocal(testframe.Removal("job-1", "")); err != nil {
 		t.Fatal(err)
 	}
 	clock.advance(40 * time.Second)
-	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); err != nil {
+	if _, err := n.m.ingestLocal(testframe.Removal("job-1", "")); err != nil {
 		t.Fatal(err)
 	}
 	if got := ifxRememberedCount(n); got != 1 {
 		t.Fatalf("a repeated removal occupies %d entries, want 1", got)
 	}
 	ifxDrain(q)
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", n.id))))
 	if got := ifxDrain(q); len(got) != 0 || ifxIsTracked(n, n.id, "job-1") {
 		t.Errorf("a replay inside the first removal's window was queued (%s) or tracked", ifxDescribe(got))
 	}
 	clock.advance(30 * time.Second) // past the first removal's window, inside the repeat's
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
+	n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", n.id))))
 	if got := ifxDrain(q); len(got) != 1 || !ifxIsTracked(n, n.id, "job-1") {
 		t.Errorf("a broker frame after the owned removal's window was dropped (queued %s): the repeat extended it", ifxDescribe(got))
 	}
@@ -393,7 +394,7 @@ func TestIngestRemovalMemoryRepeatedRemovalKeepsOneEntryAndDoesNotExtendIt(t *te
 // owns it, and drains what the stand-in peer is sent.
 func ifxOwn(t *testing.T, n *testNode, q *peerCapture, id string) {
 	t.Helper()
-	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON(id, "running", ""))); err != nil {
+	if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON(id, "running", "")))); err != nil {
 		t.Fatal(err)
 	}
 	ifxDrain(q)
@@ -536,42 +537,6 @@ func ifxDescribe(fs []outboundFrame) string {
 		b.Write(f.line)
 	}
 	return fmt.Sprintf("%d frame(s): %s", len(fs), b.String())
-}
-
-// ifxLifecycleJSON is an ingress lifecycle body for a workload in state, with
-// originatedFrom only when origin is not empty, and extra workloadInfo
-// members (each `"name":value`).
-func ifxLifecycleJSON(id, state, origin string, extra ...string) string {
-	info := fmt.Sprintf(`"id":%q,"model":"qwen3.5-9b","engine":"llamacpp","state":%q`, id, state)
-	if origin != "" {
-		info += fmt.Sprintf(`,"originatedFrom":%q`, origin)
-	}
-	for _, e := range extra {
-		info += "," + e
-	}
-	return fmt.Sprintf(`{"jsonrpc":"2.0","method":%q,"params":{"workloadInfo":{%s}}}`, methodFor(state), info)
-}
-
-// ifxRemoveJSON is an ingress removal body, with originatedFrom only when
-// origin is not empty.
-func ifxRemoveJSON(id, origin string) string {
-	p := fmt.Sprintf(`"workloadId":%q`, id)
-	if origin != "" {
-		p += fmt.Sprintf(`,"originatedFrom":%q`, origin)
-	}
-	return fmt.Sprintf(`{"jsonrpc":"2.0","method":"workloads:remove","params":{%s}}`, p)
-}
-
-// ifxStdioLifecycleJSON is a lifecycle line from the broker, optionally
-// tagged as a re-assertion.
-func ifxStdioLifecycleJSON(id, state, origin string, resync bool) string {
-	info := fmt.Sprintf(`{"id":%q,"model":"qwen3.5-9b","engine":"llamacpp","state":%q,"originatedFrom":%q}`,
-		id, state, origin)
-	params := `{"workloadInfo":` + info + `}`
-	if resync {
-		params = `{"resync":true,"workloadInfo":` + info + `}`
-	}
-	return string(wireframe.EncodeNotification(methodFor(state), json.RawMessage(params)))
 }
 
 // ifxParseLocal parses a body's params with the shared local-frame

@@ -10,6 +10,7 @@ import (
 
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/statetable"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -37,7 +38,7 @@ func TestIngressFrameStampsOriginOnLifecycleFrames(t *testing.T) {
 			if tc.member != "" {
 				extra = append(extra, strings.ReplaceAll(tc.member, "NODE", n.id))
 			}
-			if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "running", "", extra...))); err != nil {
+			if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", "", extra...)))); err != nil {
 				t.Fatalf("ingestLocal: %v", err)
 			}
 			up := n.broker.waitMethod(wireframe.MethodUpsert, 1)
@@ -88,9 +89,9 @@ func TestIngressFrameStampsOriginOnRemovalFrames(t *testing.T) {
 
 func TestIngressFrameRejectsForeignOriginLeavingNothing(t *testing.T) {
 	for _, tc := range []struct{ name, body string }{
-		{"lifecycle", ifxLifecycleJSON("job-1", "running", ifxForeign)},
-		{"removal", ifxRemoveJSON("job-1", ifxForeign)},
-		{"lifecycle, origin not a string", ifxLifecycleJSON("job-1", "running", "", `"originatedFrom":42`)},
+		{"lifecycle", testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", ifxForeign))},
+		{"removal", string(testframe.Removal("job-1", ifxForeign))},
+		{"lifecycle, origin not a string", testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", "", `"originatedFrom":42`))},
 		{"removal, origin not a string", `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-1","originatedFrom":["x"]}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -136,7 +137,7 @@ func TestIngressFrameAcceptsEveryKnownState(t *testing.T) {
 	for _, state := range []string{"queued", "running", "completed", "failed", "cancelled"} {
 		t.Run(state, func(t *testing.T) {
 			n, q := ifxNode(t)
-			if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", state, ""))); err != nil {
+			if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor(state), testframe.WorkloadJSON("job-1", state, "")))); err != nil {
 				t.Fatalf("state %s refused: %v", state, err)
 			}
 			up := n.broker.waitMethod(wireframe.MethodUpsert, 1)
@@ -144,8 +145,8 @@ func TestIngressFrameAcceptsEveryKnownState(t *testing.T) {
 				t.Errorf("broker upsert state = %q, want %q", got, state)
 			}
 			frames := ifxDrain(q)
-			if len(frames) != 1 || frames[0].method != methodFor(state) || ifxInfoString(t, ifxParams(t, frames[0]), "state") != state {
-				t.Errorf("queued %s, want one %s with state %s", ifxDescribe(frames), methodFor(state), state)
+			if len(frames) != 1 || frames[0].method != testframe.MethodFor(state) || ifxInfoString(t, ifxParams(t, frames[0]), "state") != state {
+				t.Errorf("queued %s, want one %s with state %s", ifxDescribe(frames), testframe.MethodFor(state), state)
 			}
 			if !ifxIsTracked(n, n.id, "job-1") {
 				t.Error("not tracked")
@@ -160,7 +161,7 @@ func TestIngressFrameRulesLeaveStdioPathAcceptingAnyState(t *testing.T) {
 	for _, state := range []string{"weird", "Running", "paused"} {
 		t.Run(state, func(t *testing.T) {
 			n, q := ifxNode(t)
-			n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", state, n.id, false)))
+			n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor(state), testframe.WorkloadJSON("job-1", state, n.id))))
 			frames := ifxDrain(q)
 			if len(frames) != 1 || ifxInfoString(t, ifxParams(t, frames[0]), "state") != state {
 				t.Errorf("the broker's frame with state %q: queued %s, want it", state, ifxDescribe(frames))
@@ -188,9 +189,9 @@ func TestIngressFrameWorkloadIDLengthBound(t *testing.T) {
 		for _, tc := range ids {
 			t.Run(kind+"/"+tc.name, func(t *testing.T) {
 				n, q := ifxNode(t)
-				body, method := ifxLifecycleJSON(tc.id, "running", ""), wireframe.MethodUpsert
+				body, method := testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON(tc.id, "running", "")), wireframe.MethodUpsert
 				if kind == "removal" {
-					body, method = ifxRemoveJSON(tc.id, ""), wireframe.MethodRemove
+					body, method = string(testframe.Removal(tc.id, "")), wireframe.MethodRemove
 				}
 				if !tc.ok {
 					ifxWantRejected(t, n, q, body)

@@ -7,6 +7,7 @@ import (
 
 	"nvpair-workload-manager/internal/pairbroker"
 	"nvpair-workload-manager/internal/pairshadow"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -81,11 +82,11 @@ func startShadow(t testing.TB) *pairshadow.Shadow {
 func TestAPeersJobsListKeepsATerminalCommittedBeforeItsQueuedFrame(t *testing.T) {
 	a, b := newTestNode(t), newTestNode(t)
 	mesh(t, a, b)
-	a.sendLifecycle(workload("ooo", "completed", a.id, map[string]any{"seq": 3}))
-	a.sendLifecycle(workload("ooo", "queued", a.id, map[string]any{"seq": 1}))
+	a.sendLifecycle(testframe.Workload("ooo", "completed", a.id, map[string]any{"seq": 3}))
+	a.sendLifecycle(testframe.Workload("ooo", "queued", a.id, map[string]any{"seq": 1}))
 	// A frame after both: once it is at the peer, so is whatever of ooo
 	// was to be sent (one sender, version order).
-	a.sendLifecycle(workload("after", "running", a.id))
+	a.sendLifecycle(testframe.Workload("after", "running", a.id))
 	b.broker.waitUpserts("after", 1)
 	if c := b.broker.upsertCount("ooo"); c != 1 {
 		t.Fatalf("the peer's broker got %d upserts of ooo, want the completed one alone", c)

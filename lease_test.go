@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/ingress"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -22,20 +23,10 @@ const leaseTestUnit = 20 * time.Millisecond
 // no originatedFrom (stamped), the fields an expiry must keep, and one of
 // the producer's own.
 func leasedInfo(id, state string, seq int) map[string]any {
-	w := workload(id, state, "", map[string]any{"seq": seq, "requesterId": "lease-test", "harnessSlot": 3,
+	w := testframe.Workload(id, state, "", map[string]any{"seq": seq, "requesterId": "lease-test", "harnessSlot": 3,
 		"startedAt": json.RawMessage("1789661458000"), "completedAt": json.RawMessage("null"), "error": json.RawMessage("null")})
 	delete(w, "originatedFrom")
 	return w
-}
-
-// ingressFrameJSON is the lifecycle frame that carries w.
-func ingressFrameJSON(w map[string]any) string {
-	b, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": methodFor(w["state"].(string)),
-		"params": map[string]any{"workloadInfo": w}})
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
 }
 
 // leaseNode is a node with its ingress on whose leases run leaseTestUnit
@@ -66,7 +57,7 @@ func postLeased(t *testing.T, n *testNode, w map[string]any, seconds int) {
 	if seconds > 0 {
 		h = []string{ingress.LeaseHeader, itoa(seconds)}
 	}
-	if st, text := postIngress(t, n.m.IngressAddr(), ingressFrameJSON(w), h...); st != http.StatusOK {
+	if st, text := postIngress(t, n.m.IngressAddr(), string(testframe.Lifecycle(w, nil)), h...); st != http.StatusOK {
 		t.Fatalf("post %s %s with lease %d: %d %s", w["id"], w["state"], seconds, st, text)
 	}
 }
@@ -126,7 +117,7 @@ func TestWorkloadLeaseHeaderOutsideItsRulesIs400AndWritesNothing(t *testing.T) {
 	n := leaseNode(t)
 	n.start()
 	addr := n.m.IngressAddr()
-	running := ingressFrameJSON(leasedInfo("bad-lease", "running", 1))
+	running := string(testframe.Lifecycle(leasedInfo("bad-lease", "running", 1), nil))
 	cases := []struct {
 		name   string
 		frame  string
@@ -144,9 +135,9 @@ func TestWorkloadLeaseHeaderOutsideItsRulesIs400AndWritesNothing(t *testing.T) {
 		{"past every integer", running, []string{"99999999999999999999"}, "from 5 to 86400"},
 		{"a list", running, []string{"5, 10"}, "from 5 to 86400"},
 		{"two headers", running, []string{"10", "10"}, "given 2 times"},
-		{"on a completed frame", ingressFrameJSON(leasedInfo("bad-lease", "completed", 2)), []string{"10"}, "on a completed frame"},
-		{"on a failed frame", ingressFrameJSON(leasedInfo("bad-lease", "failed", 2)), []string{"10"}, "on a failed frame"},
-		{"on a cancelled frame", ingressFrameJSON(leasedInfo("bad-lease", "cancelled", 2)), []string{"10"}, "on a cancelled frame"},
+		{"on a completed frame", string(testframe.Lifecycle(leasedInfo("bad-lease", "completed", 2), nil)), []string{"10"}, "on a completed frame"},
+		{"on a failed frame", string(testframe.Lifecycle(leasedInfo("bad-lease", "failed", 2), nil)), []string{"10"}, "on a failed frame"},
+		{"on a cancelled frame", string(testframe.Lifecycle(leasedInfo("bad-lease", "cancelled", 2), nil)), []string{"10"}, "on a cancelled frame"},
 		{"on a removal", `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"bad-lease"}}`, []string{"10"}, "on a removal"},
 	}
 	for _, tc := range cases {
@@ -369,7 +360,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 		<-stall.entered // the expiry is in its broker write
 		done := make(chan int, 1)
 		go func() {
-			st, _ := postIngress(t, a.m.IngressAddr(), ingressFrameJSON(leasedInfo("raced", "completed", 2)))
+			st, _ := postIngress(t, a.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("raced", "completed", 2), nil)))
 			done <- st
 		}()
 		eventually(t, "the producer's frame to wait behind the expiry", func() bool { return a.m.ingressWaiters.Waiting() == 1 })
@@ -401,7 +392,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 		postLeased(t, a, leasedInfo("raced", "running", 1), 5)
 		done := make(chan int, 1)
 		go func() {
-			st, _ := postIngress(t, a.m.IngressAddr(), ingressFrameJSON(leasedInfo("raced", "completed", 2)))
+			st, _ := postIngress(t, a.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("raced", "completed", 2), nil)))
 			done <- st
 		}()
 		<-stall.entered // the producer's frame is in its broker write
@@ -433,7 +424,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 			// The longest lease there is (86400 units: half an hour here),
 			// so the renewed lease cannot also run out while the clock job
 			// below expires on a loaded machine.
-			st, _ := postIngress(t, a.m.IngressAddr(), ingressFrameJSON(leasedInfo("raced", "running", 2)), ingress.LeaseHeader, "86400")
+			st, _ := postIngress(t, a.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("raced", "running", 2), nil)), ingress.LeaseHeader, "86400")
 			done <- st
 		}()
 		<-stall.entered // the renewal is in its broker write, not yet committed
@@ -460,7 +451,7 @@ func TestALeaseWhoseExpiryCannotBeWrittenIsRetriedWithBackoffNotDropped(t *testi
 		c.Out = &netMarkerFailingWriter{w: c.Out, marker: []byte("producer stopped reporting")}
 	})
 	clock := ifxUseClock(n)
-	if _, err := n.m.ingestLocalLeased([]byte(ingressFrameJSON(leasedInfo("stuck", "running", 1))), []string{"5"}); err != nil {
+	if _, err := n.m.ingestLocalLeased(testframe.Lifecycle(leasedInfo("stuck", "running", 1), nil), []string{"5"}); err != nil {
 		t.Fatal(err)
 	}
 	key := wireframe.WorkloadKey{Origin: n.id, Engine: "llamacpp", RunID: "run-stuck", ID: "stuck"}
@@ -503,7 +494,7 @@ func TestAnExpiryOverTheBrokerLineLimitRetiresTheJobWithItsKnownFields(t *testin
 	}
 	w["pad"] = ""
 	w["pad"] = strings.Repeat("p", wireframe.MinBrokerLineMax-20-lineOf())
-	if _, err := n.m.ingestLocalLeased([]byte(ingressFrameJSON(w)), []string{"5"}); err != nil {
+	if _, err := n.m.ingestLocalLeased(testframe.Lifecycle(w, nil), []string{"5"}); err != nil {
 		t.Fatal(err)
 	}
 	clock.advance(5 * time.Second)
@@ -528,7 +519,7 @@ func TestLeasesAreBoundedByTheLiveWorkloadLimit(t *testing.T) {
 	addr := n.m.IngressAddr()
 	postLeased(t, n, leasedInfo("one", "running", 1), 60)
 	postLeased(t, n, leasedInfo("two", "running", 1), 60)
-	st, text := postIngress(t, addr, ingressFrameJSON(leasedInfo("three", "running", 1)), ingress.LeaseHeader, "60")
+	st, text := postIngress(t, addr, string(testframe.Lifecycle(leasedInfo("three", "running", 1), nil)), ingress.LeaseHeader, "60")
 	if st != http.StatusServiceUnavailable || !strings.Contains(text, "--max-live-workloads") {
 		t.Fatalf("a third leased job at the limit of 2: %d %q, want 503 naming the limit", st, text)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -86,8 +87,8 @@ func requireTerminalEntryHoldsItsRoomUntilItAgesOut(t *testing.T, addr string, c
 // table cannot take is not relayed: counted and logged, rate-limited.
 func TestBrokerFrameOverTheLiveWorkloadLimitIsNeitherKeptNorRelayed(t *testing.T) {
 	n, q := ifxNode(t, withMaxLiveWorkloads(1))
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("stdio-1", "running", n.id, false)))
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("stdio-2", "running", n.id, false)))
+	n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("stdio-1", "running", n.id))))
+	n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("stdio-2", "running", n.id))))
 	if got := ifxDrain(q); len(got) != 1 {
 		t.Fatalf("sent %s, want the first frame alone", ifxDescribe(got))
 	}

@@ -22,6 +22,7 @@ import (
 
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/ingress"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -767,7 +768,7 @@ func TestLocalIngressOutOfOrderProducerFramesConvergeAtThePeer(t *testing.T) {
 	frame := func(id, state string, members ...string) string {
 		info := []string{`"id":"` + id + `"`, `"runId":"` + id + `"`, `"model":"qwen3.5-9b"`, `"engine":"gpu-lease"`,
 			`"state":"` + state + `"`, `"createdAt":1789661457000`, `"requesterId":"offload-harness/sess-1"`}
-		return `{"jsonrpc":"2.0","method":"` + methodFor(state) + `","params":{"workloadInfo":{` +
+		return `{"jsonrpc":"2.0","method":"` + testframe.MethodFor(state) + `","params":{"workloadInfo":{` +
 			strings.Join(append(info, members...), ",") + `}}}`
 	}
 	const jobA, jobB, jobC = "led-1789661457000-3", "led-1789661457000-4", "led-1789661457000-5"
@@ -924,7 +925,7 @@ func TestLocalIngressBrokerDownIs500(t *testing.T) {
 		t.Fatalf("status %d (%q), want 500", got, text)
 	}
 	if tracked := n.m.table.Sizes().Runs; tracked != 0 {
-		t.Fatalf("%d workload(s) tracked after a failed broker write", tracked)
+		t.Fatalf("%d testframe.Workload(s) tracked after a failed broker write", tracked)
 	}
 	if err := run.wait(t); err != nil {
 		t.Fatalf("Run after the broker went away = %v, want nil", err)

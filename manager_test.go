@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -29,7 +30,7 @@ func TestTwoManagersRelayOverMTLS(t *testing.T) {
 	a, b := newTestNode(t), newTestNode(t)
 	mesh(t, a, b)
 
-	w := workload("job-1", "running", a.id, map[string]any{"customField": map[string]any{"nested": []any{1.5, "x"}}})
+	w := testframe.Workload("job-1", "running", a.id, map[string]any{"customField": map[string]any{"nested": []any{1.5, "x"}}})
 	a.sendLifecycle(w)
 	got := b.broker.waitMethod(wireframe.MethodUpsert, 1)
 	var p struct {
@@ -61,12 +62,12 @@ func TestDuplicateFromPeerReachesBrokerOnce(t *testing.T) {
 	a, b := newTestNode(t), newTestNode(t)
 	mesh(t, a, b)
 
-	w := workload("job-dup", "running", a.id)
+	w := testframe.Workload("job-dup", "running", a.id)
 	a.sendLifecycle(w)
 	a.sendLifecycle(w)
 	// Barrier: a later frame on the same ordered path has arrived, so the
 	// duplicate has been delivered and judged before it.
-	a.sendLifecycle(workload("job-after", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-after", "running", a.id))
 	eventually(t, "job-after at B", func() bool { return upsertsOf(b, "job-after") == 1 })
 	if n := upsertsOf(b, "job-dup"); n != 1 {
 		t.Fatalf("B's broker saw job-dup %d times, want 1", n)
@@ -77,7 +78,7 @@ func TestResyncReassertionBypassesPeerDedup(t *testing.T) {
 	a, b := newTestNode(t, withResyncInterval(100*time.Millisecond)), newTestNode(t)
 	mesh(t, a, b)
 
-	a.sendLifecycle(workload("job-live", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-live", "running", a.id))
 	eventually(t, "job-live re-asserted to B's broker", func() bool { return upsertsOf(b, "job-live") >= 3 })
 }
 
@@ -93,7 +94,7 @@ func TestUnpinnedClientIsRefused(t *testing.T) {
 	}
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
 		InsecureSkipVerify: true, Certificates: []tls.Certificate{cert}}}}
-	body := `{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":` + mustJSON(t, workload("x", "running", stranger.Principal)) + `}}`
+	body := `{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":` + mustJSON(t, testframe.Workload("x", "running", stranger.Principal)) + `}}`
 	resp, err := client.Post("https://"+b.m.PeerAddr().String()+wireframe.EventsPath, "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +140,7 @@ func TestBrokerRequests(t *testing.T) {
 		{"bad level params", `{"jsonrpc":"2.0","id":4,"method":"log/set-level","params":[1]}`, "4", "", wireframe.CodeInvalidParams},
 		{"unknown request", `{"jsonrpc":"2.0","id":"x","method":"nope"}`, `"x"`, "", wireframe.CodeMethodNotFound},
 		{"lifecycle as request", `{"jsonrpc":"2.0","id":5,"method":"workload:started","params":{"workloadInfo":` +
-			mustJSON(t, workload("r", "running", n.id)) + `}}`, "5", "null", 0},
+			mustJSON(t, testframe.Workload("r", "running", n.id)) + `}}`, "5", "null", 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -195,11 +196,11 @@ func TestBadLinesAreSkippedAndTheLoopGoesOn(t *testing.T) {
 func TestMalformedLocalFrameIsNeverBroadcast(t *testing.T) {
 	a, b := newTestNode(t), newTestNode(t)
 	mesh(t, a, b)
-	a.sendLifecycle(workload("bad", "running", a.id, map[string]any{"model": nil}))
+	a.sendLifecycle(testframe.Workload("bad", "running", a.id, map[string]any{"model": nil}))
 	// No workloadId. (One without originatedFrom is an older sender's,
 	// relayed as upstream relays it: spec 3.3, "Removals without an origin".)
 	a.broker.sendFrame(wireframe.MethodRemove, map[string]any{"originatedFrom": a.id})
-	a.sendLifecycle(workload("good", "running", a.id))
+	a.sendLifecycle(testframe.Workload("good", "running", a.id))
 	eventually(t, "good at B", func() bool { return upsertsOf(b, "good") == 1 })
 	if upsertsOf(b, "bad") != 0 || len(b.broker.withMethod(wireframe.MethodRemove)) != 0 {
 		t.Fatal("a malformed local frame reached the peer")
@@ -260,9 +261,9 @@ func TestHeartbeat(t *testing.T) {
 	a, b := newTestNode(t, withResyncInterval(interval)), newTestNode(t)
 	mesh(t, a, b)
 
-	a.sendLifecycle(workload("live", "running", a.id))
-	a.sendLifecycle(workload("done", "completed", a.id))
-	a.sendLifecycle(workload("gone", "running", a.id))
+	a.sendLifecycle(testframe.Workload("live", "running", a.id))
+	a.sendLifecycle(testframe.Workload("done", "completed", a.id))
+	a.sendLifecycle(testframe.Workload("gone", "running", a.id))
 	eventually(t, "gone at B", func() bool { return upsertsOf(b, "gone") >= 1 })
 	a.sendRemove("gone")
 	b.broker.waitMethod(wireframe.MethodRemove, 1)
@@ -326,7 +327,7 @@ func TestShutdownDrainsPeerQueuesBeforeExit(t *testing.T) {
 	// B's broker stops reading, so A's frames wait above B's mark.
 	const frames = 20
 	for i := range frames {
-		a.sendLifecycle(workload("drain-"+itoa(i), "running", a.id))
+		a.sendLifecycle(testframe.Workload("drain-"+itoa(i), "running", a.id))
 	}
 	eventually(t, "A to commit every frame", func() bool { return a.m.table.Version() == frames })
 	a.broker.toD.Close() // the broker quits: EOF starts A's shutdown
@@ -343,7 +344,7 @@ func TestShutdownDrainIsBoundedByTheDrainTimeout(t *testing.T) {
 	gated, _ := withGatedBroker(t) // B never answers while A shuts down
 	b := newTestNode(t, gated)
 	mesh(t, a, b)
-	a.sendLifecycle(workload("stuck", "running", a.id))
+	a.sendLifecycle(testframe.Workload("stuck", "running", a.id))
 	eventually(t, "A to commit the frame", func() bool { return a.m.table.Version() == 1 })
 	a.broker.toD.Close()
 	if took := waitRun(t, a, waitTimeout); took > 3*time.Second {

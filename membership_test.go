@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testframe"
 )
 
 func TestUnclusteredNodeCompletesNoHandshakeUntilAdmittedWithoutRestart(t *testing.T) {
@@ -24,7 +25,7 @@ func TestUnclusteredNodeCompletesNoHandshakeUntilAdmittedWithoutRestart(t *testi
 	if !a.logs.contains("level=INFO", "cluster membership", "clustered=false") {
 		t.Fatalf("the node did not say at startup that it is not clustered; logs:\n%s", a.logs)
 	}
-	a.sendLifecycle(workload("job-unclustered", "running", a.id))
+	a.sendLifecycle(testframe.Workload("job-unclustered", "running", a.id))
 	a.discover(b)
 	netBarrier(t, a)
 	if got := a.m.bcast.TargetCount(); got != 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/sha256"
+	"nvpair-workload-manager/internal/testframe"
 	"runtime"
 	"testing"
 	"time"
@@ -93,7 +94,7 @@ func TestPeerBehindCountsTheChangesAPeerLacks(t *testing.T) {
 	}
 	const sent = 20
 	for i := range sent {
-		n.sendLifecycle(workload("q-"+itoa(i), "running", n.id))
+		n.sendLifecycle(testframe.Workload("q-"+itoa(i), "running", n.id))
 	}
 	eventually(t, "the black hole behind by every change", func() bool { return scrape(t, n)[series] == sent })
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -41,7 +42,7 @@ func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 
 	ingress := a.m.IngressAddr()
 	for i := 1; i <= 3; i++ {
-		w := workload("ing-"+itoa(i), "running", "", map[string]any{"originatedFrom": nil})
+		w := testframe.Workload("ing-"+itoa(i), "running", "", map[string]any{"originatedFrom": nil})
 		if s, _ := postIngress(t, ingress, `{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":`+mustJSON(t, w)+`}}`); s != 200 {
 			t.Fatalf("ingress post %d: status %d", i, s)
 		}
@@ -59,10 +60,10 @@ func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 	if s, _ := postIngress(t, ingress, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"ing-3"}}`); s != 200 {
 		t.Fatalf("ingress removal: status %d", s)
 	}
-	a.sendLifecycle(workload("std-1", "running", a.id))
+	a.sendLifecycle(testframe.Workload("std-1", "running", a.id))
 	b.broker.waitUpserts("std-1", 1)
-	a.sendLifecycle(workload("std-1", "running", a.id)) // a duplicate for B's dedup
-	a.sendLifecycle(workload("std-2", "running", a.id))
+	a.sendLifecycle(testframe.Workload("std-1", "running", a.id)) // a duplicate for B's dedup
+	a.sendLifecycle(testframe.Workload("std-2", "running", a.id))
 	eventually(t, "6 frames at B", func() bool {
 		return len(b.broker.withMethod(wireframe.MethodUpsert))+len(b.broker.withMethod(wireframe.MethodRemove)) == 6
 	})
@@ -160,7 +161,7 @@ func TestMetricsCountClientHandshakeFailures(t *testing.T) {
 	b.start()
 	a.discover(b)
 	a.waitTargets(1)
-	a.sendLifecycle(workload("never", "running", a.id))
+	a.sendLifecycle(testframe.Workload("never", "running", a.id))
 	eventually(t, "a refused client handshake counted", func() bool {
 		return scrape(t, a)[`nvpair_wlm_tls_handshake_failures_total{side="client"}`] >= 1
 	})
@@ -230,7 +231,7 @@ func TestMetricsPassPromtoolLint(t *testing.T) {
 	}
 	a, b := newMetricsNode(t, true), newMetricsNode(t, false)
 	mesh(t, a, b)
-	a.sendLifecycle(workload("lint", "running", a.id))
+	a.sendLifecycle(testframe.Workload("lint", "running", a.id))
 	eventually(t, "a delivery", func() bool { return len(b.broker.withMethod(wireframe.MethodUpsert)) == 1 })
 	resp, err := http.Get("http://" + a.m.MetricsAddr() + "/metrics")
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"nvpair-workload-manager/internal/statejournal"
 	"nvpair-workload-manager/internal/statetable"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -21,13 +22,13 @@ import (
 // id is not silenced.
 func TestOwnershipIngressRemovalOfAnUnheldIDIsRelayedButSilencesNothing(t *testing.T) {
 	n, q := ifxNode(t)
-	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("ghost", ""))); err != nil {
+	if _, err := n.m.ingestLocal(testframe.Removal("ghost", "")); err != nil {
 		t.Fatal(err)
 	}
 	if got := ifxDrain(q); len(got) != 1 {
 		t.Fatalf("sent %s, want the removal", ifxDescribe(got))
 	}
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("ghost", "running", n.id, false)))
+	n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("ghost", "running", n.id))))
 	if got := ifxDrain(q); len(got) != 1 || !ifxIsTracked(n, n.id, "ghost") {
 		t.Fatalf("the broker's own job of that id was silenced: queued %s", ifxDescribe(got))
 	}
@@ -40,13 +41,13 @@ func TestOwnershipEndsWhenTheSetDropsTheWorkloadsLastRun(t *testing.T) {
 	n, q := ifxNode(t)
 	clock := ifxUseClock(n)
 	ifxOwn(t, n, q, "job-1")
-	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("job-1", "completed", "", `"seq":2`))); err != nil {
+	if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("completed"), testframe.WorkloadJSON("job-1", "completed", "", `"seq":2`)))); err != nil {
 		t.Fatal(err)
 	}
 	clock.advance(2 * n.m.cfg.ResyncInterval)
 	n.m.pruneTable()
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("job-1", "running", n.id, false)))
-	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("job-1", ""))); !statetable.IsBrokerOwned(err) {
+	n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", n.id))))
+	if _, err := n.m.ingestLocal(testframe.Removal("job-1", "")); !statetable.IsBrokerOwned(err) {
 		t.Fatalf("a producer's removal of the broker's later job of its old id: %v, want 409", err)
 	}
 }
@@ -54,7 +55,7 @@ func TestOwnershipEndsWhenTheSetDropsTheWorkloadsLastRun(t *testing.T) {
 // ownBrokerRunJSON is a lifecycle line from the broker for run runID of id.
 func ownBrokerRunJSON(id, runID, origin string) string {
 	info := fmt.Sprintf(`{"id":%q,"model":"qwen3.5-9b","engine":"llamacpp","state":"running","runId":%q,"originatedFrom":%q}`, id, runID, origin)
-	return string(wireframe.EncodeNotification(methodFor("running"), json.RawMessage(`{"workloadInfo":`+info+`}`)))
+	return string(wireframe.EncodeNotification(testframe.MethodFor("running"), json.RawMessage(`{"workloadInfo":`+info+`}`)))
 }
 
 // A producer that posts and removes an id the broker will use later, then
@@ -66,18 +67,18 @@ func TestOwnershipARepeatedRemovalDoesNotKeepASquattedIDSilenced(t *testing.T) {
 	n, q := ifxNode(t)
 	clock := ifxUseClock(n)
 	ifxOwn(t, n, q, "proxy-7")
-	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("proxy-7", ""))); err != nil {
+	if _, err := n.m.ingestLocal(testframe.Removal("proxy-7", "")); err != nil {
 		t.Fatal(err)
 	}
 	ifxDrain(q)
 	for i := range 3 {
 		clock.advance(n.m.cfg.ResyncInterval)
-		if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("proxy-7", ""))); err != nil {
+		if _, err := n.m.ingestLocal(testframe.Removal("proxy-7", "")); err != nil {
 			t.Fatalf("repeated removal %d: %v", i, err)
 		}
 		ifxDrain(q)
 	}
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("proxy-7", "running", n.id, false)))
+	n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("proxy-7", "running", n.id))))
 	if got := ifxDrain(q); len(got) != 1 || !ifxIsTracked(n, n.id, "proxy-7") {
 		t.Fatalf("the broker's own job silenced by repeated removals: queued %s, tracked %v", ifxDescribe(got), ifxIsTracked(n, n.id, "proxy-7"))
 	}
@@ -88,11 +89,11 @@ func TestOwnershipARepeatedRemovalDoesNotKeepASquattedIDSilenced(t *testing.T) {
 // window, is the broker's own job, tracked and relayed.
 func TestOwnershipRemovalMemoryDropsOnlyTheRemovedRunsReplay(t *testing.T) {
 	n, q := ifxNode(t)
-	if _, err := n.m.ingestLocal([]byte(ifxLifecycleJSON("proxy-7", "running", "", `"runId":"producer-run"`))); err != nil {
+	if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("proxy-7", "running", "", `"runId":"producer-run"`)))); err != nil {
 		t.Fatal(err)
 	}
 	ifxDrain(q)
-	if _, err := n.m.ingestLocal([]byte(ifxRemoveJSON("proxy-7", ""))); err != nil {
+	if _, err := n.m.ingestLocal(testframe.Removal("proxy-7", "")); err != nil {
 		t.Fatal(err)
 	}
 	ifxDrain(q)
@@ -133,8 +134,8 @@ func (g *ownGate) Write(p []byte) (int, error) {
 // relayed, and the workload stays the broker's.
 func TestOwnershipAFrameCheckedBeforeTheBrokerTookTheIDDoesNotTakeItOver(t *testing.T) {
 	for _, tc := range []struct{ name, body string }{
-		{"report", ifxLifecycleJSON("proxy-9", "running", "")},
-		{"removal", ifxRemoveJSON("proxy-9", "")},
+		{"report", testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("proxy-9", "running", ""))},
+		{"removal", string(testframe.Removal("proxy-9", ""))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := &ownGate{entered: make(chan struct{}), release: make(chan struct{})}
@@ -145,7 +146,7 @@ func TestOwnershipAFrameCheckedBeforeTheBrokerTookTheIDDoesNotTakeItOver(t *test
 				done <- err
 			}()
 			<-g.entered
-			n.m.handleLine([]byte(ifxStdioLifecycleJSON("proxy-9", "running", n.id, false)))
+			n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("proxy-9", "running", n.id))))
 			close(g.release)
 			if err := <-done; err != nil {
 				t.Fatal(err)
@@ -190,7 +191,7 @@ func TestAnIngress200WaitsForItsJournalRecord(t *testing.T) {
 	n.start()
 	answered := make(chan int, 1)
 	go func() {
-		st, _ := postIngress(t, n.m.IngressAddr(), ingressFrameJSON(leasedInfo("durable", "running", 1)))
+		st, _ := postIngress(t, n.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("durable", "running", 1), nil)))
 		answered <- st
 	}()
 	select {

@@ -13,6 +13,7 @@ import (
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/peerwire"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -21,7 +22,7 @@ func TestEveryAnswerOfThePeerPortAdvertisesBatches(t *testing.T) {
 	origin := h.client.Principal
 	unpinned := netMint(t, devpki.NewUUID())
 	stranger := netPeerClient(t, &unpinned, h.n.ident.DER)
-	valid := netLifecycleBody(t, workload("job-advert", "running", origin), nil)
+	valid := testframe.Lifecycle(testframe.Workload("job-advert", "running", origin), nil)
 	cases := []struct {
 		name   string
 		status int
@@ -51,7 +52,7 @@ func TestEveryAnswerOfThePeerPortAdvertisesBatches(t *testing.T) {
 		{"single frame the broker could not take", 500, func() netAnswer {
 			// A node of its own: a failed broker write shuts it down.
 			f := newNetPeerHarness(t, netFailOn("job-advert-fails"))
-			body := netLifecycleBody(t, workload("job-advert-fails", "running", f.client.Principal), nil)
+			body := testframe.Lifecycle(testframe.Workload("job-advert-fails", "running", f.client.Principal), nil)
 			return netSend(t, f.c, f.addr, "POST", wireframe.EventsPath, "application/json", body)
 		}},
 	}
@@ -74,7 +75,7 @@ func TestEveryAnswerOfThePeerPortAdvertisesBatches(t *testing.T) {
 func TestASingleFramePostIsAnsweredAsBeforeApartFromTheAdvertisement(t *testing.T) {
 	h := newNetPeerHarness(t)
 	origin := h.client.Principal
-	valid := netLifecycleBody(t, workload("job-single", "running", origin), nil)
+	valid := testframe.Lifecycle(testframe.Workload("job-single", "running", origin), nil)
 	cases := []struct {
 		name, method, path, contentType string
 		body                            []byte
@@ -84,7 +85,7 @@ func TestASingleFramePostIsAnsweredAsBeforeApartFromTheAdvertisement(t *testing.
 	}{
 		{"written", "POST", wireframe.EventsPath, "application/json", valid, 200, "ok\n", ""},
 		{"already seen", "POST", wireframe.EventsPath, "application/json", valid, 200, "ok\n", ""},
-		{"without a Content-Type", "POST", wireframe.EventsPath, "", netRemoveBody(t, "job-single", origin), 200, "ok\n", ""},
+		{"without a Content-Type", "POST", wireframe.EventsPath, "", testframe.Removal("job-single", origin), 200, "ok\n", ""},
 		{"unknown method", "POST", wireframe.EventsPath, "application/json",
 			bytes.Replace(valid, []byte(wireframe.MethodStarted), []byte("workload:paused"), 1), 400, "unknown method \"workload:paused\"\n", ""},
 		{"bad jsonrpc", "POST", wireframe.EventsPath, "application/json",
@@ -132,16 +133,16 @@ func TestABatchOfValidFramesIsAppliedOnceEachInBatchOrder(t *testing.T) {
 		id := "job-b" + itoa(i)
 		switch i % 4 {
 		case 0:
-			elems = append(elems, netLifecycleBody(t, workload(id, "queued", origin), nil))
+			elems = append(elems, testframe.Lifecycle(testframe.Workload(id, "queued", origin), nil))
 			want = append(want, "upsert:"+id)
 		case 1:
-			elems = append(elems, netLifecycleBody(t, workload(id, "running", origin), nil))
+			elems = append(elems, testframe.Lifecycle(testframe.Workload(id, "running", origin), nil))
 			want = append(want, "upsert:"+id)
 		case 2:
-			elems = append(elems, netLifecycleBody(t, workload(id, "completed", origin), nil))
+			elems = append(elems, testframe.Lifecycle(testframe.Workload(id, "completed", origin), nil))
 			want = append(want, "upsert:"+id)
 		case 3:
-			elems = append(elems, netRemoveBody(t, "job-b"+itoa(i-3), origin))
+			elems = append(elems, testframe.Removal("job-b"+itoa(i-3), origin))
 			want = append(want, "remove:job-b"+itoa(i-3))
 		}
 	}
@@ -172,13 +173,13 @@ func TestABatchOfValidFramesIsAppliedOnceEachInBatchOrder(t *testing.T) {
 func TestABatchElementThatFailsValidationIsAnswered400AndTheOthersAreApplied(t *testing.T) {
 	h := newNetPeerHarness(t)
 	origin := h.client.Principal
-	ok := func(id string) []byte { return netLifecycleBody(t, workload(id, "running", origin), nil) }
+	ok := func(id string) []byte { return testframe.Lifecycle(testframe.Workload(id, "running", origin), nil) }
 	body := bytes.Join([][]byte{
 		ok("job-v1"),
 		bytes.Replace(ok("job-bad"), []byte(wireframe.MethodStarted), []byte("workload:paused"), 1),
 		ok("job-v2"),
 		nil, // an empty line
-		netLifecycleBody(t, workload("job-no-model", "running", origin, map[string]any{"model": nil}), nil),
+		testframe.Lifecycle(testframe.Workload("job-no-model", "running", origin, map[string]any{"model": nil}), nil),
 		append(ok("job-v3"), '\r'), // a CRLF line
 		ok("job-v4"),               // the last line, without its newline
 	}, []byte("\n"))
@@ -218,7 +219,7 @@ func TestABatchStopsAtTheFirstFailedBrokerWrite(t *testing.T) {
 	h := newNetPeerHarness(t, netFailOn(`"job-fail"`))
 	origin := h.client.Principal
 	h.barrier(t)
-	ok := func(id string) []byte { return netLifecycleBody(t, workload(id, "running", origin), nil) }
+	ok := func(id string) []byte { return testframe.Lifecycle(testframe.Workload(id, "running", origin), nil) }
 	elems := [][]byte{
 		ok("job-s1"),
 		[]byte("{"), // rejected before the failure: the batch goes on
@@ -226,7 +227,7 @@ func TestABatchStopsAtTheFirstFailedBrokerWrite(t *testing.T) {
 		ok("job-fail"),
 		ok("job-s3"),
 		[]byte("{"), // after the failure: not even looked at
-		netRemoveBody(t, "job-s1", origin),
+		testframe.Removal("job-s1", origin),
 		ok("job-s1"), // already seen, but after the failure
 	}
 	writes := h.n.m.out.Counts().Writes
@@ -294,9 +295,9 @@ func TestRunPeerBatchHandsNothingOnAfterAFailure(t *testing.T) {
 func TestADuplicateInsideOneBatchIsAnsweredAlreadySeenAndWrittenOnce(t *testing.T) {
 	h := newNetPeerHarness(t)
 	origin := h.client.Principal
-	life := netLifecycleBody(t, workload("job-dup", "running", origin), nil)
-	resync := netLifecycleBody(t, workload("job-resync", "running", origin), map[string]any{"resync": true})
-	removal := netRemoveBody(t, "job-gone", origin)
+	life := testframe.Lifecycle(testframe.Workload("job-dup", "running", origin), nil)
+	resync := testframe.Lifecycle(testframe.Workload("job-resync", "running", origin), map[string]any{"resync": true})
+	removal := testframe.Removal("job-gone", origin)
 	a := netPostBatch(t, h.c, h.addr, life, life, resync, resync, removal, removal)
 	want := []peerwire.BatchResult{{Status: 200, Reason: ""}, {Status: 200, Reason: "already seen"}, {Status: 200, Reason: ""}, {Status: 200, Reason: ""}, {Status: 200, Reason: ""}, {Status: 200, Reason: "already seen"}}
 	if a.status != http.StatusOK || !slices.Equal(a.results, want) {
@@ -313,7 +314,7 @@ func TestADuplicateInsideOneBatchIsAnsweredAlreadySeenAndWrittenOnce(t *testing.
 func TestABatchOverItsBoundsIsAnswered413AndNothingIsWritten(t *testing.T) {
 	h := newNetPeerHarness(t)
 	origin := h.client.Principal
-	frame := func(id string) []byte { return netLifecycleBody(t, workload(id, "running", origin), nil) }
+	frame := func(id string) []byte { return testframe.Lifecycle(testframe.Workload(id, "running", origin), nil) }
 	// Two valid elements, the second padded with trailing spaces (JSON
 	// whitespace) so that the body, newline included, has size bytes.
 	sized := func(prefix string, size int) []byte {
@@ -379,8 +380,8 @@ func TestABatchFromAClientWithoutItsPinnedCertificateIsAnswered403(t *testing.T)
 		"another pinned UUID's": netPeerClient(t, &impostor, h.n.ident.DER),
 	} {
 		a := netPostBatch(t, c, h.addr,
-			netLifecycleBody(t, workload("job-intruder", "running", h.client.Principal), nil),
-			netRemoveBody(t, "job-intruder", h.client.Principal))
+			testframe.Lifecycle(testframe.Workload("job-intruder", "running", h.client.Principal), nil),
+			testframe.Removal("job-intruder", h.client.Principal))
 		if a.status != http.StatusForbidden || a.results != nil {
 			t.Fatalf("%s: batch = %d %q, want a plain 403", name, a.status, a.text)
 		}

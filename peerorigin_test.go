@@ -8,6 +8,7 @@ import (
 
 	"nvpair-workload-manager/internal/peersend"
 	"nvpair-workload-manager/internal/peerwire"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -30,9 +31,9 @@ func TestAPeerFrameNamingThisNodeAsItsOriginIsRefused403AndNothingReachesTheBrok
 		name string
 		body []byte
 	}{
-		{"lifecycle frame", netLifecycleBody(t, workload("mine", "running", self), nil)},
-		{"re-assertion", netLifecycleBody(t, workload("mine", "running", self), map[string]any{"resync": true})},
-		{"removal", netRemoveBody(t, "mine", self)},
+		{"lifecycle frame", testframe.Lifecycle(testframe.Workload("mine", "running", self), nil)},
+		{"re-assertion", testframe.Lifecycle(testframe.Workload("mine", "running", self), map[string]any{"resync": true})},
+		{"removal", testframe.Removal("mine", self)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -59,10 +60,10 @@ func TestOnceDiscoveryListsAPrincipalItMaySpeakOnlyForItsOwnNodes(t *testing.T) 
 	h := newNetPeerHarness(t)
 	p := h.client.Principal
 	post := func(id, origin string) (int, string) {
-		return netPostAnswer(t, h.c, h.addr, netLifecycleBody(t, workload(id, "running", origin), nil))
+		return netPostAnswer(t, h.c, h.addr, testframe.Lifecycle(testframe.Workload(id, "running", origin), nil))
 	}
 	remove := func(id, origin string) int {
-		st, _ := netPostAnswer(t, h.c, h.addr, netRemoveBody(t, id, origin))
+		st, _ := netPostAnswer(t, h.c, h.addr, testframe.Removal(id, origin))
 		return st
 	}
 	steps := []struct {
@@ -115,12 +116,12 @@ func TestABatchElementRefusedForItsOriginGetsItsOwn403AndTheRestAreAppliedInOrde
 	h := newNetPeerHarness(t)
 	p := h.client.Principal
 	originDiscover(t, h, [2]string{p, p})
-	ok := func(id string) []byte { return netLifecycleBody(t, workload(id, "running", p), nil) }
+	ok := func(id string) []byte { return testframe.Lifecycle(testframe.Workload(id, "running", p), nil) }
 	a := netPostBatch(t, h.c, h.addr,
 		ok("b1"),
-		netLifecycleBody(t, workload("mine", "running", h.n.id), nil),
+		testframe.Lifecycle(testframe.Workload("mine", "running", h.n.id), nil),
 		ok("b2"),
-		netRemoveBody(t, "theirs", "host-other"),
+		testframe.Removal("theirs", "host-other"),
 		ok("b3"),
 	)
 	if a.status != http.StatusOK || len(a.results) != 5 {
@@ -149,10 +150,10 @@ func TestAFreshFrameRefusedForItsOriginIsGivenUpWithoutRetries(t *testing.T) {
 			sink := newHBSink(t, batching, 0)
 			sink.refuseOrigin = "spoofed"
 			sink.join(t, n)
-			n.sendLifecycle(workload("warm-up", "running", n.id)) // the sender learns the advertisement
+			n.sendLifecycle(testframe.Workload("warm-up", "running", n.id)) // the sender learns the advertisement
 			eventually(t, "the warm-up at the peer", func() bool { return sink.count("fresh", "warm-up") == 1 })
-			n.sendLifecycle(workload("spoofed", "running", n.id))
-			n.sendLifecycle(workload("after", "running", n.id))
+			n.sendLifecycle(testframe.Workload("spoofed", "running", n.id))
+			n.sendLifecycle(testframe.Workload("after", "running", n.id))
 			eventually(t, "the frame after it at the peer", func() bool { return sink.count("fresh", "after") == 1 })
 			eventually(t, "the refused frame given up", func() bool { return peerStatsOf(n, sink).Dropped.Load() == 1 })
 			if got := sink.originRefusals("fresh"); got != 1 {
@@ -217,9 +218,9 @@ func TestAPrincipalMayNameItselfAndARemovalMayNameNoOriginWhateverDiscoverySays(
 		}
 		id := "fresh-" + itoa(i)
 		for _, body := range []string{
-			string(netLifecycleBody(t, workload(id, "running", p), nil)),
-			string(netLifecycleBody(t, workload(id, "running", p), map[string]any{"resync": true})),
-			string(netRemoveBody(t, id, p)),
+			string(testframe.Lifecycle(testframe.Workload(id, "running", p), nil)),
+			string(testframe.Lifecycle(testframe.Workload(id, "running", p), map[string]any{"resync": true})),
+			string(testframe.Removal(id, p)),
 			originLess(id),
 			originLess(id), // the same removal again: already seen
 		} {
@@ -229,10 +230,10 @@ func TestAPrincipalMayNameItselfAndARemovalMayNameNoOriginWhateverDiscoverySays(
 		}
 	}
 	// The rule still holds for every node the principal is not.
-	if st, text := post(string(netLifecycleBody(t, workload("x", "running", "host-x"), nil))); !peerwire.IsOriginRefusal(st, text) {
+	if st, text := post(string(testframe.Lifecycle(testframe.Workload("x", "running", "host-x"), nil))); !peerwire.IsOriginRefusal(st, text) {
 		t.Fatalf("a frame naming another node = %d %q, want 403 for origin", st, text)
 	}
-	if st, text := post(string(netRemoveBody(t, "x", h.n.id))); !peerwire.IsOriginRefusal(st, text) {
+	if st, text := post(string(testframe.Removal("x", h.n.id))); !peerwire.IsOriginRefusal(st, text) {
 		t.Fatalf("a removal naming this node = %d %q, want 403 for origin", st, text)
 	}
 	h.barrier(t)

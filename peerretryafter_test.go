@@ -16,6 +16,7 @@ import (
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/peersend"
 	"nvpair-workload-manager/internal/peerwire"
+	"nvpair-workload-manager/internal/testframe"
 )
 
 // ---- a peer that asks its senders to wait ----
@@ -176,7 +177,7 @@ func TestFreshFramesWaitOutAPeersRetryAfterAndArriveInOrder(t *testing.T) {
 			p := newDeferringPeer(t, netMint(t, devpki.NewUUID()), batching, 0, "")
 			startWithPeer(t, a, p)
 			// A first frame teaches the sender whether the peer batches.
-			a.sendLifecycle(workload("first", "running", a.id))
+			a.sendLifecycle(testframe.Workload("first", "running", a.id))
 			eventually(t, "the first frame at the peer", func() bool { return len(p.accepted()) == 1 })
 
 			// Four 503s asking for 1 s: each is a wait, not a failed
@@ -184,7 +185,7 @@ func TestFreshFramesWaitOutAPeersRetryAfterAndArriveInOrder(t *testing.T) {
 			p.setDefer(4, "1")
 			want := ids("fresh", 12)
 			for _, id := range want {
-				a.sendLifecycle(workload(id, "running", a.id))
+				a.sendLifecycle(testframe.Workload(id, "running", a.id))
 			}
 			want = append([]string{"first"}, want...)
 			if !holdsWithin(waitTimeout+4*time.Second, func() bool { return len(p.accepted()) >= len(want) }) {
@@ -223,7 +224,7 @@ func TestHeartbeatWaitsOutAPeersRetryAfterAndCarriesOnItsPass(t *testing.T) {
 			a.start()
 			want := ids("hb", 6)
 			for _, id := range want {
-				a.sendLifecycle(workload(id, "running", a.id))
+				a.sendLifecycle(testframe.Workload(id, "running", a.id))
 			}
 			// Every frame read and in the table before the peer joins.
 			a.broker.send(`{"jsonrpc":"2.0","id":"barrier","method":"nope"}`)
@@ -254,7 +255,7 @@ func TestARetryAfterThatAsksForNoWaitIsAFailedAttemptAsBefore(t *testing.T) {
 			a := newTestNode(t)
 			p := newDeferringPeer(t, netMint(t, devpki.NewUUID()), false, 100, value)
 			startWithPeer(t, a, p)
-			a.sendLifecycle(workload("retried", "running", a.id))
+			a.sendLifecycle(testframe.Workload("retried", "running", a.id))
 			st := senderStats(t, a)
 			// Nothing is given up: the frame stays above the peer's mark
 			// and goes again after each backoff.
@@ -274,7 +275,7 @@ func TestAPeersRetryAfterDoesNotHoldShutdownPastTheDrainTimeout(t *testing.T) {
 	a := newTestNode(t)
 	p := newDeferringPeer(t, netMint(t, devpki.NewUUID()), false, 1000, "30")
 	startWithPeer(t, a, p)
-	a.sendLifecycle(workload("held", "running", a.id))
+	a.sendLifecycle(testframe.Workload("held", "running", a.id))
 	st := senderStats(t, a)
 	eventually(t, "the peer's wait honoured", func() bool { return st.RetryAfterWaits.Load() == 1 })
 	start := time.Now()

@@ -17,6 +17,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/peerwire"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -26,7 +27,7 @@ func TestPeerServerClosesTheConnectionOfAClientWithoutAPin(t *testing.T) {
 	h := newNetPeerHarness(t)
 	stranger := netMint(t, devpki.NewUUID())
 	bad := netPeerClient(t, &stranger, h.n.ident.DER)
-	body := netLifecycleBody(t, workload("job-stranger", "running", stranger.Principal), nil)
+	body := testframe.Lifecycle(testframe.Workload("job-stranger", "running", stranger.Principal), nil)
 	for i := range 2 {
 		st, reused := netPostTraced(t, bad, h.addr, body)
 		if st != http.StatusForbidden {
@@ -38,8 +39,8 @@ func TestPeerServerClosesTheConnectionOfAClientWithoutAPin(t *testing.T) {
 	}
 	// A pinned peer keeps its connection.
 	good := netPeerClient(t, &h.client, h.n.ident.DER)
-	netPostTraced(t, good, h.addr, netLifecycleBody(t, workload("job-a", "running", h.client.Principal), nil))
-	if st, reused := netPostTraced(t, good, h.addr, netLifecycleBody(t, workload("job-b", "running", h.client.Principal), nil)); st != http.StatusOK || !reused {
+	netPostTraced(t, good, h.addr, testframe.Lifecycle(testframe.Workload("job-a", "running", h.client.Principal), nil))
+	if st, reused := netPostTraced(t, good, h.addr, testframe.Lifecycle(testframe.Workload("job-b", "running", h.client.Principal), nil)); st != http.StatusOK || !reused {
 		t.Fatalf("a pinned peer's second POST = %d, reused %v; want 200 over the kept connection", st, reused)
 	}
 }
@@ -67,11 +68,11 @@ func TestPeerServerAnswers403ToClientsWithoutTheirPinnedCertificate(t *testing.T
 		t.Run(c.name, func(t *testing.T) {
 			h := newNetPeerHarness(t)
 			bad := netPeerClient(t, c.client(h), h.n.ident.DER)
-			w := workload("job-rejected", "running", h.client.Principal)
-			if st := netPost(t, bad, h.addr, netLifecycleBody(t, w, nil)); st != http.StatusForbidden {
+			w := testframe.Workload("job-rejected", "running", h.client.Principal)
+			if st := netPost(t, bad, h.addr, testframe.Lifecycle(w, nil)); st != http.StatusForbidden {
 				t.Fatalf("POST = %d, want 403", st)
 			}
-			if st := netPost(t, bad, h.addr, netRemoveBody(t, "job-rejected", h.client.Principal)); st != http.StatusForbidden {
+			if st := netPost(t, bad, h.addr, testframe.Removal("job-rejected", h.client.Principal)); st != http.StatusForbidden {
 				t.Fatalf("removal POST = %d, want 403", st)
 			}
 			h.barrier(t)
@@ -110,7 +111,7 @@ func TestPeerServerRejectsMalformedFramesWith400(t *testing.T) {
 	h := newNetPeerHarness(t)
 	origin := h.client.Principal
 	valid := func(overrides map[string]any) string {
-		return string(netLifecycleBody(t, workload("job-bad", "running", origin, overrides), nil))
+		return string(testframe.Lifecycle(testframe.Workload("job-bad", "running", origin, overrides), nil))
 	}
 	cases := []struct{ name, body string }{
 		{"not JSON", `{"jsonrpc":"2.0","method":"workload:started",`},
@@ -153,7 +154,7 @@ func TestPeerServerAnswers413ToBodiesOver1MiB(t *testing.T) {
 	h := newNetPeerHarness(t)
 	// A valid frame padded with whitespace to an exact size.
 	padded := func(id string, size int) []byte {
-		b := netLifecycleBody(t, workload(id, "running", h.client.Principal), nil)
+		b := testframe.Lifecycle(testframe.Workload(id, "running", h.client.Principal), nil)
 		return append(b, bytes.Repeat([]byte(" "), size-len(b))...)
 	}
 	if st := netPost(t, h.c, h.addr, padded("job-at-cap", wireframe.MaxBytes)); st != http.StatusOK {
@@ -192,7 +193,7 @@ func TestPeerServerAnswers413ToAFrameOverTheBrokerLineLimit(t *testing.T) {
 		body []byte
 	}{
 		{"lifecycle", longErrorFrame(t, "peer-over-limit", origin)},
-		{"re-assertion (bypasses the dedup)", netLifecycleBody(t, longErrorWorkload("peer-over-limit", origin), map[string]any{"resync": true})},
+		{"re-assertion (bypasses the dedup)", testframe.Lifecycle(longErrorWorkload("peer-over-limit", origin), map[string]any{"resync": true})},
 		// A removal's line is built from its two bounded fields alone
 		// (maxKeyFieldBytes), so no removal can be over the line limit.
 	} {
@@ -260,9 +261,9 @@ func TestPeerServerRelaysWorkloadInfoUnchanged(t *testing.T) {
 func TestPeerServerDeduplicatesLifecycleEventsByTheirKey(t *testing.T) {
 	h := newNetPeerHarness(t)
 	origin := h.client.Principal
-	base := workload("job-d", "running", origin, map[string]any{"scheduledOn": origin})
+	base := testframe.Workload("job-d", "running", origin, map[string]any{"scheduledOn": origin})
 	variant := func(overrides map[string]any) map[string]any {
-		return workload("job-d", "running", origin, map[string]any{"scheduledOn": origin}, overrides)
+		return testframe.Workload("job-d", "running", origin, map[string]any{"scheduledOn": origin}, overrides)
 	}
 	other := devpki.NewUUID()
 	cases := []struct {
@@ -282,11 +283,11 @@ func TestPeerServerDeduplicatesLifecycleEventsByTheirKey(t *testing.T) {
 		{"another runId", "", variant(map[string]any{"runId": "run-2"}), true},
 		{"another engine", "", variant(map[string]any{"engine": "vllm"}), true},
 		{"another originatedFrom", "", variant(map[string]any{"originatedFrom": other}), true},
-		{"another id", "", workload("job-d2", "running", origin, map[string]any{"scheduledOn": origin}), true},
+		{"another id", "", testframe.Workload("job-d2", "running", origin, map[string]any{"scheduledOn": origin}), true},
 	}
 	want := 0
 	for _, c := range cases {
-		body := netLifecycleBody(t, c.w, nil)
+		body := testframe.Lifecycle(c.w, nil)
 		if c.method != "" {
 			body = bytes.Replace(body, []byte(wireframe.MethodStarted), []byte(c.method), 1)
 		}
@@ -305,7 +306,7 @@ func TestPeerServerDeduplicatesLifecycleEventsByTheirKey(t *testing.T) {
 
 func TestPeerServerResyncFrameBypassesDedup(t *testing.T) {
 	h := newNetPeerHarness(t)
-	w := workload("job-r", "running", h.client.Principal)
+	w := testframe.Workload("job-r", "running", h.client.Principal)
 	steps := []struct {
 		name   string
 		extra  map[string]any
@@ -321,7 +322,7 @@ func TestPeerServerResyncFrameBypassesDedup(t *testing.T) {
 	}
 	want := 0
 	for _, s := range steps {
-		if st := netPost(t, h.c, h.addr, netLifecycleBody(t, w, s.extra)); st != s.status {
+		if st := netPost(t, h.c, h.addr, testframe.Lifecycle(w, s.extra)); st != s.status {
 			t.Fatalf("%s: POST = %d, want %d", s.name, st, s.status)
 		}
 		if s.reach {
@@ -349,7 +350,7 @@ func TestPeerServerRelaysRemovalOnce(t *testing.T) {
 	}
 	var want []string
 	for i, s := range steps {
-		if st := netPost(t, h.c, h.addr, netRemoveBody(t, s.id, s.origin)); st != http.StatusOK {
+		if st := netPost(t, h.c, h.addr, testframe.Removal(s.id, s.origin)); st != http.StatusOK {
 			t.Fatalf("step %d: POST = %d, want 200", i, st)
 		}
 		if s.reach {
@@ -375,7 +376,7 @@ func TestPeerServerAnswers500AndRecordsNothingWhenTheBrokerWriteFails(t *testing
 	var fw *netFailingWriter
 	h := newNetPeerHarness(t, func(c *Config) { fw = &netFailingWriter{w: c.Out}; c.Out = fw })
 	fw.fail.Store(true)
-	if st := netPost(t, h.c, h.addr, netLifecycleBody(t, workload("job-f", "running", h.client.Principal), nil)); st != http.StatusInternalServerError {
+	if st := netPost(t, h.c, h.addr, testframe.Lifecycle(testframe.Workload("job-f", "running", h.client.Principal), nil)); st != http.StatusInternalServerError {
 		t.Fatalf("POST with a failing broker = %d, want 500", st)
 	}
 	if n := h.n.m.peers.DedupLen(); n != 0 {
@@ -390,7 +391,7 @@ func TestPeerServerDeliversConcurrentDuplicatesOnce(t *testing.T) {
 	// A slow broker write widens the window in which racing duplicates
 	// could both pass the dedup check.
 	h := newNetPeerHarness(t, func(c *Config) { c.Out = &netSlowWriter{w: c.Out, delay: 30 * time.Millisecond} })
-	body := netLifecycleBody(t, workload("job-race", "running", h.client.Principal), nil)
+	body := testframe.Lifecycle(testframe.Workload("job-race", "running", h.client.Principal), nil)
 	const n = 20
 	clients := make([]*http.Client, n)
 	for i := range clients {
@@ -500,7 +501,7 @@ func (h *netPeerHarness) barrier(t testing.TB) {
 	t.Helper()
 	h.barriers++
 	id := "barrier-" + itoa(h.barriers)
-	if st := netPost(t, h.c, h.addr, netLifecycleBody(t, workload(id, "running", h.client.Principal), nil)); st != http.StatusOK {
+	if st := netPost(t, h.c, h.addr, testframe.Lifecycle(testframe.Workload(id, "running", h.client.Principal), nil)); st != http.StatusOK {
 		t.Fatalf("barrier POST = %d", st)
 	}
 	eventually(t, id+" at the broker", func() bool { return netUpsertIDs(h.n)[id] == 1 })
@@ -568,28 +569,6 @@ func netPostTraced(t testing.TB, c *http.Client, addr string, body []byte) (stat
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp.StatusCode, reused
-}
-
-// netLifecycleBody renders a lifecycle notification for w, with extra
-// members added to its params; the method follows the state (errored when
-// the state is missing or unknown).
-func netLifecycleBody(t testing.TB, w map[string]any, extra map[string]any) []byte {
-	t.Helper()
-	params := map[string]any{"workloadInfo": w}
-	for k, v := range extra {
-		params[k] = v
-	}
-	p, err := json.Marshal(params)
-	netMust(t, err)
-	state, _ := w["state"].(string)
-	return wireframe.EncodeNotification(methodFor(state), p)
-}
-
-func netRemoveBody(t testing.TB, id, origin string) []byte {
-	t.Helper()
-	p, err := json.Marshal(map[string]string{"workloadId": id, "originatedFrom": origin})
-	netMust(t, err)
-	return wireframe.EncodeNotification(wireframe.MethodRemove, p)
 }
 
 // netUpsertIDs counts the workloads:upsert frames at n's broker by workload id.

@@ -13,6 +13,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -62,11 +63,11 @@ func protocolListeners(t *testing.T) []protocolListener {
 				Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, NextProtos: alpn,
 			})
 		}, ok: func(i int, extra string) string {
-			body := string(netLifecycleBody(t, workload("proto-"+itoa(i), "running", client.Principal), nil))
+			body := string(testframe.Lifecycle(testframe.Workload("proto-"+itoa(i), "running", client.Principal), nil))
 			return post(peerAddr, body) + extra + "\r\n" + body
 		}},
 		{name: "ingress", host: n.m.IngressAddr(), dial: plain(n.m.IngressAddr()), ok: func(i int, extra string) string {
-			body := string(netLifecycleBody(t, workload("proto-"+itoa(i), "running", n.id), nil))
+			body := string(testframe.Lifecycle(testframe.Workload("proto-"+itoa(i), "running", n.id), nil))
 			return post(n.m.IngressAddr(), body) + extra + "\r\n" + body
 		}},
 		{name: "metrics", host: n.m.MetricsAddr(), dial: plain(n.m.MetricsAddr()), ok: func(_ int, extra string) string {

@@ -14,6 +14,7 @@ import (
 
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/statetable"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -142,7 +143,7 @@ func TestReadBackListsThisNodesIngressWorkloadsWithTheirLatestStateAndLeaseDeadl
 	later := leasedInfo("taken-over", "running", 2)
 	later["originatedFrom"] = n.id
 	n.sendLifecycle(later) // the broker's own frame for an ingress job
-	n.sendLifecycle(workload("proxy-job", "running", n.id))
+	n.sendLifecycle(testframe.Workload("proxy-job", "running", n.id))
 	ifxBrokerBarrier(t, n)
 	eventually(t, "the broker's frames to be tracked", func() bool {
 		held := resyncHeld(t, n, n.id, "taken-over")
@@ -249,7 +250,7 @@ func TestReadBackPagesThroughEveryWorkloadOnceWithLimitAndCursor(t *testing.T) {
 func TestReadBackWalkGoesOnPastEntriesRemovedBetweenTwoSlices(t *testing.T) {
 	n := newTestNode(t)
 	for i := range 2 * ingress.ReadBackSlice {
-		if _, err := n.m.ingestLocal([]byte(ingressFrameJSON(leasedInfo("walk-"+itoa(1000+i), "running", 1)))); err != nil {
+		if _, err := n.m.ingestLocal(testframe.Lifecycle(leasedInfo("walk-"+itoa(1000+i), "running", 1), nil)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -395,7 +396,7 @@ func TestReadBackEndsAPageAtItsScanBoundWithACursor(t *testing.T) {
 	n, _ := readBackNode(t, withMaxLiveWorkloads(ingress.ReadBackScanMax+2*ingress.ReadBackSlice))
 	// The broker's own workloads, which the read-back looks at and skips:
 	// more than the bound rounded up to a whole slice.
-	ev, err := wireframe.ParseLifecycle(wireframe.MethodStarted, json.RawMessage(`{"workloadInfo":`+mustJSON(t, workload("proxy", "running", n.id))+`}`))
+	ev, err := wireframe.ParseLifecycle(wireframe.MethodStarted, json.RawMessage(`{"workloadInfo":`+mustJSON(t, testframe.Workload("proxy", "running", n.id))+`}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -576,7 +577,7 @@ func TestReadBackLooksAtTheSameEntriesWhetherItsFilterMatchesOrNot(t *testing.T)
 	// The broker's own workloads, which the read-back looks at and never
 	// lists, around the jobs of two producers: "early" has its jobs at
 	// the head of the set, "late" at its end.
-	ev, err := wireframe.ParseLifecycle(wireframe.MethodStarted, json.RawMessage(`{"workloadInfo":`+mustJSON(t, workload("proxy", "running", n.id))+`}`))
+	ev, err := wireframe.ParseLifecycle(wireframe.MethodStarted, json.RawMessage(`{"workloadInfo":`+mustJSON(t, testframe.Workload("proxy", "running", n.id))+`}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/statetable"
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -244,9 +245,9 @@ func TestIngressAtTheResyncByteBoundIs503WithRetryAfterAndWritesNothing(t *testi
 
 func TestBrokerFrameOverTheResyncByteBoundIsNeitherRelayedNorKept(t *testing.T) {
 	n, q := ifxNode(t)
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("stdio-1", "running", n.id, false)))
+	n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("stdio-1", "running", n.id))))
 	setResyncMaxBytes(n, resyncBytes(n)+32)
-	n.m.handleLine([]byte(ifxStdioLifecycleJSON("stdio-2", "running", n.id, false)))
+	n.m.handleLine([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("stdio-2", "running", n.id))))
 	if got := ifxDrain(q); len(got) != 1 {
 		t.Fatalf("sent %s, want the first frame alone", ifxDescribe(got))
 	}
@@ -276,7 +277,9 @@ func TestBrokerFrameOverTheResyncByteBoundIsNeitherRelayedNorKept(t *testing.T) 
 // past it.
 func TestIngressFramesInFlightCountTowardTheResyncByteBound(t *testing.T) {
 	n, _ := ifxNode(t)
-	body := func(id string) []byte { return []byte(ifxLifecycleJSON(id, "running", "")) }
+	body := func(id string) []byte {
+		return []byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON(id, "running", "")))
+	}
 	if _, err := n.m.ingestLocal(body("old-0")); err != nil {
 		t.Fatal(err)
 	}
@@ -362,9 +365,9 @@ func TestAnExpiryOverTheWorkloadBoundRetiresTheJobWithItsKnownFields(t *testing.
 	clock := ifxUseClock(n)
 	w := leasedInfo("wide", "running", 1)
 	w["pad"] = ""
-	frame := ingressFrameJSON(w)
+	frame := string(testframe.Lifecycle(w, nil))
 	w["pad"] = strings.Repeat("p", limit-(len(frame)-len(`{"jsonrpc":"2.0","method":"workload:started","params":}`))-8)
-	if _, err := n.m.ingestLocalLeased([]byte(ingressFrameJSON(w)), []string{"5"}); err != nil {
+	if _, err := n.m.ingestLocalLeased(testframe.Lifecycle(w, nil), []string{"5"}); err != nil {
 		t.Fatal(err)
 	}
 	clock.advance(5 * time.Second)

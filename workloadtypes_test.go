@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -21,7 +22,7 @@ func TestIngressRefusesMembersTheBrokerCannotDecode(t *testing.T) {
 	for _, tc := range typeViolations {
 		t.Run(tc.name, func(t *testing.T) {
 			tracked := ifxTrackedCount(n)
-			body := lifecycleFrameJSON(workloadJSON("", tc.member))
+			body := testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", "", tc.member))
 			status, reason := postIngress(t, addr, body)
 			if status != http.StatusBadRequest || !strings.Contains(reason, tc.reason) {
 				t.Errorf("status %d (%q), want 400 naming %q", status, reason, tc.reason)
@@ -62,7 +63,7 @@ func TestPeerServerRefusesMembersTheBrokerCannotDecode(t *testing.T) {
 	)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			status, reason := netPostAnswer(t, h.c, h.addr, []byte(lifecycleFrameJSON(workloadJSON(origin, tc.member))))
+			status, reason := netPostAnswer(t, h.c, h.addr, []byte(testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", origin, tc.member))))
 			if status != http.StatusBadRequest || !strings.Contains(reason, tc.reason) {
 				t.Fatalf("status %d (%q), want 400 naming %q", status, reason, tc.reason)
 			}
@@ -79,7 +80,7 @@ func TestBrokerFramesTheBrokerCannotDecodeAreNotBroadcast(t *testing.T) {
 	for _, tc := range typeViolations {
 		t.Run(tc.name, func(t *testing.T) {
 			logged, tracked := len(n.logs.String()), ifxTrackedCount(n)
-			n.m.handleLine([]byte(lifecycleFrameJSON(workloadJSON(n.id, tc.member))))
+			n.m.handleLine([]byte(testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", n.id, tc.member))))
 			if got := ifxDrain(q); len(got) != 0 {
 				t.Errorf("queued for peers: %s", ifxDescribe(got))
 			}
@@ -102,13 +103,13 @@ func TestBrokerFramesTheBrokerCannotDecodeAreNotBroadcast(t *testing.T) {
 // null createdAt or seq (Go int64 fields upstream, which a null leaves at
 // 0), a method its state does not agree with, a time in seconds.
 var ingressOnlyRules = []struct{ name, frame, reason string }{
-	{"createdAt null", lifecycleFrameJSON(workloadJSON("", `"createdAt":null`)),
+	{"createdAt null", testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", "", `"createdAt":null`)),
 		"workloadInfo.createdAt must be an integer (epoch milliseconds); the ingress takes no null"},
-	{"seq null", lifecycleFrameJSON(workloadJSON("", `"createdAt":1789661457000`, `"seq":null`)),
+	{"seq null", testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", "", `"createdAt":1789661457000`, `"seq":null`)),
 		"workloadInfo.seq must be an integer from 0 to 9223372036854775807; the ingress takes no null"},
-	{"workload:started carrying completed", lifecycleFrameJSON(workloadJSON("", `"state":"completed"`)),
+	{"workload:started carrying completed", testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", "", `"state":"completed"`)),
 		`workloadInfo.state "completed" does not agree with method workload:started, which carries state running`},
-	{"createdAt in seconds", lifecycleFrameJSON(workloadJSON("", `"createdAt":1789661457`)),
+	{"createdAt in seconds", testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", "", `"createdAt":1789661457`)),
 		"workloadInfo.createdAt is 1789661457, below 1000000000000: it looks like seconds; send epoch milliseconds"},
 }
 

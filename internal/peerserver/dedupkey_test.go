@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -74,8 +75,8 @@ func TestDedupKeyDistinguishesEveryTupleMember(t *testing.T) {
 }
 
 func TestDedupKeyIgnoresFieldsOutsideTheTuple(t *testing.T) {
-	a := workload("job-1", "running", "node-a", map[string]any{"scheduledOn": "node-b"})
-	b := workload("job-1", "running", "node-a", map[string]any{"scheduledOn": "node-b",
+	a := testframe.Workload("job-1", "running", "node-a", map[string]any{"scheduledOn": "node-b"})
+	b := testframe.Workload("job-1", "running", "node-a", map[string]any{"scheduledOn": "node-b",
 		"model": "other", "createdAt": 1, "startedAt": 2, "error": "boom", "custom": []int{1}})
 	eva, err := wireframe.ParseLifecycle(wireframe.MethodStarted, lifecycleParamsJSON(t, a, nil))
 	if err != nil {
@@ -122,7 +123,7 @@ func lifecycleParamsJSON(t testing.TB, w map[string]any, extra map[string]any) j
 func mustLifecycle(t testing.TB, w map[string]any, extra map[string]any) wireframe.Lifecycle {
 	t.Helper()
 	state, _ := w["state"].(string)
-	ev, err := wireframe.ParseLifecycle(methodFor(state), lifecycleParamsJSON(t, w, extra))
+	ev, err := wireframe.ParseLifecycle(testframe.MethodFor(state), lifecycleParamsJSON(t, w, extra))
 	if err != nil {
 		t.Fatalf("parseLifecycle: %v", err)
 	}
@@ -137,37 +138,4 @@ func mustLifecycleRaw(t testing.TB, method, params string) wireframe.Lifecycle {
 		t.Fatalf("parseLifecycle(%s): %v", params, err)
 	}
 	return ev
-}
-
-// workload is a workload object with the usual members, overridden (nil
-// deletes a member).
-func workload(id, state, origin string, overrides ...map[string]any) map[string]any {
-	w := map[string]any{
-		"id": id, "model": "qwen3.5-9b", "engine": "llamacpp", "state": state,
-		"originatedFrom": origin, "runId": "run-" + id, "seq": 1, "createdAt": 1789661457000,
-	}
-	for _, o := range overrides {
-		for k, v := range o {
-			if v == nil {
-				delete(w, k)
-			} else {
-				w[k] = v
-			}
-		}
-	}
-	return w
-}
-
-// methodFor is the lifecycle method of a state.
-func methodFor(state string) string {
-	switch state {
-	case "queued":
-		return wireframe.MethodSubmitted
-	case "running":
-		return wireframe.MethodStarted
-	case "completed":
-		return wireframe.MethodCompleted
-	default:
-		return wireframe.MethodErrored
-	}
 }

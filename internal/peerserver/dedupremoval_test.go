@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -44,7 +45,7 @@ func (r *dedupRecorder) remove(origin, id string) (duplicate bool) {
 func TestDedupRemovalOfAReusedIDAfterANewRunIsDelivered(t *testing.T) {
 	r := &dedupRecorder{t: t, d: newDedup(100)}
 	run := func(n string) wireframe.Lifecycle {
-		return mustLifecycle(t, workload("job-42", "running", "node-a", map[string]any{"runId": "run-" + n}), nil)
+		return mustLifecycle(t, testframe.Workload("job-42", "running", "node-a", map[string]any{"runId": "run-" + n}), nil)
 	}
 	r.life(run("1"), "run-1")
 	r.remove("node-a", "job-42")
@@ -74,7 +75,7 @@ func TestDedupReassertionAfterARemovalMakesTheNextRemovalNew(t *testing.T) {
 	// frames were lost: once written, the workload is live at the broker
 	// and its removal must reach it again.
 	r := &dedupRecorder{t: t, d: newDedup(100)}
-	w := workload("job-1", "running", "node-a")
+	w := testframe.Workload("job-1", "running", "node-a")
 	r.life(mustLifecycle(t, w, nil), "upsert")
 	r.remove("node-a", "job-1")
 	r.life(mustLifecycle(t, w, map[string]any{"resync": true}), "resync")
@@ -89,13 +90,13 @@ func TestDedupLifecycleDuplicateOrFailedWriteKeepsTheRemovalADuplicate(t *testin
 	// not written) or a failed write leaves the removal the broker's last
 	// word, so the same removal again is still a duplicate.
 	r := &dedupRecorder{t: t, d: newDedup(100)}
-	e := mustLifecycle(t, workload("job-1", "running", "node-a"), nil)
+	e := mustLifecycle(t, testframe.Workload("job-1", "running", "node-a"), nil)
 	r.life(e, "upsert")
 	r.remove("node-a", "job-1")
 	if !r.life(e, "upsert again") {
 		t.Fatal("the late retry of the upsert was written")
 	}
-	other := mustLifecycle(t, workload("job-1", "completed", "node-a"), nil)
+	other := mustLifecycle(t, testframe.Workload("job-1", "completed", "node-a"), nil)
 	if _, err := r.d.deliverLifecycle(&other, func() error { return errors.New("broker gone") }); err == nil {
 		t.Fatal("the failed write reported no error")
 	}
@@ -111,7 +112,7 @@ func TestDedupLifecycleForgetsOnlyItsOwnWorkloadsRemovals(t *testing.T) {
 	r.remove("node-a", "job-2")
 	r.remove("", "job-1") // upstream's removal without originatedFrom
 	r.remove("", "job-2")
-	r.life(mustLifecycle(t, workload("job-1", "running", "node-a"), nil), "upsert")
+	r.life(mustLifecycle(t, testframe.Workload("job-1", "running", "node-a"), nil), "upsert")
 	for _, c := range []struct {
 		origin, id string
 		dup        bool
@@ -154,7 +155,7 @@ func TestDedupRemovalRacingALifecycleWriteWaitsForIt(t *testing.T) {
 				if resync {
 					extra = map[string]any{"resync": true}
 				}
-				e := mustLifecycle(t, workload("job-1", "running", "node-a", map[string]any{"runId": "run-2"}), extra)
+				e := mustLifecycle(t, testframe.Workload("job-1", "running", "node-a", map[string]any{"runId": "run-2"}), extra)
 				inWrite, release := make(chan struct{}), make(chan struct{})
 				lifeDone := make(chan error, 1)
 				go func() {
