@@ -417,7 +417,7 @@ func TestAGroupIsBoundedInBytesAndTheRestGoesInTheNextWrite(t *testing.T) {
 	const frames, size = 8, 300 << 10 // 2.4 MB in all: three groups at least
 	var wg sync.WaitGroup
 	for i := range frames {
-		params := paddedNotification(t, fmt.Sprintf("test:big-%d", i), size)
+		params := testframe.PaddedParams(t, fmt.Sprintf("test:big-%d", i), size)
 		wg.Go(func() {
 			if err := bw.Notify(fmt.Sprintf("test:big-%d", i), params); err != nil {
 				t.Errorf("frame %d: %v", i, err)

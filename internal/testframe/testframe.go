@@ -16,6 +16,7 @@ package testframe
 import (
 	"encoding/json"
 	"strings"
+	"testing"
 
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -136,4 +137,20 @@ func WorkloadJSON(id, state, origin string, members ...string) string {
 func LifecycleJSON(method, info string, params ...string) string {
 	p := strings.Join(append(params[:len(params):len(params)], `"workloadInfo":`+info), ",")
 	return `{"jsonrpc":"2.0","method":"` + method + `","params":{` + p + `}}`
+}
+
+// PaddedParams are the params of a notification of method whose line to
+// the broker, its newline included, is exactly size bytes: {"pad":"ppp..."}.
+// It fails t when no such line is that short.
+func PaddedParams(t testing.TB, method string, size int) json.RawMessage {
+	t.Helper()
+	empty := len(wireframe.EncodeNotification(method, json.RawMessage(`{"pad":""}`))) + 1
+	if size < empty {
+		t.Fatalf("a %s line is at least %d bytes, more than %d", method, empty, size)
+	}
+	params := json.RawMessage(`{"pad":"` + strings.Repeat("p", size-empty) + `"}`)
+	if got := len(wireframe.EncodeNotification(method, params)) + 1; got != size {
+		t.Fatalf("padded line is %d bytes, want %d", got, size)
+	}
+	return params
 }
