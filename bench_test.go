@@ -34,6 +34,7 @@ import (
 
 	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -226,7 +227,7 @@ func BenchmarkFanOutEndToEnd(b *testing.B) {
 	r.m.trust.Reload()
 	p, _ := json.Marshal(map[string]any{"nodes": nodes})
 	r.send(b, wireframe.EncodeNotification("discovery:nodes", p))
-	eventually(b, "8 targets", func() bool { return r.m.bcast.TargetCount() == k })
+	testkit.Eventually(b, "8 targets", func() bool { return r.m.bcast.TargetCount() == k })
 
 	minDelivered := func() int64 {
 		lo := int64(-1)
@@ -327,7 +328,7 @@ func benchRunManager(b *testing.B, ingress bool) *benchRun {
 		<-done
 		fromD.Close()
 	})
-	eventually(b, "the manager to bind", func() bool { return m.PeerAddr() != nil && (!ingress || m.IngressAddr() != "") })
+	testkit.Eventually(b, "the manager to bind", func() bool { return m.PeerAddr() != nil && (!ingress || m.IngressAddr() != "") })
 	return &benchRun{m: m, ident: ident, clusterDir: clusterDir, toD: toD}
 }
 

@@ -17,6 +17,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 )
 
 func TestBroadcastDeadPeerDoesNotDelayHealthyPeer(t *testing.T) {
@@ -32,8 +33,8 @@ func TestBroadcastDeadPeerDoesNotDelayHealthyPeer(t *testing.T) {
 	start := time.Now()
 	a.sendLifecycle(testframe.Workload("job-1", "running", a.id))
 	a.sendLifecycle(testframe.Workload("job-2", "running", a.id))
-	eventually(t, "the dead peer to be dialed", func() bool { return hole.accepted.Load() > 0 })
-	eventually(t, "job-1 and job-2 at the healthy peer", func() bool { return sink.count("job-1") == 1 && sink.count("job-2") == 1 })
+	testkit.Eventually(t, "the dead peer to be dialed", func() bool { return hole.accepted.Load() > 0 })
+	testkit.Eventually(t, "job-1 and job-2 at the healthy peer", func() bool { return sink.count("job-1") == 1 && sink.count("job-2") == 1 })
 	// The dead peer holds each attempt for peerAttemptTimeout (5 s): a
 	// healthy peer waiting behind it would see job-2 after 15 s.
 	if took := time.Since(start); took > 3*time.Second {
@@ -61,7 +62,7 @@ func TestBroadcastPreservesPerPeerOrder(t *testing.T) {
 		a.sendLifecycle(testframe.Workload(id, "running", a.id))
 	}
 	for i, s := range []*netSink{s1, s2} {
-		eventually(t, fmt.Sprintf("%d frames at sink %d", n, i+1), func() bool { return len(s.ids()) >= n })
+		testkit.Eventually(t, fmt.Sprintf("%d frames at sink %d", n, i+1), func() bool { return len(s.ids()) >= n })
 		if got := s.ids(); !slices.Equal(got, want) {
 			t.Fatalf("sink %d received the frames out of order or more than once:\n%v", i+1, got)
 		}
@@ -83,7 +84,7 @@ func TestBroadcastHeldPeerKeepsReadLoopResponsiveAndGetsEveryWorkloadInOrder(t *
 
 	id := func(i int) string { return fmt.Sprintf("q-%04d", i) }
 	a.sendLifecycle(testframe.Workload(id(0), "running", a.id))
-	eventually(t, "the first frame in flight at the peer", func() bool { return sink.count(id(0)) >= 1 })
+	testkit.Eventually(t, "the first frame in flight at the peer", func() bool { return sink.count(id(0)) >= 1 })
 	const extra = 2100
 	var lines bytes.Buffer
 	for i := 1; i <= extra; i++ {
@@ -99,7 +100,7 @@ func TestBroadcastHeldPeerKeepsReadLoopResponsiveAndGetsEveryWorkloadInOrder(t *
 	}()
 	select {
 	case <-taken:
-	case <-time.After(waitTimeout):
+	case <-time.After(testkit.WaitTimeout):
 		t.Fatal("the read loop stopped taking frames while the peer was held")
 	}
 	if took := netBarrier(t, a); took > time.Second {
@@ -107,7 +108,7 @@ func TestBroadcastHeldPeerKeepsReadLoopResponsiveAndGetsEveryWorkloadInOrder(t *
 	}
 	sink.release()
 	a.sendLifecycle(testframe.Workload("q-after", "running", a.id))
-	eventually(t, "every workload at the peer", func() bool { return len(slices.Compact(sink.ids())) >= extra+2 })
+	testkit.Eventually(t, "every workload at the peer", func() bool { return len(slices.Compact(sink.ids())) >= extra+2 })
 	got := slices.Compact(sink.ids())
 	var all []string
 	for i := 0; i <= extra; i++ {
@@ -151,7 +152,7 @@ func TestBroadcastRetriesServerErrorsButNotRejections(t *testing.T) {
 	}
 	// Per-peer order: once the next frame is in, every retry before it is done.
 	a.sendLifecycle(testframe.Workload("r-after", "running", a.id))
-	eventually(t, "r-after at the peer", func() bool { return sink.count("r-after") == 1 })
+	testkit.Eventually(t, "r-after at the peer", func() bool { return sink.count("r-after") == 1 })
 	for _, c := range cases {
 		if got := sink.count(c.id); got != c.attempts {
 			t.Errorf("%s: %d attempts, want %d", c.id, got, c.attempts)
@@ -162,7 +163,7 @@ func TestBroadcastRetriesServerErrorsButNotRejections(t *testing.T) {
 	if got := netDrops(a); got != 3 {
 		t.Errorf("%d entries skipped as refused, want 3", got)
 	}
-	if !a.logs.contains("level=WARN", "peer refused entries for good") {
+	if !a.logs.Contains("level=WARN", "peer refused entries for good") {
 		t.Errorf("no warning about the refused entries; logs:\n%s", a.logs)
 	}
 }
@@ -179,7 +180,7 @@ func TestBroadcastPoolsConnectionsToAPeer(t *testing.T) {
 	for i := range n {
 		a.sendLifecycle(testframe.Workload(fmt.Sprintf("job-%02d", i), "running", a.id))
 	}
-	eventually(t, fmt.Sprintf("%d frames at the peer", n), func() bool { return len(sink.ids()) >= n })
+	testkit.Eventually(t, fmt.Sprintf("%d frames at the peer", n), func() bool { return len(sink.ids()) >= n })
 	if conns, hellos := sink.conns.Load(), sink.hellos.Load(); conns > 2 || hellos > 2 {
 		t.Fatalf("%d frames took %d connections and %d TLS handshakes, want at most 2", n, conns, hellos)
 	}
@@ -194,15 +195,15 @@ func TestBroadcastStopsSendingToARemovedTarget(t *testing.T) {
 	netDiscover(a, s1.entry(), s2.entry())
 	a.waitTargets(2)
 	a.sendLifecycle(testframe.Workload("job-1", "running", a.id))
-	eventually(t, "job-1 at both peers", func() bool { return s1.count("job-1") == 1 && s2.count("job-1") == 1 })
+	testkit.Eventually(t, "job-1 at both peers", func() bool { return s1.count("job-1") == 1 && s2.count("job-1") == 1 })
 
 	netDiscover(a, s2.entry())
 	a.waitTargets(1)
 	// The removed target's sender ends and closes its pooled connection.
-	eventually(t, "the removed target's connections closed", func() bool { return s1.closed.Load() == s1.conns.Load() })
+	testkit.Eventually(t, "the removed target's connections closed", func() bool { return s1.closed.Load() == s1.conns.Load() })
 	a.sendLifecycle(testframe.Workload("job-2", "running", a.id))
 	a.sendLifecycle(testframe.Workload("job-3", "running", a.id))
-	eventually(t, "job-2 and job-3 at the kept peer", func() bool { return s2.count("job-2") == 1 && s2.count("job-3") == 1 })
+	testkit.Eventually(t, "job-2 and job-3 at the kept peer", func() bool { return s2.count("job-2") == 1 && s2.count("job-3") == 1 })
 	if got := s1.ids(); !slices.Equal(got, []string{"job-1"}) {
 		t.Fatalf("the removed target received %v after its removal", got)
 	}

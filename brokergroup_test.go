@@ -22,6 +22,7 @@ import (
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -128,7 +129,7 @@ func answeredWhileHeld(t *testing.T, what string, post func() error) error {
 	select {
 	case err := <-answered:
 		return err
-	case <-time.After(waitTimeout):
+	case <-time.After(testkit.WaitTimeout):
 		t.Fatalf("%s waited for the held broker write instead of being refused at once", what)
 		return nil
 	}
@@ -195,7 +196,7 @@ func TestFramesReadyTogetherAreWrittenInOneWriteInTheOrderTheyWereAccepted(t *te
 	close(start)
 	// Every ingress post and one frame of each peer wait behind the held
 	// write: a group.
-	eventually(t, "every ingress post and each peer's first frame queued behind the held write", func() bool {
+	testkit.Eventually(t, "every ingress post and each peer's first frame queued behind the held write", func() bool {
 		return n.m.out.Queued() == workloads*postsEach+peers
 	})
 	close(gw.release)
@@ -320,7 +321,7 @@ func TestAFailedGroupWriteFailsEveryFrameOfTheGroupAndCommitsNone(t *testing.T) 
 			peerStatus <- st
 		})
 	}
-	eventually(t, "every frame queued behind the held write", func() bool {
+	testkit.Eventually(t, "every frame queued behind the held write", func() bool {
 		return n.m.out.Queued() == len(bodies)+len(principals)
 	})
 	close(gw.release)
@@ -383,7 +384,7 @@ func TestALineOverTheLimitIsRefusedAloneAndDoesNotJoinAGroup(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, "two frames queued", func() bool { return n.m.out.Queued() == 2 })
+	testkit.Eventually(t, "two frames queued", func() bool { return n.m.out.Queued() == 2 })
 	big := `"note":"` + strings.Repeat("x", wireframe.MinBrokerLineMax) + `"`
 	if err := answeredWhileHeld(t, "an over-long frame", func() error {
 		_, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("big", "running", "", big))))
@@ -424,7 +425,7 @@ func TestAGroupIsBoundedInBytesAndTheRestGoesInTheNextWrite(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, "every frame queued", func() bool { return bw.Queued() == frames })
+	testkit.Eventually(t, "every frame queued", func() bool { return bw.Queued() == frames })
 	close(gw.release)
 	if err := <-held; err != nil {
 		t.Fatal(err)
@@ -469,7 +470,7 @@ func TestIngressFramesInFlightCountTowardTheLiveWorkloadLimit(t *testing.T) {
 			t.Errorf("a later frame of a run in flight: %v", err)
 		}
 	})
-	eventually(t, "the later frame in flight", func() bool { return n.m.ingressFlight.inFlight() == 3 })
+	testkit.Eventually(t, "the later frame in flight", func() bool { return n.m.ingressFlight.inFlight() == 3 })
 	close(gw.release)
 	heldDone()
 	wg.Wait()
@@ -516,7 +517,7 @@ func twoNewRunsInFlight(t *testing.T, limit int) (*testNode, *groupWriter, func(
 			}
 		})
 	}
-	eventually(t, "two new runs in flight", func() bool { return n.m.ingressFlight.inFlight() == 2 })
+	testkit.Eventually(t, "two new runs in flight", func() bool { return n.m.ingressFlight.inFlight() == 2 })
 	return n, gw, heldDone, wg
 }
 

@@ -7,14 +7,15 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/brokerio"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
 // A node logging at info, so held-back lines are not written at debug.
 // Its limiter's interval is an hour, so however slow the test runs, no
 // interval ends within it.
-func newInfoLogNode(t *testing.T) (*testNode, *logBuffer) {
-	var logs logBuffer
+func newInfoLogNode(t *testing.T) (*testNode, *testkit.LogBuffer) {
+	var logs testkit.LogBuffer
 	n := newTestNode(t, func(c *Config) {
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})
@@ -48,10 +49,10 @@ func TestBadBrokerLinesAreCountedByKindAndWarnedOncePerKind(t *testing.T) {
 	// fits the broker's line: the request is answered.
 	n.broker.send(`{"jsonrpc":"2.0","id":"method","method":` + hugeJSON + `}`)
 	n.broker.send(`{"jsonrpc":"2.0","id":"level","method":"log/set-level","params":{"level":` + hugeJSON + `}}`)
-	if a := n.broker.waitResponse(`"method"`); a.Error == nil || a.Error.Code != wireframe.CodeMethodNotFound {
+	if a := n.broker.WaitResponse(`"method"`); a.Error == nil || a.Error.Code != wireframe.CodeMethodNotFound {
 		t.Fatalf("a request with a huge method answered %+v, want -32601", a)
 	}
-	if a := n.broker.waitResponse(`"level"`); a.Error == nil || a.Error.Code != wireframe.CodeInvalidParams {
+	if a := n.broker.WaitResponse(`"level"`); a.Error == nil || a.Error.Code != wireframe.CodeInvalidParams {
 		t.Fatalf("log/set-level with a huge level answered %+v, want -32602", a)
 	}
 	for kind := range brokerio.LineKinds {

@@ -17,6 +17,7 @@ import (
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -101,9 +102,9 @@ func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingB
 			t.Cleanup(func() { gate.open(); wg.Wait() })
 			answers := make(chan busyAnswer, brokerio.WaitersMax+1)
 			for i := range brokerio.WaitersMax {
-				wg.Go(func() { answers <- c.post(t, c.name+"-waiting-"+itoa(i), waitTimeout) })
+				wg.Go(func() { answers <- c.post(t, c.name+"-waiting-"+itoa(i), testkit.WaitTimeout) })
 			}
-			eventually(t, "every slot taken", func() bool { return waiters.Waiting() == brokerio.WaitersMax })
+			testkit.Eventually(t, "every slot taken", func() bool { return waiters.Waiting() == brokerio.WaitersMax })
 
 			refusedBefore := waiters.Refused()
 			// At once: a refusal that waited would hold what the bound saves.
@@ -115,12 +116,12 @@ func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingB
 				t.Fatalf("refusals counted: %d, want 1", got)
 			}
 			// The other channel has slots of its own.
-			wg.Go(func() { answers <- c.other(t, c.name+"-other", waitTimeout) })
+			wg.Go(func() { answers <- c.other(t, c.name+"-other", testkit.WaitTimeout) })
 			otherWaiters := h.n.m.peerWaiters
 			if waiters == h.n.m.peerWaiters {
 				otherWaiters = h.n.m.ingressWaiters
 			}
-			eventually(t, "the other channel's request waiting, not refused", func() bool { return otherWaiters.Waiting() == 1 })
+			testkit.Eventually(t, "the other channel's request waiting, not refused", func() bool { return otherWaiters.Waiting() == 1 })
 
 			gate.open()
 			wg.Wait()
@@ -135,10 +136,10 @@ func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingB
 			if resyncHeldID(h.n, c.name+"-refused") {
 				t.Fatal("the refused frame was tracked")
 			}
-			if a := c.post(t, c.name+"-refused", waitTimeout); a.status != http.StatusOK {
+			if a := c.post(t, c.name+"-refused", testkit.WaitTimeout); a.status != http.StatusOK {
 				t.Fatalf("the refused frame, sent again once the broker reads: %+v, want 200", a)
 			}
-			eventually(t, "the refused frame at the broker once sent again", func() bool { return netUpsertIDs(h.n)[c.name+"-refused"] == 1 })
+			testkit.Eventually(t, "the refused frame at the broker once sent again", func() bool { return netUpsertIDs(h.n)[c.name+"-refused"] == 1 })
 		})
 	}
 }

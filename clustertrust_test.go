@@ -11,6 +11,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -31,7 +32,7 @@ func TestNodeWithoutIdentityCompletesNoHandshakeUntilIdentityAppears(t *testing.
 	}
 
 	netMust(t, devpki.WriteIdentity(n.clusterDir, n.ident))
-	eventually(t, "a handshake once the identity appears", func() bool { return netHandshake(addr, &client) == nil })
+	testkit.Eventually(t, "a handshake once the identity appears", func() bool { return netHandshake(addr, &client) == nil })
 	if got := n.m.PeerAddr().String(); got != addr {
 		t.Fatalf("the peer listener moved from %s to %s: it must serve on the same listener", addr, got)
 	}
@@ -39,7 +40,7 @@ func TestNodeWithoutIdentityCompletesNoHandshakeUntilIdentityAppears(t *testing.
 	if st := netPost(t, c, addr, testframe.Lifecycle(testframe.Workload("job-1", "running", client.Principal), nil)); st != 200 {
 		t.Fatalf("POST once the identity appeared = %d, want 200", st)
 	}
-	n.broker.waitMethod(wireframe.MethodUpsert, 1)
+	n.broker.WaitMethod(wireframe.MethodUpsert, 1)
 }
 
 func TestNodeWithoutIdentityBroadcastsNothingUntilIdentityAppears(t *testing.T) {
@@ -61,7 +62,7 @@ func TestNodeWithoutIdentityBroadcastsNothingUntilIdentityAppears(t *testing.T) 
 	a.waitTargets(1)
 	// The workload tracked before the identity appeared reaches B through
 	// the backfill.
-	eventually(t, "job-before at B", func() bool { return netUpsertIDs(b)["job-before"] >= 1 })
+	testkit.Eventually(t, "job-before at B", func() bool { return netUpsertIDs(b)["job-before"] >= 1 })
 }
 
 func TestLivePinReloadAdmitsNewPeerWithinTwoSeconds(t *testing.T) {
@@ -140,7 +141,7 @@ func netMintCN(t testing.TB, principal string) devpki.Identity {
 	return id
 }
 
-func netLogger(l *logBuffer) *slog.Logger {
+func netLogger(l *testkit.LogBuffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -19,7 +20,7 @@ func TestBrokerGetsOneFramePerLineForAPrettyPrintedIngressPost(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.start()
-	eventually(t, "ingress bound", func() bool { return n.m.IngressAddr() != "" })
+	testkit.Eventually(t, "ingress bound", func() bool { return n.m.IngressAddr() != "" })
 	resp, err := http.Post("http://"+n.m.IngressAddr()+wireframe.EventsPath, "application/json",
 		strings.NewReader(prettyFrame(t, testframe.Workload("job-pretty", "running", ""))))
 	if err != nil {
@@ -31,7 +32,7 @@ func TestBrokerGetsOneFramePerLineForAPrettyPrintedIngressPost(t *testing.T) {
 	}
 	// testBroker fails the test on any line that is not one JSON frame.
 	var ups []map[string]any
-	eventually(t, "the upsert at the broker", func() bool { ups = n.upserts(); return len(ups) == 1 })
+	testkit.Eventually(t, "the upsert at the broker", func() bool { ups = n.Upserts(); return len(ups) == 1 })
 	if ups[0]["id"] != "job-pretty" || !reflect.DeepEqual(ups[0]["labels"], map[string]any{"team": "a"}) {
 		t.Fatalf("broker got %v, want job-pretty with its nested labels", ups[0])
 	}
@@ -60,7 +61,7 @@ func TestBrokerGetsOneFramePerLineForAPrettyPrintedPeerPost(t *testing.T) {
 		t.Fatalf("peer server answered %s", resp.Status)
 	}
 	var ups []map[string]any
-	eventually(t, "the upsert at B's broker", func() bool { ups = b.upserts(); return len(ups) == 1 })
+	testkit.Eventually(t, "the upsert at B's broker", func() bool { ups = b.Upserts(); return len(ups) == 1 })
 	if ups[0]["id"] != "job-pretty" || !reflect.DeepEqual(ups[0]["labels"], map[string]any{"team": "a"}) {
 		t.Fatalf("broker got %v, want job-pretty with its nested labels", ups[0])
 	}

@@ -14,6 +14,7 @@ import (
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/peersend"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 )
 
 func TestSelectTargetsKeepsOnlyPinnedReachablePeers(t *testing.T) {
@@ -86,7 +87,7 @@ func TestSelectTargetsKeepsOnlyPinnedReachablePeers(t *testing.T) {
 			netMust(t, err)
 			nodes, err := parseDiscovery(raw)
 			netMust(t, err)
-			logs := &logBuffer{}
+			logs := &testkit.LogBuffer{}
 			targets := selectTargets(nodes, self, func(p string) bool { return pinned[p] }, netLogger(logs))
 			var got []string
 			for _, tg := range targets {
@@ -95,7 +96,7 @@ func TestSelectTargetsKeepsOnlyPinnedReachablePeers(t *testing.T) {
 			if !slices.Equal(got, c.want) {
 				t.Fatalf("targets\n got %q\nwant %q", got, c.want)
 			}
-			if c.skipLog != "" && !logs.contains("level=DEBUG", "not a target", c.skipLog) {
+			if c.skipLog != "" && !logs.Contains("level=DEBUG", "not a target", c.skipLog) {
 				t.Fatalf("no debug line for the skipped node with reason %q; logs:\n%s", c.skipLog, logs)
 			}
 		})
@@ -112,7 +113,7 @@ func TestPeerAtIPv6LoopbackReceivesFrames(t *testing.T) {
 	netDiscover(a, netNodeEntry(b, "::1"))
 	a.waitTargets(1)
 	a.sendLifecycle(testframe.Workload("job-v6", "running", a.id))
-	eventually(t, "job-v6 at B over IPv6", func() bool { return netUpsertIDs(b)["job-v6"] == 1 })
+	testkit.Eventually(t, "job-v6 at B over IPv6", func() bool { return netUpsertIDs(b)["job-v6"] == 1 })
 }
 
 func TestPeerAtZonedIPv6AddressReceivesFrames(t *testing.T) {
@@ -127,20 +128,20 @@ func TestPeerAtZonedIPv6AddressReceivesFrames(t *testing.T) {
 	netDiscover(a, netNodeEntry(b, "::1%"+lo))
 	a.waitTargets(1)
 	a.sendLifecycle(testframe.Workload("job-zone", "running", a.id))
-	eventually(t, "job-zone at B over a zoned IPv6 address", func() bool { return netUpsertIDs(b)["job-zone"] == 1 })
+	testkit.Eventually(t, "job-zone at B over a zoned IPv6 address", func() bool { return netUpsertIDs(b)["job-zone"] == 1 })
 }
 
 func TestDiscoverySnapshotReplacesTargetSet(t *testing.T) {
 	a, b, c := newTestNode(t), newTestNode(t), newTestNode(t)
 	mesh(t, a, b, c)
 	a.sendLifecycle(testframe.Workload("job-1", "running", a.id))
-	eventually(t, "job-1 at B and C", func() bool { return netUpsertIDs(b)["job-1"] == 1 && netUpsertIDs(c)["job-1"] == 1 })
+	testkit.Eventually(t, "job-1 at B and C", func() bool { return netUpsertIDs(b)["job-1"] == 1 && netUpsertIDs(c)["job-1"] == 1 })
 
 	a.discover(c) // B is absent from the next snapshot
 	a.waitTargets(1)
 	a.sendLifecycle(testframe.Workload("job-2", "running", a.id))
 	a.sendLifecycle(testframe.Workload("job-3", "running", a.id))
-	eventually(t, "job-2 and job-3 at C", func() bool { ids := netUpsertIDs(c); return ids["job-2"] == 1 && ids["job-3"] == 1 })
+	testkit.Eventually(t, "job-2 and job-3 at C", func() bool { ids := netUpsertIDs(c); return ids["job-2"] == 1 && ids["job-3"] == 1 })
 	if ids := netUpsertIDs(b); ids["job-2"] != 0 || ids["job-3"] != 0 {
 		t.Fatalf("B, absent from the snapshot, still received frames: %v", ids)
 	}
@@ -175,7 +176,7 @@ func TestDiscoveryLogsEveryTargetSetChange(t *testing.T) {
 			continue
 		}
 		// At info: the default level shows every change to an operator.
-		if after != before+1 || !a.logs.contains(append([]string{"level=INFO", "broadcast targets changed"}, s.line...)...) {
+		if after != before+1 || !a.logs.Contains(append([]string{"level=INFO", "broadcast targets changed"}, s.line...)...) {
 			t.Fatalf("step %d: no change line with %q; logs:\n%s", i, s.line, a.logs)
 		}
 	}
@@ -200,7 +201,7 @@ func TestNewTargetIsBackfilledWithTheResyncSet(t *testing.T) {
 	// committed after it comes after it in version order, so once that
 	// frame is at B's broker the whole backfill is.
 	a.sendLifecycle(testframe.Workload("job-next", "running", a.id))
-	eventually(t, "job-next at B", func() bool { return netUpsertIDs(b)["job-next"] == 1 })
+	testkit.Eventually(t, "job-next at B", func() bool { return netUpsertIDs(b)["job-next"] == 1 })
 	ids := netUpsertIDs(b)
 	if ids["job-live"] != 1 || ids["job-done"] != 1 {
 		t.Fatalf("B was not backfilled with the re-sync set: %v", ids)
@@ -227,7 +228,7 @@ func TestPinArrivingAfterSnapshotMakesNodeATarget(t *testing.T) {
 	a.sendLifecycle(testframe.Workload("job-1", "running", a.id))
 	// The backfill of the new target runs beside this frame and may carry
 	// it a second time, as a re-assertion.
-	eventually(t, "job-1 at B", func() bool { return netUpsertIDs(b)["job-1"] >= 1 })
+	testkit.Eventually(t, "job-1 at B", func() bool { return netUpsertIDs(b)["job-1"] >= 1 })
 
 	netMust(t, os.Remove(filepath.Join(a.clusterDir, "trusted", b.id+".json")))
 	a.waitTargets(0)

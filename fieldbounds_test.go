@@ -179,7 +179,7 @@ func TestPeerPortRefusesAFieldOverItsBoundWith400NamingIt(t *testing.T) {
 	if ids := netUpsertIDs(h.n); len(ids) != 2 || ids["in-batch"] != 1 {
 		t.Fatalf("the broker got %v, want only in-batch and the barrier", ids)
 	}
-	if rm := h.n.broker.withMethod(wireframe.MethodRemove); len(rm) != 0 {
+	if rm := h.n.broker.WithMethod(wireframe.MethodRemove); len(rm) != 0 {
 		t.Fatalf("a refused removal reached the broker: %v", rm)
 	}
 	if got, want := h.n.m.fieldBoundRefusals.Get("peer"), uint64(len(cases)+3); got != want {
@@ -236,7 +236,7 @@ func TestIngressRefusesAFieldOverItsBoundWith400NamingIt(t *testing.T) {
 	}
 	refused++
 	ifxBrokerBarrier(t, n)
-	if got := len(n.broker.withMethod(wireframe.MethodUpsert)) + len(n.broker.withMethod(wireframe.MethodRemove)); got != 0 {
+	if got := len(n.broker.WithMethod(wireframe.MethodUpsert)) + len(n.broker.WithMethod(wireframe.MethodRemove)); got != 0 {
 		t.Fatalf("%d refused frames reached the broker", got)
 	}
 	if got := ifxDrain(q); len(got) != 0 || ifxTrackedCount(n) != 0 || ifxRememberedCount(n) != 0 {
@@ -268,9 +268,9 @@ func TestIngressBoundsAProducersErrorTextTo4KiB(t *testing.T) {
 	if status, reason := postIngress(t, addr, over); status != http.StatusBadRequest || reason != want {
 		t.Fatalf("a 4097-byte error: %d (%q), want 400 %q", status, reason, want)
 	}
-	n.broker.waitUpserts("job-err-escaped", 1)
+	n.broker.WaitUpserts("job-err-escaped", 1)
 	ifxBrokerBarrier(t, n)
-	if c := n.broker.upsertCount("job-err-over"); c != 0 {
+	if c := n.broker.UpsertCount("job-err-over"); c != 0 {
 		t.Fatalf("the refused frame reached the broker %d time(s)", c)
 	}
 	for _, f := range ifxDrain(q) {
@@ -306,8 +306,8 @@ func TestLocalChannelAndPeerPortRelayALongErrorTextUntouched(t *testing.T) {
 	if status, reason := netPostAnswer(t, h.c, h.addr, []byte(body)); status != http.StatusOK {
 		t.Fatalf("a peer's frame with a %d-byte error: %d (%q), want 200", len(long), status, reason)
 	}
-	h.n.broker.waitUpserts("job-long-error", 1)
-	if e, _ := h.n.upserts()[0]["error"].(string); e != long {
+	h.n.broker.WaitUpserts("job-long-error", 1)
+	if e, _ := h.n.Upserts()[0]["error"].(string); e != long {
 		t.Fatalf("the broker got a %d-byte error text, want the %d bytes sent", len(e), len(long))
 	}
 }
@@ -326,7 +326,7 @@ func TestLocalChannelDropsAFrameWithAFieldOverItsBoundWithARateLimitedWarning(t 
 		t.Fatalf("frames over a bound left %d entries in the re-sync set", got)
 	}
 	logs := n.logs.String()
-	if c := strings.Count(logs, "a field over its bound"); c != 1 || !n.logs.contains("level=WARN", overBound("workloadInfo.engine", 257)) {
+	if c := strings.Count(logs, "a field over its bound"); c != 1 || !n.logs.Contains("level=WARN", overBound("workloadInfo.engine", 257)) {
 		t.Fatalf("want one warning naming the field for %d such frames, got %d; logs:\n%s", frames+1, c, logs)
 	}
 	if got := n.m.fieldBoundRefusals.Get("stdio"); got != frames+1 {
@@ -387,7 +387,7 @@ func TestPeerRemovalReachesTheBrokerInTheTokensItsUpsertCarried(t *testing.T) {
 	origin := escapeFirst(h.client.Principal)
 	for _, tc := range idTokens {
 		t.Run(tc.name, func(t *testing.T) {
-			before := len(h.n.broker.withMethod(wireframe.MethodRemove))
+			before := len(h.n.broker.WithMethod(wireframe.MethodRemove))
 			info := `{"id":` + tc.token + `,"model":"m","engine":"e","state":"running","originatedFrom":` + origin + `}`
 			if status, reason := netPostAnswer(t, h.c, h.addr, []byte(testframe.LifecycleJSON(wireframe.MethodStarted, info))); status != http.StatusOK {
 				t.Fatalf("upsert: %d (%q)", status, reason)
@@ -396,8 +396,8 @@ func TestPeerRemovalReachesTheBrokerInTheTokensItsUpsertCarried(t *testing.T) {
 			if status, reason := netPostAnswer(t, h.c, h.addr, []byte(rm)); status != http.StatusOK {
 				t.Fatalf("removal: %d (%q)", status, reason)
 			}
-			removals := h.n.broker.waitMethod(wireframe.MethodRemove, before+1)
-			upserts := h.n.broker.withMethod(wireframe.MethodUpsert)
+			removals := h.n.broker.WaitMethod(wireframe.MethodRemove, before+1)
+			upserts := h.n.broker.WithMethod(wireframe.MethodUpsert)
 			wantUpsert := `{"workloadInfo":` + info + `}`
 			if got := string(upserts[len(upserts)-1].Params); got != wantUpsert {
 				t.Fatalf("the broker's upsert params are %s, want %s", got, wantUpsert)
@@ -428,8 +428,8 @@ func TestIngressRemovalReachesTheBrokerInTheTokenItsUpsertCarried(t *testing.T) 
 			if status, reason := postIngress(t, addr, rm); status != http.StatusOK {
 				t.Fatalf("removal: %d (%q)", status, reason)
 			}
-			removals := n.broker.waitMethod(wireframe.MethodRemove, i+1)
-			upserts := n.broker.withMethod(wireframe.MethodUpsert)
+			removals := n.broker.WaitMethod(wireframe.MethodRemove, i+1)
+			upserts := n.broker.WithMethod(wireframe.MethodUpsert)
 			if got := string(ifxObjectAt(t, ifxObjectAt(t, upserts[i].Params, "workloadInfo"), "id")); got != tc.token {
 				t.Fatalf("the broker's upsert names %s, want %s", got, tc.token)
 			}
@@ -480,7 +480,7 @@ func TestPeerPortRefusesARemovalWhoseIdsAreNotWellFormed(t *testing.T) {
 		})
 	}
 	h.barrier(t)
-	if rm := h.n.broker.withMethod(wireframe.MethodRemove); len(rm) != 0 {
+	if rm := h.n.broker.WithMethod(wireframe.MethodRemove); len(rm) != 0 {
 		t.Fatalf("a refused removal reached the broker: %v", rm)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"nvpair-workload-manager/internal/peersend"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -373,13 +374,13 @@ func TestHeartbeatNeverReassertsAWorkloadAfterItsRemovalWasSent(t *testing.T) {
 	const live = 800 // under the queues' 1024: no removal may be dropped
 	ids := trackRunning(t, n, live)
 	sink.join(t, n)
-	eventually(t, "a pass in flight", func() bool { return sink.count("resync", "") > 20 })
+	testkit.Eventually(t, "a pass in flight", func() bool { return sink.count("resync", "") > 20 })
 	for _, id := range ids {
 		n.sendRemove(id)
 	}
-	eventually(t, "every removal at the peer", func() bool { return sink.count("remove", "") == live })
+	testkit.Eventually(t, "every removal at the peer", func() bool { return sink.count("remove", "") == live })
 	after := passesCompleted(n, sink)
-	eventually(t, "a whole pass after the removals", func() bool { return passesCompleted(n, sink) >= after+2 })
+	testkit.Eventually(t, "a whole pass after the removals", func() bool { return passesCompleted(n, sink) >= after+2 })
 
 	requireNoReassertionAfterRemoval(t, sink.snapshot())
 }
@@ -403,13 +404,13 @@ func TestHeartbeatPassCarriesOnPastItsIntervalAndReachesEveryWorkload(t *testing
 	// The fresh frames follow the new peer's backfill of every workload
 	// (one catch-up, in version order): a minute for both on a loaded
 	// machine under the race detector.
-	if !holdsWithin(time.Minute, func() bool { return sink.count("fresh", "") == live+len(fresh) }) {
+	if !testkit.HoldsWithin(time.Minute, func() bool { return sink.count("fresh", "") == live+len(fresh) }) {
 		t.Fatalf("timed out waiting for every fresh frame at the peer: %d of %d", sink.count("fresh", ""), live+len(fresh))
 	}
 	// Reaching every workload is the property, not how fast: a pass over
 	// some 2,500 workloads to a peer on a loaded machine under the race
 	// detector can outlast the usual wait, so this one waits a minute.
-	reachedAll := holdsWithin(time.Minute, func() bool {
+	reachedAll := testkit.HoldsWithin(time.Minute, func() bool {
 		seen := map[string]bool{}
 		for _, e := range sink.snapshot() {
 			if e.kind == "resync" {
@@ -452,7 +453,7 @@ func TestMixedClusterBatchingAndSingleFramePeersReceiveEveryFrameInOrder(t *test
 		n.sendLifecycle(testframe.Workload(id, "running", n.id))
 	}
 	for _, s := range []*hbSink{batching, single} {
-		eventually(t, "every frame at each peer", func() bool { return s.count("fresh", "") >= len(want) })
+		testkit.Eventually(t, "every frame at each peer", func() bool { return s.count("fresh", "") >= len(want) })
 		if got := s.freshIDs(); !slices.Equal(got, want) {
 			t.Fatalf("a peer received the frames out of order or more than once (batching %v)", s.batching)
 		}
@@ -477,7 +478,7 @@ func TestBatchElementThatFailsIsRetriedInOrderWithWhatFollowedIt(t *testing.T) {
 		want = append(want, id)
 		n.sendLifecycle(testframe.Workload(id, "running", n.id))
 	}
-	eventually(t, "every frame at the peer", func() bool { return sink.count("fresh", "") >= len(want) })
+	testkit.Eventually(t, "every frame at the peer", func() bool { return sink.count("fresh", "") >= len(want) })
 	if got := sink.freshIDs(); !slices.Equal(got, want) {
 		t.Fatalf("after a failed element the peer holds %v, want every frame once, in order", got)
 	}
@@ -494,12 +495,12 @@ func TestFreshFrameOvertakesAHeartbeatPassInFlight(t *testing.T) {
 	const live = 1000 // a pass paced over 2.4 s: ample time for the fresh frame to overtake it
 	trackRunning(t, n, live)
 	sink.join(t, n)
-	eventually(t, "the backfill at the peer", func() bool { return sink.count("fresh", "") >= live })
-	if !holdsWithin(time.Minute, func() bool { return sink.count("resync", "") >= 20 }) {
+	testkit.Eventually(t, "the backfill at the peer", func() bool { return sink.count("fresh", "") >= live })
+	if !testkit.HoldsWithin(time.Minute, func() bool { return sink.count("resync", "") >= 20 }) {
 		t.Fatal("timed out waiting for a pass in flight")
 	}
 	n.sendLifecycle(testframe.Workload("urgent", "completed", n.id))
-	eventually(t, "the fresh frame at the peer", func() bool { return sink.count("fresh", "urgent") == 1 })
+	testkit.Eventually(t, "the fresh frame at the peer", func() bool { return sink.count("fresh", "urgent") == 1 })
 	before := 0
 	for _, e := range sink.snapshot() {
 		if e.kind == "fresh" && e.id == "urgent" {
@@ -526,7 +527,7 @@ func TestFreshFrameForAWorkloadInTheHeartbeatRequestInFlightWaitsForIt(t *testin
 	sink.join(t, n)
 	waitClosed(t, "the re-assertion of hb-00001 in flight", holding)
 	n.sendRemove("hb-00001")
-	eventually(t, "the removal at the peer", func() bool { return sink.count("remove", "hb-00001") == 1 })
+	testkit.Eventually(t, "the removal at the peer", func() bool { return sink.count("remove", "hb-00001") == 1 })
 	requireNoReassertionAfterRemoval(t, sink.snapshot())
 	if sink.count("resync", "hb-00001") != 1 {
 		t.Fatalf("the re-assertion in flight never reached the peer: %v", sink.snapshot())
@@ -546,7 +547,7 @@ func TestReassertionNeverOvertakesAFreshFrameQueuedBeforeIt(t *testing.T) {
 	n.sendLifecycle(testframe.Workload("x", "queued", n.id, map[string]any{"seq": 1}))
 	waitClosed(t, "the queued frame in flight", holding)
 	n.sendLifecycle(testframe.Workload("x", "running", n.id, map[string]any{"seq": 2}))
-	eventually(t, "both fresh frames and a re-assertion at the peer", func() bool {
+	testkit.Eventually(t, "both fresh frames and a re-assertion at the peer", func() bool {
 		return sink.count("fresh", "x") == 2 && sink.count("resync", "x") >= 1
 	})
 	var got []string
@@ -579,7 +580,7 @@ func TestHeartbeatPassToAFailingPeerEndsAtTheFirstFailure(t *testing.T) {
 		}
 		return &peersend.Stats{}
 	}
-	if !holdsWithin(time.Minute, func() bool { return stats().PassesAbandoned.Load() == 1 }) {
+	if !testkit.HoldsWithin(time.Minute, func() bool { return stats().PassesAbandoned.Load() == 1 }) {
 		t.Fatal("timed out waiting for the first pass to end")
 	}
 	if got := sink.resyncTries(); got != 1 {
@@ -587,7 +588,7 @@ func TestHeartbeatPassToAFailingPeerEndsAtTheFirstFailure(t *testing.T) {
 	}
 	// Fresh frames still go.
 	n.sendLifecycle(testframe.Workload("after", "running", n.id))
-	eventually(t, "a fresh frame at the peer", func() bool { return sink.count("fresh", "after") == 1 })
+	testkit.Eventually(t, "a fresh frame at the peer", func() bool { return sink.count("fresh", "after") == 1 })
 }
 
 func TestHeartbeatPassGoesOnPastAnEntryThePeerRejects(t *testing.T) {
@@ -598,7 +599,7 @@ func TestHeartbeatPassGoesOnPastAnEntryThePeerRejects(t *testing.T) {
 	sink.rejectResync = "hb-00001"
 	trackRunning(t, n, 5)
 	sink.join(t, n)
-	eventually(t, "the entries after the rejected one re-asserted", func() bool { return sink.count("resync", "hb-00004") == 1 })
+	testkit.Eventually(t, "the entries after the rejected one re-asserted", func() bool { return sink.count("resync", "hb-00004") == 1 })
 }
 
 // requireNoReassertionAfterRemoval fails when a workload was re-asserted to
@@ -621,7 +622,7 @@ func requireNoReassertionAfterRemoval(t *testing.T, events []hbEvent) {
 // waitClosed waits for ch to be closed, within the tests' usual deadline.
 func waitClosed(t *testing.T, what string, ch <-chan struct{}) {
 	t.Helper()
-	eventually(t, what, func() bool {
+	testkit.Eventually(t, what, func() bool {
 		select {
 		case <-ch:
 			return true

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,8 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,12 +21,9 @@ import (
 	"nvpair-workload-manager/internal/pairbroker"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
-
-// waitTimeout bounds every wait on a condition in the tests. Nothing in the
-// tests sleeps and hopes: they wait for a condition until this deadline.
-const waitTimeout = 10 * time.Second
 
 // waitsOutRealTime skips, under -short, a test that must let a real
 // interval pass (a deadline, a backoff, a Retry-After, a reload): the
@@ -43,191 +35,11 @@ func waitsOutRealTime(t *testing.T, what string) {
 	}
 }
 
-// eventually waits until cond holds or fails the test after waitTimeout.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	if !holdsWithin(waitTimeout, cond) {
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}
-
-// holdsWithin waits until cond holds and reports whether it did before the
-// timeout. Unlike eventually it does not fail the test, so a goroutine other
-// than the test's may wait with it.
-func holdsWithin(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return true
-}
-
-// frameLog records every line a daemon writes to its broker, in order, and
-// answers the questions the tests ask of them. The in-process testBroker
-// embeds it (e2e's daemonProc embeds a copy of its own).
-type frameLog struct {
-	t      testing.TB
-	mu     sync.Mutex // guards lines and frames
-	lines  []string
-	frames []wireframe.RPC
-	// lineMax is the longest line the broker reads, newline included:
-	// PAIR's (pairbroker.LineMax) when 0; a node given a longer
-	// --broker-line-max sets it.
-	lineMax atomic.Int64
-}
-
-// readFrom records lines from r until it ends. A line that is not a JSON
-// frame fails the test: stdout carries only frames.
-//
-// A line longer than PAIR's broker reads (pairbroker.LineMax, unless the
-// node was given a longer limit) fails the test, and nothing after it is
-// recorded: PAIR's reader has stopped for good by then. The rest is
-// drained, so that the daemon does not block on a test already failed.
-func (l *frameLog) readFrom(r io.Reader) {
-	br := bufio.NewReader(r)
-	for {
-		line, err := br.ReadBytes('\n')
-		if max := l.maxLine(); len(line) > max {
-			l.t.Errorf("daemon wrote a line of %d bytes, over the %d its broker reads: PAIR's broker stops reading for good there", len(line), max)
-			io.Copy(io.Discard, br)
-			return
-		}
-		if errors.Is(err, os.ErrClosed) {
-			// The test closed the pipe at its cleanup, after the daemon
-			// was stopped, while this reader was still behind (a broker
-			// that did not read leaves a backlog, read late on a loaded
-			// machine): the line it was in was cut by that close, not
-			// written short by the daemon.
-			return
-		}
-		if len(line) > 0 {
-			line = bytes.TrimSuffix(line, []byte("\n"))
-			var f wireframe.RPC
-			if jerr := json.Unmarshal(line, &f); jerr != nil {
-				l.t.Errorf("daemon wrote a line that is not a JSON frame: %q", line)
-			}
-			l.mu.Lock()
-			l.lines = append(l.lines, string(line))
-			l.frames = append(l.frames, f)
-			l.mu.Unlock()
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// maxLine is the longest line the broker reads, newline included.
-func (l *frameLog) maxLine() int {
-	if n := l.lineMax.Load(); n > 0 {
-		return int(n)
-	}
-	return pairbroker.LineMax
-}
-
-// all returns a copy of every frame received so far.
-func (l *frameLog) all() []wireframe.RPC {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]wireframe.RPC(nil), l.frames...)
-}
-
-// text returns everything received, one frame per line.
-func (l *frameLog) text() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
-
-// withMethod returns the frames received so far with the given method.
-func (l *frameLog) withMethod(method string) []wireframe.RPC {
-	var out []wireframe.RPC
-	for _, f := range l.all() {
-		if f.Method == method {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// waitMethod waits until n frames with method have arrived and returns them.
-func (l *frameLog) waitMethod(method string, n int) []wireframe.RPC {
-	l.t.Helper()
-	eventually(l.t, fmt.Sprintf("%d %s frame(s) from the daemon", n, method), func() bool {
-		return len(l.withMethod(method)) >= n
-	})
-	return l.withMethod(method)
-}
-
-// waitResponseLine waits for the answer to request id (its JSON text) and
-// returns it as written.
-func (l *frameLog) waitResponseLine(id string) string {
-	l.t.Helper()
-	var raw string
-	eventually(l.t, "the answer to request "+id, func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		for i, f := range l.frames {
-			if f.IsResponse() && string(f.ID) == id {
-				raw = l.lines[i]
-				return true
-			}
-		}
-		return false
-	})
-	return raw
-}
-
-// waitResponse waits for the answer to request id (its JSON text).
-func (l *frameLog) waitResponse(id string) wireframe.RPC {
-	l.t.Helper()
-	var f wireframe.RPC
-	if err := json.Unmarshal([]byte(l.waitResponseLine(id)), &f); err != nil {
-		l.t.Fatal(err)
-	}
-	return f
-}
-
-// upserts returns the workload objects of the workloads:upsert frames.
-func (l *frameLog) upserts() []map[string]any {
-	var out []map[string]any
-	for _, f := range l.withMethod(wireframe.MethodUpsert) {
-		var p struct {
-			WorkloadInfo map[string]any `json:"workloadInfo"`
-		}
-		if err := json.Unmarshal(f.Params, &p); err != nil {
-			l.t.Fatalf("upsert params: %v", err)
-		}
-		out = append(out, p.WorkloadInfo)
-	}
-	return out
-}
-
-// upsertCount counts the workloads:upsert frames for workload id so far.
-func (l *frameLog) upsertCount(id string) int {
-	n := 0
-	for _, w := range l.upserts() {
-		if w["id"] == id {
-			n++
-		}
-	}
-	return n
-}
-
-// waitUpserts waits until n workloads:upsert frames for id have arrived.
-func (l *frameLog) waitUpserts(id string, n int) {
-	l.t.Helper()
-	eventually(l.t, fmt.Sprintf("%d workloads:upsert of %s", n, id), func() bool { return l.upsertCount(id) >= n })
-}
-
 // testBroker plays the broker's side of an in-process daemon's local
 // channel: it writes frames to the daemon and records every frame the
 // daemon writes back.
 type testBroker struct {
-	frameLog
+	testkit.FrameLog
 	toD   *io.PipeWriter // broker -> daemon
 	fromD *io.PipeReader // daemon -> broker
 	dIn   *io.PipeReader // the daemon's In
@@ -236,28 +48,28 @@ type testBroker struct {
 }
 
 func newTestBroker(t testing.TB) *testBroker {
-	b := &testBroker{frameLog: frameLog{t: t}, done: make(chan struct{})}
+	b := &testBroker{FrameLog: testkit.FrameLog{T: t}, done: make(chan struct{})}
 	b.dIn, b.toD = io.Pipe()
 	b.fromD, b.dOut = io.Pipe()
-	go func() { defer close(b.done); b.readFrom(b.fromD) }()
+	go func() { defer close(b.done); b.Record(b.fromD) }()
 	t.Cleanup(func() { b.toD.Close(); b.fromD.Close() })
 	return b
 }
 
 // send writes one line to the daemon.
 func (b *testBroker) send(line string) {
-	b.t.Helper()
+	b.T.Helper()
 	if _, err := io.WriteString(b.toD, line+"\n"); err != nil {
-		b.t.Fatalf("write to daemon: %v", err)
+		b.T.Fatalf("write to daemon: %v", err)
 	}
 }
 
 // sendFrame encodes and sends a notification.
 func (b *testBroker) sendFrame(method string, params any) {
-	b.t.Helper()
+	b.T.Helper()
 	p, err := json.Marshal(params)
 	if err != nil {
-		b.t.Fatal(err)
+		b.T.Fatal(err)
 	}
 	b.send(string(wireframe.EncodeNotification(method, p)))
 }
@@ -271,7 +83,7 @@ type testNode struct {
 	clusterDir string
 	broker     *testBroker
 	m          *Manager
-	logs       *logBuffer
+	logs       *testkit.LogBuffer
 	cancel     context.CancelFunc
 	done       chan error
 }
@@ -302,7 +114,7 @@ func newTestNode(t testing.TB, opts ...nodeOption) *testNode {
 	}
 	app := t.TempDir()
 	n := &testNode{t: t, id: id, ident: ident, appDir: app, clusterDir: filepath.Join(app, "cluster"),
-		broker: newTestBroker(t), logs: &logBuffer{}, done: make(chan error, 1)}
+		broker: newTestBroker(t), logs: &testkit.LogBuffer{}, done: make(chan error, 1)}
 	if err := devpki.WriteIdentity(n.clusterDir, ident); err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +131,7 @@ func newTestNode(t testing.TB, opts ...nodeOption) *testNode {
 		o(&cfg)
 	}
 	if cfg.BrokerLineMax > pairbroker.LineMax {
-		n.broker.lineMax.Store(int64(cfg.BrokerLineMax)) // the test reads longer lines than PAIR's broker
+		n.broker.LineMax.Store(int64(cfg.BrokerLineMax)) // the test reads longer lines than PAIR's broker
 	}
 	if n.m, err = NewManager(cfg); err != nil {
 		t.Fatal(err)
@@ -333,7 +145,7 @@ func newTestNode(t testing.TB, opts ...nodeOption) *testNode {
 	// well, so it gets the tests' wait timeout. That deadline's own tests
 	// set theirs (internal/httpguard/connlimit_test.go).
 	for _, l := range []*httpguard.ConnLimiter{n.m.conns.Peer, n.m.conns.Ingress, n.m.conns.Metrics} {
-		l.FirstRequest = waitTimeout
+		l.FirstRequest = testkit.WaitTimeout
 	}
 	return n
 }
@@ -345,7 +157,7 @@ func (n *testNode) start() *testNode {
 	n.cancel = cancel
 	go func() { n.done <- n.m.Run(ctx) }()
 	n.t.Cleanup(n.stop)
-	n.broker.waitMethod("ready", 1)
+	n.broker.WaitMethod("ready", 1)
 	return n
 }
 
@@ -354,7 +166,7 @@ func (n *testNode) stop() {
 	n.cancel()
 	select {
 	case <-n.done:
-	case <-time.After(waitTimeout):
+	case <-time.After(testkit.WaitTimeout):
 		n.t.Errorf("node %s did not stop", n.id)
 	}
 }
@@ -394,7 +206,7 @@ func discoveryEntries(nodes ...*testNode) []map[string]any {
 // waitTargets waits until the node broadcasts to n targets.
 func (n *testNode) waitTargets(count int) {
 	n.t.Helper()
-	eventually(n.t, fmt.Sprintf("%d broadcast target(s)", count), func() bool { return n.m.bcast.TargetCount() == count })
+	testkit.Eventually(n.t, fmt.Sprintf("%d broadcast target(s)", count), func() bool { return n.m.bcast.TargetCount() == count })
 }
 
 // mesh starts nodes that pin and discover each other, fully connected.
@@ -458,42 +270,7 @@ func (n *testNode) sendRemove(id string) {
 }
 
 // upserts returns the workload objects the node's broker received.
-func (n *testNode) upserts() []map[string]any { return n.broker.upserts() }
-
-// logBuffer collects a daemon's log output for assertions.
-type logBuffer struct {
-	mu sync.Mutex // guards b
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// contains reports whether some log line holds every fragment.
-func (l *logBuffer) contains(fragments ...string) bool {
-	for _, line := range strings.Split(l.String(), "\n") {
-		all := true
-		for _, f := range fragments {
-			if !strings.Contains(line, f) {
-				all = false
-				break
-			}
-		}
-		if all {
-			return true
-		}
-	}
-	return false
-}
+func (n *testNode) Upserts() []map[string]any { return n.broker.Upserts() }
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
@@ -564,41 +341,6 @@ func passLines(m *Manager) [][]byte {
 			return out
 		}
 	}
-}
-
-// scrapeAddr reads the metrics endpoint at addr (host:port) into series ->
-// value, checking that it answers 200 in the Prometheus text format.
-func scrapeAddr(t *testing.T, addr string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
-		t.Fatalf("scrape: status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	return parseMetricsText(t, resp.Body)
-}
-
-// parseMetricsText reads a Prometheus text exposition into series -> value.
-func parseMetricsText(t testing.TB, r io.Reader) map[string]float64 {
-	t.Helper()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		out[line[:i]] = v
-	}
-	return out
 }
 
 // ids is count workload ids with a prefix, in order.

@@ -15,6 +15,7 @@ import (
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -156,7 +157,7 @@ func TestIngestStalledBrokerWriteDoesNotBlockStdioFramesOrResync(t *testing.T) {
 	}()
 	select {
 	case <-stdioDone:
-	case <-time.After(waitTimeout):
+	case <-time.After(testkit.WaitTimeout):
 		t.Fatal("a stdio frame and a re-sync waited for an ingress post's stalled broker write")
 	}
 	got := ifxDrain(q)
@@ -448,7 +449,7 @@ func ifxDrain(q *peerCapture) []outboundFrame {
 func ifxWaitQueued(t *testing.T, q *peerCapture, id string) []outboundFrame {
 	t.Helper()
 	var out []outboundFrame
-	deadline := time.Now().Add(waitTimeout)
+	deadline := time.Now().Add(testkit.WaitTimeout)
 	for time.Now().Before(deadline) {
 		for _, f := range ifxDrain(q) {
 			out = append(out, f)
@@ -670,9 +671,9 @@ func (r *ifxRaw) frames(t *testing.T) []wireframe.RPC {
 // every frame written before it has been collected.
 func ifxBrokerBarrier(t *testing.T, n *testNode) {
 	t.Helper()
-	before := len(n.broker.withMethod("test:barrier"))
+	before := len(n.broker.WithMethod("test:barrier"))
 	if err := n.m.out.Notify("test:barrier", nil); err != nil {
 		t.Fatalf("barrier write: %v", err)
 	}
-	n.broker.waitMethod("test:barrier", before+1)
+	n.broker.WaitMethod("test:barrier", before+1)
 }

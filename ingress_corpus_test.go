@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -22,12 +23,12 @@ import (
 // rawExchange writes one request on a new connection and reads the answer.
 func rawExchange(t *testing.T, addr, request string) *http.Response {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, waitTimeout)
+	c, err := net.DialTimeout("tcp", addr, testkit.WaitTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(waitTimeout))
+	c.SetDeadline(time.Now().Add(testkit.WaitTimeout))
 	if _, err := c.Write([]byte(request)); err != nil {
 		t.Fatal(err)
 	}
@@ -159,13 +160,13 @@ func TestIngressOriginContentTypeAndBodyCorpus(t *testing.T) {
 		// not when it appended it: on a loaded machine the last accepted
 		// case's upsert could still be on its way, and would have been
 		// counted as this request's second.
-		before := len(n.broker.waitMethod(wireframe.MethodUpsert, accepted))
+		before := len(n.broker.WaitMethod(wireframe.MethodUpsert, accepted))
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		c.SetDeadline(time.Now().Add(waitTimeout))
+		c.SetDeadline(time.Now().Add(testkit.WaitTimeout))
 		req := "POST " + wireframe.EventsPath + " HTTP/1.1\r\n" + host + "\r\n" + ct + "\r\nContent-Length: " +
 			strconv.Itoa(len(corpusFrame)) + "\r\n\r\n" + corpusFrame + `{"smuggled":true}`
 		if _, err := c.Write([]byte(req)); err != nil {
@@ -188,7 +189,7 @@ func TestIngressOriginContentTypeAndBodyCorpus(t *testing.T) {
 		if second, err := http.ReadResponse(br, nil); err == nil && second.StatusCode == 200 {
 			t.Fatal("the bytes past the declared length were accepted as a frame")
 		}
-		ups := n.broker.waitMethod(wireframe.MethodUpsert, before+1)
+		ups := n.broker.WaitMethod(wireframe.MethodUpsert, before+1)
 		if len(ups) != before+1 || strings.Contains(string(ups[len(ups)-1].Params), "smuggled") {
 			t.Fatalf("broker got %d upserts, last %s", len(ups)-before, ups[len(ups)-1].Params)
 		}

@@ -41,7 +41,7 @@ func TestIngressFrameStampsOriginOnLifecycleFrames(t *testing.T) {
 			if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", "", extra...)))); err != nil {
 				t.Fatalf("ingestLocal: %v", err)
 			}
-			up := n.broker.waitMethod(wireframe.MethodUpsert, 1)
+			up := n.broker.WaitMethod(wireframe.MethodUpsert, 1)
 			ifxWantOneOrigin(t, "the broker's upsert", ifxObjectAt(t, up[0].Params, "workloadInfo"), n.id)
 			frames := ifxDrain(q)
 			if len(frames) != 1 || frames[0].method != wireframe.MethodStarted {
@@ -73,7 +73,7 @@ func TestIngressFrameStampsOriginOnRemovalFrames(t *testing.T) {
 			if _, err := n.m.ingestLocal([]byte(body)); err != nil {
 				t.Fatalf("ingestLocal: %v", err)
 			}
-			rm := n.broker.waitMethod(wireframe.MethodRemove, 1)
+			rm := n.broker.WaitMethod(wireframe.MethodRemove, 1)
 			ifxWantOneOrigin(t, "the broker's removal", rm[0].Params, n.id)
 			frames := ifxDrain(q)
 			if len(frames) != 1 || frames[0].method != wireframe.MethodRemove {
@@ -140,7 +140,7 @@ func TestIngressFrameAcceptsEveryKnownState(t *testing.T) {
 			if _, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor(state), testframe.WorkloadJSON("job-1", state, "")))); err != nil {
 				t.Fatalf("state %s refused: %v", state, err)
 			}
-			up := n.broker.waitMethod(wireframe.MethodUpsert, 1)
+			up := n.broker.WaitMethod(wireframe.MethodUpsert, 1)
 			if got := ifxInfoString(t, up[0].Params, "state"); got != state {
 				t.Errorf("broker upsert state = %q, want %q", got, state)
 			}
@@ -200,7 +200,7 @@ func TestIngressFrameWorkloadIDLengthBound(t *testing.T) {
 				if _, err := n.m.ingestLocal([]byte(body)); err != nil {
 					t.Fatalf("a %d-byte id refused: %v", len(tc.id), err)
 				}
-				got := n.broker.waitMethod(method, 1)
+				got := n.broker.WaitMethod(method, 1)
 				if !bytes.Contains(got[0].Params, []byte(`"`+tc.id+`"`)) {
 					t.Errorf("the broker's %s does not carry the whole id: %s", method, got[0].Params)
 				}
@@ -372,7 +372,7 @@ func TestIngressFramePassesHarnessFrameThroughWithProducerFields(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	up := n.broker.waitMethod(wireframe.MethodUpsert, 1)
+	up := n.broker.WaitMethod(wireframe.MethodUpsert, 1)
 	ifxWantPassedThrough(t, "the broker's upsert", in.Params.WorkloadInfo, ifxObjectAt(t, up[0].Params, "workloadInfo"), n.id)
 
 	frames := ifxDrain(q)
@@ -413,7 +413,7 @@ func TestIngressFramePassesRemovalParamsThroughToPeers(t *testing.T) {
 		t.Errorf("the peer removal's params.reason = %s, want the producer's", got)
 	}
 	ifxWantOneOrigin(t, "the peer removal", p, n.id)
-	rm := n.broker.waitMethod(wireframe.MethodRemove, 1)
+	rm := n.broker.WaitMethod(wireframe.MethodRemove, 1)
 	if got := ifxStringAt(t, rm[0].Params, "workloadId"); got != "job-42" {
 		t.Errorf("the broker's removal names %q", got)
 	}
@@ -431,7 +431,7 @@ func ifxWantRejected(t *testing.T, n *testNode, q *peerCapture, body string) {
 		t.Fatalf("ingestLocal(%s) = %v, want ingress.ErrBadFrame", body, err)
 	}
 	ifxBrokerBarrier(t, n)
-	for _, f := range n.broker.all() {
+	for _, f := range n.broker.All() {
 		if f.Method != "test:barrier" {
 			t.Errorf("a rejected frame reached the broker: %s %s", f.Method, f.Params)
 		}

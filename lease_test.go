@@ -11,6 +11,7 @@ import (
 
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -65,7 +66,7 @@ func postLeased(t *testing.T, n *testNode, w map[string]any, seconds int) {
 // leaseUpserts returns the workload objects n's broker got for id, in order.
 func leaseUpserts(n *testNode, id string) []map[string]any {
 	var out []map[string]any
-	for _, w := range n.upserts() {
+	for _, w := range n.Upserts() {
 		if w["id"] == id {
 			out = append(out, w)
 		}
@@ -88,7 +89,7 @@ func leaseExpiries(n *testNode, id string) []map[string]any {
 // waitExpiry waits until n's broker got the expiry of id and returns it.
 func waitExpiry(t *testing.T, n *testNode, id string) map[string]any {
 	t.Helper()
-	eventually(t, "the expiry of "+id+" at "+n.id[:8]+"'s broker", func() bool { return len(leaseExpiries(n, id)) > 0 })
+	testkit.Eventually(t, "the expiry of "+id+" at "+n.id[:8]+"'s broker", func() bool { return len(leaseExpiries(n, id)) > 0 })
 	return leaseExpiries(n, id)[0]
 }
 
@@ -150,10 +151,10 @@ func TestWorkloadLeaseHeaderOutsideItsRulesIs400AndWritesNothing(t *testing.T) {
 		})
 	}
 	ifxBrokerBarrier(t, n)
-	if fs := n.broker.withMethod(wireframe.MethodUpsert); len(fs) != 0 {
+	if fs := n.broker.WithMethod(wireframe.MethodUpsert); len(fs) != 0 {
 		t.Fatalf("the broker got %d upserts from refused frames", len(fs))
 	}
-	if fs := n.broker.withMethod(wireframe.MethodRemove); len(fs) != 0 {
+	if fs := n.broker.WithMethod(wireframe.MethodRemove); len(fs) != 0 {
 		t.Fatalf("the broker got %d removals from refused frames", len(fs))
 	}
 	if ifxIsTracked(n, n.id, "bad-lease") || leaseCount(n) != 0 {
@@ -217,7 +218,7 @@ func TestALeasedJobNotRenewedIsRetiredAsFailedAtItsBrokerAndThePeer(t *testing.T
 	if leaseCount(a) != 0 || a.m.leases.expired.Load() != 1 {
 		t.Fatalf("after the expiry: %d leases held, %d expired; want 0 and 1", leaseCount(a), a.m.leases.expired.Load())
 	}
-	if !a.logs.contains("lease expired: job retired as failed", "id=crashed", "leaseSeconds=5") {
+	if !a.logs.Contains("lease expired: job retired as failed", "id=crashed", "leaseSeconds=5") {
 		t.Fatalf("no log line for the expiry:\n%s", a.logs)
 	}
 	var metrics bytes.Buffer
@@ -295,7 +296,7 @@ func TestWhatEndsALease(t *testing.T) {
 			n.start()
 			postLeased(t, n, leasedInfo("ended", "running", 2), 5)
 			tc.end(t, n, "ended")
-			eventually(t, "the lease to end", func() bool { return leaseCount(n) == 0 })
+			testkit.Eventually(t, "the lease to end", func() bool { return leaseCount(n) == 0 })
 			postLeased(t, n, leasedInfo("clock", "running", 1), 10)
 			waitExpiry(t, n, "clock")
 			if got := leaseExpiries(n, "ended"); len(got) != 0 {
@@ -363,7 +364,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 			st, _ := postIngress(t, a.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("raced", "completed", 2), nil)))
 			done <- st
 		}()
-		eventually(t, "the producer's frame to wait behind the expiry", func() bool { return a.m.ingressWaiters.Waiting() == 1 })
+		testkit.Eventually(t, "the producer's frame to wait behind the expiry", func() bool { return a.m.ingressWaiters.Waiting() == 1 })
 		stall.unblock()
 		if st := <-done; st != http.StatusOK {
 			t.Fatalf("the late terminal frame: %d", st)
@@ -371,11 +372,11 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 		// The origin's broker is written both, in order; the peer is sent
 		// the run's latest state, which may be the completed frame alone
 		// when the expiry had not yet gone out.
-		eventually(t, "both terminal frames at "+a.id[:8], func() bool { return len(terminalStates(a, "raced")) == 2 })
+		testkit.Eventually(t, "both terminal frames at "+a.id[:8], func() bool { return len(terminalStates(a, "raced")) == 2 })
 		if got := terminalStates(a, "raced"); got[0] != "failed" || got[1] != "completed" {
 			t.Fatalf("%s's broker got %v, want failed then completed", a.id[:8], got)
 		}
-		eventually(t, "the completed frame at "+b.id[:8], func() bool {
+		testkit.Eventually(t, "the completed frame at "+b.id[:8], func() bool {
 			got := terminalStates(b, "raced")
 			return len(got) > 0 && got[len(got)-1] == "completed"
 		})
@@ -396,7 +397,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 			done <- st
 		}()
 		<-stall.entered // the producer's frame is in its broker write
-		eventually(t, "the lease to come due", func() bool { _, due := a.m.table.DueLease(time.Now()); return due })
+		testkit.Eventually(t, "the lease to come due", func() bool { _, due := a.m.table.DueLease(time.Now()); return due })
 		stall.unblock()
 		if st := <-done; st != http.StatusOK {
 			t.Fatalf("the terminal frame: %d", st)
@@ -428,7 +429,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 			done <- st
 		}()
 		<-stall.entered // the renewal is in its broker write, not yet committed
-		eventually(t, "the lease to come due", func() bool { _, due := a.m.table.DueLease(time.Now()); return due })
+		testkit.Eventually(t, "the lease to come due", func() bool { _, due := a.m.table.DueLease(time.Now()); return due })
 		stall.unblock()
 		if st := <-done; st != http.StatusOK {
 			t.Fatalf("the renewal: %d", st)
@@ -475,7 +476,7 @@ func TestALeaseWhoseExpiryCannotBeWrittenIsRetriedWithBackoffNotDropped(t *testi
 	if held := resyncHeld(t, n, n.id, "stuck"); held["state"] != "running" {
 		t.Fatalf("an expiry the broker never got was tracked: %v", held)
 	}
-	if !n.logs.contains("lease expiry not written to the broker; trying again", "id=stuck") {
+	if !n.logs.Contains("lease expiry not written to the broker; trying again", "id=stuck") {
 		t.Fatalf("no warning for the failed expiry:\n%s", n.logs)
 	}
 }
@@ -506,7 +507,7 @@ func TestAnExpiryOverTheBrokerLineLimitRetiresTheJobWithItsKnownFields(t *testin
 	if leaseCount(n) != 0 || n.m.leases.expired.Load() != 1 {
 		t.Fatalf("%d leases left, %d expired", leaseCount(n), n.m.leases.expired.Load())
 	}
-	if !n.logs.contains("level=WARN", "lease expiry frame over the broker line limit", "id=wide") {
+	if !n.logs.Contains("level=WARN", "lease expiry frame over the broker line limit", "id=wide") {
 		t.Fatalf("no warning for the narrowed expiry:\n%s", n.logs)
 	}
 }

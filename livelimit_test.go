@@ -40,7 +40,7 @@ func TestIngressAtTheLiveWorkloadLimitIs503WithRetryAfterAndWritesNothing(t *tes
 		}
 	}
 	ifxBrokerBarrier(t, n)
-	written := len(n.broker.withMethod(wireframe.MethodUpsert))
+	written := len(n.broker.WithMethod(wireframe.MethodUpsert))
 
 	resp := liPostWithHeaders(t, addr, liFrame("job-3"))
 	if resp.StatusCode != http.StatusServiceUnavailable {
@@ -53,7 +53,7 @@ func TestIngressAtTheLiveWorkloadLimitIs503WithRetryAfterAndWritesNothing(t *tes
 		t.Fatalf("the reason %q does not name the limit", body)
 	}
 	ifxBrokerBarrier(t, n)
-	if got := len(n.broker.withMethod(wireframe.MethodUpsert)); got != written || ifxIsTracked(n, n.id, "job-3") {
+	if got := len(n.broker.WithMethod(wireframe.MethodUpsert)); got != written || ifxIsTracked(n, n.id, "job-3") {
 		t.Fatalf("a refused frame was written (%d upserts, want %d) or tracked", got, written)
 	}
 
@@ -98,7 +98,7 @@ func TestBrokerFrameOverTheLiveWorkloadLimitIsNeitherKeptNorRelayed(t *testing.T
 	if got := n.m.table.Stats().Untracked.Load(); got != 1 {
 		t.Fatalf("untracked counter = %d, want 1", got)
 	}
-	if !n.logs.contains("level=WARN", "state table full") {
+	if !n.logs.Contains("level=WARN", "state table full") {
 		t.Fatalf("no warning; logs:\n%s", n.logs)
 	}
 }

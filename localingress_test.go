@@ -23,6 +23,7 @@ import (
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -436,7 +437,7 @@ func TestLocalIngressAnswersAfterASlowBrokerWrite(t *testing.T) {
 	}()
 	select {
 	case <-stall.entered:
-	case <-time.After(waitTimeout):
+	case <-time.After(testkit.WaitTimeout):
 		t.Fatal("the upsert never reached the broker writer")
 	}
 	// The broker takes longer than an answer's write deadline: a deadline
@@ -448,10 +449,10 @@ func TestLocalIngressAnswersAfterASlowBrokerWrite(t *testing.T) {
 		if r.err != nil || r.status != http.StatusOK {
 			t.Fatalf("after a slow broker write: status %d, err %v; want 200", r.status, r.err)
 		}
-	case <-time.After(waitTimeout):
+	case <-time.After(testkit.WaitTimeout):
 		t.Fatal("no answer after the broker took the frame")
 	}
-	n.broker.waitMethod(wireframe.MethodUpsert, 1)
+	n.broker.WaitMethod(wireframe.MethodUpsert, 1)
 }
 
 func TestLocalIngressStopsWhenContextCancelled(t *testing.T) {
@@ -460,7 +461,7 @@ func TestLocalIngressStopsWhenContextCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := liRunOwned(t, n)
-	n.broker.waitMethod("ready", 1)
+	n.broker.WaitMethod("ready", 1)
 	addr := n.m.IngressAddr()
 	hdr := http.Header{"Content-Type": {"application/json"}}
 	if got, text := liMust(t, addr, liRequest{header: hdr, body: liFrame("before")}); got != http.StatusOK {
@@ -505,8 +506,8 @@ func TestManagerRunFailsWhenIngressPortIsTaken(t *testing.T) {
 		t.Fatalf("peer port %s still held after the failed start: %v", peer, err)
 	}
 	ln.Close()
-	if len(n.broker.all()) != 0 {
-		t.Fatalf("a daemon that failed to start wrote to the broker: %v", n.broker.all())
+	if len(n.broker.All()) != 0 {
+		t.Fatalf("a daemon that failed to start wrote to the broker: %v", n.broker.All())
 	}
 }
 
@@ -574,7 +575,7 @@ func TestResolveIngressAddrFlagAndFile(t *testing.T) {
 			if tc.file != nil {
 				writeFile(t, filepath.Join(dir, ingressConfigFile), *tc.file)
 			}
-			logs := &logBuffer{}
+			logs := &testkit.LogBuffer{}
 			log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			got, err := resolveIngressAddr(tc.flag, dir, log)
 			if err != nil {
@@ -586,7 +587,7 @@ func TestResolveIngressAddrFlagAndFile(t *testing.T) {
 			if e := strings.Count(logs.String(), "level=ERROR"); e != tc.errors {
 				t.Fatalf("%d error line(s), want %d; logs:\n%s", e, tc.errors, logs)
 			}
-			if tc.errors > 0 && !logs.contains("level=ERROR", ingressConfigFile, "127.0.0.1:14324") {
+			if tc.errors > 0 && !logs.Contains("level=ERROR", ingressConfigFile, "127.0.0.1:14324") {
 				t.Fatalf("the error line does not name the file and show a valid one; logs:\n%s", logs)
 			}
 		})
@@ -684,13 +685,13 @@ func TestLocalIngressEndToEnd(t *testing.T) {
 		t.Fatalf("curl-shaped frame: status %d (%q), want 200", got, text)
 	}
 
-	atA := a.broker.waitMethod(wireframe.MethodUpsert, 1)
+	atA := a.broker.WaitMethod(wireframe.MethodUpsert, 1)
 	wiA := liUpsertInfo(t, atA[0])
 	if wiA["id"] != "job-42" || wiA["originatedFrom"] != a.id || wiA["producerNote"] != "wi-extra" || wiA["requesterId"] != "my-scheduler" {
 		t.Fatalf("upsert at A's broker = %v, want job-42 stamped with %s and the producer's field", wiA, a.id)
 	}
-	b.broker.waitMethod(wireframe.MethodUpsert, 1)
-	wiB := b.upserts()[0]
+	b.broker.WaitMethod(wireframe.MethodUpsert, 1)
+	wiB := b.Upserts()[0]
 	if wiB["id"] != "job-42" || wiB["originatedFrom"] != a.id || wiB["producerNote"] != "wi-extra" {
 		t.Fatalf("upsert at B's broker = %v, want job-42 from %s with the producer's field", wiB, a.id)
 	}
@@ -720,7 +721,7 @@ func TestLocalIngressEndToEnd(t *testing.T) {
 		t.Fatalf("removal: status %d (%q), want 200", got, text)
 	}
 	for _, n := range []*testNode{a, b} {
-		rm := n.broker.waitMethod(wireframe.MethodRemove, 1)
+		rm := n.broker.WaitMethod(wireframe.MethodRemove, 1)
 		var p map[string]any
 		if err := json.Unmarshal(rm[0].Params, &p); err != nil {
 			t.Fatal(err)
@@ -737,12 +738,12 @@ func TestLocalIngressEndToEnd(t *testing.T) {
 	// either broker. (B may hold job-42 twice: mesh returns before the
 	// backfill of the new target, which re-asserts the re-sync set, is
 	// necessarily done.)
-	if len(a.upserts()) != 1 {
-		t.Fatalf("upserts at A's broker: %v, want only job-42's", a.upserts())
+	if len(a.Upserts()) != 1 {
+		t.Fatalf("upserts at A's broker: %v, want only job-42's", a.Upserts())
 	}
-	for _, w := range b.upserts() {
+	for _, w := range b.Upserts() {
 		if w["id"] != "job-42" {
-			t.Fatalf("upserts at B's broker: %v, want only job-42's", b.upserts())
+			t.Fatalf("upserts at B's broker: %v, want only job-42's", b.Upserts())
 		}
 	}
 }
@@ -796,7 +797,7 @@ func TestLocalIngressOutOfOrderProducerFramesConvergeAtThePeer(t *testing.T) {
 	// broker, so the arrival order is the one listed.
 	reachedBroker := func(id string) int {
 		n := 0
-		for _, f := range a.broker.withMethod(wireframe.MethodUpsert) {
+		for _, f := range a.broker.WithMethod(wireframe.MethodUpsert) {
 			if bytes.Contains(f.Params, []byte(`"id":"`+id+`"`)) {
 				n++
 			}
@@ -816,7 +817,7 @@ func TestLocalIngressOutOfOrderProducerFramesConvergeAtThePeer(t *testing.T) {
 			posts++
 			what := fmt.Sprintf("%s frame %d", j.id, k)
 			go func() {
-				if !holdsWithin(waitTimeout, func() bool { return reachedBroker(j.id) >= k }) {
+				if !testkit.HoldsWithin(testkit.WaitTimeout, func() bool { return reachedBroker(j.id) >= k }) {
 					results <- result{what: what, err: errors.New("the earlier frames never reached the broker")}
 					return
 				}
@@ -841,10 +842,10 @@ func TestLocalIngressOutOfOrderProducerFramesConvergeAtThePeer(t *testing.T) {
 	// no peer), then the heartbeat's re-assertions of it: b's broker ends on
 	// the final state, and a re-assertion of it comes after every frame.
 	for _, j := range jobs {
-		eventually(t, j.id+" re-asserted as "+j.final+" at b's broker", func() bool {
+		testkit.Eventually(t, j.id+" re-asserted as "+j.final+" at b's broker", func() bool {
 			var last map[string]any
 			reasserted := false
-			for _, w := range b.upserts() {
+			for _, w := range b.Upserts() {
 				if w["id"] == j.id {
 					last = w
 				}
@@ -889,8 +890,8 @@ func TestLocalIngressOriginOverHTTP(t *testing.T) {
 	}
 	// The last frame was accepted, so every earlier one has been decided:
 	// the broker holds exactly the accepted ones, all stamped with this node.
-	rms := n.broker.waitMethod(wireframe.MethodRemove, 2)
-	ups := n.upserts()
+	rms := n.broker.WaitMethod(wireframe.MethodRemove, 2)
+	ups := n.Upserts()
 	if len(ups) != 2 || len(rms) != 2 {
 		t.Fatalf("broker got %d upserts and %d removals, want 2 and 2", len(ups), len(rms))
 	}
@@ -918,7 +919,7 @@ func TestLocalIngressBrokerDownIs500(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := liRunOwned(t, n)
-	n.broker.waitMethod("discovery:subscribe", 1)
+	n.broker.WaitMethod("discovery:subscribe", 1)
 	addr := n.m.IngressAddr()
 	n.broker.fromD.Close()
 	if got, text := postIngress(t, addr, liFrame("broker-down")); got != http.StatusInternalServerError {
@@ -930,7 +931,7 @@ func TestLocalIngressBrokerDownIs500(t *testing.T) {
 	if err := run.wait(t); err != nil {
 		t.Fatalf("Run after the broker went away = %v, want nil", err)
 	}
-	if !n.logs.contains("level=ERROR", "status=500") {
+	if !n.logs.Contains("level=ERROR", "status=500") {
 		t.Fatalf("no error logged for the 500; logs:\n%s", n.logs)
 	}
 }
@@ -971,11 +972,11 @@ func TestLocalIngressRefusesAFrameOverTheBrokerLineLimitWith413(t *testing.T) {
 	if got, text := postIngress(t, addr, liFrame("after-over-limit")); got != http.StatusOK {
 		t.Fatalf("next frame: status %d (%q), want 200", got, text)
 	}
-	n.broker.waitUpserts("after-over-limit", 1)
-	if c := n.broker.upsertCount("over-limit"); c != 1 {
+	n.broker.WaitUpserts("after-over-limit", 1)
+	if c := n.broker.UpsertCount("over-limit"); c != 1 {
 		t.Fatalf("the refused frame reached the broker: %d upserts, want the first frame's alone", c)
 	}
-	for _, line := range strings.Split(n.broker.text(), "\n") {
+	for _, line := range strings.Split(n.broker.Text(), "\n") {
 		if len(line)+1 > wireframe.DefaultBrokerLineMax {
 			t.Fatalf("the broker got a %d-byte line, over its %d-byte limit", len(line)+1, wireframe.DefaultBrokerLineMax)
 		}
@@ -987,7 +988,7 @@ func TestLocalIngressRefusesAFrameOverTheBrokerLineLimitWith413(t *testing.T) {
 	if q := n.m.table.Version() - queued; q != 1 {
 		t.Fatalf("%d changes to the state table since the removal, want 1 (the frame after)", q)
 	}
-	if c := strings.Count(n.logs.String(), "status=413"); c != 1 || !n.logs.contains("level=WARN", `msg="ingress request rejected"`, "status=413", "262144-byte line limit") {
+	if c := strings.Count(n.logs.String(), "status=413"); c != 1 || !n.logs.Contains("level=WARN", `msg="ingress request rejected"`, "status=413", "262144-byte line limit") {
 		t.Fatalf("want one warning for the 413 giving the limit, got %d; logs:\n%s", c, n.logs)
 	}
 	after := scrape(t, n)
@@ -1012,8 +1013,8 @@ func TestLocalIngressAcceptsTheSameFrameUnderARaisedBrokerLineLimit(t *testing.T
 	if got, text := postIngress(t, n.m.IngressAddr(), string(longNoteFrame(t, "long-error", ""))); got != http.StatusOK {
 		t.Fatalf("status %d (%q), want 200", got, text)
 	}
-	n.broker.waitUpserts("long-error", 1)
-	if e, _ := n.upserts()[0]["note"].(string); len(e) != longErrorBytes {
+	n.broker.WaitUpserts("long-error", 1)
+	if e, _ := n.Upserts()[0]["note"].(string); len(e) != longErrorBytes {
 		t.Fatalf("the broker got a %d-byte note, want %d", len(e), longErrorBytes)
 	}
 	if tracked := ifxIsTracked(n, n.id, "long-error"); !tracked {
@@ -1044,14 +1045,14 @@ func TestLocalIngressLogsRejectionsWithoutTheBody(t *testing.T) {
 		if got != tc.want {
 			t.Fatalf("%s: status %d (%q), want %d", tc.name, got, text, tc.want)
 		}
-		if !n.logs.contains("level=WARN", `msg="ingress request rejected"`, "status="+itoa(tc.want), "reason=") {
+		if !n.logs.Contains("level=WARN", `msg="ingress request rejected"`, "status="+itoa(tc.want), "reason=") {
 			t.Fatalf("%s: no warning with status %d and a reason; logs:\n%s", tc.name, tc.want, n.logs)
 		}
 	}
 	if got, err := liRawPost(addr, addr, liPaddedFrame(t, withMarker, wireframe.MaxBytes+1), false); err != nil || got != http.StatusRequestEntityTooLarge {
 		t.Fatalf("body cap: status %d, err %v; want 413", got, err)
 	}
-	if !n.logs.contains("level=WARN", `msg="ingress request rejected"`, "status=413", "reason=") {
+	if !n.logs.Contains("level=WARN", `msg="ingress request rejected"`, "status=413", "reason=") {
 		t.Fatalf("body cap: no warning with status 413 and a reason; logs:\n%s", n.logs)
 	}
 	if strings.Contains(n.logs.String(), marker) {
@@ -1060,10 +1061,10 @@ func TestLocalIngressLogsRejectionsWithoutTheBody(t *testing.T) {
 	if got, text := postIngress(t, addr, liFrame("log-accepted")); got != http.StatusOK {
 		t.Fatalf("accepted frame: status %d (%q)", got, text)
 	}
-	if !n.logs.contains("level=DEBUG", `msg="ingress frame accepted"`, "id=log-accepted") {
+	if !n.logs.Contains("level=DEBUG", `msg="ingress frame accepted"`, "id=log-accepted") {
 		t.Fatalf("no debug line for the accepted frame; logs:\n%s", n.logs)
 	}
-	if n.logs.contains("level=WARN", "log-accepted") || n.logs.contains("level=INFO", "log-accepted") {
+	if n.logs.Contains("level=WARN", "log-accepted") || n.logs.Contains("level=INFO", "log-accepted") {
 		t.Fatalf("an accepted frame logged above debug; logs:\n%s", n.logs)
 	}
 }
@@ -1162,7 +1163,7 @@ type liRequest struct {
 
 // liClient opens one connection per request, so no test depends
 // on what an earlier answer did to a pooled connection.
-var liClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: waitTimeout}
+var liClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: testkit.WaitTimeout}
 
 // liDo sends rq to the ingress at addr and returns the status and the
 // answer's text.
@@ -1275,7 +1276,7 @@ func liRawPost(addr, host, body string, chunked bool) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	conn.SetDeadline(time.Now().Add(waitTimeout))
+	conn.SetDeadline(time.Now().Add(testkit.WaitTimeout))
 	var req strings.Builder
 	req.WriteString("POST " + wireframe.EventsPath + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\nConnection: close\r\n")
 	if chunked {
@@ -1352,7 +1353,7 @@ func liRunOwned(t *testing.T, n *testNode) *liOwnedRun {
 		cancel()
 		select {
 		case <-r.finished:
-		case <-time.After(waitTimeout):
+		case <-time.After(testkit.WaitTimeout):
 			t.Errorf("node %s did not stop", n.id)
 		}
 	})
@@ -1365,7 +1366,7 @@ func (r *liOwnedRun) wait(t testing.TB) error {
 	select {
 	case <-r.finished:
 		return r.err
-	case <-time.After(waitTimeout):
+	case <-time.After(testkit.WaitTimeout):
 		t.Fatal("Run did not return")
 		return nil
 	}

@@ -12,13 +12,14 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
 // upsertsOf counts the upserts of workload id at a node's broker.
 func upsertsOf(n *testNode, id string) int {
 	c := 0
-	for _, w := range n.upserts() {
+	for _, w := range n.Upserts() {
 		if w["id"] == id {
 			c++
 		}
@@ -32,7 +33,7 @@ func TestTwoManagersRelayOverMTLS(t *testing.T) {
 
 	w := testframe.Workload("job-1", "running", a.id, map[string]any{"customField": map[string]any{"nested": []any{1.5, "x"}}})
 	a.sendLifecycle(w)
-	got := b.broker.waitMethod(wireframe.MethodUpsert, 1)
+	got := b.broker.WaitMethod(wireframe.MethodUpsert, 1)
 	var p struct {
 		WorkloadInfo json.RawMessage `json:"workloadInfo"`
 	}
@@ -45,7 +46,7 @@ func TestTwoManagersRelayOverMTLS(t *testing.T) {
 	}
 
 	a.sendRemove("job-1")
-	rm := b.broker.waitMethod(wireframe.MethodRemove, 1)
+	rm := b.broker.WaitMethod(wireframe.MethodRemove, 1)
 	var r struct{ WorkloadID, OriginatedFrom string }
 	if err := json.Unmarshal(rm[0].Params, &r); err != nil {
 		t.Fatal(err)
@@ -53,7 +54,7 @@ func TestTwoManagersRelayOverMTLS(t *testing.T) {
 	if r.WorkloadID != "job-1" || r.OriginatedFrom != a.id {
 		t.Fatalf("B's removal = %+v, want job-1 from A", r)
 	}
-	if len(a.broker.withMethod(wireframe.MethodUpsert)) != 0 {
+	if len(a.broker.WithMethod(wireframe.MethodUpsert)) != 0 {
 		t.Fatal("A's own frames were sent back up to A's broker")
 	}
 }
@@ -68,7 +69,7 @@ func TestDuplicateFromPeerReachesBrokerOnce(t *testing.T) {
 	// Barrier: a later frame on the same ordered path has arrived, so the
 	// duplicate has been delivered and judged before it.
 	a.sendLifecycle(testframe.Workload("job-after", "running", a.id))
-	eventually(t, "job-after at B", func() bool { return upsertsOf(b, "job-after") == 1 })
+	testkit.Eventually(t, "job-after at B", func() bool { return upsertsOf(b, "job-after") == 1 })
 	if n := upsertsOf(b, "job-dup"); n != 1 {
 		t.Fatalf("B's broker saw job-dup %d times, want 1", n)
 	}
@@ -79,7 +80,7 @@ func TestResyncReassertionBypassesPeerDedup(t *testing.T) {
 	mesh(t, a, b)
 
 	a.sendLifecycle(testframe.Workload("job-live", "running", a.id))
-	eventually(t, "job-live re-asserted to B's broker", func() bool { return upsertsOf(b, "job-live") >= 3 })
+	testkit.Eventually(t, "job-live re-asserted to B's broker", func() bool { return upsertsOf(b, "job-live") >= 3 })
 }
 
 func TestUnpinnedClientIsRefused(t *testing.T) {
@@ -103,15 +104,15 @@ func TestUnpinnedClientIsRefused(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("status %d, want 403", resp.StatusCode)
 	}
-	if len(b.broker.withMethod(wireframe.MethodUpsert)) != 0 {
+	if len(b.broker.WithMethod(wireframe.MethodUpsert)) != 0 {
 		t.Fatal("an unpinned client's frame reached the broker")
 	}
 }
 
 func TestReadyThenSubscribeComeFirst(t *testing.T) {
 	n := newTestNode(t).start()
-	n.broker.waitMethod("discovery:subscribe", 1)
-	frames := n.broker.all()
+	n.broker.WaitMethod("discovery:subscribe", 1)
+	frames := n.broker.All()
 	if frames[0].Method != "ready" || frames[1].Method != "discovery:subscribe" {
 		t.Fatalf("first frames %q, %q; want ready, discovery:subscribe", frames[0].Method, frames[1].Method)
 	}
@@ -145,7 +146,7 @@ func TestBrokerRequests(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			n.broker.send(c.line)
-			resp := n.broker.waitResponse(c.id)
+			resp := n.broker.WaitResponse(c.id)
 			if c.wantCode != 0 {
 				if resp.Error == nil || resp.Error.Code != c.wantCode {
 					t.Fatalf("answer %+v, want error %d", resp, c.wantCode)
@@ -163,7 +164,7 @@ func TestSetLevelChangesTheLogLevel(t *testing.T) {
 	lv := new(slog.LevelVar)
 	n := newTestNode(t, func(c *Config) { c.LogLevel = lv }).start()
 	n.broker.send(`{"jsonrpc":"2.0","id":1,"method":"log/set-level","params":{"level":"error"}}`)
-	n.broker.waitResponse("1")
+	n.broker.WaitResponse("1")
 	if got := lv.Level(); got != slog.LevelError {
 		t.Fatalf("level %s after set-level error", got)
 	}
@@ -178,16 +179,16 @@ func TestBadLinesAreSkippedAndTheLoopGoesOn(t *testing.T) {
 	n.broker.send(`{"jsonrpc":"2.0","method":"some:notification"}`)
 	n.broker.send(``)
 	n.broker.send(`{"jsonrpc":"2.0","id":8,"method":"nope"}`)
-	if resp := n.broker.waitResponse("8"); resp.Error == nil || resp.Error.Code != wireframe.CodeMethodNotFound {
+	if resp := n.broker.WaitResponse("8"); resp.Error == nil || resp.Error.Code != wireframe.CodeMethodNotFound {
 		t.Fatalf("answer to 8: %+v", resp)
 	}
-	for _, f := range n.broker.all() {
+	for _, f := range n.broker.All() {
 		if f.IsResponse() && string(f.ID) != "8" {
 			t.Fatalf("unexpected answer %+v", f)
 		}
 	}
 	for _, want := range []string{"not JSON", "line longer than the frame limit", `jsonrpc must be \"2.0\"`} {
-		if !n.logs.contains("local frame skipped", want) {
+		if !n.logs.Contains("local frame skipped", want) {
 			t.Errorf("no log line skipping a frame for %q", want)
 		}
 	}
@@ -201,11 +202,11 @@ func TestMalformedLocalFrameIsNeverBroadcast(t *testing.T) {
 	// relayed as upstream relays it: spec 3.3, "Removals without an origin".)
 	a.broker.sendFrame(wireframe.MethodRemove, map[string]any{"originatedFrom": a.id})
 	a.sendLifecycle(testframe.Workload("good", "running", a.id))
-	eventually(t, "good at B", func() bool { return upsertsOf(b, "good") == 1 })
-	if upsertsOf(b, "bad") != 0 || len(b.broker.withMethod(wireframe.MethodRemove)) != 0 {
+	testkit.Eventually(t, "good at B", func() bool { return upsertsOf(b, "good") == 1 })
+	if upsertsOf(b, "bad") != 0 || len(b.broker.WithMethod(wireframe.MethodRemove)) != 0 {
 		t.Fatal("a malformed local frame reached the peer")
 	}
-	if !a.logs.contains("local frame dropped", "workloadInfo.model is missing") {
+	if !a.logs.Contains("local frame dropped", "workloadInfo.model is missing") {
 		t.Fatal("the dropped frame was not logged with its reason")
 	}
 }
@@ -213,7 +214,7 @@ func TestMalformedLocalFrameIsNeverBroadcast(t *testing.T) {
 func TestShutdownRequestIsAnsweredThenRunReturns(t *testing.T) {
 	n := newTestNode(t).start()
 	n.broker.send(`{"jsonrpc":"2.0","id":1,"method":"shutdown"}`)
-	if resp := n.broker.waitResponse("1"); resp.Error != nil || string(resp.Result) != "null" {
+	if resp := n.broker.WaitResponse("1"); resp.Error != nil || string(resp.Result) != "null" {
 		t.Fatalf("shutdown answer %+v", resp)
 	}
 	select {
@@ -222,7 +223,7 @@ func TestShutdownRequestIsAnsweredThenRunReturns(t *testing.T) {
 			t.Fatalf("Run returned %v after shutdown", err)
 		}
 		n.done <- nil // for the cleanup's stop
-	case <-time.After(waitTimeout):
+	case <-time.After(testkit.WaitTimeout):
 		t.Fatal("Run did not return after shutdown")
 	}
 }
@@ -236,7 +237,7 @@ func TestBrokerClosingTheChannelEndsRun(t *testing.T) {
 			t.Fatalf("Run returned %v on EOF", err)
 		}
 		n.done <- nil
-	case <-time.After(waitTimeout):
+	case <-time.After(testkit.WaitTimeout):
 		t.Fatal("Run did not return on EOF")
 	}
 }
@@ -251,7 +252,7 @@ func TestBrokerWriteFailureEndsRun(t *testing.T) {
 			t.Fatalf("Run returned %v on a broken broker pipe", err)
 		}
 		n.done <- nil
-	case <-time.After(waitTimeout):
+	case <-time.After(testkit.WaitTimeout):
 		t.Fatal("Run did not return after the broker write failed")
 	}
 }
@@ -264,21 +265,21 @@ func TestHeartbeat(t *testing.T) {
 	a.sendLifecycle(testframe.Workload("live", "running", a.id))
 	a.sendLifecycle(testframe.Workload("done", "completed", a.id))
 	a.sendLifecycle(testframe.Workload("gone", "running", a.id))
-	eventually(t, "gone at B", func() bool { return upsertsOf(b, "gone") >= 1 })
+	testkit.Eventually(t, "gone at B", func() bool { return upsertsOf(b, "gone") >= 1 })
 	a.sendRemove("gone")
-	b.broker.waitMethod(wireframe.MethodRemove, 1)
+	b.broker.WaitMethod(wireframe.MethodRemove, 1)
 	goneAtRemoval := upsertsOf(b, "gone")
 
 	// The first tick comes less than one interval after "done" was tracked,
 	// well inside its 2-interval retention: it is re-asserted at least once.
-	eventually(t, "done re-asserted", func() bool { return upsertsOf(b, "done") >= 2 })
+	testkit.Eventually(t, "done re-asserted", func() bool { return upsertsOf(b, "done") >= 2 })
 	// Five more ticks of the live workload put "done" past its retention...
 	liveMark := upsertsOf(b, "live")
-	eventually(t, "five heartbeats of live", func() bool { return upsertsOf(b, "live") >= liveMark+5 })
+	testkit.Eventually(t, "five heartbeats of live", func() bool { return upsertsOf(b, "live") >= liveMark+5 })
 	doneMark := upsertsOf(b, "done")
 	// ...so three more ticks must not re-assert it again.
 	liveMark = upsertsOf(b, "live")
-	eventually(t, "three more heartbeats of live", func() bool { return upsertsOf(b, "live") >= liveMark+3 })
+	testkit.Eventually(t, "three more heartbeats of live", func() bool { return upsertsOf(b, "live") >= liveMark+3 })
 	if got := upsertsOf(b, "done"); got != doneMark {
 		t.Fatalf("a terminal workload was re-asserted after its retention: %d upserts, %d before", got, doneMark)
 	}
@@ -287,7 +288,7 @@ func TestHeartbeat(t *testing.T) {
 	if got := upsertsOf(b, "gone"); got != goneAtRemoval {
 		t.Fatalf("a removed workload was re-asserted: %d upserts after removal, %d before", got, goneAtRemoval)
 	}
-	for _, f := range b.broker.withMethod(wireframe.MethodUpsert) {
+	for _, f := range b.broker.WithMethod(wireframe.MethodUpsert) {
 		if strings.Contains(string(f.Params), "resync") {
 			t.Fatalf("the resync marker reached the broker: %s", f.Params)
 		}
@@ -329,14 +330,14 @@ func TestShutdownDrainsPeerQueuesBeforeExit(t *testing.T) {
 	for i := range frames {
 		a.sendLifecycle(testframe.Workload("drain-"+itoa(i), "running", a.id))
 	}
-	eventually(t, "A to commit every frame", func() bool { return a.m.table.Version() == frames })
+	testkit.Eventually(t, "A to commit every frame", func() bool { return a.m.table.Version() == frames })
 	a.broker.toD.Close() // the broker quits: EOF starts A's shutdown
 	time.AfterFunc(300*time.Millisecond, gate.open)
-	waitRun(t, a, waitTimeout)
+	waitRun(t, a, testkit.WaitTimeout)
 	if got := a.m.bcast.StatsSnapshot()[0].Succeeded.Load(); got != frames {
 		t.Fatalf("A delivered %d of %d committed frames before exiting", got, frames)
 	}
-	eventually(t, "every frame at B's broker", func() bool { return len(b.broker.withMethod(wireframe.MethodUpsert)) == frames })
+	testkit.Eventually(t, "every frame at B's broker", func() bool { return len(b.broker.WithMethod(wireframe.MethodUpsert)) == frames })
 }
 
 func TestShutdownDrainIsBoundedByTheDrainTimeout(t *testing.T) {
@@ -345,12 +346,12 @@ func TestShutdownDrainIsBoundedByTheDrainTimeout(t *testing.T) {
 	b := newTestNode(t, gated)
 	mesh(t, a, b)
 	a.sendLifecycle(testframe.Workload("stuck", "running", a.id))
-	eventually(t, "A to commit the frame", func() bool { return a.m.table.Version() == 1 })
+	testkit.Eventually(t, "A to commit the frame", func() bool { return a.m.table.Version() == 1 })
 	a.broker.toD.Close()
-	if took := waitRun(t, a, waitTimeout); took > 3*time.Second {
+	if took := waitRun(t, a, testkit.WaitTimeout); took > 3*time.Second {
 		t.Fatalf("shutdown took %v with a 300ms drain timeout", took)
 	}
-	if !a.logs.contains("shutdown: peers not caught up in time") {
+	if !a.logs.Contains("shutdown: peers not caught up in time") {
 		t.Fatal("the peer left behind was not logged")
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 )
 
 func TestUnclusteredNodeCompletesNoHandshakeUntilAdmittedWithoutRestart(t *testing.T) {
@@ -22,7 +23,7 @@ func TestUnclusteredNodeCompletesNoHandshakeUntilAdmittedWithoutRestart(t *testi
 	if err := netHandshake(addr, &b.ident); err == nil {
 		t.Fatal("a node with a keypair but no admission or pin completed a handshake")
 	}
-	if !a.logs.contains("level=INFO", "cluster membership", "clustered=false") {
+	if !a.logs.Contains("level=INFO", "cluster membership", "clustered=false") {
 		t.Fatalf("the node did not say at startup that it is not clustered; logs:\n%s", a.logs)
 	}
 	a.sendLifecycle(testframe.Workload("job-unclustered", "running", a.id))
@@ -33,8 +34,8 @@ func TestUnclusteredNodeCompletesNoHandshakeUntilAdmittedWithoutRestart(t *testi
 	}
 
 	netMust(t, devpki.WriteAdmission(a.clusterDir, "test-cluster", 1))
-	eventually(t, "a handshake once admission.json appears", func() bool { return netHandshake(addr, &b.ident) == nil })
-	if !a.logs.contains("level=INFO", "cluster membership changed", "clustered=true") {
+	testkit.Eventually(t, "a handshake once admission.json appears", func() bool { return netHandshake(addr, &b.ident) == nil })
+	if !a.logs.Contains("level=INFO", "cluster membership changed", "clustered=true") {
 		t.Fatalf("the transition to clustered was not logged; logs:\n%s", a.logs)
 	}
 	// B is pinned by neither file in A's trusted/, so A does not target it;
@@ -42,7 +43,7 @@ func TestUnclusteredNodeCompletesNoHandshakeUntilAdmittedWithoutRestart(t *testi
 	// tracked while A was unclustered.
 	a.trust(b)
 	a.waitTargets(1)
-	eventually(t, "job-unclustered at B", func() bool { return netUpsertIDs(b)["job-unclustered"] >= 1 })
+	testkit.Eventually(t, "job-unclustered at B", func() bool { return netUpsertIDs(b)["job-unclustered"] >= 1 })
 }
 
 func TestClearedAdmissionDemotesAMember(t *testing.T) {
@@ -55,8 +56,8 @@ func TestClearedAdmissionDemotesAMember(t *testing.T) {
 		t.Fatalf("an admitted member refused a handshake: %v", err)
 	}
 	writeFile(t, filepath.Join(a.clusterDir, admissionFileName), `{"clusterId": "test-cluster", "epoch": 1, "retired": true}`)
-	eventually(t, "handshakes to fail once the admission is retired", func() bool { return netHandshake(addr, &b.ident) != nil })
-	if !a.logs.contains("level=INFO", "cluster membership changed", "clustered=false") {
+	testkit.Eventually(t, "handshakes to fail once the admission is retired", func() bool { return netHandshake(addr, &b.ident) != nil })
+	if !a.logs.Contains("level=INFO", "cluster membership changed", "clustered=false") {
 		t.Fatalf("the demotion was not logged; logs:\n%s", a.logs)
 	}
 }
@@ -70,11 +71,11 @@ func TestNodeWithoutIdentityWarnsOnceAtStartupThatPeersCannotReachIt(t *testing.
 	if c := strings.Count(n.logs.String(), "peers cannot reach this node"); c != 1 {
 		t.Fatalf("the missing identity was warned about %d times, want once at startup; logs:\n%s", c, n.logs)
 	}
-	if !n.logs.contains("level=WARN", "no cluster identity") {
+	if !n.logs.Contains("level=WARN", "no cluster identity") {
 		t.Fatalf("the warning is not at warn level; logs:\n%s", n.logs)
 	}
 	// It says who writes the files and where they are expected.
-	if !n.logs.contains("no cluster identity", "until the cluster manager writes them", "dir="+n.clusterDir) {
+	if !n.logs.Contains("no cluster identity", "until the cluster manager writes them", "dir="+n.clusterDir) {
 		t.Fatalf("the warning does not say where node.crt and node.key go; logs:\n%s", n.logs)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/sha256"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"runtime"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func TestProcessMetricsInTheStandardNames(t *testing.T) {
 	// The kernel counts CPU time in clock ticks (10 ms): a test binary run
 	// alone may not have used one yet, and reads 0. It spends some until
 	// the counter moves, which it must.
-	eventually(t, "process_cpu_seconds_total above 0", func() bool {
+	testkit.Eventually(t, "process_cpu_seconds_total above 0", func() bool {
 		spendCPU(20 * time.Millisecond)
 		return scrape(t, n)["process_cpu_seconds_total"] > 0
 	})
@@ -96,7 +97,7 @@ func TestPeerBehindCountsTheChangesAPeerLacks(t *testing.T) {
 	for i := range sent {
 		n.sendLifecycle(testframe.Workload("q-"+itoa(i), "running", n.id))
 	}
-	eventually(t, "the black hole behind by every change", func() bool { return scrape(t, n)[series] == sent })
+	testkit.Eventually(t, "the black hole behind by every change", func() bool { return scrape(t, n)[series] == sent })
 }
 
 // spendCPU keeps one core busy for about d of wall time.

@@ -10,13 +10,14 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
 // scrape reads a node's metrics endpoint into series -> value.
 func scrape(t *testing.T, n *testNode) map[string]float64 {
 	t.Helper()
-	return scrapeAddr(t, n.m.MetricsAddr())
+	return testkit.ScrapeAddr(t, n.m.MetricsAddr())
 }
 
 // newMetricsNode builds a node with the metrics endpoint (and optionally
@@ -56,18 +57,18 @@ func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 	// Each step waits for the one before it at B: the peer is sent each
 	// entry's latest state, so a change made before the last one was
 	// taken would be folded into it, and the counts would be a race.
-	b.broker.waitUpserts("ing-3", 1)
+	b.broker.WaitUpserts("ing-3", 1)
 	if s, _ := postIngress(t, ingress, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"ing-3"}}`); s != 200 {
 		t.Fatalf("ingress removal: status %d", s)
 	}
 	a.sendLifecycle(testframe.Workload("std-1", "running", a.id))
-	b.broker.waitUpserts("std-1", 1)
+	b.broker.WaitUpserts("std-1", 1)
 	a.sendLifecycle(testframe.Workload("std-1", "running", a.id)) // a duplicate for B's dedup
 	a.sendLifecycle(testframe.Workload("std-2", "running", a.id))
-	eventually(t, "6 frames at B", func() bool {
-		return len(b.broker.withMethod(wireframe.MethodUpsert))+len(b.broker.withMethod(wireframe.MethodRemove)) == 6
+	testkit.Eventually(t, "6 frames at B", func() bool {
+		return len(b.broker.WithMethod(wireframe.MethodUpsert))+len(b.broker.WithMethod(wireframe.MethodRemove)) == 6
 	})
-	eventually(t, "A's deliveries counted", func() bool {
+	testkit.Eventually(t, "A's deliveries counted", func() bool {
 		return delta(scrape(t, a), a0, `nvpair_wlm_peer_deliveries_succeeded_total{peer="`+b.id+`"}`) == 7
 	})
 	// B leaves the target set and comes back: it keeps its mark, so it is
@@ -88,7 +89,7 @@ func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 
 	a1 := scrape(t, a)
 	var b1 map[string]float64
-	eventually(t, "B's server handshake failure counted", func() bool {
+	testkit.Eventually(t, "B's server handshake failure counted", func() bool {
 		b1 = scrape(t, b)
 		return delta(b1, b0, `nvpair_wlm_tls_handshake_failures_total{side="server"}`) >= 1
 	})
@@ -162,14 +163,14 @@ func TestMetricsCountClientHandshakeFailures(t *testing.T) {
 	a.discover(b)
 	a.waitTargets(1)
 	a.sendLifecycle(testframe.Workload("never", "running", a.id))
-	eventually(t, "a refused client handshake counted", func() bool {
+	testkit.Eventually(t, "a refused client handshake counted", func() bool {
 		return scrape(t, a)[`nvpair_wlm_tls_handshake_failures_total{side="client"}`] >= 1
 	})
 	// Nothing is given up: the frame stays above B's mark, retried.
-	eventually(t, "the failed attempts counted", func() bool {
+	testkit.Eventually(t, "the failed attempts counted", func() bool {
 		return scrape(t, a)[`nvpair_wlm_peer_delivery_failures_total{peer="`+b.id+`"}`] >= 1
 	})
-	if len(b.broker.withMethod(wireframe.MethodUpsert)) != 0 {
+	if len(b.broker.WithMethod(wireframe.MethodUpsert)) != 0 {
 		t.Fatal("a frame reached a server whose certificate does not match its pin")
 	}
 }
@@ -232,7 +233,7 @@ func TestMetricsPassPromtoolLint(t *testing.T) {
 	a, b := newMetricsNode(t, true), newMetricsNode(t, false)
 	mesh(t, a, b)
 	a.sendLifecycle(testframe.Workload("lint", "running", a.id))
-	eventually(t, "a delivery", func() bool { return len(b.broker.withMethod(wireframe.MethodUpsert)) == 1 })
+	testkit.Eventually(t, "a delivery", func() bool { return len(b.broker.WithMethod(wireframe.MethodUpsert)) == 1 })
 	resp, err := http.Get("http://" + a.m.MetricsAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"nvpair-workload-manager/internal/statejournal"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -201,7 +202,7 @@ func TestAnIngress200WaitsForItsJournalRecord(t *testing.T) {
 		}
 	case st := <-answered:
 		t.Fatalf("answered %d without waiting for the journal", st)
-	case <-time.After(waitTimeout):
+	case <-time.After(testkit.WaitTimeout):
 		t.Fatal("the post neither waited for the journal nor was answered")
 	}
 	select {

@@ -14,6 +14,7 @@ import (
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -206,7 +207,7 @@ func TestABatchElementThatFailsValidationIsAnswered400AndTheOthersAreApplied(t *
 	}
 	// One warning for the batch, never one per element.
 	logs := h.n.logs.String()
-	if strings.Count(logs, "level=WARN") != 1 || !h.n.logs.contains("level=WARN", `msg="peer batch elements rejected"`,
+	if strings.Count(logs, "level=WARN") != 1 || !h.n.logs.Contains("level=WARN", `msg="peer batch elements rejected"`,
 		"elements=7", "rejected=3", "firstIndex=1", "status=400", "workload:paused") {
 		t.Fatalf("want one warning summarising the batch; logs:\n%s", logs)
 	}
@@ -252,11 +253,11 @@ func TestABatchStopsAtTheFirstFailedBrokerWrite(t *testing.T) {
 	if n := h.n.m.out.Counts().Failures; n != 1 {
 		t.Fatalf("%d failed broker writes, want 1", n)
 	}
-	eventually(t, "job-s1 and job-s2 at the broker", func() bool {
+	testkit.Eventually(t, "job-s1 and job-s2 at the broker", func() bool {
 		return strings.Join(netRelayed(h), " ") == "upsert:job-s1 upsert:job-s2"
 	})
-	if !h.n.logs.contains("level=ERROR", "broker write failed", "status=500") ||
-		!h.n.logs.contains("level=WARN", "peer batch elements rejected", "rejected=1", "notAttempted=4", "firstIndex=1") {
+	if !h.n.logs.Contains("level=ERROR", "broker write failed", "status=500") ||
+		!h.n.logs.Contains("level=WARN", "peer batch elements rejected", "rejected=1", "notAttempted=4", "firstIndex=1") {
 		t.Fatalf("want the failed write at error and one batch summary; logs:\n%s", h.n.logs)
 	}
 }
@@ -387,8 +388,8 @@ func TestABatchFromAClientWithoutItsPinnedCertificateIsAnswered403(t *testing.T)
 		}
 	}
 	h.barrier(t)
-	if ids := netUpsertIDs(h.n); ids["job-intruder"] != 0 || len(h.n.broker.withMethod(wireframe.MethodRemove)) != 0 {
-		t.Fatalf("a refused batch reached the broker: %v", h.n.broker.all())
+	if ids := netUpsertIDs(h.n); ids["job-intruder"] != 0 || len(h.n.broker.WithMethod(wireframe.MethodRemove)) != 0 {
+		t.Fatalf("a refused batch reached the broker: %v", h.n.broker.All())
 	}
 }
 
@@ -496,7 +497,7 @@ func netPostBatch(t testing.TB, c *http.Client, addr string, elems ...[]byte) ne
 // "upsert:<id>" and "remove:<id>", leaving out the harness's barriers.
 func netRelayed(h *netPeerHarness) []string {
 	var out []string
-	for _, f := range h.n.broker.all() {
+	for _, f := range h.n.broker.All() {
 		switch f.Method {
 		case wireframe.MethodUpsert:
 			var p struct{ WorkloadInfo struct{ ID string } }

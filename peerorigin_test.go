@@ -9,6 +9,7 @@ import (
 	"nvpair-workload-manager/internal/peersend"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -151,11 +152,11 @@ func TestAFreshFrameRefusedForItsOriginIsGivenUpWithoutRetries(t *testing.T) {
 			sink.refuseOrigin = "spoofed"
 			sink.join(t, n)
 			n.sendLifecycle(testframe.Workload("warm-up", "running", n.id)) // the sender learns the advertisement
-			eventually(t, "the warm-up at the peer", func() bool { return sink.count("fresh", "warm-up") == 1 })
+			testkit.Eventually(t, "the warm-up at the peer", func() bool { return sink.count("fresh", "warm-up") == 1 })
 			n.sendLifecycle(testframe.Workload("spoofed", "running", n.id))
 			n.sendLifecycle(testframe.Workload("after", "running", n.id))
-			eventually(t, "the frame after it at the peer", func() bool { return sink.count("fresh", "after") == 1 })
-			eventually(t, "the refused frame given up", func() bool { return peerStatsOf(n, sink).Dropped.Load() == 1 })
+			testkit.Eventually(t, "the frame after it at the peer", func() bool { return sink.count("fresh", "after") == 1 })
+			testkit.Eventually(t, "the refused frame given up", func() bool { return peerStatsOf(n, sink).Dropped.Load() == 1 })
 			if got := sink.originRefusals("fresh"); got != 1 {
 				t.Fatalf("the peer was sent the refused frame %d times, want once: a refusal for origin is final", got)
 			}
@@ -177,7 +178,7 @@ func TestAHeartbeatPassGoesOnPastAnEntryRefusedForItsOrigin(t *testing.T) {
 			ids := trackRunning(t, n, 3*peersend.HeartbeatSlice)
 			last := ids[len(ids)-1]
 			sink.join(t, n)
-			eventually(t, "the last entry re-asserted", func() bool { return sink.count("resync", last) == 1 })
+			testkit.Eventually(t, "the last entry re-asserted", func() bool { return sink.count("resync", last) == 1 })
 			if got := peerStatsOf(n, sink).PassesAbandoned.Load(); got != 0 {
 				t.Fatalf("%d passes abandoned at an entry refused for its origin, want 0", got)
 			}
@@ -238,7 +239,7 @@ func TestAPrincipalMayNameItselfAndARemovalMayNameNoOriginWhateverDiscoverySays(
 	}
 	h.barrier(t)
 	var removals []string
-	for _, f := range h.n.broker.withMethod(wireframe.MethodRemove) {
+	for _, f := range h.n.broker.WithMethod(wireframe.MethodRemove) {
 		removals = append(removals, string(f.Params))
 	}
 	want := []string{

@@ -17,6 +17,7 @@ import (
 	"nvpair-workload-manager/internal/peersend"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 )
 
 // ---- a peer that asks its senders to wait ----
@@ -178,7 +179,7 @@ func TestFreshFramesWaitOutAPeersRetryAfterAndArriveInOrder(t *testing.T) {
 			startWithPeer(t, a, p)
 			// A first frame teaches the sender whether the peer batches.
 			a.sendLifecycle(testframe.Workload("first", "running", a.id))
-			eventually(t, "the first frame at the peer", func() bool { return len(p.accepted()) == 1 })
+			testkit.Eventually(t, "the first frame at the peer", func() bool { return len(p.accepted()) == 1 })
 
 			// Four 503s asking for 1 s: each is a wait, not a failed
 			// attempt, so none costs the frame a backoff.
@@ -188,7 +189,7 @@ func TestFreshFramesWaitOutAPeersRetryAfterAndArriveInOrder(t *testing.T) {
 				a.sendLifecycle(testframe.Workload(id, "running", a.id))
 			}
 			want = append([]string{"first"}, want...)
-			if !holdsWithin(waitTimeout+4*time.Second, func() bool { return len(p.accepted()) >= len(want) }) {
+			if !testkit.HoldsWithin(testkit.WaitTimeout+4*time.Second, func() bool { return len(p.accepted()) >= len(want) }) {
 				t.Fatalf("the peer took %d of %d frames", len(p.accepted()), len(want))
 			}
 			if got := p.accepted(); !slices.Equal(got, want) {
@@ -205,7 +206,7 @@ func TestFreshFramesWaitOutAPeersRetryAfterAndArriveInOrder(t *testing.T) {
 			if held := time.Duration(st.RetryAfterHeldNanos.Load()); held < 4*time.Second {
 				t.Fatalf("the peer was held %v, want the 4 s its answers asked for", held)
 			}
-			if !a.logs.contains("level=WARN", "peer asked to wait (Retry-After)", "wait=1s") {
+			if !a.logs.Contains("level=WARN", "peer asked to wait (Retry-After)", "wait=1s") {
 				t.Fatalf("no warning about the wait:\n%s", a.logs)
 			}
 		})
@@ -228,11 +229,11 @@ func TestHeartbeatWaitsOutAPeersRetryAfterAndCarriesOnItsPass(t *testing.T) {
 			}
 			// Every frame read and in the table before the peer joins.
 			a.broker.send(`{"jsonrpc":"2.0","id":"barrier","method":"nope"}`)
-			a.broker.waitResponse(`"barrier"`)
+			a.broker.WaitResponse(`"barrier"`)
 			p.setDefer(3, "1")
 			netDiscover(a, p.entry())
 			a.waitTargets(1)
-			eventually(t, "the backfill at the peer", func() bool { return len(p.accepted()) >= len(want) })
+			testkit.Eventually(t, "the backfill at the peer", func() bool { return len(p.accepted()) >= len(want) })
 			if got := p.accepted(); !slices.Equal(got, want) {
 				t.Fatalf("the peer took %v, want %v once each", got, want)
 			}
@@ -259,7 +260,7 @@ func TestARetryAfterThatAsksForNoWaitIsAFailedAttemptAsBefore(t *testing.T) {
 			st := senderStats(t, a)
 			// Nothing is given up: the frame stays above the peer's mark
 			// and goes again after each backoff.
-			eventually(t, "two failed attempts", func() bool { return st.FailedAttempts.Load() >= 2 })
+			testkit.Eventually(t, "two failed attempts", func() bool { return st.FailedAttempts.Load() >= 2 })
 			if st.Dropped.Load() != 0 {
 				t.Fatalf("%d entries dropped for a retryable answer, want none", st.Dropped.Load())
 			}
@@ -277,7 +278,7 @@ func TestAPeersRetryAfterDoesNotHoldShutdownPastTheDrainTimeout(t *testing.T) {
 	startWithPeer(t, a, p)
 	a.sendLifecycle(testframe.Workload("held", "running", a.id))
 	st := senderStats(t, a)
-	eventually(t, "the peer's wait honoured", func() bool { return st.RetryAfterWaits.Load() == 1 })
+	testkit.Eventually(t, "the peer's wait honoured", func() bool { return st.RetryAfterWaits.Load() == 1 })
 	start := time.Now()
 	a.cancel()
 	select {

@@ -18,6 +18,7 @@ import (
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -76,10 +77,10 @@ func TestPeerServerAnswers403ToClientsWithoutTheirPinnedCertificate(t *testing.T
 				t.Fatalf("removal POST = %d, want 403", st)
 			}
 			h.barrier(t)
-			if ids := netUpsertIDs(h.n); ids["job-rejected"] != 0 || len(h.n.broker.withMethod(wireframe.MethodRemove)) != 0 {
-				t.Fatalf("a rejected frame reached the broker: %v", h.n.broker.all())
+			if ids := netUpsertIDs(h.n); ids["job-rejected"] != 0 || len(h.n.broker.WithMethod(wireframe.MethodRemove)) != 0 {
+				t.Fatalf("a rejected frame reached the broker: %v", h.n.broker.All())
 			}
-			if !h.n.logs.contains("peer request rejected", "status=403") {
+			if !h.n.logs.Contains("peer request rejected", "status=403") {
 				t.Fatalf("the rejection was not logged; logs:\n%s", h.n.logs)
 			}
 		})
@@ -143,7 +144,7 @@ func TestPeerServerRejectsMalformedFramesWith400(t *testing.T) {
 		}
 	}
 	h.barrier(t)
-	for _, f := range h.n.broker.all() {
+	for _, f := range h.n.broker.All() {
 		if f.Method == wireframe.MethodRemove || (f.Method == wireframe.MethodUpsert && !bytes.Contains(f.Params, []byte(`"barrier-`))) {
 			t.Fatalf("a malformed frame reached the broker: %s %s", f.Method, f.Params)
 		}
@@ -207,15 +208,15 @@ func TestPeerServerAnswers413ToAFrameOverTheBrokerLineLimit(t *testing.T) {
 		}
 	}
 	h.barrier(t)
-	if ids := netUpsertIDs(h.n); ids["peer-over-limit"] != 0 || len(h.n.broker.withMethod(wireframe.MethodRemove)) != 0 {
-		t.Fatalf("a refused frame reached the broker: upserts %v, %d removal(s)", ids, len(h.n.broker.withMethod(wireframe.MethodRemove)))
+	if ids := netUpsertIDs(h.n); ids["peer-over-limit"] != 0 || len(h.n.broker.WithMethod(wireframe.MethodRemove)) != 0 {
+		t.Fatalf("a refused frame reached the broker: upserts %v, %d removal(s)", ids, len(h.n.broker.WithMethod(wireframe.MethodRemove)))
 	}
 	if n := h.n.m.out.Counts().Refused; n != 4 {
 		t.Fatalf("%d lines refused, want 4", n)
 	}
 	logs := h.n.logs.String()
 	if c := strings.Count(logs, "status=413"); c != 4 || strings.Contains(logs, "status=500") ||
-		!h.n.logs.contains("level=WARN", `msg="peer request rejected"`, "status=413", "over its 262144-byte line limit (--broker-line-max)") {
+		!h.n.logs.Contains("level=WARN", `msg="peer request rejected"`, "status=413", "over its 262144-byte line limit (--broker-line-max)") {
 		t.Fatalf("want four warnings for the 413s giving the limit, got %d; logs:\n%s", c, logs)
 	}
 }
@@ -226,8 +227,8 @@ func TestPeerServerWritesTheSameFrameUnderARaisedBrokerLineLimit(t *testing.T) {
 	if st := netPost(t, h.c, h.addr, longErrorFrame(t, "peer-long-error", h.client.Principal)); st != http.StatusOK {
 		t.Fatalf("POST = %d, want 200", st)
 	}
-	h.n.broker.waitUpserts("peer-long-error", 1)
-	if e, _ := h.n.upserts()[0]["error"].(string); len(e) != longErrorBytes {
+	h.n.broker.WaitUpserts("peer-long-error", 1)
+	if e, _ := h.n.Upserts()[0]["error"].(string); len(e) != longErrorBytes {
 		t.Fatalf("the broker got a %d-byte error text, want %d", len(e), longErrorBytes)
 	}
 }
@@ -242,7 +243,7 @@ func TestPeerServerRelaysWorkloadInfoUnchanged(t *testing.T) {
 	if st := netPost(t, h.c, h.addr, []byte(body)); st != http.StatusOK {
 		t.Fatalf("POST = %d, want 200", st)
 	}
-	frames := h.n.broker.waitMethod(wireframe.MethodUpsert, 1)
+	frames := h.n.broker.WaitMethod(wireframe.MethodUpsert, 1)
 	var p struct {
 		WorkloadInfo json.RawMessage `json:"workloadInfo"`
 	}
@@ -298,7 +299,7 @@ func TestPeerServerDeduplicatesLifecycleEventsByTheirKey(t *testing.T) {
 			want++
 		}
 		h.barrier(t)
-		if got := len(h.n.upserts()) - h.barriers; got != want {
+		if got := len(h.n.Upserts()) - h.barriers; got != want {
 			t.Fatalf("%s: %d upserts at the broker, want %d", c.name, got, want)
 		}
 	}
@@ -359,7 +360,7 @@ func TestPeerServerRelaysRemovalOnce(t *testing.T) {
 	}
 	h.barrier(t)
 	var got []string
-	for _, f := range h.n.broker.withMethod(wireframe.MethodRemove) {
+	for _, f := range h.n.broker.WithMethod(wireframe.MethodRemove) {
 		var p struct{ WorkloadID, OriginatedFrom string }
 		netMust(t, json.Unmarshal(f.Params, &p))
 		got = append(got, p.WorkloadID+"@"+p.OriginatedFrom)
@@ -382,7 +383,7 @@ func TestPeerServerAnswers500AndRecordsNothingWhenTheBrokerWriteFails(t *testing
 	if n := h.n.m.peers.DedupLen(); n != 0 {
 		t.Fatalf("dedup recorded %d key(s) for a frame the broker never got", n)
 	}
-	if !h.n.logs.contains("broker write failed", "status=500") {
+	if !h.n.logs.Contains("broker write failed", "status=500") {
 		t.Fatalf("the failed write was not logged; logs:\n%s", h.n.logs)
 	}
 }
@@ -504,7 +505,7 @@ func (h *netPeerHarness) barrier(t testing.TB) {
 	if st := netPost(t, h.c, h.addr, testframe.Lifecycle(testframe.Workload(id, "running", h.client.Principal), nil)); st != http.StatusOK {
 		t.Fatalf("barrier POST = %d", st)
 	}
-	eventually(t, id+" at the broker", func() bool { return netUpsertIDs(h.n)[id] == 1 })
+	testkit.Eventually(t, id+" at the broker", func() bool { return netUpsertIDs(h.n)[id] == 1 })
 }
 
 // netPeerClient returns an HTTPS client that presents ident (no certificate
@@ -528,7 +529,7 @@ func netPeerClient(t testing.TB, ident *devpki.Identity, serverDER []byte) *http
 	}
 	tr := &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 4}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr, Timeout: waitTimeout}
+	return &http.Client{Transport: tr, Timeout: testkit.WaitTimeout}
 }
 
 // netPost posts body to the peer endpoint at addr and returns the status.
@@ -574,7 +575,7 @@ func netPostTraced(t testing.TB, c *http.Client, addr string, body []byte) (stat
 // netUpsertIDs counts the workloads:upsert frames at n's broker by workload id.
 func netUpsertIDs(n *testNode) map[string]int {
 	ids := map[string]int{}
-	for _, w := range n.upserts() {
+	for _, w := range n.Upserts() {
 		id, _ := w["id"].(string)
 		ids[id]++
 	}
@@ -591,7 +592,7 @@ func netBarrier(t testing.TB, n *testNode) time.Duration {
 	id := `"net-barrier-` + itoa(int(netBarrierSeq.Add(1))) + `"`
 	start := time.Now()
 	n.broker.send(`{"jsonrpc":"2.0","id":` + id + `,"method":"log/set-level","params":{"level":"debug"}}`)
-	n.broker.waitResponse(id)
+	n.broker.WaitResponse(id)
 	return time.Since(start)
 }
 

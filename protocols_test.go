@@ -14,6 +14,7 @@ import (
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -45,11 +46,13 @@ func protocolListeners(t *testing.T) []protocolListener {
 	netMust(t, n.m.EnableLocalIngress("127.0.0.1:0"))
 	netMust(t, n.m.EnableMetrics("127.0.0.1:0"))
 	n.start()
-	eventually(t, "loopback listeners bound", func() bool { return n.m.IngressAddr() != "" && n.m.MetricsAddr() != "" })
+	testkit.Eventually(t, "loopback listeners bound", func() bool { return n.m.IngressAddr() != "" && n.m.MetricsAddr() != "" })
 	cert, err := client.TLSCertificate()
 	netMust(t, err)
 	plain := func(addr string) func(*testing.T, ...string) (net.Conn, error) {
-		return func(*testing.T, ...string) (net.Conn, error) { return net.DialTimeout("tcp", addr, waitTimeout) }
+		return func(*testing.T, ...string) (net.Conn, error) {
+			return net.DialTimeout("tcp", addr, testkit.WaitTimeout)
+		}
 	}
 	peerAddr := n.m.PeerAddr().String()
 	post := func(host, body string) string {
@@ -58,7 +61,7 @@ func protocolListeners(t *testing.T) []protocolListener {
 	}
 	return []protocolListener{
 		{name: "peer", host: peerAddr, tls: true, dial: func(t *testing.T, alpn ...string) (net.Conn, error) {
-			d := &net.Dialer{Timeout: waitTimeout}
+			d := &net.Dialer{Timeout: testkit.WaitTimeout}
 			return tls.DialWithDialer(d, "tcp", peerAddr, &tls.Config{
 				Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, NextProtos: alpn,
 			})
@@ -80,7 +83,7 @@ func protocolListeners(t *testing.T) []protocolListener {
 // answer's body skipped by its Content-Length.
 func statusLines(t *testing.T, c net.Conn, req string, n int) []string {
 	t.Helper()
-	c.SetDeadline(time.Now().Add(waitTimeout))
+	c.SetDeadline(time.Now().Add(testkit.WaitTimeout))
 	if _, err := io.WriteString(c, req); err != nil {
 		t.Fatalf("write: %v", err)
 	}
@@ -101,7 +104,7 @@ func statusLines(t *testing.T, c net.Conn, req string, n int) []string {
 // closedAfter reports whether the server closes c once its answers are
 // read.
 func closedAfter(c net.Conn) bool {
-	c.SetReadDeadline(time.Now().Add(waitTimeout))
+	c.SetReadDeadline(time.Now().Add(testkit.WaitTimeout))
 	_, err := c.Read(make([]byte, 1))
 	return errors.Is(err, io.EOF) || isConnReset(err)
 }
@@ -160,7 +163,7 @@ func TestEveryListenerRefusesTheStandardLibrarysHTTP2Client(t *testing.T) {
 				p.SetUnencryptedHTTP2(true)
 			}
 			defer tr.CloseIdleConnections()
-			resp, err := (&http.Client{Transport: tr, Timeout: waitTimeout}).Get(scheme + l.host + "/nope")
+			resp, err := (&http.Client{Transport: tr, Timeout: testkit.WaitTimeout}).Get(scheme + l.host + "/nope")
 			if err == nil {
 				resp.Body.Close()
 				t.Fatalf("an HTTP/2-only client was answered %s over %s", resp.Status, resp.Proto)
@@ -231,8 +234,8 @@ func TestAnAnswerTheClientDoesNotReadEndsAtTheWriteDeadline(t *testing.T) {
 	n := newTestNode(t)
 	netMust(t, n.m.EnableMetrics("127.0.0.1:0"))
 	n.start()
-	eventually(t, "metrics bound", func() bool { return n.m.MetricsAddr() != "" })
-	c, err := net.DialTimeout("tcp", n.m.MetricsAddr(), waitTimeout)
+	testkit.Eventually(t, "metrics bound", func() bool { return n.m.MetricsAddr() != "" })
+	c, err := net.DialTimeout("tcp", n.m.MetricsAddr(), testkit.WaitTimeout)
 	netMust(t, err)
 	defer c.Close()
 	if tc, ok := c.(*net.TCPConn); ok {
@@ -251,8 +254,8 @@ func TestAnAnswerTheClientDoesNotReadEndsAtTheWriteDeadline(t *testing.T) {
 	// The client never reads. The server's writes block once the buffers
 	// are full, then fail at the deadline and the server closes the
 	// connection: the client's own writes then fail too.
-	if !holdsWithin(httpguard.AnswerWriteTimeout+waitTimeout, func() bool { return n.m.conns.Metrics.OpenConns() == 0 && len(writeErr) == 1 }) {
+	if !testkit.HoldsWithin(httpguard.AnswerWriteTimeout+testkit.WaitTimeout, func() bool { return n.m.conns.Metrics.OpenConns() == 0 && len(writeErr) == 1 }) {
 		t.Fatalf("%s after the client stopped reading: %d connection(s) still open, the client's writes still accepted",
-			httpguard.AnswerWriteTimeout+waitTimeout, n.m.conns.Metrics.OpenConns())
+			httpguard.AnswerWriteTimeout+testkit.WaitTimeout, n.m.conns.Metrics.OpenConns())
 	}
 }

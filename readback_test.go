@@ -15,6 +15,7 @@ import (
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -145,7 +146,7 @@ func TestReadBackListsThisNodesIngressWorkloadsWithTheirLatestStateAndLeaseDeadl
 	n.sendLifecycle(later) // the broker's own frame for an ingress job
 	n.sendLifecycle(testframe.Workload("proxy-job", "running", n.id))
 	ifxBrokerBarrier(t, n)
-	eventually(t, "the broker's frames to be tracked", func() bool {
+	testkit.Eventually(t, "the broker's frames to be tracked", func() bool {
 		held := resyncHeld(t, n, n.id, "taken-over")
 		return held["state"] == "running" && ifxIsTracked(n, n.id, "proxy-job")
 	})
@@ -441,8 +442,8 @@ func TestReadBackClientThatStopsReadingIsDroppedAtTheWriteDeadline(t *testing.T)
 	if _, err := io.WriteString(conn, "GET "+ingress.ReadBackPath+" HTTP/1.1\r\nHost: "+n.m.IngressAddr()+"\r\n"+ingress.ReadBackHeader+": 1\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the read-back to give up on the client", func() bool {
-		return n.logs.contains("ingress read-back answered", "cutBy=client")
+	testkit.Eventually(t, "the read-back to give up on the client", func() bool {
+		return n.logs.Contains("ingress read-back answered", "cutBy=client")
 	})
 }
 
@@ -534,7 +535,7 @@ func TestReadBacksInProgressAreBoundedAndOneMoreIs503WithRetryAfter(t *testing.T
 	for range ingress.ReadBackMaxInProgress {
 		stalled = append(stalled, stallReadBack(t, addr))
 	}
-	eventually(t, "the stalled read-backs to be in progress", func() bool {
+	testkit.Eventually(t, "the stalled read-backs to be in progress", func() bool {
 		return n.m.ingressStats.InProgress() == ingress.ReadBackMaxInProgress
 	})
 	var metrics strings.Builder
@@ -562,7 +563,7 @@ func TestReadBacksInProgressAreBoundedAndOneMoreIs503WithRetryAfter(t *testing.T
 	postLeased(t, n, leasedInfo("during", "running", 1), 0)
 
 	stalled[0].Close()
-	eventually(t, "a place to free", func() bool { return n.m.ingressStats.InProgress() < ingress.ReadBackMaxInProgress })
+	testkit.Eventually(t, "a place to free", func() bool { return n.m.ingressStats.InProgress() < ingress.ReadBackMaxInProgress })
 	if got := readBack(t, addr, "limit=1"); len(got.Workloads) != 1 {
 		t.Fatalf("after a place freed: listed %v", got.ids())
 	}

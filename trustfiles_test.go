@@ -8,6 +8,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/pairinstall"
+	"nvpair-workload-manager/internal/testkit"
 )
 
 // stallReads makes the node's trust reads block, once stall is set, until
@@ -36,13 +37,13 @@ func TestShutdownDoesNotWaitForATrustReadInProgress(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- n.m.Run(ctx) }()
-	n.broker.waitMethod("ready", 1)
+	n.broker.WaitMethod("ready", 1)
 
 	stall.Store(true)
 	netMust(t, devpki.PinIdentity(n.clusterDir, netMint(t, devpki.NewUUID()))) // a change, so the next reload reads
 	select {
 	case <-stalled:
-	case <-time.After(waitTimeout):
+	case <-time.After(testkit.WaitTimeout):
 		t.Fatal("no reload read the new pin")
 	}
 	start := time.Now()

@@ -17,6 +17,7 @@ import (
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -89,8 +90,8 @@ func TestIngressRefusesParamsOverTheWorkloadBoundWith413NamingIt(t *testing.T) {
 		t.Fatalf("a removal over the bound: %d %q, want 413 naming the bound", status, reason)
 	}
 	ifxBrokerBarrier(t, n)
-	if ids := netUpsertIDs(n); len(ids) != 1 || ids["at-bound"] != 1 || len(n.broker.withMethod(wireframe.MethodRemove)) != 0 {
-		t.Fatalf("the broker got upserts %v and %d removals, want the frame at the bound only", ids, len(n.broker.withMethod(wireframe.MethodRemove)))
+	if ids := netUpsertIDs(n); len(ids) != 1 || ids["at-bound"] != 1 || len(n.broker.WithMethod(wireframe.MethodRemove)) != 0 {
+		t.Fatalf("the broker got upserts %v and %d removals, want the frame at the bound only", ids, len(n.broker.WithMethod(wireframe.MethodRemove)))
 	}
 	if got := ifxDrain(q); len(got) != 1 || !ifxIsTracked(n, n.id, "at-bound") || ifxIsTracked(n, n.id, "over-bound") {
 		t.Fatalf("queued %v; want the frame at the bound queued and tracked, the one over neither", ifxDescribe(got))
@@ -155,7 +156,7 @@ func TestAFrameAtTheIngressBoundReachesAPeerWithTheSameBoundFreshAndReasserted(t
 	if status, reason := postIngress(t, a.m.IngressAddr(), paddedFrame(t, "at-bound", "", limit)); status != http.StatusOK {
 		t.Fatalf("params of exactly %d bytes: %d %q, want 200", limit, status, reason)
 	}
-	b.broker.waitUpserts("at-bound", 3) // fresh, then two re-assertions
+	b.broker.WaitUpserts("at-bound", 3) // fresh, then two re-assertions
 	if got := b.m.workloadBoundRefusals.Get("peer"); got != 0 {
 		t.Fatalf("the peer refused %d of them for their size", got)
 	}
@@ -174,7 +175,7 @@ func TestBrokerFrameOverTheWorkloadBoundIsNeitherRelayedNorTrackedWithARateLimit
 	// As a request, it is still answered: the broker applied it.
 	req := `{"jsonrpc":"2.0","id":7,"method":"workload:started","params":` + paddedParams(t, "over-request", n.id, 2*limit) + `}`
 	n.m.handleLine([]byte(req))
-	if got := n.broker.waitResponseLine("7"); !strings.Contains(got, `"result":null`) {
+	if got := n.broker.WaitResponseLine("7"); !strings.Contains(got, `"result":null`) {
 		t.Fatalf("the request over the bound was answered %s, want null", got)
 	}
 	if got := ifxDrain(q); len(got) != 1 {
@@ -189,7 +190,7 @@ func TestBrokerFrameOverTheWorkloadBoundIsNeitherRelayedNorTrackedWithARateLimit
 	if got := strings.Count(n.logs.String(), "local frame not relayed: its params are over the workload bound"); got != 1 {
 		t.Fatalf("%d warnings for 4 frames over the bound within the interval, want 1; logs:\n%s", got, n.logs)
 	}
-	if !n.logs.contains("level=WARN", "--workload-max-bytes", "dropped=1") {
+	if !n.logs.Contains("level=WARN", "--workload-max-bytes", "dropped=1") {
 		t.Fatalf("the warning does not name the bound and its count; logs:\n%s", n.logs)
 	}
 }
@@ -210,7 +211,7 @@ func TestIngressAtTheResyncByteBoundIs503WithRetryAfterAndWritesNothing(t *testi
 	ifxBrokerBarrier(t, n)
 	// Room for a few bytes more, not for a third workload.
 	setResyncMaxBytes(n, resyncBytes(n)+32)
-	written := len(n.broker.withMethod(wireframe.MethodUpsert))
+	written := len(n.broker.WithMethod(wireframe.MethodUpsert))
 
 	resp := liPostWithHeaders(t, addr, liFrame("job-3"))
 	if resp.StatusCode != http.StatusServiceUnavailable {
@@ -232,7 +233,7 @@ func TestIngressAtTheResyncByteBoundIs503WithRetryAfterAndWritesNothing(t *testi
 		t.Fatalf("an update of the same size at the bound: %d %s", st, body)
 	}
 	ifxBrokerBarrier(t, n)
-	if got := len(n.broker.withMethod(wireframe.MethodUpsert)); got != written+1 || ifxIsTracked(n, n.id, "job-3") {
+	if got := len(n.broker.WithMethod(wireframe.MethodUpsert)); got != written+1 || ifxIsTracked(n, n.id, "job-3") {
 		t.Fatalf("a refused frame was written (%d upserts, want %d) or tracked", got, written+1)
 	}
 	if held := resyncBytes(n); held > n.m.cfg.MaxLiveWorkloadBytes {
@@ -300,7 +301,7 @@ func TestIngressFramesInFlightCountTowardTheResyncByteBound(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, "two new runs in flight", func() bool { return n.m.ingressFlight.inFlight() == 2 })
+	testkit.Eventually(t, "two new runs in flight", func() bool { return n.m.ingressFlight.inFlight() == 2 })
 	var atLimit *ingress.AtLimitError
 	if err := answeredWhileHeld(t, "a third new run", func() error {
 		_, err := n.m.ingestLocal(body("new-2"))
@@ -379,7 +380,7 @@ func TestAnExpiryOverTheWorkloadBoundRetiresTheJobWithItsKnownFields(t *testing.
 	if leaseCount(n) != 0 || n.m.leases.expired.Load() != 1 {
 		t.Fatalf("%d leases left, %d expired", leaseCount(n), n.m.leases.expired.Load())
 	}
-	if !n.logs.contains("level=WARN", "lease expiry frame over the workload bound", "id=wide") {
+	if !n.logs.Contains("level=WARN", "lease expiry frame over the workload bound", "id=wide") {
 		t.Fatalf("no warning for the narrowed expiry:\n%s", n.logs)
 	}
 }

@@ -42,10 +42,10 @@ func TestIngressRefusesMembersTheBrokerCannotDecode(t *testing.T) {
 		t.Fatalf("removal of a lone surrogate id: status %d (%q), want 400 naming params.workloadId", status, reason)
 	}
 	ifxBrokerBarrier(t, n)
-	if got := n.broker.withMethod(wireframe.MethodUpsert); len(got) != 0 {
+	if got := n.broker.WithMethod(wireframe.MethodUpsert); len(got) != 0 {
 		t.Fatalf("refused frames reached the broker: %v", got)
 	}
-	if got := n.broker.withMethod(wireframe.MethodRemove); len(got) != 0 {
+	if got := n.broker.WithMethod(wireframe.MethodRemove); len(got) != 0 {
 		t.Fatalf("a refused removal reached the broker: %v", got)
 	}
 }
@@ -154,7 +154,7 @@ func TestIngressRefusesWhatOnlyItsOwnRulesForbidAndThePeerPortAndStdinRelayItAsI
 		})
 	}
 	h.barrier(t)
-	ups := h.n.broker.withMethod(wireframe.MethodUpsert)
+	ups := h.n.broker.WithMethod(wireframe.MethodUpsert)
 	for i, tc := range ingressOnlyRules {
 		frame := strings.Replace(tc.frame, `"id":"job-1"`, `"id":"job-`+itoa(i)+`","originatedFrom":"`+h.client.Principal+`"`, 1)
 		want := `{"workloadInfo":` + workloadObjectText(t, frame) + `}`

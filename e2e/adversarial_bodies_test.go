@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -66,7 +67,7 @@ func TestAdversarialUnsentIngressBodiesLeaveProducersAndAPeerServed(t *testing.T
 				})
 			}
 			defer func() { stop(); attackers.Wait() }()
-			eventually(t, "the attack under way", func() bool {
+			testkit.Eventually(t, "the attack under way", func() bool {
 				m := scrapeProc(t, a)
 				return m[`nvpair_wlm_request_body_timeouts_total{channel="ingress"}`]+m[`nvpair_wlm_ingress_responses_total{code="413"}`] > 0 ||
 					m["nvpair_wlm_ingress_unfinished_bodies"] >= float64(tc.conns)/2
@@ -95,8 +96,8 @@ func TestAdversarialUnsentIngressBodiesLeaveProducersAndAPeerServed(t *testing.T
 			if refused > 0 {
 				t.Fatalf("%d of %d producer posts refused beside the unsent bodies, want none", refused, posts)
 			}
-			a.waitUpserts("beside-"+itoa(posts-1), 1)
-			a.waitUpserts("local-beside-"+itoa(posts-1), 1)
+			a.WaitUpserts("beside-"+itoa(posts-1), 1)
+			a.WaitUpserts("local-beside-"+itoa(posts-1), 1)
 		})
 	}
 }

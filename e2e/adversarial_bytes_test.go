@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -44,7 +45,7 @@ func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinThe
 	hole := newNetBlackHole(t)
 	netMust(t, devpki.PinIdentity(nodes[0].ClusterDir, hole.ident))
 	d := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--log-level", "info")
-	d.waitMethod("discovery:subscribe", 1)
+	d.WaitMethod("discovery:subscribe", 1)
 	ingress := d.loggedValue("local ingress listening", "addr")
 	metrics := d.loggedValue("metrics endpoint listening", "addr")
 	peers, _ := json.Marshal(map[string]any{"nodes": []any{hole.entry()}})
@@ -92,7 +93,7 @@ func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinThe
 		t.FailNow()
 	}
 	rssAfter := advRSS(d)
-	m := scrapeAddr(t, metrics)
+	m := testkit.ScrapeAddr(t, metrics)
 	queueBytes := m[`nvpair_wlm_peer_queue_bytes{peer="`+hole.ident.Principal+`"}`]
 	queueFrames := m[`nvpair_wlm_peer_queue_frames{peer="`+hole.ident.Principal+`"}`]
 	t.Logf("%d posts with a %d-byte member of their own: answers %v (first refusal %q); RSS %d -> %d KiB; re-sync set %v entries, %v bytes; peer queue %v frames, %v bytes; refusals counted %v",
@@ -112,14 +113,14 @@ func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinThe
 	if got := m[`nvpair_wlm_workload_bound_refusals_total{source="ingress"}`]; got != advBigPosts {
 		t.Fatalf("refusals counted: %v, want %d", got, advBigPosts)
 	}
-	if n := len(d.withMethod(wireframe.MethodUpsert)); n != 1 {
+	if n := len(d.WithMethod(wireframe.MethodUpsert)); n != 1 {
 		t.Fatalf("%d upserts reached the broker, want only the small frame's", n)
 	}
 	// A producer within the bound is still served.
 	if s, text := postIngress(t, ingress, frame(advBigPosts, strings.Repeat("s", wireframe.DefaultWorkloadMaxBytes/2))); s != http.StatusOK {
 		t.Fatalf("a frame within the bound after the posts: %d %q", s, text)
 	}
-	d.waitMethod(wireframe.MethodUpsert, 2)
+	d.WaitMethod(wireframe.MethodUpsert, 2)
 
 	// The broker enters frames just within the bound, 32 MiB of them, for
 	// the black-holed peer: a peer holds no queue of its own (what it has
@@ -132,12 +133,12 @@ func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinThe
 			`","model":"m","engine":"e","state":"running","originatedFrom":"` + nodes[0].ID + `","blob":"` + within + `"}}}`)
 	}
 	behind := `nvpair_wlm_peer_behind_versions{peer="` + hole.ident.Principal + `"}`
-	eventually(t, "every broker frame in the table, the black-holed peer behind by them", func() bool {
-		m := scrapeAddr(t, metrics)
+	testkit.Eventually(t, "every broker frame in the table, the black-holed peer behind by them", func() bool {
+		m := testkit.ScrapeAddr(t, metrics)
 		return m[`nvpair_wlm_frames_received_total{source="stdio",method="workload:started"}`] == brokerFrames &&
 			m[behind] >= brokerFrames
 	})
-	m = scrapeAddr(t, metrics)
+	m = testkit.ScrapeAddr(t, metrics)
 	held := m["nvpair_wlm_resync_set_bytes"]
 	t.Logf("%d broker frames with a %d-byte member to a black-holed peer: it is %v versions behind; the table holds %v bytes; RSS %d KiB",
 		brokerFrames, len(within), m[behind], held, advRSS(d))
@@ -154,7 +155,7 @@ func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinThe
 // advPost posts a frame to the ingress from any goroutine and returns the
 // answer's status and text.
 func advPost(addr, frame string) (int, string, error) {
-	c := &http.Client{Timeout: waitTimeout}
+	c := &http.Client{Timeout: testkit.WaitTimeout}
 	resp, err := c.Post("http://"+addr+wireframe.EventsPath, "application/json", strings.NewReader(frame))
 	if err != nil {
 		return 0, "", err

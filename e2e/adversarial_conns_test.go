@@ -17,6 +17,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 )
 
 // The adversarial tests of the connection caps and the logs (spec 7) run
@@ -84,7 +85,7 @@ func TestAdversarialConnectionFloodLeavesRoomForRealClients(t *testing.T) {
 	// A real peer's frame reaches this node's broker within a second.
 	start := time.Now()
 	b.send(testframe.LifecycleLine("during-flood-peer", "running", nodes[1].ID))
-	a.waitUpserts("during-flood-peer", 1)
+	a.WaitUpserts("during-flood-peer", 1)
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("a pinned peer's frame took %v to reach the broker during the flood, want under 1s", d)
 	}
@@ -96,14 +97,14 @@ func TestAdversarialConnectionFloodLeavesRoomForRealClients(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("an ingress post took %v during the flood, want under 1s", d)
 	}
-	a.waitUpserts("during-flood-ingress", 1)
+	a.WaitUpserts("during-flood-ingress", 1)
 	// And the metrics endpoint answers: both caps were hit.
 	metrics := metricsAddr
-	if n := scrapeValue(t, metrics, `nvpair_wlm_connections_refused_total{listener="peer",reason="per_source"}`); n < 200-perSource {
+	if n := testkit.ScrapeValue(t, metrics, `nvpair_wlm_connections_refused_total{listener="peer",reason="per_source"}`); n < 200-perSource {
 		t.Fatalf("%v connections refused by the per-source cap, want at least %d of the one source's 200", n, 200-perSource)
 	}
 	for _, l := range []string{"peer", "ingress", "metrics"} {
-		if n := scrapeValue(t, metrics, `nvpair_wlm_connections_closed_for_room_total{listener="`+l+`"}`); n == 0 {
+		if n := testkit.ScrapeValue(t, metrics, `nvpair_wlm_connections_closed_for_room_total{listener="`+l+`"}`); n == 0 {
 			t.Fatalf("no connection closed for room on the %s listener: the flood never reached its cap", l)
 		}
 	}
@@ -161,7 +162,7 @@ func TestAdversarialUnauthenticatedPeerClientsGet403AClosedConnectionAndOneWarni
 	if n := countLines(a.stderr.String(), "peer request rejected", "status=403"); n != 1 {
 		t.Fatalf("%d warnings for 200 refusals from one source in one interval, want 1:\n%s", n, a.stderr)
 	}
-	if lines := a.upsertCount("stranger"); lines != 0 {
+	if lines := a.UpsertCount("stranger"); lines != 0 {
 		t.Fatalf("a refused frame reached the broker %d time(s)", lines)
 	}
 }
@@ -184,7 +185,7 @@ func TestAdversarialLongPathMethodAndHostKeepEveryLogLineShort(t *testing.T) {
 			}
 		}
 	}
-	eventually(t, "the refusals logged", func() bool { return strings.Count(a.stderr.String(), "request rejected") >= 4 })
+	testkit.Eventually(t, "the refusals logged", func() bool { return strings.Count(a.stderr.String(), "request rejected") >= 4 })
 	for _, line := range strings.Split(a.stderr.String(), "\n") {
 		if len(line) > 1024 {
 			t.Fatalf("a log line of %d bytes: %.300s...", len(line), line)

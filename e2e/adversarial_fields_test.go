@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -29,7 +30,7 @@ func TestAdversarialMaximumLengthFieldsThroughAPinnedPeerKeepTheDedupWithinItsBy
 	nodes := writeCluster(t, 2)
 	peer, receiver := nodes[0], nodes[1]
 	d := startNode(t, receiver, "--metrics", "127.0.0.1:0")
-	d.waitMethod("discovery:subscribe", 1) // listening
+	d.WaitMethod("discovery:subscribe", 1) // listening
 	metrics := d.loggedValue("metrics endpoint listening", "addr")
 	c := netPeerClient(t, &peer.Identity, receiver.Identity.DER)
 	addr := "127.0.0.1:" + itoa(d.port)
@@ -50,8 +51,8 @@ func TestAdversarialMaximumLengthFieldsThroughAPinnedPeerKeepTheDedupWithinItsBy
 			}
 		}
 	}
-	d.waitMethod(wireframe.MethodUpsert, advFrames)
-	m := scrapeAddr(t, metrics)
+	d.WaitMethod(wireframe.MethodUpsert, advFrames)
+	m := testkit.ScrapeAddr(t, metrics)
 	keys, size := m["nvpair_wlm_dedup_keys"], m["nvpair_wlm_dedup_bytes"]
 	if keys != advFrames || size != advFrames*dedupEntryBytes || size > dedupMaxBytes {
 		t.Fatalf("after %d maximum-length frames the dedup reports %v keys and %v bytes; want %d keys, %d bytes, within its bound of %d",
@@ -78,7 +79,7 @@ func TestAdversarialMaximumLengthFieldsThroughAPinnedPeerKeepTheDedupWithinItsBy
 			t.Errorf("removal with %s one byte over: %d %q, want 400 %q", tc.field, status, reason, want)
 		}
 	}
-	m = scrapeAddr(t, metrics)
+	m = testkit.ScrapeAddr(t, metrics)
 	if got, want := m[`nvpair_wlm_field_bound_refusals_total{source="peer"}`], float64(len(boundedWorkloadFields)+2); got != want {
 		t.Errorf("field bound refusals counted: %v, want %v", got, want)
 	}
@@ -98,8 +99,8 @@ func TestAdversarialMaximumLengthFieldsThroughAPinnedPeerKeepTheDedupWithinItsBy
 	if status, reason := netPostAnswer(t, c, addr, []byte(rm)); status != http.StatusOK {
 		t.Fatalf("its removal: %d %q", status, reason)
 	}
-	removals := d.waitMethod(wireframe.MethodRemove, 1)
-	upserts := d.withMethod(wireframe.MethodUpsert)
+	removals := d.WaitMethod(wireframe.MethodRemove, 1)
+	upserts := d.WithMethod(wireframe.MethodUpsert)
 	if got, want := string(upserts[len(upserts)-1].Params), `{"workloadInfo":`+info+`}`; got != want {
 		t.Fatalf("the broker's upsert params are\n%s\nwant\n%s", got, want)
 	}

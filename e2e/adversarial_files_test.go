@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 )
 
 // makeFIFO makes a named pipe at path with no writer: an open that blocks
@@ -62,17 +63,17 @@ func TestAdversarialPinFilesAreSkippedWhileMemoryStaysFlatAndTheDaemonStops(t *t
 	a.waitLog("broadcast targets changed", "total=1")
 	b.waitLog("broadcast targets changed", "total=1")
 	b.send(testframe.LifecycleLine("adv-files-1", "running", nodes[1].ID))
-	a.waitUpserts("adv-files-1", 1)
+	a.WaitUpserts("adv-files-1", 1)
 	a.send(testframe.LifecycleLine("adv-files-2", "running", nodes[0].ID))
-	b.waitUpserts("adv-files-2", 1)
+	b.WaitUpserts("adv-files-2", 1)
 
 	// Memory over several reload ticks: read from /proc where there is one.
 	rssStart := residentKiB(t, a.cmd.Process.Pid)
-	ticks := scrapeValue(t, metrics, "nvpair_wlm_trust_reloads_total")
+	ticks := testkit.ScrapeValue(t, metrics, "nvpair_wlm_trust_reloads_total")
 	maxRSS := rssStart
-	eventually(t, "three more reload ticks", func() bool {
+	testkit.Eventually(t, "three more reload ticks", func() bool {
 		maxRSS = max(maxRSS, residentKiB(t, a.cmd.Process.Pid))
-		return scrapeValue(t, metrics, "nvpair_wlm_trust_reloads_total") >= ticks+3
+		return testkit.ScrapeValue(t, metrics, "nvpair_wlm_trust_reloads_total") >= ticks+3
 	})
 	const flatKiB = 16 << 10
 	if rssStart >= 0 && maxRSS-rssStart > flatKiB {
@@ -84,7 +85,7 @@ func TestAdversarialPinFilesAreSkippedWhileMemoryStaysFlatAndTheDaemonStops(t *t
 			t.Fatalf("%d warnings naming %s, want 1 over all reloads", n, file)
 		}
 	}
-	if got := scrapeValue(t, metrics, `nvpair_wlm_cluster_files_refused_total{reason="not_regular"}`); got != 2 {
+	if got := testkit.ScrapeValue(t, metrics, `nvpair_wlm_cluster_files_refused_total{reason="not_regular"}`); got != 2 {
 		t.Fatalf("not_regular refusals = %v, want 2: each file refused once, never opened again while unchanged", got)
 	}
 

@@ -19,6 +19,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -37,8 +38,8 @@ func TestAdversarialPinnedPeerSpeakingForAnotherNodeIsRefusedAndTheVictimKeepsRe
 	na, nb, nc := nodes[0], nodes[1], nodes[2]
 	a := startNode(t, na, "--resync-interval", "300ms", "--metrics", "127.0.0.1:0")
 	b := startNode(t, nb, "--resync-interval", "300ms")
-	a.waitMethod("discovery:subscribe", 1)
-	b.waitMethod("discovery:subscribe", 1)
+	a.WaitMethod("discovery:subscribe", 1)
+	b.WaitMethod("discovery:subscribe", 1)
 	rogue := netPeerClient(t, &nb.Identity, na.Identity.DER)
 	aPeer := "127.0.0.1:" + itoa(a.port)
 
@@ -47,14 +48,14 @@ func TestAdversarialPinnedPeerSpeakingForAnotherNodeIsRefusedAndTheVictimKeepsRe
 	if st, text := netPostAnswer(t, rogue, aPeer, testframe.Lifecycle(testframe.Workload("c-before", "running", nc.ID), nil)); st != http.StatusOK {
 		t.Fatalf("before discovery, a frame naming C = %d %q, want 200", st, text)
 	}
-	a.waitUpserts("c-before", 1)
+	a.WaitUpserts("c-before", 1)
 
 	a.discover(nb, b.port)
 	b.discover(na, a.port)
 	a.waitLog("broadcast targets changed", "total=1")
 	b.waitLog("broadcast targets changed", "total=1")
 	a.send(testframe.LifecycleLine("own-job", "running", na.ID))
-	b.waitUpserts("own-job", 1)
+	b.WaitUpserts("own-job", 1)
 
 	attacks := []struct {
 		name, claim string
@@ -86,23 +87,23 @@ func TestAdversarialPinnedPeerSpeakingForAnotherNodeIsRefusedAndTheVictimKeepsRe
 
 	// B's own frames still reach A, through B's daemon.
 	b.send(testframe.LifecycleLine("b-job", "running", nb.ID))
-	a.waitUpserts("b-job", 1)
+	a.WaitUpserts("b-job", 1)
 	// A keeps re-asserting its workload to B, as running, and B never hears
 	// of it ending or going away.
-	b.waitUpserts("own-job", b.upsertCount("own-job")+3)
-	for _, w := range b.upserts() {
+	b.WaitUpserts("own-job", b.UpsertCount("own-job")+3)
+	for _, w := range b.Upserts() {
 		if w["id"] == "own-job" && w["state"] != "running" {
 			t.Fatalf("B holds A's workload as %v", w["state"])
 		}
 	}
-	if len(b.withMethod(wireframe.MethodRemove)) != 0 {
-		t.Fatalf("a removal reached B: %v", b.withMethod(wireframe.MethodRemove))
+	if len(b.WithMethod(wireframe.MethodRemove)) != 0 {
+		t.Fatalf("a removal reached B: %v", b.WithMethod(wireframe.MethodRemove))
 	}
 	// Nothing forged reached A's broker: no frame about A's own workload
 	// (A never hears its own frames back), none in C's name after the map.
-	if got := a.upsertCount("own-job"); got != 0 || len(a.withMethod(wireframe.MethodRemove)) != 0 || a.upsertCount("c-after") != 0 {
+	if got := a.UpsertCount("own-job"); got != 0 || len(a.WithMethod(wireframe.MethodRemove)) != 0 || a.UpsertCount("c-after") != 0 {
 		t.Fatalf("A's broker got forged frames: %d upserts of its own workload, removals %v, c-after %d",
-			got, a.withMethod(wireframe.MethodRemove), a.upsertCount("c-after"))
+			got, a.WithMethod(wireframe.MethodRemove), a.UpsertCount("c-after"))
 	}
 	m := scrapeProc(t, a)
 	if m[`nvpair_wlm_peer_origin_refused_total{claim="self"}`] != 4 || m[`nvpair_wlm_peer_origin_refused_total{claim="other"}`] != 2 {
@@ -127,7 +128,7 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 	// The test's many peer connections all come from 127.0.0.1: the
 	// per-source cap is raised out of the way of what this test measures.
 	a, gate := startNodeGated(t, na, "--local-ingress", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--peer-max-conns-per-source", "1024")
-	a.waitMethod("discovery:subscribe", 1)
+	a.WaitMethod("discovery:subscribe", 1)
 	ingress := a.loggedValue("local ingress listening", "addr")
 	aPeer := "127.0.0.1:" + itoa(a.port)
 	peerTLS := netPeerClient(t, &nb.Identity, na.Identity.DER).Transport.(*http.Transport).TLSClientConfig
@@ -184,14 +185,14 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 	gate.pause()
 	const first = 2 * brokerWaitersMax
 	answers1, wg1 := burst(first)
-	eventually(t, "both channels at their bound", func() bool {
+	testkit.Eventually(t, "both channels at their bound", func() bool {
 		m := scrapeProc(t, a)
 		return m[`nvpair_wlm_broker_waiters{channel="peer"}`] == brokerWaitersMax && m[`nvpair_wlm_broker_waiters{channel="ingress"}`] == brokerWaitersMax
 	})
 	// Every request not waiting is answered: 200 for those written before
 	// the pipe filled, 503 for the rest.
 	got := map[int]int{}
-	deadline := time.After(waitTimeout)
+	deadline := time.After(testkit.WaitTimeout)
 	for range 2*first - 2*brokerWaitersMax {
 		var a busyAnswer
 		select {
@@ -211,7 +212,7 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 	// A second wave while the broker still does not read: all refused, and
 	// A holds no more than it did.
 	answers2, wg2 := burst(2 * brokerWaitersMax)
-	if !holdsWithin(waitTimeout, func() bool { return len(answers2) == cap(answers2) }) {
+	if !testkit.HoldsWithin(testkit.WaitTimeout, func() bool { return len(answers2) == cap(answers2) }) {
 		t.Fatalf("while stalled at the bound, only %d of %d more requests were answered: the rest hang", len(answers2), cap(answers2))
 	}
 	wg2.Wait()
@@ -262,7 +263,7 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 			t.Fatalf("a %s post after the stall: %+v, want 200", ch, a)
 		}
 	}
-	eventually(t, "the waiters gone", func() bool {
+	testkit.Eventually(t, "the waiters gone", func() bool {
 		m := scrapeProc(t, a)
 		return m[`nvpair_wlm_broker_waiters{channel="peer"}`] == 0 && m[`nvpair_wlm_broker_waiters{channel="ingress"}`] == 0
 	})
@@ -307,7 +308,7 @@ func startNodeGated(t *testing.T, node devpki.Node, extra ...string) (*daemonPro
 	netMust(t, err)
 	outR, outW, err := os.Pipe()
 	netMust(t, err)
-	d := &daemonProc{t: t, stdin: inW, stdout: outR, stderr: &logBuffer{}, frameLog: frameLog{t: t},
+	d := &daemonProc{t: t, stdin: inW, stdout: outR, stderr: &testkit.LogBuffer{}, FrameLog: testkit.FrameLog{T: t},
 		readDone: make(chan struct{}), exited: make(chan struct{})}
 	gate := newReadGate(outR)
 	d.cmd = exec.Command(daemonBinary(t), args...)
@@ -321,7 +322,7 @@ func startNodeGated(t *testing.T, node devpki.Node, extra ...string) (*daemonPro
 		t.Fatal(err)
 	}
 	go func() { d.cmd.Wait(); close(d.exited) }()
-	go func() { defer close(d.readDone); d.readFrom(gate) }()
+	go func() { defer close(d.readDone); d.Record(gate) }()
 	t.Cleanup(func() {
 		gate.resume()
 		if !d.exitedYet() {
@@ -346,7 +347,7 @@ func scrapeProc(t *testing.T, d *daemonProc) map[string]float64 {
 	resp, err := http.Get("http://" + d.loggedValue("metrics endpoint listening", "addr") + "/metrics")
 	netMust(t, err)
 	defer resp.Body.Close()
-	return parseMetricsText(t, resp.Body)
+	return testkit.ParseMetricsText(t, resp.Body)
 }
 
 // openFDs counts the daemon's open descriptors on Linux, -1 elsewhere.

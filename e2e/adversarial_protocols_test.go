@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 	"sync"
 	"testing"
@@ -107,7 +108,7 @@ func TestAdversarialHTTP2AndNonReadingClientsCannotLockThePeerPortOut(t *testing
 		}
 	}
 	defer func() { stop(); attackers.Wait() }()
-	eventually(t, "every kind of attack under way", func() bool {
+	testkit.Eventually(t, "every kind of attack under way", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return attempts["alpn-h2"] > peerCap && attempts["h2-preface"] > peerCap && attempts["http1-no-cert"] > peerCap
@@ -129,7 +130,7 @@ func TestAdversarialHTTP2AndNonReadingClientsCannotLockThePeerPortOut(t *testing
 		slowest = max(slowest, time.Since(start))
 		peer.CloseIdleConnections() // a fresh connection each time, through the attackers' churn
 	}
-	a.waitUpserts("under-attack-19", 1)
+	a.WaitUpserts("under-attack-19", 1)
 	after := scrapeProc(t, a)
 	mu.Lock()
 	t.Logf("attempts %v; slowest answer %v; goroutines %v before, %v during; connections refused at the accept %v, closed for room %v",

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/pairinstall"
+	"nvpair-workload-manager/internal/testkit"
 )
 
 // A second daemon on the same app dir (here through --cluster-dir, as PAIR
@@ -45,9 +46,9 @@ func TestASecondDaemonOnTheSameAppDirIsRefusedNamingTheFirstsPid(t *testing.T) {
 		t.Fatalf("the first daemon exited; its log:\n%s", first.stderr.String())
 	}
 	first.send(`{"jsonrpc":"2.0","id":7,"method":"nosuch"}`)
-	first.waitResponse("7")
+	first.WaitResponse("7")
 	first.send(`{"jsonrpc":"2.0","id":8,"method":"shutdown"}`)
-	first.wantCleanExit(first.waitExit(waitTimeout))
+	first.wantCleanExit(first.waitExit(testkit.WaitTimeout))
 	if b, err := os.ReadFile(filepath.Join(app, nodeIDFileName)); err != nil || !strings.Contains(string(b), id) {
 		t.Fatalf("node-id.json after the refusal: %q, %v; want the first daemon's %s", b, err, id)
 	}
@@ -63,7 +64,7 @@ func TestAKilledDaemonsLockDoesNotBlockTheNextStart(t *testing.T) {
 	if err := first.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	first.waitExit(waitTimeout)
+	first.waitExit(testkit.WaitTimeout)
 	if _, err := os.Stat(filepath.Join(app, pairinstall.LockFileName)); err != nil {
 		t.Fatalf("the killed daemon's lock file: %v (the test wants it left behind)", err)
 	}

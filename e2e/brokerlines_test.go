@@ -55,7 +55,7 @@ func TestProcessGarbageBrokerLinesMakeABoundedLogAndTheDaemonStillRelays(t *test
 		}
 	}
 	a.send(testframe.LifecycleLine("good", "running", nodes[0].ID))
-	b.waitUpserts("good", 1)
+	b.WaitUpserts("good", 1)
 	elapsed := time.Since(start)
 	a.closeStdin()
 	a.wantCleanExit(a.waitExit(exitDeadline))

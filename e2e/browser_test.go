@@ -27,6 +27,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -213,49 +214,49 @@ var browserAttempts = []browserAttempt{
 		name: "fetch-readback-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/workloads",
 		models: "a page reading this node's workloads with a cross-origin GET: cors mode sends Origin",
 		script: `const r = await fetch(T);
-			return "status " + r.status + ": " + await r.text();`,
+			return "status " + r.status + ": " + await r.Text();`,
 		want: []int{403}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"GET"},
 	},
 	{
 		name: "fetch-readback-no-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/workloads",
 		models: "a blind no-cors GET of the read-back: no Origin, but its Fetch Metadata marks it a page's, so it is refused before any work",
 		script: `const r = await fetch(T, {mode: "no-cors"});
-			return r.type + " status " + r.status + ": " + await r.text();`,
+			return r.type + " status " + r.status + ": " + await r.Text();`,
 		want: []int{403}, saw: noCORSRefused, methods: []string{"GET"}, reason: "(Sec-Fetch-Site: same-site)",
 	},
 	{
 		name: "fetch-readback-no-cors-header", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/workloads",
 		models: "a no-cors GET that sets the read-back's header: a no-cors request may carry only CORS-safelisted headers, so the browser drops it",
 		script: `const r = await fetch(T, {mode: "no-cors", headers: {"` + "Workload-Read-Back" + `": "1"}});
-			return r.type + " status " + r.status + ": " + await r.text();`,
+			return r.type + " status " + r.status + ": " + await r.Text();`,
 		want: []int{403}, saw: noCORSRefused, methods: []string{"GET"}, reason: "(Sec-Fetch-Site: same-site)",
 	},
 	{
 		name: "fetch-readback-cors-header", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/workloads",
 		models: "a cors GET with the read-back's header: not CORS-safelisted, so the browser asks first with an OPTIONS preflight, which carries Origin; the GET never follows",
 		script: `const r = await fetch(T, {headers: {"` + "Workload-Read-Back" + `": "1"}});
-			return "status " + r.status + ": " + await r.text();`,
+			return "status " + r.status + ": " + await r.Text();`,
 		want: []int{403}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"OPTIONS"},
 	},
 	{
 		name: "rebind-same-origin-readback", page: rebindOrigin + "/rebind/", target: "", path: "/v1/workloads",
 		models: "DNS rebinding: a same-origin GET of the read-back, whose answer the page could read; the Host check answers",
 		script: `const r = await fetch(T);
-			return "status " + r.status + ": " + (await r.text()).trim();`,
+			return "status " + r.status + ": " + (await r.Text()).trim();`,
 		want: []int{421, 421}, saw: regexp.MustCompile(`^status 421: host "rebind\.test:\d+" is not this loopback local ingress$`), methods: []string{"GET", "GET"},
 	},
 	{
 		name: "fetch-node-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/node",
 		models: "a page reading this node's id and members with a cross-origin GET: cors mode sends Origin",
 		script: `const r = await fetch(T);
-			return "status " + r.status + ": " + await r.text();`,
+			return "status " + r.status + ": " + await r.Text();`,
 		want: []int{403}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"GET"},
 	},
 	{
 		name: "fetch-node-no-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/node",
 		models: "a blind no-cors GET of the node endpoint: no Origin, but its Fetch Metadata marks it a page's",
 		script: `const r = await fetch(T, {mode: "no-cors"});
-			return r.type + " status " + r.status + ": " + await r.text();`,
+			return r.type + " status " + r.status + ": " + await r.Text();`,
 		want: []int{403}, saw: noCORSRefused, methods: []string{"GET"}, reason: "(Sec-Fetch-Site: same-site)",
 	},
 	{
@@ -285,8 +286,8 @@ func TestBrowserAttacksAreRefused(t *testing.T) {
 		}
 	}
 	for _, id := range secrets {
-		d.waitUpserts(id, 1)
-		eventually(t, "the peer's upsert of "+id, func() bool { return slices.Contains(upsertIDs(peer.upserts()), id) })
+		d.WaitUpserts(id, 1)
+		testkit.Eventually(t, "the peer's upsert of "+id, func() bool { return slices.Contains(upsertIDs(peer.Upserts()), id) })
 	}
 
 	atk := newAttackServer(t, d, ingressPort)
@@ -321,34 +322,34 @@ func TestBrowserAttacksAreRefused(t *testing.T) {
 		postLegitimateFrame(t, ingressPort, b.body)
 	}
 	for _, b := range barriers {
-		d.waitUpserts(b.id, 1)
-		eventually(t, "the peer's upsert of "+b.id, func() bool { return slices.Contains(upsertIDs(peer.upserts()), b.id) })
+		d.WaitUpserts(b.id, 1)
+		testkit.Eventually(t, "the peer's upsert of "+b.id, func() bool { return slices.Contains(upsertIDs(peer.Upserts()), b.id) })
 	}
 	all := ingressRejections(d.stderr)
 	atk.setFinal(len(all))
 
 	// Nothing but the barriers (and the workload posted before the browser
 	// started) reached the daemon's broker side or the peer.
-	for _, f := range d.all() {
+	for _, f := range d.All() {
 		if f.Method == wireframe.MethodRemove {
 			t.Errorf("the daemon's broker got a removal: %s", f.Params)
 		}
 	}
 	legit := append(secrets, "barrier-json", "barrier-form")
-	if got := upsertIDs(d.upserts()); !slices.Equal(got, legit) {
+	if got := upsertIDs(d.Upserts()); !slices.Equal(got, legit) {
 		t.Errorf("upserts at the daemon's broker = %q, want only %q", got, legit)
 	}
-	if got := upsertIDs(peer.upserts()); !slices.Equal(got, legit) {
+	if got := upsertIDs(peer.Upserts()); !slices.Equal(got, legit) {
 		t.Errorf("upserts at the peer's broker = %q, want only %q", got, legit)
 	}
-	if n := len(peer.withMethod(wireframe.MethodRemove)); n != 0 {
+	if n := len(peer.WithMethod(wireframe.MethodRemove)); n != 0 {
 		t.Errorf("the peer's broker got %d removal(s)", n)
 	}
 	// The ingress logs an accepted frame after it commits it, so the broker
 	// can see the last barrier before its log line is written: wait for that
 	// line, then count. Frames are accepted in order, so an attempt that got
 	// in would have been logged before it.
-	eventually(t, "the log line of barrier-form's acceptance", func() bool {
+	testkit.Eventually(t, "the log line of barrier-form's acceptance", func() bool {
 		for _, line := range strings.Split(d.stderr.String(), "\n") {
 			if strings.Contains(line, `msg="ingress frame accepted"`) && strings.HasSuffix(line, " id=barrier-form") {
 				return true
@@ -513,9 +514,9 @@ func startDaemonProcess(t *testing.T) (d, peer *daemonProc) {
 	d = startDaemon(t, "--app-dir", app, "--port", "0", "--local-ingress", "127.0.0.1:0", "--log-level", "debug", "--resync-interval", "1h")
 	t.Cleanup(func() {
 		d.closeStdin()
-		d.wantCleanExit(d.waitExit(waitTimeout))
+		d.wantCleanExit(d.waitExit(testkit.WaitTimeout))
 	})
-	d.waitMethod("ready", 1)
+	d.WaitMethod("ready", 1)
 	d.discover(peerNode, peer.port)
 	d.waitLog(`msg="broadcast targets changed"`, "total=1")
 	return d, peer
@@ -527,7 +528,7 @@ var ingressListening = regexp.MustCompile(`msg="local ingress listening" .*addr=
 func ingressPortOf(t *testing.T, d *daemonProc) string {
 	t.Helper()
 	var port string
-	eventually(t, "the ingress listening", func() bool {
+	testkit.Eventually(t, "the ingress listening", func() bool {
 		m := ingressListening.FindStringSubmatch(d.stderr.String())
 		if m != nil {
 			port = m[1]
@@ -547,7 +548,7 @@ type ingressRejection struct {
 
 var rejectionStatus = regexp.MustCompile(` status=(\d+) `)
 
-func ingressRejections(logs *logBuffer) []ingressRejection {
+func ingressRejections(logs *testkit.LogBuffer) []ingressRejection {
 	var out []ingressRejection
 	lines := strings.Split(logs.String(), "\n")
 	for _, line := range lines[:len(lines)-1] { // the last is not complete yet
@@ -635,7 +636,7 @@ func newAttackServer(t *testing.T, d *daemonProc, ingressPort string) *attackSer
 	a := &attackServer{t: t, d: d, ingressPort: ingressPort,
 		boundaries: make([]int, len(browserAttempts)), reports: make([]string, len(browserAttempts)),
 		reported: make([]bool, len(browserAttempts)), echoed: map[string]string{}}
-	a.srv = &http.Server{Handler: a, ReadHeaderTimeout: waitTimeout}
+	a.srv = &http.Server{Handler: a, ReadHeaderTimeout: testkit.WaitTimeout}
 	var lns []net.Listener
 	for try := 0; try < 10 && lns == nil; try++ {
 		ln1, err := net.Listen("tcp", "127.0.0.1:0")
@@ -774,7 +775,7 @@ func (a *attackServer) serveReport(w http.ResponseWriter, r *http.Request) {
 	}
 	start := a.boundary(i - 1)
 	need := start + len(browserAttempts[i].want)
-	deadline := time.Now().Add(waitTimeout)
+	deadline := time.Now().Add(testkit.WaitTimeout)
 	count := len(ingressRejections(a.d.stderr))
 	for count < need && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
@@ -926,7 +927,7 @@ func runChromiumAt(t *testing.T, chromium, page string, done func() bool) (chrom
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-exited:
-		case <-time.After(waitTimeout):
+		case <-time.After(testkit.WaitTimeout):
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 			<-exited
 		}
@@ -975,7 +976,7 @@ func (f *rebindFront) serve() {
 
 func (f *rebindFront) handle(c net.Conn) {
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(waitTimeout))
+	_ = c.SetDeadline(time.Now().Add(testkit.WaitTimeout))
 	br := bufio.NewReader(c)
 	line, err := peekLine(br)
 	if err != nil {
@@ -1000,7 +1001,7 @@ func (f *rebindFront) handle(c net.Conn) {
 		return
 	}
 	defer up.Close()
-	_ = up.SetDeadline(time.Now().Add(waitTimeout))
+	_ = up.SetDeadline(time.Now().Add(testkit.WaitTimeout))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -1189,12 +1190,12 @@ func TestBrowserPageLoopingReadBacksMakesTheDaemonDoNoWork(t *testing.T) {
 	d := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--resync-interval", "1h", "--log-level", "info")
 	t.Cleanup(func() {
 		d.closeStdin()
-		d.wantCleanExit(d.waitExit(waitTimeout))
+		d.wantCleanExit(d.waitExit(testkit.WaitTimeout))
 	})
 	id := d.readyNodeID()
 	ingress := d.loggedValue("local ingress listening", "addr")
 	metrics := d.loggedValue("metrics endpoint listening", "addr")
-	producer := &http.Client{Timeout: waitTimeout}
+	producer := &http.Client{Timeout: testkit.WaitTimeout}
 	post := func(body string) (int, time.Duration) {
 		began := time.Now()
 		resp, err := producer.Post("http://"+ingress+wireframe.EventsPath, "application/json", strings.NewReader(body))
@@ -1228,13 +1229,13 @@ func TestBrowserPageLoopingReadBacksMakesTheDaemonDoNoWork(t *testing.T) {
 	if err := w.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the set to hold 100,000 workloads", func() bool {
-		return scrapeAddr(t, metrics)["nvpair_wlm_resync_set_entries"] == set
+	testkit.Eventually(t, "the set to hold 100,000 workloads", func() bool {
+		return testkit.ScrapeAddr(t, metrics)["nvpair_wlm_resync_set_entries"] == set
 	})
 
 	// A program's read-backs: the requester with jobs and one without look
 	// at the same entries, the whole set.
-	scanned := func() float64 { return scrapeAddr(t, metrics)["nvpair_wlm_readback_entries_scanned_total"] }
+	scanned := func() float64 { return testkit.ScrapeAddr(t, metrics)["nvpair_wlm_readback_entries_scanned_total"] }
 	for _, q := range []struct {
 		query  string
 		listed int
@@ -1268,11 +1269,11 @@ func TestBrowserPageLoopingReadBacksMakesTheDaemonDoNoWork(t *testing.T) {
 		}
 	}
 	quietStop := make(chan struct{})
-	quietCPU := scrapeAddr(t, metrics)["process_cpu_seconds_total"]
+	quietCPU := testkit.ScrapeAddr(t, metrics)["process_cpu_seconds_total"]
 	quietBegan := time.Now()
 	time.AfterFunc(2*time.Second, func() { close(quietStop) })
 	quietStatuses, quiet := produce(quietStop)
-	quietCPU = scrapeAddr(t, metrics)["process_cpu_seconds_total"] - quietCPU
+	quietCPU = testkit.ScrapeAddr(t, metrics)["process_cpu_seconds_total"] - quietCPU
 	quietFor := time.Since(quietBegan)
 
 	// The page, served from another port of 127.0.0.1.
@@ -1297,7 +1298,7 @@ func TestBrowserPageLoopingReadBacksMakesTheDaemonDoNoWork(t *testing.T) {
 	}))
 	defer page.Close()
 
-	before := scrapeAddr(t, metrics)
+	before := testkit.ScrapeAddr(t, metrics)
 	rejectedBefore := strings.Count(d.stderr.String(), `msg="ingress request rejected"`)
 	var statuses []int
 	var loaded []time.Duration
@@ -1321,7 +1322,7 @@ func TestBrowserPageLoopingReadBacksMakesTheDaemonDoNoWork(t *testing.T) {
 	if sent < 0 {
 		browserUnavailable(t, fmt.Sprintf("the page never reported: %v\n%s", err, out.stderrTail()))
 	}
-	after := scrapeAddr(t, metrics)
+	after := testkit.ScrapeAddr(t, metrics)
 	delta := func(series string) float64 { return after[series] - before[series] }
 	t.Logf("the page sent %d read-backs while Chromium ran %s; the daemon's CPU meanwhile %.2f s (%.0f ms/s), alone %.2f s in %s (%.0f ms/s)",
 		sent, out.elapsed.Round(time.Millisecond), delta("process_cpu_seconds_total"), 1000*delta("process_cpu_seconds_total")/out.elapsed.Seconds(),

@@ -117,7 +117,7 @@ func TestVersionFlagPrintsTheStampedVersionAndReadyAnnouncesIt(t *testing.T) {
 	var ready struct {
 		Version string `json:"version"`
 	}
-	if err := json.Unmarshal(d.waitMethod("ready", 1)[0].Params, &ready); err != nil || ready.Version != stamped {
+	if err := json.Unmarshal(d.WaitMethod("ready", 1)[0].Params, &ready); err != nil || ready.Version != stamped {
 		t.Fatalf("ready.version = %q (%v), want the stamped %q", ready.Version, err, stamped)
 	}
 }
@@ -158,23 +158,23 @@ func TestProcessTakesItsLogLevelFromNVPAIRLogLevel(t *testing.T) {
 			nodes := writeCluster(t, 1)
 			args := append([]string{"--app-dir", nodes[0].AppDir, "--port", "0"}, tc.args...)
 			d := startDaemonBinary(t, daemonBinary(t), []string{logLevelEnv + "=" + tc.env}, args...)
-			d.waitMethod("discovery:subscribe", 1)
+			d.WaitMethod("discovery:subscribe", 1)
 			// A request's answer is logged at info after everything startup
 			// logs, so once it is there the startup lines are all in.
 			d.send(`{"jsonrpc":"2.0","id":7,"method":"nonexistent"}`)
-			d.waitResponse("7")
+			d.WaitResponse("7")
 			d.send(`{"jsonrpc":"2.0","method":"nonexistent/notification"}`) // logged at debug
 			d.send(`{"jsonrpc":"2.0","id":8,"method":"nonexistent"}`)
-			d.waitResponse("8")
+			d.WaitResponse("8")
 			logs := d.stderr.String()
 			if got := strings.Contains(logs, "level=DEBUG"); got != tc.wantDebug {
 				t.Fatalf("debug lines logged = %v, want %v; log:\n%s", got, tc.wantDebug, logs)
 			}
-			warned := d.stderr.contains("level=WARN", logLevelEnv, "loud")
+			warned := d.stderr.Contains("level=WARN", logLevelEnv, "loud")
 			if warned != tc.wantWarn {
 				t.Fatalf("warning about %s logged = %v, want %v; log:\n%s", logLevelEnv, warned, tc.wantWarn, logs)
 			}
-			if !d.stderr.contains("level=INFO", "started") {
+			if !d.stderr.Contains("level=INFO", "started") {
 				t.Fatalf("the daemon did not start; log:\n%s", logs)
 			}
 		})

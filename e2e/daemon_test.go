@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -26,9 +27,9 @@ import (
 func TestProcessAnnouncesReadyThenSubscribes(t *testing.T) {
 	nodes := writeCluster(t, 1)
 	d := startNode(t, nodes[0])
-	frames := d.waitFrames(2)
+	frames := d.WaitFrames(2)
 	if frames[0].Method != "ready" || frames[0].IsRequest() {
-		t.Fatalf("first frame = %s, want the ready notification", d.line(0))
+		t.Fatalf("first frame = %s, want the ready notification", d.Line(0))
 	}
 	var ready struct {
 		Version string `json:"version"`
@@ -42,7 +43,7 @@ func TestProcessAnnouncesReadyThenSubscribes(t *testing.T) {
 		t.Fatalf("ready = %+v, want version %q (the second word --version prints) and nodeId %s", ready, want, nodes[0].ID)
 	}
 	if frames[1].Method != "discovery:subscribe" {
-		t.Fatalf("second frame = %s, want discovery:subscribe", d.line(1))
+		t.Fatalf("second frame = %s, want discovery:subscribe", d.Line(1))
 	}
 	var sub struct {
 		Services []string `json:"services"`
@@ -64,7 +65,7 @@ func TestProcessRelaysLifecycleAndRemovalBetweenNodesThenExitsOnStdinEOF(t *test
 		`"vendorExtra":{"gpus":[0,1],"note":"kept \u00e9"},"bigCounter":123456789012345678901234567890}`
 	a.send(`{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":` + info + `}}`)
 
-	up := b.waitMethod(wireframe.MethodUpsert, 1)[0]
+	up := b.WaitMethod(wireframe.MethodUpsert, 1)[0]
 	var p struct {
 		WorkloadInfo json.RawMessage `json:"workloadInfo"`
 	}
@@ -76,7 +77,7 @@ func TestProcessRelaysLifecycleAndRemovalBetweenNodesThenExitsOnStdinEOF(t *test
 	}
 
 	a.send(`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-7","originatedFrom":"` + nodes[0].ID + `"}}`)
-	rm := b.waitMethod(wireframe.MethodRemove, 1)[0]
+	rm := b.WaitMethod(wireframe.MethodRemove, 1)[0]
 	var rp struct {
 		WorkloadID     string `json:"workloadId"`
 		OriginatedFrom string `json:"originatedFrom"`
@@ -89,7 +90,7 @@ func TestProcessRelaysLifecycleAndRemovalBetweenNodesThenExitsOnStdinEOF(t *test
 	}
 	// The removal reaching B proves A has handled both frames: the broker
 	// already applied them, so nothing went back up to A's broker.
-	if got := a.withMethod(wireframe.MethodUpsert); len(got) != 0 {
+	if got := a.WithMethod(wireframe.MethodUpsert); len(got) != 0 {
 		t.Fatalf("A echoed its broker's own frame back up: %v", got)
 	}
 
@@ -115,7 +116,7 @@ func TestProcessDerivesEachDirectoryFromTheOther(t *testing.T) {
 	a.discover(nodes[1], b.boundPeerPort())
 	a.waitLog("broadcast targets changed", "total=1")
 	a.send(testframe.LifecycleLine("derived-1", "running", nodes[0].ID))
-	b.waitUpserts("derived-1", 1)
+	b.WaitUpserts("derived-1", 1)
 }
 
 func TestProcessExitsZeroOnSignal(t *testing.T) {
@@ -127,7 +128,7 @@ func TestProcessExitsZeroOnSignal(t *testing.T) {
 		t.Run(sig.String(), func(t *testing.T) {
 			nodes := writeCluster(t, 1)
 			d := startNode(t, nodes[0])
-			d.waitMethod("discovery:subscribe", 1) // the handler is installed before ready
+			d.WaitMethod("discovery:subscribe", 1) // the handler is installed before ready
 			if err := d.cmd.Process.Signal(sig); err != nil {
 				t.Fatal(err)
 			}
@@ -139,7 +140,7 @@ func TestProcessExitsZeroOnSignal(t *testing.T) {
 func TestProcessExitsZeroNotBySIGPIPEWhenBrokerClosesStdout(t *testing.T) {
 	nodes := writeCluster(t, 1)
 	d := startNode(t, nodes[0])
-	d.waitMethod("discovery:subscribe", 1)
+	d.WaitMethod("discovery:subscribe", 1)
 	d.closeStdout()
 	// A request makes the daemon write its answer into the closed pipe.
 	d.send(`{"jsonrpc":"2.0","id":1,"method":"nope"}`)
@@ -156,7 +157,7 @@ func TestProcessAnswersShutdownWithNullResultThenExitsZero(t *testing.T) {
 	nodes := writeCluster(t, 1)
 	d := startNode(t, nodes[0])
 	d.send(`{"jsonrpc":"2.0","id":"bye","method":"shutdown"}`)
-	raw := d.waitResponseLine(`"bye"`)
+	raw := d.WaitResponseLine(`"bye"`)
 	var resp map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(raw), &resp); err != nil {
 		t.Fatal(err)
@@ -171,11 +172,11 @@ func TestProcessAnswersShutdownWithNullResultThenExitsZero(t *testing.T) {
 func TestProcessLogSetLevelAnswersResolvedLevelAndTakesEffect(t *testing.T) {
 	nodes := writeCluster(t, 1)
 	d := startDaemon(t, nodeArgs(nodes[0], 0, "--log-level", "error")...)
-	d.waitMethod("discovery:subscribe", 1)
+	d.WaitMethod("discovery:subscribe", 1)
 	// A response from the broker is ignored with a debug log: silent at error.
 	d.send(`{"jsonrpc":"2.0","id":"early","result":null}`)
 	d.send(`{"jsonrpc":"2.0","id":2,"method":"log/set-level","params":{"level":"debug"}}`)
-	if got := d.waitResponse("2"); got.Error != nil || !sameJSON(t, got.Result, json.RawMessage(`{"level":"debug"}`)) {
+	if got := d.WaitResponse("2"); got.Error != nil || !sameJSON(t, got.Result, json.RawMessage(`{"level":"debug"}`)) {
 		t.Fatalf("log/set-level debug answered result %s error %+v, want {\"level\":\"debug\"}", got.Result, got.Error)
 	}
 	d.send(`{"jsonrpc":"2.0","id":"late","result":null}`)
@@ -185,7 +186,7 @@ func TestProcessLogSetLevelAnswersResolvedLevelAndTakesEffect(t *testing.T) {
 	}
 
 	d.send(`{"jsonrpc":"2.0","id":3,"method":"log/set-level","params":{"level":"verbose"}}`)
-	if got := d.waitResponse("3"); got.Error == nil || got.Error.Code != wireframe.CodeInvalidParams {
+	if got := d.WaitResponse("3"); got.Error == nil || got.Error.Code != wireframe.CodeInvalidParams {
 		t.Fatalf("log/set-level verbose answered %+v, want error %d", got, wireframe.CodeInvalidParams)
 	}
 }
@@ -195,25 +196,25 @@ func TestProcessAnswersUnknownRequestWithMethodNotFound(t *testing.T) {
 	d := startNode(t, nodes[0])
 	d.send(`{"jsonrpc":"2.0","method":"nope-notification"}`)
 	d.send(`{"jsonrpc":"2.0","id":1,"method":"nope"}`)
-	got := d.waitResponse("1")
+	got := d.WaitResponse("1")
 	if got.Error == nil || got.Error.Code != wireframe.CodeMethodNotFound {
 		t.Fatalf("unknown request answered %+v, want error %d", got, wireframe.CodeMethodNotFound)
 	}
 	// The request was handled after the notification, which is not answered.
-	if n := len(d.all()); n != 3 {
-		t.Fatalf("daemon wrote %d frames, want ready, discovery:subscribe and one answer:\n%s", n, d.text())
+	if n := len(d.All()); n != 3 {
+		t.Fatalf("daemon wrote %d frames, want ready, discovery:subscribe and one answer:\n%s", n, d.Text())
 	}
 }
 
 func TestProcessSkipsMalformedAndOverlongLinesAndKeepsWorking(t *testing.T) {
 	nodes := writeCluster(t, 1)
 	d := startNode(t, nodes[0])
-	d.waitMethod("discovery:subscribe", 1)
+	d.WaitMethod("discovery:subscribe", 1)
 	d.send(`{"jsonrpc":"2.0","id":1,"method":`) // not JSON
 	// 2 MiB: a request whose padding puts it over the 1 MiB frame limit.
 	d.send(`{"jsonrpc":"2.0","method":"log/set-level","params":{"level":"debug","pad":"` + strings.Repeat("x", 2<<20) + `"}}`)
 	d.send(`{"jsonrpc":"2.0","id":2,"method":"nope"}`)
-	if got := d.waitResponse("2"); got.Error == nil || got.Error.Code != wireframe.CodeMethodNotFound {
+	if got := d.WaitResponse("2"); got.Error == nil || got.Error.Code != wireframe.CodeMethodNotFound {
 		t.Fatalf("request after the bad lines answered %+v, want error %d", got, wireframe.CodeMethodNotFound)
 	}
 	if n := strings.Count(d.stderr.String(), "local frame skipped"); n != 2 {
@@ -230,7 +231,7 @@ func TestProcessAcceptsOneMiBLine(t *testing.T) {
 	head := `{"jsonrpc":"2.0","id":5,"method":"log/set-level","params":{"level":"info","pad":"`
 	tail := `"}}`
 	d.send(head + strings.Repeat("y", wireframe.MaxBytes-len(head)-len(tail)) + tail)
-	if got := d.waitResponse("5"); got.Error != nil || !sameJSON(t, got.Result, json.RawMessage(`{"level":"info"}`)) {
+	if got := d.WaitResponse("5"); got.Error != nil || !sameJSON(t, got.Result, json.RawMessage(`{"level":"info"}`)) {
 		t.Fatalf("a 1 MiB request answered %+v, want {\"level\":\"info\"}", got)
 	}
 }
@@ -268,15 +269,15 @@ func TestProcessBrokerLineMaxSetsTheLimitOfLinesToTheBroker(t *testing.T) {
 			if got, text := postIngress(t, ingress, liFrame("proc-after")); got != http.StatusOK {
 				t.Fatalf("next frame: status %d (%q), want 200", got, text)
 			}
-			d.waitUpserts("proc-after", 1)
+			d.WaitUpserts("proc-after", 1)
 			want := 0
 			if tc.want == http.StatusOK {
 				want = 1
 			}
-			if n := d.upsertCount("proc-long-error"); n != want {
+			if n := d.UpsertCount("proc-long-error"); n != want {
 				t.Fatalf("the broker got the long frame %d time(s), want %d", n, want)
 			}
-			for _, line := range strings.Split(d.text(), "\n") {
+			for _, line := range strings.Split(d.Text(), "\n") {
 				if len(line)+1 > tc.limit {
 					t.Fatalf("the daemon wrote a %d-byte line, over the %d-byte limit", len(line)+1, tc.limit)
 				}
@@ -306,13 +307,13 @@ func TestProcessWithIPCAnnouncesOnTheSocket(t *testing.T) {
 
 	nodes := writeCluster(t, 1)
 	d := startDaemon(t, nodeArgs(nodes[0], 0, "--ipc", sock)...)
-	ln.(*net.UnixListener).SetDeadline(time.Now().Add(waitTimeout))
+	ln.(*net.UnixListener).SetDeadline(time.Now().Add(testkit.WaitTimeout))
 	conn, err := ln.Accept()
 	if err != nil {
 		t.Fatalf("the daemon did not dial the broker socket: %v\n%s", err, d.stderr.String())
 	}
 	defer conn.Close()
-	conn.SetReadDeadline(time.Now().Add(waitTimeout))
+	conn.SetReadDeadline(time.Now().Add(testkit.WaitTimeout))
 	r := bufio.NewReader(conn)
 	var got []wireframe.RPC
 	for range 2 {
@@ -337,7 +338,7 @@ func TestProcessWithIPCAnnouncesOnTheSocket(t *testing.T) {
 	if err != nil || json.Unmarshal(line, &resp) != nil || string(resp.ID) != "1" || resp.Error == nil {
 		t.Fatalf("answer on the socket = %q (%v), want the error answer to id 1", line, err)
 	}
-	if out := d.text(); out != "" {
+	if out := d.Text(); out != "" {
 		t.Fatalf("with --ipc the daemon wrote to stdout: %q", out)
 	}
 	conn.Close() // the broker going away ends the daemon cleanly
@@ -358,28 +359,28 @@ func TestProcessHeartbeatReassertsRunningWorkload(t *testing.T) {
 	a.send(testframe.LifecycleLine("hb-live", "running", nodes[0].ID))
 	// One event, delivered once by the broadcast, then again on every
 	// heartbeat: dedup would stop the repeats were they not re-assertions.
-	b.waitUpserts("hb-live", 4)
+	b.WaitUpserts("hb-live", 4)
 }
 
 func TestProcessHeartbeatStopsTerminalWorkloadAfterTwoIntervals(t *testing.T) {
 	nodes := writeCluster(t, 2)
 	a, b := startPair(t, nodes[0], nodes[1], "--resync-interval", testResyncInterval.String())
 	a.send(testframe.LifecycleLine("hb-live", "running", nodes[0].ID))
-	b.waitUpserts("hb-live", 1)
+	b.WaitUpserts("hb-live", 1)
 	a.send(testframe.LifecycleLine("hb-done", "completed", nodes[0].ID))
-	b.waitUpserts("hb-done", 1)
+	b.WaitUpserts("hb-done", 1)
 
 	// Every heartbeat counted from here fires after hb-done was tracked; the
 	// fourth one is at least 3 intervals later, past the 2-interval retention.
-	clock := b.upsertCount("hb-live")
-	b.waitUpserts("hb-live", clock+4)
-	settled := b.upsertCount("hb-done")
+	clock := b.UpsertCount("hb-live")
+	b.WaitUpserts("hb-live", clock+4)
+	settled := b.UpsertCount("hb-done")
 	if settled < 2 {
 		t.Fatalf("hb-done reached B %d time(s), want it re-asserted at least once during its retention", settled)
 	}
-	clock = b.upsertCount("hb-live")
-	b.waitUpserts("hb-live", clock+3)
-	if got := b.upsertCount("hb-done"); got != settled {
+	clock = b.UpsertCount("hb-live")
+	b.WaitUpserts("hb-live", clock+3)
+	if got := b.UpsertCount("hb-done"); got != settled {
 		t.Fatalf("hb-done reached B %d times, %d before: re-asserted after its retention", got, settled)
 	}
 }
@@ -389,10 +390,10 @@ func TestProcessHeartbeatNeverReassertsRemovedWorkload(t *testing.T) {
 	a, b := startPair(t, nodes[0], nodes[1], "--resync-interval", testResyncInterval.String())
 	a.send(testframe.LifecycleLine("hb-live", "running", nodes[0].ID))
 	a.send(testframe.LifecycleLine("hb-gone", "running", nodes[0].ID))
-	b.waitUpserts("hb-gone", 2) // tracked: re-asserted at least once
+	b.WaitUpserts("hb-gone", 2) // tracked: re-asserted at least once
 	a.send(`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"hb-gone","originatedFrom":"` + nodes[0].ID + `"}}`)
-	eventually(t, "hb-gone's removal at B", func() bool {
-		for _, f := range b.withMethod(wireframe.MethodRemove) {
+	testkit.Eventually(t, "hb-gone's removal at B", func() bool {
+		for _, f := range b.WithMethod(wireframe.MethodRemove) {
 			if strings.Contains(string(f.Params), `"hb-gone"`) {
 				return true
 			}
@@ -400,10 +401,10 @@ func TestProcessHeartbeatNeverReassertsRemovedWorkload(t *testing.T) {
 		return false
 	})
 	// Any heartbeat queued before the removal was delivered before it.
-	removedAt := b.upsertCount("hb-gone")
-	clock := b.upsertCount("hb-live")
-	b.waitUpserts("hb-live", clock+3)
-	if got := b.upsertCount("hb-gone"); got != removedAt {
+	removedAt := b.UpsertCount("hb-gone")
+	clock := b.UpsertCount("hb-live")
+	b.WaitUpserts("hb-live", clock+3)
+	if got := b.UpsertCount("hb-gone"); got != removedAt {
 		t.Fatalf("hb-gone reached B %d times after its removal (%d before)", got-removedAt, removedAt)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -29,8 +30,8 @@ func TestProcessPeerBackAfterTheRetentionGetsTheEndsItMissed(t *testing.T) {
 	// Two jobs B knows while it is A's target.
 	a.send(testframe.LifecycleLine("pj-gone", "running", origin))
 	post(testframe.LifecycleLine("ij-gone", "running", origin))
-	b.waitUpserts("pj-gone", 1)
-	b.waitUpserts("ij-gone", 1)
+	b.WaitUpserts("pj-gone", 1)
+	b.WaitUpserts("ij-gone", 1)
 
 	// B leaves A's discovery (its daemon restarting, say).
 	a.send(string(wireframe.EncodeNotification("discovery:nodes", []byte(`{"nodes":[]}`))))
@@ -42,23 +43,23 @@ func TestProcessPeerBackAfterTheRetentionGetsTheEndsItMissed(t *testing.T) {
 	// The read loop answers a request after the frames before it: they
 	// are committed.
 	a.send(`{"jsonrpc":"2.0","id":"barrier","method":"log/set-level","params":{"level":"debug"}}`)
-	a.waitResponse(`"barrier"`)
+	a.WaitResponse(`"barrier"`)
 	post(testframe.LifecycleLine("ij-done", "queued", origin))
 	post(testframe.LifecycleLine("ij-done", "completed", origin))
 	post(string(testframe.Removal("ij-gone", origin)))
 
 	// A's set has dropped the completed runs (its retention is 400 ms).
-	eventually(t, "A's re-sync set empty", func() bool {
-		return scrapeValue(t, metrics, "nvpair_wlm_resync_set_entries") == 0
+	testkit.Eventually(t, "A's re-sync set empty", func() bool {
+		return testkit.ScrapeValue(t, metrics, "nvpair_wlm_resync_set_entries") == 0
 	})
-	if b.upsertCount("pj-done") != 0 || b.upsertCount("ij-done") != 0 {
+	if b.UpsertCount("pj-done") != 0 || b.UpsertCount("ij-done") != 0 {
 		t.Fatal("B got a job that ended while it was not A's target")
 	}
 
 	// B is back.
 	a.discover(nodes[1], b.port)
-	eventually(t, "B's Jobs list with the ends it missed", func() bool {
-		jobs := b.jobsList()
+	testkit.Eventually(t, "B's Jobs list with the ends it missed", func() bool {
+		jobs := b.JobsList()
 		pj, okP := jobs.Get(origin, "pj-done")
 		ij, okI := jobs.Get(origin, "ij-done")
 		_, goneP := jobs.Get(origin, "pj-gone")

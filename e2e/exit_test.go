@@ -14,6 +14,7 @@ import (
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -61,7 +62,7 @@ func TestProcessExitsWithinThePAIRStopGraceWhateverItsPeersAndBrokerDo(t *testin
 			}, nodeArgs(na, 0, "--metrics", "127.0.0.1:0", "--local-ingress", "127.0.0.1:0")...)
 			t.Cleanup(gate.resume) // before the reader is waited for
 			a.port = a.boundPeerPort()
-			a.waitMethod("discovery:subscribe", 1)
+			a.WaitMethod("discovery:subscribe", 1)
 			ingress := a.loggedValue("local ingress listening", "addr")
 			// A producer's job whose lease runs out while the broker is
 			// stalled: its expiry blocks on the broker write.
@@ -76,7 +77,7 @@ func TestProcessExitsWithinThePAIRStopGraceWhateverItsPeersAndBrokerDo(t *testin
 			for i := range 5 {
 				a.send(testframe.LifecycleLine(fmt.Sprintf("for-hanging-%d", i), "running", na.ID))
 			}
-			eventually(t, "the hanging peer to hold a request", func() bool { return hanging.requests() > 0 })
+			testkit.Eventually(t, "the hanging peer to hold a request", func() bool { return hanging.requests() > 0 })
 
 			// A pinned peer posts frames of some 8 KiB each, all at once.
 			// With the broker stalled, the first few fill the pipe and are
@@ -104,7 +105,7 @@ func TestProcessExitsWithinThePAIRStopGraceWhateverItsPeersAndBrokerDo(t *testin
 			}
 			answered := func() int { mu.Lock(); defer mu.Unlock(); return len(ok) }
 			if tc.stalled {
-				eventually(t, "the posts to be answered or waiting on the stalled broker", func() bool {
+				testkit.Eventually(t, "the posts to be answered or waiting on the stalled broker", func() bool {
 					m := scrapeProc(t, a)
 					waiting := int(m[`nvpair_wlm_broker_waiters{channel="peer"}`])
 					return waiting > 0 && answered()+waiting == posts
@@ -112,9 +113,9 @@ func TestProcessExitsWithinThePAIRStopGraceWhateverItsPeersAndBrokerDo(t *testin
 				// Waiting on the clock, not hoping: past this instant the
 				// expiry is due, and if it has begun it waits on the
 				// broker too; either way the bound below must hold.
-				holdsWithin(time.Until(leaseDue)+500*time.Millisecond, func() bool { return time.Now().After(leaseDue.Add(300 * time.Millisecond)) })
+				testkit.HoldsWithin(time.Until(leaseDue)+500*time.Millisecond, func() bool { return time.Now().After(leaseDue.Add(300 * time.Millisecond)) })
 			} else {
-				eventually(t, "every post answered", func() bool { return answered() == posts })
+				testkit.Eventually(t, "every post answered", func() bool { return answered() == posts })
 			}
 
 			start := time.Now()
@@ -136,8 +137,8 @@ func TestProcessExitsWithinThePAIRStopGraceWhateverItsPeersAndBrokerDo(t *testin
 			mu.Lock()
 			defer mu.Unlock()
 			for _, id := range ok {
-				if a.upsertCount(id) != 1 {
-					t.Errorf("%s was answered 200 but the broker read it %d times, want once", id, a.upsertCount(id))
+				if a.UpsertCount(id) != 1 {
+					t.Errorf("%s was answered 200 but the broker read it %d times, want once", id, a.UpsertCount(id))
 				}
 			}
 		})

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,13 +16,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/pairbroker"
 	"nvpair-workload-manager/internal/pairshadow"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -154,13 +151,13 @@ func nodeArgs(node devpki.Node, port int, extra ...string) []string {
 
 // daemonProc is one running daemon and the broker's end of its pipes.
 type daemonProc struct {
-	t        testing.TB
-	cmd      *exec.Cmd
-	port     int        // --port, when startNode chose it
-	stdin    *os.File   // our end of the daemon's stdin
-	stdout   *os.File   // our end of the daemon's stdout
-	stderr   *logBuffer // the daemon's log
-	frameLog            // what it wrote to stdout
+	t                testing.TB
+	cmd              *exec.Cmd
+	port             int                // --port, when startNode chose it
+	stdin            *os.File           // our end of the daemon's stdin
+	stdout           *os.File           // our end of the daemon's stdout
+	stderr           *testkit.LogBuffer // the daemon's log
+	testkit.FrameLog                    // what it wrote to stdout
 
 	readDone chan struct{} // the stdout reader has stopped
 	exited   chan struct{} // the process has been waited for
@@ -204,9 +201,9 @@ func startDaemonReading(t testing.TB, bin string, env []string, wrap func(io.Rea
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &daemonProc{t: t, stdin: inW, stdout: outR, stderr: &logBuffer{}, frameLog: frameLog{t: t},
+	d := &daemonProc{t: t, stdin: inW, stdout: outR, stderr: &testkit.LogBuffer{}, FrameLog: testkit.FrameLog{T: t},
 		readDone: make(chan struct{}), exited: make(chan struct{})}
-	d.lineMax.Store(int64(brokerLineMaxArg(args))) // 0 without the flag: PAIR's limit
+	d.LineMax.Store(int64(brokerLineMaxArg(args))) // 0 without the flag: PAIR's limit
 	d.cmd = exec.Command(bin, args...)
 	d.cmd.Env = append(os.Environ(), env...)
 	d.cmd.Stdin, d.cmd.Stdout, d.cmd.Stderr = inR, outW, d.stderr
@@ -223,7 +220,7 @@ func startDaemonReading(t testing.TB, bin string, env []string, wrap func(io.Rea
 	if wrap != nil {
 		out = wrap(d.stdout)
 	}
-	go func() { defer close(d.readDone); d.readFrom(out) }()
+	go func() { defer close(d.readDone); d.Record(out) }()
 	t.Cleanup(func() {
 		if !d.exitedYet() {
 			d.cmd.Process.Kill()
@@ -286,7 +283,7 @@ func (d *daemonProc) readyNodeID() string {
 	var p struct {
 		NodeID string `json:"nodeId"`
 	}
-	if err := json.Unmarshal(d.waitMethod("ready", 1)[0].Params, &p); err != nil {
+	if err := json.Unmarshal(d.WaitMethod("ready", 1)[0].Params, &p); err != nil {
 		d.t.Fatal(err)
 	}
 	return p.NodeID
@@ -295,7 +292,7 @@ func (d *daemonProc) readyNodeID() string {
 // waitLog waits for a log line holding every fragment.
 func (d *daemonProc) waitLog(fragments ...string) {
 	d.t.Helper()
-	eventually(d.t, fmt.Sprintf("a log line with %q", fragments), func() bool { return d.stderr.contains(fragments...) })
+	testkit.Eventually(d.t, fmt.Sprintf("a log line with %q", fragments), func() bool { return d.stderr.Contains(fragments...) })
 }
 
 // discover sends the daemon a discovery snapshot listing node at port.
@@ -317,8 +314,8 @@ func (d *daemonProc) discover(node devpki.Node, port int) {
 func startPair(t testing.TB, na, nb devpki.Node, extra ...string) (a, b *daemonProc) {
 	t.Helper()
 	a, b = startNode(t, na, extra...), startNode(t, nb, extra...)
-	a.waitMethod("discovery:subscribe", 1) // bound and listening
-	b.waitMethod("discovery:subscribe", 1)
+	a.WaitMethod("discovery:subscribe", 1) // bound and listening
+	b.WaitMethod("discovery:subscribe", 1)
 	a.discover(nb, b.port)
 	b.discover(na, a.port)
 	a.waitLog("broadcast targets changed", "total=1")
@@ -352,7 +349,7 @@ func sameJSON(t testing.TB, a, b json.RawMessage) bool {
 func (d *daemonProc) loggedValue(msg, key string) string {
 	d.t.Helper()
 	var v string
-	eventually(d.t, fmt.Sprintf("a %q log line with %s", msg, key), func() bool {
+	testkit.Eventually(d.t, fmt.Sprintf("a %q log line with %s", msg, key), func() bool {
 		for _, line := range strings.Split(d.stderr.String(), "\n") {
 			if !strings.Contains(line, "msg="+strconv.Quote(msg)) && !strings.Contains(line, "msg="+msg+" ") {
 				continue
@@ -418,7 +415,7 @@ func runBinary(t testing.TB, args ...string) (code int, stdout, stderr string) {
 func runBinaryEnv(t testing.TB, env []string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	bin := daemonBinary(t) // before the clock starts: the first call builds
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitTimeout)
 	defer cancel()
 	var out, errb bytes.Buffer
 	cmd := exec.CommandContext(ctx, bin, args...)
@@ -457,32 +454,6 @@ func portOf(t testing.TB, addr string) string {
 	return port
 }
 
-// waitTimeout bounds every wait on a condition in the tests. Nothing in the
-// tests sleeps and hopes: they wait for a condition until this deadline.
-const waitTimeout = 10 * time.Second
-
-// eventually waits until cond holds or fails the test after waitTimeout.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	if !holdsWithin(waitTimeout, cond) {
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}
-
-// holdsWithin waits until cond holds and reports whether it did before the
-// timeout. Unlike eventually it does not fail the test, so a goroutine other
-// than the test's may wait with it.
-func holdsWithin(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return true
-}
-
 func itoa(i int) string { return strconv.Itoa(i) }
 
 func writeFile(t testing.TB, path, content string) {
@@ -493,320 +464,4 @@ func writeFile(t testing.TB, path, content string) {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// frameLog records every line a daemon writes to its broker, in order, and
-// answers the questions the tests ask of them. daemonProc embeds it.
-type frameLog struct {
-	t      testing.TB
-	mu     sync.Mutex // guards lines and frames
-	lines  []string
-	frames []wireframe.RPC
-	// lineMax is the longest line the broker reads, newline included:
-	// PAIR's (pairbroker.LineMax) when 0; a node given a longer
-	// --broker-line-max sets it.
-	lineMax atomic.Int64
-}
-
-// readFrom records lines from r until it ends. A line that is not a JSON
-// frame fails the test: stdout carries only frames.
-//
-// A line longer than PAIR's broker reads (pairbroker.LineMax, unless the
-// node was given a longer limit) fails the test, and nothing after it is
-// recorded: PAIR's reader has stopped for good by then. The rest is
-// drained, so that the daemon does not block on a test already failed.
-func (l *frameLog) readFrom(r io.Reader) {
-	br := bufio.NewReader(r)
-	for {
-		line, err := br.ReadBytes('\n')
-		if max := l.maxLine(); len(line) > max {
-			l.t.Errorf("daemon wrote a line of %d bytes, over the %d its broker reads: PAIR's broker stops reading for good there", len(line), max)
-			io.Copy(io.Discard, br)
-			return
-		}
-		if errors.Is(err, os.ErrClosed) {
-			// The test closed the pipe at its cleanup, after the daemon
-			// was stopped, while this reader was still behind (a broker
-			// that did not read leaves a backlog, read late on a loaded
-			// machine): the line it was in was cut by that close, not
-			// written short by the daemon.
-			return
-		}
-		if len(line) > 0 {
-			line = bytes.TrimSuffix(line, []byte("\n"))
-			var f wireframe.RPC
-			if jerr := json.Unmarshal(line, &f); jerr != nil {
-				l.t.Errorf("daemon wrote a line that is not a JSON frame: %q", line)
-			}
-			l.mu.Lock()
-			l.lines = append(l.lines, string(line))
-			l.frames = append(l.frames, f)
-			l.mu.Unlock()
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-// maxLine is the longest line the broker reads, newline included.
-func (l *frameLog) maxLine() int {
-	if n := l.lineMax.Load(); n > 0 {
-		return int(n)
-	}
-	return pairbroker.LineMax
-}
-
-// all returns a copy of every frame received so far.
-func (l *frameLog) all() []wireframe.RPC {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]wireframe.RPC(nil), l.frames...)
-}
-
-// line returns the raw text of the i-th frame.
-func (l *frameLog) line(i int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lines[i]
-}
-
-// text returns everything received, one frame per line.
-func (l *frameLog) text() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
-
-// waitFrames waits until n frames have arrived and returns all of them.
-func (l *frameLog) waitFrames(n int) []wireframe.RPC {
-	l.t.Helper()
-	eventually(l.t, fmt.Sprintf("%d frame(s) from the daemon", n), func() bool { return len(l.all()) >= n })
-	return l.all()
-}
-
-// withMethod returns the frames received so far with the given method.
-func (l *frameLog) withMethod(method string) []wireframe.RPC {
-	var out []wireframe.RPC
-	for _, f := range l.all() {
-		if f.Method == method {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// waitMethod waits until n frames with method have arrived and returns them.
-func (l *frameLog) waitMethod(method string, n int) []wireframe.RPC {
-	l.t.Helper()
-	eventually(l.t, fmt.Sprintf("%d %s frame(s) from the daemon", n, method), func() bool {
-		return len(l.withMethod(method)) >= n
-	})
-	return l.withMethod(method)
-}
-
-// waitResponseLine waits for the answer to request id (its JSON text) and
-// returns it as written.
-func (l *frameLog) waitResponseLine(id string) string {
-	l.t.Helper()
-	var raw string
-	eventually(l.t, "the answer to request "+id, func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		for i, f := range l.frames {
-			if f.IsResponse() && string(f.ID) == id {
-				raw = l.lines[i]
-				return true
-			}
-		}
-		return false
-	})
-	return raw
-}
-
-// waitResponse waits for the answer to request id (its JSON text).
-func (l *frameLog) waitResponse(id string) wireframe.RPC {
-	l.t.Helper()
-	var f wireframe.RPC
-	if err := json.Unmarshal([]byte(l.waitResponseLine(id)), &f); err != nil {
-		l.t.Fatal(err)
-	}
-	return f
-}
-
-// upserts returns the workload objects of the workloads:upsert frames.
-func (l *frameLog) upserts() []map[string]any {
-	var out []map[string]any
-	for _, f := range l.withMethod(wireframe.MethodUpsert) {
-		var p struct {
-			WorkloadInfo map[string]any `json:"workloadInfo"`
-		}
-		if err := json.Unmarshal(f.Params, &p); err != nil {
-			l.t.Fatalf("upsert params: %v", err)
-		}
-		out = append(out, p.WorkloadInfo)
-	}
-	return out
-}
-
-// upsertCount counts the workloads:upsert frames for workload id so far.
-func (l *frameLog) upsertCount(id string) int {
-	n := 0
-	for _, w := range l.upserts() {
-		if w["id"] == id {
-			n++
-		}
-	}
-	return n
-}
-
-// waitUpserts waits until n workloads:upsert frames for id have arrived.
-func (l *frameLog) waitUpserts(id string, n int) {
-	l.t.Helper()
-	eventually(l.t, fmt.Sprintf("%d workloads:upsert of %s", n, id), func() bool { return l.upsertCount(id) >= n })
-}
-
-// logBuffer collects a daemon's log output for assertions.
-type logBuffer struct {
-	mu sync.Mutex // guards b
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// contains reports whether some log line holds every fragment.
-func (l *logBuffer) contains(fragments ...string) bool {
-	for _, line := range strings.Split(l.String(), "\n") {
-		all := true
-		for _, f := range fragments {
-			if !strings.Contains(line, f) {
-				all = false
-				break
-			}
-		}
-		if all {
-			return true
-		}
-	}
-	return false
-}
-
-// scrapeAddr reads the metrics endpoint at addr (host:port) into series ->
-// value, checking that it answers 200 in the Prometheus text format.
-func scrapeAddr(t *testing.T, addr string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
-		t.Fatalf("scrape: status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
-	}
-	return parseMetricsText(t, resp.Body)
-}
-
-// parseMetricsText reads a Prometheus text exposition into series -> value.
-func parseMetricsText(t testing.TB, r io.Reader) map[string]float64 {
-	t.Helper()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("metrics line %q: %v", line, err)
-		}
-		out[line[:i]] = v
-	}
-	return out
-}
-
-// scrapeValue reads one series from the metrics endpoint at addr; a series
-// the endpoint does not have fails the test.
-func scrapeValue(t *testing.T, addr, series string) float64 {
-	t.Helper()
-	v, ok := scrapeAddr(t, addr)[series]
-	if !ok {
-		t.Fatalf("no series %s at %s", series, addr)
-	}
-	return v
-}
-
-// jobsList folds every workloads:upsert and workloads:remove the daemon
-// wrote to its broker, in order, through PAIR's broker's merge
-// (internal/pairbroker, the model the dev cluster's brokers use): what the
-// Jobs list of a PAIR broker fed by this daemon shows. A test asserting
-// what a user would see uses it, not the last upsert, which is what a
-// last-write store would show. When ../shared holds PAIR's own store, the
-// same frames go to it too (internal/pairshadow), and a Jobs list that is
-// not the model's fails the test, naming the job.
-func (l *frameLog) jobsList() *pairbroker.Store {
-	j := pairshadow.NewJudged(nil, l.shadow())
-	defer j.Close()
-	eachJobsFrame(l.all(), func(info json.RawMessage) { _, _ = j.Upsert(info) }, func(origin, id string) { j.Remove(origin, id) })
-	for _, d := range j.Disagreements() {
-		l.t.Errorf("PAIR's store disagrees with the model: %s", d)
-	}
-	return j.Model()
-}
-
-// eachJobsFrame hands what reaches PAIR's Jobs store of a daemon's frames
-// to its broker, in order: each workloads:upsert's workloadInfo, each
-// workloads:remove's origin and id. Other frames are not the store's.
-func eachJobsFrame(frames []wireframe.RPC, upsert func(json.RawMessage), remove func(origin, id string)) {
-	for _, f := range frames {
-		switch f.Method {
-		case wireframe.MethodUpsert:
-			var p struct {
-				WorkloadInfo json.RawMessage `json:"workloadInfo"`
-			}
-			if json.Unmarshal(f.Params, &p) == nil {
-				upsert(p.WorkloadInfo)
-			}
-		case wireframe.MethodRemove:
-			var p struct {
-				WorkloadID     string `json:"workloadId"`
-				OriginatedFrom string `json:"originatedFrom"`
-			}
-			if json.Unmarshal(f.Params, &p) == nil {
-				remove(p.OriginatedFrom, p.WorkloadID)
-			}
-		}
-	}
-}
-
-// shadow starts PAIR's store for one Jobs list (startShadow).
-func (l *frameLog) shadow() *pairshadow.Shadow { return startShadow(l.t) }
-
-// startShadow starts PAIR's store, or returns nil, saying so in the test's
-// log, when ../shared has none.
-func startShadow(t testing.TB) *pairshadow.Shadow {
-	bin, err := pairshadow.Program(".")
-	if errors.Is(err, pairshadow.ErrNotFound) {
-		t.Logf("no shadow of PAIR's store: %v", err)
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh, err := pairshadow.Start(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sh
 }

@@ -27,8 +27,8 @@ func TestIngressEndToEndAcrossProcesses(t *testing.T) {
 	a := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0", "--resync-interval", "300ms")
 	ingressAddr := a.loggedValue("local ingress listening", "addr")
 	b := startNode(t, nodes[1])
-	a.waitMethod("discovery:subscribe", 1)
-	b.waitMethod("discovery:subscribe", 1)
+	a.WaitMethod("discovery:subscribe", 1)
+	b.WaitMethod("discovery:subscribe", 1)
 	a.discover(nodes[1], b.port)
 	a.waitLog("broadcast targets changed", "total=1")
 
@@ -36,32 +36,32 @@ func TestIngressEndToEndAcrossProcesses(t *testing.T) {
 		t.Fatalf("curl-shaped post: status %d", s)
 	}
 	var atA struct{ WorkloadInfo map[string]any }
-	if err := json.Unmarshal(a.waitMethod(wireframe.MethodUpsert, 1)[0].Params, &atA); err != nil {
+	if err := json.Unmarshal(a.WaitMethod(wireframe.MethodUpsert, 1)[0].Params, &atA); err != nil {
 		t.Fatal(err)
 	}
 	if atA.WorkloadInfo["originatedFrom"] != nodes[0].ID || atA.WorkloadInfo["harnessSlot"] != 3.0 {
 		t.Fatalf("A's broker got %v, want A's id stamped and the producer's field kept", atA.WorkloadInfo)
 	}
-	b.waitUpserts("job-42", 1)
+	b.WaitUpserts("job-42", 1)
 
 	// A live workload entered through A's broker serves as the heartbeat
 	// clock below.
 	a.send(testframe.LifecycleLine("clock", "running", nodes[0].ID))
-	b.waitUpserts("clock", 1)
+	b.WaitUpserts("clock", 1)
 
 	if s, _ := postIngress(t, ingressAddr, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-42"}}`); s != http.StatusOK {
 		t.Fatalf("removal: status %d", s)
 	}
 	for _, d := range []*daemonProc{a, b} {
 		var rm struct{ WorkloadID, OriginatedFrom string }
-		if err := json.Unmarshal(d.waitMethod(wireframe.MethodRemove, 1)[0].Params, &rm); err != nil {
+		if err := json.Unmarshal(d.WaitMethod(wireframe.MethodRemove, 1)[0].Params, &rm); err != nil {
 			t.Fatal(err)
 		}
 		if rm.WorkloadID != "job-42" || rm.OriginatedFrom != nodes[0].ID {
 			t.Fatalf("removal at a broker = %+v", rm)
 		}
 	}
-	atRemoval := b.upsertCount("job-42")
+	atRemoval := b.UpsertCount("job-42")
 
 	// The broker replays its store, as it does to a restarted daemon; the
 	// replay holds the workload the producer removed.
@@ -74,9 +74,9 @@ func TestIngressEndToEndAcrossProcesses(t *testing.T) {
 	line, _ := json.Marshal(replay)
 	a.send(string(line))
 
-	clock := b.upsertCount("clock")
-	b.waitUpserts("clock", clock+3) // three heartbeats delivered after the replay
-	if got := b.upsertCount("job-42"); got != atRemoval {
+	clock := b.UpsertCount("clock")
+	b.WaitUpserts("clock", clock+3) // three heartbeats delivered after the replay
+	if got := b.UpsertCount("job-42"); got != atRemoval {
 		t.Fatalf("B heard of the removed workload again: %d upserts, %d at its removal", got, atRemoval)
 	}
 }

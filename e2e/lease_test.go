@@ -11,6 +11,7 @@ import (
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -23,8 +24,8 @@ func leaseProcPair(t *testing.T, extraA ...string) (a, b *daemonProc, nodes []de
 	a = startDaemon(t, nodeArgs(nodes[0], 0, append([]string{"--local-ingress", "127.0.0.1:0"}, extraA...)...)...)
 	b = startDaemon(t, nodeArgs(nodes[1], 0)...)
 	a.port, b.port = a.boundPeerPort(), b.boundPeerPort()
-	a.waitMethod("discovery:subscribe", 1)
-	b.waitMethod("discovery:subscribe", 1)
+	a.WaitMethod("discovery:subscribe", 1)
+	b.WaitMethod("discovery:subscribe", 1)
 	a.discover(nodes[1], b.port)
 	b.discover(nodes[0], a.port)
 	a.waitLog("broadcast targets changed", "total=1")
@@ -35,7 +36,7 @@ func leaseProcPair(t *testing.T, extraA ...string) (a, b *daemonProc, nodes []de
 // procTerminalStates is terminalStates for a daemon process's broker.
 func procTerminalStates(d *daemonProc, id string) []string {
 	var out []string
-	for _, w := range d.upserts() {
+	for _, w := range d.Upserts() {
 		s, _ := w["state"].(string)
 		if w["id"] == id && wireframe.IsTerminalState(s) && (len(out) == 0 || out[len(out)-1] != s) {
 			out = append(out, s)
@@ -46,7 +47,7 @@ func procTerminalStates(d *daemonProc, id string) []string {
 
 // procExpiry returns the expiry of id at a daemon process's broker.
 func procExpiry(d *daemonProc, id string) map[string]any {
-	for _, w := range d.upserts() {
+	for _, w := range d.Upserts() {
 		if w["id"] == id && w["state"] == "failed" && w["error"] == leaseExpiryError(statetable.MinLeaseSeconds) {
 			return w
 		}
@@ -98,7 +99,7 @@ func TestProcessALeasedJobNotRenewedTurnsFailedAtItsBrokerAndAPeerWithinItsLease
 	defer func() { close(stop); renewals.Wait() }()
 
 	for _, d := range []*daemonProc{a, b} {
-		eventually(t, "the expiry of crashed", func() bool { return procExpiry(d, "crashed") != nil })
+		testkit.Eventually(t, "the expiry of crashed", func() bool { return procExpiry(d, "crashed") != nil })
 	}
 	took := time.Since(accepted)
 	if took > (statetable.MinLeaseSeconds+1)*time.Second {
@@ -180,7 +181,7 @@ func TestProcessExpiryRacingALateTerminalFrameEndsInOneTerminalStateOnBothNodes(
 		// them, it is sent the completed run alone. So both brokers end on
 		// completed, and the peer's states are the origin's or its last.
 		var atA, atB []string
-		if !holdsWithin(waitTimeout, func() bool {
+		if !testkit.HoldsWithin(testkit.WaitTimeout, func() bool {
 			atA, atB = procTerminalStates(a, id), procTerminalStates(b, id)
 			return len(atA) > 0 && atA[len(atA)-1] == "completed" && len(atB) > 0 && atB[len(atB)-1] == "completed"
 		}) {

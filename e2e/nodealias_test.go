@@ -43,8 +43,8 @@ func TestProcessAFrameNamingTheNodesOtherIDIsTakenAndRelayedUnderItsID(t *testin
 	if st, text := postIngress(t, ingress, frame("by-alias", idNodeID, idNodeID)); st != http.StatusOK {
 		t.Fatalf("a frame naming node-id.json's id: %d %s; want it taken as this node's", st, text)
 	}
-	d.waitUpserts("by-alias", 1)
-	got := d.withMethod(wireframe.MethodUpsert)[0]
+	d.WaitUpserts("by-alias", 1)
+	got := d.WithMethod(wireframe.MethodUpsert)[0]
 	params := string(got.Params)
 	if strings.Contains(params, idNodeID) || !strings.Contains(params, `"originatedFrom":"`+idIdentity+`"`) || !strings.Contains(params, `"scheduledOn":"`+idIdentity+`"`) {
 		t.Errorf("the broker got %s; want originatedFrom and scheduledOn under identity.json's id %s, the alias gone", params, idIdentity)

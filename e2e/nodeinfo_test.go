@@ -32,8 +32,8 @@ func TestProcessNodeEndpointAnswersTheNodesIdMembersAndLimits(t *testing.T) {
 	if got := a.readyNodeID(); got != idA {
 		t.Fatalf("A announced %s, want identity.json's %s", got, idA)
 	}
-	b.waitMethod("discovery:subscribe", 1)
-	a.waitMethod("discovery:subscribe", 1)
+	b.WaitMethod("discovery:subscribe", 1)
+	a.WaitMethod("discovery:subscribe", 1)
 
 	// Before any snapshot: no members, an empty list and not null.
 	st, h, body := getNodeInfo(t, ingress, "")

@@ -10,6 +10,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -27,7 +28,7 @@ func TestProcessBurstToASingleFramePeerReachesItInItsFinalState(t *testing.T) {
 	sink := newHBSink(t, false, 0)
 	netMust(t, devpki.PinIdentity(nodes[0].ClusterDir, sink.ident))
 	d := startNode(t, nodes[0], "--resync-interval", "1h")
-	d.waitMethod("discovery:subscribe", 1)
+	d.WaitMethod("discovery:subscribe", 1)
 	snapshot, err := json.Marshal(map[string]any{"nodes": []map[string]any{netAddrEntry(sink.id, sink.ident.Principal, sink.addr)}})
 	netMust(t, err)
 	d.send(string(wireframe.EncodeNotification("discovery:nodes", snapshot)))
@@ -73,7 +74,7 @@ func TestProcessBurstToASingleFramePeerReachesItInItsFinalState(t *testing.T) {
 	if _, err := d.stdin.Write(burst.Bytes()); err != nil {
 		t.Fatal(err)
 	}
-	reached := holdsWithin(overflowBurstDeadline, func() bool { n, _ := notFinal(); return n == 0 })
+	reached := testkit.HoldsWithin(overflowBurstDeadline, func() bool { n, _ := notFinal(); return n == 0 })
 	took := time.Since(start)
 	events := sink.snapshot()
 	recoveredStates := sink.count("resync", "")

@@ -14,6 +14,7 @@ import (
 
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -25,7 +26,7 @@ func TestProcessIngressRemovalOrLeaseOfABrokerJobIs409AndTheBrokersLaterFramesRe
 	t.Parallel()
 	a, b, nodes, ingress := leaseProcPair(t)
 	a.send(testframe.LifecycleLine("proxy-1", "running", nodes[0].ID))
-	b.waitUpserts("proxy-1", 1)
+	b.WaitUpserts("proxy-1", 1)
 
 	refusals := []struct {
 		what    string
@@ -49,13 +50,13 @@ func TestProcessIngressRemovalOrLeaseOfABrokerJobIs409AndTheBrokersLaterFramesRe
 		w := testframe.Workload("proxy-1", "running", nodes[0].ID, map[string]any{"runId": "run-" + itoa(i+2)})
 		a.send(string(testframe.Lifecycle(w, nil)))
 	}
-	b.waitUpserts("proxy-1", 5)
+	b.WaitUpserts("proxy-1", 5)
 	// Past a lease's length nothing retired the job: no failed state at
 	// either broker, no removal anywhere (the barrier is a later frame).
 	a.send(testframe.LifecycleLine("barrier", "running", nodes[0].ID))
-	b.waitUpserts("barrier", 1)
+	b.WaitUpserts("barrier", 1)
 	for _, d := range []*daemonProc{a, b} {
-		if rm := d.withMethod(wireframe.MethodRemove); len(rm) != 0 {
+		if rm := d.WithMethod(wireframe.MethodRemove); len(rm) != 0 {
 			t.Fatalf("a broker got %d removals", len(rm))
 		}
 		if got := procTerminalStates(d, "proxy-1"); slices.Contains(got, "failed") {
@@ -72,14 +73,14 @@ func TestProcessIngressRemovalOrLeaseOfABrokerJobIs409AndTheBrokersLaterFramesRe
 func replayLines(d *daemonProc) []string {
 	latest := map[string]map[string]any{}
 	var order []string
-	for _, w := range d.upserts() {
+	for _, w := range d.Upserts() {
 		id := w["id"].(string)
 		if latest[id] == nil {
 			order = append(order, id)
 		}
 		latest[id] = w
 	}
-	for _, f := range d.withMethod(wireframe.MethodRemove) {
+	for _, f := range d.WithMethod(wireframe.MethodRemove) {
 		var rm struct{ WorkloadID string }
 		json.Unmarshal(f.Params, &rm)
 		delete(latest, rm.WorkloadID)
@@ -104,7 +105,7 @@ func TestProcessALeasedIngressJobIsFailedOnBothNodesAfterItsDaemonIsKilledAndRes
 	postProc(t, ingress, leasedInfo("kept", "running", 1), 0)
 	postProc(t, ingress, leasedInfo("crashed", "running", 1), statetable.MinLeaseSeconds)
 	posted := time.Now()
-	b.waitUpserts("crashed", 1)
+	b.WaitUpserts("crashed", 1)
 	// Both were answered 200, so both are in the journal: no wait.
 	if err := a.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -122,7 +123,7 @@ func TestProcessALeasedIngressJobIsFailedOnBothNodesAfterItsDaemonIsKilledAndRes
 	a2.waitLog("broadcast targets changed", "total=1")
 	ingress2 := a2.loggedValue("local ingress listening", "addr")
 
-	eventually(t, "the read-back to list the replayed ingress jobs", func() bool {
+	testkit.Eventually(t, "the read-back to list the replayed ingress jobs", func() bool {
 		st, _, body := getReadBack(t, ingress2, "")
 		var answer readBackAnswer
 		if st != http.StatusOK || json.Unmarshal(body, &answer) != nil {
@@ -133,7 +134,7 @@ func TestProcessALeasedIngressJobIsFailedOnBothNodesAfterItsDaemonIsKilledAndRes
 		return slices.Equal(ids, []string{"crashed", "kept"})
 	})
 	for _, d := range []*daemonProc{a2, b} {
-		eventually(t, "the expiry of crashed", func() bool { return procExpiry(d, "crashed") != nil })
+		testkit.Eventually(t, "the expiry of crashed", func() bool { return procExpiry(d, "crashed") != nil })
 	}
 	took := time.Since(posted)
 	if limit := (statetable.MinLeaseSeconds + restartLeaseGrace + 1) * time.Second; took > limit {
@@ -178,7 +179,7 @@ func TestProcessFiveThousandIngressRemovalsThenAReplayBringNoneBack(t *testing.T
 	if t.Failed() {
 		return
 	}
-	b.waitMethod(wireframe.MethodRemove, jobs)
+	b.WaitMethod(wireframe.MethodRemove, jobs)
 	// The replay: each job's later event, so a peer's dedup cannot hide
 	// one that came back; then a barrier behind them on the same channel.
 	for i := range jobs {
@@ -186,9 +187,9 @@ func TestProcessFiveThousandIngressRemovalsThenAReplayBringNoneBack(t *testing.T
 		a.send(string(testframe.Lifecycle(w, nil)))
 	}
 	a.send(testframe.LifecycleLine("barrier", "running", nodes[0].ID))
-	b.waitUpserts("barrier", 1)
+	b.WaitUpserts("barrier", 1)
 	back := 0
-	for _, w := range b.upserts() {
+	for _, w := range b.Upserts() {
 		if id, _ := w["id"].(string); strings.HasPrefix(id, "r-") && w["seq"] == 2.0 {
 			back++
 		}
@@ -207,7 +208,7 @@ func TestProcessATornJournalTailIsOneWarningAndTheRecordsBeforeItStay(t *testing
 	t.Parallel()
 	nodes := writeCluster(t, 1)
 	a := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0")
-	a.waitMethod("ready", 1)
+	a.WaitMethod("ready", 1)
 	if st, text := postIngress(t, a.loggedValue("local ingress listening", "addr"), string(testframe.Lifecycle(leasedInfo("job-1", "running", 1), nil))); st != http.StatusOK {
 		t.Fatalf("post: %d %s", st, text)
 	}
@@ -226,7 +227,7 @@ func TestProcessATornJournalTailIsOneWarningAndTheRecordsBeforeItStay(t *testing
 	}
 	f.Close()
 	a2 := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0")
-	a2.waitMethod("ready", 1)
+	a2.WaitMethod("ready", 1)
 	a2.waitLog("journal: dropped a torn or damaged tail", "bytesDropped=10")
 	if got := strings.Count(a2.stderr.String(), "torn or damaged tail"); got != 1 {
 		t.Fatalf("%d warnings, want one", got)
@@ -248,22 +249,22 @@ func TestProcessAProducerThatRemovedAnIDCannotSilenceTheBrokersNewJobOfIt(t *tes
 	if st, text := postIngress(t, ingress, string(testframe.Lifecycle(leasedInfo("proxy-7", "running", 1), nil))); st != http.StatusOK {
 		t.Fatalf("post: %d %s", st, text)
 	}
-	b.waitUpserts("proxy-7", 1)
+	b.WaitUpserts("proxy-7", 1)
 	for range 3 {
 		if st, text := postIngress(t, ingress, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"proxy-7"}}`); st != http.StatusOK {
 			t.Fatalf("remove: %d %s", st, text)
 		}
 	}
-	b.waitMethod(wireframe.MethodRemove, 1)
+	b.WaitMethod(wireframe.MethodRemove, 1)
 	send := func(overrides map[string]any) {
 		a.send(string(testframe.Lifecycle(testframe.Workload("proxy-7", "running", nodes[0].ID, overrides), nil)))
 	}
 	send(map[string]any{"seq": 2})                          // the replay of the removed run
 	send(map[string]any{"runId": "broker-run-1", "seq": 1}) // the broker's own new job
-	b.waitUpserts("proxy-7", 2)
+	b.WaitUpserts("proxy-7", 2)
 	a.send(testframe.LifecycleLine("barrier", "running", nodes[0].ID))
-	b.waitUpserts("barrier", 1)
-	for _, w := range b.upserts() {
+	b.WaitUpserts("barrier", 1)
+	for _, w := range b.Upserts() {
 		if w["id"] == "proxy-7" && w["runId"] == "run-proxy-7" && w["seq"] == 2.0 {
 			t.Fatalf("the replay of the removed run came back at the peer: %v", w)
 		}

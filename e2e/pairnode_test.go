@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -50,7 +51,7 @@ func (n *pairNode) start(t *testing.T) *daemonProc {
 	t.Helper()
 	env := []string{"XDG_CONFIG_HOME=" + n.configHome, "HOME=" + filepath.Dir(n.configHome)}
 	d := startDaemonBinary(t, daemonBinary(t), env, "--log-level", "debug", "--cluster-dir", n.clusterDir, "--port", "0")
-	d.waitMethod("discovery:subscribe", 1)
+	d.WaitMethod("discovery:subscribe", 1)
 	return d
 }
 
@@ -118,7 +119,7 @@ func TestPAIRNodeLayoutDropIn(t *testing.T) {
 	if st, body := postIngress(t, ingress, frame); st != http.StatusOK {
 		t.Fatalf("a producer's frame with node-id.json's id: %d %s", st, body)
 	}
-	db.waitUpserts("led-1789661457000-1", 1)
+	db.WaitUpserts("led-1789661457000-1", 1)
 }
 
 func TestPAIRNodeWithoutAdmissionOrPinsTurnsClusteredWhenAdmitted(t *testing.T) {
@@ -131,7 +132,7 @@ func TestPAIRNodeWithoutAdmissionOrPinsTurnsClusteredWhenAdmitted(t *testing.T) 
 		t.Fatal("a node without admission or pins completed a handshake")
 	}
 	netMust(t, devpki.WriteAdmission(c.clusterDir, "home-lab", 1))
-	eventually(t, "a handshake once admission.json appears", func() bool { return netHandshake(addr, &peer) == nil })
+	testkit.Eventually(t, "a handshake once admission.json appears", func() bool { return netHandshake(addr, &peer) == nil })
 	dc.waitLog("cluster membership changed", "clustered=true")
 	if dc.exitedYet() {
 		t.Fatal("the daemon restarted to take the admission")

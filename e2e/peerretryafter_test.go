@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 )
 
 // A peer answering 503 with Retry-After: 2 (its broker stalled, its body
@@ -20,7 +21,7 @@ func TestProcessPeerAnswering503RetryAfterIsSentOneRequestPerWaitThenEveryFrameI
 	// pins, on a port of its own.
 	peer := newDeferringPeer(t, nodes[1].Identity, false, 0, "")
 	a := startNode(t, nodes[0], "--metrics", "127.0.0.1:0")
-	a.waitMethod("discovery:subscribe", 1)
+	a.WaitMethod("discovery:subscribe", 1)
 	port, _ := strconv.Atoi(portOf(t, peer.addr))
 	a.discover(nodes[1], port)
 	a.waitLog("broadcast targets changed", "total=1")
@@ -32,7 +33,7 @@ func TestProcessPeerAnswering503RetryAfterIsSentOneRequestPerWaitThenEveryFrameI
 		a.send(testframe.LifecycleLine(id, "running", nodes[0].ID))
 	}
 	// The wait for them is the tests' usual, plus the 6 s the peer asks for.
-	if !holdsWithin(waitTimeout+6*time.Second, func() bool { return len(peer.accepted()) >= len(want) }) {
+	if !testkit.HoldsWithin(testkit.WaitTimeout+6*time.Second, func() bool { return len(peer.accepted()) >= len(want) }) {
 		t.Fatalf("the peer took %d of %d frames", len(peer.accepted()), len(want))
 	}
 	if got := peer.accepted(); !slices.Equal(got, want) {
@@ -44,10 +45,10 @@ func TestProcessPeerAnswering503RetryAfterIsSentOneRequestPerWaitThenEveryFrameI
 	reqs := peer.log()
 	t.Logf("%d requests, the first 200 %v after the first 503", len(reqs), reqs[3].at.Sub(reqs[0].at).Round(time.Millisecond))
 	series := `{peer="` + nodes[1].ID + `"}`
-	if got := scrapeValue(t, metrics, "nvpair_wlm_peer_retry_after_waits_total"+series); got != 3 {
+	if got := testkit.ScrapeValue(t, metrics, "nvpair_wlm_peer_retry_after_waits_total"+series); got != 3 {
 		t.Fatalf("nvpair_wlm_peer_retry_after_waits_total = %v, want 3", got)
 	}
-	if got := scrapeValue(t, metrics, "nvpair_wlm_peer_deliveries_dropped_total"+series); got != 0 {
+	if got := testkit.ScrapeValue(t, metrics, "nvpair_wlm_peer_deliveries_dropped_total"+series); got != 0 {
 		t.Fatalf("nvpair_wlm_peer_deliveries_dropped_total = %v, want 0", got)
 	}
 	a.waitLog("peer asked to wait (Retry-After)", "wait=2s")

@@ -19,6 +19,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -80,7 +81,7 @@ func netPeerClient(t testing.TB, ident *devpki.Identity, serverDER []byte) *http
 	}
 	tr := &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 4}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr, Timeout: waitTimeout}
+	return &http.Client{Transport: tr, Timeout: testkit.WaitTimeout}
 }
 
 // netPostAnswer posts body to the peer endpoint at addr and returns the

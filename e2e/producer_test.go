@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 )
 
 // What a producer does on the local ingress, for the tests of every
@@ -16,7 +17,7 @@ import (
 
 // liClient opens one connection per request, so no test depends
 // on what an earlier answer did to a pooled connection.
-var liClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: waitTimeout}
+var liClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: testkit.WaitTimeout}
 
 // liRequest is one request to the ingress; zero fields take POST, the
 // events path and the URL's host. The header is sent as it is.

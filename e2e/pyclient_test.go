@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -120,7 +121,7 @@ func TestProcessPythonClientJobsFromManyThreadsReachTheBrokerInOrderWithALease(t
 
 	removed := func(d *daemonProc) map[string]bool {
 		out := map[string]bool{}
-		for _, f := range d.withMethod(wireframe.MethodRemove) {
+		for _, f := range d.WithMethod(wireframe.MethodRemove) {
 			var rm struct{ WorkloadID string }
 			json.Unmarshal(f.Params, &rm)
 			out[rm.WorkloadID] = true
@@ -129,7 +130,7 @@ func TestProcessPythonClientJobsFromManyThreadsReachTheBrokerInOrderWithALease(t
 	}
 	// states returns the seqs and states A's broker got for id, in order.
 	states := func(d *daemonProc, id string) (seqs []float64, sts []string) {
-		for _, w := range d.upserts() {
+		for _, w := range d.Upserts() {
 			if w["id"] == id {
 				seqs = append(seqs, w["seq"].(float64))
 				sts = append(sts, w["state"].(string))
@@ -147,7 +148,7 @@ func TestProcessPythonClientJobsFromManyThreadsReachTheBrokerInOrderWithALease(t
 	rep.Jobs[rep.Scheduled] = "completed"
 	rep.Jobs[rep.Leased] = "completed"
 	for _, d := range []*daemonProc{a, b} {
-		eventually(t, "every job's final state at both brokers", func() bool {
+		testkit.Eventually(t, "every job's final state at both brokers", func() bool {
 			for id, final := range rep.Jobs {
 				if !reached(d, id, final) {
 					return false
@@ -174,7 +175,7 @@ func TestProcessPythonClientJobsFromManyThreadsReachTheBrokerInOrderWithALease(t
 			t.Errorf("A's broker got job %s as states %v seqs %v, want %v %v (in order, once each)", id, sts, seqs, want, wantSeqs)
 		}
 	}
-	for _, w := range a.upserts() {
+	for _, w := range a.Upserts() {
 		if w["id"] == rep.Scheduled && w["scheduledOn"] != nodes[1].ID {
 			t.Errorf("the job scheduled on member node-%s carries scheduledOn %v, want %s", nodes[1].ID[:8], w["scheduledOn"], nodes[1].ID)
 		}
@@ -253,16 +254,16 @@ func TestProcessPythonClientANewJobRefusedAtTheLiveLimitDoesNotHoldBackTheEndTha
 	// The broker's lines: the index of the first upsert of an id prefix in
 	// a state, or -1.
 	first := func(prefix, state string) int {
-		for i, w := range d.upserts() {
+		for i, w := range d.Upserts() {
 			if id, _ := w["id"].(string); strings.HasPrefix(id, prefix) && w["state"] == state {
 				return i
 			}
 		}
 		return -1
 	}
-	eventually(t, "job A's completed frame at the broker while job B waits for its retry",
+	testkit.Eventually(t, "job A's completed frame at the broker while job B waits for its retry",
 		func() bool { return first("pylive-a-", "completed") >= 0 })
-	eventually(t, "job B's queued frame at the broker once A's slot is free",
+	testkit.Eventually(t, "job B's queued frame at the broker once A's slot is free",
 		func() bool { return first("pylive-b-", "queued") >= 0 })
 	if a, b := first("pylive-a-", "completed"), first("pylive-b-", "queued"); b < a {
 		t.Fatalf("B's queued frame reached the broker at line %d, before A's completed at %d", b, a)

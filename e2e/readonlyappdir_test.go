@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/pairinstall"
+	"nvpair-workload-manager/internal/testkit"
 )
 
 // An app dir on a read-only file system, where node-id.json and the lock
@@ -33,7 +34,7 @@ func TestAReadOnlyAppDirIsRefusedWithOneLineAndExit1(t *testing.T) {
 	bin := daemonBinary(t)
 	args := []string{"--app-dir", app, "--port", "0"}
 	var cmd *exec.Cmd
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitTimeout)
 	defer cancel()
 	switch {
 	case exec.Command("unshare", "-rm", "true").Run() == nil:

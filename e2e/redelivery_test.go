@@ -22,9 +22,9 @@ func runLine(id, run, state, origin string) string {
 }
 
 // removalsOf counts the workloads:remove frames for id the broker got.
-func (l *frameLog) removalsOf(id string) int {
+func (l *daemonProc) removalsOf(id string) int {
 	n := 0
-	for _, f := range l.withMethod(wireframe.MethodRemove) {
+	for _, f := range l.WithMethod(wireframe.MethodRemove) {
 		var p struct{ WorkloadID string }
 		if json.Unmarshal(f.Params, &p) == nil && p.WorkloadID == id {
 			n++
@@ -36,9 +36,9 @@ func (l *frameLog) removalsOf(id string) int {
 // liveAtBroker applies what the broker got, in order, as its store would
 // (an upsert makes a workload live, a removal deletes it) and returns the
 // live workloads' ids.
-func (l *frameLog) liveAtBroker() map[string]bool {
+func (l *daemonProc) liveAtBroker() map[string]bool {
 	live := map[string]bool{}
-	for _, f := range l.all() {
+	for _, f := range l.All() {
 		switch f.Method {
 		case wireframe.MethodUpsert:
 			var p struct{ WorkloadInfo struct{ ID string } }
@@ -62,7 +62,7 @@ func (l *frameLog) liveAtBroker() map[string]bool {
 // their removal alone.)
 func wantReusedIDRemovedTwice(t *testing.T, d *daemonProc, id, barrier string) {
 	t.Helper()
-	d.waitUpserts(barrier, 1)
+	d.WaitUpserts(barrier, 1)
 	if got := d.removalsOf(id); got < 1 {
 		t.Fatalf("the peer's broker got no removal of %s", id)
 	}
@@ -116,7 +116,7 @@ func TestProcessReusedIDRemovedTwiceInABatchAndRepeatedRemovalsOnce(t *testing.T
 	nodes := writeCluster(t, 3)
 	na, nb, nc := nodes[0], nodes[1], nodes[2]
 	b := startNode(t, nb)
-	b.waitMethod("discovery:subscribe", 1)
+	b.WaitMethod("discovery:subscribe", 1)
 	// No discovery snapshot: B takes A's events from any pinned peer, as it
 	// does before its first snapshot, so C can relay A's removal too.
 	fromA := netPeerClient(t, &na.Identity, nb.Identity.DER)
@@ -171,7 +171,7 @@ func TestProcessReusedIDRemovedTwiceInABatchAndRepeatedRemovalsOnce(t *testing.T
 				t.Fatalf("batch element %d = %+v, want already seen", i, r)
 			}
 		}
-		b.waitUpserts("barrier-2", 1)
+		b.WaitUpserts("barrier-2", 1)
 		if got := b.removalsOf("job-7"); got != 1 {
 			t.Fatalf("the broker got the removal %d times, want once", got)
 		}
@@ -203,7 +203,7 @@ func TestProcessReusedIDRemovedTwiceInABatchAndRepeatedRemovalsOnce(t *testing.T
 		if st, _ := netPostAnswer(t, fromA, bPeer, body(testframe.LifecycleLine("barrier-3", "running", na.ID))); st != http.StatusOK {
 			t.Fatal("barrier refused")
 		}
-		b.waitUpserts("barrier-3", 1)
+		b.WaitUpserts("barrier-3", 1)
 		if got := b.removalsOf("job-9"); got != 1 {
 			t.Fatalf("the broker got the removal %d times, want once", got)
 		}

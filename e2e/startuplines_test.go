@@ -14,7 +14,7 @@ import (
 func TestStartupLinesNameEveryBoundAddress(t *testing.T) {
 	nodes := writeCluster(t, 1)
 	d := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0", "--metrics", "127.0.0.1:0")
-	d.waitMethod("ready", 1)
+	d.WaitMethod("ready", 1)
 	peer := d.loggedValue("started", "peerAddr")
 	ingress := d.loggedValue("local ingress listening", "addr")
 	metrics := d.loggedValue("metrics endpoint listening", "addr")
@@ -40,7 +40,7 @@ func TestStartupLinesNameEveryBoundAddress(t *testing.T) {
 	if st, body := postIngress(t, ingress, liFrame("startup-lines")); st != http.StatusOK {
 		t.Fatalf("a frame to the logged ingress address: %d %s", st, body)
 	}
-	d.waitUpserts("startup-lines", 1)
+	d.WaitUpserts("startup-lines", 1)
 	c, err := net.Dial("tcp", "127.0.0.1:"+itoa(d.port))
 	if err != nil {
 		t.Fatalf("the logged peer port does not accept: %v", err)

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"nvpair-workload-manager/internal/pairshadow"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -65,7 +65,7 @@ type pairNodeBroker struct {
 }
 
 func newPairNodeBroker(t *testing.T, node devpki.Node, args ...string) *pairNodeBroker {
-	b := &pairNodeBroker{t: t, node: node, args: args, replayWindow: pairbroker.ReplayWindow, store: pairshadow.NewJudged(nil, startShadow(t))}
+	b := &pairNodeBroker{t: t, node: node, args: args, replayWindow: pairbroker.ReplayWindow, store: pairshadow.NewJudged(nil, testkit.StartShadow(t))}
 	t.Cleanup(func() {
 		for _, d := range b.store.Disagreements() {
 			t.Errorf("%s: PAIR's store disagrees with the model: %s", node.ID[:8], d)
@@ -98,11 +98,11 @@ func (b *pairNodeBroker) start() *daemonProc {
 	}
 	// A daemon that refuses its flags exits at once: say so rather than
 	// wait out the port's deadline.
-	if !holdsWithin(waitTimeout, func() bool { return d.exitedYet() || d.stderr.contains("msg=started") }) || d.exitedYet() {
+	if !testkit.HoldsWithin(testkit.WaitTimeout, func() bool { return d.exitedYet() || d.stderr.Contains("msg=started") }) || d.exitedYet() {
 		b.t.Fatalf("the daemon of %s did not start (flags %q): %s", b.node.ID[:8], b.args, strings.TrimSpace(d.stderr.String()))
 	}
 	d.port = d.boundPeerPort()
-	d.waitMethod("discovery:subscribe", 1)
+	d.WaitMethod("discovery:subscribe", 1)
 	b.procs = append(b.procs, d)
 	b.fed = append(b.fed, 0)
 	return d
@@ -120,8 +120,8 @@ func (b *pairNodeBroker) cur() *daemonProc {
 // store: the broker's Jobs list. The test's goroutine alone calls it.
 func (b *pairNodeBroker) jobs() *pairbroker.Store {
 	for i, d := range b.procs {
-		fs := d.framesFrom(b.fed[i])
-		eachJobsFrame(fs, func(info json.RawMessage) { _, _ = b.store.Upsert(info) }, func(origin, id string) { b.store.Remove(origin, id) })
+		fs := d.FramesFrom(b.fed[i])
+		testkit.EachJobsFrame(fs, func(info json.RawMessage) { _, _ = b.store.Upsert(info) }, func(origin, id string) { b.store.Remove(origin, id) })
 		b.fed[i] += len(fs)
 	}
 	return b.store.Model()
@@ -158,13 +158,6 @@ func (b *pairNodeBroker) kill9() {
 // call it.
 func (b *pairNodeBroker) sigkill() error { return b.cur().cmd.Process.Signal(syscall.SIGKILL) }
 
-// framesFrom returns a copy of the frames received from the i-th on.
-func (l *frameLog) framesFrom(i int) []wireframe.RPC {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.frames[i:])
-}
-
 // waitJobs polls the broker's Jobs list until cond holds or within has
 // passed, and reports whether it held. Merging thousands of frames is not
 // free, so it looks every 100 ms rather than every 5.
@@ -184,7 +177,7 @@ func (b *pairNodeBroker) waitJobs(within time.Duration, cond func(*pairbroker.St
 // mustJobs is waitJobs for a step the test cannot go on without.
 func (b *pairNodeBroker) mustJobs(what string, cond func(*pairbroker.Store) bool) {
 	b.t.Helper()
-	if !b.waitJobs(2*waitTimeout, cond) {
+	if !b.waitJobs(2*testkit.WaitTimeout, cond) {
 		b.t.Fatalf("timed out waiting for %s", what)
 	}
 }
@@ -226,7 +219,7 @@ func targetChanges(d *daemonProc, total int) int {
 
 func waitTargetChanges(t *testing.T, d *daemonProc, total, n int) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("%d broadcast target(s)", total), func() bool { return targetChanges(d, total) >= n })
+	testkit.Eventually(t, fmt.Sprintf("%d broadcast target(s)", total), func() bool { return targetChanges(d, total) >= n })
 }
 
 // ---- the producer -------------------------------------------------------------
@@ -243,7 +236,7 @@ type producer struct {
 func newProducer(t *testing.T, ingress string) *producer {
 	tr := &http.Transport{MaxIdleConnsPerHost: 256}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &producer{t: t, ingress: ingress, client: &http.Client{Transport: tr, Timeout: waitTimeout}}
+	return &producer{t: t, ingress: ingress, client: &http.Client{Transport: tr, Timeout: testkit.WaitTimeout}}
 }
 
 // post sends one frame with headers (name/value pairs) and returns the
@@ -431,8 +424,8 @@ func allShown(s *pairbroker.Store, origin string, n int, id func(int) string, st
 func resyncSetHolds(t *testing.T, d *daemonProc, live int) {
 	t.Helper()
 	metrics := d.loggedValue("metrics endpoint listening", "addr")
-	eventually(t, fmt.Sprintf("the re-sync set to drop its terminal entries (%d live left)", live), func() bool {
-		v, ok := scrapeAddr(t, metrics)["nvpair_wlm_resync_set_entries"]
+	testkit.Eventually(t, fmt.Sprintf("the re-sync set to drop its terminal entries (%d live left)", live), func() bool {
+		v, ok := testkit.ScrapeAddr(t, metrics)["nvpair_wlm_resync_set_entries"]
 		return !ok || int(v) == live
 	})
 }
@@ -506,7 +499,7 @@ func TestStateTableAMemberAwayWhileMoreThan4096EndsHappenLearnsThemAll(t *testin
 	start := time.Now()
 	a, b, meant := awayEnds(t, 5000, nil)
 	t.Logf("5,000 jobs ran and ended, B away, in %v", time.Since(start).Round(time.Millisecond))
-	converges(t, b, a.node.ID, meant, waitTimeout)
+	converges(t, b, a.node.ID, meant, testkit.WaitTimeout)
 }
 
 // TestStateTableTheEndsAMemberMissedSurviveTheOriginsKill9: 300 jobs run
@@ -522,7 +515,7 @@ func TestStateTableTheEndsAMemberMissedSurviveTheOriginsKill9(t *testing.T) {
 	}
 	t.Run("sanity: without the kill B learns all 300", func(t *testing.T) {
 		a, b, meant := awayEnds(t, 300, nil)
-		converges(t, b, a.node.ID, meant, waitTimeout)
+		converges(t, b, a.node.ID, meant, testkit.WaitTimeout)
 	})
 	a, b, meant := awayEnds(t, 300, func(a *pairNodeBroker) {
 		lastEnd := time.Now()
@@ -537,7 +530,7 @@ func TestStateTableTheEndsAMemberMissedSurviveTheOriginsKill9(t *testing.T) {
 		}
 		a.start()
 	})
-	converges(t, b, a.node.ID, meant, waitTimeout)
+	converges(t, b, a.node.ID, meant, testkit.WaitTimeout)
 }
 
 // TestStateTableEveryIngress200SurvivesKill9: 200 leased jobs are posted
@@ -758,14 +751,14 @@ func churnThroughHole(t *testing.T, n int, hole bool) {
 	}
 	start := time.Now()
 	var diff string
-	ok := b.waitJobs(waitTimeout, func(s *pairbroker.Store) bool {
+	ok := b.waitJobs(testkit.WaitTimeout, func(s *pairbroker.Store) bool {
 		diff = listDiff(a.jobs(), s, nodes[0].ID)
 		return diff == ""
 	})
 	if !ok {
 		w, sum := judge(b.jobs(), nodes[0].ID, meant)
 		t.Fatalf("%v after the proxy healed, B's Jobs list differs from A's: %s; judged against the producer: %d of %d wrong (%s)",
-			waitTimeout, diff, w, len(meant), sum)
+			testkit.WaitTimeout, diff, w, len(meant), sum)
 	}
 	t.Logf("B's Jobs list equal to A's %v after the heal", time.Since(start).Round(time.Millisecond))
 }
@@ -831,7 +824,7 @@ func TestStateTableTheByteBoundOnEndsDropsTheOldestCountsAndLogsItAndTheRestConv
 	if endBytes <= 2*bound {
 		t.Fatalf("the ends are %d bytes, not well over the %d-byte bound", endBytes, bound)
 	}
-	evicted := int(scrapeValue(t, a.cur().loggedValue("metrics endpoint listening", "addr"), "nvpair_wlm_ends_evicted_total"))
+	evicted := int(testkit.ScrapeValue(t, a.cur().loggedValue("metrics endpoint listening", "addr"), "nvpair_wlm_ends_evicted_total"))
 	if evicted == 0 || right != n-evicted || wrong != evicted {
 		t.Fatalf("%d ends (%d bytes) past a %d-byte bound: %d evicted by the metric; B shows the newest %d as meant and %d wrong (%s): "+
 			"want the evicted, the oldest, wrong and every other end converged", n, endBytes, bound, evicted, right, wrong, summary)
@@ -879,7 +872,7 @@ func boundedEnds(t *testing.T, n int, extraA ...string) (a *pairNodeBroker, righ
 	// The count of the newest ends shown as meant grows while B catches up;
 	// it has settled when it held through a heartbeat interval and more.
 	settled, last := time.Now(), -1
-	b.waitJobs(waitTimeout, func(s *pairbroker.Store) bool {
+	b.waitJobs(testkit.WaitTimeout, func(s *pairbroker.Store) bool {
 		states := shownStates(s, nodes[0].ID)
 		right = 0
 		for i := n - 1; i >= 0 && shown(states, id(i)) == "completed"; i-- {

@@ -22,6 +22,7 @@ import (
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/stockwlm"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -90,14 +91,14 @@ func startStock(t *testing.T, node devpki.Node) (*daemonProc, int) {
 		port := 20000 + rand.IntN(12768)
 		s := startDaemonBinary(t, bin, nil, "--cluster-dir", node.ClusterDir, "--port", itoa(port), "--log-level", "debug")
 		bound := false
-		eventually(t, "the stock daemon to bind its port or exit", func() bool {
-			bound = s.stderr.contains("inter-node server listening")
+		testkit.Eventually(t, "the stock daemon to bind its port or exit", func() bool {
+			bound = s.stderr.Contains("inter-node server listening")
 			return bound || s.exitedYet()
 		})
 		if bound {
 			return s, port
 		}
-		if !s.stderr.contains("listen on :" + itoa(port)) {
+		if !s.stderr.Contains("listen on :" + itoa(port)) {
 			t.Fatalf("the stock daemon exited, not for its port:\n%s", s.stderr.String())
 		}
 		t.Logf("port %d taken, trying another: %s", port, lastLine(s.stderr.String()))
@@ -275,7 +276,7 @@ func (p *wireTap) serve(w http.ResponseWriter, r *http.Request) {
 	// Passed on with a context of its own: a sender that gives up while
 	// the peer answers must not leave the record unsure of what the peer
 	// did with the frame.
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+p.upstream+r.URL.Path, bytes.NewReader(body))
 	netMust(p.t, err)
@@ -381,7 +382,7 @@ func parseTapFrame(body []byte) tapFrame {
 // (id/state/seq) for upserts and by id for removals.
 func brokerEvents(t *testing.T, d *daemonProc) (upserts, removals map[string]int) {
 	upserts, removals = map[string]int{}, map[string]int{}
-	for _, f := range d.all() {
+	for _, f := range d.All() {
 		switch f.Method {
 		case wireframe.MethodUpsert:
 			var p struct {
@@ -486,9 +487,9 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 	s, sPort := startStock(t, ns)
 	a := startNode(t, na, "--resync-interval", "1s")
 	b := startNode(t, nb)
-	a.waitMethod("discovery:subscribe", 1)
-	b.waitMethod("discovery:subscribe", 1)
-	s.waitMethod("discovery:subscribe", 1)
+	a.WaitMethod("discovery:subscribe", 1)
+	b.WaitMethod("discovery:subscribe", 1)
+	s.WaitMethod("discovery:subscribe", 1)
 	// A reaches S through tapS, which offers what the stock server offers
 	// (h2 and http/1.1); S reaches A through tapA, which offers what ours
 	// does.
@@ -522,10 +523,10 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 	// Backfill both ways: the workload arrives as a re-assertion, accepted,
 	// and reaches the other broker. The stock daemon applies discovery on
 	// a 5 s tick.
-	eventually(t, "A's backfill accepted by the stock daemon", accepted(tapS, "a-backfill", true))
-	s.waitUpserts("a-backfill", 1)
-	eventually(t, "the stock daemon's backfill accepted by A", accepted(tapA, "s-backfill", true))
-	a.waitUpserts("s-backfill", 1)
+	testkit.Eventually(t, "A's backfill accepted by the stock daemon", accepted(tapS, "a-backfill", true))
+	s.WaitUpserts("a-backfill", 1)
+	testkit.Eventually(t, "the stock daemon's backfill accepted by A", accepted(tapA, "s-backfill", true))
+	a.WaitUpserts("s-backfill", 1)
 	t.Logf("backfills crossed both ways %v after the start", time.Since(began).Round(time.Millisecond))
 
 	// Lifecycle frames and removals both ways.
@@ -556,7 +557,7 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 	// before the first was taken is folded into it. Once the first is on
 	// the wire, the repeat is a change of its own and goes again.
 	a.send(testframe.LifecycleLine("a-dup-repeated", "running", na.ID))
-	eventually(t, "a-dup-repeated on the wire once", func() bool {
+	testkit.Eventually(t, "a-dup-repeated on the wire once", func() bool {
 		return tapS.count(func(r tapRequest) bool { return r.frame.id == "a-dup-repeated" && !r.frame.resync && r.forwarded }) == 1
 	})
 	a.send(testframe.LifecycleLine("a-dup-repeated", "running", na.ID))
@@ -595,29 +596,29 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 	s.send(testframe.LifecycleLine("s-hb", "running", ns.ID))
 
 	// Everything so far has crossed.
-	s.waitMethod(wireframe.MethodRemove, 2)
-	a.waitMethod(wireframe.MethodRemove, 2)
+	s.WaitMethod(wireframe.MethodRemove, 2)
+	a.WaitMethod(wireframe.MethodRemove, 2)
 	for _, d := range []struct {
 		broker *daemonProc
 		id     string
 	}{{s, "a-noorigin"}, {a, "s-noorigin"}} {
 		want := `{"workloadId":"` + d.id + `"}`
 		found := false
-		for _, f := range d.broker.withMethod(wireframe.MethodRemove) {
+		for _, f := range d.broker.WithMethod(wireframe.MethodRemove) {
 			found = found || string(f.Params) == want
 		}
 		if !found {
-			t.Fatalf("the removal without an origin reached the broker as %v, want params %s", d.broker.withMethod(wireframe.MethodRemove), want)
+			t.Fatalf("the removal without an origin reached the broker as %v, want params %s", d.broker.WithMethod(wireframe.MethodRemove), want)
 		}
 	}
 	for _, id := range []string{"a-dup-retried", "a-dup-repeated"} {
-		s.waitUpserts(id, 1)
+		s.WaitUpserts(id, 1)
 	}
 	for _, id := range append([]string{"s-dup-retried", "s-dup-repeated"}, sortedKeys(shapes)...) {
-		a.waitUpserts(id, 1)
+		a.WaitUpserts(id, 1)
 	}
-	eventually(t, "A's heartbeat accepted by the stock daemon", accepted(tapS, "a-hb", true))
-	s.waitUpserts("a-hb", 2)
+	testkit.Eventually(t, "A's heartbeat accepted by the stock daemon", accepted(tapS, "a-hb", true))
+	s.WaitUpserts("a-hb", 2)
 
 	// The shapes reached A's broker as the stock daemon's broker wrote them.
 	for _, id := range sortedKeys(shapes) {
@@ -625,7 +626,7 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 			t.Fatalf("%s: A answered %d fresh delivery of it 200, want 1", id, n)
 		}
 		var got json.RawMessage
-		for _, f := range a.withMethod(wireframe.MethodUpsert) {
+		for _, f := range a.WithMethod(wireframe.MethodUpsert) {
 			var p struct {
 				WorkloadInfo json.RawMessage `json:"workloadInfo"`
 			}
@@ -643,7 +644,7 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 		tap *wireTap
 		id  string
 	}{{tapS, "a-dup-retried"}, {tapS, "a-dup-repeated"}, {tapA, "s-dup-retried"}, {tapA, "s-dup-repeated"}} {
-		eventually(t, c.id+" on the wire twice", func() bool {
+		testkit.Eventually(t, c.id+" on the wire twice", func() bool {
 			return c.tap.count(func(r tapRequest) bool { return r.frame.id == c.id && !r.frame.resync && r.forwarded }) == 2
 		})
 	}
@@ -662,9 +663,9 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 		a.send(testframe.LifecycleLine(fmt.Sprintf("a-5xx-%d", i), "running", na.ID))
 	}
 	for i := range burst {
-		b.waitUpserts(fmt.Sprintf("a-5xx-%d", i), 1)
+		b.WaitUpserts(fmt.Sprintf("a-5xx-%d", i), 1)
 	}
-	eventually(t, "A's sender to meet the failing stock peer", func() bool {
+	testkit.Eventually(t, "A's sender to meet the failing stock peer", func() bool {
 		return tapS.count(func(r tapRequest) bool {
 			return strings.HasPrefix(r.frame.id, "a-5xx-") && r.answered == http.StatusInternalServerError
 		}) > 0
@@ -675,9 +676,9 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 		a.send(testframe.LifecycleLine(fmt.Sprintf("a-hang-%d", i), "running", na.ID))
 	}
 	for i := range 2 * burst {
-		b.waitUpserts(fmt.Sprintf("a-hang-%d", i), 1)
+		b.WaitUpserts(fmt.Sprintf("a-hang-%d", i), 1)
 	}
-	eventually(t, "A's sender to meet the hanging stock peer", func() bool {
+	testkit.Eventually(t, "A's sender to meet the hanging stock peer", func() bool {
 		return tapS.count(func(r tapRequest) bool { return r.held }) > heldBefore
 	})
 	if n := tapS.count(func(r tapRequest) bool { return r.held && r.forwarded }); n != 0 {
@@ -688,24 +689,24 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 	// brings it the workloads its failures cost it.
 	tapS.setMode(tapForward)
 	for i := range 2 * burst {
-		s.waitUpserts(fmt.Sprintf("a-hang-%d", i), 1)
+		s.WaitUpserts(fmt.Sprintf("a-hang-%d", i), 1)
 	}
 	for i := range burst {
-		s.waitUpserts(fmt.Sprintf("a-5xx-%d", i), 1)
+		s.WaitUpserts(fmt.Sprintf("a-5xx-%d", i), 1)
 	}
 
 	// The stock daemon's heartbeat, 30 s after its start.
-	if !holdsWithin(stockHeartbeatWait, accepted(tapA, "s-hb", true)) {
+	if !testkit.HoldsWithin(stockHeartbeatWait, accepted(tapA, "s-hb", true)) {
 		t.Fatalf("no heartbeat from the stock daemon reached A within %v", stockHeartbeatWait)
 	}
-	a.waitUpserts("s-hb", 2)
+	a.WaitUpserts("s-hb", 2)
 
 	// Each delivered once, on both sides, as the wire accounts for it.
 	var off string
-	if !holdsWithin(waitTimeout, func() bool { off = deliveredOnce(t, tapS, s, "a-"); return off == "" }) {
+	if !testkit.HoldsWithin(testkit.WaitTimeout, func() bool { off = deliveredOnce(t, tapS, s, "a-"); return off == "" }) {
 		t.Fatalf("A to the stock daemon: %s", off)
 	}
-	if !holdsWithin(waitTimeout, func() bool { off = deliveredOnce(t, tapA, a, "s-"); return off == "" }) {
+	if !testkit.HoldsWithin(testkit.WaitTimeout, func() bool { off = deliveredOnce(t, tapA, a, "s-"); return off == "" }) {
 		t.Fatalf("the stock daemon to A: %s", off)
 	}
 

@@ -8,6 +8,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -38,7 +39,7 @@ func (d *daemonProc) discoverEntry(node devpki.Node, hostUUID string, port int, 
 // got, as their text.
 func (d *daemonProc) removalParams() []string {
 	var out []string
-	for _, f := range d.withMethod(wireframe.MethodRemove) {
+	for _, f := range d.WithMethod(wireframe.MethodRemove) {
 		out = append(out, string(f.Params))
 	}
 	return out
@@ -57,12 +58,12 @@ func TestProcessNullCreatedAtAndAnOriginLessRemovalAreRelayedAsTheyCame(t *testi
 	info := `{"id":"null-times","model":"m","engine":"e","state":"running","originatedFrom":"` + na.ID +
 		`","runId":"r1","seq":null,"createdAt":null,"startedAt":null,"completedAt":null,"error":null}`
 	a.send(`{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":` + info + `}}`)
-	b.waitUpserts("null-times", 1)
-	if got := b.withMethod(wireframe.MethodUpsert)[0].Params; string(got) != `{"workloadInfo":`+info+`}` {
+	b.WaitUpserts("null-times", 1)
+	if got := b.WithMethod(wireframe.MethodUpsert)[0].Params; string(got) != `{"workloadInfo":`+info+`}` {
 		t.Fatalf("B's broker got %s, want the workload object as A's broker sent it:\n%s", got, info)
 	}
 	a.send(`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"null-times"}}`)
-	eventually(t, "the origin-less removal at B", func() bool { return len(b.removalParams()) == 1 })
+	testkit.Eventually(t, "the origin-less removal at B", func() bool { return len(b.removalParams()) == 1 })
 	if got := b.removalParams(); got[0] != `{"workloadId":"null-times"}` {
 		t.Fatalf("B's broker got removal %s, want {\"workloadId\":\"null-times\"}", got[0])
 	}
@@ -80,12 +81,12 @@ func TestProcessNullCreatedAtAndAnOriginLessRemovalAreRelayedAsTheyCame(t *testi
 			t.Fatalf("POST %s = %d %q, want 200", body, st, text)
 		}
 	}
-	a.waitUpserts("from-peer", 1)
-	if got := a.withMethod(wireframe.MethodUpsert)[0].Params; string(got) != `{"workloadInfo":`+peerInfo+`}` {
+	a.WaitUpserts("from-peer", 1)
+	if got := a.WithMethod(wireframe.MethodUpsert)[0].Params; string(got) != `{"workloadInfo":`+peerInfo+`}` {
 		t.Fatalf("A's broker got %s, want the peer's workload object as it came:\n%s", got, peerInfo)
 	}
-	eventually(t, "the peer's origin-less removal at A", func() bool { return len(a.removalParams()) == 1 })
-	if holdsWithin(waitTimeout/20, func() bool { return len(a.removalParams()) > 1 }) {
+	testkit.Eventually(t, "the peer's origin-less removal at A", func() bool { return len(a.removalParams()) == 1 })
+	if testkit.HoldsWithin(testkit.WaitTimeout/20, func() bool { return len(a.removalParams()) > 1 }) {
 		t.Fatalf("A's broker got the removal twice: %v", a.removalParams())
 	}
 	if got := a.removalParams(); got[0] != `{"workloadId":"from-peer"}` {
@@ -101,14 +102,14 @@ func TestProcessAMultiHomedPeerWhoseIPRefusesIsDeliveredToAtItsNextAddress(t *te
 	nodes := writeCluster(t, 2)
 	na, nb := nodes[0], nodes[1]
 	a, b := startNode(t, na), startNode(t, nb)
-	a.waitMethod("discovery:subscribe", 1)
-	b.waitMethod("discovery:subscribe", 1)
+	a.WaitMethod("discovery:subscribe", 1)
+	b.WaitMethod("discovery:subscribe", 1)
 	const unreachable = "192.0.2.1"
 	a.discoverEntry(nb, nb.ID, b.port, unreachable, unreachable, "127.0.0.1")
 	a.waitLog("broadcast targets changed", "total=1")
 
 	a.send(testframe.LifecycleLine("multi-homed", "running", na.ID))
-	b.waitUpserts("multi-homed", 1)
+	b.WaitUpserts("multi-homed", 1)
 }
 
 // On a fresh PAIR host the scanner advertises the node id it minted before
@@ -122,8 +123,8 @@ func TestProcessAPeerInItsFreshHostWindowIsHeardUnderItsPrincipal(t *testing.T) 
 	nodes := writeCluster(t, 3)
 	na, nb, nc := nodes[0], nodes[1], nodes[2]
 	a, b := startNode(t, na), startNode(t, nb)
-	a.waitMethod("discovery:subscribe", 1)
-	b.waitMethod("discovery:subscribe", 1)
+	a.WaitMethod("discovery:subscribe", 1)
+	b.WaitMethod("discovery:subscribe", 1)
 	minted := devpki.NewUUID()
 	a.discoverEntry(nb, minted, b.port, "127.0.0.1")
 	b.discover(na, a.port)
@@ -131,16 +132,16 @@ func TestProcessAPeerInItsFreshHostWindowIsHeardUnderItsPrincipal(t *testing.T) 
 	b.waitLog("broadcast targets changed", "total=1")
 
 	b.send(testframe.LifecycleLine("fresh-host-job", "running", nb.ID))
-	a.waitUpserts("fresh-host-job", 1)
+	a.WaitUpserts("fresh-host-job", 1)
 	b.send(`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"fresh-host-job","originatedFrom":"` + nb.ID + `"}}`)
-	eventually(t, "B's removal at A", func() bool { return len(a.removalParams()) == 1 })
+	testkit.Eventually(t, "B's removal at A", func() bool { return len(a.removalParams()) == 1 })
 
 	peer := netPeerClient(t, &nb.Identity, na.Identity.DER)
 	st, text := netPostAnswer(t, peer, "127.0.0.1:"+itoa(a.port), testframe.Lifecycle(testframe.Workload("c-job", "running", nc.ID), nil))
 	if !isOriginRefusal(st, text) || !strings.Contains(text, nc.ID) {
 		t.Fatalf("a frame in C's name from B's principal = %d %q, want 403 for origin", st, text)
 	}
-	if a.upsertCount("c-job") != 0 {
+	if a.UpsertCount("c-job") != 0 {
 		t.Fatal("a frame in C's name reached A's broker")
 	}
 }
