@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -14,8 +15,8 @@ import (
 // 405 with an Allow header naming the methods it does take (RFC 9110).
 func TestEvery405NamesTheAllowedMethods(t *testing.T) {
 	n := newMetricsNode(t, true)
-	client := netMint(t, devpki.NewUUID())
-	netMust(t, devpki.PinIdentity(n.clusterDir, client))
+	client := testkit.Mint(t, devpki.NewUUID())
+	testkit.Must(t, devpki.PinIdentity(n.clusterDir, client))
 	n.start()
 	peer := netPeerClient(t, &client, n.ident.DER)
 	cases := []struct {
@@ -33,9 +34,9 @@ func TestEvery405NamesTheAllowedMethods(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.listener+" "+tc.method, func(t *testing.T) {
 			req, err := http.NewRequest(tc.method, tc.url, nil)
-			netMust(t, err)
+			testkit.Must(t, err)
 			resp, err := tc.c.Do(req)
-			netMust(t, err)
+			testkit.Must(t, err)
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != tc.allow {

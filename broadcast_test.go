@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"net/http"
 	"slices"
@@ -233,11 +232,11 @@ type netSink struct {
 func newNetSink(t testing.TB) *netSink {
 	t.Helper()
 	s := &netSink{id: devpki.NewUUID(), answers: map[string][]int{}}
-	s.ident = netMint(t, devpki.NewUUID())
+	s.ident = testkit.Mint(t, devpki.NewUUID())
 	cert, err := s.ident.TLSCertificate()
-	netMust(t, err)
+	testkit.Must(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	netMust(t, err)
+	testkit.Must(t, err)
 	s.addr = ln.Addr().String()
 	s.srv = &http.Server{
 		Handler: http.HandlerFunc(s.serve),
@@ -257,7 +256,7 @@ func newNetSink(t testing.TB) *netSink {
 				s.closed.Add(1)
 			}
 		},
-		ErrorLog: netDiscardLog(),
+		ErrorLog: testkit.DiscardLog(),
 	}
 	go s.srv.ServeTLS(ln, "", "")
 	t.Cleanup(func() { s.release(); s.srv.Close() })
@@ -344,7 +343,7 @@ func (s *netSink) count(id string) int {
 
 func (s *netSink) pinIn(t testing.TB, n *testNode) {
 	t.Helper()
-	netMust(t, devpki.PinIdentity(n.clusterDir, s.ident))
+	testkit.Must(t, devpki.PinIdentity(n.clusterDir, s.ident))
 }
 
 func (s *netSink) entry() map[string]any {
@@ -362,8 +361,8 @@ type netBlackHole struct {
 func newNetBlackHole(t testing.TB) *netBlackHole {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	netMust(t, err)
-	h := &netBlackHole{id: devpki.NewUUID(), ident: netMint(t, devpki.NewUUID()), ln: ln}
+	testkit.Must(t, err)
+	h := &netBlackHole{id: devpki.NewUUID(), ident: testkit.Mint(t, devpki.NewUUID()), ln: ln}
 	var mu sync.Mutex
 	var conns []net.Conn
 	done := make(chan struct{})
@@ -394,7 +393,7 @@ func newNetBlackHole(t testing.TB) *netBlackHole {
 
 func (h *netBlackHole) pinIn(t testing.TB, n *testNode) {
 	t.Helper()
-	netMust(t, devpki.PinIdentity(n.clusterDir, h.ident))
+	testkit.Must(t, devpki.PinIdentity(n.clusterDir, h.ident))
 }
 
 func (h *netBlackHole) entry() map[string]any {
@@ -419,5 +418,3 @@ func netDrops(n *testNode) int64 {
 	}
 	return total
 }
-
-func netDiscardLog() *log.Logger { return log.New(io.Discard, "", 0) }

@@ -207,8 +207,8 @@ func doBusyAnswer(t *testing.T, within time.Duration, c *http.Client, url, conte
 func newNetPeerHarnessWith(t *testing.T, before func(*testNode), opts ...nodeOption) *netPeerHarness {
 	t.Helper()
 	n := newTestNode(t, opts...)
-	client := netMint(t, devpki.NewUUID())
-	netMust(t, devpki.PinIdentity(n.clusterDir, client))
+	client := testkit.Mint(t, devpki.NewUUID())
+	testkit.Must(t, devpki.PinIdentity(n.clusterDir, client))
 	before(n)
 	n.start()
 	return &netPeerHarness{n: n, client: client, c: netPeerClient(t, &client, n.ident.DER), addr: n.m.PeerAddr().String()}

@@ -17,8 +17,8 @@ import (
 
 func TestNodeWithoutIdentityCompletesNoHandshakeUntilIdentityAppears(t *testing.T) {
 	n := newTestNode(t)
-	client := netMint(t, devpki.NewUUID())
-	netMust(t, devpki.PinIdentity(n.clusterDir, client))
+	client := testkit.Mint(t, devpki.NewUUID())
+	testkit.Must(t, devpki.PinIdentity(n.clusterDir, client))
 	netDeleteIdentity(t, n)
 	n.start()
 	addr := n.m.PeerAddr().String()
@@ -31,7 +31,7 @@ func TestNodeWithoutIdentityCompletesNoHandshakeUntilIdentityAppears(t *testing.
 		t.Fatal("identity present although node.crt and node.key were deleted")
 	}
 
-	netMust(t, devpki.WriteIdentity(n.clusterDir, n.ident))
+	testkit.Must(t, devpki.WriteIdentity(n.clusterDir, n.ident))
 	testkit.Eventually(t, "a handshake once the identity appears", func() bool { return netHandshake(addr, &client) == nil })
 	if got := n.m.PeerAddr().String(); got != addr {
 		t.Fatalf("the peer listener moved from %s to %s: it must serve on the same listener", addr, got)
@@ -58,7 +58,7 @@ func TestNodeWithoutIdentityBroadcastsNothingUntilIdentityAppears(t *testing.T) 
 		t.Fatalf("a node without identity has %d broadcast target(s), want 0", got)
 	}
 
-	netMust(t, devpki.WriteIdentity(a.clusterDir, a.ident))
+	testkit.Must(t, devpki.WriteIdentity(a.clusterDir, a.ident))
 	a.waitTargets(1)
 	// The workload tracked before the identity appeared reaches B through
 	// the backfill.
@@ -67,7 +67,7 @@ func TestNodeWithoutIdentityBroadcastsNothingUntilIdentityAppears(t *testing.T) 
 
 func TestLivePinReloadAdmitsNewPeerWithinTwoSeconds(t *testing.T) {
 	n := newTestNode(t).start()
-	client := netMint(t, devpki.NewUUID())
+	client := testkit.Mint(t, devpki.NewUUID())
 	c := netPeerClient(t, &client, n.ident.DER)
 	addr := n.m.PeerAddr().String()
 	seq := 0
@@ -78,14 +78,14 @@ func TestLivePinReloadAdmitsNewPeerWithinTwoSeconds(t *testing.T) {
 	if st := post(); st != 403 {
 		t.Fatalf("POST before the pin = %d, want 403", st)
 	}
-	netMust(t, devpki.PinIdentity(n.clusterDir, client))
+	testkit.Must(t, devpki.PinIdentity(n.clusterDir, client))
 	netWithin(t, 2*time.Second, "a newly pinned peer to be answered 200", func() bool { return post() == 200 })
 }
 
 func TestLivePinRemovalRejectsKeptAliveConnectionWithinTwoSeconds(t *testing.T) {
 	n := newTestNode(t)
-	client := netMint(t, devpki.NewUUID())
-	netMust(t, devpki.PinIdentity(n.clusterDir, client))
+	client := testkit.Mint(t, devpki.NewUUID())
+	testkit.Must(t, devpki.PinIdentity(n.clusterDir, client))
 	n.start()
 	c := netPeerClient(t, &client, n.ident.DER)
 	addr := n.m.PeerAddr().String()
@@ -97,7 +97,7 @@ func TestLivePinRemovalRejectsKeptAliveConnectionWithinTwoSeconds(t *testing.T) 
 	if st, _ := post(); st != 200 {
 		t.Fatalf("POST with the pin = %d, want 200", st)
 	}
-	netMust(t, os.Remove(filepath.Join(n.clusterDir, "trusted", client.Principal+".json")))
+	testkit.Must(t, os.Remove(filepath.Join(n.clusterDir, "trusted", client.Principal+".json")))
 	var reused bool
 	netWithin(t, 2*time.Second, "the removed pin to be answered 403", func() bool {
 		var st int
@@ -120,24 +120,10 @@ const (
 	admissionFileName = "admission.json" // in the cluster dir
 )
 
-func netMust(t testing.TB, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func netMint(t testing.TB, principal string) devpki.Identity {
-	t.Helper()
-	id, err := devpki.Mint(principal)
-	netMust(t, err)
-	return id
-}
-
 func netMintCN(t testing.TB, principal string) devpki.Identity {
 	t.Helper()
 	id, err := devpki.MintCN(principal)
-	netMust(t, err)
+	testkit.Must(t, err)
 	return id
 }
 
@@ -149,7 +135,7 @@ func netLogger(l *testkit.LogBuffer) *slog.Logger {
 func netDeleteIdentity(t testing.TB, n *testNode) {
 	t.Helper()
 	for _, f := range []string{"node.crt", "node.key"} {
-		netMust(t, os.Remove(filepath.Join(n.clusterDir, f)))
+		testkit.Must(t, os.Remove(filepath.Join(n.clusterDir, f)))
 	}
 }
 

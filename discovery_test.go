@@ -84,9 +84,9 @@ func TestSelectTargetsKeepsOnlyPinnedReachablePeers(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			raw, err := json.Marshal(map[string]any{"nodes": c.nodes})
-			netMust(t, err)
+			testkit.Must(t, err)
 			nodes, err := parseDiscovery(raw)
-			netMust(t, err)
+			testkit.Must(t, err)
 			logs := &testkit.LogBuffer{}
 			targets := selectTargets(nodes, self, func(p string) bool { return pinned[p] }, netLogger(logs))
 			var got []string
@@ -230,7 +230,7 @@ func TestPinArrivingAfterSnapshotMakesNodeATarget(t *testing.T) {
 	// it a second time, as a re-assertion.
 	testkit.Eventually(t, "job-1 at B", func() bool { return netUpsertIDs(b)["job-1"] >= 1 })
 
-	netMust(t, os.Remove(filepath.Join(a.clusterDir, "trusted", b.id+".json")))
+	testkit.Must(t, os.Remove(filepath.Join(a.clusterDir, "trusted", b.id+".json")))
 	a.waitTargets(0)
 }
 
@@ -264,7 +264,7 @@ func netRequireIPv6Loopback(t testing.TB) {
 func netLoopbackInterface(t testing.TB) string {
 	t.Helper()
 	ifs, err := net.Interfaces()
-	netMust(t, err)
+	testkit.Must(t, err)
 	for _, i := range ifs {
 		if i.Flags&net.FlagLoopback != 0 && i.Flags&net.FlagUp != 0 {
 			return i.Name

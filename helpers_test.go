@@ -388,7 +388,7 @@ func getNodeInfo(t testing.TB, addr, query string, headers ...string) (int, http
 		u += "?" + query
 	}
 	req, err := http.NewRequest(http.MethodGet, u, nil)
-	netMust(t, err)
+	testkit.Must(t, err)
 	for i := 0; i+1 < len(headers); i += 2 {
 		if headers[i] == "Host" {
 			req.Host = headers[i+1]
@@ -397,9 +397,9 @@ func getNodeInfo(t testing.TB, addr, query string, headers ...string) (int, http
 		req.Header.Add(headers[i], headers[i+1])
 	}
 	resp, err := liClient.Do(req)
-	netMust(t, err)
+	testkit.Must(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	netMust(t, err)
+	testkit.Must(t, err)
 	return resp.StatusCode, resp.Header, body
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"nvpair-workload-manager/internal/testkit"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -247,7 +248,7 @@ func TestAClusterDirWhoseAppDirIsMissingIsRefusedAndNothingIsCreated(t *testing.
 // touches an id it read.
 func TestAFailedStartForgetsTheNodeIDItMintedAndKeepsOneItRead(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
-	netMust(t, err)
+	testkit.Must(t, err)
 	defer taken.Close()
 	port := strconv.Itoa(taken.Addr().(*net.TCPAddr).Port)
 	start := func(app string) int {

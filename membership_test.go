@@ -14,7 +14,7 @@ import (
 func TestUnclusteredNodeCompletesNoHandshakeUntilAdmittedWithoutRestart(t *testing.T) {
 	waitsOutRealTime(t, "the trust reload (1 s)")
 	a, b := newTestNode(t), newTestNode(t)
-	netMust(t, os.Remove(filepath.Join(a.clusterDir, admissionFileName))) // a keypair, no admission, no pin
+	testkit.Must(t, os.Remove(filepath.Join(a.clusterDir, admissionFileName))) // a keypair, no admission, no pin
 	b.trust(a)
 	a.start()
 	b.start()
@@ -33,7 +33,7 @@ func TestUnclusteredNodeCompletesNoHandshakeUntilAdmittedWithoutRestart(t *testi
 		t.Fatalf("an unclustered node has %d broadcast target(s), want 0", got)
 	}
 
-	netMust(t, devpki.WriteAdmission(a.clusterDir, "test-cluster", 1))
+	testkit.Must(t, devpki.WriteAdmission(a.clusterDir, "test-cluster", 1))
 	testkit.Eventually(t, "a handshake once admission.json appears", func() bool { return netHandshake(addr, &b.ident) == nil })
 	if !a.logs.Contains("level=INFO", "cluster membership changed", "clustered=true") {
 		t.Fatalf("the transition to clustered was not logged; logs:\n%s", a.logs)

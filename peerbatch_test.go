@@ -21,7 +21,7 @@ import (
 func TestEveryAnswerOfThePeerPortAdvertisesBatches(t *testing.T) {
 	h := newNetPeerHarness(t)
 	origin := h.client.Principal
-	unpinned := netMint(t, devpki.NewUUID())
+	unpinned := testkit.Mint(t, devpki.NewUUID())
 	stranger := netPeerClient(t, &unpinned, h.n.ident.DER)
 	valid := testframe.Lifecycle(testframe.Workload("job-advert", "running", origin), nil)
 	cases := []struct {
@@ -373,8 +373,8 @@ func TestABatchOverItsBoundsIsAnswered413AndNothingIsWritten(t *testing.T) {
 
 func TestABatchFromAClientWithoutItsPinnedCertificateIsAnswered403(t *testing.T) {
 	h := newNetPeerHarness(t)
-	unpinned := netMint(t, devpki.NewUUID())
-	impostor := netMint(t, h.client.Principal)
+	unpinned := testkit.Mint(t, devpki.NewUUID())
+	impostor := testkit.Mint(t, h.client.Principal)
 	for name, c := range map[string]*http.Client{
 		"no certificate":        netPeerClient(t, nil, h.n.ident.DER),
 		"unpinned certificate":  netPeerClient(t, &unpinned, h.n.ident.DER),
@@ -456,7 +456,7 @@ func netSendBody(t testing.TB, c *http.Client, addr, contentType string, body []
 func netDo(t testing.TB, c *http.Client, addr, method, path, contentType string, body []byte, chunked bool) netAnswer {
 	t.Helper()
 	req, err := http.NewRequest(method, "https://"+addr+path, bytes.NewReader(body))
-	netMust(t, err)
+	testkit.Must(t, err)
 	if chunked {
 		req.ContentLength = -1
 	}
@@ -469,7 +469,7 @@ func netDo(t testing.TB, c *http.Client, addr, method, path, contentType string,
 	}
 	defer resp.Body.Close()
 	text, err := io.ReadAll(resp.Body)
-	netMust(t, err)
+	testkit.Must(t, err)
 	a := netAnswer{status: resp.StatusCode, header: resp.Header, text: string(text)}
 	if resp.StatusCode == http.StatusOK && resp.Header.Get("Content-Type") == "application/json" {
 		var ans peerwire.BatchAnswer

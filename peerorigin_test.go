@@ -148,16 +148,16 @@ func TestAFreshFrameRefusedForItsOriginIsGivenUpWithoutRetries(t *testing.T) {
 		t.Run(map[bool]string{false: "single-frame peer", true: "batching peer"}[batching], func(t *testing.T) {
 			n := newTestNode(t, withResyncInterval(time.Hour))
 			n.start()
-			sink := newHBSink(t, batching, 0)
-			sink.refuseOrigin = "spoofed"
-			sink.join(t, n)
+			sink := testkit.NewHBSink(t, batching, 0)
+			sink.RefuseOrigin = "spoofed"
+			joinSink(t, sink, n)
 			n.sendLifecycle(testframe.Workload("warm-up", "running", n.id)) // the sender learns the advertisement
-			testkit.Eventually(t, "the warm-up at the peer", func() bool { return sink.count("fresh", "warm-up") == 1 })
+			testkit.Eventually(t, "the warm-up at the peer", func() bool { return sink.Count("fresh", "warm-up") == 1 })
 			n.sendLifecycle(testframe.Workload("spoofed", "running", n.id))
 			n.sendLifecycle(testframe.Workload("after", "running", n.id))
-			testkit.Eventually(t, "the frame after it at the peer", func() bool { return sink.count("fresh", "after") == 1 })
+			testkit.Eventually(t, "the frame after it at the peer", func() bool { return sink.Count("fresh", "after") == 1 })
 			testkit.Eventually(t, "the refused frame given up", func() bool { return peerStatsOf(n, sink).Dropped.Load() == 1 })
-			if got := sink.originRefusals("fresh"); got != 1 {
+			if got := sink.OriginRefusals("fresh"); got != 1 {
 				t.Fatalf("the peer was sent the refused frame %d times, want once: a refusal for origin is final", got)
 			}
 		})
@@ -171,18 +171,18 @@ func TestAHeartbeatPassGoesOnPastAnEntryRefusedForItsOrigin(t *testing.T) {
 			// One pass within the check below: the next is 2 s after it.
 			n := newTestNode(t, withResyncInterval(2*time.Second))
 			n.start()
-			sink := newHBSink(t, batching, 0)
-			sink.refuseOrigin = "hb-00001"
+			sink := testkit.NewHBSink(t, batching, 0)
+			sink.RefuseOrigin = "hb-00001"
 			// More entries than one request to a batching peer carries, so
 			// the refused entry is not in the pass's last request.
 			ids := trackRunning(t, n, 3*peersend.HeartbeatSlice)
 			last := ids[len(ids)-1]
-			sink.join(t, n)
-			testkit.Eventually(t, "the last entry re-asserted", func() bool { return sink.count("resync", last) == 1 })
+			joinSink(t, sink, n)
+			testkit.Eventually(t, "the last entry re-asserted", func() bool { return sink.Count("resync", last) == 1 })
 			if got := peerStatsOf(n, sink).PassesAbandoned.Load(); got != 0 {
 				t.Fatalf("%d passes abandoned at an entry refused for its origin, want 0", got)
 			}
-			if got, refused := sink.count("resync", ""), sink.originRefusals("resync"); got != len(ids)-1 || refused != 1 {
+			if got, refused := sink.Count("resync", ""), sink.OriginRefusals("resync"); got != len(ids)-1 || refused != 1 {
 				t.Fatalf("%d re-assertions, %d refused; want every other entry once and the refused one tried once", got, refused)
 			}
 		})
@@ -190,9 +190,9 @@ func TestAHeartbeatPassGoesOnPastAnEntryRefusedForItsOrigin(t *testing.T) {
 }
 
 // peerStatsOf is n's sender statistics for sink.
-func peerStatsOf(n *testNode, sink *hbSink) *peersend.Stats {
+func peerStatsOf(n *testNode, sink *testkit.HBSink) *peersend.Stats {
 	for _, st := range n.m.bcast.StatsSnapshot() {
-		if st.Peer == sink.ident.Principal {
+		if st.Peer == sink.Ident.Principal {
 			return st
 		}
 	}

@@ -47,7 +47,7 @@ type peerRequest struct {
 func newDeferringPeer(t testing.TB, ident devpki.Identity, batching bool, deferN int, retryAfter string) *deferringPeer {
 	t.Helper()
 	p := &deferringPeer{id: ident.Principal, ident: ident, batching: batching, deferLeft: deferN, retryAfter: retryAfter}
-	p.addr = serveStandInPeer(t, ident, p.serve)
+	p.addr = testkit.ServeStandInPeer(t, ident, p.serve)
 	return p
 }
 
@@ -145,7 +145,7 @@ func (p *deferringPeer) checkWaitsHonoured(t testing.TB, wait time.Duration) int
 
 func (p *deferringPeer) pinIn(t testing.TB, n *testNode) {
 	t.Helper()
-	netMust(t, devpki.PinIdentity(n.clusterDir, p.ident))
+	testkit.Must(t, devpki.PinIdentity(n.clusterDir, p.ident))
 }
 
 func (p *deferringPeer) entry() map[string]any {
@@ -175,7 +175,7 @@ func TestFreshFramesWaitOutAPeersRetryAfterAndArriveInOrder(t *testing.T) {
 	for _, batching := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
 			a := newTestNode(t)
-			p := newDeferringPeer(t, netMint(t, devpki.NewUUID()), batching, 0, "")
+			p := newDeferringPeer(t, testkit.Mint(t, devpki.NewUUID()), batching, 0, "")
 			startWithPeer(t, a, p)
 			// A first frame teaches the sender whether the peer batches.
 			a.sendLifecycle(testframe.Workload("first", "running", a.id))
@@ -218,7 +218,7 @@ func TestHeartbeatWaitsOutAPeersRetryAfterAndCarriesOnItsPass(t *testing.T) {
 	for _, batching := range []bool{false, true} {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
 			a := newTestNode(t)
-			p := newDeferringPeer(t, netMint(t, devpki.NewUUID()), batching, 0, "")
+			p := newDeferringPeer(t, testkit.Mint(t, devpki.NewUUID()), batching, 0, "")
 			// The workloads are in the re-sync set before the peer is a
 			// target: they reach it as its backfill, on the heartbeat lane.
 			p.pinIn(t, a)
@@ -254,7 +254,7 @@ func TestARetryAfterThatAsksForNoWaitIsAFailedAttemptAsBefore(t *testing.T) {
 	for _, value := range []string{"0", "soon", "-1", "1.5"} {
 		t.Run(value, func(t *testing.T) {
 			a := newTestNode(t)
-			p := newDeferringPeer(t, netMint(t, devpki.NewUUID()), false, 100, value)
+			p := newDeferringPeer(t, testkit.Mint(t, devpki.NewUUID()), false, 100, value)
 			startWithPeer(t, a, p)
 			a.sendLifecycle(testframe.Workload("retried", "running", a.id))
 			st := senderStats(t, a)
@@ -274,7 +274,7 @@ func TestARetryAfterThatAsksForNoWaitIsAFailedAttemptAsBefore(t *testing.T) {
 func TestAPeersRetryAfterDoesNotHoldShutdownPastTheDrainTimeout(t *testing.T) {
 	waitsOutRealTime(t, "the drain timeout")
 	a := newTestNode(t)
-	p := newDeferringPeer(t, netMint(t, devpki.NewUUID()), false, 1000, "30")
+	p := newDeferringPeer(t, testkit.Mint(t, devpki.NewUUID()), false, 1000, "30")
 	startWithPeer(t, a, p)
 	a.sendLifecycle(testframe.Workload("held", "running", a.id))
 	st := senderStats(t, a)

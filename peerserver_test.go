@@ -26,7 +26,7 @@ func TestPeerServerClosesTheConnectionOfAClientWithoutAPin(t *testing.T) {
 	// A refused client must not keep its connection: it would hold a slot
 	// of the peer port's cap for the idle timeout without authenticating.
 	h := newNetPeerHarness(t)
-	stranger := netMint(t, devpki.NewUUID())
+	stranger := testkit.Mint(t, devpki.NewUUID())
 	bad := netPeerClient(t, &stranger, h.n.ident.DER)
 	body := testframe.Lifecycle(testframe.Workload("job-stranger", "running", stranger.Principal), nil)
 	for i := range 2 {
@@ -53,11 +53,11 @@ func TestPeerServerAnswers403ToClientsWithoutTheirPinnedCertificate(t *testing.T
 	}{
 		{"no client certificate", func(*netPeerHarness) *devpki.Identity { return nil }},
 		{"unpinned certificate", func(*netPeerHarness) *devpki.Identity {
-			id := netMint(t, devpki.NewUUID())
+			id := testkit.Mint(t, devpki.NewUUID())
 			return &id
 		}},
 		{"pinned UUID presenting a different certificate", func(h *netPeerHarness) *devpki.Identity {
-			id := netMint(t, h.client.Principal)
+			id := testkit.Mint(t, h.client.Principal)
 			return &id
 		}},
 		{"pinned UUID as common name of a different certificate", func(h *netPeerHarness) *devpki.Identity {
@@ -91,9 +91,9 @@ func TestPeerServerAnswers405ToOtherMethodsAnd404ToOtherPaths(t *testing.T) {
 	h := newNetPeerHarness(t)
 	for _, method := range []string{http.MethodGet, http.MethodPut, http.MethodDelete} {
 		req, err := http.NewRequest(method, "https://"+h.addr+wireframe.EventsPath, nil)
-		netMust(t, err)
+		testkit.Must(t, err)
 		resp, err := h.c.Do(req)
-		netMust(t, err)
+		testkit.Must(t, err)
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != http.MethodPost {
@@ -101,7 +101,7 @@ func TestPeerServerAnswers405ToOtherMethodsAnd404ToOtherPaths(t *testing.T) {
 		}
 	}
 	resp, err := h.c.Post("https://"+h.addr+"/v1/other", "application/json", strings.NewReader("{}"))
-	netMust(t, err)
+	testkit.Must(t, err)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("POST to another path = %d, want 404", resp.StatusCode)
@@ -166,10 +166,10 @@ func TestPeerServerAnswers413ToBodiesOver1MiB(t *testing.T) {
 	}
 	// Without a declared length (chunked), the cap still holds.
 	req, err := http.NewRequest(http.MethodPost, "https://"+h.addr+wireframe.EventsPath, bytes.NewReader(padded("job-chunked", wireframe.MaxBytes+1)))
-	netMust(t, err)
+	testkit.Must(t, err)
 	req.ContentLength = -1 // unknown: sent chunked
 	resp, err := h.c.Do(req)
-	netMust(t, err)
+	testkit.Must(t, err)
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusRequestEntityTooLarge {
@@ -247,13 +247,13 @@ func TestPeerServerRelaysWorkloadInfoUnchanged(t *testing.T) {
 	var p struct {
 		WorkloadInfo json.RawMessage `json:"workloadInfo"`
 	}
-	netMust(t, json.Unmarshal(frames[0].Params, &p))
+	testkit.Must(t, json.Unmarshal(frames[0].Params, &p))
 	// Byte for byte up to insignificant whitespace, which the relay may
 	// compact to keep a frame on one line: member order, escapes, number
 	// literals and unknown members must all survive.
 	var want, got bytes.Buffer
-	netMust(t, json.Compact(&want, []byte(raw)))
-	netMust(t, json.Compact(&got, p.WorkloadInfo))
+	testkit.Must(t, json.Compact(&want, []byte(raw)))
+	testkit.Must(t, json.Compact(&got, p.WorkloadInfo))
 	if !bytes.Equal(got.Bytes(), want.Bytes()) {
 		t.Fatalf("workloadInfo at the broker\n got %s\nwant %s", p.WorkloadInfo, raw)
 	}
@@ -362,7 +362,7 @@ func TestPeerServerRelaysRemovalOnce(t *testing.T) {
 	var got []string
 	for _, f := range h.n.broker.WithMethod(wireframe.MethodRemove) {
 		var p struct{ WorkloadID, OriginatedFrom string }
-		netMust(t, json.Unmarshal(f.Params, &p))
+		testkit.Must(t, json.Unmarshal(f.Params, &p))
 		got = append(got, p.WorkloadID+"@"+p.OriginatedFrom)
 	}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
@@ -399,7 +399,7 @@ func TestPeerServerDeliversConcurrentDuplicatesOnce(t *testing.T) {
 		clients[i] = netPeerClient(t, &h.client, h.n.ident.DER)
 		// Warm the connection so that the posts below start together.
 		resp, err := clients[i].Get("https://" + h.addr + wireframe.EventsPath)
-		netMust(t, err)
+		testkit.Must(t, err)
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
@@ -435,10 +435,10 @@ func TestPeerServerDeliversConcurrentDuplicatesOnce(t *testing.T) {
 
 func TestPeerServerHasReadTimeoutsAndNoWriteTimeout(t *testing.T) {
 	m, err := NewManager(Config{NodeID: devpki.NewUUID(), In: strings.NewReader(""), Out: io.Discard, ClusterDir: t.TempDir()})
-	netMust(t, err)
+	testkit.Must(t, err)
 	t.Cleanup(func() { m.bcast.Close(time.Second) })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	netMust(t, err)
+	testkit.Must(t, err)
 	var wg sync.WaitGroup
 	srv := m.servePeers(&wg, ln)
 	t.Cleanup(func() { srv.Close(); wg.Wait() })
@@ -457,7 +457,7 @@ func TestPeerServerHasReadTimeoutsAndNoWriteTimeout(t *testing.T) {
 func TestPeerServerAcceptsTLS12AndRefusesOlder(t *testing.T) {
 	h := newNetPeerHarness(t)
 	cert, err := h.client.TLSCertificate()
-	netMust(t, err)
+	testkit.Must(t, err)
 	dial := func(minV, maxV uint16) error {
 		c, err := tls.Dial("tcp", h.addr, &tls.Config{
 			Certificates: []tls.Certificate{cert}, InsecureSkipVerify: true, MinVersion: minV, MaxVersion: maxV,
@@ -490,8 +490,8 @@ type netPeerHarness struct {
 func newNetPeerHarness(t *testing.T, opts ...nodeOption) *netPeerHarness {
 	t.Helper()
 	n := newTestNode(t, opts...)
-	client := netMint(t, devpki.NewUUID())
-	netMust(t, devpki.PinIdentity(n.clusterDir, client))
+	client := testkit.Mint(t, devpki.NewUUID())
+	testkit.Must(t, devpki.PinIdentity(n.clusterDir, client))
 	n.start()
 	return &netPeerHarness{n: n, client: client, c: netPeerClient(t, &client, n.ident.DER), addr: n.m.PeerAddr().String()}
 }
@@ -524,7 +524,7 @@ func netPeerClient(t testing.TB, ident *devpki.Identity, serverDER []byte) *http
 	}
 	if ident != nil {
 		cert, err := ident.TLSCertificate()
-		netMust(t, err)
+		testkit.Must(t, err)
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	tr := &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 4}
@@ -549,7 +549,7 @@ func netPostAnswer(t testing.TB, c *http.Client, addr string, body []byte) (int,
 	}
 	defer resp.Body.Close()
 	text, err := io.ReadAll(resp.Body)
-	netMust(t, err)
+	testkit.Must(t, err)
 	return resp.StatusCode, strings.TrimSpace(string(text))
 }
 
@@ -558,7 +558,7 @@ func netPostAnswer(t testing.TB, c *http.Client, addr string, body []byte) (int,
 func netPostTraced(t testing.TB, c *http.Client, addr string, body []byte) (status int, reused bool) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, "https://"+addr+wireframe.EventsPath, bytes.NewReader(body))
-	netMust(t, err)
+	testkit.Must(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
 		GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused },

@@ -41,14 +41,14 @@ type protocolListener struct {
 func protocolListeners(t *testing.T) []protocolListener {
 	t.Helper()
 	n := newTestNode(t)
-	client := netMint(t, devpki.NewUUID())
-	netMust(t, devpki.PinIdentity(n.clusterDir, client))
-	netMust(t, n.m.EnableLocalIngress("127.0.0.1:0"))
-	netMust(t, n.m.EnableMetrics("127.0.0.1:0"))
+	client := testkit.Mint(t, devpki.NewUUID())
+	testkit.Must(t, devpki.PinIdentity(n.clusterDir, client))
+	testkit.Must(t, n.m.EnableLocalIngress("127.0.0.1:0"))
+	testkit.Must(t, n.m.EnableMetrics("127.0.0.1:0"))
 	n.start()
 	testkit.Eventually(t, "loopback listeners bound", func() bool { return n.m.IngressAddr() != "" && n.m.MetricsAddr() != "" })
 	cert, err := client.TLSCertificate()
-	netMust(t, err)
+	testkit.Must(t, err)
 	plain := func(addr string) func(*testing.T, ...string) (net.Conn, error) {
 		return func(*testing.T, ...string) (net.Conn, error) {
 			return net.DialTimeout("tcp", addr, testkit.WaitTimeout)
@@ -124,7 +124,7 @@ func TestEveryListenerRefusesHTTP2ByALPNAndByPriorKnowledge(t *testing.T) {
 				}
 				// A client that offers both gets HTTP/1.1.
 				c, err := l.dial(t, "h2", "http/1.1")
-				netMust(t, err)
+				testkit.Must(t, err)
 				if p := c.(*tls.Conn).ConnectionState().NegotiatedProtocol; p != "http/1.1" {
 					t.Errorf("offering h2 and http/1.1 negotiated %q, want http/1.1", p)
 				}
@@ -134,7 +134,7 @@ func TestEveryListenerRefusesHTTP2ByALPNAndByPriorKnowledge(t *testing.T) {
 			// prior knowledge, or h2c on plaintext), is answered 505 and
 			// the connection closed.
 			c, err := l.dial(t)
-			netMust(t, err)
+			testkit.Must(t, err)
 			defer c.Close()
 			got := statusLines(t, c, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 1)
 			if got[0] != "HTTP/1.1 505 HTTP Version Not Supported" {
@@ -176,7 +176,7 @@ func TestEveryListenerIgnoresAnH2CUpgradeAndAnswersInHTTP1(t *testing.T) {
 	for _, l := range protocolListeners(t) {
 		t.Run(l.name, func(t *testing.T) {
 			c, err := l.dial(t)
-			netMust(t, err)
+			testkit.Must(t, err)
 			defer c.Close()
 			upgrade := l.ok(1, "Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n")
 			// The same connection then still speaks HTTP/1.1.
@@ -194,7 +194,7 @@ func TestEveryListenerServesHTTP10AndClosesAfterTheAnswer(t *testing.T) {
 	for _, l := range protocolListeners(t) {
 		t.Run(l.name, func(t *testing.T) {
 			c, err := l.dial(t)
-			netMust(t, err)
+			testkit.Must(t, err)
 			defer c.Close()
 			got := statusLines(t, c, "GET /nope HTTP/1.0\r\nHost: "+l.host+"\r\n\r\n", 1)
 			if got[0] != "HTTP/1.0 404 Not Found" {
@@ -211,7 +211,7 @@ func TestEveryListenerAnswersPipelinedRequestsInOrder(t *testing.T) {
 	for _, l := range protocolListeners(t) {
 		t.Run(l.name, func(t *testing.T) {
 			c, err := l.dial(t)
-			netMust(t, err)
+			testkit.Must(t, err)
 			defer c.Close()
 			got := statusLines(t, c, l.ok(1, "")+l.ok(2, "")+l.ok(3, ""), 3)
 			for i, g := range got {
@@ -232,11 +232,11 @@ func TestEveryListenerAnswersPipelinedRequestsInOrder(t *testing.T) {
 func TestAnAnswerTheClientDoesNotReadEndsAtTheWriteDeadline(t *testing.T) {
 	waitsOutRealTime(t, "the answer write deadline")
 	n := newTestNode(t)
-	netMust(t, n.m.EnableMetrics("127.0.0.1:0"))
+	testkit.Must(t, n.m.EnableMetrics("127.0.0.1:0"))
 	n.start()
 	testkit.Eventually(t, "metrics bound", func() bool { return n.m.MetricsAddr() != "" })
 	c, err := net.DialTimeout("tcp", n.m.MetricsAddr(), testkit.WaitTimeout)
-	netMust(t, err)
+	testkit.Must(t, err)
 	defer c.Close()
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetReadBuffer(4096)

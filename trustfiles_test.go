@@ -40,7 +40,7 @@ func TestShutdownDoesNotWaitForATrustReadInProgress(t *testing.T) {
 	n.broker.WaitMethod("ready", 1)
 
 	stall.Store(true)
-	netMust(t, devpki.PinIdentity(n.clusterDir, netMint(t, devpki.NewUUID()))) // a change, so the next reload reads
+	testkit.Must(t, devpki.PinIdentity(n.clusterDir, testkit.Mint(t, devpki.NewUUID()))) // a change, so the next reload reads
 	select {
 	case <-stalled:
 	case <-time.After(testkit.WaitTimeout):

@@ -43,7 +43,7 @@ const (
 func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinTheirBytes(t *testing.T) {
 	nodes := writeCluster(t, 1)
 	hole := newNetBlackHole(t)
-	netMust(t, devpki.PinIdentity(nodes[0].ClusterDir, hole.ident))
+	testkit.Must(t, devpki.PinIdentity(nodes[0].ClusterDir, hole.ident))
 	d := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--log-level", "info")
 	d.WaitMethod("discovery:subscribe", 1)
 	ingress := d.loggedValue("local ingress listening", "addr")
@@ -176,8 +176,8 @@ type netBlackHole struct {
 func newNetBlackHole(t testing.TB) *netBlackHole {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	netMust(t, err)
-	h := &netBlackHole{id: devpki.NewUUID(), ident: netMint(t, devpki.NewUUID()), ln: ln}
+	testkit.Must(t, err)
+	h := &netBlackHole{id: devpki.NewUUID(), ident: testkit.Mint(t, devpki.NewUUID()), ln: ln}
 	var mu sync.Mutex
 	var conns []net.Conn
 	done := make(chan struct{})

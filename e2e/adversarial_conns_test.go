@@ -135,20 +135,20 @@ func TestAdversarialUnauthenticatedPeerClientsGet403AClosedConnectionAndOneWarni
 	a := startDaemon(t, nodeArgs(nodes[0], 0, "--log-level", "info")...)
 	a.port = a.boundPeerPort()
 	stranger, err := devpki.Mint(devpki.NewUUID())
-	netMust(t, err)
+	testkit.Must(t, err)
 	cert, err := stranger.TLSCertificate()
-	netMust(t, err)
+	testkit.Must(t, err)
 	url := "https://" + net.JoinHostPort("127.0.0.1", itoa(a.port)) + peerEventsPath
 	body := []byte(testframe.LifecycleLine("stranger", "running", stranger.Principal))
 	for i := range 200 {
 		c, err := tls.Dial("tcp", net.JoinHostPort("127.0.0.1", itoa(a.port)), &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{cert}})
-		netMust(t, err)
+		testkit.Must(t, err)
 		req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
-		netMust(t, req.Write(c))
+		testkit.Must(t, req.Write(c))
 		c.SetReadDeadline(time.Now().Add(5 * time.Second))
 		resp, err := http.ReadResponse(bufio.NewReader(c), req)
-		netMust(t, err)
+		testkit.Must(t, err)
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusForbidden {
@@ -198,7 +198,7 @@ func TestAdversarialLongPathMethodAndHostKeepEveryLogLineShort(t *testing.T) {
 func rawRequest(t *testing.T, addr, req string) int {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	netMust(t, err)
+	testkit.Must(t, err)
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.WriteString(c, req); err != nil {

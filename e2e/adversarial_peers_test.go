@@ -305,9 +305,9 @@ func startNodeGated(t *testing.T, node devpki.Node, extra ...string) (*daemonPro
 	t.Helper()
 	args := nodeArgs(node, 0, extra...)
 	inR, inW, err := os.Pipe()
-	netMust(t, err)
+	testkit.Must(t, err)
 	outR, outW, err := os.Pipe()
-	netMust(t, err)
+	testkit.Must(t, err)
 	d := &daemonProc{t: t, stdin: inW, stdout: outR, stderr: &testkit.LogBuffer{}, FrameLog: testkit.FrameLog{T: t},
 		readDone: make(chan struct{}), exited: make(chan struct{})}
 	gate := newReadGate(outR)
@@ -345,7 +345,7 @@ func startNodeGated(t *testing.T, node devpki.Node, extra ...string) (*daemonPro
 func scrapeProc(t *testing.T, d *daemonProc) map[string]float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + d.loggedValue("metrics endpoint listening", "addr") + "/metrics")
-	netMust(t, err)
+	testkit.Must(t, err)
 	defer resp.Body.Close()
 	return testkit.ParseMetricsText(t, resp.Body)
 }
@@ -357,7 +357,7 @@ func openFDs(t *testing.T, d *daemonProc) int {
 		return -1
 	}
 	ents, err := os.ReadDir("/proc/" + strconv.Itoa(d.cmd.Process.Pid) + "/fd")
-	netMust(t, err)
+	testkit.Must(t, err)
 	return len(ents)
 }
 

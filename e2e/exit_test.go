@@ -46,9 +46,9 @@ func TestProcessExitsWithinThePAIRStopGraceWhateverItsPeersAndBrokerDo(t *testin
 		t.Run(tc.name, func(t *testing.T) {
 			nodes := writeCluster(t, 2)
 			na, nb := nodes[0], nodes[1]
-			hanging := newHBSink(t, false, 0)
-			hanging.holdAll()
-			netMust(t, devpki.PinIdentity(na.ClusterDir, hanging.ident))
+			hanging := testkit.NewHBSink(t, false, 0)
+			hanging.HoldAll()
+			testkit.Must(t, devpki.PinIdentity(na.ClusterDir, hanging.Ident))
 			// The broker reads stdout through a gate the test holds; a
 			// line the daemon was writing when it exited may reach it cut
 			// short, which the broker drops as it would any malformed
@@ -68,8 +68,8 @@ func TestProcessExitsWithinThePAIRStopGraceWhateverItsPeersAndBrokerDo(t *testin
 			// stalled: its expiry blocks on the broker write.
 			postProc(t, ingress, leasedInfo("leased", "running", 1), statetable.MinLeaseSeconds)
 			leaseDue := time.Now().Add(statetable.MinLeaseSeconds * time.Second)
-			snapshot, err := json.Marshal(map[string]any{"nodes": []map[string]any{netAddrEntry(hanging.id, hanging.ident.Principal, hanging.addr)}})
-			netMust(t, err)
+			snapshot, err := json.Marshal(map[string]any{"nodes": []map[string]any{netAddrEntry(hanging.ID, hanging.Ident.Principal, hanging.Addr)}})
+			testkit.Must(t, err)
 			a.send(string(wireframe.EncodeNotification("discovery:nodes", snapshot)))
 			a.waitLog("broadcast targets changed", "total=1")
 			// Frames for the hanging peer: its sender is stuck on the
@@ -77,7 +77,7 @@ func TestProcessExitsWithinThePAIRStopGraceWhateverItsPeersAndBrokerDo(t *testin
 			for i := range 5 {
 				a.send(testframe.LifecycleLine(fmt.Sprintf("for-hanging-%d", i), "running", na.ID))
 			}
-			testkit.Eventually(t, "the hanging peer to hold a request", func() bool { return hanging.requests() > 0 })
+			testkit.Eventually(t, "the hanging peer to hold a request", func() bool { return hanging.Requests() > 0 })
 
 			// A pinned peer posts frames of some 8 KiB each, all at once.
 			// With the broker stalled, the first few fill the pipe and are

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -52,7 +53,7 @@ func TestProcessNodeEndpointAnswersTheNodesIdMembersAndLimits(t *testing.T) {
 			bNode,
 			{"hostUuid": stranger, "name": "<node c & co>", "ip": "127.0.0.1", "clusterUuid": stranger, "services": map[string]any{"wl": map[string]any{"port": 1}}},
 		}})
-		netMust(t, err)
+		testkit.Must(t, err)
 		a.send(string(wireframe.EncodeNotification("discovery:nodes", p)))
 	}
 	snapshot(true)
@@ -203,7 +204,7 @@ func getNodeInfo(t testing.TB, addr, query string, headers ...string) (int, http
 		u += "?" + query
 	}
 	req, err := http.NewRequest(http.MethodGet, u, nil)
-	netMust(t, err)
+	testkit.Must(t, err)
 	for i := 0; i+1 < len(headers); i += 2 {
 		if headers[i] == "Host" {
 			req.Host = headers[i+1]
@@ -212,10 +213,10 @@ func getNodeInfo(t testing.TB, addr, query string, headers ...string) (int, http
 		req.Header.Add(headers[i], headers[i+1])
 	}
 	resp, err := liClient.Do(req)
-	netMust(t, err)
+	testkit.Must(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	netMust(t, err)
+	testkit.Must(t, err)
 	return resp.StatusCode, resp.Header, body
 }
 

@@ -25,12 +25,12 @@ func TestProcessBurstToASingleFramePeerReachesItInItsFinalState(t *testing.T) {
 	// A stand-in for a stock peer: real TLS, pinned by the daemon, one
 	// frame per request, as fast as it can take them.
 	nodes := writeCluster(t, 1)
-	sink := newHBSink(t, false, 0)
-	netMust(t, devpki.PinIdentity(nodes[0].ClusterDir, sink.ident))
+	sink := testkit.NewHBSink(t, false, 0)
+	testkit.Must(t, devpki.PinIdentity(nodes[0].ClusterDir, sink.Ident))
 	d := startNode(t, nodes[0], "--resync-interval", "1h")
 	d.WaitMethod("discovery:subscribe", 1)
-	snapshot, err := json.Marshal(map[string]any{"nodes": []map[string]any{netAddrEntry(sink.id, sink.ident.Principal, sink.addr)}})
-	netMust(t, err)
+	snapshot, err := json.Marshal(map[string]any{"nodes": []map[string]any{netAddrEntry(sink.ID, sink.Ident.Principal, sink.Addr)}})
+	testkit.Must(t, err)
 	d.send(string(wireframe.EncodeNotification("discovery:nodes", snapshot)))
 	d.waitLog("broadcast targets changed", "total=1")
 
@@ -60,7 +60,7 @@ func TestProcessBurstToASingleFramePeerReachesItInItsFinalState(t *testing.T) {
 	}
 	notFinal := func() (n int, example string) {
 		for i := range workloads {
-			if got := sink.finalState(id(i)); got != want[id(i)] {
+			if got := sink.FinalState(id(i)); got != want[id(i)] {
 				if n == 0 {
 					example = fmt.Sprintf("%s is %q, want %q", id(i), got, want[id(i)])
 				}
@@ -76,8 +76,8 @@ func TestProcessBurstToASingleFramePeerReachesItInItsFinalState(t *testing.T) {
 	}
 	reached := testkit.HoldsWithin(overflowBurstDeadline, func() bool { n, _ := notFinal(); return n == 0 })
 	took := time.Since(start)
-	events := sink.snapshot()
-	recoveredStates := sink.count("resync", "")
+	events := sink.Snapshot()
+	recoveredStates := sink.Count("resync", "")
 	t.Logf("%d workloads, %d frames in one write: %d requests at the peer (%d re-assertions); final states reached in %v",
 		workloads, frames, len(events), recoveredStates, took.Round(10*time.Millisecond))
 	if !reached || testing.Verbose() {

@@ -30,9 +30,9 @@ func newPAIRNode(t *testing.T, id string) *pairNode {
 	t.Helper()
 	home := filepath.Join(t.TempDir(), "config")
 	app := filepath.Join(home, "Nvidia Corporation", "NVIDIA PAIR")
-	n := &pairNode{configHome: home, appDir: app, clusterDir: filepath.Join(app, "cluster"), ident: netMint(t, devpki.NewUUID())}
-	netMust(t, devpki.WriteIdentity(n.clusterDir, n.ident))
-	netMust(t, devpki.WriteNodeID(app, id))
+	n := &pairNode{configHome: home, appDir: app, clusterDir: filepath.Join(app, "cluster"), ident: testkit.Mint(t, devpki.NewUUID())}
+	testkit.Must(t, devpki.WriteIdentity(n.clusterDir, n.ident))
+	testkit.Must(t, devpki.WriteNodeID(app, id))
 	return n
 }
 
@@ -60,11 +60,11 @@ func (n *pairNode) start(t *testing.T) *daemonProc {
 func (n *pairNode) nodeIDJSON(t *testing.T) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(n.appDir, nodeIDFileName))
-	netMust(t, err)
+	testkit.Must(t, err)
 	var doc struct {
 		NodeUUID string `json:"node_uuid"`
 	}
-	netMust(t, json.Unmarshal(b, &doc))
+	testkit.Must(t, json.Unmarshal(b, &doc))
 	return doc.NodeUUID
 }
 
@@ -76,7 +76,7 @@ func discoverPAIR(t *testing.T, d *daemonProc, peer *pairNode, peerID string, po
 		"hostUuid": peerID, "name": "gpu-box", "ip": "127.0.0.1", "clusterUuid": peer.ident.Principal,
 		"trusted": true, "services": map[string]any{"wl": map[string]any{"port": port}},
 	}}})
-	netMust(t, err)
+	testkit.Must(t, err)
 	d.send(string(wireframe.EncodeNotification("discovery:nodes", p)))
 }
 
@@ -89,10 +89,10 @@ func TestPAIRNodeLayoutDropIn(t *testing.T) {
 	b := newPAIRNode(t, staleB)
 	writeFile(t, filepath.Join(b.clusterDir, identityFileName), identityDoc(idB))
 	for _, n := range []*pairNode{a, b} {
-		netMust(t, devpki.WriteAdmission(n.clusterDir, "home-lab", 2))
+		testkit.Must(t, devpki.WriteAdmission(n.clusterDir, "home-lab", 2))
 	}
-	netMust(t, devpki.PinIdentity(a.clusterDir, b.ident))
-	netMust(t, devpki.PinIdentity(b.clusterDir, a.ident))
+	testkit.Must(t, devpki.PinIdentity(a.clusterDir, b.ident))
+	testkit.Must(t, devpki.PinIdentity(b.clusterDir, a.ident))
 
 	da, db := a.start(t), b.start(t)
 	if got := da.readyNodeID(); got != a.nodeIDJSON(t) {
@@ -124,14 +124,14 @@ func TestPAIRNodeLayoutDropIn(t *testing.T) {
 
 func TestPAIRNodeWithoutAdmissionOrPinsTurnsClusteredWhenAdmitted(t *testing.T) {
 	c := newPAIRNode(t, devpki.NewUUID()) // a keypair that survived leaving a cluster
-	peer := netMint(t, devpki.NewUUID())
+	peer := testkit.Mint(t, devpki.NewUUID())
 	dc := c.start(t)
 	addr := "127.0.0.1:" + itoa(dc.boundPeerPort())
 	dc.waitLog("cluster membership", "clustered=false")
 	if err := netHandshake(addr, &peer); err == nil {
 		t.Fatal("a node without admission or pins completed a handshake")
 	}
-	netMust(t, devpki.WriteAdmission(c.clusterDir, "home-lab", 1))
+	testkit.Must(t, devpki.WriteAdmission(c.clusterDir, "home-lab", 1))
 	testkit.Eventually(t, "a handshake once admission.json appears", func() bool { return netHandshake(addr, &peer) == nil })
 	dc.waitLog("cluster membership changed", "clustered=true")
 	if dc.exitedYet() {

@@ -183,9 +183,9 @@ type wireTap struct {
 func newWireTap(t *testing.T, front, sender devpki.Identity, upstream string, protos []string) *wireTap {
 	t.Helper()
 	frontCert, err := front.TLSCertificate()
-	netMust(t, err)
+	testkit.Must(t, err)
 	senderCert, err := sender.TLSCertificate()
-	netMust(t, err)
+	testkit.Must(t, err)
 	upstreamDER := front.DER
 	tr := &http.Transport{
 		TLSClientConfig: &tls.Config{
@@ -203,11 +203,11 @@ func newWireTap(t *testing.T, front, sender devpki.Identity, upstream string, pr
 	}
 	p := &wireTap{t: t, upstream: upstream, client: &http.Client{Transport: tr}, failNext: map[string]bool{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	netMust(t, err)
+	testkit.Must(t, err)
 	srv := &http.Server{
 		Handler:   http.HandlerFunc(p.serve),
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{frontCert}, ClientAuth: tls.RequestClientCert, NextProtos: protos},
-		ErrorLog:  netDiscardLog(),
+		ErrorLog:  testkit.DiscardLog(),
 	}
 	go srv.ServeTLS(ln, "", "")
 	t.Cleanup(func() {
@@ -279,7 +279,7 @@ func (p *wireTap) serve(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.WaitTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "https://"+p.upstream+r.URL.Path, bytes.NewReader(body))
-	netMust(p.t, err)
+	testkit.Must(p.t, err)
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		req.Header.Set("Content-Type", ct)
 	}
@@ -505,7 +505,7 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 	s.send(testframe.LifecycleLine("s-backfill", "running", ns.ID))
 	discover := func(d *daemonProc, entries ...map[string]any) {
 		p, err := json.Marshal(map[string]any{"nodes": entries})
-		netMust(t, err)
+		testkit.Must(t, err)
 		d.send(string(wireframe.EncodeNotification("discovery:nodes", p)))
 	}
 	discover(a, netAddrEntry(ns.ID, ns.ID, tapS.addr), netAddrEntry(nb.ID, nb.ID, "127.0.0.1:"+itoa(b.port)))
@@ -630,7 +630,7 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 			var p struct {
 				WorkloadInfo json.RawMessage `json:"workloadInfo"`
 			}
-			netMust(t, json.Unmarshal(f.Params, &p))
+			testkit.Must(t, json.Unmarshal(f.Params, &p))
 			if bytes.Contains(p.WorkloadInfo, []byte(`"id":"`+id+`"`)) {
 				got = p.WorkloadInfo
 			}
