@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -26,9 +27,9 @@ func TestFetchMetadataOfAPageIsRefusedOnEveryIngressPathBeforeAnyWork(t *testing
 		send func(headers ...string) (int, string)
 	}
 	paths := []path{
-		{"events", func(h ...string) (int, string) { return postIngress(t, addr, frame, h...) }},
+		{"events", func(h ...string) (int, string) { return testkit.PostIngress(t, addr, frame, h...) }},
 		{"read-back", func(h ...string) (int, string) {
-			st, _, body := getReadBack(t, addr, "requesterId=lease-test&limit=1", h...)
+			st, _, body := testkit.GetReadBack(t, addr, "requesterId=lease-test&limit=1", h...)
 			return st, strings.TrimSpace(string(body))
 		}},
 		{"node", func(h ...string) (int, string) {
@@ -36,11 +37,11 @@ func TestFetchMetadataOfAPageIsRefusedOnEveryIngressPathBeforeAnyWork(t *testing
 			return st, strings.TrimSpace(string(body))
 		}},
 		{"unknown path", func(h ...string) (int, string) {
-			rq := liRequest{method: http.MethodGet, path: "/v1/other", header: http.Header{}}
+			rq := testkit.Request{Method: http.MethodGet, Path: "/v1/other", Header: http.Header{}}
 			for i := 0; i+1 < len(h); i += 2 {
-				rq.header.Add(h[i], h[i+1])
+				rq.Header.Add(h[i], h[i+1])
 			}
-			return liMust(t, addr, rq)
+			return testkit.MustDo(t, addr, rq)
 		}},
 	}
 	refused := []struct {
@@ -101,10 +102,10 @@ func TestFetchMetadataOfAPageIsRefusedOnEveryIngressPathBeforeAnyWork(t *testing
 	// Origin and Host are checked first, as before: their answers do not
 	// change when Fetch Metadata comes with them.
 	before := n.m.ingressStats.FetchMetadataRefused()
-	if st, text := postIngress(t, addr, frame, "Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site"); st != http.StatusForbidden || !strings.Contains(text, "Origin header") {
+	if st, text := testkit.PostIngress(t, addr, frame, "Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site"); st != http.StatusForbidden || !strings.Contains(text, "Origin header") {
 		t.Errorf("Origin and Fetch Metadata: %d %q, want the Origin check's 403", st, text)
 	}
-	if st, _, body := getReadBack(t, addr, "", "Host", "rebind.example:"+port, "Sec-Fetch-Site", "same-origin"); st != http.StatusMisdirectedRequest {
+	if st, _, body := testkit.GetReadBack(t, addr, "", "Host", "rebind.example:"+port, "Sec-Fetch-Site", "same-origin"); st != http.StatusMisdirectedRequest {
 		t.Errorf("a rebinding page's read-back: %d %s, want the Host check's 421", st, body)
 	}
 	if got := n.m.ingressStats.FetchMetadataRefused(); got != before {

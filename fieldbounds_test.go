@@ -12,6 +12,7 @@ import (
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -223,14 +224,14 @@ func TestIngressRefusesAFieldOverItsBoundWith400NamingIt(t *testing.T) {
 			continue
 		}
 		t.Run(tc.name, func(t *testing.T) {
-			status, reason := postIngress(t, addr, testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", "", tc.member)))
+			status, reason := testkit.PostIngress(t, addr, testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", "", tc.member)))
 			if status != http.StatusBadRequest || reason != httpguard.ClipReason("bad frame: "+tc.reason) {
 				t.Fatalf("status %d (%q), want 400 naming %q", status, reason, tc.reason)
 			}
 		})
 		refused++
 	}
-	status, reason := postIngress(t, addr, string(testframe.Removal(strings.Repeat("w", 257), "")))
+	status, reason := testkit.PostIngress(t, addr, string(testframe.Removal(strings.Repeat("w", 257), "")))
 	if status != http.StatusBadRequest || !strings.Contains(reason, overBound("params.workloadId", 257)) {
 		t.Fatalf("removal with a 257-byte id: %d (%q), want 400 naming params.workloadId", status, reason)
 	}
@@ -255,17 +256,17 @@ func TestIngressBoundsAProducersErrorTextTo4KiB(t *testing.T) {
 	n.start()
 	addr := n.m.IngressAddr()
 	at := testframe.LifecycleJSON(testframe.MethodFor("failed"), testframe.WorkloadJSON("job-err-at", "failed", "", fieldOf("error", strings.Repeat("e", wireframe.MaxIngressErrorBytes))))
-	if status, reason := postIngress(t, addr, at); status != http.StatusOK {
+	if status, reason := testkit.PostIngress(t, addr, at); status != http.StatusOK {
 		t.Fatalf("a 4096-byte error: %d (%q), want 200", status, reason)
 	}
 	// Escapes count decoded: 2048 é written as \u00e9 are 4096 bytes.
 	escaped := testframe.LifecycleJSON(testframe.MethodFor("failed"), testframe.WorkloadJSON("job-err-escaped", "failed", "", fieldOf("error", strings.Repeat(`\u00e9`, wireframe.MaxIngressErrorBytes/2))))
-	if status, reason := postIngress(t, addr, escaped); status != http.StatusOK {
+	if status, reason := testkit.PostIngress(t, addr, escaped); status != http.StatusOK {
 		t.Fatalf("a 4096-byte error written with escapes: %d (%q), want 200", status, reason)
 	}
 	over := testframe.LifecycleJSON(testframe.MethodFor("failed"), testframe.WorkloadJSON("job-err-over", "failed", "", fieldOf("error", strings.Repeat("e", wireframe.MaxIngressErrorBytes+1))))
 	want := "bad frame: workloadInfo.error is 4097 bytes, over its 4096-byte bound"
-	if status, reason := postIngress(t, addr, over); status != http.StatusBadRequest || reason != want {
+	if status, reason := testkit.PostIngress(t, addr, over); status != http.StatusBadRequest || reason != want {
 		t.Fatalf("a 4097-byte error: %d (%q), want 400 %q", status, reason, want)
 	}
 	n.broker.WaitUpserts("job-err-escaped", 1)
@@ -421,11 +422,11 @@ func TestIngressRemovalReachesTheBrokerInTheTokenItsUpsertCarried(t *testing.T) 
 		t.Run(tc.name, func(t *testing.T) {
 			up := `{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":{"id":` + tc.token +
 				`,"model":"m","engine":"e","state":"running"}}}`
-			if status, reason := postIngress(t, addr, up); status != http.StatusOK {
+			if status, reason := testkit.PostIngress(t, addr, up); status != http.StatusOK {
 				t.Fatalf("upsert: %d (%q)", status, reason)
 			}
 			rm := `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":` + tc.token + `}}`
-			if status, reason := postIngress(t, addr, rm); status != http.StatusOK {
+			if status, reason := testkit.PostIngress(t, addr, rm); status != http.StatusOK {
 				t.Fatalf("removal: %d (%q)", status, reason)
 			}
 			removals := n.broker.WaitMethod(wireframe.MethodRemove, i+1)

@@ -396,7 +396,7 @@ func getNodeInfo(t testing.TB, addr, query string, headers ...string) (int, http
 		}
 		req.Header.Add(headers[i], headers[i+1])
 	}
-	resp, err := liClient.Do(req)
+	resp, err := testkit.Client.Do(req)
 	testkit.Must(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)

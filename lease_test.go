@@ -58,7 +58,7 @@ func postLeased(t *testing.T, n *testNode, w map[string]any, seconds int) {
 	if seconds > 0 {
 		h = []string{ingress.LeaseHeader, itoa(seconds)}
 	}
-	if st, text := postIngress(t, n.m.IngressAddr(), string(testframe.Lifecycle(w, nil)), h...); st != http.StatusOK {
+	if st, text := testkit.PostIngress(t, n.m.IngressAddr(), string(testframe.Lifecycle(w, nil)), h...); st != http.StatusOK {
 		t.Fatalf("post %s %s with lease %d: %d %s", w["id"], w["state"], seconds, st, text)
 	}
 }
@@ -144,7 +144,7 @@ func TestWorkloadLeaseHeaderOutsideItsRulesIs400AndWritesNothing(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			h := http.Header{"Content-Type": {"application/json"}, ingress.LeaseHeader: tc.values}
-			st, text := liMust(t, addr, liRequest{header: h, body: tc.frame})
+			st, text := testkit.MustDo(t, addr, testkit.Request{Header: h, Body: tc.frame})
 			if st != http.StatusBadRequest || !strings.Contains(text, ingress.LeaseHeader) || !strings.Contains(text, tc.reason) {
 				t.Fatalf("%s %q: %d %q, want 400 naming %s and %q", ingress.LeaseHeader, tc.values, st, text, ingress.LeaseHeader, tc.reason)
 			}
@@ -274,7 +274,7 @@ func TestWhatEndsALease(t *testing.T) {
 			postLeased(t, n, leasedInfo(id, "completed", 3), 0)
 		}},
 		{"the producer's removal", func(t *testing.T, n *testNode, id string) {
-			if st, text := postIngress(t, n.m.IngressAddr(), `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"`+id+`"}}`); st != http.StatusOK {
+			if st, text := testkit.PostIngress(t, n.m.IngressAddr(), `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"`+id+`"}}`); st != http.StatusOK {
 				t.Fatalf("removal: %d %s", st, text)
 			}
 		}},
@@ -361,7 +361,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 		<-stall.entered // the expiry is in its broker write
 		done := make(chan int, 1)
 		go func() {
-			st, _ := postIngress(t, a.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("raced", "completed", 2), nil)))
+			st, _ := testkit.PostIngress(t, a.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("raced", "completed", 2), nil)))
 			done <- st
 		}()
 		testkit.Eventually(t, "the producer's frame to wait behind the expiry", func() bool { return a.m.ingressWaiters.Waiting() == 1 })
@@ -393,7 +393,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 		postLeased(t, a, leasedInfo("raced", "running", 1), 5)
 		done := make(chan int, 1)
 		go func() {
-			st, _ := postIngress(t, a.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("raced", "completed", 2), nil)))
+			st, _ := testkit.PostIngress(t, a.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("raced", "completed", 2), nil)))
 			done <- st
 		}()
 		<-stall.entered // the producer's frame is in its broker write
@@ -425,7 +425,7 @@ func TestExpiryRacingALateTerminalFrameEndsInOneTerminalStateEverywhere(t *testi
 			// The longest lease there is (86400 units: half an hour here),
 			// so the renewed lease cannot also run out while the clock job
 			// below expires on a loaded machine.
-			st, _ := postIngress(t, a.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("raced", "running", 2), nil)), ingress.LeaseHeader, "86400")
+			st, _ := testkit.PostIngress(t, a.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("raced", "running", 2), nil)), ingress.LeaseHeader, "86400")
 			done <- st
 		}()
 		<-stall.entered // the renewal is in its broker write, not yet committed
@@ -520,7 +520,7 @@ func TestLeasesAreBoundedByTheLiveWorkloadLimit(t *testing.T) {
 	addr := n.m.IngressAddr()
 	postLeased(t, n, leasedInfo("one", "running", 1), 60)
 	postLeased(t, n, leasedInfo("two", "running", 1), 60)
-	st, text := postIngress(t, addr, string(testframe.Lifecycle(leasedInfo("three", "running", 1), nil)), ingress.LeaseHeader, "60")
+	st, text := testkit.PostIngress(t, addr, string(testframe.Lifecycle(leasedInfo("three", "running", 1), nil)), ingress.LeaseHeader, "60")
 	if st != http.StatusServiceUnavailable || !strings.Contains(text, "--max-live-workloads") {
 		t.Fatalf("a third leased job at the limit of 2: %d %q, want 503 naming the limit", st, text)
 	}

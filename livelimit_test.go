@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -35,7 +36,7 @@ func TestIngressAtTheLiveWorkloadLimitIs503WithRetryAfterAndWritesNothing(t *tes
 	n.start()
 	addr := n.m.IngressAddr()
 	for _, id := range []string{"job-1", "job-2"} {
-		if st, body := postIngress(t, addr, liFrame(id)); st != http.StatusOK {
+		if st, body := testkit.PostIngress(t, addr, liFrame(id)); st != http.StatusOK {
 			t.Fatalf("%s under the limit: %d %s", id, st, body)
 		}
 	}
@@ -49,7 +50,7 @@ func TestIngressAtTheLiveWorkloadLimitIs503WithRetryAfterAndWritesNothing(t *tes
 	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra < 1 {
 		t.Fatalf("Retry-After %q, want whole seconds", resp.Header.Get("Retry-After"))
 	}
-	if _, body := postIngress(t, addr, liFrame("job-3")); !strings.Contains(body, "--max-live-workloads") || !strings.Contains(body, "2") {
+	if _, body := testkit.PostIngress(t, addr, liFrame("job-3")); !strings.Contains(body, "--max-live-workloads") || !strings.Contains(body, "2") {
 		t.Fatalf("the reason %q does not name the limit", body)
 	}
 	ifxBrokerBarrier(t, n)
@@ -70,7 +71,7 @@ func requireTerminalEntryHoldsItsRoomUntilItAgesOut(t *testing.T, addr string, c
 	t.Helper()
 	done := strings.Replace(liFrame(id), `"running"`, `"`+state+`"`, 1)
 	done = strings.Replace(done, wireframe.MethodStarted, method, 1)
-	if st, body := postIngress(t, addr, done); st != http.StatusOK {
+	if st, body := testkit.PostIngress(t, addr, done); st != http.StatusOK {
 		t.Fatalf("ending a held workload at the bound: %d %s", st, body)
 	}
 	resp := liPostWithHeaders(t, addr, liFrame("job-3"))
@@ -78,7 +79,7 @@ func requireTerminalEntryHoldsItsRoomUntilItAgesOut(t *testing.T, addr string, c
 		t.Fatalf("with a terminal entry held: %d, Retry-After %q; want 503 and its 60 s retention", resp.StatusCode, resp.Header.Get("Retry-After"))
 	}
 	clock.advance(61 * time.Second)
-	if st, body := postIngress(t, addr, liFrame("job-3")); st != http.StatusOK {
+	if st, body := testkit.PostIngress(t, addr, liFrame("job-3")); st != http.StatusOK {
 		t.Fatalf("once the terminal entry aged out: %d %s", st, body)
 	}
 }

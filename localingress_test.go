@@ -63,7 +63,7 @@ func TestLocalIngressRefusesRequestsWithAnOriginHeader(t *testing.T) {
 			if tc.origin != nil {
 				h["Origin"] = tc.origin
 			}
-			got, text := liMust(t, addr, liRequest{header: h, body: liFrame("origin-" + itoa(i))})
+			got, text := testkit.MustDo(t, addr, testkit.Request{Header: h, Body: liFrame("origin-" + itoa(i))})
 			if got != tc.want {
 				t.Fatalf("status = %d (%q), want %d", got, text, tc.want)
 			}
@@ -158,9 +158,9 @@ func TestLocalIngressAcceptsOnlyPOST(t *testing.T) {
 		{http.MethodPost, http.StatusOK},
 	} {
 		t.Run(tc.method, func(t *testing.T) {
-			got, text := liMust(t, addr, liRequest{
-				method: tc.method, header: http.Header{"Content-Type": {"application/json"}},
-				body: liFrame("method-" + tc.method),
+			got, text := testkit.MustDo(t, addr, testkit.Request{
+				Method: tc.method, Header: http.Header{"Content-Type": {"application/json"}},
+				Body: liFrame("method-" + tc.method),
 			})
 			if got != tc.want {
 				t.Fatalf("%s: status = %d (%q), want %d", tc.method, got, text, tc.want)
@@ -194,7 +194,7 @@ func TestLocalIngressRequiresJSONContentType(t *testing.T) {
 			if tc.ct != nil {
 				h["Content-Type"] = tc.ct
 			}
-			got, text := liMust(t, addr, liRequest{header: h, body: liFrame("ct-" + itoa(i))})
+			got, text := testkit.MustDo(t, addr, testkit.Request{Header: h, Body: liFrame("ct-" + itoa(i))})
 			if got != tc.want {
 				t.Fatalf("Content-Type %q: status = %d (%q), want %d", tc.ct, got, text, tc.want)
 			}
@@ -208,17 +208,17 @@ func TestLocalIngressOtherPathsAreNotFoundAfterTheTrustChecks(t *testing.T) {
 	jsonCT := http.Header{"Content-Type": {"application/json"}}
 	for _, tc := range []struct {
 		name string
-		rq   liRequest
+		rq   testkit.Request
 		want int
 	}{
-		{"POST elsewhere", liRequest{path: "/v1/jobs", header: jsonCT}, http.StatusNotFound},
-		{"GET /", liRequest{method: http.MethodGet, path: "/"}, http.StatusNotFound},
-		{"Origin elsewhere", liRequest{path: "/x", header: http.Header{"Origin": {"null"}}}, http.StatusForbidden},
-		{"bad Host elsewhere", liRequest{path: "/x", host: "evil.example", header: jsonCT}, http.StatusMisdirectedRequest},
+		{"POST elsewhere", testkit.Request{Path: "/v1/jobs", Header: jsonCT}, http.StatusNotFound},
+		{"GET /", testkit.Request{Method: http.MethodGet, Path: "/"}, http.StatusNotFound},
+		{"Origin elsewhere", testkit.Request{Path: "/x", Header: http.Header{"Origin": {"null"}}}, http.StatusForbidden},
+		{"bad Host elsewhere", testkit.Request{Path: "/x", Host: "evil.example", Header: jsonCT}, http.StatusMisdirectedRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.rq.body = liFrame("path")
-			if got, text := liMust(t, addr, tc.rq); got != tc.want {
+			tc.rq.Body = liFrame("path")
+			if got, text := testkit.MustDo(t, addr, tc.rq); got != tc.want {
 				t.Fatalf("status = %d (%q), want %d", got, text, tc.want)
 			}
 		})
@@ -232,20 +232,20 @@ func TestLocalIngressChecksRunInTheSpecifiedOrder(t *testing.T) {
 	addr := n.m.IngressAddr()
 	for _, tc := range []struct {
 		name string
-		rq   liRequest
+		rq   testkit.Request
 		want int
 	}{
-		{"Origin before Host", liRequest{host: "evil.example", method: http.MethodGet,
-			header: http.Header{"Origin": {"http://evil.example"}, "Content-Type": {"text/plain"}}}, http.StatusForbidden},
-		{"Host before method", liRequest{host: "evil.example", method: http.MethodGet,
-			header: http.Header{"Content-Type": {"text/plain"}}}, http.StatusMisdirectedRequest},
-		{"method before content type", liRequest{method: http.MethodPut,
-			header: http.Header{"Content-Type": {"text/plain"}}}, http.StatusMethodNotAllowed},
-		{"content type before body", liRequest{header: http.Header{"Content-Type": {"text/plain"}}}, http.StatusUnsupportedMediaType},
+		{"Origin before Host", testkit.Request{Host: "evil.example", Method: http.MethodGet,
+			Header: http.Header{"Origin": {"http://evil.example"}, "Content-Type": {"text/plain"}}}, http.StatusForbidden},
+		{"Host before method", testkit.Request{Host: "evil.example", Method: http.MethodGet,
+			Header: http.Header{"Content-Type": {"text/plain"}}}, http.StatusMisdirectedRequest},
+		{"method before content type", testkit.Request{Method: http.MethodPut,
+			Header: http.Header{"Content-Type": {"text/plain"}}}, http.StatusMethodNotAllowed},
+		{"content type before body", testkit.Request{Header: http.Header{"Content-Type": {"text/plain"}}}, http.StatusUnsupportedMediaType},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.rq.body = "not json"
-			if got, text := liMust(t, addr, tc.rq); got != tc.want {
+			tc.rq.Body = "not json"
+			if got, text := testkit.MustDo(t, addr, tc.rq); got != tc.want {
 				t.Fatalf("status = %d (%q), want %d", got, text, tc.want)
 			}
 		})
@@ -431,8 +431,8 @@ func TestLocalIngressAnswersAfterASlowBrokerWrite(t *testing.T) {
 	}
 	res := make(chan result, 1)
 	go func() {
-		status, _, err := liDo(n.m.IngressAddr(), liRequest{
-			header: http.Header{"Content-Type": {"application/json"}}, body: liFrame("slow-broker")})
+		status, _, err := testkit.Do(n.m.IngressAddr(), testkit.Request{
+			Header: http.Header{"Content-Type": {"application/json"}}, Body: liFrame("slow-broker")})
 		res <- result{status, err}
 	}()
 	select {
@@ -464,14 +464,14 @@ func TestLocalIngressStopsWhenContextCancelled(t *testing.T) {
 	n.broker.WaitMethod("ready", 1)
 	addr := n.m.IngressAddr()
 	hdr := http.Header{"Content-Type": {"application/json"}}
-	if got, text := liMust(t, addr, liRequest{header: hdr, body: liFrame("before")}); got != http.StatusOK {
+	if got, text := testkit.MustDo(t, addr, testkit.Request{Header: hdr, Body: liFrame("before")}); got != http.StatusOK {
 		t.Fatalf("before cancel: status %d (%q), want 200", got, text)
 	}
 	run.cancel()
 	if err := run.wait(t); err != nil {
 		t.Fatalf("Run after cancel = %v, want nil", err)
 	}
-	status, _, err := liDo(addr, liRequest{header: hdr, body: liFrame("after")})
+	status, _, err := testkit.Do(addr, testkit.Request{Header: hdr, Body: liFrame("after")})
 	if err == nil {
 		t.Fatalf("after cancel the ingress still answered %d", status)
 	}
@@ -681,7 +681,7 @@ func TestLocalIngressEndToEnd(t *testing.T) {
 	params["workloadInfo"].(map[string]any)["producerNote"] = "wi-extra"
 	params["batch"] = "params-extra"
 	body, _ := json.Marshal(frame)
-	if got, text := postIngress(t, addr, string(body)); got != http.StatusOK {
+	if got, text := testkit.PostIngress(t, addr, string(body)); got != http.StatusOK {
 		t.Fatalf("curl-shaped frame: status %d (%q), want 200", got, text)
 	}
 
@@ -704,20 +704,20 @@ func TestLocalIngressEndToEnd(t *testing.T) {
 
 	// Producer mistakes and other methods go nowhere.
 	empty := `{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":{}}}`
-	if got, text := postIngress(t, addr, empty); got != http.StatusBadRequest {
+	if got, text := testkit.PostIngress(t, addr, empty); got != http.StatusBadRequest {
 		t.Fatalf("empty workloadInfo: status %d (%q), want 400", got, text)
 	}
 	foreign := strings.Replace(liFrame("foreign"), `"engine"`, `"originatedFrom":"`+b.id+`","engine"`, 1)
-	if got, text := postIngress(t, addr, foreign); got != http.StatusBadRequest {
+	if got, text := testkit.PostIngress(t, addr, foreign); got != http.StatusBadRequest {
 		t.Fatalf("frame naming B as its origin: status %d (%q), want 400", got, text)
 	}
-	if got, text := liMust(t, addr, liRequest{method: http.MethodGet}); got != http.StatusMethodNotAllowed {
+	if got, text := testkit.MustDo(t, addr, testkit.Request{Method: http.MethodGet}); got != http.StatusMethodNotAllowed {
 		t.Fatalf("GET: status %d (%q), want 405", got, text)
 	}
 
 	// A removal, without an origin: stamped, emitted up, relayed.
 	remove := `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-42"}}`
-	if got, text := postIngress(t, addr, remove); got != http.StatusOK {
+	if got, text := testkit.PostIngress(t, addr, remove); got != http.StatusOK {
 		t.Fatalf("removal: status %d (%q), want 200", got, text)
 	}
 	for _, n := range []*testNode{a, b} {
@@ -821,7 +821,7 @@ func TestLocalIngressOutOfOrderProducerFramesConvergeAtThePeer(t *testing.T) {
 					results <- result{what: what, err: errors.New("the earlier frames never reached the broker")}
 					return
 				}
-				status, text, err := liDo(addr, liRequest{header: http.Header{"Content-Type": {"application/json"}}, body: body})
+				status, text, err := testkit.Do(addr, testkit.Request{Header: http.Header{"Content-Type": {"application/json"}}, Body: body})
 				results <- result{what, status, text, err}
 			}()
 		}
@@ -884,7 +884,7 @@ func TestLocalIngressOriginOverHTTP(t *testing.T) {
 		{"removal with an empty origin", remove("empty", ""), http.StatusOK},
 		{"removal naming this node", remove("own", n.id), http.StatusOK},
 	} {
-		if got, text := postIngress(t, addr, tc.body); got != tc.want {
+		if got, text := testkit.PostIngress(t, addr, tc.body); got != tc.want {
 			t.Fatalf("%s: status %d (%q), want %d", tc.name, got, text, tc.want)
 		}
 	}
@@ -922,7 +922,7 @@ func TestLocalIngressBrokerDownIs500(t *testing.T) {
 	n.broker.WaitMethod("discovery:subscribe", 1)
 	addr := n.m.IngressAddr()
 	n.broker.fromD.Close()
-	if got, text := postIngress(t, addr, liFrame("broker-down")); got != http.StatusInternalServerError {
+	if got, text := testkit.PostIngress(t, addr, liFrame("broker-down")); got != http.StatusInternalServerError {
 		t.Fatalf("status %d (%q), want 500", got, text)
 	}
 	if tracked := n.m.table.Sizes().Runs; tracked != 0 {
@@ -951,16 +951,16 @@ func TestLocalIngressRefusesAFrameOverTheBrokerLineLimitWith413(t *testing.T) {
 
 	// A removal remembered for the workload (a producer's: posted first):
 	// an accepted lifecycle frame for it would clear the memory.
-	if got, text := postIngress(t, addr, liFrame("over-limit")); got != http.StatusOK {
+	if got, text := testkit.PostIngress(t, addr, liFrame("over-limit")); got != http.StatusOK {
 		t.Fatalf("frame: status %d (%q), want 200", got, text)
 	}
-	if got, text := postIngress(t, addr, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"over-limit"}}`); got != http.StatusOK {
+	if got, text := testkit.PostIngress(t, addr, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"over-limit"}}`); got != http.StatusOK {
 		t.Fatalf("removal: status %d (%q), want 200", got, text)
 	}
 	queued := n.m.table.Version()
 
 	body := longNoteFrame(t, "over-limit", "")
-	got, text := postIngress(t, addr, string(body))
+	got, text := testkit.PostIngress(t, addr, string(body))
 	if got != http.StatusRequestEntityTooLarge {
 		t.Fatalf("a %d-byte frame with a %d-byte note: status %d (%q), want 413", len(body), longErrorBytes, got, text)
 	}
@@ -969,7 +969,7 @@ func TestLocalIngressRefusesAFrameOverTheBrokerLineLimitWith413(t *testing.T) {
 	}
 
 	// A frame accepted after it: every earlier frame has been decided.
-	if got, text := postIngress(t, addr, liFrame("after-over-limit")); got != http.StatusOK {
+	if got, text := testkit.PostIngress(t, addr, liFrame("after-over-limit")); got != http.StatusOK {
 		t.Fatalf("next frame: status %d (%q), want 200", got, text)
 	}
 	n.broker.WaitUpserts("after-over-limit", 1)
@@ -1010,7 +1010,7 @@ func TestLocalIngressAcceptsTheSameFrameUnderARaisedBrokerLineLimit(t *testing.T
 		t.Fatal(err)
 	}
 	n.start()
-	if got, text := postIngress(t, n.m.IngressAddr(), string(longNoteFrame(t, "long-error", ""))); got != http.StatusOK {
+	if got, text := testkit.PostIngress(t, n.m.IngressAddr(), string(longNoteFrame(t, "long-error", ""))); got != http.StatusOK {
 		t.Fatalf("status %d (%q), want 200", got, text)
 	}
 	n.broker.WaitUpserts("long-error", 1)
@@ -1030,18 +1030,18 @@ func TestLocalIngressLogsRejectionsWithoutTheBody(t *testing.T) {
 	jsonCT := http.Header{"Content-Type": {"application/json"}}
 	for _, tc := range []struct {
 		name string
-		rq   liRequest
+		rq   testkit.Request
 		want int
 	}{
-		{"Origin", liRequest{header: http.Header{"Origin": {"null"}, "Content-Type": {"application/json"}}, body: withMarker}, http.StatusForbidden},
-		{"Host", liRequest{host: "evil.example", header: jsonCT, body: withMarker}, http.StatusMisdirectedRequest},
-		{"method", liRequest{method: http.MethodPut, header: jsonCT, body: withMarker}, http.StatusMethodNotAllowed},
-		{"content type", liRequest{header: http.Header{"Content-Type": {"text/plain"}}, body: withMarker}, http.StatusUnsupportedMediaType},
-		{"wrong jsonrpc", liRequest{header: jsonCT, body: strings.Replace(withMarker, `"2.0"`, `"1.0"`, 1)}, http.StatusBadRequest},
-		{"unknown state", liRequest{header: jsonCT, body: strings.Replace(withMarker, `"running"`, `"paused"`, 1)}, http.StatusBadRequest},
-		{"not JSON", liRequest{header: jsonCT, body: withMarker[:len(withMarker)-3]}, http.StatusBadRequest},
+		{"Origin", testkit.Request{Header: http.Header{"Origin": {"null"}, "Content-Type": {"application/json"}}, Body: withMarker}, http.StatusForbidden},
+		{"Host", testkit.Request{Host: "evil.example", Header: jsonCT, Body: withMarker}, http.StatusMisdirectedRequest},
+		{"method", testkit.Request{Method: http.MethodPut, Header: jsonCT, Body: withMarker}, http.StatusMethodNotAllowed},
+		{"content type", testkit.Request{Header: http.Header{"Content-Type": {"text/plain"}}, Body: withMarker}, http.StatusUnsupportedMediaType},
+		{"wrong jsonrpc", testkit.Request{Header: jsonCT, Body: strings.Replace(withMarker, `"2.0"`, `"1.0"`, 1)}, http.StatusBadRequest},
+		{"unknown state", testkit.Request{Header: jsonCT, Body: strings.Replace(withMarker, `"running"`, `"paused"`, 1)}, http.StatusBadRequest},
+		{"not JSON", testkit.Request{Header: jsonCT, Body: withMarker[:len(withMarker)-3]}, http.StatusBadRequest},
 	} {
-		got, text := liMust(t, addr, tc.rq)
+		got, text := testkit.MustDo(t, addr, tc.rq)
 		if got != tc.want {
 			t.Fatalf("%s: status %d (%q), want %d", tc.name, got, text, tc.want)
 		}
@@ -1058,7 +1058,7 @@ func TestLocalIngressLogsRejectionsWithoutTheBody(t *testing.T) {
 	if strings.Contains(n.logs.String(), marker) {
 		t.Fatalf("a rejection logged the request body; logs:\n%s", n.logs)
 	}
-	if got, text := postIngress(t, addr, liFrame("log-accepted")); got != http.StatusOK {
+	if got, text := testkit.PostIngress(t, addr, liFrame("log-accepted")); got != http.StatusOK {
 		t.Fatalf("accepted frame: status %d (%q)", got, text)
 	}
 	if !n.logs.Contains("level=DEBUG", `msg="ingress frame accepted"`, "id=log-accepted") {
@@ -1083,19 +1083,19 @@ func TestLocalIngressRejectionLogsDoNotCarryLongRequestValues(t *testing.T) {
 		want int
 	}{
 		{"state", func() int {
-			got, _ := postIngress(t, addr, strings.Replace(frame, `"running"`, `"`+long+`"`, 1))
+			got, _ := testkit.PostIngress(t, addr, strings.Replace(frame, `"running"`, `"`+long+`"`, 1))
 			return got
 		}, http.StatusBadRequest},
 		{"originatedFrom", func() int {
-			got, _ := postIngress(t, addr, strings.Replace(frame, `"engine"`, `"originatedFrom":"`+long+`","engine"`, 1))
+			got, _ := testkit.PostIngress(t, addr, strings.Replace(frame, `"engine"`, `"originatedFrom":"`+long+`","engine"`, 1))
 			return got
 		}, http.StatusBadRequest},
 		{"method", func() int {
-			got, _ := postIngress(t, addr, strings.Replace(frame, `"workload:started"`, `"`+long+`"`, 1))
+			got, _ := testkit.PostIngress(t, addr, strings.Replace(frame, `"workload:started"`, `"`+long+`"`, 1))
 			return got
 		}, http.StatusBadRequest},
 		{"colliding names", func() int {
-			got, _ := postIngress(t, addr, strings.Replace(frame, `"engine"`, `"`+long+`":1,"`+long+`":2,"engine"`, 1))
+			got, _ := testkit.PostIngress(t, addr, strings.Replace(frame, `"engine"`, `"`+long+`":1,"`+long+`":2,"engine"`, 1))
 			return got
 		}, http.StatusBadRequest},
 		{"Host", func() int {
@@ -1150,80 +1150,6 @@ func liPaddedFrame(t testing.TB, frame string, size int) string {
 		t.Fatalf("frame is %d bytes, more than %d", len(frame), size)
 	}
 	return strings.Repeat(" ", pad/2) + frame + strings.Repeat("\n", pad-pad/2)
-}
-
-// liRequest is one request to the ingress; zero fields take POST, the
-// events path and the URL's host. The header is sent as it is.
-type liRequest struct {
-	method, path, host string
-	header             http.Header
-	body               string
-	bodyReader         io.Reader // instead of body, e.g. for a chunked body
-}
-
-// liClient opens one connection per request, so no test depends
-// on what an earlier answer did to a pooled connection.
-var liClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: testkit.WaitTimeout}
-
-// liDo sends rq to the ingress at addr and returns the status and the
-// answer's text.
-func liDo(addr string, rq liRequest) (int, string, error) {
-	method, path := rq.method, rq.path
-	if method == "" {
-		method = http.MethodPost
-	}
-	if path == "" {
-		path = wireframe.EventsPath
-	}
-	body := rq.bodyReader
-	if body == nil {
-		body = strings.NewReader(rq.body)
-	}
-	req, err := http.NewRequest(method, "http://"+addr+path, body)
-	if err != nil {
-		return 0, "", err
-	}
-	if rq.host != "" {
-		req.Host = rq.host
-	}
-	for k, vs := range rq.header {
-		req.Header[k] = vs
-	}
-	resp, err := liClient.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	text, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(text)), err
-}
-
-func liMust(t testing.TB, addr string, rq liRequest) (int, string) {
-	t.Helper()
-	status, text, err := liDo(addr, rq)
-	if err != nil {
-		t.Fatalf("%s %s: %v", rq.method, rq.path, err)
-	}
-	return status, text
-}
-
-// postIngress posts body to the ingress with Content-Type application/json
-// and the given headers, as name/value pairs; "Host" sets the request's
-// Host.
-func postIngress(t testing.TB, addr, body string, headers ...string) (int, string) {
-	t.Helper()
-	if len(headers)%2 != 0 {
-		t.Fatalf("headers %q are not name/value pairs", headers)
-	}
-	rq := liRequest{body: body, header: http.Header{"Content-Type": {"application/json"}}}
-	for i := 0; i < len(headers); i += 2 {
-		if http.CanonicalHeaderKey(headers[i]) == "Host" {
-			rq.host = headers[i+1]
-			continue
-		}
-		rq.header.Add(headers[i], headers[i+1])
-	}
-	return liMust(t, addr, rq)
 }
 
 // liRaw is liRawAnswer for the test's own goroutine.

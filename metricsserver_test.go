@@ -44,21 +44,21 @@ func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 	ingress := a.m.IngressAddr()
 	for i := 1; i <= 3; i++ {
 		w := testframe.Workload("ing-"+itoa(i), "running", "", map[string]any{"originatedFrom": nil})
-		if s, _ := postIngress(t, ingress, `{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":`+mustJSON(t, w)+`}}`); s != 200 {
+		if s, _ := testkit.PostIngress(t, ingress, `{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":`+mustJSON(t, w)+`}}`); s != 200 {
 			t.Fatalf("ingress post %d: status %d", i, s)
 		}
 	}
-	if s, _ := postIngress(t, ingress, `{"jsonrpc":"2.0","method":"workload:started","params":{}}`); s != 400 {
+	if s, _ := testkit.PostIngress(t, ingress, `{"jsonrpc":"2.0","method":"workload:started","params":{}}`); s != 400 {
 		t.Fatalf("bad frame: status %d", s)
 	}
-	if s, _ := postIngress(t, ingress, `{}`, "Origin", "http://evil.example"); s != 403 {
+	if s, _ := testkit.PostIngress(t, ingress, `{}`, "Origin", "http://evil.example"); s != 403 {
 		t.Fatalf("browser post: status %d", s)
 	}
 	// Each step waits for the one before it at B: the peer is sent each
 	// entry's latest state, so a change made before the last one was
 	// taken would be folded into it, and the counts would be a race.
 	b.broker.WaitUpserts("ing-3", 1)
-	if s, _ := postIngress(t, ingress, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"ing-3"}}`); s != 200 {
+	if s, _ := testkit.PostIngress(t, ingress, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"ing-3"}}`); s != 200 {
 		t.Fatalf("ingress removal: status %d", s)
 	}
 	a.sendLifecycle(testframe.Workload("std-1", "running", a.id))

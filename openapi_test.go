@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"nvpair-workload-manager/internal/ingress"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -262,7 +263,7 @@ func TestOpenAPIAnswerSchemasDescribeTheAnswers(t *testing.T) {
 	if st != http.StatusOK {
 		t.Fatalf("GET %s: %d %s", ingress.NodeInfoPath, st, node)
 	}
-	st, _, workloads := getReadBack(t, addr, "")
+	st, _, workloads := testkit.GetReadBack(t, addr, "")
 	if st != http.StatusOK {
 		t.Fatalf("GET %s: %d %s", ingress.ReadBackPath, st, workloads)
 	}

@@ -192,7 +192,7 @@ func TestAnIngress200WaitsForItsJournalRecord(t *testing.T) {
 	n.start()
 	answered := make(chan int, 1)
 	go func() {
-		st, _ := postIngress(t, n.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("durable", "running", 1), nil)))
+		st, _ := testkit.PostIngress(t, n.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("durable", "running", 1), nil)))
 		answered <- st
 	}()
 	select {

@@ -19,79 +19,6 @@ import (
 	"nvpair-workload-manager/internal/wireframe"
 )
 
-// readBackAnswer is the read-back's JSON answer.
-type readBackAnswer struct {
-	Workloads []struct {
-		WorkloadInfo  map[string]any `json:"workloadInfo"`
-		LeaseDeadline *int64         `json:"leaseDeadline"`
-	} `json:"workloads"`
-	Next *string `json:"next"`
-}
-
-func (a readBackAnswer) ids() []string {
-	var out []string
-	for _, w := range a.Workloads {
-		out = append(out, w.WorkloadInfo["id"].(string))
-	}
-	return out
-}
-
-// getReadBack sends GET /v1/workloads?query to the ingress at addr, with
-// headers as name/value pairs ("Host" sets the request's Host). The
-// read-back's header is sent as a producer sends it unless headers name
-// it: then as they give it, and an empty value leaves it out.
-func getReadBack(t testing.TB, addr, query string, headers ...string) (int, http.Header, []byte) {
-	t.Helper()
-	return doReadBack(t, http.MethodGet, addr, query, headers...)
-}
-
-func doReadBack(t testing.TB, method, addr, query string, headers ...string) (int, http.Header, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(method, "http://"+addr+ingress.ReadBackPath+"?"+query, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set(ingress.ReadBackHeader, ingress.ReadBackHeaderValue)
-	for i := 0; i+1 < len(headers); i += 2 {
-		if headers[i] == ingress.ReadBackHeader {
-			req.Header.Del(ingress.ReadBackHeader)
-		}
-	}
-	for i := 0; i+1 < len(headers); i += 2 {
-		switch {
-		case headers[i] == "Host":
-			req.Host = headers[i+1]
-		case headers[i] == ingress.ReadBackHeader && headers[i+1] == "":
-		default:
-			req.Header.Add(headers[i], headers[i+1])
-		}
-	}
-	resp, err := liClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, ingress.ReadBackPath, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, resp.Header, body
-}
-
-// readBack requires a 200 answer to query and decodes it.
-func readBack(t testing.TB, addr, query string) readBackAnswer {
-	t.Helper()
-	st, _, body := getReadBack(t, addr, query)
-	if st != http.StatusOK {
-		t.Fatalf("read-back %q: %d %s", query, st, body)
-	}
-	var a readBackAnswer
-	if err := json.Unmarshal(body, &a); err != nil {
-		t.Fatalf("read-back %q answered %s: %v", query, body, err)
-	}
-	return a
-}
-
 // readBackAll pages through the read-back limit at a time and returns the
 // ids in order and the number of pages.
 func readBackAll(t testing.TB, addr, query string, limit int, between func(page int)) ([]string, int) {
@@ -103,11 +30,11 @@ func readBackAll(t testing.TB, addr, query string, limit int, between func(page 
 		if cursor != "" {
 			q += "&cursor=" + url.QueryEscape(cursor)
 		}
-		a := readBack(t, addr, q)
+		a := testkit.ReadBack(t, addr, q)
 		if len(a.Workloads) > limit {
 			t.Fatalf("page %d holds %d workloads, over its limit %d", page, len(a.Workloads), limit)
 		}
-		ids = append(ids, a.ids()...)
+		ids = append(ids, a.IDs()...)
 		if a.Next == nil {
 			return ids, page
 		}
@@ -137,7 +64,7 @@ func TestReadBackListsThisNodesIngressWorkloadsWithTheirLatestStateAndLeaseDeadl
 	postLeased(t, n, leasedInfo("unleased", "running", 2), 0)
 	postLeased(t, n, leasedInfo("finished", "completed", 1), 0)
 	postLeased(t, n, leasedInfo("gone", "running", 1), 0)
-	if st, text := postIngress(t, n.m.IngressAddr(), `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"gone"}}`); st != http.StatusOK {
+	if st, text := testkit.PostIngress(t, n.m.IngressAddr(), `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"gone"}}`); st != http.StatusOK {
 		t.Fatalf("removal: %d %s", st, text)
 	}
 	postLeased(t, n, leasedInfo("taken-over", "queued", 1), 0)
@@ -151,20 +78,20 @@ func TestReadBackListsThisNodesIngressWorkloadsWithTheirLatestStateAndLeaseDeadl
 		return held["state"] == "running" && ifxIsTracked(n, n.id, "proxy-job")
 	})
 
-	a := readBack(t, n.m.IngressAddr(), "")
-	if got, want := a.ids(), []string{"leased", "unleased", "finished", "taken-over"}; !slices.Equal(got, want) {
+	a := testkit.ReadBack(t, n.m.IngressAddr(), "")
+	if got, want := a.IDs(), []string{"leased", "unleased", "finished", "taken-over"}; !slices.Equal(got, want) {
 		t.Fatalf("listed %v, want %v: the ingress's workloads in the order first reported, not the proxy's or a removed one", got, want)
 	}
 	wantState := []string{"running", "running", "completed", "running"}
 	for i, w := range a.Workloads {
 		if w.WorkloadInfo["state"] != wantState[i] || w.WorkloadInfo["originatedFrom"] != n.id || w.WorkloadInfo["harnessSlot"] != 3.0 {
-			t.Errorf("%s listed as %v, want its latest object (%s), stamped, with the producer's fields", a.ids()[i], w.WorkloadInfo, wantState[i])
+			t.Errorf("%s listed as %v, want its latest object (%s), stamped, with the producer's fields", a.IDs()[i], w.WorkloadInfo, wantState[i])
 		}
 		switch {
 		case i == 0 && (w.LeaseDeadline == nil || *w.LeaseDeadline != clock.now().Add(600*time.Second).UnixMilli()):
 			t.Errorf("leased job's deadline %v, want %d", w.LeaseDeadline, clock.now().Add(600*time.Second).UnixMilli())
 		case i > 0 && w.LeaseDeadline != nil:
-			t.Errorf("%s has lease deadline %d, want null", a.ids()[i], *w.LeaseDeadline)
+			t.Errorf("%s has lease deadline %d, want null", a.IDs()[i], *w.LeaseDeadline)
 		}
 	}
 	if a.Next != nil {
@@ -174,7 +101,7 @@ func TestReadBackListsThisNodesIngressWorkloadsWithTheirLatestStateAndLeaseDeadl
 	// Past the terminal retention the finished job is no longer listed,
 	// even before a prune has dropped it from the set.
 	clock.advance(61 * time.Second)
-	if got := readBack(t, n.m.IngressAddr(), "").ids(); slices.Contains(got, "finished") {
+	if got := testkit.ReadBack(t, n.m.IngressAddr(), "").IDs(); slices.Contains(got, "finished") {
 		t.Fatalf("listed %v: a terminal job past its retention", got)
 	}
 }
@@ -204,7 +131,7 @@ func TestReadBackFiltersOnRequesterId(t *testing.T) {
 		{"requesterId=nobody", nil},
 		{"", []string{"a-1", "b-1", "a-2", "null-1", "none-1", "empty-1"}},
 	} {
-		if got := readBack(t, n.m.IngressAddr(), c.query).ids(); !slices.Equal(got, c.want) {
+		if got := testkit.ReadBack(t, n.m.IngressAddr(), c.query).IDs(); !slices.Equal(got, c.want) {
 			t.Errorf("%q listed %v, want %v", c.query, got, c.want)
 		}
 	}
@@ -228,7 +155,7 @@ func TestReadBackPagesThroughEveryWorkloadOnceWithLimitAndCursor(t *testing.T) {
 	// removed, one is added. Every workload there throughout is listed
 	// once; the removed ones after their removal never.
 	removal := func(id string) {
-		if st, text := postIngress(t, n.m.IngressAddr(), `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"`+id+`"}}`); st != http.StatusOK {
+		if st, text := testkit.PostIngress(t, n.m.IngressAddr(), `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"`+id+`"}}`); st != http.StatusOK {
 			t.Fatalf("removal: %d %s", st, text)
 		}
 	}
@@ -280,7 +207,7 @@ func TestReadBackWalkGoesOnPastEntriesRemovedBetweenTwoSlices(t *testing.T) {
 func TestReadBackQueryOutsideItsRulesIs400NamingTheParameter(t *testing.T) {
 	n, _ := readBackNode(t)
 	postLeased(t, n, leasedInfo("q", "running", 1), 0)
-	valid := readBack(t, n.m.IngressAddr(), "limit=1")
+	valid := testkit.ReadBack(t, n.m.IngressAddr(), "limit=1")
 	if valid.Next != nil {
 		t.Fatalf("one workload, limit 1: next %q, want null", *valid.Next)
 	}
@@ -302,12 +229,12 @@ func TestReadBackQueryOutsideItsRulesIs400NamingTheParameter(t *testing.T) {
 		{"cursor=" + long, "cursor is 1441 bytes"},
 		{"limit=%zz", "query"},
 	} {
-		st, _, body := getReadBack(t, n.m.IngressAddr(), c.query)
+		st, _, body := testkit.GetReadBack(t, n.m.IngressAddr(), c.query)
 		if st != http.StatusBadRequest || !strings.Contains(string(body), c.reason) {
 			t.Errorf("%.60q: %d %q, want 400 with %q", c.query, st, body, c.reason)
 		}
 	}
-	if got, want := readBack(t, n.m.IngressAddr(), "limit=10000").ids(), []string{"q"}; !slices.Equal(got, want) {
+	if got, want := testkit.ReadBack(t, n.m.IngressAddr(), "limit=10000").IDs(), []string{"q"}; !slices.Equal(got, want) {
 		t.Fatalf("limit=10000 listed %v", got)
 	}
 }
@@ -340,7 +267,7 @@ func TestReadBackRefusesBrowsersAndOtherMethodsBeforeAnythingElse(t *testing.T) 
 			if c.name == "method before the query" {
 				query = "limit=0"
 			}
-			st, h, body := doReadBack(t, c.method, addr, query, c.headers...)
+			st, h, body := testkit.DoReadBack(t, c.method, addr, query, c.headers...)
 			if st != c.want {
 				t.Fatalf("%d %s, want %d", st, body, c.want)
 			}
@@ -356,7 +283,7 @@ func TestReadBackRefusesBrowsersAndOtherMethodsBeforeAnythingElse(t *testing.T) 
 
 func TestReadBackAnswerIsReadableByNoOtherOrigin(t *testing.T) {
 	n, _ := readBackNode(t)
-	st, h, _ := getReadBack(t, n.m.IngressAddr(), "")
+	st, h, _ := testkit.GetReadBack(t, n.m.IngressAddr(), "")
 	want := map[string]string{
 		"Content-Type":                 "application/json",
 		"X-Content-Type-Options":       "nosniff",
@@ -379,12 +306,12 @@ func TestReadBackEndsAPageAtItsByteBoundWithACursor(t *testing.T) {
 	const each = 200 << 10
 	count := ingress.ReadBackPageBytes/each + 3
 	trackWideIngressRuns(t, n, count, each)
-	first := readBack(t, n.m.IngressAddr(), "limit=10000")
+	first := testkit.ReadBack(t, n.m.IngressAddr(), "limit=10000")
 	if len(first.Workloads) != ingress.ReadBackPageBytes/each+1 || first.Next == nil {
 		t.Fatalf("the first page holds %d workloads of %d bytes, next %v; want the page ended just past %d bytes, with a cursor",
 			len(first.Workloads), each, first.Next, ingress.ReadBackPageBytes)
 	}
-	rest := readBack(t, n.m.IngressAddr(), "limit=10000&cursor="+url.QueryEscape(*first.Next))
+	rest := testkit.ReadBack(t, n.m.IngressAddr(), "limit=10000&cursor="+url.QueryEscape(*first.Next))
 	if len(first.Workloads)+len(rest.Workloads) != count || rest.Next != nil {
 		t.Fatalf("the second page holds %d, next %v; want the other %d", len(rest.Workloads), rest.Next, count-len(first.Workloads))
 	}
@@ -407,12 +334,12 @@ func TestReadBackEndsAPageAtItsScanBoundWithACursor(t *testing.T) {
 	}
 	postLeased(t, n, leasedInfo("after-them", "running", 1), 0)
 
-	first := readBack(t, n.m.IngressAddr(), "")
+	first := testkit.ReadBack(t, n.m.IngressAddr(), "")
 	if len(first.Workloads) != 0 || first.Next == nil {
-		t.Fatalf("the first answer lists %v, next %v; want none and a cursor after %d entries looked at", first.ids(), first.Next, ingress.ReadBackScanMax)
+		t.Fatalf("the first answer lists %v, next %v; want none and a cursor after %d entries looked at", first.IDs(), first.Next, ingress.ReadBackScanMax)
 	}
-	rest := readBack(t, n.m.IngressAddr(), "cursor="+url.QueryEscape(*first.Next))
-	if got := rest.ids(); !slices.Equal(got, []string{"after-them"}) || rest.Next != nil {
+	rest := testkit.ReadBack(t, n.m.IngressAddr(), "cursor="+url.QueryEscape(*first.Next))
+	if got := rest.IDs(); !slices.Equal(got, []string{"after-them"}) || rest.Next != nil {
 		t.Fatalf("the next answer lists %v, next %v", got, rest.Next)
 	}
 	if got := n.m.ingressStats.CutScan(); got != 1 {
@@ -483,7 +410,7 @@ func TestReadBackWithoutItsHeaderIs400NamingItBeforeAnyWork(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			before := n.m.ingressStats.Scanned()
-			st, _, body := getReadBack(t, addr, "", c.headers...)
+			st, _, body := testkit.GetReadBack(t, addr, "", c.headers...)
 			if st != http.StatusBadRequest || strings.TrimSpace(string(body)) != c.reason {
 				t.Fatalf("%d %.200q, want 400 %q", st, body, c.reason)
 			}
@@ -494,13 +421,13 @@ func TestReadBackWithoutItsHeaderIs400NamingItBeforeAnyWork(t *testing.T) {
 	}
 	// The method is checked before the header, and the header before the
 	// query: each request has one answer.
-	if st, _, body := doReadBack(t, http.MethodPost, addr, "limit=0", ingress.ReadBackHeader, ""); st != http.StatusMethodNotAllowed {
+	if st, _, body := testkit.DoReadBack(t, http.MethodPost, addr, "limit=0", ingress.ReadBackHeader, ""); st != http.StatusMethodNotAllowed {
 		t.Errorf("POST without the header: %d %s, want 405", st, body)
 	}
-	if st, _, body := getReadBack(t, addr, "limit=0", ingress.ReadBackHeader, ""); st != http.StatusBadRequest || !strings.Contains(string(body), ingress.ReadBackHeader) {
+	if st, _, body := testkit.GetReadBack(t, addr, "limit=0", ingress.ReadBackHeader, ""); st != http.StatusBadRequest || !strings.Contains(string(body), ingress.ReadBackHeader) {
 		t.Errorf("a bad query without the header: %d %s, want the header's 400", st, body)
 	}
-	if got := readBack(t, addr, "").ids(); !slices.Equal(got, []string{"hdr"}) {
+	if got := testkit.ReadBack(t, addr, "").IDs(); !slices.Equal(got, []string{"hdr"}) {
 		t.Fatalf("with the header: listed %v", got)
 	}
 }
@@ -548,7 +475,7 @@ func TestReadBacksInProgressAreBoundedAndOneMoreIs503WithRetryAfter(t *testing.T
 		}
 	}
 	scanned := n.m.ingressStats.Scanned()
-	st, h, body := getReadBack(t, addr, "limit=1")
+	st, h, body := testkit.GetReadBack(t, addr, "limit=1")
 	if st != http.StatusServiceUnavailable || h.Get("Retry-After") != "1" ||
 		strings.TrimSpace(string(body)) != "2 read-backs are in progress, the most this node answers at once; retry after 1 s" {
 		t.Fatalf("one read-back more: %d Retry-After %q %.200q, want 503 with Retry-After 1", st, h.Get("Retry-After"), body)
@@ -564,8 +491,8 @@ func TestReadBacksInProgressAreBoundedAndOneMoreIs503WithRetryAfter(t *testing.T
 
 	stalled[0].Close()
 	testkit.Eventually(t, "a place to free", func() bool { return n.m.ingressStats.InProgress() < ingress.ReadBackMaxInProgress })
-	if got := readBack(t, addr, "limit=1"); len(got.Workloads) != 1 {
-		t.Fatalf("after a place freed: listed %v", got.ids())
+	if got := testkit.ReadBack(t, addr, "limit=1"); len(got.Workloads) != 1 {
+		t.Fatalf("after a place freed: listed %v", got.IDs())
 	}
 }
 
@@ -599,9 +526,9 @@ func TestReadBackLooksAtTheSameEntriesWhetherItsFilterMatchesOrNot(t *testing.T)
 	post("late-1", "late")
 	set := n.m.table.Sizes().Runs
 
-	looked := func(query string) (int, readBackAnswer) {
+	looked := func(query string) (int, testkit.ReadBackAnswer) {
 		before := n.m.ingressStats.Scanned()
-		a := readBack(t, n.m.IngressAddr(), query)
+		a := testkit.ReadBack(t, n.m.IngressAddr(), query)
 		return int(n.m.ingressStats.Scanned() - before), a
 	}
 	for _, c := range []struct {
@@ -619,8 +546,8 @@ func TestReadBackLooksAtTheSameEntriesWhetherItsFilterMatchesOrNot(t *testing.T)
 		if got != set {
 			t.Errorf("%s looked at %d entries, want all %d whatever it matched", c.query, got, set)
 		}
-		if !slices.Equal(a.ids(), c.ids) || (a.Next != nil) != c.next {
-			t.Errorf("%s listed %v, next %v; want %v, a cursor: %v", c.query, a.ids(), a.Next, c.ids, c.next)
+		if !slices.Equal(a.IDs(), c.ids) || (a.Next != nil) != c.next {
+			t.Errorf("%s listed %v, next %v; want %v, a cursor: %v", c.query, a.IDs(), a.Next, c.ids, c.next)
 		}
 	}
 	// A filter that matches once and no more says so (next null), though

@@ -77,16 +77,16 @@ func TestIngressRefusesParamsOverTheWorkloadBoundWith413NamingIt(t *testing.T) {
 	}
 	n.start()
 	addr := n.m.IngressAddr()
-	if status, reason := postIngress(t, addr, paddedFrame(t, "at-bound", "", limit)); status != http.StatusOK {
+	if status, reason := testkit.PostIngress(t, addr, paddedFrame(t, "at-bound", "", limit)); status != http.StatusOK {
 		t.Fatalf("params of exactly %d bytes: %d %q, want 200", limit, status, reason)
 	}
-	if status, reason := postIngress(t, addr, paddedFrame(t, "over-bound", "", limit+1)); status != http.StatusRequestEntityTooLarge || reason != overWorkloadBound(limit+1, limit) {
+	if status, reason := testkit.PostIngress(t, addr, paddedFrame(t, "over-bound", "", limit+1)); status != http.StatusRequestEntityTooLarge || reason != overWorkloadBound(limit+1, limit) {
 		t.Fatalf("params one byte over: %d %q, want 413 %q", status, reason, overWorkloadBound(limit+1, limit))
 	}
 	// The bytes beside the workload count: a removal carrying a member of
 	// its own is refused alike.
 	removal := `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"at-bound","mine":"` + strings.Repeat("r", limit) + `"}}`
-	if status, reason := postIngress(t, addr, removal); status != http.StatusRequestEntityTooLarge || !strings.Contains(reason, "--workload-max-bytes") {
+	if status, reason := testkit.PostIngress(t, addr, removal); status != http.StatusRequestEntityTooLarge || !strings.Contains(reason, "--workload-max-bytes") {
 		t.Fatalf("a removal over the bound: %d %q, want 413 naming the bound", status, reason)
 	}
 	ifxBrokerBarrier(t, n)
@@ -153,7 +153,7 @@ func TestAFrameAtTheIngressBoundReachesAPeerWithTheSameBoundFreshAndReasserted(t
 		t.Fatal(err)
 	}
 	mesh(t, a, b)
-	if status, reason := postIngress(t, a.m.IngressAddr(), paddedFrame(t, "at-bound", "", limit)); status != http.StatusOK {
+	if status, reason := testkit.PostIngress(t, a.m.IngressAddr(), paddedFrame(t, "at-bound", "", limit)); status != http.StatusOK {
 		t.Fatalf("params of exactly %d bytes: %d %q, want 200", limit, status, reason)
 	}
 	b.broker.WaitUpserts("at-bound", 3) // fresh, then two re-assertions
@@ -204,7 +204,7 @@ func TestIngressAtTheResyncByteBoundIs503WithRetryAfterAndWritesNothing(t *testi
 	n.start()
 	addr := n.m.IngressAddr()
 	for _, id := range []string{"job-1", "job-2"} {
-		if st, body := postIngress(t, addr, liFrame(id)); st != http.StatusOK {
+		if st, body := testkit.PostIngress(t, addr, liFrame(id)); st != http.StatusOK {
 			t.Fatalf("%s under the bound: %d %s", id, st, body)
 		}
 	}
@@ -220,16 +220,16 @@ func TestIngressAtTheResyncByteBoundIs503WithRetryAfterAndWritesNothing(t *testi
 	if ra, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || ra != 30 {
 		t.Fatalf("Retry-After %q, want half the 60 s retention while every entry is live", resp.Header.Get("Retry-After"))
 	}
-	if _, body := postIngress(t, addr, liFrame("job-3")); !strings.Contains(body, "--max-live-workload-bytes") {
+	if _, body := testkit.PostIngress(t, addr, liFrame("job-3")); !strings.Contains(body, "--max-live-workload-bytes") {
 		t.Fatalf("the reason %q does not name the bound", body)
 	}
 	// An update that grows its workload past the bound is refused too; one
 	// that keeps its size passes.
 	grown := strings.Replace(liFrame("job-1"), `"createdAt"`, `"note":"`+strings.Repeat("n", 64)+`","createdAt"`, 1)
-	if st, body := postIngress(t, addr, grown); st != http.StatusServiceUnavailable || !strings.Contains(body, "--max-live-workload-bytes") {
+	if st, body := testkit.PostIngress(t, addr, grown); st != http.StatusServiceUnavailable || !strings.Contains(body, "--max-live-workload-bytes") {
 		t.Fatalf("an update growing past the bound: %d %s, want 503 naming the bound", st, body)
 	}
-	if st, body := postIngress(t, addr, strings.Replace(liFrame("job-1"), `"seq":1`, `"seq":2`, 1)); st != http.StatusOK {
+	if st, body := testkit.PostIngress(t, addr, strings.Replace(liFrame("job-1"), `"seq":1`, `"seq":2`, 1)); st != http.StatusOK {
 		t.Fatalf("an update of the same size at the bound: %d %s", st, body)
 	}
 	ifxBrokerBarrier(t, n)

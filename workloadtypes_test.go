@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -23,7 +24,7 @@ func TestIngressRefusesMembersTheBrokerCannotDecode(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tracked := ifxTrackedCount(n)
 			body := testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", "", tc.member))
-			status, reason := postIngress(t, addr, body)
+			status, reason := testkit.PostIngress(t, addr, body)
 			if status != http.StatusBadRequest || !strings.Contains(reason, tc.reason) {
 				t.Errorf("status %d (%q), want 400 naming %q", status, reason, tc.reason)
 			}
@@ -37,7 +38,7 @@ func TestIngressRefusesMembersTheBrokerCannotDecode(t *testing.T) {
 	}
 	// A removal is held to the same rule: its workloadId is a string the
 	// broker can decode.
-	status, reason := postIngress(t, addr, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-\udc00"}}`)
+	status, reason := testkit.PostIngress(t, addr, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-\udc00"}}`)
 	if status != http.StatusBadRequest || !strings.Contains(reason, "params.workloadId") {
 		t.Fatalf("removal of a lone surrogate id: status %d (%q), want 400 naming params.workloadId", status, reason)
 	}
@@ -122,7 +123,7 @@ func TestIngressRefusesWhatOnlyItsOwnRulesForbidAndThePeerPortAndStdinRelayItAsI
 	addr := n.m.IngressAddr()
 	for i, tc := range ingressOnlyRules {
 		t.Run("ingress "+tc.name, func(t *testing.T) {
-			status, reason := postIngress(t, addr, tc.frame)
+			status, reason := testkit.PostIngress(t, addr, tc.frame)
 			if status != http.StatusBadRequest || !strings.Contains(reason, tc.reason) {
 				t.Fatalf("status %d (%q), want 400 naming %q", status, reason, tc.reason)
 			}

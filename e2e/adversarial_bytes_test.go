@@ -56,7 +56,7 @@ func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinThe
 		return `{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":{"id":"big-` + itoa(i) +
 			`","model":"m","engine":"e","state":"running","blob":"` + member + `"}}}`
 	}
-	if s, text := postIngress(t, ingress, frame(-1, "small")); s != http.StatusOK {
+	if s, text := testkit.PostIngress(t, ingress, frame(-1, "small")); s != http.StatusOK {
 		t.Fatalf("a frame well within the bound: %d %q", s, text)
 	}
 	rssBefore := advRSS(d)
@@ -117,7 +117,7 @@ func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinThe
 		t.Fatalf("%d upserts reached the broker, want only the small frame's", n)
 	}
 	// A producer within the bound is still served.
-	if s, text := postIngress(t, ingress, frame(advBigPosts, strings.Repeat("s", wireframe.DefaultWorkloadMaxBytes/2))); s != http.StatusOK {
+	if s, text := testkit.PostIngress(t, ingress, frame(advBigPosts, strings.Repeat("s", wireframe.DefaultWorkloadMaxBytes/2))); s != http.StatusOK {
 		t.Fatalf("a frame within the bound after the posts: %d %q", s, text)
 	}
 	d.WaitMethod(wireframe.MethodUpsert, 2)

@@ -176,7 +176,7 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 		return out, &wg
 	}
 
-	if st, _ := postIngress(t, ingress, testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("warm-up", "running", ""))); st != http.StatusOK {
+	if st, _ := testkit.PostIngress(t, ingress, testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("warm-up", "running", ""))); st != http.StatusOK {
 		t.Fatalf("warm-up post: %d", st)
 	}
 	base := scrapeProc(t, a)["go_goroutines"]

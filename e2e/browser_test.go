@@ -1242,7 +1242,7 @@ func TestBrowserPageLoopingReadBacksMakesTheDaemonDoNoWork(t *testing.T) {
 	}{{"requesterId=victim&limit=1", 1}, {"requesterId=nobody&limit=1", 0}} {
 		before := scanned()
 		began := time.Now()
-		a := readBack(t, ingress, q.query)
+		a := testkit.ReadBack(t, ingress, q.query)
 		took := time.Since(began)
 		if got := scanned() - before; got != set || len(a.Workloads) != q.listed {
 			t.Errorf("%s looked at %.0f entries and listed %d, want all %d and %d", q.query, got, len(a.Workloads), set, q.listed)

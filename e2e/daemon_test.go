@@ -257,7 +257,7 @@ func TestProcessBrokerLineMaxSetsTheLimitOfLinesToTheBroker(t *testing.T) {
 			args := append([]string{"--local-ingress", "127.0.0.1:0", "--workload-max-bytes", itoa(wireframe.MaxWorkloadMaxBytes)}, tc.extra...)
 			d := startNode(t, nodes[0], args...)
 			ingress := d.loggedValue("local ingress listening", "addr")
-			got, text := postIngress(t, ingress, string(longNoteFrame("proc-long-error", "")))
+			got, text := testkit.PostIngress(t, ingress, string(longNoteFrame("proc-long-error", "")))
 			if got != tc.want {
 				t.Fatalf("a frame with a %d-byte note: status %d (%q), want %d", longErrorBytes, got, text, tc.want)
 			}
@@ -266,7 +266,7 @@ func TestProcessBrokerLineMaxSetsTheLimitOfLinesToTheBroker(t *testing.T) {
 			}
 			// A frame accepted after it: the daemon still works, and every
 			// earlier line has been read.
-			if got, text := postIngress(t, ingress, liFrame("proc-after")); got != http.StatusOK {
+			if got, text := testkit.PostIngress(t, ingress, liFrame("proc-after")); got != http.StatusOK {
 				t.Fatalf("next frame: status %d (%q), want 200", got, text)
 			}
 			d.WaitUpserts("proc-after", 1)

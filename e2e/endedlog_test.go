@@ -22,7 +22,7 @@ func TestProcessPeerBackAfterTheRetentionGetsTheEndsItMissed(t *testing.T) {
 	metrics := a.loggedValue("metrics endpoint listening", "addr")
 	post := func(frame string) {
 		t.Helper()
-		if st, text := postIngress(t, ingress, frame); st != http.StatusOK {
+		if st, text := testkit.PostIngress(t, ingress, frame); st != http.StatusOK {
 			t.Fatalf("ingress post = %d %q, want 200", st, text)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -32,7 +33,7 @@ func TestIngressEndToEndAcrossProcesses(t *testing.T) {
 	a.discover(nodes[1], b.port)
 	a.waitLog("broadcast targets changed", "total=1")
 
-	if s, _ := postIngress(t, ingressAddr, curlFrame); s != http.StatusOK {
+	if s, _ := testkit.PostIngress(t, ingressAddr, curlFrame); s != http.StatusOK {
 		t.Fatalf("curl-shaped post: status %d", s)
 	}
 	var atA struct{ WorkloadInfo map[string]any }
@@ -49,7 +50,7 @@ func TestIngressEndToEndAcrossProcesses(t *testing.T) {
 	a.send(testframe.LifecycleLine("clock", "running", nodes[0].ID))
 	b.WaitUpserts("clock", 1)
 
-	if s, _ := postIngress(t, ingressAddr, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-42"}}`); s != http.StatusOK {
+	if s, _ := testkit.PostIngress(t, ingressAddr, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-42"}}`); s != http.StatusOK {
 		t.Fatalf("removal: status %d", s)
 	}
 	for _, d := range []*daemonProc{a, b} {

@@ -61,7 +61,7 @@ func postProc(t *testing.T, ingress string, w map[string]any, seconds int) {
 	if seconds > 0 {
 		h = []string{leaseHeader, itoa(seconds)}
 	}
-	if st, text := postIngress(t, ingress, string(testframe.Lifecycle(w, nil)), h...); st != http.StatusOK {
+	if st, text := testkit.PostIngress(t, ingress, string(testframe.Lifecycle(w, nil)), h...); st != http.StatusOK {
 		t.Fatalf("post %s %s: %d %s", w["id"], w["state"], st, text)
 	}
 }
@@ -88,7 +88,7 @@ func TestProcessALeasedJobNotRenewedTurnsFailedAtItsBrokerAndAPeerWithinItsLease
 			case <-stop:
 				return
 			case <-tick.C:
-				st, _ := postIngress(t, ingress, string(testframe.Lifecycle(leasedInfo("renewed", "running", 1), nil)), leaseHeader, itoa(statetable.MinLeaseSeconds))
+				st, _ := testkit.PostIngress(t, ingress, string(testframe.Lifecycle(leasedInfo("renewed", "running", 1), nil)), leaseHeader, itoa(statetable.MinLeaseSeconds))
 				if st != http.StatusOK {
 					t.Errorf("renewal: %d", st)
 					return
@@ -121,8 +121,8 @@ func TestProcessALeasedJobNotRenewedTurnsFailedAtItsBrokerAndAPeerWithinItsLease
 
 	// The read-back shows the failed job unleased and the renewed one with
 	// its deadline ahead.
-	st, _, body := getReadBack(t, ingress, "requesterId=lease-test")
-	var answer readBackAnswer
+	st, _, body := testkit.GetReadBack(t, ingress, "requesterId=lease-test")
+	var answer testkit.ReadBackAnswer
 	if st != http.StatusOK || json.Unmarshal(body, &answer) != nil {
 		t.Fatalf("read-back: %d %s", st, body)
 	}
@@ -142,7 +142,7 @@ func TestProcessALeasedJobNotRenewedTurnsFailedAtItsBrokerAndAPeerWithinItsLease
 		}
 	}
 	if len(seen) != 3 {
-		t.Errorf("the read-back listed %v, want the three jobs", answer.ids())
+		t.Errorf("the read-back listed %v, want the three jobs", answer.IDs())
 	}
 }
 
@@ -166,7 +166,7 @@ func TestProcessExpiryRacingALateTerminalFrameEndsInOneTerminalStateOnBothNodes(
 		at := posted[i].Add(statetable.MinLeaseSeconds*time.Second + time.Duration(i*30-165)*time.Millisecond)
 		wg.Go(func() {
 			time.Sleep(time.Until(at))
-			if st, text := postIngress(t, ingress, string(testframe.Lifecycle(leasedInfo("race-"+itoa(i), "completed", 2), nil))); st != http.StatusOK {
+			if st, text := testkit.PostIngress(t, ingress, string(testframe.Lifecycle(leasedInfo("race-"+itoa(i), "completed", 2), nil))); st != http.StatusOK {
 				t.Errorf("the late terminal frame of race-%d: %d %s", i, st, text)
 			}
 		})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -40,7 +41,7 @@ func TestProcessAFrameNamingTheNodesOtherIDIsTakenAndRelayedUnderItsID(t *testin
 			`","model":"m","engine":"e","state":"running","seq":1,"createdAt":` + ms + `,"startedAt":` + ms +
 			`,"completedAt":null,"error":null,"originatedFrom":"` + origin + `","scheduledOn":"` + scheduledOn + `"}}}`
 	}
-	if st, text := postIngress(t, ingress, frame("by-alias", idNodeID, idNodeID)); st != http.StatusOK {
+	if st, text := testkit.PostIngress(t, ingress, frame("by-alias", idNodeID, idNodeID)); st != http.StatusOK {
 		t.Fatalf("a frame naming node-id.json's id: %d %s; want it taken as this node's", st, text)
 	}
 	d.WaitUpserts("by-alias", 1)
@@ -49,7 +50,7 @@ func TestProcessAFrameNamingTheNodesOtherIDIsTakenAndRelayedUnderItsID(t *testin
 	if strings.Contains(params, idNodeID) || !strings.Contains(params, `"originatedFrom":"`+idIdentity+`"`) || !strings.Contains(params, `"scheduledOn":"`+idIdentity+`"`) {
 		t.Errorf("the broker got %s; want originatedFrom and scheduledOn under identity.json's id %s, the alias gone", params, idIdentity)
 	}
-	st, text := postIngress(t, ingress, frame("by-stranger", stranger, idIdentity))
+	st, text := testkit.PostIngress(t, ingress, frame("by-stranger", stranger, idIdentity))
 	if st != http.StatusBadRequest || !strings.Contains(text, stranger) {
 		t.Errorf("a frame naming a third id: %d %s; want 400 naming it", st, text)
 	}

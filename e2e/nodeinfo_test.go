@@ -58,7 +58,7 @@ func TestProcessNodeEndpointAnswersTheNodesIdMembersAndLimits(t *testing.T) {
 	}
 	snapshot(true)
 	a.waitLog("broadcast targets changed", "total=1")
-	if s, text := postIngress(t, ingress, curlFrame); s != http.StatusOK {
+	if s, text := testkit.PostIngress(t, ingress, curlFrame); s != http.StatusOK {
 		t.Fatalf("post: %d %s", s, text)
 	}
 
@@ -130,7 +130,7 @@ func TestProcessNodeEndpointRefusesPagesAndWhatItDoesNotServe(t *testing.T) {
 			t.Errorf("%s: %d %q, want %d naming %s and not the node's id", c.name, st, body, c.status, c.reason)
 		}
 	}
-	st, text := liMust(t, ingress, liRequest{method: http.MethodPost, path: nodeInfoPath, header: http.Header{"Content-Type": {"application/json"}}, body: "{}"})
+	st, text := testkit.MustDo(t, ingress, testkit.Request{Method: http.MethodPost, Path: nodeInfoPath, Header: http.Header{"Content-Type": {"application/json"}}, Body: "{}"})
 	if st != http.StatusMethodNotAllowed || text != "method must be GET" {
 		t.Errorf("POST: %d %q", st, text)
 	}
@@ -212,7 +212,7 @@ func getNodeInfo(t testing.TB, addr, query string, headers ...string) (int, http
 		}
 		req.Header.Add(headers[i], headers[i+1])
 	}
-	resp, err := liClient.Do(req)
+	resp, err := testkit.Client.Do(req)
 	testkit.Must(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)

@@ -38,7 +38,7 @@ func TestProcessIngressRemovalOrLeaseOfABrokerJobIs409AndTheBrokersLaterFramesRe
 		{"frame", string(testframe.Lifecycle(leasedInfo("proxy-1", "completed", 2), nil)), nil},
 	}
 	for _, r := range refusals {
-		st, text := postIngress(t, ingress, r.body, r.headers...)
+		st, text := testkit.PostIngress(t, ingress, r.body, r.headers...)
 		if st != http.StatusConflict || !strings.Contains(text, `"proxy-1"`) || strings.Contains(text, "\n") {
 			t.Fatalf("ingress %s of the broker's job: %d %q, want 409 with one line naming it", r.what, st, text)
 		}
@@ -124,12 +124,12 @@ func TestProcessALeasedIngressJobIsFailedOnBothNodesAfterItsDaemonIsKilledAndRes
 	ingress2 := a2.loggedValue("local ingress listening", "addr")
 
 	testkit.Eventually(t, "the read-back to list the replayed ingress jobs", func() bool {
-		st, _, body := getReadBack(t, ingress2, "")
-		var answer readBackAnswer
+		st, _, body := testkit.GetReadBack(t, ingress2, "")
+		var answer testkit.ReadBackAnswer
 		if st != http.StatusOK || json.Unmarshal(body, &answer) != nil {
 			return false
 		}
-		ids := answer.ids()
+		ids := answer.IDs()
 		slices.Sort(ids)
 		return slices.Equal(ids, []string{"crashed", "kept"})
 	})
@@ -164,11 +164,11 @@ func TestProcessFiveThousandIngressRemovalsThenAReplayBringNoneBack(t *testing.T
 		wg.Go(func() {
 			for i := w; i < jobs; i += workers {
 				id := "r-" + itoa(i)
-				if st, text := postIngress(t, ingress, string(testframe.Lifecycle(leasedInfo(id, "running", 1), nil))); st != http.StatusOK {
+				if st, text := testkit.PostIngress(t, ingress, string(testframe.Lifecycle(leasedInfo(id, "running", 1), nil))); st != http.StatusOK {
 					t.Errorf("post %s: %d %s", id, st, text)
 					return
 				}
-				if st, text := postIngress(t, ingress, fmt.Sprintf(`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":%q}}`, id)); st != http.StatusOK {
+				if st, text := testkit.PostIngress(t, ingress, fmt.Sprintf(`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":%q}}`, id)); st != http.StatusOK {
 					t.Errorf("remove %s: %d %s", id, st, text)
 					return
 				}
@@ -209,7 +209,7 @@ func TestProcessATornJournalTailIsOneWarningAndTheRecordsBeforeItStay(t *testing
 	nodes := writeCluster(t, 1)
 	a := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0")
 	a.WaitMethod("ready", 1)
-	if st, text := postIngress(t, a.loggedValue("local ingress listening", "addr"), string(testframe.Lifecycle(leasedInfo("job-1", "running", 1), nil))); st != http.StatusOK {
+	if st, text := testkit.PostIngress(t, a.loggedValue("local ingress listening", "addr"), string(testframe.Lifecycle(leasedInfo("job-1", "running", 1), nil))); st != http.StatusOK {
 		t.Fatalf("post: %d %s", st, text)
 	}
 	if err := a.cmd.Process.Kill(); err != nil {
@@ -234,7 +234,7 @@ func TestProcessATornJournalTailIsOneWarningAndTheRecordsBeforeItStay(t *testing
 	}
 	ingress := a2.loggedValue("local ingress listening", "addr")
 	// The producer still owns job-1: its removal is taken, not 409.
-	if st, text := postIngress(t, ingress, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-1"}}`); st != http.StatusOK {
+	if st, text := testkit.PostIngress(t, ingress, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-1"}}`); st != http.StatusOK {
 		t.Fatalf("the producer's removal of its job after the restart: %d %s", st, text)
 	}
 }
@@ -246,12 +246,12 @@ func TestProcessATornJournalTailIsOneWarningAndTheRecordsBeforeItStay(t *testing
 func TestProcessAProducerThatRemovedAnIDCannotSilenceTheBrokersNewJobOfIt(t *testing.T) {
 	t.Parallel()
 	a, b, nodes, ingress := leaseProcPair(t)
-	if st, text := postIngress(t, ingress, string(testframe.Lifecycle(leasedInfo("proxy-7", "running", 1), nil))); st != http.StatusOK {
+	if st, text := testkit.PostIngress(t, ingress, string(testframe.Lifecycle(leasedInfo("proxy-7", "running", 1), nil))); st != http.StatusOK {
 		t.Fatalf("post: %d %s", st, text)
 	}
 	b.WaitUpserts("proxy-7", 1)
 	for range 3 {
-		if st, text := postIngress(t, ingress, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"proxy-7"}}`); st != http.StatusOK {
+		if st, text := testkit.PostIngress(t, ingress, `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"proxy-7"}}`); st != http.StatusOK {
 			t.Fatalf("remove: %d %s", st, text)
 		}
 	}

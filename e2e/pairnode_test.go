@@ -116,7 +116,7 @@ func TestPAIRNodeLayoutDropIn(t *testing.T) {
 		`"state":"running","originatedFrom":"` + a.nodeIDJSON(t) + `","scheduledOn":null,"seq":1,` +
 		`"createdAt":1789661457000,"startedAt":1789661458000,"completedAt":null,"error":null,` +
 		`"requesterId":"offload-harness/sess-1"}}}`
-	if st, body := postIngress(t, ingress, frame); st != http.StatusOK {
+	if st, body := testkit.PostIngress(t, ingress, frame); st != http.StatusOK {
 		t.Fatalf("a producer's frame with node-id.json's id: %d %s", st, body)
 	}
 	db.WaitUpserts("led-1789661457000-1", 1)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -94,7 +95,7 @@ func TestProcessReusedIDRemovedTwiceThroughTheIngressIsRemovedAtThePeer(t *testi
 		string(testframe.Removal("job-42", "")),
 		testframe.LifecycleLine("barrier", "running", ""),
 	} {
-		if st, text := postIngress(t, ingress, frame); st != http.StatusOK {
+		if st, text := testkit.PostIngress(t, ingress, frame); st != http.StatusOK {
 			t.Fatalf("ingress post %d = %d %q, want 200", i, st, text)
 		}
 	}

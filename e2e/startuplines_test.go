@@ -3,6 +3,7 @@ package e2e
 import (
 	"net"
 	"net/http"
+	"nvpair-workload-manager/internal/testkit"
 	"strings"
 	"testing"
 )
@@ -37,7 +38,7 @@ func TestStartupLinesNameEveryBoundAddress(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /metrics at the logged address: %d", resp.StatusCode)
 	}
-	if st, body := postIngress(t, ingress, liFrame("startup-lines")); st != http.StatusOK {
+	if st, body := testkit.PostIngress(t, ingress, liFrame("startup-lines")); st != http.StatusOK {
 		t.Fatalf("a frame to the logged ingress address: %d %s", st, body)
 	}
 	d.WaitUpserts("startup-lines", 1)
