@@ -22,17 +22,17 @@ import (
 func TestBroadcastDeadPeerDoesNotDelayHealthyPeer(t *testing.T) {
 	waitsOutRealTime(t, "a dead peer's attempts")
 	a := newTestNode(t)
-	hole, sink := newNetBlackHole(t), newNetSink(t)
-	hole.pinIn(t, a)
+	hole, sink := testkit.NewBlackHole(t), newNetSink(t)
+	testkit.Must(t, devpki.PinIdentity(a.clusterDir, hole.Ident))
 	sink.pinIn(t, a)
 	a.start()
-	netDiscover(a, hole.entry(), sink.entry())
+	netDiscover(a, hole.Entry(), sink.entry())
 	a.waitTargets(2)
 
 	start := time.Now()
 	a.sendLifecycle(testframe.Workload("job-1", "running", a.id))
 	a.sendLifecycle(testframe.Workload("job-2", "running", a.id))
-	testkit.Eventually(t, "the dead peer to be dialed", func() bool { return hole.accepted.Load() > 0 })
+	testkit.Eventually(t, "the dead peer to be dialed", func() bool { return hole.Accepted.Load() > 0 })
 	testkit.Eventually(t, "job-1 and job-2 at the healthy peer", func() bool { return sink.count("job-1") == 1 && sink.count("job-2") == 1 })
 	// The dead peer holds each attempt for peerAttemptTimeout (5 s): a
 	// healthy peer waiting behind it would see job-2 after 15 s.
@@ -347,67 +347,7 @@ func (s *netSink) pinIn(t testing.TB, n *testNode) {
 }
 
 func (s *netSink) entry() map[string]any {
-	return netAddrEntry(s.id, s.ident.Principal, s.addr)
-}
-
-// netBlackHole accepts TCP connections and never reads or answers.
-type netBlackHole struct {
-	id       string
-	ident    devpki.Identity
-	ln       net.Listener
-	accepted atomic.Int32
-}
-
-func newNetBlackHole(t testing.TB) *netBlackHole {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testkit.Must(t, err)
-	h := &netBlackHole{id: devpki.NewUUID(), ident: testkit.Mint(t, devpki.NewUUID()), ln: ln}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			h.accepted.Add(1)
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return h
-}
-
-func (h *netBlackHole) pinIn(t testing.TB, n *testNode) {
-	t.Helper()
-	testkit.Must(t, devpki.PinIdentity(n.clusterDir, h.ident))
-}
-
-func (h *netBlackHole) entry() map[string]any {
-	return netAddrEntry(h.id, h.ident.Principal, h.ln.Addr().String())
-}
-
-// netAddrEntry is a discovery entry for a peer listening at hostPort.
-func netAddrEntry(hostUUID, clusterUUID, hostPort string) map[string]any {
-	host, port, _ := net.SplitHostPort(hostPort)
-	p, _ := net.LookupPort("tcp", port)
-	return map[string]any{
-		"hostUuid": hostUUID, "name": "peer-" + hostUUID[:8], "ip": host, "clusterUuid": clusterUUID,
-		"trusted": true, "services": map[string]any{"wl": map[string]any{"port": p}},
-	}
+	return testkit.AddrEntry(s.id, s.ident.Principal, s.addr)
 }
 
 // netDrops returns how many entries the node's peers refused for good.

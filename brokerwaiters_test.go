@@ -2,13 +2,10 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net/http"
-	"net/http/httptrace"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,26 +45,15 @@ func withGatedBroker(t *testing.T) (nodeOption, *gatedWriter) {
 	return func(c *Config) { g.w = c.Out; c.Out = g }, g
 }
 
-// busyAnswer is what a request got back.
-type busyAnswer struct {
-	status            int
-	text, retryAfter  string
-	connectionClosing bool
-	// served runs from the request's last byte written to the answer's
-	// first byte read: the daemon's decision, without the dial, the
-	// handshake and the wait for an accept that a loaded machine adds.
-	served time.Duration
-}
-
 func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingBehind(t *testing.T) {
 	type channel struct {
 		name    string
 		waiters func(m *Manager) *brokerio.Waiters
 		// post sends the frame for id on this channel and returns the
 		// answer, or a zero answer when none came within.
-		post func(t *testing.T, id string, within time.Duration) busyAnswer
+		post func(t *testing.T, id string, within time.Duration) testkit.BusyAnswer
 		// other posts on the other channel, which must not be refused.
-		other func(t *testing.T, id string, within time.Duration) busyAnswer
+		other func(t *testing.T, id string, within time.Duration) testkit.BusyAnswer
 	}
 	opt, gate := withGatedBroker(t)
 	h := newNetPeerHarnessWith(t, func(n *testNode) {
@@ -75,16 +61,16 @@ func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingB
 			t.Fatal(err)
 		}
 	}, opt, withConnLimits(httpguard.ConnLimits{PeerPerSource: 1024}))
-	ingressPost := func(t *testing.T, id string, within time.Duration) busyAnswer {
-		return doBusyAnswer(t, within, http.DefaultClient, "http://"+h.n.m.IngressAddr()+wireframe.EventsPath, "application/json",
+	ingressPost := func(t *testing.T, id string, within time.Duration) testkit.BusyAnswer {
+		return testkit.DoBusyAnswer(t, within, http.DefaultClient, "http://"+h.n.m.IngressAddr()+wireframe.EventsPath, "application/json",
 			[]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON(id, "running", ""))))
 	}
-	peerPost := func(t *testing.T, id string, within time.Duration) busyAnswer {
-		return doBusyAnswer(t, within, h.c, "https://"+h.addr+wireframe.EventsPath, "application/json",
+	peerPost := func(t *testing.T, id string, within time.Duration) testkit.BusyAnswer {
+		return testkit.DoBusyAnswer(t, within, h.c, "https://"+h.addr+wireframe.EventsPath, "application/json",
 			testframe.Lifecycle(testframe.Workload(id, "running", h.client.Principal), nil))
 	}
-	peerBatch := func(t *testing.T, id string, within time.Duration) busyAnswer {
-		return doBusyAnswer(t, within, h.c, "https://"+h.addr+wireframe.EventsPath, peerwire.BatchContentType,
+	peerBatch := func(t *testing.T, id string, within time.Duration) testkit.BusyAnswer {
+		return testkit.DoBusyAnswer(t, within, h.c, "https://"+h.addr+wireframe.EventsPath, peerwire.BatchContentType,
 			append(testframe.Lifecycle(testframe.Workload(id, "running", h.client.Principal), nil), '\n'))
 	}
 	channels := []channel{
@@ -100,7 +86,7 @@ func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingB
 			// However this case ends, its requests are let through and
 			// waited for before the next case.
 			t.Cleanup(func() { gate.open(); wg.Wait() })
-			answers := make(chan busyAnswer, brokerio.WaitersMax+1)
+			answers := make(chan testkit.BusyAnswer, brokerio.WaitersMax+1)
 			for i := range brokerio.WaitersMax {
 				wg.Go(func() { answers <- c.post(t, c.name+"-waiting-"+itoa(i), testkit.WaitTimeout) })
 			}
@@ -109,7 +95,7 @@ func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingB
 			refusedBefore := waiters.Refused()
 			// At once: a refusal that waited would hold what the bound saves.
 			a := c.post(t, c.name+"-refused", 2*time.Second)
-			if a.status != http.StatusServiceUnavailable || a.retryAfter != "1" || !a.connectionClosing || !strings.HasPrefix(a.text, brokerio.ReasonBusyPrefix) {
+			if a.Status != http.StatusServiceUnavailable || a.RetryAfter != "1" || !a.ConnectionClosing || !strings.HasPrefix(a.Text, brokerio.ReasonBusyPrefix) {
 				t.Fatalf("request over the bound: %+v, want 503, Retry-After: 1, Connection: close, a reason naming the bound", a)
 			}
 			if got := waiters.Refused() - refusedBefore; got != 1 {
@@ -127,7 +113,7 @@ func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingB
 			wg.Wait()
 			close(answers)
 			for a := range answers {
-				if a.status != http.StatusOK {
+				if a.Status != http.StatusOK {
 					t.Fatalf("a waiting request got %+v once the broker read again, want 200", a)
 				}
 			}
@@ -136,7 +122,7 @@ func TestRequestsBeyondTheBrokerWaitersBoundAre503WithRetryAfterAndLeaveNothingB
 			if resyncHeldID(h.n, c.name+"-refused") {
 				t.Fatal("the refused frame was tracked")
 			}
-			if a := c.post(t, c.name+"-refused", testkit.WaitTimeout); a.status != http.StatusOK {
+			if a := c.post(t, c.name+"-refused", testkit.WaitTimeout); a.Status != http.StatusOK {
 				t.Fatalf("the refused frame, sent again once the broker reads: %+v, want 200", a)
 			}
 			testkit.Eventually(t, "the refused frame at the broker once sent again", func() bool { return netUpsertIDs(h.n)[c.name+"-refused"] == 1 })
@@ -165,41 +151,6 @@ func resyncHeldID(n *testNode, id string) bool {
 		}
 	}
 	return false
-}
-
-// doBusyAnswer posts body to url and returns the answer, or a zero answer
-// (with the error logged) when none came within.
-func doBusyAnswer(t *testing.T, within time.Duration, c *http.Client, url, contentType string, body []byte) busyAnswer {
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		t.Error(err)
-		return busyAnswer{}
-	}
-	req.Header.Set("Content-Type", contentType)
-	// The trace's callbacks run on the transport's goroutines.
-	var wrote, answered atomic.Int64
-	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest:         func(httptrace.WroteRequestInfo) { wrote.Store(time.Now().UnixNano()) },
-		GotFirstResponseByte: func() { answered.Store(time.Now().UnixNano()) },
-	}))
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Logf("POST %s: %v", url, err)
-		return busyAnswer{}
-	}
-	defer resp.Body.Close()
-	text, _ := io.ReadAll(resp.Body)
-	// A daemon that refuses before reading the body can answer before the
-	// transport reports the request written (or at all): served is then 0,
-	// since the answer did not wait for the request's last byte.
-	var served time.Duration
-	if w, a := wrote.Load(), answered.Load(); w != 0 && a > w {
-		served = time.Duration(a - w)
-	}
-	return busyAnswer{status: resp.StatusCode, text: strings.TrimSpace(string(text)), retryAfter: resp.Header.Get("Retry-After"),
-		connectionClosing: resp.Close, served: served}
 }
 
 // newNetPeerHarnessWith is newNetPeerHarness with before run on the node

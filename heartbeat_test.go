@@ -17,7 +17,7 @@ func joinSink(t *testing.T, s *testkit.HBSink, n *testNode) {
 	t.Helper()
 	testkit.Must(t, devpki.PinIdentity(n.clusterDir, s.Ident))
 	n.m.trust.Reload()
-	netDiscover(n, netAddrEntry(s.ID, s.Ident.Principal, s.Addr))
+	netDiscover(n, testkit.AddrEntry(s.ID, s.Ident.Principal, s.Addr))
 	n.waitTargets(1)
 }
 
@@ -123,7 +123,7 @@ func TestMixedClusterBatchingAndSingleFramePeersReceiveEveryFrameInOrder(t *test
 		testkit.Must(t, devpki.PinIdentity(n.clusterDir, s.Ident))
 	}
 	n.m.trust.Reload()
-	netDiscover(n, netAddrEntry(batching.ID, batching.Ident.Principal, batching.Addr), netAddrEntry(single.ID, single.Ident.Principal, single.Addr))
+	netDiscover(n, testkit.AddrEntry(batching.ID, batching.Ident.Principal, batching.Addr), testkit.AddrEntry(single.ID, single.Ident.Principal, single.Addr))
 	n.waitTargets(2)
 	// The first answer carries the advertisement; what queues behind the
 	// frame in flight then goes in batches to the peer that takes them.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/sha256"
+	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/testkit"
 	"runtime"
@@ -89,7 +90,7 @@ func TestProcessMetricsInTheStandardNames(t *testing.T) {
 func TestPeerBehindCountsTheChangesAPeerLacks(t *testing.T) {
 	waitsOutRealTime(t, "the sender's backoff")
 	n, hole := startWithBlackHoledPeer(t)
-	series := `nvpair_wlm_peer_behind_versions{peer="` + hole.ident.Principal + `"}`
+	series := `nvpair_wlm_peer_behind_versions{peer="` + hole.Ident.Principal + `"}`
 	if v, ok := scrape(t, n)[series]; !ok || v != 0 {
 		t.Fatalf("%s = %v (present %v) before any frame, want 0", series, v, ok)
 	}
@@ -111,13 +112,13 @@ func spendCPU(d time.Duration) {
 // startWithBlackHoledPeer starts a node with its metrics endpoint whose one
 // broadcast target is a pinned peer that never answers, so what is sent to
 // it stays in its queue.
-func startWithBlackHoledPeer(t *testing.T) (*testNode, *netBlackHole) {
+func startWithBlackHoledPeer(t *testing.T) (*testNode, *testkit.BlackHole) {
 	t.Helper()
 	n := newMetricsNode(t, false)
-	hole := newNetBlackHole(t)
-	hole.pinIn(t, n)
+	hole := testkit.NewBlackHole(t)
+	testkit.Must(t, devpki.PinIdentity(n.clusterDir, hole.Ident))
 	n.start()
-	n.broker.sendFrame("discovery:nodes", map[string]any{"nodes": []any{hole.entry()}})
+	n.broker.sendFrame("discovery:nodes", map[string]any{"nodes": []any{hole.Entry()}})
 	n.waitTargets(1)
 	return n, hole
 }

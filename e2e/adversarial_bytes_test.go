@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -42,13 +41,13 @@ const (
 
 func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinTheirBytes(t *testing.T) {
 	nodes := writeCluster(t, 1)
-	hole := newNetBlackHole(t)
-	testkit.Must(t, devpki.PinIdentity(nodes[0].ClusterDir, hole.ident))
+	hole := testkit.NewBlackHole(t)
+	testkit.Must(t, devpki.PinIdentity(nodes[0].ClusterDir, hole.Ident))
 	d := startNode(t, nodes[0], "--local-ingress", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--log-level", "info")
 	d.WaitMethod("discovery:subscribe", 1)
 	ingress := d.loggedValue("local ingress listening", "addr")
 	metrics := d.loggedValue("metrics endpoint listening", "addr")
-	peers, _ := json.Marshal(map[string]any{"nodes": []any{hole.entry()}})
+	peers, _ := json.Marshal(map[string]any{"nodes": []any{hole.Entry()}})
 	d.send(string(wireframe.EncodeNotification("discovery:nodes", peers)))
 	d.waitLog("broadcast targets changed", "total=1")
 
@@ -94,8 +93,8 @@ func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinThe
 	}
 	rssAfter := advRSS(d)
 	m := testkit.ScrapeAddr(t, metrics)
-	queueBytes := m[`nvpair_wlm_peer_queue_bytes{peer="`+hole.ident.Principal+`"}`]
-	queueFrames := m[`nvpair_wlm_peer_queue_frames{peer="`+hole.ident.Principal+`"}`]
+	queueBytes := m[`nvpair_wlm_peer_queue_bytes{peer="`+hole.Ident.Principal+`"}`]
+	queueFrames := m[`nvpair_wlm_peer_queue_frames{peer="`+hole.Ident.Principal+`"}`]
 	t.Logf("%d posts with a %d-byte member of their own: answers %v (first refusal %q); RSS %d -> %d KiB; re-sync set %v entries, %v bytes; peer queue %v frames, %v bytes; refusals counted %v",
 		advBigPosts, advBigMember, statuses, firstReason, rssBefore, rssAfter,
 		m["nvpair_wlm_resync_set_entries"], m["nvpair_wlm_resync_set_bytes"], queueFrames, queueBytes,
@@ -132,7 +131,7 @@ func TestAdversarialLargeMembersOfTheirOwnAre413AndRSSAndAPeerQueueStayWithinThe
 		d.send(`{"jsonrpc":"2.0","method":"workload:started","params":{"workloadInfo":{"id":"broker-` + itoa(i) +
 			`","model":"m","engine":"e","state":"running","originatedFrom":"` + nodes[0].ID + `","blob":"` + within + `"}}}`)
 	}
-	behind := `nvpair_wlm_peer_behind_versions{peer="` + hole.ident.Principal + `"}`
+	behind := `nvpair_wlm_peer_behind_versions{peer="` + hole.Ident.Principal + `"}`
 	testkit.Eventually(t, "every broker frame in the table, the black-holed peer behind by them", func() bool {
 		m := testkit.ScrapeAddr(t, metrics)
 		return m[`nvpair_wlm_frames_received_total{source="stdio",method="workload:started"}`] == brokerFrames &&
@@ -163,49 +162,4 @@ func advPost(addr, frame string) (int, string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, strings.TrimSpace(string(b)), err
-}
-
-// netBlackHole accepts TCP connections and never reads or answers.
-type netBlackHole struct {
-	id       string
-	ident    devpki.Identity
-	ln       net.Listener
-	accepted atomic.Int32
-}
-
-func newNetBlackHole(t testing.TB) *netBlackHole {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	testkit.Must(t, err)
-	h := &netBlackHole{id: devpki.NewUUID(), ident: testkit.Mint(t, devpki.NewUUID()), ln: ln}
-	var mu sync.Mutex
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			h.accepted.Add(1)
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return h
-}
-
-func (h *netBlackHole) entry() map[string]any {
-	return netAddrEntry(h.id, h.ident.Principal, h.ln.Addr().String())
 }

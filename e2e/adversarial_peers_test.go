@@ -1,12 +1,9 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"runtime"
@@ -141,19 +138,19 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 	// fill the pipe to the broker.
 	pad := strings.Repeat("p", 8<<10)
 	var seq atomic.Int64
-	post := func(channel string) busyAnswer {
+	post := func(channel string) testkit.BusyAnswer {
 		id := fmt.Sprintf("%s-%d", channel, seq.Add(1))
 		if channel == "ingress" {
-			return doBusyAnswer(t, time.Minute, local, "http://"+ingress+peerEventsPath, "application/json",
+			return testkit.DoBusyAnswer(t, time.Minute, local, "http://"+ingress+peerEventsPath, "application/json",
 				[]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON(id, "running", "", `"seq":1`, `"pad":"`+pad+`"`))))
 		}
-		return doBusyAnswer(t, time.Minute, peer, "https://"+aPeer+peerEventsPath, "application/json",
+		return testkit.DoBusyAnswer(t, time.Minute, peer, "https://"+aPeer+peerEventsPath, "application/json",
 			testframe.Lifecycle(testframe.Workload(id, "running", nb.ID, map[string]any{"pad": pad}), nil))
 	}
 	// burst posts n requests on each channel at once and returns their
 	// answers as they come.
-	burst := func(n int) (chan busyAnswer, *sync.WaitGroup) {
-		out := make(chan busyAnswer, 2*n)
+	burst := func(n int) (chan testkit.BusyAnswer, *sync.WaitGroup) {
+		out := make(chan testkit.BusyAnswer, 2*n)
 		var wg sync.WaitGroup
 		// However the test ends, the broker reads again and every request
 		// is answered before the daemon is stopped.
@@ -166,8 +163,8 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 					// seconds for its accepts and handshakes (2.0 to 2.3 s
 					// in CI), which says nothing of the refusal.
 					ans := post(ch)
-					if ans.status == http.StatusServiceUnavailable && ans.served > 2*time.Second {
-						t.Errorf("a %s refusal took %v after its request was sent, want it at once", ch, ans.served)
+					if ans.Status == http.StatusServiceUnavailable && ans.Served > 2*time.Second {
+						t.Errorf("a %s refusal took %v after its request was sent, want it at once", ch, ans.Served)
 					}
 					out <- ans
 				})
@@ -194,14 +191,14 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 	got := map[int]int{}
 	deadline := time.After(testkit.WaitTimeout)
 	for range 2*first - 2*brokerWaitersMax {
-		var a busyAnswer
+		var a testkit.BusyAnswer
 		select {
 		case a = <-answers1:
 		case <-deadline:
 			t.Fatalf("while stalled, only %v of the %d requests not waiting were answered: the rest hang", got, 2*first-2*brokerWaitersMax)
 		}
-		got[a.status]++
-		if a.status == http.StatusServiceUnavailable && (a.retryAfter == "" || !a.connectionClosing) {
+		got[a.Status]++
+		if a.Status == http.StatusServiceUnavailable && (a.RetryAfter == "" || !a.ConnectionClosing) {
 			t.Fatalf("refusal %+v lacks Retry-After or Connection: close", a)
 		}
 	}
@@ -218,7 +215,7 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 	wg2.Wait()
 	close(answers2)
 	for a := range answers2 {
-		if a.status != http.StatusServiceUnavailable || a.retryAfter != strconv.Itoa(brokerBusyRetryAfter) {
+		if a.Status != http.StatusServiceUnavailable || a.RetryAfter != strconv.Itoa(brokerBusyRetryAfter) {
 			t.Fatalf("while stalled at the bound: %+v, want 503 with Retry-After", a)
 		}
 	}
@@ -254,12 +251,12 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 	wg1.Wait()
 	close(answers1)
 	for a := range answers1 {
-		if a.status != http.StatusOK {
+		if a.Status != http.StatusOK {
 			t.Fatalf("a waiting request got %+v once the broker read again, want 200", a)
 		}
 	}
 	for _, ch := range []string{"peer", "ingress"} {
-		if a := post(ch); a.status != http.StatusOK {
+		if a := post(ch); a.Status != http.StatusOK {
 			t.Fatalf("a %s post after the stall: %+v, want 200", ch, a)
 		}
 	}
@@ -359,50 +356,4 @@ func openFDs(t *testing.T, d *daemonProc) int {
 	ents, err := os.ReadDir("/proc/" + strconv.Itoa(d.cmd.Process.Pid) + "/fd")
 	testkit.Must(t, err)
 	return len(ents)
-}
-
-// busyAnswer is what a request got back.
-type busyAnswer struct {
-	status            int
-	text, retryAfter  string
-	connectionClosing bool
-	// served runs from the request's last byte written to the answer's
-	// first byte read: the daemon's decision, without the dial, the
-	// handshake and the wait for an accept that a loaded machine adds.
-	served time.Duration
-}
-
-// doBusyAnswer posts body to url and returns the answer, or a zero answer
-// (with the error logged) when none came within.
-func doBusyAnswer(t *testing.T, within time.Duration, c *http.Client, url, contentType string, body []byte) busyAnswer {
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		t.Error(err)
-		return busyAnswer{}
-	}
-	req.Header.Set("Content-Type", contentType)
-	// The trace's callbacks run on the transport's goroutines.
-	var wrote, answered atomic.Int64
-	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		WroteRequest:         func(httptrace.WroteRequestInfo) { wrote.Store(time.Now().UnixNano()) },
-		GotFirstResponseByte: func() { answered.Store(time.Now().UnixNano()) },
-	}))
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Logf("POST %s: %v", url, err)
-		return busyAnswer{}
-	}
-	defer resp.Body.Close()
-	text, _ := io.ReadAll(resp.Body)
-	// A daemon that refuses before reading the body can answer before the
-	// transport reports the request written (or at all): served is then 0,
-	// since the answer did not wait for the request's last byte.
-	var served time.Duration
-	if w, a := wrote.Load(), answered.Load(); w != 0 && a > w {
-		served = time.Duration(a - w)
-	}
-	return busyAnswer{status: resp.StatusCode, text: strings.TrimSpace(string(text)), retryAfter: resp.Header.Get("Retry-After"),
-		connectionClosing: resp.Close, served: served}
 }

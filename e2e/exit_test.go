@@ -68,7 +68,7 @@ func TestProcessExitsWithinThePAIRStopGraceWhateverItsPeersAndBrokerDo(t *testin
 			// stalled: its expiry blocks on the broker write.
 			postProc(t, ingress, leasedInfo("leased", "running", 1), statetable.MinLeaseSeconds)
 			leaseDue := time.Now().Add(statetable.MinLeaseSeconds * time.Second)
-			snapshot, err := json.Marshal(map[string]any{"nodes": []map[string]any{netAddrEntry(hanging.ID, hanging.Ident.Principal, hanging.Addr)}})
+			snapshot, err := json.Marshal(map[string]any{"nodes": []map[string]any{testkit.AddrEntry(hanging.ID, hanging.Ident.Principal, hanging.Addr)}})
 			testkit.Must(t, err)
 			a.send(string(wireframe.EncodeNotification("discovery:nodes", snapshot)))
 			a.waitLog("broadcast targets changed", "total=1")

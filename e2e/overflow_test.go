@@ -29,7 +29,7 @@ func TestProcessBurstToASingleFramePeerReachesItInItsFinalState(t *testing.T) {
 	testkit.Must(t, devpki.PinIdentity(nodes[0].ClusterDir, sink.Ident))
 	d := startNode(t, nodes[0], "--resync-interval", "1h")
 	d.WaitMethod("discovery:subscribe", 1)
-	snapshot, err := json.Marshal(map[string]any{"nodes": []map[string]any{netAddrEntry(sink.ID, sink.Ident.Principal, sink.Addr)}})
+	snapshot, err := json.Marshal(map[string]any{"nodes": []map[string]any{testkit.AddrEntry(sink.ID, sink.Ident.Principal, sink.Addr)}})
 	testkit.Must(t, err)
 	d.send(string(wireframe.EncodeNotification("discovery:nodes", snapshot)))
 	d.waitLog("broadcast targets changed", "total=1")

@@ -7,12 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -133,16 +130,6 @@ func netPostBatch(t testing.TB, c *http.Client, addr string, elems ...[]byte) ne
 	return netSend(t, c, addr, http.MethodPost, peerEventsPath, peerBatchContentType, testframe.Batch(elems...))
 }
 
-// netAddrEntry is a discovery entry for a peer listening at hostPort.
-func netAddrEntry(hostUUID, clusterUUID, hostPort string) map[string]any {
-	host, port, _ := net.SplitHostPort(hostPort)
-	p, _ := net.LookupPort("tcp", port)
-	return map[string]any{
-		"hostUuid": hostUUID, "name": "peer-" + hostUUID[:8], "ip": host, "clusterUuid": clusterUUID,
-		"trusted": true, "services": map[string]any{"wl": map[string]any{"port": p}},
-	}
-}
-
 // ids is count workload ids with a prefix, in order.
 func ids(prefix string, count int) []string {
 	out := make([]string, count)
@@ -150,125 +137,4 @@ func ids(prefix string, count int) []string {
 		out[i] = fmt.Sprintf("%s-%04d", prefix, i)
 	}
 	return out
-}
-
-// peerRequest is one request the peer was sent.
-type peerRequest struct {
-	at, answered time.Time
-	ids          []string // the workload of each frame
-	status       int
-}
-
-// deferringPeer is a peer written for the tests: a TLS server presenting
-// its pinned identity that answers its first requests 503 with a
-// Retry-After, and 200 after them, recording every request.
-type deferringPeer struct {
-	id       string
-	ident    devpki.Identity
-	addr     string
-	batching bool // it advertises batches
-
-	mu         sync.Mutex // guards the fields below
-	deferLeft  int        // requests still to answer 503
-	retryAfter string     // their Retry-After
-	requests   []peerRequest
-}
-
-func newDeferringPeer(t testing.TB, ident devpki.Identity, batching bool, deferN int, retryAfter string) *deferringPeer {
-	t.Helper()
-	p := &deferringPeer{id: ident.Principal, ident: ident, batching: batching, deferLeft: deferN, retryAfter: retryAfter}
-	p.addr = testkit.ServeStandInPeer(t, ident, p.serve)
-	return p
-}
-
-func (p *deferringPeer) serve(w http.ResponseWriter, r *http.Request) {
-	at := time.Now()
-	body, _ := io.ReadAll(r.Body)
-	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	frames := [][]byte{body}
-	if mt == peerBatchContentType {
-		frames = bytes.Split(bytes.TrimSuffix(body, []byte("\n")), []byte("\n"))
-	}
-	var ids []string
-	for _, f := range frames {
-		var v struct {
-			Params struct {
-				WorkloadInfo struct {
-					ID string `json:"id"`
-				} `json:"workloadInfo"`
-			} `json:"params"`
-		}
-		_ = json.Unmarshal(f, &v)
-		ids = append(ids, v.Params.WorkloadInfo.ID)
-	}
-	if p.batching {
-		w.Header().Set(peerBatchHeader, peerBatchAdvert)
-	}
-	p.mu.Lock()
-	status := http.StatusOK
-	if p.deferLeft > 0 {
-		p.deferLeft--
-		status = http.StatusServiceUnavailable
-		w.Header().Set("Retry-After", p.retryAfter)
-	}
-	// Recorded before the answer is written: the sender cannot have it
-	// any earlier.
-	p.requests = append(p.requests, peerRequest{at: at, answered: time.Now(), ids: ids, status: status})
-	p.mu.Unlock()
-	switch {
-	case status != http.StatusOK:
-		http.Error(w, "busy", status)
-	case mt == peerBatchContentType:
-		results := make([]peerBatchResult, len(frames))
-		for i := range results {
-			results[i].Status = http.StatusOK
-		}
-		json.NewEncoder(w).Encode(peerBatchAnswer{Results: results})
-	default:
-		io.WriteString(w, "ok\n")
-	}
-}
-
-// setDefer makes the peer answer its next n requests 503 with retryAfter.
-func (p *deferringPeer) setDefer(n int, retryAfter string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.deferLeft, p.retryAfter = n, retryAfter
-}
-
-func (p *deferringPeer) log() []peerRequest {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.requests)
-}
-
-// accepted is the workload of every frame the peer answered 200, in order.
-func (p *deferringPeer) accepted() []string {
-	var out []string
-	for _, r := range p.log() {
-		if r.status == http.StatusOK {
-			out = append(out, r.ids...)
-		}
-	}
-	return out
-}
-
-// checkWaitsHonoured fails unless every request after a 503 came at least
-// wait after that 503 was answered, and returns how many 503s there were.
-func (p *deferringPeer) checkWaitsHonoured(t testing.TB, wait time.Duration) int {
-	t.Helper()
-	reqs := p.log()
-	deferred := 0
-	for i, r := range reqs {
-		if r.status != http.StatusServiceUnavailable {
-			continue
-		}
-		deferred++
-		if i+1 < len(reqs) {
-			if gap := reqs[i+1].at.Sub(r.answered); gap < wait {
-				t.Fatalf("request %d came %v after the 503 %d asking for %v", i+1, gap, i, wait)
-			}
-		}
-	}
-	return deferred
 }

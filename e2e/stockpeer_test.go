@@ -508,9 +508,9 @@ func TestProcessMixedClusterWithTheStockWorkloadManager(t *testing.T) {
 		testkit.Must(t, err)
 		d.send(string(wireframe.EncodeNotification("discovery:nodes", p)))
 	}
-	discover(a, netAddrEntry(ns.ID, ns.ID, tapS.addr), netAddrEntry(nb.ID, nb.ID, "127.0.0.1:"+itoa(b.port)))
-	discover(b, netAddrEntry(na.ID, na.ID, "127.0.0.1:"+itoa(a.port)))
-	discover(s, netAddrEntry(na.ID, na.ID, tapA.addr))
+	discover(a, testkit.AddrEntry(ns.ID, ns.ID, tapS.addr), testkit.AddrEntry(nb.ID, nb.ID, "127.0.0.1:"+itoa(b.port)))
+	discover(b, testkit.AddrEntry(na.ID, na.ID, "127.0.0.1:"+itoa(a.port)))
+	discover(s, testkit.AddrEntry(na.ID, na.ID, tapA.addr))
 	a.waitLog("broadcast targets changed", "total=2")
 
 	accepted := func(tap *wireTap, id string, resync bool) func() bool {
