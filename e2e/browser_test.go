@@ -214,49 +214,49 @@ var browserAttempts = []browserAttempt{
 		name: "fetch-readback-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/workloads",
 		models: "a page reading this node's workloads with a cross-origin GET: cors mode sends Origin",
 		script: `const r = await fetch(T);
-			return "status " + r.status + ": " + await r.Text();`,
+			return "status " + r.status + ": " + await r.text();`,
 		want: []int{403}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"GET"},
 	},
 	{
 		name: "fetch-readback-no-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/workloads",
 		models: "a blind no-cors GET of the read-back: no Origin, but its Fetch Metadata marks it a page's, so it is refused before any work",
 		script: `const r = await fetch(T, {mode: "no-cors"});
-			return r.type + " status " + r.status + ": " + await r.Text();`,
+			return r.type + " status " + r.status + ": " + await r.text();`,
 		want: []int{403}, saw: noCORSRefused, methods: []string{"GET"}, reason: "(Sec-Fetch-Site: same-site)",
 	},
 	{
 		name: "fetch-readback-no-cors-header", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/workloads",
 		models: "a no-cors GET that sets the read-back's header: a no-cors request may carry only CORS-safelisted headers, so the browser drops it",
 		script: `const r = await fetch(T, {mode: "no-cors", headers: {"` + "Workload-Read-Back" + `": "1"}});
-			return r.type + " status " + r.status + ": " + await r.Text();`,
+			return r.type + " status " + r.status + ": " + await r.text();`,
 		want: []int{403}, saw: noCORSRefused, methods: []string{"GET"}, reason: "(Sec-Fetch-Site: same-site)",
 	},
 	{
 		name: "fetch-readback-cors-header", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/workloads",
 		models: "a cors GET with the read-back's header: not CORS-safelisted, so the browser asks first with an OPTIONS preflight, which carries Origin; the GET never follows",
 		script: `const r = await fetch(T, {headers: {"` + "Workload-Read-Back" + `": "1"}});
-			return "status " + r.status + ": " + await r.Text();`,
+			return "status " + r.status + ": " + await r.text();`,
 		want: []int{403}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"OPTIONS"},
 	},
 	{
 		name: "rebind-same-origin-readback", page: rebindOrigin + "/rebind/", target: "", path: "/v1/workloads",
 		models: "DNS rebinding: a same-origin GET of the read-back, whose answer the page could read; the Host check answers",
 		script: `const r = await fetch(T);
-			return "status " + r.status + ": " + (await r.Text()).trim();`,
+			return "status " + r.status + ": " + (await r.text()).trim();`,
 		want: []int{421, 421}, saw: regexp.MustCompile(`^status 421: host "rebind\.test:\d+" is not this loopback local ingress$`), methods: []string{"GET", "GET"},
 	},
 	{
 		name: "fetch-node-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/node",
 		models: "a page reading this node's id and members with a cross-origin GET: cors mode sends Origin",
 		script: `const r = await fetch(T);
-			return "status " + r.status + ": " + await r.Text();`,
+			return "status " + r.status + ": " + await r.text();`,
 		want: []int{403}, saw: regexp.MustCompile(`^threw TypeError`), methods: []string{"GET"},
 	},
 	{
 		name: "fetch-node-no-cors", page: attackerOrigin + "/attack/", target: ingressOrigin, path: "/v1/node",
 		models: "a blind no-cors GET of the node endpoint: no Origin, but its Fetch Metadata marks it a page's",
 		script: `const r = await fetch(T, {mode: "no-cors"});
-			return r.type + " status " + r.status + ": " + await r.Text();`,
+			return r.type + " status " + r.status + ": " + await r.text();`,
 		want: []int{403}, saw: noCORSRefused, methods: []string{"GET"}, reason: "(Sec-Fetch-Site: same-site)",
 	},
 	{

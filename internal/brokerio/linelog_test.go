@@ -2,64 +2,20 @@ package brokerio
 
 import (
 	"log/slog"
+	"nvpair-workload-manager/internal/testkit"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
 
-// logBuffer is a log's output, safe for the writer and the test at once.
-type logBuffer struct {
-	mu sync.Mutex // guards b
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// contains reports whether some log line holds every fragment.
-func (l *logBuffer) contains(fragments ...string) bool {
-	for _, line := range strings.Split(l.String(), "\n") {
-		all := true
-		for _, f := range fragments {
-			all = all && strings.Contains(line, f)
-		}
-		if all {
-			return true
-		}
-	}
-	return false
-}
-
-// eventually waits for cond, failing the test after 10 s.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // brokerLog is a LineLog whose interval is short, writing to a
 // buffer at level.
-func brokerLog(level slog.Level, interval time.Duration) (*LineLog, *slog.Logger, *logBuffer) {
+func brokerLog(level slog.Level, interval time.Duration) (*LineLog, *slog.Logger, *testkit.LogBuffer) {
 	b := NewLineLog()
 	b.limiter.Interval = interval
-	var buf logBuffer
+	var buf testkit.LogBuffer
 	return b, slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: level})), &buf
 }
 
@@ -75,7 +31,7 @@ func TestBrokerLineLogWritesTheFirstLineThenOnePerIntervalAndTheBurstCount(t *te
 	}
 	// The burst has ended: its count comes on a line of its own at the end
 	// of the interval.
-	eventually(t, "the burst's count", func() bool { return buf.contains("kind=not_json", "suppressed=999") })
+	testkit.Eventually(t, "the burst's count", func() bool { return buf.Contains("kind=not_json", "suppressed=999") })
 	counted := time.Now()
 	// Nothing is left to write: no count held back, no flush armed.
 	b.mu.Lock()
@@ -88,9 +44,9 @@ func TestBrokerLineLogWritesTheFirstLineThenOnePerIntervalAndTheBurstCount(t *te
 		t.Fatalf("counted %d not-JSON lines, want 1000", got)
 	}
 	// A later line, past the interval, is written at once.
-	eventually(t, "an interval after the count", func() bool { return time.Since(counted) > b.limiter.Interval })
+	testkit.Eventually(t, "an interval after the count", func() bool { return time.Since(counted) > b.limiter.Interval })
 	b.Warn(log, LineNotJSON, "reason", "again")
-	if !buf.contains("reason=again") {
+	if !buf.Contains("reason=again") {
 		t.Fatalf("a bad line after a quiet interval was not written:\n%s", buf.String())
 	}
 }
@@ -142,7 +98,7 @@ func TestBrokerLineLogStopWritesWhatItHeldBack(t *testing.T) {
 		b.Warn(log, LineUnanswered, "reason", "line over the broker's line limit")
 	}
 	b.Stop(log)
-	if !buf.contains("answer to broker failed", "kind=unanswered", "suppressed=6") {
+	if !buf.Contains("answer to broker failed", "kind=unanswered", "suppressed=6") {
 		t.Fatalf("stop did not write the count held back:\n%s", buf.String())
 	}
 }

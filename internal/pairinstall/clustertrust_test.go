@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testkit"
 )
 
 func TestPrincipalOfPrefersNodeURISANOverCommonName(t *testing.T) {
@@ -92,7 +93,7 @@ func TestPinFileIsValidOnlyWhenNameNodeUUIDAndPrincipalAgree(t *testing.T) {
 				t.Fatal(err)
 			}
 			writeFile(t, filepath.Join(dir, "trusted", c.file), c.content)
-			logs := &logBuffer{}
+			logs := &testkit.LogBuffer{}
 			tr := NewClusterTrust(dir, netLogger(logs))
 			tr.Reload()
 
@@ -110,7 +111,7 @@ func TestPinFileIsValidOnlyWhenNameNodeUUIDAndPrincipalAgree(t *testing.T) {
 			if got := tr.PinCount(); got != want {
 				t.Fatalf("pinCount = %d, want %d (pins must not be taken from an invalid file)", got, want)
 			}
-			warned := logs.contains("ignoring pin", "file="+c.file)
+			warned := logs.Contains("ignoring pin", "file="+c.file)
 			if warned != c.warnsFile {
 				t.Fatalf("warning naming %s logged = %v, want %v; logs:\n%s", c.file, warned, c.warnsFile, logs)
 			}
@@ -130,7 +131,7 @@ func TestMissingTrustedDirectoryTrustsNoOne(t *testing.T) {
 	if err := devpki.PinIdentity(dir, peer); err != nil {
 		t.Fatal(err)
 	}
-	tr := NewClusterTrust(dir, netLogger(&logBuffer{}))
+	tr := NewClusterTrust(dir, netLogger(&testkit.LogBuffer{}))
 	tr.Reload()
 	if tr.PinCount() != 1 {
 		t.Fatalf("pinCount = %d after the first reload, want 1", tr.PinCount())
@@ -179,7 +180,7 @@ func TestUnreadableTrustedDirectoryKeepsPreviousPins(t *testing.T) {
 			if err := devpki.PinIdentity(dir, peer); err != nil {
 				t.Fatal(err)
 			}
-			logs := &logBuffer{}
+			logs := &testkit.LogBuffer{}
 			tr := NewClusterTrust(dir, netLogger(logs))
 			tr.Reload()
 
@@ -190,7 +191,7 @@ func TestUnreadableTrustedDirectoryKeepsPreviousPins(t *testing.T) {
 			if der, ok := tr.Pin(peer.Principal); !ok || !bytes.Equal(der, peer.DER) {
 				t.Fatal("the previous pin was dropped when trusted/ became unreadable")
 			}
-			if !logs.contains("trusted directory unreadable") {
+			if !logs.Contains("trusted directory unreadable") {
 				t.Fatalf("no warning about the unreadable trusted/; logs:\n%s", logs)
 			}
 
@@ -223,7 +224,7 @@ func TestTrustReloadReportsChangeOnlyWhenPinsOrIdentityChange(t *testing.T) {
 	peer := netMint(t, devpki.NewUUID())
 	repinned := netMint(t, peer.Principal) // same UUID, new key and certificate
 	rotated := netMint(t, self.Principal)
-	tr := NewClusterTrust(dir, netLogger(&logBuffer{}))
+	tr := NewClusterTrust(dir, netLogger(&testkit.LogBuffer{}))
 
 	steps := []struct {
 		name   string
@@ -256,7 +257,7 @@ func TestTrustReloadReportsChangeOnlyWhenPinsOrIdentityChange(t *testing.T) {
 
 func TestTrustKeepsPreviousIdentityWhileNodeCertIsUnreadable(t *testing.T) {
 	dir, self := netMemberDir(t)
-	logs := &logBuffer{}
+	logs := &testkit.LogBuffer{}
 	tr := NewClusterTrust(dir, netLogger(logs))
 	tr.Reload()
 	writeFile(t, filepath.Join(dir, "node.crt"), "-----BEGIN CERTIFICATE-----\ntruncated")
@@ -267,7 +268,7 @@ func TestTrustKeepsPreviousIdentityWhileNodeCertIsUnreadable(t *testing.T) {
 	if id == nil || !bytes.Equal(id.Leaf.Raw, self.DER) {
 		t.Fatal("the previous identity was dropped while node.crt was unreadable")
 	}
-	if !logs.contains("cluster identity unreadable") {
+	if !logs.Contains("cluster identity unreadable") {
 		t.Fatalf("no warning about the unreadable identity; logs:\n%s", logs)
 	}
 }
@@ -331,7 +332,7 @@ func netCertificate(t testing.TB, cn string, uris ...string) *x509.Certificate {
 	return c
 }
 
-func netLogger(l *logBuffer) *slog.Logger {
+func netLogger(l *testkit.LogBuffer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 

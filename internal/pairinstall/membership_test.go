@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testkit"
 )
 
 func TestAdmissionIsActiveOnlyWithAClusterAPositiveEpochAndNotRetired(t *testing.T) {
@@ -71,7 +72,7 @@ func TestMalformedAdmissionIsNoAdmissionAndWarnedOnce(t *testing.T) {
 	dir := t.TempDir()
 	netMust(t, devpki.WriteIdentity(dir, netMint(t, devpki.NewUUID())))
 	writeFile(t, filepath.Join(dir, admissionFileName), `{"clusterId": "c-1", epoch`)
-	logs := &logBuffer{}
+	logs := &testkit.LogBuffer{}
 	tr := NewClusterTrust(dir, netLogger(logs))
 	for range 3 {
 		tr.Reload()
@@ -86,7 +87,7 @@ func TestMalformedAdmissionIsNoAdmissionAndWarnedOnce(t *testing.T) {
 
 func TestMissingNodeKeyKeepsALiveMembersIdentity(t *testing.T) {
 	dir, _ := netMemberDir(t)
-	logs := &logBuffer{}
+	logs := &testkit.LogBuffer{}
 	tr := NewClusterTrust(dir, netLogger(logs))
 	tr.Reload()
 	before := tr.CurrentIdentity()
@@ -117,7 +118,7 @@ func TestMissingNodeKeyKeepsALiveMembersIdentity(t *testing.T) {
 func TestSelfTrustFollowsARotatedKeypair(t *testing.T) {
 	dir, self := netMemberDir(t)
 	netMust(t, devpki.PinIdentity(dir, self)) // a stale self pin must not outrank the live leaf
-	tr := NewClusterTrust(dir, netLogger(&logBuffer{}))
+	tr := NewClusterTrust(dir, netLogger(&testkit.LogBuffer{}))
 	tr.Reload()
 	if err := tr.Authorize([]*x509.Certificate{netParse(t, self.CertPEM)}); err != nil {
 		t.Fatalf("the node's own leaf is not trusted: %v", err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testkit"
 )
 
 // longAgo is a modification time well outside the settle window: a file
@@ -188,7 +189,7 @@ func TestPinFileIsReadOnlyWhenARegularFileOfAtMost64KiB(t *testing.T) {
 			id := netMint(t, devpki.NewUUID())
 			name := id.Principal + ".json"
 			c.make(t, filepath.Join(dir, "trusted", name), id)
-			logs := &logBuffer{}
+			logs := &testkit.LogBuffer{}
 			tr := NewClusterTrust(dir, netLogger(logs))
 			for range 3 {
 				tr.Reload()
@@ -244,7 +245,7 @@ func TestIdentityFilesAreReadOnlyWhenRegularFilesOfAtMost64KiB(t *testing.T) {
 			dir, self := netMemberDir(t)
 			peer := netMint(t, devpki.NewUUID())
 			netMust(t, devpki.PinIdentity(dir, peer)) // a member without its admission too
-			logs := &logBuffer{}
+			logs := &testkit.LogBuffer{}
 			tr := NewClusterTrust(dir, netLogger(logs))
 			tr.Reload()
 			path := filepath.Join(dir, c.file)
@@ -297,7 +298,7 @@ func TestUnchangedClusterDirectoryIsNotReadAgain(t *testing.T) {
 		}
 	}
 	ageAll()
-	tr := NewClusterTrust(dir, netLogger(&logBuffer{}))
+	tr := NewClusterTrust(dir, netLogger(&testkit.LogBuffer{}))
 	tr.Reload()
 	if got := tr.files.reads.Load(); got != 5 {
 		t.Fatalf("the first reload read %d files, want 5 (node.crt, node.key, admission.json, 2 pins)", got)
@@ -395,7 +396,7 @@ func BenchmarkTrustReloadUnchanged(b *testing.B) {
 		age(b, filepath.Join(dir, "trusted", e.Name()))
 	}
 	age(b, filepath.Join(dir, "node.crt"), filepath.Join(dir, "node.key"), filepath.Join(dir, admissionFileName))
-	tr := NewClusterTrust(dir, netLogger(&logBuffer{}))
+	tr := NewClusterTrust(dir, netLogger(&testkit.LogBuffer{}))
 	tr.Reload()
 	if got := tr.PinCount(); got != benchPinCount {
 		b.Fatalf("pinCount = %d, want %d", got, benchPinCount)

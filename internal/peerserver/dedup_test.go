@@ -2,6 +2,7 @@ package peerserver
 
 import (
 	"errors"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 	"runtime"
 	"strconv"
@@ -129,7 +130,7 @@ func TestDedupDifferentKeysDoNotSerializeEachOther(t *testing.T) {
 				t.Errorf("%s: duplicate=%v err=%v", k, dup, err)
 			}
 		}()
-		eventually(t, k+" delivered while another key's write is blocked", func() bool {
+		testkit.Eventually(t, k+" delivered while another key's write is blocked", func() bool {
 			select {
 			case <-done:
 				return true
@@ -248,9 +249,9 @@ func deliverConcurrently(t *testing.T, d *dedup, key string, n int, write func()
 }
 
 // waitUntil is eventually for goroutines other than the test's own, which
-// must not call t.Fatal: it reports whether cond held before waitTimeout.
+// must not call t.Fatal: it reports whether cond held before testkit.WaitTimeout.
 func waitUntil(cond func() bool) bool {
-	deadline := time.Now().Add(waitTimeout)
+	deadline := time.Now().Add(testkit.WaitTimeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			return false
@@ -316,21 +317,6 @@ func sameKeys(got []string, want ...string) bool {
 		}
 	}
 	return true
-}
-
-// waitTimeout bounds a wait on another goroutine.
-const waitTimeout = 10 * time.Second
-
-// eventually waits for cond, failing the test after 10 s.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // maxLengthLifecycle is a completed run whose every key field is at its

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -180,7 +181,7 @@ func TestDedupRemovalRacingALifecycleWriteWaitsForIt(t *testing.T) {
 				// Release the lifecycle write once the removal waits behind
 				// it, or has been decided without waiting (the failure).
 				var early *result
-				eventually(t, "the removal waiting for the lifecycle write", func() bool {
+				testkit.Eventually(t, "the removal waiting for the lifecycle write", func() bool {
 					select {
 					case r := <-rmDone:
 						early = &r
