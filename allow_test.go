@@ -18,7 +18,7 @@ func TestEvery405NamesTheAllowedMethods(t *testing.T) {
 	client := testkit.Mint(t, devpki.NewUUID())
 	testkit.Must(t, devpki.PinIdentity(n.clusterDir, client))
 	n.start()
-	peer := netPeerClient(t, &client, n.ident.DER)
+	peer := testkit.PeerClient(t, &client, n.ident.DER)
 	cases := []struct {
 		listener, method, url, allow string
 		c                            *http.Client

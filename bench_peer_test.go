@@ -17,6 +17,7 @@ import (
 
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/peerserver"
+	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -99,7 +100,7 @@ func BenchmarkPeerInboundEndToEnd(b *testing.B) {
 		b.Fatal(err)
 	}
 	r.m.trust.Reload()
-	c := netPeerClient(b, &peer, r.ident.DER)
+	c := testkit.PeerClient(b, &peer, r.ident.DER)
 	url := "https://" + r.m.PeerAddr().String() + wireframe.EventsPath
 	var next atomic.Int64
 	b.SetParallelism(4)

@@ -162,7 +162,7 @@ func newNetPeerHarnessWith(t *testing.T, before func(*testNode), opts ...nodeOpt
 	testkit.Must(t, devpki.PinIdentity(n.clusterDir, client))
 	before(n)
 	n.start()
-	return &netPeerHarness{n: n, client: client, c: netPeerClient(t, &client, n.ident.DER), addr: n.m.PeerAddr().String()}
+	return &netPeerHarness{n: n, client: client, c: testkit.PeerClient(t, &client, n.ident.DER), addr: n.m.PeerAddr().String()}
 }
 
 // TestARequestBeyondTheBoundWaitsBrieflyForASlot: a slot freed while a

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"crypto/tls"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -24,7 +22,7 @@ func TestNodeWithoutIdentityCompletesNoHandshakeUntilIdentityAppears(t *testing.
 	addr := n.m.PeerAddr().String()
 
 	// The listener is bound: TCP connects, but no TLS handshake completes.
-	if err := netHandshake(addr, &client); err == nil {
+	if err := testkit.Handshake(addr, &client); err == nil {
 		t.Fatal("a node without identity completed a TLS handshake")
 	}
 	if n.m.trust.CurrentIdentity() != nil {
@@ -32,11 +30,11 @@ func TestNodeWithoutIdentityCompletesNoHandshakeUntilIdentityAppears(t *testing.
 	}
 
 	testkit.Must(t, devpki.WriteIdentity(n.clusterDir, n.ident))
-	testkit.Eventually(t, "a handshake once the identity appears", func() bool { return netHandshake(addr, &client) == nil })
+	testkit.Eventually(t, "a handshake once the identity appears", func() bool { return testkit.Handshake(addr, &client) == nil })
 	if got := n.m.PeerAddr().String(); got != addr {
 		t.Fatalf("the peer listener moved from %s to %s: it must serve on the same listener", addr, got)
 	}
-	c := netPeerClient(t, &client, n.ident.DER)
+	c := testkit.PeerClient(t, &client, n.ident.DER)
 	if st := netPost(t, c, addr, testframe.Lifecycle(testframe.Workload("job-1", "running", client.Principal), nil)); st != 200 {
 		t.Fatalf("POST once the identity appeared = %d, want 200", st)
 	}
@@ -68,7 +66,7 @@ func TestNodeWithoutIdentityBroadcastsNothingUntilIdentityAppears(t *testing.T) 
 func TestLivePinReloadAdmitsNewPeerWithinTwoSeconds(t *testing.T) {
 	n := newTestNode(t).start()
 	client := testkit.Mint(t, devpki.NewUUID())
-	c := netPeerClient(t, &client, n.ident.DER)
+	c := testkit.PeerClient(t, &client, n.ident.DER)
 	addr := n.m.PeerAddr().String()
 	seq := 0
 	post := func() int {
@@ -87,7 +85,7 @@ func TestLivePinRemovalRejectsKeptAliveConnectionWithinTwoSeconds(t *testing.T) 
 	client := testkit.Mint(t, devpki.NewUUID())
 	testkit.Must(t, devpki.PinIdentity(n.clusterDir, client))
 	n.start()
-	c := netPeerClient(t, &client, n.ident.DER)
+	c := testkit.PeerClient(t, &client, n.ident.DER)
 	addr := n.m.PeerAddr().String()
 	seq := 0
 	post := func() (int, bool) {
@@ -137,24 +135,6 @@ func netDeleteIdentity(t testing.TB, n *testNode) {
 	for _, f := range []string{"node.crt", "node.key"} {
 		testkit.Must(t, os.Remove(filepath.Join(n.clusterDir, f)))
 	}
-}
-
-// netHandshake dials addr and completes a TLS handshake presenting ident.
-func netHandshake(addr string, ident *devpki.Identity) error {
-	cfg := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}
-	if ident != nil {
-		cert, err := ident.TLSCertificate()
-		if err != nil {
-			return err
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: cfg}
-	conn, err := d.Dial("tcp", addr)
-	if err != nil {
-		return err
-	}
-	return conn.Close()
 }
 
 // netWithin waits until cond holds and fails the test if that takes longer

@@ -33,7 +33,7 @@ func TestFetchMetadataOfAPageIsRefusedOnEveryIngressPathBeforeAnyWork(t *testing
 			return st, strings.TrimSpace(string(body))
 		}},
 		{"node", func(h ...string) (int, string) {
-			st, _, body := getNodeInfo(t, addr, "", h...)
+			st, _, body := testkit.GetNodeInfo(t, addr, "", h...)
 			return st, strings.TrimSpace(string(body))
 		}},
 		{"unknown path", func(h ...string) (int, string) {

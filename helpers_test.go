@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -377,29 +376,3 @@ const curlFrame = `{
   "params": {"workloadInfo": {"id": "job-42", "runId": "job-42", "seq": 1, "model": "qwen3.5-9b", "engine": "llamacpp",
              "state": "running", "createdAt": 1789661457000, "startedAt": 1789661457000,
              "completedAt": null, "error": null, "requesterId": "my-scheduler", "harnessSlot": 3}}}`
-
-// getNodeInfo asks the ingress at addr for GET /v1/node with the given
-// headers (name/value pairs) and returns the status, the headers and the
-// body.
-func getNodeInfo(t testing.TB, addr, query string, headers ...string) (int, http.Header, []byte) {
-	t.Helper()
-	u := "http://" + addr + ingress.NodeInfoPath
-	if query != "" {
-		u += "?" + query
-	}
-	req, err := http.NewRequest(http.MethodGet, u, nil)
-	testkit.Must(t, err)
-	for i := 0; i+1 < len(headers); i += 2 {
-		if headers[i] == "Host" {
-			req.Host = headers[i+1]
-			continue
-		}
-		req.Header.Add(headers[i], headers[i+1])
-	}
-	resp, err := testkit.Client.Do(req)
-	testkit.Must(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	testkit.Must(t, err)
-	return resp.StatusCode, resp.Header, body
-}

@@ -20,7 +20,7 @@ func TestUnclusteredNodeCompletesNoHandshakeUntilAdmittedWithoutRestart(t *testi
 	b.start()
 	addr := a.m.PeerAddr().String()
 
-	if err := netHandshake(addr, &b.ident); err == nil {
+	if err := testkit.Handshake(addr, &b.ident); err == nil {
 		t.Fatal("a node with a keypair but no admission or pin completed a handshake")
 	}
 	if !a.logs.Contains("level=INFO", "cluster membership", "clustered=false") {
@@ -34,7 +34,7 @@ func TestUnclusteredNodeCompletesNoHandshakeUntilAdmittedWithoutRestart(t *testi
 	}
 
 	testkit.Must(t, devpki.WriteAdmission(a.clusterDir, "test-cluster", 1))
-	testkit.Eventually(t, "a handshake once admission.json appears", func() bool { return netHandshake(addr, &b.ident) == nil })
+	testkit.Eventually(t, "a handshake once admission.json appears", func() bool { return testkit.Handshake(addr, &b.ident) == nil })
 	if !a.logs.Contains("level=INFO", "cluster membership changed", "clustered=true") {
 		t.Fatalf("the transition to clustered was not logged; logs:\n%s", a.logs)
 	}
@@ -52,11 +52,11 @@ func TestClearedAdmissionDemotesAMember(t *testing.T) {
 	a.start()
 	b.start()
 	addr := a.m.PeerAddr().String()
-	if err := netHandshake(addr, &b.ident); err != nil {
+	if err := testkit.Handshake(addr, &b.ident); err != nil {
 		t.Fatalf("an admitted member refused a handshake: %v", err)
 	}
 	writeFile(t, filepath.Join(a.clusterDir, admissionFileName), `{"clusterId": "test-cluster", "epoch": 1, "retired": true}`)
-	testkit.Eventually(t, "handshakes to fail once the admission is retired", func() bool { return netHandshake(addr, &b.ident) != nil })
+	testkit.Eventually(t, "handshakes to fail once the admission is retired", func() bool { return testkit.Handshake(addr, &b.ident) != nil })
 	if !a.logs.Contains("level=INFO", "cluster membership changed", "clustered=false") {
 		t.Fatalf("the demotion was not logged; logs:\n%s", a.logs)
 	}

@@ -259,7 +259,7 @@ func TestOpenAPIAnswerSchemasDescribeTheAnswers(t *testing.T) {
 	postLeased(t, n, leasedInfo("schema-leased", "running", 1), 600)
 	postLeased(t, n, leasedInfo("schema-unleased", "queued", 1), 0)
 	n.m.applyDiscovery(json.RawMessage(`{"nodes":[{"hostUuid":"` + n.id + `","name":"self"},{"hostUuid":"other","name":"other","ip":"127.0.0.1","clusterUuid":"x","services":{"wl":{"port":1}}}]}`))
-	st, _, node := getNodeInfo(t, addr, "")
+	st, _, node := testkit.GetNodeInfo(t, addr, "")
 	if st != http.StatusOK {
 		t.Fatalf("GET %s: %d %s", ingress.NodeInfoPath, st, node)
 	}

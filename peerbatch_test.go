@@ -22,7 +22,7 @@ func TestEveryAnswerOfThePeerPortAdvertisesBatches(t *testing.T) {
 	h := newNetPeerHarness(t)
 	origin := h.client.Principal
 	unpinned := testkit.Mint(t, devpki.NewUUID())
-	stranger := netPeerClient(t, &unpinned, h.n.ident.DER)
+	stranger := testkit.PeerClient(t, &unpinned, h.n.ident.DER)
 	valid := testframe.Lifecycle(testframe.Workload("job-advert", "running", origin), nil)
 	cases := []struct {
 		name   string
@@ -376,9 +376,9 @@ func TestABatchFromAClientWithoutItsPinnedCertificateIsAnswered403(t *testing.T)
 	unpinned := testkit.Mint(t, devpki.NewUUID())
 	impostor := testkit.Mint(t, h.client.Principal)
 	for name, c := range map[string]*http.Client{
-		"no certificate":        netPeerClient(t, nil, h.n.ident.DER),
-		"unpinned certificate":  netPeerClient(t, &unpinned, h.n.ident.DER),
-		"another pinned UUID's": netPeerClient(t, &impostor, h.n.ident.DER),
+		"no certificate":        testkit.PeerClient(t, nil, h.n.ident.DER),
+		"unpinned certificate":  testkit.PeerClient(t, &unpinned, h.n.ident.DER),
+		"another pinned UUID's": testkit.PeerClient(t, &impostor, h.n.ident.DER),
 	} {
 		a := netPostBatch(t, c, h.addr,
 			testframe.Lifecycle(testframe.Workload("job-intruder", "running", h.client.Principal), nil),

@@ -27,7 +27,7 @@ func TestPeerServerClosesTheConnectionOfAClientWithoutAPin(t *testing.T) {
 	// of the peer port's cap for the idle timeout without authenticating.
 	h := newNetPeerHarness(t)
 	stranger := testkit.Mint(t, devpki.NewUUID())
-	bad := netPeerClient(t, &stranger, h.n.ident.DER)
+	bad := testkit.PeerClient(t, &stranger, h.n.ident.DER)
 	body := testframe.Lifecycle(testframe.Workload("job-stranger", "running", stranger.Principal), nil)
 	for i := range 2 {
 		st, reused := netPostTraced(t, bad, h.addr, body)
@@ -39,7 +39,7 @@ func TestPeerServerClosesTheConnectionOfAClientWithoutAPin(t *testing.T) {
 		}
 	}
 	// A pinned peer keeps its connection.
-	good := netPeerClient(t, &h.client, h.n.ident.DER)
+	good := testkit.PeerClient(t, &h.client, h.n.ident.DER)
 	netPostTraced(t, good, h.addr, testframe.Lifecycle(testframe.Workload("job-a", "running", h.client.Principal), nil))
 	if st, reused := netPostTraced(t, good, h.addr, testframe.Lifecycle(testframe.Workload("job-b", "running", h.client.Principal), nil)); st != http.StatusOK || !reused {
 		t.Fatalf("a pinned peer's second POST = %d, reused %v; want 200 over the kept connection", st, reused)
@@ -68,7 +68,7 @@ func TestPeerServerAnswers403ToClientsWithoutTheirPinnedCertificate(t *testing.T
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			h := newNetPeerHarness(t)
-			bad := netPeerClient(t, c.client(h), h.n.ident.DER)
+			bad := testkit.PeerClient(t, c.client(h), h.n.ident.DER)
 			w := testframe.Workload("job-rejected", "running", h.client.Principal)
 			if st := netPost(t, bad, h.addr, testframe.Lifecycle(w, nil)); st != http.StatusForbidden {
 				t.Fatalf("POST = %d, want 403", st)
@@ -396,7 +396,7 @@ func TestPeerServerDeliversConcurrentDuplicatesOnce(t *testing.T) {
 	const n = 20
 	clients := make([]*http.Client, n)
 	for i := range clients {
-		clients[i] = netPeerClient(t, &h.client, h.n.ident.DER)
+		clients[i] = testkit.PeerClient(t, &h.client, h.n.ident.DER)
 		// Warm the connection so that the posts below start together.
 		resp, err := clients[i].Get("https://" + h.addr + wireframe.EventsPath)
 		testkit.Must(t, err)
@@ -493,7 +493,7 @@ func newNetPeerHarness(t *testing.T, opts ...nodeOption) *netPeerHarness {
 	client := testkit.Mint(t, devpki.NewUUID())
 	testkit.Must(t, devpki.PinIdentity(n.clusterDir, client))
 	n.start()
-	return &netPeerHarness{n: n, client: client, c: netPeerClient(t, &client, n.ident.DER), addr: n.m.PeerAddr().String()}
+	return &netPeerHarness{n: n, client: client, c: testkit.PeerClient(t, &client, n.ident.DER), addr: n.m.PeerAddr().String()}
 }
 
 // barrier posts a fresh workload and waits until the broker has it: every
@@ -506,30 +506,6 @@ func (h *netPeerHarness) barrier(t testing.TB) {
 		t.Fatalf("barrier POST = %d", st)
 	}
 	testkit.Eventually(t, id+" at the broker", func() bool { return netUpsertIDs(h.n)[id] == 1 })
-}
-
-// netPeerClient returns an HTTPS client that presents ident (no certificate
-// when nil) and accepts only a server presenting serverDER.
-func netPeerClient(t testing.TB, ident *devpki.Identity, serverDER []byte) *http.Client {
-	t.Helper()
-	cfg := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		InsecureSkipVerify: true, // replaced by the pin comparison below
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, serverDER) {
-				return errors.New("server certificate is not the expected one")
-			}
-			return nil
-		},
-	}
-	if ident != nil {
-		cert, err := ident.TLSCertificate()
-		testkit.Must(t, err)
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	tr := &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 4}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr, Timeout: testkit.WaitTimeout}
 }
 
 // netPost posts body to the peer endpoint at addr and returns the status.

@@ -73,7 +73,7 @@ func TestAdversarialUnsentIngressBodiesLeaveProducersAndAPeerServed(t *testing.T
 					m["nvpair_wlm_ingress_unfinished_bodies"] >= float64(tc.conns)/2
 			})
 
-			peer := netPeerClient(t, &nodes[1].Identity, nodes[0].Identity.DER)
+			peer := testkit.PeerClient(t, &nodes[1].Identity, nodes[0].Identity.DER)
 			var slowest time.Duration
 			refused := 0
 			const posts = 40

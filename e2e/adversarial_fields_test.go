@@ -32,7 +32,7 @@ func TestAdversarialMaximumLengthFieldsThroughAPinnedPeerKeepTheDedupWithinItsBy
 	d := startNode(t, receiver, "--metrics", "127.0.0.1:0")
 	d.WaitMethod("discovery:subscribe", 1) // listening
 	metrics := d.loggedValue("metrics endpoint listening", "addr")
-	c := netPeerClient(t, &peer.Identity, receiver.Identity.DER)
+	c := testkit.PeerClient(t, &peer.Identity, receiver.Identity.DER)
 	addr := "127.0.0.1:" + itoa(d.port)
 	rssBefore := advRSS(d)
 

@@ -37,7 +37,7 @@ func TestAdversarialPinnedPeerSpeakingForAnotherNodeIsRefusedAndTheVictimKeepsRe
 	b := startNode(t, nb, "--resync-interval", "300ms")
 	a.WaitMethod("discovery:subscribe", 1)
 	b.WaitMethod("discovery:subscribe", 1)
-	rogue := netPeerClient(t, &nb.Identity, na.Identity.DER)
+	rogue := testkit.PeerClient(t, &nb.Identity, na.Identity.DER)
 	aPeer := "127.0.0.1:" + itoa(a.port)
 
 	// Before A's discovery says which node B's principal is, a frame in
@@ -128,7 +128,7 @@ func TestAdversarialBrokerThatNeverReadsStdoutKeepsGoroutinesAndFdsBounded(t *te
 	a.WaitMethod("discovery:subscribe", 1)
 	ingress := a.loggedValue("local ingress listening", "addr")
 	aPeer := "127.0.0.1:" + itoa(a.port)
-	peerTLS := netPeerClient(t, &nb.Identity, na.Identity.DER).Transport.(*http.Transport).TLSClientConfig
+	peerTLS := testkit.PeerClient(t, &nb.Identity, na.Identity.DER).Transport.(*http.Transport).TLSClientConfig
 	// Each request on its own connection, closed after its answer: what
 	// A holds open is what A keeps, not what a client pool keeps.
 	peer := &http.Client{Transport: &http.Transport{TLSClientConfig: peerTLS, DisableKeepAlives: true}, Timeout: time.Minute}

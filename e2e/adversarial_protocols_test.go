@@ -114,7 +114,7 @@ func TestAdversarialHTTP2AndNonReadingClientsCannotLockThePeerPortOut(t *testing
 		return attempts["alpn-h2"] > peerCap && attempts["h2-preface"] > peerCap && attempts["http1-no-cert"] > peerCap
 	})
 
-	peer := netPeerClient(t, &nodes[1].Identity, nodes[0].Identity.DER)
+	peer := testkit.PeerClient(t, &nodes[1].Identity, nodes[0].Identity.DER)
 	var slowest time.Duration
 	for i := range 20 {
 		id := "under-attack-" + itoa(i)

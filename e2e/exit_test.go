@@ -85,7 +85,7 @@ func TestProcessExitsWithinThePAIRStopGraceWhateverItsPeersAndBrokerDo(t *testin
 			if tc.stalled {
 				gate.pause()
 			}
-			peer := netPeerClient(t, &nb.Identity, na.Identity.DER)
+			peer := testkit.PeerClient(t, &nb.Identity, na.Identity.DER)
 			pad := strings.Repeat("p", 8<<10)
 			const posts = 16
 			var mu sync.Mutex

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
-	"io"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -37,7 +36,7 @@ func TestProcessNodeEndpointAnswersTheNodesIdMembersAndLimits(t *testing.T) {
 	a.WaitMethod("discovery:subscribe", 1)
 
 	// Before any snapshot: no members, an empty list and not null.
-	st, h, body := getNodeInfo(t, ingress, "")
+	st, h, body := testkit.GetNodeInfo(t, ingress, "")
 	if st != http.StatusOK || h.Get("Content-Type") != "application/json" || !strings.Contains(string(body), `"members":[]`) {
 		t.Fatalf("before a snapshot: %d %q %s", st, h.Get("Content-Type"), body)
 	}
@@ -62,7 +61,7 @@ func TestProcessNodeEndpointAnswersTheNodesIdMembersAndLimits(t *testing.T) {
 		t.Fatalf("post: %d %s", s, text)
 	}
 
-	st, h, body = getNodeInfo(t, ingress, "")
+	st, h, body = testkit.GetNodeInfo(t, ingress, "")
 	if st != http.StatusOK {
 		t.Fatalf("GET %s: %d %s", nodeInfoPath, st, body)
 	}
@@ -99,7 +98,7 @@ func TestProcessNodeEndpointAnswersTheNodesIdMembersAndLimits(t *testing.T) {
 
 	snapshot(false)
 	a.waitLog("broadcast targets changed", "total=0")
-	if got := decodeNodeInfo(t, third(getNodeInfo(t, ingress, ""))); got.Members[1].Delivering {
+	if got := decodeNodeInfo(t, third(testkit.GetNodeInfo(t, ingress, ""))); got.Members[1].Delivering {
 		t.Fatalf("node-b without a wl port is still delivered to: %+v", got.Members)
 	}
 }
@@ -125,7 +124,7 @@ func TestProcessNodeEndpointRefusesPagesAndWhatItDoesNotServe(t *testing.T) {
 		{"another port of 127.0.0.1", []string{"Sec-Fetch-Site", "same-site", "Sec-Fetch-Mode", "cors"}, http.StatusForbidden, "Sec-Fetch-Site: same-site"},
 	}
 	for _, c := range cases {
-		st, _, body := getNodeInfo(t, ingress, "", c.headers...)
+		st, _, body := testkit.GetNodeInfo(t, ingress, "", c.headers...)
 		if st != c.status || !strings.Contains(string(body), c.reason) || strings.Contains(string(body), nodes[0].ID) {
 			t.Errorf("%s: %d %q, want %d naming %s and not the node's id", c.name, st, body, c.status, c.reason)
 		}
@@ -134,11 +133,11 @@ func TestProcessNodeEndpointRefusesPagesAndWhatItDoesNotServe(t *testing.T) {
 	if st != http.StatusMethodNotAllowed || text != "method must be GET" {
 		t.Errorf("POST: %d %q", st, text)
 	}
-	if st, _, body := getNodeInfo(t, ingress, "members=all"); st != http.StatusBadRequest || !strings.Contains(string(body), "takes no query parameters") {
+	if st, _, body := testkit.GetNodeInfo(t, ingress, "members=all"); st != http.StatusBadRequest || !strings.Contains(string(body), "takes no query parameters") {
 		t.Errorf("a query: %d %q", st, body)
 	}
 	// A user's own request from the address bar is not a page's.
-	if st, _, body := getNodeInfo(t, ingress, "", "Sec-Fetch-Site", "none", "Sec-Fetch-Mode", "navigate"); st != http.StatusOK {
+	if st, _, body := testkit.GetNodeInfo(t, ingress, "", "Sec-Fetch-Site", "none", "Sec-Fetch-Mode", "navigate"); st != http.StatusOK {
 		t.Errorf("address bar: %d %q", st, body)
 	}
 	a.waitLog("ingress request rejected", "path="+nodeInfoPath)
@@ -193,32 +192,6 @@ func decodeNodeInfo(t testing.TB, body []byte) nodeInfo {
 }
 
 func third[A, B, C any](_ A, _ B, c C) C { return c }
-
-// getNodeInfo asks the ingress at addr for GET /v1/node with the given
-// headers (name/value pairs) and returns the status, the headers and the
-// body.
-func getNodeInfo(t testing.TB, addr, query string, headers ...string) (int, http.Header, []byte) {
-	t.Helper()
-	u := "http://" + addr + nodeInfoPath
-	if query != "" {
-		u += "?" + query
-	}
-	req, err := http.NewRequest(http.MethodGet, u, nil)
-	testkit.Must(t, err)
-	for i := 0; i+1 < len(headers); i += 2 {
-		if headers[i] == "Host" {
-			req.Host = headers[i+1]
-			continue
-		}
-		req.Header.Add(headers[i], headers[i+1])
-	}
-	resp, err := testkit.Client.Do(req)
-	testkit.Must(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	testkit.Must(t, err)
-	return resp.StatusCode, resp.Header, body
-}
 
 func mustJSON(t testing.TB, v any) string {
 	t.Helper()

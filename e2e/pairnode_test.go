@@ -128,11 +128,11 @@ func TestPAIRNodeWithoutAdmissionOrPinsTurnsClusteredWhenAdmitted(t *testing.T) 
 	dc := c.start(t)
 	addr := "127.0.0.1:" + itoa(dc.boundPeerPort())
 	dc.waitLog("cluster membership", "clustered=false")
-	if err := netHandshake(addr, &peer); err == nil {
+	if err := testkit.Handshake(addr, &peer); err == nil {
 		t.Fatal("a node without admission or pins completed a handshake")
 	}
 	testkit.Must(t, devpki.WriteAdmission(c.clusterDir, "home-lab", 1))
-	testkit.Eventually(t, "a handshake once admission.json appears", func() bool { return netHandshake(addr, &peer) == nil })
+	testkit.Eventually(t, "a handshake once admission.json appears", func() bool { return testkit.Handshake(addr, &peer) == nil })
 	dc.waitLog("cluster membership changed", "clustered=true")
 	if dc.exitedYet() {
 		t.Fatal("the daemon restarted to take the admission")

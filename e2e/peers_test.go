@@ -2,18 +2,13 @@ package e2e
 
 import (
 	"bytes"
-	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
-	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/testkit"
 )
@@ -22,48 +17,6 @@ import (
 // peers the daemon sends to: a client holding a node's key, posting single
 // frames and batches; and HTTPS servers pinned by the daemon that record,
 // hold or refuse what it sends, as a stock peer or a slow one would.
-
-// netHandshake dials addr and completes a TLS handshake presenting ident.
-func netHandshake(addr string, ident *devpki.Identity) error {
-	cfg := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}
-	if ident != nil {
-		cert, err := ident.TLSCertificate()
-		if err != nil {
-			return err
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: cfg}
-	conn, err := d.Dial("tcp", addr)
-	if err != nil {
-		return err
-	}
-	return conn.Close()
-}
-
-// netPeerClient returns an HTTPS client that presents ident (no certificate
-// when nil) and accepts only a server presenting serverDER.
-func netPeerClient(t testing.TB, ident *devpki.Identity, serverDER []byte) *http.Client {
-	t.Helper()
-	cfg := &tls.Config{
-		MinVersion:         tls.VersionTLS12,
-		InsecureSkipVerify: true, // replaced by the pin comparison below
-		VerifyConnection: func(cs tls.ConnectionState) error {
-			if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, serverDER) {
-				return errors.New("server certificate is not the expected one")
-			}
-			return nil
-		},
-	}
-	if ident != nil {
-		cert, err := ident.TLSCertificate()
-		testkit.Must(t, err)
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	tr := &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 4}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr, Timeout: testkit.WaitTimeout}
-}
 
 // netPostAnswer posts body to the peer endpoint at addr and returns the
 // status and the answer's text.

@@ -120,8 +120,8 @@ func TestProcessReusedIDRemovedTwiceInABatchAndRepeatedRemovalsOnce(t *testing.T
 	b.WaitMethod("discovery:subscribe", 1)
 	// No discovery snapshot: B takes A's events from any pinned peer, as it
 	// does before its first snapshot, so C can relay A's removal too.
-	fromA := netPeerClient(t, &na.Identity, nb.Identity.DER)
-	fromC := netPeerClient(t, &nc.Identity, nb.Identity.DER)
+	fromA := testkit.PeerClient(t, &na.Identity, nb.Identity.DER)
+	fromC := testkit.PeerClient(t, &nc.Identity, nb.Identity.DER)
 	bPeer := "127.0.0.1:" + itoa(b.port)
 	body := func(line string) []byte { return []byte(line) }
 

@@ -69,7 +69,7 @@ func TestProcessNullCreatedAtAndAnOriginLessRemovalAreRelayedAsTheyCame(t *testi
 	}
 
 	// Straight from a pinned peer (B's key) to A's peer port.
-	peer := netPeerClient(t, &nb.Identity, na.Identity.DER)
+	peer := testkit.PeerClient(t, &nb.Identity, na.Identity.DER)
 	aPeer := "127.0.0.1:" + itoa(a.port)
 	peerInfo := `{"id":"from-peer","model":"m","engine":"e","state":"queued","originatedFrom":"` + nb.ID + `","createdAt":null,"seq":null}`
 	for _, body := range []string{
@@ -136,7 +136,7 @@ func TestProcessAPeerInItsFreshHostWindowIsHeardUnderItsPrincipal(t *testing.T) 
 	b.send(`{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"fresh-host-job","originatedFrom":"` + nb.ID + `"}}`)
 	testkit.Eventually(t, "B's removal at A", func() bool { return len(a.removalParams()) == 1 })
 
-	peer := netPeerClient(t, &nb.Identity, na.Identity.DER)
+	peer := testkit.PeerClient(t, &nb.Identity, na.Identity.DER)
 	st, text := netPostAnswer(t, peer, "127.0.0.1:"+itoa(a.port), testframe.Lifecycle(testframe.Workload("c-job", "running", nc.ID), nil))
 	if !isOriginRefusal(st, text) || !strings.Contains(text, nc.ID) {
 		t.Fatalf("a frame in C's name from B's principal = %d %q, want 403 for origin", st, text)

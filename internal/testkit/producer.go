@@ -169,3 +169,32 @@ func ReadBack(t testing.TB, addr, query string) ReadBackAnswer {
 	}
 	return a
 }
+
+// NodeInfoPath is where the ingress answers what node it is.
+const NodeInfoPath = "/v1/node"
+
+// GetNodeInfo asks the ingress at addr for GET /v1/node with the given
+// headers (name/value pairs) and returns the status, the headers and the
+// body.
+func GetNodeInfo(t testing.TB, addr, query string, headers ...string) (int, http.Header, []byte) {
+	t.Helper()
+	u := "http://" + addr + NodeInfoPath
+	if query != "" {
+		u += "?" + query
+	}
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	Must(t, err)
+	for i := 0; i+1 < len(headers); i += 2 {
+		if headers[i] == "Host" {
+			req.Host = headers[i+1]
+			continue
+		}
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	resp, err := Client.Do(req)
+	Must(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	Must(t, err)
+	return resp.StatusCode, resp.Header, body
+}

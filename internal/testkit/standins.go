@@ -3,7 +3,9 @@ package testkit
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"io"
 	"mime"
 	"net"
@@ -248,4 +250,46 @@ func DoBusyAnswer(t *testing.T, within time.Duration, c *http.Client, url, conte
 	}
 	return BusyAnswer{Status: resp.StatusCode, Text: strings.TrimSpace(string(text)), RetryAfter: resp.Header.Get("Retry-After"),
 		ConnectionClosing: resp.Close, Served: served}
+}
+
+// Handshake dials addr and completes a TLS handshake presenting ident.
+func Handshake(addr string, ident *devpki.Identity) error {
+	cfg := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}
+	if ident != nil {
+		cert, err := ident.TLSCertificate()
+		if err != nil {
+			return err
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: cfg}
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+// PeerClient returns an HTTPS client that presents ident (no certificate
+// when nil) and accepts only a server presenting serverDER.
+func PeerClient(t testing.TB, ident *devpki.Identity, serverDER []byte) *http.Client {
+	t.Helper()
+	cfg := &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		InsecureSkipVerify: true, // replaced by the pin comparison below
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 || !bytes.Equal(cs.PeerCertificates[0].Raw, serverDER) {
+				return errors.New("server certificate is not the expected one")
+			}
+			return nil
+		},
+	}
+	if ident != nil {
+		cert, err := ident.TLSCertificate()
+		Must(t, err)
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	tr := &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 4}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: WaitTimeout}
 }
