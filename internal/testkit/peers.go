@@ -35,15 +35,15 @@ const (
 	OriginRefusalPrefix = "origin refused: "
 )
 
-// PeerBatchAnswer is the JSON answer to a batch: one result an element.
-type PeerBatchAnswer struct {
-	Results []PeerBatchResult `json:"results"`
+// peerBatchAnswer is the JSON answer to a batch: one result an element.
+type peerBatchAnswer struct {
+	Results []peerBatchResult `json:"results"`
 }
 
-// PeerBatchResult is what became of one element: the status a single
+// peerBatchResult is what became of one element: the status a single
 // request carrying it would have been answered with, or 503 with
 // ReasonNotAttempted for one after an element that failed.
-type PeerBatchResult struct {
+type peerBatchResult struct {
 	Status int    `json:"status"`
 	Reason string `json:"reason,omitempty"`
 }
@@ -185,24 +185,24 @@ func (s *HBSink) Serve(w http.ResponseWriter, r *http.Request) {
 	s.holdIfFirst(frames)
 	if !isBatch {
 		if status := s.record(body); status != http.StatusOK {
-			http.Error(w, SinkReason(status), status)
+			http.Error(w, sinkReason(status), status)
 			return
 		}
 		io.WriteString(w, "ok\n")
 		return
 	}
-	var results []PeerBatchResult
+	var results []peerBatchResult
 	failed := false
 	for _, f := range frames {
 		switch {
 		case failed:
-			results = append(results, PeerBatchResult{Status: http.StatusServiceUnavailable, Reason: ReasonNotAttempted})
+			results = append(results, peerBatchResult{Status: http.StatusServiceUnavailable, Reason: ReasonNotAttempted})
 		default:
 			st := s.record(f)
 			failed = st >= 500
-			res := PeerBatchResult{Status: st}
+			res := peerBatchResult{Status: st}
 			if st != http.StatusOK {
-				res.Reason = SinkReason(st)
+				res.Reason = sinkReason(st)
 			}
 			results = append(results, res)
 		}
@@ -210,7 +210,7 @@ func (s *HBSink) Serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.batches++
 	s.mu.Unlock()
-	b, _ := json.Marshal(PeerBatchAnswer{Results: results})
+	b, _ := json.Marshal(peerBatchAnswer{Results: results})
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(b)
 }
@@ -219,7 +219,7 @@ func (s *HBSink) Serve(w http.ResponseWriter, r *http.Request) {
 // frame the sink was told to hold.
 func (s *HBSink) holdIfFirst(frames [][]byte) {
 	s.mu.Lock()
-	if s.holding == nil || s.holdDone || !slices.ContainsFunc(frames, func(f []byte) bool { ev, _ := ParseHBEvent(f); return ev == s.hold }) {
+	if s.holding == nil || s.holdDone || !slices.ContainsFunc(frames, func(f []byte) bool { ev, _ := parseHBEvent(f); return ev == s.hold }) {
 		s.mu.Unlock()
 		return
 	}
@@ -230,8 +230,8 @@ func (s *HBSink) holdIfFirst(frames [][]byte) {
 	time.Sleep(d) // the request in flight, by design of the test
 }
 
-// ParseHBEvent reads what kind of frame frame is, and for which id.
-func ParseHBEvent(frame []byte) (HBEvent, bool) {
+// parseHBEvent reads what kind of frame frame is, and for which id.
+func parseHBEvent(frame []byte) (HBEvent, bool) {
 	var f struct {
 		Method string `json:"method"`
 		Params struct {
@@ -257,7 +257,7 @@ func ParseHBEvent(frame []byte) (HBEvent, bool) {
 
 // record notes one frame and returns the status to answer it with.
 func (s *HBSink) record(frame []byte) int {
-	ev, ok := ParseHBEvent(frame)
+	ev, ok := parseHBEvent(frame)
 	if !ok {
 		return http.StatusBadRequest
 	}
@@ -302,9 +302,9 @@ func (s *HBSink) record(frame []byte) int {
 	return http.StatusOK
 }
 
-// SinkReason is the reason the sink gives with a status: a 403 is always
+// sinkReason is the reason the sink gives with a status: a 403 is always
 // a refusal for origin.
-func SinkReason(status int) string {
+func sinkReason(status int) string {
 	if status == http.StatusForbidden {
 		return OriginRefusalPrefix + "the sink refuses this workload"
 	}

@@ -151,11 +151,11 @@ func (p *DeferringPeer) Serve(w http.ResponseWriter, r *http.Request) {
 	case status != http.StatusOK:
 		http.Error(w, "busy", status)
 	case mt == PeerBatchContentType:
-		results := make([]PeerBatchResult, len(frames))
+		results := make([]peerBatchResult, len(frames))
 		for i := range results {
 			results[i].Status = http.StatusOK
 		}
-		json.NewEncoder(w).Encode(PeerBatchAnswer{Results: results})
+		json.NewEncoder(w).Encode(peerBatchAnswer{Results: results})
 	default:
 		io.WriteString(w, "ok\n")
 	}
