@@ -6,7 +6,7 @@
 // It may import the standard library and this module's internal/wireframe,
 // internal/devpki, internal/pairbroker, internal/pairshadow and
 // internal/testframe. It must never be imported by non-test code
-// (layout_test.go and internal/testframe's tests check both).
+// (the root's layout_test.go and internal/testframe's tests check both).
 package testkit
 
 import (
