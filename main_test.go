@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
-	"nvpair-workload-manager/internal/testkit"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/testkit"
 )
 
 func TestBuildVersionPrefersTheStampedVersion(t *testing.T) {

@@ -6,12 +6,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
+	"sync"
+
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/wireframe"
-	"strconv"
-	"sync"
 )
 
 // The daemon's numbers are kept by the components that produce them, as

@@ -2,12 +2,13 @@ package main
 
 import (
 	"crypto/sha256"
-	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
 	"runtime"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
 )
 
 // TestLabelledSeriesWithKnownLabelsExistFromTheFirstScrape: before any

@@ -8,13 +8,13 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"nvpair-workload-manager/internal/testkit"
-	"nvpair-workload-manager/internal/wireframe"
 	"sync"
 	"testing"
 	"time"
 
 	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // The HTTP/2 lockout of issue 20, against the real binary: clients with no

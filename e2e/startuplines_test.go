@@ -3,9 +3,10 @@ package e2e
 import (
 	"net"
 	"net/http"
-	"nvpair-workload-manager/internal/testkit"
 	"strings"
 	"testing"
+
+	"nvpair-workload-manager/internal/testkit"
 )
 
 // TestStartupLinesNameEveryBoundAddress starts the binary with every

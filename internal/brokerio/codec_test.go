@@ -7,14 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/wireframe"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
+
+	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 func TestBrokerWriterNeverInterleavesConcurrentFrames(t *testing.T) {

@@ -2,12 +2,13 @@ package brokerio
 
 import (
 	"log/slog"
-	"nvpair-workload-manager/internal/testkit"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/testkit"
 )
 
 // brokerLog is a LineLog whose interval is short, writing to a

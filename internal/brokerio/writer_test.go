@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"nvpair-workload-manager/internal/wireframe"
 	"strings"
 	"testing"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // A lone caller leads: its frame is written on its own goroutine, at once,

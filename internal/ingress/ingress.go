@@ -7,14 +7,15 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
 	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
-	"strconv"
-	"sync"
-	"time"
 )
 
 // LeaseHeader carries a lease on an ingress lifecycle frame, in seconds;

@@ -2,9 +2,10 @@ package peersend
 
 import (
 	"context"
-	"nvpair-workload-manager/internal/peerwire"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/peerwire"
 )
 
 // waitTimeout bounds every wait of these tests on another goroutine.

@@ -1,9 +1,10 @@
 package peerserver
 
 import (
-	"nvpair-workload-manager/internal/wireframe"
 	"strconv"
 	"testing"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 func BenchmarkDedupDeliverOnce(b *testing.B) {

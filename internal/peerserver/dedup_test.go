@@ -2,8 +2,6 @@ package peerserver
 
 import (
 	"errors"
-	"nvpair-workload-manager/internal/testkit"
-	"nvpair-workload-manager/internal/wireframe"
 	"runtime"
 	"strconv"
 	"strings"
@@ -11,6 +9,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 func TestDedupDetectsADuplicate(t *testing.T) {

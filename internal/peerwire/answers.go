@@ -2,9 +2,10 @@ package peerwire
 
 import (
 	"net/http"
-	"nvpair-workload-manager/internal/wireframe"
 	"strings"
 	"time"
+
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // ServerIdleTimeout is how long the peer server keeps an idle connection.

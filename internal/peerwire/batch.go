@@ -6,10 +6,11 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
-	"nvpair-workload-manager/internal/httpguard"
-	"nvpair-workload-manager/internal/wireframe"
 	"strconv"
 	"strings"
+
+	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // The peer port's batch wire format: the advertisement, the request and the
