@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -300,39 +299,11 @@ func (g *readGate) resume() { g.mu.Lock(); g.paused = false; g.cond.Broadcast();
 // the test holds.
 func startNodeGated(t *testing.T, node devpki.Node, extra ...string) (*daemonProc, *readGate) {
 	t.Helper()
-	args := nodeArgs(node, 0, extra...)
-	inR, inW, err := os.Pipe()
-	testkit.Must(t, err)
-	outR, outW, err := os.Pipe()
-	testkit.Must(t, err)
-	d := &daemonProc{t: t, stdin: inW, stdout: outR, stderr: &testkit.LogBuffer{}, FrameLog: testkit.FrameLog{T: t},
-		readDone: make(chan struct{}), exited: make(chan struct{})}
-	gate := newReadGate(outR)
-	d.cmd = exec.Command(daemonBinary(t), args...)
-	d.cmd.Stdin, d.cmd.Stdout, d.cmd.Stderr = inR, outW, d.stderr
-	err = d.cmd.Start()
-	inR.Close()
-	outW.Close()
-	if err != nil {
-		inW.Close()
-		outR.Close()
-		t.Fatal(err)
-	}
-	go func() { d.cmd.Wait(); close(d.exited) }()
-	go func() { defer close(d.readDone); d.Record(gate) }()
-	t.Cleanup(func() {
-		gate.resume()
-		if !d.exitedYet() {
-			d.cmd.Process.Kill()
-			<-d.exited
-		}
-		d.stdin.Close()
-		d.stdout.Close()
-		<-d.readDone
-		if t.Failed() {
-			t.Logf("daemon %v log:\n%s", args, d.stderr.String())
-		}
-	})
+	var gate *readGate
+	d := startDaemonReading(t, daemonBinary(t), nil, func(r io.Reader) io.Reader { gate = newReadGate(r); return gate }, nodeArgs(node, 0, extra...)...)
+	// Registered after the harness's cleanup, so it runs first: a paused
+	// gate would hold the reader, and the cleanup that waits for it.
+	t.Cleanup(gate.resume)
 	d.port = d.boundPeerPort()
 	return d, gate
 }

@@ -144,7 +144,9 @@ func TestProcessNodeEndpointRefusesPagesAndWhatItDoesNotServe(t *testing.T) {
 }
 
 // nodeInfo is GET /v1/node's answer, the whole of its documented shape:
-// decodeNodeInfo refuses a member it does not name.
+// decodeNodeInfo refuses a member it does not name. It is written here,
+// not taken from internal/ingress, on purpose: decoded with the daemon's
+// own type, a renamed or removed member would pass.
 type nodeInfo struct {
 	NodeID       string       `json:"nodeId"`
 	NodeIDSource string       `json:"nodeIdSource"`
