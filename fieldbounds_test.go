@@ -347,22 +347,6 @@ func ifxStdioRemoveJSON(id, origin string) string {
 
 // --- dedup memory -------------------------------------------------------------
 
-// maxLengthFrame is a completed workload whose every bounded field is at its
-// bound and distinct for i.
-func maxLengthFrame(i int, origin string) string {
-	v := func(tag string) string {
-		s := tag + "-" + itoa(i) + "-"
-		return s + strings.Repeat("x", wireframe.MaxKeyFieldBytes-len(s))
-	}
-	members := []string{fieldOf("id", v("id")), fieldOf("runId", v("run")), fieldOf("engine", v("engine")),
-		fieldOf("model", v("model")), fieldOf("scheduledOn", v("sched")), fieldOf("requesterId", v("req")),
-		fieldOf("state", "completed"), `"seq":` + itoa(i+1)}
-	if origin == "" {
-		origin = v("origin")
-	}
-	return testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", origin, members...))
-}
-
 // --- one encoding per id --------------------------------------------------------
 
 // idTokens are workload ids as JSON string tokens written in ways a

@@ -39,7 +39,7 @@ func TestAdversarialMaximumLengthFieldsThroughAPinnedPeerKeepTheDedupWithinItsBy
 	for start := 0; start < advFrames; start += advBatch {
 		elems := make([][]byte, 0, advBatch)
 		for i := start; i < start+advBatch; i++ {
-			elems = append(elems, []byte(maxLengthFrame(i, peer.ID)))
+			elems = append(elems, []byte(testframe.MaxLengthFrame(i, peer.ID)))
 		}
 		ans := netPostBatch(t, c, addr, elems...)
 		if ans.status != http.StatusOK || len(ans.results) != len(elems) {
@@ -139,20 +139,4 @@ func fieldOf(name, value string) string { return `"` + name + `":"` + value + `"
 // overBound is the reason a field over its bound is refused with.
 func overBound(field string, size int) string {
 	return field + " is " + itoa(size) + " bytes, over its " + itoa(wireframe.MaxKeyFieldBytes) + "-byte bound"
-}
-
-// maxLengthFrame is a completed workload whose every bounded field is at its
-// bound and distinct for i.
-func maxLengthFrame(i int, origin string) string {
-	v := func(tag string) string {
-		s := tag + "-" + itoa(i) + "-"
-		return s + strings.Repeat("x", wireframe.MaxKeyFieldBytes-len(s))
-	}
-	members := []string{fieldOf("id", v("id")), fieldOf("runId", v("run")), fieldOf("engine", v("engine")),
-		fieldOf("model", v("model")), fieldOf("scheduledOn", v("sched")), fieldOf("requesterId", v("req")),
-		fieldOf("state", "completed"), `"seq":` + itoa(i+1)}
-	if origin == "" {
-		origin = v("origin")
-	}
-	return testframe.LifecycleJSON(wireframe.MethodStarted, testframe.WorkloadJSON("job-1", "running", origin, members...))
 }

@@ -15,6 +15,7 @@ package testframe
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -153,4 +154,22 @@ func PaddedParams(t testing.TB, method string, size int) json.RawMessage {
 		t.Fatalf("padded line is %d bytes, want %d", got, size)
 	}
 	return params
+}
+
+// MaxLengthFrame is a completed workload whose every bounded field is at
+// its bound (wireframe.MaxKeyFieldBytes) and distinct for i; an empty
+// origin is one at its bound too.
+func MaxLengthFrame(i int, origin string) string {
+	v := func(tag string) string {
+		s := tag + "-" + strconv.Itoa(i) + "-"
+		return s + strings.Repeat("x", wireframe.MaxKeyFieldBytes-len(s))
+	}
+	field := func(name, value string) string { return `"` + name + `":"` + value + `"` }
+	members := []string{field("id", v("id")), field("runId", v("run")), field("engine", v("engine")),
+		field("model", v("model")), field("scheduledOn", v("sched")), field("requesterId", v("req")),
+		field("state", "completed"), `"seq":` + strconv.Itoa(i+1)}
+	if origin == "" {
+		origin = v("origin")
+	}
+	return LifecycleJSON(wireframe.MethodStarted, WorkloadJSON("job-1", "running", origin, members...))
 }
