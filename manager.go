@@ -157,8 +157,7 @@ type Manager struct {
 	// path to the peers and to disk reads it.
 	table *statetable.Table
 	// journal keeps what the table must not lose across a restart
-	// (tablejournal.go); its file is nil without a JournalPath or when it
-	// could not be opened.
+	// (tablejournal.go); its file is nil only without a JournalPath.
 	journal tableJournal
 	// lastEvicted is the table's eviction count at the last prune, for
 	// the one line per burst (pruneTable).
@@ -855,6 +854,9 @@ func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, er
 	if f.leaseSeconds, err = parseLeaseHeader(lease, &f); err != nil {
 		m.leases.refused.Add(1)
 		return f, fmt.Errorf("%w: %v", ingress.ErrBadFrame, err)
+	}
+	if err := m.journal.refuseWhileDown(); err != nil {
+		return f, err // 503 (refusalOf)
 	}
 	if !m.ingressWaiters.Acquire(nil) {
 		return f, m.ingressWaiters.Busy()

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"nvpair-workload-manager/internal/httpguard"
+	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/statejournal"
 	"nvpair-workload-manager/internal/statetable"
@@ -24,22 +27,49 @@ type journalFile interface {
 	statetable.Journal
 	Wait(seq uint64) error
 	Compact(snapshot func(emit func([]byte) error) error) bool
+	Health() statejournal.Health
 	Size() int64
 	Close() error
 	Stats() statejournal.Stats
 }
 
 // tableJournal keeps the state table's journal: it opens it and rebuilds
-// the table from it at start, compacts it from the table, waits on its
-// records for the ingress, and closes it within the shutdown's budget.
-// Its file is set once, before the first change (use), and never again,
-// so it is read without a lock.
+// the table from it at start, rebuilds the file from the table when it is
+// down or missed records, compacts it, waits on its records for the
+// ingress, and closes it within the shutdown's budget. Its file is set
+// once, before the first change (use), and never again, so it is read
+// without a lock; with a path it is never nil (a journal that cannot be
+// opened is a down one, statejournal.OpenDown).
 type tableJournal struct {
 	path  string // "" keeps no journal
 	log   *slog.Logger
 	table *statetable.Table
-	file  journalFile // nil without a path or when it could not be opened
+	file  journalFile // nil only without a path
+
+	// The rebuild's schedule and what was last logged of the journal's
+	// state, touched only by the prune loop (maybeCompact) but for
+	// nextRebuild, which the ingress reads for its Retry-After.
+	nextRebuild atomic.Int64 // unix nanoseconds of the next attempt; 0: at once
+	backoff     time.Duration
+	logged      journalState
 }
+
+// journalState is what an operator is told of the journal, once per change.
+type journalState int
+
+const (
+	journalUp    journalState = iota // every record written
+	journalDirty                     // a group failed: records the table holds are missing from the file
+	journalDown                      // every group fails at once: the ingress refuses frames
+)
+
+// The rebuild's backoff: the first attempt at the next prune, then doubling
+// to a cap that keeps a lasting fault to one attempt (and, for a new
+// reason, one line) every 30 s.
+const (
+	rebuildFirstBackoff = time.Second
+	rebuildMaxBackoff   = 30 * time.Second
+)
 
 // use makes f the journal and the table's, before the first change.
 func (j *tableJournal) use(f journalFile) {
@@ -47,13 +77,37 @@ func (j *tableJournal) use(f journalFile) {
 	j.table.SetJournal(f)
 }
 
+// errNotJournaled is the wait of a frame whose record the journal refused.
+var errNotJournaled = errors.New("the journal did not take the frame's record")
+
 // wait returns once the record of sequence seq is durable; at once for
-// seq 0 (no record) or without a journal.
+// seq 0 (no record) or without a journal. A record the journal refused
+// (statetable.NotJournaled) is an error: its frame's answer is not a 200.
 func (j *tableJournal) wait(seq uint64) error {
-	if seq == 0 || j.file == nil {
+	switch {
+	case seq == statetable.NotJournaled:
+		return errNotJournaled
+	case seq == 0 || j.file == nil:
 		return nil
 	}
 	return j.file.Wait(seq)
+}
+
+// refuseWhileDown is the ingress's check before a frame is written: while
+// the journal is down no frame could be made durable, so none is written,
+// and the producer is told when to try again (503, Retry-After). A journal
+// that is merely dirty still makes each new record durable and refuses
+// nothing.
+func (j *tableJournal) refuseWhileDown() error {
+	if j.file == nil {
+		return nil
+	}
+	h := j.file.Health()
+	if h.Down == nil {
+		return nil
+	}
+	after := time.Until(time.Unix(0, j.nextRebuild.Load()))
+	return &ingress.JournalDownError{After: max(after, time.Second)}
 }
 
 // journalFileName is the journal's name in the app dir, beside
@@ -69,11 +123,11 @@ const minMaxEndedBytes = 64 << 10
 // it a rewrite costs more than the bytes it saves.
 const journalCompactFloor = 4 << 20
 
-// open opens the journal and rebuilds the table from it. A journal
-// that cannot be opened is one WARN line and a start without one: it
-// never keeps the daemon from starting (a node that cannot write its app
-// dir still relays; its ingress answers are then not durable, which the
-// metrics and the line say).
+// open opens the journal and rebuilds the table from it. A journal that
+// cannot be opened never keeps the daemon from starting (a node that
+// cannot write its app dir still relays): it is a down journal, one ERROR
+// line, rebuilt from the table by the prune loop once it can be written
+// (space freed, a mode fixed); meanwhile the ingress refuses frames, 503.
 //
 // leaseGrace is the least time a restored lease is given
 // (restartLeaseGrace lease units).
@@ -81,9 +135,11 @@ func (j *tableJournal) open(leaseGrace time.Duration) {
 	if j.path == "" {
 		return
 	}
-	f, records, err := statejournal.Open(j.path, statejournal.Options{Logger: j.log})
+	opt := statejournal.Options{Logger: j.log}
+	f, records, err := statejournal.Open(j.path, opt)
 	if err != nil {
-		j.log.Warn("journal unusable: starting without it; ingress answers are not durable", "file", j.path, "reason", httpguard.ClipReason(err.Error()))
+		j.use(statejournal.OpenDown(j.path, opt, err))
+		j.noteState()
 		return
 	}
 	st := j.table.Restore(records, leaseGrace)
@@ -93,16 +149,67 @@ func (j *tableJournal) open(leaseGrace time.Duration) {
 	}
 }
 
-// maybeCompact starts a compaction when the journal holds more than twice
-// what the table needs it to, and at least journalCompactFloor.
+// maybeCompact rebuilds the journal when it is down or missed records,
+// on the rebuild's backoff; else compacts it when it holds more than twice
+// what the table needs it to, and at least journalCompactFloor. Called
+// from the prune loop alone.
 func (j *tableJournal) maybeCompact() {
 	if j.file == nil {
 		return
 	}
+	if j.noteState() != journalUp {
+		j.rebuild()
+		return
+	}
+	j.backoff = 0
+	j.nextRebuild.Store(0)
 	live := j.table.JournaledBytes()
 	if size := j.file.Size(); size > journalCompactFloor && size > 2*live {
 		j.file.Compact(j.table.Snapshot)
 	}
+}
+
+// rebuild starts a compaction from the table when the backoff allows: the
+// one cure for a down or dirty journal, as the new file holds all the table
+// must not lose. An attempt that does not heal the journal doubles the wait
+// before the next.
+func (j *tableJournal) rebuild() {
+	now := time.Now()
+	if now.UnixNano() < j.nextRebuild.Load() {
+		return
+	}
+	if !j.file.Compact(j.table.Snapshot) {
+		return // one runs already
+	}
+	j.backoff = min(max(2*j.backoff, rebuildFirstBackoff), rebuildMaxBackoff)
+	j.nextRebuild.Store(now.Add(j.backoff).UnixNano())
+}
+
+// noteState reads the journal's state and logs it when it changed: one
+// line per change, whatever the fault repeats.
+func (j *tableJournal) noteState() journalState {
+	h := j.file.Health()
+	s := journalUp
+	switch {
+	case h.Down != nil:
+		s = journalDown
+	case h.Dirty:
+		s = journalDirty
+	}
+	if s == j.logged {
+		return s
+	}
+	switch s {
+	case journalDown:
+		j.log.Error("journal down: ingress frames are refused (503) until it is rebuilt from the state table",
+			"file", j.path, "reason", httpguard.ClipReason(h.Down.Error()))
+	case journalDirty:
+		j.log.Warn("journal missed records (a write failed): rebuilding it from the state table", "file", j.path)
+	default:
+		j.log.Warn("journal rebuilt from the state table: records are durable again", "file", j.path)
+	}
+	j.logged = s
+	return s
 }
 
 // close writes what is pending and closes the journal, within the
@@ -128,13 +235,24 @@ func (j *tableJournal) close(deadline time.Time) {
 func (j *tableJournal) writeMetrics(t *promtext.Text) {
 	var st statejournal.Stats
 	var size int64
+	up, pending := 1.0, 0.0
 	if j.file != nil {
 		st, size = j.file.Stats(), j.file.Size()
+		h := j.file.Health()
+		if h.Down != nil {
+			up = 0
+		}
+		if h.NeedsRebuild() {
+			pending = 1
+		}
 	}
 	t.Single("nvpair_wlm_journal_bytes", "gauge", "Bytes of the journal file.", float64(size))
 	t.Single("nvpair_wlm_journal_records_total", "counter", "Records appended to the journal.", float64(st.Records))
 	t.Single("nvpair_wlm_journal_syncs_total", "counter", "Group commits of the journal: one write and one fsync each.", float64(st.Groups))
 	t.Single("nvpair_wlm_journal_write_failures_total", "counter", "Journal writes or fsyncs that failed; the frames waiting were answered 500.", float64(st.GroupFailures))
-	t.Single("nvpair_wlm_journal_compactions_total", "counter", "Journal compactions completed.", float64(st.Compactions))
+	t.Single("nvpair_wlm_journal_compactions_total", "counter", "Journal compactions and rebuilds completed.", float64(st.Compactions))
+	t.Single("nvpair_wlm_journal_compaction_failures_total", "counter", "Journal compactions and rebuilds that failed; the old file was kept.", float64(st.CompactionFailures))
+	t.Single("nvpair_wlm_journal_up", "gauge", "1 while the journal makes records durable; 0 while it is down and the ingress refuses frames (503) until it is rebuilt.", up)
+	t.Single("nvpair_wlm_journal_rebuild_pending", "gauge", "1 while records the state table holds are missing from the journal (a write failed, or it is down) and a rebuild is due.", pending)
 	t.Single("nvpair_wlm_journal_torn_bytes_total", "counter", "Bytes of a torn or corrupt tail dropped when the journal was read.", float64(st.DroppedBytes))
 }

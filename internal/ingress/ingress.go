@@ -29,7 +29,7 @@ type Relay interface {
 	// Workload-Lease header, and returns once it is written to the broker
 	// and committed, durably, or refused. Its error decides the answer
 	// (refusalOf): ErrBadFrame, ErrBrokerWrite, ErrNotDurable,
-	// *AtLimitError, *brokerio.BusyError, an ownership refusal
+	// *JournalDownError, *AtLimitError, *brokerio.BusyError, an ownership refusal
 	// (statetable.IsBrokerOwned), *wireframe.WorkloadTooLargeError or
 	// wireframe.ErrLineOverLimit.
 	Ingest(body []byte, lease []string) (Frame, error)
@@ -200,6 +200,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) (int, string, Fr
 // headers it needs.
 func refusalOf(w http.ResponseWriter, err error) (int, string) {
 	var atLimit *AtLimitError
+	var down *JournalDownError
 	var busy *brokerio.BusyError
 	var tooLarge *wireframe.WorkloadTooLargeError
 	switch {
@@ -212,6 +213,9 @@ func refusalOf(w http.ResponseWriter, err error) (int, string) {
 		return http.StatusConflict, err.Error()
 	case errors.As(err, &atLimit):
 		w.Header().Set("Retry-After", strconv.Itoa(atLimit.RetryAfterSeconds()))
+		return http.StatusServiceUnavailable, err.Error()
+	case errors.As(err, &down):
+		w.Header().Set("Retry-After", strconv.Itoa(down.RetryAfterSeconds()))
 		return http.StatusServiceUnavailable, err.Error()
 	case errors.Is(err, wireframe.ErrLineOverLimit):
 		return http.StatusRequestEntityTooLarge, err.Error()
@@ -245,6 +249,19 @@ func isJSONMediaType(ct string) bool {
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	return err == nil && mt == "application/json"
+}
+
+// JournalDownError is an ingress frame refused before anything is written
+// because the journal cannot make a record durable now (spec 5.3): 503,
+// with the time until the next rebuild of the journal as Retry-After.
+type JournalDownError struct{ After time.Duration }
+
+func (e *JournalDownError) Error() string {
+	return fmt.Sprintf("not durable: the journal is down and being rebuilt; nothing was written; retry after %d s", e.RetryAfterSeconds())
+}
+
+func (e *JournalDownError) RetryAfterSeconds() int {
+	return max(1, int((e.After+time.Second-1)/time.Second))
 }
 
 // AtLimitError is an ingress frame refused because the re-sync set is at a

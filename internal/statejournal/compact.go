@@ -3,7 +3,9 @@ package statejournal
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -24,16 +26,20 @@ type finishReq struct {
 // Append that records it. Between two groups the writer appends the tail to
 // the new file, fsyncs it, renames it over the journal, fsyncs the
 // directory and writes the following groups to it. It returns false, and
-// does nothing, while another compaction runs or once the journal is closed
-// or unusable. A failed compaction removes its file, keeps the old journal,
-// is counted in Stats and logged once.
+// does nothing, while another compaction runs or once the journal is
+// closed. A failed compaction removes its file, keeps the old journal, is
+// counted in Stats and logged once per distinct reason.
+//
+// Compact is also the rebuild of a down or dirty journal (Health): the new
+// file holds the caller's whole state, so once it is switched to, the file
+// holds every record again and groups are written to it.
 func (j *Journal) Compact(snapshot func(emit func(payload []byte) error) error) (started bool) {
 	j.mu.Lock()
 	if j.compacting || j.usableLocked() != nil {
 		j.mu.Unlock()
 		return false
 	}
-	j.compacting, j.tailing, j.tail, j.tailErr = true, true, nil, nil
+	j.compacting, j.tailing, j.tail = true, true, nil
 	j.mu.Unlock()
 	go j.compact(snapshot)
 	return true
@@ -42,15 +48,25 @@ func (j *Journal) Compact(snapshot func(emit func(payload []byte) error) error) 
 // compact runs one compaction and records its outcome.
 func (j *Journal) compact(snapshot func(emit func(payload []byte) error) error) {
 	err := j.runCompaction(snapshot)
+	j.mu.Lock()
+	j.compacting, j.tailing, j.tail = false, false, nil
+	repeat := err != nil && err.Error() == j.lastCompactErr
 	if err != nil {
-		j.log.Warn("journal compaction failed; the journal is kept as it is", "file", j.path, "reason", err)
+		j.lastCompactErr = err.Error()
+	} else {
+		j.lastCompactErr = ""
+	}
+	j.mu.Unlock()
+	if err != nil {
+		// A down journal is rebuilt with a backoff for as long as it is
+		// down: one line per distinct reason, the rest counted.
+		if !repeat {
+			j.log.Warn("journal compaction failed; the journal is kept as it is", "file", j.path, "reason", err)
+		}
 		j.stats.compactionFailures.Add(1)
 	} else {
 		j.stats.compactions.Add(1)
 	}
-	j.mu.Lock()
-	j.compacting, j.tailing, j.tail = false, false, nil
-	j.mu.Unlock()
 	// A writer waiting to stop at Close waits for the compaction's end.
 	j.wake()
 }
@@ -115,31 +131,33 @@ func (j *Journal) fill(f *os.File, snapshot func(emit func(payload []byte) error
 // records are in the tail), so it is durable once the new file is.
 func (j *Journal) finishCompaction(req *finishReq) {
 	j.mu.Lock()
-	if err := j.tailErr; err != nil {
-		j.mu.Unlock()
-		req.done <- fmt.Errorf("a group failed while compacting: %w", err)
-		return
-	}
-	if j.broken != nil {
-		j.mu.Unlock()
-		req.done <- fmt.Errorf("journal unusable: %w", j.broken)
-		return
-	}
 	g, buf := j.takeLocked()
-	tail, old, off := j.tail, j.file, j.size
+	tail, old, off, broken := j.tail, j.file, j.size, j.broken
 	j.tail, j.tailing = nil, false
 	j.mu.Unlock()
 	if err := j.switchTo(req, tail); err != nil {
 		if g != nil {
-			j.complete(g, buf, int64(len(buf)), j.writeGroup(old, buf, off))
+			gerr := broken
+			if gerr == nil {
+				gerr = j.writeGroup(old, buf, off)
+			} else {
+				gerr = fmt.Errorf("statejournal: journal down: %w", gerr)
+			}
+			j.complete(g, buf, int64(len(buf)), gerr)
 		}
 		req.done <- err
 		return
 	}
+	ident, _ := req.tmp.Stat()
 	j.mu.Lock()
-	j.file, j.size = req.tmp, req.size+int64(len(tail))
+	// The new file holds the snapshot and every record appended since it
+	// began, failed groups' included: it holds every record again.
+	j.file, j.size, j.ident = req.tmp, req.size+int64(len(tail)), ident
+	j.broken, j.dirty, j.keepAside = nil, false, ""
 	j.mu.Unlock()
-	old.Close()
+	if old != nil {
+		old.Close()
+	}
 	if g != nil {
 		// The group is in the new file; it is durable once the rename is,
 		// which a failed directory fsync leaves in doubt until it is redone.
@@ -159,6 +177,9 @@ func (j *Journal) switchTo(req *finishReq, tail []byte) error {
 	if err := j.sync(req.tmp); err != nil {
 		return fmt.Errorf("syncing %s: %w", req.tmp.Name(), err)
 	}
+	if err := j.keepUnreadAside(); err != nil {
+		return err
+	}
 	if err := os.Rename(req.tmp.Name(), j.path); err != nil {
 		return fmt.Errorf("renaming %s over %s: %w", req.tmp.Name(), j.path, err)
 	}
@@ -168,4 +189,20 @@ func (j *Journal) switchTo(req *finishReq, tail []byte) error {
 		j.mu.Unlock()
 	}
 	return nil
+}
+
+// keepUnreadAside moves aside what sits at the journal's path when it was
+// never read (a journal that could not be opened at start): the rebuild's
+// rename would otherwise destroy records that a person may still recover.
+func (j *Journal) keepUnreadAside() error {
+	j.mu.Lock()
+	why := j.keepAside
+	j.mu.Unlock()
+	if why == "" {
+		return nil
+	}
+	if _, err := os.Lstat(j.path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return j.setAside(j.path, why)
 }

@@ -181,46 +181,6 @@ func TestFailedCompactionKeepsTheJournal(t *testing.T) {
 	sameRecords(t, got, append(slices.Clone(recs), []byte("during"), []byte("after")))
 }
 
-// A group that fails while a compaction runs fails the compaction: its
-// records are in the tail, and keeping them would bring back records
-// whose Wait failed.
-func TestGroupFailureDuringCompactionFailsIt(t *testing.T) {
-	opt, _ := options()
-	var fail sync.Mutex
-	failing := false
-	opt.hooks = &hooks{
-		writeAt: func(f *os.File, b []byte, off int64) (int, error) {
-			fail.Lock()
-			defer fail.Unlock()
-			if failing {
-				failing = false
-				return 0, errors.New("injected")
-			}
-			return f.WriteAt(b, off)
-		},
-		sync: (*os.File).Sync,
-	}
-	path := journalPath(t)
-	j, _ := mustOpen(t, path, opt)
-	mustAppendWait(t, j, []byte("kept"))
-	release := make(chan struct{})
-	j.Compact(func(emit func([]byte) error) error { <-release; return emit([]byte("kept")) })
-	fail.Lock()
-	failing = true
-	fail.Unlock()
-	seq, _ := j.Append([]byte("lost"))
-	if err := j.Wait(seq); err == nil {
-		t.Fatal("the injected failure did not fail the group")
-	}
-	close(release)
-	eventually(t, "the compaction failed", func() bool { return j.Stats().CompactionFailures == 1 })
-	mustClose(t, j)
-	opt.hooks = nil
-	j, got := mustOpen(t, path, opt)
-	defer mustClose(t, j)
-	sameRecords(t, got, [][]byte{[]byte("kept")})
-}
-
 // Close while a compaction's snapshot runs waits for it and loses nothing.
 func TestCloseDuringCompaction(t *testing.T) {
 	opt, _ := options()

@@ -40,11 +40,22 @@
 // nor stops the node for good. Only the bytes of groups whose fsync
 // succeeded are ever counted on; after a failed fsync Linux may have dropped
 // the dirty pages, and those bytes are cut away rather than synced again. If
-// the truncation itself fails the journal cannot know what the file holds,
-// and every later Append and Wait fails. A record whose Wait returned an
-// error may or may not be in the file after a crash (its bytes may have
-// reached the device before the failure was seen); the caller treats it as
-// not acknowledged.
+// the truncation itself fails the journal cannot know what the file holds:
+// it is down (Health), and every later group fails at once without I/O.
+// After each group's fsync the path is checked to name the file still
+// (device and inode): a journal unlinked, renamed or replaced under the
+// daemon is down too, since a restart would not read what it holds. A
+// journal that could not be opened at all (OpenDown) starts down. Appends
+// are still taken while it is down, so that a rebuild sees them.
+//
+// Any failed group leaves the file without changes its caller holds
+// (Health.Dirty). The cure for both is a rebuild: Compact writes a new file
+// from the caller's state and the records appended meanwhile, failed ones
+// included, and once it is renamed over the path the journal is healthy
+// again. A record whose Wait returned an error may or may not be in the
+// file after a crash (its bytes may have reached the device before the
+// failure was seen, or a rebuild may carry it); the caller treats it as not
+// acknowledged.
 //
 // # What fsync promises
 //
@@ -111,8 +122,9 @@ type Options struct {
 
 // hooks replaces the writer's file operations in tests.
 type hooks struct {
-	writeAt func(f *os.File, b []byte, off int64) (int, error)
-	sync    func(f *os.File) error
+	writeAt  func(f *os.File, b []byte, off int64) (int, error)
+	sync     func(f *os.File) error
+	truncate func(f *os.File, size int64) error
 }
 
 // ErrClosed is returned by Append, Wait and Compact on a closed journal.
@@ -142,8 +154,20 @@ type Journal struct {
 	compacting bool
 	tailing    bool
 	tail       []byte
-	tailErr    error // a group failed while tailing: the compaction must fail
-	dirDirty   bool  // a rename's directory fsync failed and must be redone
+	dirDirty   bool // a rename's directory fsync failed and must be redone
+	// ident is the file's identity (device and inode) when it was opened
+	// or switched to: a group is acknowledged only while the path still
+	// names it (checkIdentity).
+	ident fs.FileInfo
+	// dirty says a group failed since the file last held every record
+	// (Health).
+	dirty bool
+	// keepAside, when not "", says why what sits at the path must be
+	// moved aside before a rebuild's rename: it was never read.
+	keepAside string
+	// lastCompactErr is the last compaction's failure, so a rebuild
+	// retried with a backoff logs each reason once.
+	lastCompactErr string
 
 	kick    chan struct{} // wakes the writer; capacity 1
 	finish  chan *finishReq
@@ -217,17 +241,55 @@ func newJournal(path string, opt Options) (*Journal, error) {
 	j := &Journal{
 		path: path, max: max, log: log, noSync: opt.NoSync,
 		hooks: hooks{
-			writeAt: func(f *os.File, b []byte, off int64) (int, error) { return f.WriteAt(b, off) },
-			sync:    (*os.File).Sync,
+			writeAt:  func(f *os.File, b []byte, off int64) (int, error) { return f.WriteAt(b, off) },
+			sync:     (*os.File).Sync,
+			truncate: (*os.File).Truncate,
 		},
 		kick:    make(chan struct{}, 1),
 		finish:  make(chan *finishReq),
 		stopped: make(chan struct{}),
 	}
 	if opt.hooks != nil {
-		j.hooks = *opt.hooks
+		h := opt.hooks
+		if h.writeAt != nil {
+			j.hooks.writeAt = h.writeAt
+		}
+		if h.sync != nil {
+			j.hooks.sync = h.sync
+		}
+		if h.truncate != nil {
+			j.hooks.truncate = h.truncate
+		}
 	}
 	return j, nil
+}
+
+// OpenDown returns a journal that has no file: Open failed with cause.
+// It takes records and fails their groups at once (Health().Down says
+// why) until a Compact, the rebuild, writes a file from the caller's
+// state. Whatever sits at the path was not read, so a rebuild moves it
+// aside to path+".aside-<unixnano>" rather than replace it, unless it is
+// an empty file (a creation cut short). It never fails: a journal that
+// cannot be written now may be writable later (space freed, a directory's
+// mode fixed), and the caller keeps running meanwhile.
+func OpenDown(path string, opt Options, cause error) *Journal {
+	j, err := newJournal(path, opt)
+	if err != nil { // a bad bound: Open said so already; the default serves
+		opt.MaxRecordBytes = 0
+		j, _ = newJournal(path, opt)
+	}
+	j.broken = fmt.Errorf("not opened: %w", cause)
+	j.dirty = true
+	if st, err := os.Lstat(path); err == nil && !(st.Mode().IsRegular() && st.Size() == 0) {
+		j.keepAside = "the journal could not be read when the daemon started (" + cause.Error() + ")"
+	}
+	// A compaction file left behind would refuse the rebuild's O_EXCL
+	// create for good.
+	if err := j.clearTemp(); err != nil {
+		j.log.Warn("journal: a stale compaction file could not be cleared", "file", j.tempName(), "reason", err)
+	}
+	go j.writer()
+	return j
 }
 
 // tempName is the file a compaction fills before its rename.
@@ -321,7 +383,7 @@ func (j *Journal) recover(f *os.File, lst fs.FileInfo) ([][]byte, error) {
 			return nil, err
 		}
 	}
-	j.file, j.size = f, res.good
+	j.file, j.size, j.ident = f, res.good, st
 	return res.records, nil
 }
 
@@ -370,7 +432,11 @@ func (j *Journal) startFile(f *os.File, dir string) error {
 			return fmt.Errorf("statejournal: syncing the directory of %s: %w", j.path, err)
 		}
 	}
-	j.file, j.size = f, int64(len(header))
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("statejournal: stat of %s: %w", j.path, err)
+	}
+	j.file, j.size, j.ident = f, int64(len(header)), st
 	return nil
 }
 

@@ -38,13 +38,13 @@ func (j *Journal) Append(payload []byte) (uint64, error) {
 	return seq, nil
 }
 
-// usableLocked says why the journal takes no more records, if it does not.
+// usableLocked says why the journal takes no more records, if it does not:
+// only once it is closed. A down journal (broken) still takes them, and
+// fails their groups at once: a rebuild (Compact) under way must see every
+// record in its tail, and the caller's table already holds the change.
 func (j *Journal) usableLocked() error {
 	if j.closed {
 		return ErrClosed
-	}
-	if j.broken != nil {
-		return fmt.Errorf("statejournal: journal unusable: %w", j.broken)
 	}
 	return nil
 }
@@ -115,6 +115,9 @@ func (j *Journal) Close() error {
 	var err error
 	if pending {
 		err = j.Wait(last)
+	}
+	if j.file == nil {
+		return err // a journal that never had a file (OpenDown)
 	}
 	if cerr := j.file.Close(); err == nil && cerr != nil {
 		err = fmt.Errorf("statejournal: closing %s: %w", j.path, cerr)
@@ -191,11 +194,17 @@ func (j *Journal) writeGroup(f *os.File, buf []byte, off int64) error {
 			err = fmt.Errorf("statejournal: syncing %s: %w", j.path, err)
 		}
 	}
+	if err == nil {
+		if err = j.checkIdentity(); err != nil {
+			// The bytes are durable in a file the path no longer names: a
+			// restart would not read them. Cutting them back is pointless.
+			j.markBroken(err)
+			return err
+		}
+	}
 	if err != nil {
-		if terr := f.Truncate(off); terr != nil {
-			j.mu.Lock()
-			j.broken = fmt.Errorf("cutting %s back to %d after a failed group: %w (after: %w)", j.path, off, terr, err)
-			j.mu.Unlock()
+		if terr := j.hooks.truncate(f, off); terr != nil {
+			j.markBroken(fmt.Errorf("cutting %s back to %d after a failed group: %w (after: %w)", j.path, off, terr, err))
 		}
 	}
 	return err
@@ -230,11 +239,11 @@ func (j *Journal) complete(g *group, buf []byte, grown int64, err error) {
 	} else {
 		j.failed.add(g.first, g.last, err)
 		j.stats.groupFailures.Add(1)
-		if j.tailing || j.compacting {
-			// The group's records are in the tail too; a compaction that
-			// kept them would bring back records whose Wait failed.
-			j.tailErr = err
-		}
+		// The file now lacks changes its caller made (the records of this
+		// group): it holds every record again only once rebuilt. A
+		// compaction under way carries the group in its tail, which is
+		// allowed: a record whose Wait failed may or may not survive.
+		j.dirty = true
 	}
 	j.flight = nil
 	if cap(buf) <= 4<<20 {
@@ -243,6 +252,57 @@ func (j *Journal) complete(g *group, buf []byte, grown int64, err error) {
 	j.mu.Unlock()
 	g.err = err
 	close(g.done)
+}
+
+// checkIdentity reports an error when the journal's path no longer names
+// the file the writer writes: it was unlinked, renamed or replaced under the
+// daemon. One lstat per group, after its fsync and before any waiter of it
+// is answered, so no answer counts on a file a restart would not read.
+func (j *Journal) checkIdentity() error {
+	j.mu.Lock()
+	want := j.ident
+	j.mu.Unlock()
+	st, err := os.Lstat(j.path)
+	if err != nil {
+		return fmt.Errorf("statejournal: the journal file %s is gone from under the daemon: %w", j.path, err)
+	}
+	if want != nil && !os.SameFile(st, want) {
+		return fmt.Errorf("statejournal: %s no longer names the journal file the daemon writes (replaced or renamed under it)", j.path)
+	}
+	return nil
+}
+
+// markBroken stops the file: every later group fails at once, until a
+// rebuild (Compact) writes a new one from the caller's table.
+func (j *Journal) markBroken(cause error) {
+	j.mu.Lock()
+	if j.broken == nil {
+		j.broken = cause
+	}
+	j.dirty = true
+	j.mu.Unlock()
+}
+
+// Health is what a caller needs to know of a journal's state.
+type Health struct {
+	// Down is why every group fails now, at once: the file could not be
+	// opened, or cut back after a failed group, or is no longer at its
+	// path. nil while groups are written.
+	Down error
+	// Dirty says a group failed since the file last held every record
+	// its caller appended: the file lacks changes the caller holds. A
+	// rebuild (Compact) from the caller's state writes them again.
+	Dirty bool
+}
+
+// NeedsRebuild says a Compact is due whatever the file's size.
+func (h Health) NeedsRebuild() bool { return h.Down != nil || h.Dirty }
+
+// Health returns the journal's state.
+func (j *Journal) Health() Health {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return Health{Down: j.broken, Dirty: j.dirty}
 }
 
 // maxFailedRanges bounds the failed ranges Wait remembers.

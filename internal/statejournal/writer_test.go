@@ -123,28 +123,3 @@ func TestFailedGroupFailsItsWaitersAndTheNextSucceeds(t *testing.T) {
 		})
 	}
 }
-
-// When the failed group's bytes cannot be cut away (here the file itself is
-// gone from under the writer), nothing more is acknowledged.
-func TestUnrecoverableFailureStopsTheJournal(t *testing.T) {
-	opt, _ := options()
-	opt.hooks = &hooks{
-		writeAt: func(f *os.File, b []byte, off int64) (int, error) {
-			f.Close()
-			return f.WriteAt(b, off)
-		},
-		sync: (*os.File).Sync,
-	}
-	j, _ := mustOpen(t, journalPath(t), opt)
-	seq, err := j.Append([]byte("doomed"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := j.Wait(seq); !errors.Is(err, os.ErrClosed) {
-		t.Fatalf("Wait: %v, want it to wrap os.ErrClosed", err)
-	}
-	if _, err := j.Append(nil); err == nil {
-		t.Fatal("Append after an unrecoverable failure returned no error")
-	}
-	j.Close()
-}

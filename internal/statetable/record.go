@@ -84,6 +84,14 @@ func (t *Table) journalAck(m *Member) {
 	t.appendRecord(b)
 }
 
+// NotJournaled is the sequence Commit returns for a change whose record the
+// journal refused (closed, or over its record bound): a wait on it fails,
+// so no answer counts on a record that is not there. It is never a real
+// sequence: those count from 1, one per record.
+const NotJournaled = ^uint64(0)
+
+// appendRecord appends b to the journal and returns its sequence, 0 when
+// there is no journal, or NotJournaled when the journal refused it.
 func (t *Table) appendRecord(b []byte) uint64 {
 	if t.cfg.Journal == nil {
 		return 0
@@ -91,7 +99,7 @@ func (t *Table) appendRecord(b []byte) uint64 {
 	seq, err := t.cfg.Journal.Append(b)
 	if err != nil {
 		t.stats.JournalFailed.Add(1)
-		return 0
+		return NotJournaled
 	}
 	return seq
 }
