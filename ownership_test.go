@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -213,5 +214,31 @@ func TestAnIngress200WaitsForItsJournalRecord(t *testing.T) {
 	close(j.release)
 	if st := <-answered; st != http.StatusOK {
 		t.Fatalf("answered %d once durable, want 200", st)
+	}
+}
+
+// refusingJournal is a journal that takes no record (closed, or a record
+// over its bound): a stand-in for Append's refusals.
+type refusingJournal struct{ journalFile }
+
+func (refusingJournal) Append([]byte) (uint64, error) { return 0, statejournal.ErrClosed }
+
+// A frame whose record the journal refused is applied but not answered
+// 200 (spec 5.3): there is no record for the answer to count on, so its
+// wait fails rather than pass as "no record needed".
+func TestAFrameWhoseRecordTheJournalRefusesIsNotAnswered200(t *testing.T) {
+	n := newTestNode(t)
+	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.m.journal.use(refusingJournal{f})
+	n.start()
+	st, text := testkit.PostIngress(t, n.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("unrecorded", "running", 1), nil)))
+	if st != http.StatusInternalServerError || !strings.Contains(text, "not durable") {
+		t.Fatalf("a frame whose record the journal refused answered %d %q, want 500 not durable", st, text)
 	}
 }
