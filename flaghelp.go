@@ -31,7 +31,7 @@ var flagGroups = []struct {
 	{"Cluster", []string{"cluster-dir", "app-dir"}},
 	{"Ingress", []string{"local-ingress", "ingress-max-conns"}},
 	{"Metrics", []string{"metrics", "metrics-max-conns"}},
-	{"Tuning", []string{"resync-interval", "max-live-workloads", "max-live-workload-bytes", "max-ended-bytes", "workload-max-bytes", "broker-line-max", "drain-timeout", "peer-max-conns", "peer-max-conns-per-source"}},
+	{"Tuning", []string{"resync-interval", "max-live-workloads", "max-live-workload-bytes", "max-ended-bytes", "journal-fsync", "workload-max-bytes", "broker-line-max", "drain-timeout", "peer-max-conns", "peer-max-conns-per-source"}},
 	{"General", []string{"log-level", "version", "help"}},
 }
 
@@ -43,6 +43,7 @@ var flagArgs = map[string]string{
 	"max-live-workloads": "N", "peer-max-conns": "N", "peer-max-conns-per-source": "N",
 	"ingress-max-conns": "N", "metrics-max-conns": "N", "log-level": "LEVEL",
 	"max-live-workload-bytes": "BYTES", "max-ended-bytes": "BYTES", "workload-max-bytes": "BYTES",
+	"journal-fsync": "always|D",
 }
 
 const usageHead = `usage: nvpair-workload-manager [flags]

@@ -45,6 +45,7 @@ type options struct {
 	maxLive        int
 	maxLiveBytes   int64
 	maxEndedBytes  int64
+	journalFsync   time.Duration // 0: before each answer (--journal-fsync always)
 	workloadMax    int
 	conns          httpguard.ConnLimits
 	logLevel       string // the --log-level value, when given
@@ -71,6 +72,7 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.maxLive, "max-live-workloads", defaultMaxLiveWorkloads, "most workloads the re-sync set holds (live, and terminal within their retention)")
 	fs.Int64Var(&o.maxLiveBytes, "max-live-workload-bytes", defaultMaxLiveWorkloadBytes, "most bytes of workload frames the re-sync set holds")
 	fs.Int64Var(&o.maxEndedBytes, "max-ended-bytes", defaultMaxEndedBytes, "most bytes of ends (finished and removed workloads) kept until every member has them; past it the oldest goes first")
+	fsync := fs.String("journal-fsync", "always", "when the journal is fsynced: always (before each 200: an answer survives a power loss) or a duration D from 10ms to 10s (answer once written, fsync within D: an answer survives kill -9, a power loss may take the last D of them)")
 	fs.IntVar(&o.workloadMax, "workload-max-bytes", wireframe.DefaultWorkloadMaxBytes, "most bytes of one frame's params (the workload and the members beside it), on every path")
 	fs.IntVar(&o.conns.Peer, "peer-max-conns", httpguard.DefaultPeerMaxConns, "most connections the peer port holds")
 	fs.IntVar(&o.conns.PeerPerSource, "peer-max-conns-per-source", httpguard.DefaultPeerMaxConnsPerSource, "most connections the peer port holds from one address")
@@ -110,6 +112,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.maxEndedBytes < minMaxEndedBytes || o.maxEndedBytes > maxMaxLiveWorkloadBytes {
 		return o, fmt.Errorf("--max-ended-bytes %d: must be between %d and %d bytes", o.maxEndedBytes, int64(minMaxEndedBytes), int64(maxMaxLiveWorkloadBytes))
+	}
+	if o.journalFsync, err = parseJournalFsync(*fsync); err != nil {
+		return o, fmt.Errorf("--journal-fsync %q: %w", *fsync, err)
 	}
 	if err := wireframe.CheckWorkloadMaxBytes(o.workloadMax); err != nil {
 		return o, fmt.Errorf("--workload-max-bytes %d: %w", o.workloadMax, err)
@@ -262,6 +267,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		WorkloadMaxBytes:     o.workloadMax,
 		MaxEndedBytes:        o.maxEndedBytes,
 		JournalPath:          filepath.Join(o.appDir, journalFileName),
+		JournalFsync:         o.journalFsync,
 	})
 	if err != nil {
 		return fail(err)

@@ -91,11 +91,14 @@ type Config struct {
 	// JournalPath is the state table's journal (spec 5.3), in the app
 	// dir; "" keeps no journal.
 	JournalPath string
-	Conns       httpguard.ConnLimits // the listeners' connection caps
-	In          io.Reader            // frames from the broker
-	Out         io.Writer            // frames to the broker
-	Logger      *slog.Logger
-	LogLevel    *slog.LevelVar // changed by log/set-level; may be nil
+	// JournalFsync is --journal-fsync: 0 fsyncs each group before its
+	// answers, else answers once written and fsyncs within it (spec 5.3).
+	JournalFsync time.Duration
+	Conns        httpguard.ConnLimits // the listeners' connection caps
+	In           io.Reader            // frames from the broker
+	Out          io.Writer            // frames to the broker
+	Logger       *slog.Logger
+	LogLevel     *slog.LevelVar // changed by log/set-level; may be nil
 
 	// NodeIDAliases are this node's other ids (node-id.json's, where
 	// identity.json names another): the ingress takes a producer's frame
@@ -286,7 +289,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		Now:           func() time.Time { return m.now() },
 		LeaseUnit:     time.Second,
 	})
-	m.journal = tableJournal{path: cfg.JournalPath, log: cfg.Logger, table: m.table}
+	m.journal = tableJournal{path: cfg.JournalPath, fsync: cfg.JournalFsync, log: cfg.Logger, table: m.table}
 	m.peers = peerserver.New(peerserver.Config{
 		Self:                  cfg.NodeID,
 		WorkloadMaxBytes:      cfg.WorkloadMaxBytes,

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -41,7 +42,8 @@ type journalFile interface {
 // without a lock; with a path it is never nil (a journal that cannot be
 // opened is a down one, statejournal.OpenDown).
 type tableJournal struct {
-	path  string // "" keeps no journal
+	path  string        // "" keeps no journal
+	fsync time.Duration // --journal-fsync: 0 before each answer, else at most this long after
 	log   *slog.Logger
 	table *statetable.Table
 	file  journalFile // nil only without a path
@@ -119,6 +121,23 @@ const journalFileName = "workload-manager.journal"
 // few hundred typical workloads, so a burst is not all evicted at once.
 const minMaxEndedBytes = 64 << 10
 
+// parseJournalFsync reads --journal-fsync: "always" (0: fsync before each
+// answer) or a duration from minJournalFsync to statejournal.MaxSyncEvery.
+func parseJournalFsync(v string) (time.Duration, error) {
+	if v == "always" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < minJournalFsync || d > statejournal.MaxSyncEvery {
+		return 0, fmt.Errorf("must be always, or a duration from %v to %v (write it with a unit: 100ms)", minJournalFsync, statejournal.MaxSyncEvery)
+	}
+	return d, nil
+}
+
+// minJournalFsync is the shortest --journal-fsync interval: below it the
+// background fsyncs cost what "always" costs, without its promise.
+const minJournalFsync = 10 * time.Millisecond
+
 // journalCompactFloor is the least size a journal is compacted at: below
 // it a rewrite costs more than the bytes it saves.
 const journalCompactFloor = 4 << 20
@@ -135,7 +154,7 @@ func (j *tableJournal) open(leaseGrace time.Duration) {
 	if j.path == "" {
 		return
 	}
-	opt := statejournal.Options{Logger: j.log}
+	opt := statejournal.Options{Logger: j.log, SyncEvery: j.fsync}
 	f, records, err := statejournal.Open(j.path, opt)
 	if err != nil {
 		j.use(statejournal.OpenDown(j.path, opt, err))
@@ -247,6 +266,7 @@ func (j *tableJournal) writeMetrics(t *promtext.Text) {
 		}
 	}
 	t.Single("nvpair_wlm_journal_bytes", "gauge", "Bytes of the journal file.", float64(size))
+	t.Single("nvpair_wlm_journal_fsync_interval_seconds", "gauge", "--journal-fsync: 0 when every answer waits for its fsync, else the most time between an answer and its fsync.", j.fsync.Seconds())
 	t.Single("nvpair_wlm_journal_records_total", "counter", "Records appended to the journal.", float64(st.Records))
 	t.Single("nvpair_wlm_journal_syncs_total", "counter", "Group commits of the journal: one write and one fsync each.", float64(st.Groups))
 	t.Single("nvpair_wlm_journal_write_failures_total", "counter", "Journal writes or fsyncs that failed; the frames waiting were answered 500.", float64(st.GroupFailures))

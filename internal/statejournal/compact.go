@@ -158,6 +158,8 @@ func (j *Journal) finishCompaction(req *finishReq) {
 	if old != nil {
 		old.Close()
 	}
+	// The new file was fsynced whole: nothing written is behind.
+	j.lag.behind = false
 	if g != nil {
 		// The group is in the new file; it is durable once the rename is,
 		// which a failed directory fsync leaves in doubt until it is redone.

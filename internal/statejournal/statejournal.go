@@ -114,6 +114,13 @@ type Options struct {
 	// NoSync skips every fsync. For tests only: a journal with NoSync
 	// promises nothing across a crash of the machine.
 	NoSync bool
+	// SyncEvery, when not 0, answers a group's waiters once it is written
+	// and fsyncs in the background at most SyncEvery after the first group
+	// written since the last fsync: a record whose Wait returned survives
+	// kill -9 (it is in the page cache) and may be lost to a power loss or
+	// a kernel crash within SyncEvery. 0 fsyncs each group before its
+	// waiters are answered. At most MaxSyncEvery.
+	SyncEvery time.Duration
 
 	// hooks lets tests inject failures into the writer's I/O; nil in
 	// production.
@@ -127,16 +134,22 @@ type hooks struct {
 	truncate func(f *os.File, size int64) error
 }
 
+// MaxSyncEvery is the longest Options.SyncEvery: the most answered records
+// a power loss may take is this long of them.
+const MaxSyncEvery = 10 * time.Second
+
 // ErrClosed is returned by Append, Wait and Compact on a closed journal.
 var ErrClosed = errors.New("statejournal: journal closed")
 
 // Journal is an open journal file. Its methods are safe for concurrent use.
 type Journal struct {
-	path   string
-	max    int
-	log    *slog.Logger
-	noSync bool
-	hooks  hooks
+	path      string
+	max       int
+	log       *slog.Logger
+	noSync    bool
+	syncEvery time.Duration
+	hooks     hooks
+	lag       syncLag // the writer goroutine's alone
 
 	mu      sync.Mutex
 	last    uint64 // sequence of the last record appended
@@ -188,6 +201,7 @@ type group struct {
 type counters struct {
 	records, bytes, groups, groupFailures atomic.Uint64
 	compactions, compactionFailures       atomic.Uint64
+	lagSyncs, syncFailures                atomic.Uint64
 	tornTails, droppedBytes               atomic.Uint64
 }
 
@@ -199,6 +213,8 @@ type Stats struct {
 	GroupFailures      uint64 // groups whose write or fsync failed
 	Compactions        uint64 // compactions done
 	CompactionFailures uint64 // compactions that failed and kept the old file
+	LagSyncs           uint64 // background fsyncs (SyncEvery mode)
+	LagSyncFailures    uint64 // background fsyncs that failed: the journal is dirty until rebuilt
 	TornTails          uint64 // damaged tails Open dropped (0 or 1)
 	DroppedBytes       uint64 // bytes Open dropped with them
 }
@@ -234,12 +250,15 @@ func newJournal(path string, opt Options) (*Journal, error) {
 	if max < 0 || max > maxRecordLimit {
 		return nil, fmt.Errorf("statejournal: MaxRecordBytes %d outside 0..%d", opt.MaxRecordBytes, maxRecordLimit)
 	}
+	if opt.SyncEvery < 0 || opt.SyncEvery > MaxSyncEvery {
+		return nil, fmt.Errorf("statejournal: SyncEvery %v outside 0..%v", opt.SyncEvery, MaxSyncEvery)
+	}
 	log := opt.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	j := &Journal{
-		path: path, max: max, log: log, noSync: opt.NoSync,
+		path: path, max: max, log: log, noSync: opt.NoSync, syncEvery: opt.SyncEvery,
 		hooks: hooks{
 			writeAt:  func(f *os.File, b []byte, off int64) (int, error) { return f.WriteAt(b, off) },
 			sync:     (*os.File).Sync,
@@ -477,6 +496,7 @@ func (j *Journal) Stats() Stats {
 		Records: s.records.Load(), Bytes: s.bytes.Load(),
 		Groups: s.groups.Load(), GroupFailures: s.groupFailures.Load(),
 		Compactions: s.compactions.Load(), CompactionFailures: s.compactionFailures.Load(),
+		LagSyncs: s.lagSyncs.Load(), LagSyncFailures: s.syncFailures.Load(),
 		TornTails: s.tornTails.Load(), DroppedBytes: s.droppedBytes.Load(),
 	}
 }

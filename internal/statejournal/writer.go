@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // Append adds payload to the pending group and returns its sequence number
@@ -136,6 +137,8 @@ func (j *Journal) writer() {
 		case <-j.kick:
 		case req := <-j.finish:
 			j.finishCompaction(req)
+		case <-j.lag.due():
+			j.syncBehind()
 		}
 		for j.writeOne() {
 		}
@@ -143,9 +146,72 @@ func (j *Journal) writer() {
 		done := j.closed && j.cur == nil && !j.compacting
 		j.mu.Unlock()
 		if done {
+			j.syncBehind()
 			return
 		}
 	}
+}
+
+// syncLag is the writer's state in SyncEvery mode: whether the file holds
+// groups written but not yet fsynced, and the timer that fsyncs them. Only
+// the writer goroutine touches it.
+type syncLag struct {
+	behind bool
+	timer  *time.Timer
+}
+
+// due is the channel of the pending fsync's timer, nil (never ready) when
+// nothing is behind.
+func (l *syncLag) due() <-chan time.Time {
+	if !l.behind || l.timer == nil {
+		return nil
+	}
+	return l.timer.C
+}
+
+// wrote notes a group written without its fsync: the next fsync is due
+// within every.
+func (l *syncLag) wrote(every time.Duration) {
+	if l.behind {
+		return
+	}
+	l.behind = true
+	if l.timer == nil {
+		l.timer = time.NewTimer(every)
+	} else {
+		l.timer.Reset(every)
+	}
+}
+
+// syncBehind fsyncs the groups written since the last fsync, in SyncEvery
+// mode. A failure leaves the file without a durable copy of records whose
+// waiters were answered; kill -9 cannot lose them (they are in the page
+// cache), a power loss could, so the journal is dirty and a rebuild (which
+// fsyncs) writes them again.
+func (j *Journal) syncBehind() {
+	if !j.lag.behind {
+		return
+	}
+	j.lag.behind = false
+	j.mu.Lock()
+	f := j.file
+	j.mu.Unlock()
+	if f == nil {
+		return
+	}
+	if err := j.sync(f); err != nil {
+		j.stats.syncFailures.Add(1)
+		j.markDirty()
+		return
+	}
+	j.stats.lagSyncs.Add(1)
+}
+
+// markDirty says the file lacks a durable copy of records its caller holds.
+func (j *Journal) markDirty() {
+	j.mu.Lock()
+	j.dirty = true
+	j.mu.Unlock()
 }
 
 // takeLocked moves the pending group to flight and returns it and its bytes,
@@ -189,7 +255,11 @@ func (j *Journal) writeGroup(f *os.File, buf []byte, off int64) error {
 			err = fmt.Errorf("statejournal: writing %d bytes to %s at %d: %w", len(buf), j.path, off, err)
 		}
 	}
-	if err == nil {
+	if err == nil && j.syncEvery > 0 {
+		// Answered once written: in the page cache, the records survive
+		// kill -9; the fsync follows within syncEvery (syncBehind).
+		j.lag.wrote(j.syncEvery)
+	} else if err == nil {
 		if err = j.sync(f); err != nil {
 			err = fmt.Errorf("statejournal: syncing %s: %w", j.path, err)
 		}
