@@ -35,6 +35,10 @@ type contestant struct {
 	known    map[string]bool // optional daemon flags it accepts, by name
 	logLevel string          // its --log-level
 	leases   *bool           // whether its ingress knows Workload-Lease; nil until probed
+	// fsync and args are this build's --journal-fsync and -daemon-args,
+	// given to each of its daemons; another build runs with its defaults.
+	fsync string
+	args  []string
 }
 
 // optionalFlags are the daemon flags a section may pass that an older build
@@ -45,6 +49,7 @@ var optionalFlags = []struct{ name, probe string }{
 	{"--metrics", "127.0.0.1:0"},
 	{"--resync-interval", "1h"},
 	{"--max-live-workloads", "1000"},
+	{"--journal-fsync", fsyncAlways},
 }
 
 // newContestant probes bin's optional flags.
@@ -71,6 +76,10 @@ func (c *contestant) lacks(need ...string) []string {
 // flags and log level, and a directory of its own under the section's name.
 func (c *contestant) opts(o daemonOpts) daemonOpts {
 	o.known, o.logLevel = c.known, c.logLevel
+	if o.fsync == "" {
+		o.fsync = c.fsync
+	}
+	o.extra = append(o.extra, c.args...)
 	if c.role != roleThis {
 		o.name += "-" + c.role
 	}

@@ -35,6 +35,11 @@ type daemonOpts struct {
 	// exits 2 on an unknown flag; a section needing one checks first.
 	known    map[string]bool
 	logLevel string // --log-level; "" is info
+	// fsync is its --journal-fsync ("": the build's default), passed only
+	// to a build that takes the flag; extra are further flags
+	// (-daemon-args), this build's alone.
+	fsync string
+	extra []string
 }
 
 // has reports whether the build takes the optional flag name.
@@ -100,6 +105,10 @@ func startDaemon(bin, root string, o daemonOpts) (*daemon, error) {
 	if o.maxLive > 0 && o.has("--max-live-workloads") {
 		args = append(args, "--max-live-workloads", strconv.Itoa(o.maxLive))
 	}
+	if o.fsync != "" && o.has("--journal-fsync") {
+		args = append(args, "--journal-fsync", o.fsync)
+	}
+	args = append(args, o.extra...)
 	// Below info a daemon does not log the addresses it listens on, so
 	// the harness picks them (free a moment ago) instead of reading them.
 	quiet := level != "info" && level != "debug"

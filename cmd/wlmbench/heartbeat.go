@@ -886,11 +886,11 @@ func (b *bench) hbOne(sinks []*hbSink, mode hbMode, k, live int) (*hbRun, error)
 		s.batching.Store(mode.batching)
 		pins, ports = append(pins, s.ident), append(ports, s.port)
 	}
-	d, err := startDaemon(b.bin, b.root, daemonOpts{
+	d, err := startDaemon(b.bin, b.root, b.this.opts(daemonOpts{
 		name: fmt.Sprintf("hb-%s-k%d-l%d", mode.name, k, live), ident: b.node, pins: pins,
 		ingress: true, metrics: b.hasMetrics, resyncInterval: cfg.hbInterval,
 		maxLive: max(100_000, live+freshCap+1000),
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -1125,7 +1125,7 @@ func (b *bench) hbFanoutN(n int) error {
 		return err
 	}
 	defer ceiling.close()
-	d, err := startDaemon(b.bin, b.root, daemonOpts{name: fmt.Sprintf("hb-fanout-%d", n), ident: b.node, pins: ids, metrics: b.hasMetrics, resyncInterval: time.Hour})
+	d, err := startDaemon(b.bin, b.root, b.this.opts(daemonOpts{name: fmt.Sprintf("hb-fanout-%d", n), ident: b.node, pins: ids, metrics: b.hasMetrics, resyncInterval: time.Hour}))
 	if err != nil {
 		return err
 	}
@@ -1237,8 +1237,8 @@ func (b *bench) hbRSS() error {
 	}
 	for _, live := range cfg.hbRSS {
 		id := hbCfgSeq.Add(1)
-		d, err := startDaemon(b.bin, b.root, daemonOpts{name: fmt.Sprintf("hb-rss-%d", live), ident: b.node, pins: pins,
-			metrics: b.hasMetrics, resyncInterval: cfg.hbInterval, maxLive: max(100_000, live)})
+		d, err := startDaemon(b.bin, b.root, b.this.opts(daemonOpts{name: fmt.Sprintf("hb-rss-%d", live), ident: b.node, pins: pins,
+			metrics: b.hasMetrics, resyncInterval: cfg.hbInterval, maxLive: max(100_000, live)}))
 		if err != nil {
 			return err
 		}

@@ -103,6 +103,12 @@ type config struct {
 	renewLease     int      // the lease, in seconds
 	memRSSLive     int      // live workloads for the RSS figure; 0 skips it
 
+	// Issue 39: this build's extra daemon flags, and the fsync modes its
+	// ingress runs in, each against the durable ceiling in the same mode.
+	daemonArgs  []string // -daemon-args, less any --journal-fsync
+	daemonFsync string   // the --journal-fsync of -daemon-args, if it has one
+	fsyncModes  []string // -journal-fsync: always and/or durations
+
 	// The heartbeat section.
 	hbInterval  time.Duration
 	hbLive      []int
@@ -224,6 +230,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		c.memRSSLive = ns[0]
 		return nil
 	})
+	var daemonArgs string
+	fs.StringVar(&daemonArgs, "daemon-args", "", "extra flags for this build's daemons in every section, split at spaces (e.g. \"--journal-fsync 100ms\"); a --journal-fsync here is the ingress's one fsync mode unless -journal-fsync is given")
+	var fsyncModes string
+	fs.StringVar(&fsyncModes, "journal-fsync", "", "ingress: this build's --journal-fsync modes, comma-separated (always, or a duration from 10ms to 10s), each against the durable ceiling fsyncing alike (default always,100ms)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stderr)
@@ -237,6 +247,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.stockBin != "" {
 		c.stock = true
+	}
+	if err := c.setFsyncModes(daemonArgs, fsyncModes); err != nil {
+		return c, err
 	}
 	switch {
 	case c.c < 1, c.trials < 1, c.k < 2, c.fanFrames < 1, c.t <= 0:
@@ -338,6 +351,8 @@ func ceilingMain(role string) int {
 		err = ceilingFanoutMain()
 	case "ceiling-inbound":
 		err = ceilingInboundMain()
+	case "ceiling-durable":
+		err = serveDurableMain()
 	default:
 		err = errors.New("unknown role")
 	}
@@ -358,6 +373,7 @@ type bench struct {
 	tbl        *table
 	goals      *goalList // issue 14's targets, for the summary block
 	goals30    *goalList // issue 30's targets, for a second block
+	goals39    *goalList // issue 39's: the durable ceiling and the fsync modes
 
 	// The builds each section runs: this one always, the -baseline build
 	// and the stock daemon when asked for.
@@ -378,7 +394,7 @@ func run(cfg config, out io.Writer) error {
 	} else {
 		defer os.RemoveAll(root)
 	}
-	b := &bench{cfg: cfg, bin: cfg.bin, root: root, tbl: &table{}, goals: issue14Goals(cfg), goals30: issue30Goals(cfg)}
+	b := &bench{cfg: cfg, bin: cfg.bin, root: root, tbl: &table{}, goals: issue14Goals(cfg), goals30: issue30Goals(cfg), goals39: issue39Goals(cfg)}
 	if b.bin == "" {
 		if b.bin, err = buildDaemon(root); err != nil {
 			return err
@@ -388,6 +404,7 @@ func run(cfg config, out io.Writer) error {
 		return err
 	}
 	b.this = newContestant(roleThis, b.bin, "info")
+	b.this.fsync, b.this.args = cfg.daemonFsync, cfg.daemonArgs
 	b.hasMetrics = b.this.known["--metrics"]
 	if cfg.baseline != "" {
 		b.base = newContestant(roleBaseline, cfg.baseline, "info")
@@ -452,9 +469,11 @@ func run(cfg config, out io.Writer) error {
 		fmt.Fprintln(out)
 		b.goals.render(out)
 	}
-	if len(b.goals30.goals) > 0 {
-		fmt.Fprintln(out)
-		b.goals30.render(out)
+	for _, g := range []*goalList{b.goals30, b.goals39} {
+		if len(g.goals) > 0 {
+			fmt.Fprintln(out)
+			g.render(out)
+		}
 	}
 	return nil
 }
@@ -559,7 +578,7 @@ func (b *bench) fanout() error {
 	defer ceiling.close()
 
 	ids, ports := idents(sinks)
-	full, err := startDaemon(b.bin, b.root, daemonOpts{name: "fanout", ident: b.node, pins: ids, metrics: b.hasMetrics, resyncInterval: time.Hour})
+	full, err := startDaemon(b.bin, b.root, b.this.opts(daemonOpts{name: "fanout", ident: b.node, pins: ids, metrics: b.hasMetrics, resyncInterval: time.Hour}))
 	if err != nil {
 		return err
 	}
@@ -606,7 +625,7 @@ func (b *bench) fanout() error {
 		defer hole.close()
 		hids, hports := idents(healthy)
 		hids, hports = append(hids, hole.ident), append(hports, hole.port)
-		if iso, err = startDaemon(b.bin, b.root, daemonOpts{name: "isolation", ident: b.node, pins: hids, metrics: b.hasMetrics, resyncInterval: time.Hour}); err != nil {
+		if iso, err = startDaemon(b.bin, b.root, b.this.opts(daemonOpts{name: "isolation", ident: b.node, pins: hids, metrics: b.hasMetrics, resyncInterval: time.Hour})); err != nil {
 			return err
 		}
 		defer b.stopDaemon(iso)
@@ -807,7 +826,7 @@ func (b *bench) memory() error {
 func (b *bench) memoryChurn() error {
 	cfg := b.cfg
 	workloads := cfg.memFrames / memFramesPerWorkload
-	d, err := startDaemon(b.bin, b.root, daemonOpts{name: "memory", ident: b.node, ingress: true, metrics: b.hasMetrics})
+	d, err := startDaemon(b.bin, b.root, b.this.opts(daemonOpts{name: "memory", ident: b.node, ingress: true, metrics: b.hasMetrics}))
 	if err != nil {
 		return err
 	}

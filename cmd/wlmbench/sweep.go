@@ -135,10 +135,11 @@ func compareRows(path string, all []*series, rate, cpu *row) []row {
 	return out
 }
 
-// ingress is the ingress section (issues 14 and 30): for each mode and
+// ingress is the ingress section (issues 14, 30 and 39): for each mode and
 // each producer count of the sweep, the daemon's loopback ingress against
-// the bare net/http ceiling (and the -baseline build and the stock daemon,
-// when asked for), interleaved; then the p99 in an open loop at half the
+// the bare net/http ceiling and the durable ceiling (and the -baseline
+// build and the stock daemon, when asked for), in each of this build's
+// fsync modes, interleaved; then the p99 in an open loop at half the
 // daemon's rate at -c producers, against the ceiling's p99 at that same
 // offered rate.
 func (b *bench) ingress() error {
@@ -154,17 +155,28 @@ func (b *bench) ingress() error {
 		}
 		builds = append(builds, c)
 	}
+	if miss := b.this.lacks("--journal-fsync"); len(miss) > 0 && !slices.Equal(cfg.fsyncModes, []string{fsyncAlways}) {
+		return fmt.Errorf("the daemon does not take --journal-fsync: run -journal-fsync %s", fsyncAlways)
+	}
 	ceil, err := startCeiling()
 	if err != nil {
 		return err
 	}
 	defer ceil.close()
-	cURL := "http://" + ceil.addr + ingressPath
+	ceils := ingressCeilings{bare: ceil, durable: map[string]*ceilingServer{}}
+	for _, m := range cfg.fsyncModes {
+		dc, err := startDurableCeiling(b.root, m)
+		if err != nil {
+			return err
+		}
+		defer dc.close()
+		ceils.durable[m] = dc
+	}
 
 	var rateAtC float64
 	for _, mode := range cfg.ingressModes {
 		for _, c := range sweepCounts(cfg.sweep, cfg.c) {
-			p, err := b.ingressAt(builds, ceil, cURL, mode, c)
+			p, err := b.ingressAt(builds, ceils, mode, c)
 			if err != nil {
 				return err
 			}
@@ -175,15 +187,24 @@ func (b *bench) ingress() error {
 	}
 	b.tbl.note("ingress: the ceiling server is a process of its own, like the daemon; the producers run in the harness process; at each point the servers' trials interleave (the first rotates), and a ratio is the median of the per-trial ratios")
 	b.tbl.note("ingress modes: cycling = each producer reports %d jobs of its own in turn with a rising seq; new = every frame opens a new job; every point starts fresh daemons with --max-live-workloads %d where the build takes it, so the live bound's 503s are not what is measured", ingressPool, cfg.ingressMaxLive)
+	b.tbl.note("ingress: the durable ceiling is the bare ceiling with each frame made durable before its 200: a checksummed record (length, CRC32-C, body) appended under a short lock, one writer goroutine writing each pending group with one write and one fsync (group commit); with a duration D it answers once the group is written and fsyncs at most D after the first group written since the last fsync, as the daemon's --journal-fsync D does. Its file is under %s, beside the daemons' app dirs", b.root)
+	b.tbl.note("ingress: this build runs with --journal-fsync %s (the first mode's rows are the ones issues 14 and 30 read); the -baseline build and the stock daemon with their defaults", strings.Join(cfg.fsyncModes, ", then "))
 	// A long heartbeat keeps re-assertions of the growing re-sync set out of
 	// the figures; the memory run keeps the default.
-	d, err := startDaemon(b.bin, b.root, b.this.opts(daemonOpts{name: "ingress-half", ident: b.node, ingress: true, metrics: b.hasMetrics, resyncInterval: time.Hour, maxLive: cfg.ingressMaxLive}))
+	d, err := startDaemon(b.bin, b.root, b.this.opts(daemonOpts{name: "ingress-half", ident: b.node, ingress: true, metrics: b.hasMetrics, resyncInterval: time.Hour, maxLive: cfg.ingressMaxLive, fsync: cfg.fsyncModes[0]}))
 	if err != nil {
 		return err
 	}
 	defer b.stopDaemon(d)
-	b.ingressHalfRate("http://"+d.ingressAddr+ingressPath, cURL, rateAtC)
+	b.ingressHalfRate("http://"+d.ingressAddr+ingressPath, "http://"+ceil.addr+ingressPath, rateAtC)
 	return nil
+}
+
+// ingressCeilings are the servers the ingress is measured against: the
+// bare net/http ceiling and a durable ceiling per fsync mode.
+type ingressCeilings struct {
+	bare    *ceilingServer
+	durable map[string]*ceilingServer
 }
 
 // ingressBody returns the frames of an ingress mode.
@@ -212,54 +233,87 @@ func ingressPoint(mode string, c int) string {
 	return fmt.Sprintf("C=%d", c)
 }
 
+// ingressServer is one server of an ingress point: its role in the table,
+// its process and its URL.
+type ingressServer struct {
+	role string
+	pid  int
+	url  string
+}
+
 // ingressAt is one point of the sweep: c closed-loop producers in one mode
-// against fresh daemons of each build and against the ceiling, cfg.trials
-// times each, interleaved; it adds the point's rows and its target.
-func (b *bench) ingressAt(builds []*contestant, ceil *ceilingServer, cURL, mode string, c int) (*pairResult, error) {
+// against fresh daemons of each build (this one in each fsync mode) and
+// against the ceilings, cfg.trials times each, interleaved; it adds the
+// point's rows and its targets.
+func (b *bench) ingressAt(builds []*contestant, ceils ingressCeilings, mode string, c int) (*pairResult, error) {
 	cfg := b.cfg
 	point := ingressPoint(mode, c)
-	var ds []*daemon
-	var started []*contestant
-	for _, bc := range builds {
-		d, err := startDaemon(bc.bin, b.root, bc.opts(daemonOpts{name: fmt.Sprintf("ingress-%s-%d", mode, c), ident: b.node,
-			ingress: true, metrics: bc.role == roleThis && b.hasMetrics, resyncInterval: time.Hour, maxLive: cfg.ingressMaxLive}))
+	// This build once per fsync mode, then the other builds.
+	type start struct {
+		bc    *contestant
+		role  string
+		fsync string
+	}
+	var starts []start
+	for i, m := range cfg.fsyncModes {
+		role := roleThis
+		if i > 0 {
+			role = thisInMode(m)
+		}
+		starts = append(starts, start{builds[0], role, m})
+	}
+	for _, bc := range builds[1:] {
+		starts = append(starts, start{bc, bc.role, ""})
+	}
+	url := func(addr string) string { return "http://" + addr + ingressPath }
+	var servers []ingressServer // the daemons, this build's first
+	for _, st := range starts {
+		name := fmt.Sprintf("ingress-%s-%d", mode, c)
+		if st.role != roleThis && st.bc.role == roleThis {
+			name += "-fsync-" + st.fsync
+		}
+		d, err := startDaemon(st.bc.bin, b.root, st.bc.opts(daemonOpts{name: name, ident: b.node, fsync: st.fsync,
+			ingress: true, metrics: st.role == roleThis && b.hasMetrics, resyncInterval: time.Hour, maxLive: cfg.ingressMaxLive}))
 		if err != nil {
-			if err := b.buildFailed("ingress "+point, bc, err); err != nil {
+			if err := b.buildFailed("ingress "+point, st.bc, err); err != nil {
 				return nil, err
 			}
 			continue
 		}
 		defer b.stopDaemon(d)
-		ds, started = append(ds, d), append(started, bc)
+		defer b.noteDaemonErrors("ingress "+point, st.role, d)
+		servers = append(servers, ingressServer{role: st.role, pid: d.cmd.Process.Pid, url: url(d.ingressAddr)})
 	}
-	builds = started
-	url := func(d *daemon) string { return "http://" + d.ingressAddr + ingressPath }
+	// The figure's servers: this build, the bare ceiling, the durable
+	// ceilings, then the others.
+	all := []ingressServer{servers[0], {role: "ceiling", pid: ceils.bare.cmd.Process.Pid, url: url(ceils.bare.addr)}}
+	for _, m := range cfg.fsyncModes {
+		dc := ceils.durable[m]
+		all = append(all, ingressServer{role: durableRole(m), pid: dc.cmd.Process.Pid, url: url(dc.addr)})
+	}
+	all = append(all, servers[1:]...)
+
 	client, closeIdle := producerClient(c)
 	defer closeIdle()
 	prefix := mode[:1] + strconv.Itoa(c) + "-"
 	warm := min(cfg.t/5, 500*time.Millisecond)
-	for _, d := range ds {
-		closedLoop(client, url(d), c, warm, ingressBody(mode, prefix+"warm"))
+	for _, s := range all {
+		closedLoop(client, s.url, c, warm, ingressBody(mode, prefix+"warm"))
 	}
-	closedLoop(client, cURL, c, warm, ingressBody(mode, prefix+"warm"))
 	// Every trial has workloads of its own, so no trial reports a workload
 	// at a seq below the one an earlier trial left it at.
-	load := func(u string, i int) loadResult {
-		return closedLoop(client, u, c, cfg.t, ingressBody(mode, prefix+strconv.Itoa(i)))
-	}
-	trialOn := func(d *daemon) trialFunc {
+	trialOn := func(s ingressServer) trialFunc {
 		return func(i int) (loadResult, time.Duration) {
-			return withCPU(d.cmd.Process.Pid, func() loadResult { return load(url(d), i) })
+			return withCPU(s.pid, func() loadResult {
+				return closedLoop(client, s.url, c, cfg.t, ingressBody(mode, prefix+strconv.Itoa(i)))
+			})
 		}
 	}
 	var others []other
-	for i, bc := range builds[1:] {
-		others = append(others, other{role: bc.role, trial: trialOn(ds[i+1])})
+	for _, s := range all[2:] {
+		others = append(others, other{role: s.role, trial: trialOn(s)})
 	}
-	p, all := runFigure(cfg.trials, "ingress "+point, trialOn(ds[0]),
-		func(i int) (loadResult, time.Duration) {
-			return withCPU(ceil.cmd.Process.Pid, func() loadResult { return load(cURL, i) })
-		}, others)
+	p, series := runFigure(cfg.trials, "ingress "+point, trialOn(all[0]), trialOn(all[1]), others)
 
 	ratio, ok := ratioOf(p.ratio)
 	r := row{section: "ingress",
@@ -276,7 +330,7 @@ func (b *bench) ingressAt(builds []*contestant, ceil *ceilingServer, cURL, mode 
 		b.goals30.set(ingress30GoalName(mode, c), ">= "+fmtX(issue30IngressRatio), ratioCell(r, ok, p), atLeast(ratio, ok, issue30IngressRatio))
 	}
 	cr := cpuRow("ingress", fmt.Sprintf("  server CPU per accepted frame at %s (ratio: ceiling/daemon)", point), p.dCPU, p.cCPU)
-	stock := compareRows("ingress "+point, all, &r, &cr)
+	stock := compareRows("ingress "+point, series, &r, &cr)
 	b.stockGoals(stock)
 	b.tbl.add(r)
 	b.tbl.add(cr)
@@ -287,20 +341,23 @@ func (b *bench) ingressAt(builds []*contestant, ceil *ceilingServer, cURL, mode 
 	for _, sr := range stock {
 		b.tbl.add(sr)
 	}
+	b.fsyncRows(point, c, series)
 	for _, f := range p.failures {
 		b.tbl.note("ingress %s: %s", point, f)
 	}
-	for _, s := range all[2:] {
+	for _, s := range series[2:] {
 		for _, f := range s.failures {
 			b.tbl.note("ingress %s: %s", point, f)
 		}
 	}
-	for i, d := range ds {
-		if n := d.errorLines.Load(); n > 0 {
-			b.tbl.note("ingress %s: the %s daemon logged %d errors", point, builds[i].role, n)
-		}
-	}
 	return p, nil
+}
+
+// noteDaemonErrors notes the error lines a daemon logged, if any.
+func (b *bench) noteDaemonErrors(what, role string, d *daemon) {
+	if n := d.errorLines.Load(); n > 0 {
+		b.tbl.note("%s: the %s daemon logged %d errors", what, role, n)
+	}
 }
 
 // ratioCell is a target's figure for the summary block: the ratio, with
