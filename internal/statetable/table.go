@@ -51,7 +51,7 @@ type entry struct {
 	// endedAt is when a tombstone ended (see retired).
 	endedAt time.Time
 	// A removal's runs are the runs it removed, nil for any (see
-	// replayDrop).
+	// replayDrop): at most MaxRemovalRuns, a removal of more keeps none.
 	runs []runKey
 	// requester is the held event's requesterId (when hasRequester), which
 	// the read-back's filter compares without parsing the line.
@@ -96,7 +96,11 @@ type entry struct {
 }
 
 func (e *entry) size() int64 {
-	return int64(len(e.line)+len(e.key.Origin)+len(e.key.Engine)+len(e.key.RunID)+len(e.key.ID)) + entryOverhead
+	n := len(e.line) + len(e.key.Origin) + len(e.key.Engine) + len(e.key.RunID) + len(e.key.ID)
+	for _, r := range e.runs {
+		n += len(r.engine) + len(r.runID)
+	}
+	return int64(n) + entryOverhead
 }
 
 // entryOverhead is what an entry costs beside its line and key, counted
@@ -265,10 +269,11 @@ const (
 	FullBytes                    // the run would take the table past MaxLiveBytes (a broker frame)
 	ReplayDropped                // the broker's replay of a run a producer removed
 	BrokerTook                   // a producer's frame for a workload the broker took after its check
+	LineTooLong                  // a broker frame whose line is over MaxLineBytes
 )
 
 func (o Outcome) String() string {
-	return [...]string{"applied", "stale", "full", "full_bytes", "replay_dropped", "broker_took"}[o]
+	return [...]string{"applied", "stale", "full", "full_bytes", "replay_dropped", "broker_took", "line_too_long"}[o]
 }
 
 // Commit applies a local-origin frame: the one place the table changes
@@ -372,6 +377,17 @@ func (t *Table) commitLifecycle(f *Frame, now time.Time) (Outcome, uint64) {
 	line := f.Line
 	if line == nil {
 		line = ReassertionLine(ev.Method, ev.Params)
+	}
+	if len(line) > MaxLineBytes {
+		// Its record would pass the bound a restore holds it to. Only a
+		// broker frame's re-encoding reaches this (MaxLineBytes); like a
+		// frame over the byte bound, it deletes the run rather than leave
+		// the older state re-asserted.
+		t.stats.Untracked.Add(1)
+		if e != nil {
+			t.deleteEntry(e)
+		}
+		return LineTooLong, 0
 	}
 	if !held && !producer && t.inPass >= t.cfg.MaxLive {
 		t.stats.Untracked.Add(1)
@@ -505,7 +521,7 @@ func (t *Table) commitRemoval(f *Frame, now time.Time) (Outcome, uint64) {
 	// neither extends nor starts a window of replays dropped: a producer
 	// cannot keep an id silenced for the broker by removing it again.
 	if !unheld || r.endedAt.IsZero() {
-		r.endedAt, r.runs = now, runs
+		r.endedAt, r.runs = now, keptRuns(runs)
 		r.replayDrop = producer && owned
 	}
 	if producer {
@@ -521,7 +537,19 @@ func (t *Table) commitRemoval(f *Frame, now time.Time) (Outcome, uint64) {
 	return Applied, t.journalPut(r)
 }
 
+// keptRuns is what a removal's tombstone keeps of the runs it removed: all
+// of them up to MaxRemovalRuns, else none, which stands for any run (a
+// replay of each is still dropped) in a record of bounded size.
+func keptRuns(runs []runKey) []runKey {
+	if len(runs) > MaxRemovalRuns {
+		return nil
+	}
+	return runs
+}
+
 // bump gives e the next version and moves it to the end of version order.
+// The counter cannot wrap: a restore starts it at most at MaxVersion, and
+// it takes 3 x 2^62 changes from there (MaxVersion says how long that is).
 func (t *Table) bump(e *entry) {
 	if e.version != 0 {
 		t.unlinkVersion(e)
