@@ -43,7 +43,7 @@ func shouldJournal(e *entry) bool { return e.owner == Producer || e.kind != kind
 
 // journalPut writes e's state when a restart needs it, or forgets an
 // earlier record of it that no longer speaks for it. It returns the
-// record's sequence, 0 for none.
+// record's sequence, 0 for none, and keeps it as e's recSeq.
 func (t *Table) journalPut(e *entry) uint64 {
 	if !shouldJournal(e) {
 		if e.journaled {
@@ -53,7 +53,8 @@ func (t *Table) journalPut(e *entry) uint64 {
 	}
 	rec := encodePut(nil, e)
 	t.setJournaled(e, len(rec))
-	return t.appendRecord(rec)
+	e.recSeq = t.appendRecord(rec)
+	return e.recSeq
 }
 
 // setJournaled records that e's state is in the journal in size bytes

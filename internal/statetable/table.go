@@ -75,10 +75,14 @@ type entry struct {
 	// journaled says one is there: a later change that needs none writes a
 	// forget instead.
 	journalSize int32
-	kind        kind
-	owner       Owner
-	rank        lifecycleRank
-	hasSeq      bool
+	// recSeq is the journal sequence of the entry's latest record, 0 for
+	// none since the start: a producer's frame that changes nothing waits
+	// on it, so its 200 too counts on a durable record of the job.
+	recSeq uint64
+	kind   kind
+	owner  Owner
+	rank   lifecycleRank
+	hasSeq bool
 	// hasRequester says requester holds the event's requesterId.
 	hasRequester bool
 	// retired says the end's retention has passed: it is out of the pass
@@ -372,7 +376,10 @@ func (t *Table) commitLifecycle(f *Frame, now time.Time) (Outcome, uint64) {
 	// missed the end is sent the newer state instead.
 	held := e != nil && !e.retired
 	if held && !supersedes(ev, e) {
-		return Stale, 0
+		// Nothing changes, but the state the frame's answer stands on is
+		// the held one: its answer waits for that state's record (which
+		// may be in a group still being written, or one that failed).
+		return Stale, e.recSeq
 	}
 	line := f.Line
 	if line == nil {
