@@ -93,6 +93,41 @@ func TestProcessARestartedOriginIsHeardAgainWhereItsLossWasInferred(t *testing.T
 	t.Logf("B's Jobs list showed A's %d jobs running %v after A returned", n, time.Since(start).Round(time.Millisecond))
 }
 
+// TestProcessAnOriginBackInDiscoveryIsHeardAgainWhereItsLossWasInferred:
+// the same without the restart. A and B lose each other from discovery (a
+// partition), B's broker fails A's live jobs by inference, and they meet
+// again: nothing of A's changed, so nothing lies above B's mark, and B's
+// Jobs list must still show every job running within 2 s, as the stock
+// worker's backfill of a peer it adds makes it. Before, it showed them
+// failed until A's next heartbeat.
+func TestProcessAnOriginBackInDiscoveryIsHeardAgainWhereItsLossWasInferred(t *testing.T) {
+	nodes := writeCluster(t, 2)
+	a := newPairNodeBroker(t, nodes[0], originFlags("30s")...)
+	b := newPairNodeBroker(t, nodes[1])
+	a.start()
+	b.start()
+	meet(t, a, b)
+	const n = 20
+	id := func(i int) string { return "partitioned-" + itoa(i) }
+	for i := range n {
+		brokerJob(a, id(i), "running", 1)
+	}
+	b.mustJobs("B's Jobs list to show A's jobs running", func(s *pairbroker.Store) bool { return allShown(s, nodes[0].ID, n, id, "running") })
+	leave(t, a.cur())
+	leave(t, b.cur())
+	b.jobs()
+	if failed := b.store.FailNode(nodes[0].ID, "node left discovery"); len(failed) != n {
+		t.Fatalf("B's broker inferred %d of A's %d jobs failed", len(failed), n)
+	}
+	meet(t, a, b)
+	start := time.Now()
+	if !b.waitJobs(heardWithin, func(s *pairbroker.Store) bool { return allShown(s, nodes[0].ID, n, id, "running") }) {
+		w, sum := judge(b.jobs(), nodes[0].ID, map[string]string{id(0): "running"})
+		t.Fatalf("%v after A came back, B's Jobs list still shows A's jobs failed (%d: %s)", heardWithin, w, sum)
+	}
+	t.Logf("B's Jobs list showed A's %d jobs running %v after A came back", n, time.Since(start).Round(time.Millisecond))
+}
+
 // TestRemovalTombstoneDoesNotBlockResyncTaggedFrame is the seed's rule at
 // an ingress removal's tombstone: it blocks the broker's ordinary
 // lifecycle frames for that (origin, id) only, and a re-sync-tagged frame
