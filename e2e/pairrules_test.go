@@ -121,9 +121,13 @@ func TestProcessAnOriginBackInDiscoveryIsHeardAgainWhereItsLossWasInferred(t *te
 	}
 	meet(t, a, b)
 	start := time.Now()
+	meant := map[string]string{}
+	for i := range n {
+		meant[id(i)] = "running"
+	}
 	if !b.waitJobs(heardWithin, func(s *pairbroker.Store) bool { return allShown(s, nodes[0].ID, n, id, "running") }) {
-		w, sum := judge(b.jobs(), nodes[0].ID, map[string]string{id(0): "running"})
-		t.Fatalf("%v after A came back, B's Jobs list still shows A's jobs failed (%d: %s)", heardWithin, w, sum)
+		w, sum := judge(b.jobs(), nodes[0].ID, meant)
+		t.Fatalf("%v after A came back, B's Jobs list shows %d of %d of its jobs wrong (%s)", heardWithin, w, n, sum)
 	}
 	t.Logf("B's Jobs list showed A's %d jobs running %v after A came back", n, time.Since(start).Round(time.Millisecond))
 }
