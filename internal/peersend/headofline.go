@@ -94,6 +94,11 @@ func (s *peerSender) widen() {
 // reports whether it did anything.
 func (s *peerSender) pastSpent() bool {
 	taken := s.table.TakeAbove(s.member, 2, maxInt)
+	if len(taken.Lines) == 0 || taken.Versions[0] != s.stuck.version {
+		// The frame changed since the turn began (a newer state has a new
+		// version, and a fresh count): the next turn starts over.
+		return true
+	}
 	if len(taken.Lines) == 1 {
 		return s.retryLone(taken)
 	}

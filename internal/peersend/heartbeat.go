@@ -18,7 +18,10 @@ import (
 // finish within the interval carries on; the next starts when it ends.
 //
 // The sender takes a slice only while its peer is caught up (run), so a
-// re-assertion never reaches a peer ahead of a newer state of its run.
+// re-assertion never reaches a peer ahead of a newer state of its run; or
+// while the one entry above its mark is a frame the peer keeps failing,
+// waiting for its next try (headofline.go), which is the latest state of
+// its run.
 type heartbeatStream struct {
 	table    *statetable.Table
 	interval time.Duration

@@ -40,9 +40,10 @@ type Stats struct {
 // goroutine and one connection (spec 5.1). One loop serves the fresh
 // frames, a new member's backfill and a returning member's catch-up: they
 // are all "what lies above the mark". A heartbeat slice goes only while
-// the peer is caught up, so a re-assertion never overtakes a newer state
-// or a removal of its workload: the same goroutine sends the newer one
-// next, and nothing is sent twice at once.
+// the peer is caught up (but for a lone frame it keeps failing,
+// headofline.go), so a re-assertion never overtakes a newer state or a
+// removal of its workload: the same goroutine sends the newer one next,
+// and nothing is sent twice at once.
 type peerSender struct {
 	target  Target
 	stats   *Stats
