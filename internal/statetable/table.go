@@ -95,8 +95,12 @@ type entry struct {
 	// replayDrop says the broker's replay of a removal's runs is dropped
 	// (a producer removed an owned workload).
 	replayDrop bool
-	journaled  bool
-	inPass     bool
+	// asserted says the run's latest frame was the broker's explicit
+	// re-assertion (its params carried "resync": true): it goes to the
+	// peers with the marker, fresh too, as the broker sent it (lineOf).
+	asserted  bool
+	journaled bool
+	inPass    bool
 }
 
 func (e *entry) size() int64 {
@@ -111,7 +115,15 @@ func (e *entry) size() int64 {
 // in the ended bytes: the struct, its map slots and item.
 const entryOverhead = 256
 
-func (e *entry) lineOf() Line { return Line{b: e.line, run: e.kind != kindRemoved} }
+// lineOf is the entry's line as a peer is sent it. A run's is sent fresh
+// without the re-assertion marker, but for one the broker itself
+// re-asserted: the seed's rule is that a re-sync-tagged frame from the
+// broker is an explicit re-assertion, which the peers' dedup must let
+// through (the stock worker relays it with its marker), so it keeps the
+// marker on its fresh send as well.
+func (e *entry) lineOf() Line {
+	return Line{b: e.line, run: e.kind != kindRemoved, asserted: e.asserted}
+}
 
 // Config is a table's bounds and collaborators.
 type Config struct {
@@ -421,6 +433,7 @@ func (t *Table) commitLifecycle(f *Frame, now time.Time) (Outcome, uint64) {
 		e.owner = Broker // the run starts again: whoever owned its end does not own it
 	}
 	t.setRun(e, ev, line, now)
+	e.asserted = ev.Resync && !producer
 	if owned {
 		e.owner = Producer
 	}
