@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/peersend"
 	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/testkit"
 )
@@ -136,7 +137,9 @@ func TestBroadcastRetriesServerErrorsButNotRejections(t *testing.T) {
 		{"r-413", []int{413}, 1},     // a body or a broker line over the peer's limit
 		{"r-403-200", []int{403}, 2}, // the peer may not have re-read its pins yet
 		{"r-429-200", []int{429}, 2},
-		{"r-503-503-503-503-200", []int{503, 503, 503, 503}, 5}, // retried from the mark until taken
+		// Tried FrameMaxTries times, then skipped: the peer takes the frame
+		// behind it (no head-of-line block, spec 5.1).
+		{"r-503-503-503-skipped", []int{503, 503, 503}, peersend.FrameMaxTries},
 	}
 	for _, c := range cases {
 		sink.script(c.id, c.statuses...)
@@ -161,6 +164,13 @@ func TestBroadcastRetriesServerErrorsButNotRejections(t *testing.T) {
 	// with a warning (rate-limited: one here).
 	if got := netDrops(a); got != 3 {
 		t.Errorf("%d entries skipped as refused, want 3", got)
+	}
+	var skipped uint64
+	for _, st := range a.m.bcast.StatsSnapshot() {
+		skipped += st.Skipped.Load()
+	}
+	if skipped != 1 {
+		t.Errorf("%d entries skipped after their tries, want 1", skipped)
 	}
 	if !a.logs.Contains("level=WARN", "peer refused entries for good") {
 		t.Errorf("no warning about the refused entries; logs:\n%s", a.logs)

@@ -72,11 +72,15 @@ func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 		return delta(scrape(t, a), a0, `nvpair_wlm_peer_deliveries_succeeded_total{peer="`+b.id+`"}`) == 7
 	})
 	// B leaves the target set and comes back: it keeps its mark, so it is
-	// sent nothing it has.
+	// sent nothing fresh, and A's 4 runs are re-asserted to it at once, as
+	// its broker may have inferred A's loss meanwhile (spec 5.1).
 	a.discover()
 	a.waitTargets(0)
 	a.discover(b)
 	a.waitTargets(1)
+	testkit.Eventually(t, "A's runs re-asserted to B on its return", func() bool {
+		return delta(scrape(t, a), a0, `nvpair_wlm_heartbeat_reasserted_total{peer="`+b.id+`"}`) == 4
+	})
 
 	// A TLS handshake that fails at B's server: plaintext on the TLS port.
 	c, err := net.Dial("tcp", b.m.PeerAddr().String())
@@ -102,7 +106,7 @@ func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 		`nvpair_wlm_ingress_responses_total{code="403"}`:                               1,
 		`nvpair_wlm_broker_writes_total`:                                               4,
 		`nvpair_wlm_peer_deliveries_succeeded_total{peer="` + b.id + `"}`:              7,
-		`nvpair_wlm_heartbeat_reasserted_total{peer="` + b.id + `"}`:                   0,
+		`nvpair_wlm_heartbeat_reasserted_total{peer="` + b.id + `"}`:                   4,
 		`nvpair_wlm_heartbeat_reassert_failures_total{peer="` + b.id + `"}`:            0,
 		`nvpair_wlm_peer_delivery_failures_total{peer="` + b.id + `"}`:                 0,
 		`nvpair_wlm_peer_deliveries_dropped_total{peer="` + b.id + `"}`:                0,
@@ -131,10 +135,10 @@ func TestMetricsCountersMoveWithTraffic(t *testing.T) {
 		t.Error("A: client handshakes or goroutines not reported")
 	}
 	wantB := map[string]float64{
-		`nvpair_wlm_frames_received_total{source="peer",method="workload:started"}`: 6,
+		`nvpair_wlm_frames_received_total{source="peer",method="workload:started"}`: 6 + 4,
 		`nvpair_wlm_frames_received_total{source="peer",method="workloads:remove"}`: 1,
 		`nvpair_wlm_dedup_hits_total`:    1,
-		`nvpair_wlm_broker_writes_total`: 6,
+		`nvpair_wlm_broker_writes_total`: 6 + 4,
 	}
 	for series, want := range wantB {
 		if got := delta(b1, b0, series); got != want {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -240,5 +241,95 @@ func TestAFrameWhoseRecordTheJournalRefusesIsNotAnswered200(t *testing.T) {
 	st, text := testkit.PostIngress(t, n.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("unrecorded", "running", 1), nil)))
 	if st != http.StatusInternalServerError || !strings.Contains(text, "not durable") {
 		t.Fatalf("a frame whose record the journal refused answered %d %q, want 500 not durable", st, text)
+	}
+}
+
+// failingFirstGroup stands in for a journal whose first group fails and is
+// cut back: that record is not in the file and its Wait fails.
+type failingFirstGroup struct {
+	journalFile
+	mu     sync.Mutex
+	failed uint64 // the failed record's sequence, once appended
+}
+
+func (j *failingFirstGroup) Append(b []byte) (uint64, error) {
+	seq, err := j.journalFile.Append(b)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.failed == 0 && err == nil {
+		j.failed = seq
+	}
+	return seq, err
+}
+
+func (j *failingFirstGroup) Wait(seq uint64) error {
+	j.mu.Lock()
+	failed := j.failed
+	j.mu.Unlock()
+	if seq == failed {
+		return errors.New("injected: the group's fsync failed")
+	}
+	return j.journalFile.Wait(seq)
+}
+
+// A producer's frame that changes nothing (an older state of a job the
+// table holds) is answered on the record of the state it stands on: 500
+// when that record's group failed, never a 200 for a job of which the
+// journal holds nothing.
+func TestAStaleIngressFrameIsNot200WhenTheHeldStatesRecordFailed(t *testing.T) {
+	n := newTestNode(t)
+	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.m.journal.use(&failingFirstGroup{journalFile: f})
+	n.start()
+	if st, text := testkit.PostIngress(t, n.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("stale", "running", 2), nil))); st != http.StatusInternalServerError {
+		t.Fatalf("the frame whose group failed answered %d %q, want 500", st, text)
+	}
+	if st, text := testkit.PostIngress(t, n.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("stale", "queued", 1), nil))); st == http.StatusOK {
+		t.Fatalf("an older state of a job whose record failed answered 200 %q", text)
+	}
+}
+
+// Without a fault: the frame that changes nothing is answered only once
+// the record of the state it stands on is durable.
+func TestAStaleIngressFrameWaitsForTheHeldStatesRecord(t *testing.T) {
+	n := newTestNode(t)
+	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &heldJournal{journalFile: f, waiting: make(chan uint64, 4), release: make(chan struct{})}
+	n.m.journal.use(j)
+	n.start()
+	newer := make(chan int, 1)
+	go func() {
+		st, _ := testkit.PostIngress(t, n.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("held", "running", 2), nil)))
+		newer <- st
+	}()
+	held := <-j.waiting // the newer state's record is appended, not yet durable
+	older := make(chan int, 1)
+	go func() {
+		st, _ := testkit.PostIngress(t, n.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("held", "queued", 1), nil)))
+		older <- st
+	}()
+	select {
+	case seq := <-j.waiting:
+		if seq != held {
+			t.Fatalf("the older frame waits on record %d, want the held state's %d", seq, held)
+		}
+	case st := <-older:
+		t.Fatalf("the older frame answered %d before the held state's record was durable", st)
+	}
+	close(j.release)
+	if a, b := <-newer, <-older; a != http.StatusOK || b != http.StatusOK {
+		t.Fatalf("once durable: %d and %d, want 200 and 200", a, b)
 	}
 }

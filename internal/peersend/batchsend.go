@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 
-	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
@@ -71,14 +71,16 @@ func (s *peerSender) heartbeatBounds() (frames, size int) {
 	return 1, wireframe.MaxBytes
 }
 
-// sendBatch sends entries fresh in one batch and returns how many of them,
-// from the first, are settled: taken, or refused for good and skipped. It
+// sendBatch sends entries in one batch and says how many of them, from
+// the first, are settled: taken, or refused for good and skipped. It
 // stops at the first element the peer failed in a way a retry may change:
 // that one and those after it stay above the mark. When the peer stops
 // taking batches, or refuses this one as too large or as a whole, none is
 // settled and the next turn sends singly, so a bad element is found alone.
-func (s *peerSender) sendBatch(lines []statetable.Line) (int, error) {
-	segs := freshSegments(lines)
+// A batch that failed as a whole with an answer or a timeout is whole: the
+// next turn halves it (headofline.go).
+func (s *peerSender) sendBatch(lines []statetable.Line) sendResult {
+	segs := s.segments(lines)
 	results, err := s.postBatch(s.ctx, segs, len(lines))
 	for errors.Is(err, errDeferred) {
 		// The peer asked to wait: not a failed attempt. The same entries
@@ -87,23 +89,36 @@ func (s *peerSender) sendBatch(lines []statetable.Line) (int, error) {
 	}
 	switch {
 	case errors.Is(err, errNotBatching):
-		return 0, nil // its advertisement is gone: the next turn sends singly
+		return sendResult{} // its advertisement is gone: the next turn sends singly
 	case errors.Is(err, errBatchTooLarge), errors.Is(err, errPermanent):
 		s.singly = true
-		return 0, nil
+		return sendResult{}
 	case err != nil:
-		return 0, err
+		return sendResult{err: err, whole: answeredOrTimedOut(err)}
 	}
 	for i, r := range results {
 		switch {
 		case r.Status == http.StatusOK:
 		case peerwire.RetryableAnswer(r.Status, r.Reason):
-			return i, fmt.Errorf("batch element %d: status %d", i, r.Status)
+			return sendResult{settled: i, err: fmt.Errorf("batch element %d: status %d", i, r.Status)}
 		default:
 			s.refused(1, fmt.Errorf("%w: status %d: %s", errPermanent, r.Status, r.Reason))
 		}
 	}
-	return len(results), nil
+	return sendResult{settled: len(results)}
+}
+
+// segments is a batch body's pieces for entries as this sender sends them
+// (wire): each entry's line in its pieces, then a newline.
+func (s *peerSender) segments(lines []statetable.Line) [][]byte {
+	if s.restating {
+		out := make([][]byte, len(lines))
+		for i, l := range lines {
+			out[i] = l.Reassertion()
+		}
+		return lineSegments(out)
+	}
+	return freshSegments(lines)
 }
 
 // freshSegments is a batch body's pieces for entries sent fresh: each
@@ -148,21 +163,77 @@ func (s *peerSender) postBatch(ctx context.Context, segs [][]byte, frames int) (
 	case status == http.StatusRequestEntityTooLarge:
 		return nil, errBatchTooLarge
 	case peerwire.RetryableStatus(status):
-		return nil, fmt.Errorf("batch: status %d", status)
+		return nil, fmt.Errorf("%w: batch: status %d", errAnswered, status)
 	case status != http.StatusOK:
 		return nil, fmt.Errorf("%w: batch: status %d", errPermanent, status)
 	}
 	var a peerwire.BatchAnswer
 	if err := json.Unmarshal(answer, &a); err != nil || len(a.Results) != frames {
-		return nil, fmt.Errorf("batch answer holds %d results for %d frames", len(a.Results), frames)
+		return nil, fmt.Errorf("%w: batch answer holds %d results for %d frames", errAnswered, len(a.Results), frames)
 	}
 	return a.Results, nil
 }
 
+// errAnswered marks a batch the peer answered as a whole with a failure a
+// retry may change: its answer names none of the frames.
+var errAnswered = errors.New("peer failed the batch")
+
+// answeredOrTimedOut reports whether a batch failed as a whole with an
+// answer or a timeout, either of which one of its frames may cause, rather
+// than for want of a connection, which none does.
+func answeredOrTimedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, errAnswered) || errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
 // reassertBatch sends re-assertions in one batch, once: the next pass
-// repairs what this one could not deliver. It reports whether the peer
-// took the batch; a rejected element (a 4xx) does not count against it.
-func (s *peerSender) reassertBatch(lines [][]byte) bool {
+// repairs what this one could not deliver. It returns how many the peer
+// took, and false when the pass should end (reassert): the batch failed
+// as a whole, or two elements in a row failed in a way that may be about
+// the peer. The elements a peer did not attempt after one that failed (the
+// peer port's rule: peerwire.RunBatch answers them 503, not attempted)
+// go again at once in a batch of their own, so one frame the peer keeps
+// failing costs the pass that frame only.
+func (s *peerSender) reassertBatch(lines [][]byte) (accepted int, ok bool) {
+	for len(lines) > 0 {
+		var again [][]byte
+		results, err := s.postReassertions(lines)
+		if err != nil {
+			s.reassertFailed(len(lines), err)
+			return accepted, false
+		}
+		for i, r := range results {
+			switch {
+			case r.Status == http.StatusOK:
+				s.stats.Reasserted.Add(1)
+				s.hb.failedLast = false
+				accepted++
+			case r.Status == http.StatusServiceUnavailable && r.Reason == peerwire.ReasonNotAttempted:
+				again = append(again, lines[i])
+			case peerwire.RetryableAnswer(r.Status, r.Reason):
+				s.reassertFailed(1, fmt.Errorf("batch element: status %d: %s", r.Status, r.Reason))
+				if s.hb.failedLast {
+					return accepted, false
+				}
+				s.hb.failedLast = true
+			default:
+				s.reassertFailed(1, fmt.Errorf("batch element: status %d: %s", r.Status, r.Reason))
+				s.hb.failedLast = false
+			}
+		}
+		if len(again) == len(lines) {
+			// Not one attempted: no answer about any of them.
+			s.reassertFailed(len(lines), errors.New("batch: no element attempted"))
+			return accepted, false
+		}
+		lines = again
+	}
+	return accepted, true
+}
+
+// postReassertions posts re-assertions in one batch, again while the peer
+// asks to wait.
+func (s *peerSender) postReassertions(lines [][]byte) ([]peerwire.BatchResult, error) {
 	segs := lineSegments(lines)
 	results, err := s.postBatch(s.ctx, segs, len(lines))
 	for errors.Is(err, errDeferred) {
@@ -170,26 +241,7 @@ func (s *peerSender) reassertBatch(lines [][]byte) bool {
 		// is over.
 		results, err = s.postBatch(s.ctx, segs, len(lines))
 	}
-	if err != nil {
-		if s.ctx.Err() == nil {
-			s.stats.ReassertFailures.Add(uint64(len(lines)))
-			s.hbErrors.Note(s.log, "peer re-assertions failed; the next pass repeats them", "frames", len(lines), "reason", httpguard.ClipReason(err.Error()))
-		}
-		return false
-	}
-	ok := true
-	for _, r := range results {
-		switch {
-		case r.Status == http.StatusOK:
-			s.stats.Reasserted.Add(1)
-		case peerwire.RetryableAnswer(r.Status, r.Reason):
-			s.stats.ReassertFailures.Add(1)
-			ok = false
-		default:
-			s.stats.ReassertFailures.Add(1)
-		}
-	}
-	return ok
+	return results, err
 }
 
 // batchBody is a batch's NDJSON body, read straight from its pieces: the

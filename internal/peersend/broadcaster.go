@@ -135,7 +135,9 @@ func (b *Broadcaster) startSenderLocked(id string, t Target) {
 		}
 		b.stats[t.Principal] = st
 	}
-	s := newPeerSender(t, st, b.dialTLS(t), b.table, b.table.Join(t.MemberID()), b.interval, b.draining, b.log)
+	m := b.table.Join(t.MemberID())
+	mark, _ := b.table.MemberMark(m.ID())
+	s := newPeerSender(t, st, b.dialTLS(t), b.table, m, mark, b.interval, b.draining, b.log)
 	b.peers[id] = s
 	b.senders.Go(s.run)
 }
@@ -264,6 +266,7 @@ func (b *Broadcaster) WriteMetrics(t *promtext.Text) {
 		{"nvpair_wlm_peer_delivery_failures_total", "counter", "Failed delivery attempts to a peer.", func(s *Stats) uint64 { return s.FailedAttempts.Load() }},
 		{"nvpair_wlm_peer_delivery_retries_total", "counter", "Delivery attempts to a peer that were retries.", func(s *Stats) uint64 { return s.Retries.Load() }},
 		{"nvpair_wlm_peer_deliveries_dropped_total", "counter", "Entries a peer refused for good (a 4xx a retry cannot change); skipped for that peer.", func(s *Stats) uint64 { return s.Dropped.Load() }},
+		{"nvpair_wlm_peer_deliveries_skipped_total", "counter", "Entries a peer failed (5xx, timeout) FrameMaxTries times in a row while it took the entry behind them; skipped for that peer, re-asserted by its heartbeat while live.", func(s *Stats) uint64 { return s.Skipped.Load() }},
 		{"nvpair_wlm_peer_batches_sent_total", "counter", "Batch requests sent to a peer that advertised batches.", func(s *Stats) uint64 { return s.BatchesSent.Load() }},
 		{"nvpair_wlm_peer_batch_frames_sent_total", "counter", "Frames sent to a peer inside batches (fresh frames and re-assertions).", func(s *Stats) uint64 { return s.BatchFramesSent.Load() }},
 		{"nvpair_wlm_heartbeat_passes_started_total", "counter", "Heartbeat passes over the re-asserted runs started for a peer.", func(s *Stats) uint64 { return s.PassesStarted.Load() }},

@@ -18,7 +18,10 @@ import (
 // finish within the interval carries on; the next starts when it ends.
 //
 // The sender takes a slice only while its peer is caught up (run), so a
-// re-assertion never reaches a peer ahead of a newer state of its run.
+// re-assertion never reaches a peer ahead of a newer state of its run; or
+// while the one entry above its mark is a frame the peer keeps failing,
+// waiting for its next try (headofline.go), which is the latest state of
+// its run.
 type heartbeatStream struct {
 	table    *statetable.Table
 	interval time.Duration
@@ -27,6 +30,14 @@ type heartbeatStream struct {
 	active   bool
 	started  time.Time // of the pass under way, or of the last one
 	next     time.Time // when the next pass may start
+	// prompt is the member's re-assertion when it joins
+	// (newHeartbeatStream): the first pass, at once and unpaced, over the
+	// runs at or below its mark then (promptUpTo).
+	prompt     bool
+	promptUpTo uint64
+	// failedLast says the last re-assertion the pass sent failed in a way
+	// that may be about the peer: a second in a row ends the pass.
+	failedLast bool
 }
 
 // passShare is the share of the interval a pass is spread over, in
@@ -43,17 +54,40 @@ const passShare = 80
 // entries), where the peer's 256-frame batch would bound neither well.
 const HeartbeatSlice = 64
 
-// newHeartbeatStream schedules the first pass an interval from now: a new
-// peer's backfill is its catch-up from the start of the table.
-func newHeartbeatStream(table *statetable.Table, interval time.Duration, stats *Stats) *heartbeatStream {
-	return &heartbeatStream{table: table, interval: interval, stats: stats, next: time.Now().Add(interval)}
+// newHeartbeatStream schedules the first pass of a member that has just
+// joined with mark: at once when it held a mark (a member's re-assertion
+// when it joins, below), else an interval from now, since a member new to
+// the table is sent the whole of it by its catch-up.
+//
+// A member's re-assertion when it joins: this node's first snapshot after
+// a restart lists it, or it comes back to discovery. Its broker may have
+// inferred this node's loss meanwhile and failed its live jobs (PAIR's
+// does when a node leaves discovery), and its dedup holds the frames it had
+// before, so an ordinary frame for a job that did not change (the broker's
+// replay after a restart) is dropped there unheard. The stock worker
+// backfills every peer it adds with its re-sync set, re-sync-marked. Here
+// the member's catch-up carries the marker on every entry above its mark
+// (peerSender.restating), and the runs at or below it, which the catch-up
+// does not carry, are re-asserted by a first pass that starts once the
+// catch-up is done and goes unpaced: the member's broker hears every run
+// within the time of those requests, not of the heartbeat interval.
+func newHeartbeatStream(table *statetable.Table, interval time.Duration, stats *Stats, mark uint64) *heartbeatStream {
+	h := &heartbeatStream{table: table, interval: interval, stats: stats, next: time.Now().Add(interval)}
+	if mark > 0 {
+		h.prompt, h.promptUpTo, h.next = true, mark, time.Now()
+	}
+	return h
 }
 
 func (h *heartbeatStream) close() { h.table.ClosePass(&h.pass) }
 
 func (h *heartbeatStream) begin(now time.Time) {
-	h.active, h.started = true, now
-	h.table.BeginPass(&h.pass)
+	h.active, h.started, h.failedLast = true, now, false
+	if h.prompt {
+		h.table.BeginPassUpTo(&h.pass, h.promptUpTo)
+	} else {
+		h.table.BeginPass(&h.pass)
+	}
 	h.stats.PassesStarted.Add(1)
 	h.stats.PassProgress.Store(0)
 }
@@ -70,7 +104,7 @@ func (h *heartbeatStream) untilNext(now time.Time) time.Duration {
 // slice, so that it visits the runs at an even pace over passShare
 // percent of the interval.
 func (h *heartbeatStream) paceWait(now time.Time) time.Duration {
-	if h.pass.Size == 0 {
+	if h.pass.Size == 0 || h.prompt {
 		return 0
 	}
 	span := h.interval * passShare / 100
@@ -95,7 +129,7 @@ func (h *heartbeatStream) finish(now time.Time) {
 // end schedules the next pass an interval after this one started, or at
 // once when this one overran its interval.
 func (h *heartbeatStream) end(now time.Time) {
-	h.active = false
+	h.active, h.prompt = false, false
 	h.next = h.started.Add(h.interval)
 	if now.After(h.next) {
 		h.stats.PassesOverrun.Add(1)
@@ -120,9 +154,17 @@ func (s *peerSender) heartbeatTurn() bool {
 	lines, done := s.table.TakePass(&h.pass, frames, size)
 	h.stats.PassSize.Store(uint64(h.pass.Size))
 	h.stats.PassProgress.Store(uint64(h.pass.Progress))
-	if len(lines) > 0 && !s.reassert(lines) {
-		h.abandon(time.Now())
-		return true
+	if len(lines) > 0 {
+		accepted, ok := s.reassert(lines)
+		if accepted > 0 {
+			// The peer takes re-assertions: a frame it keeps failing
+			// alone above its mark is that frame's fault (headofline.go).
+			s.skipLoneSpent()
+		}
+		if !ok {
+			h.abandon(time.Now())
+			return true
+		}
 	}
 	if done {
 		h.finish(time.Now())

@@ -28,7 +28,7 @@ func TestHeartbeatPacesEveryPassOverMostOfTheInterval(t *testing.T) {
 	for i := range 100 {
 		running(t, tb, fmt.Sprintf("p-%03d", i))
 	}
-	h := newHeartbeatStream(tb, 2500*time.Millisecond, &Stats{})
+	h := newHeartbeatStream(tb, 2500*time.Millisecond, &Stats{}, 0)
 	defer h.close()
 	t0 := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
 	h.begin(t0)

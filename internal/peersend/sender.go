@@ -26,6 +26,7 @@ type Stats struct {
 	Peer                                 string // the peer's principal
 	Succeeded, FailedAttempts, Retries   atomic.Uint64
 	Dropped                              atomic.Uint64 // entries the peer refused for good, skipped
+	Skipped                              atomic.Uint64 // entries the peer failed FrameMaxTries times in a row while it took others, skipped
 	PassesStarted, PassesCompleted       atomic.Uint64
 	PassesOverrun, PassesAbandoned       atomic.Uint64
 	Reasserted, ReassertFailures         atomic.Uint64 // re-assertions delivered, and not
@@ -39,9 +40,10 @@ type Stats struct {
 // goroutine and one connection (spec 5.1). One loop serves the fresh
 // frames, a new member's backfill and a returning member's catch-up: they
 // are all "what lies above the mark". A heartbeat slice goes only while
-// the peer is caught up, so a re-assertion never overtakes a newer state
-// or a removal of its workload: the same goroutine sends the newer one
-// next, and nothing is sent twice at once.
+// the peer is caught up (but for a lone frame it keeps failing,
+// headofline.go), so a re-assertion never overtakes a newer state or a
+// removal of its workload: the same goroutine sends the newer one next,
+// and nothing is sent twice at once.
 type peerSender struct {
 	target  Target
 	stats   *Stats
@@ -73,9 +75,25 @@ type peerSender struct {
 	// singly makes the next catch-up send one entry a request: the peer
 	// refused a batch as too large.
 	singly bool
+
+	// restating says the member has not been caught up since it joined:
+	// every entry it is sent carries the re-assertion marker (a member's
+	// re-assertion when it joins, newHeartbeatStream).
+	restating bool
+	// stuck is the entry at the head of the backlog the peer failed, and
+	// split the most frames a catch-up request carries while the frame a
+	// batch failed on is looked for (headofline.go).
+	stuck      stuckFrame
+	split      int
+	skippedLog ratelog.Burst // entries skipped, logged at most once per ratelog.Interval
 }
 
-func newPeerSender(t Target, stats *Stats, dialTLS func(context.Context, string, string) (net.Conn, error), table *statetable.Table, member *statetable.Member, interval time.Duration, drain <-chan struct{}, log *slog.Logger) *peerSender {
+// newPeerSender makes the sender of a member that has just joined with
+// mark. A member that took entries before (mark > 0) is re-asserted the
+// table (newHeartbeatStream); one new to the table, or that never took an
+// entry, has seen nothing its dedup could hold against the frames it is
+// sent, and is sent the whole table fresh, as its backfill.
+func newPeerSender(t Target, stats *Stats, dialTLS func(context.Context, string, string) (net.Conn, error), table *statetable.Table, member *statetable.Member, mark uint64, interval time.Duration, drain <-chan struct{}, log *slog.Logger) *peerSender {
 	ctx, cancel := context.WithCancel(context.Background())
 	transport := &http.Transport{
 		DialTLSContext:      dialTLS,
@@ -94,11 +112,12 @@ func newPeerSender(t Target, stats *Stats, dialTLS func(context.Context, string,
 		client: &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		// url.URL escapes an IPv6 zone ("%" -> "%25"); concatenation would
 		// leave an invalid escape and every request to the peer would fail.
-		url:    (&url.URL{Scheme: "https", Host: t.Addrs[0], Path: wireframe.EventsPath}).String(),
-		ctx:    ctx,
-		cancel: cancel,
-		drain:  drain,
-		hb:     newHeartbeatStream(table, interval, stats),
+		url:       (&url.URL{Scheme: "https", Host: t.Addrs[0], Path: wireframe.EventsPath}).String(),
+		ctx:       ctx,
+		cancel:    cancel,
+		drain:     drain,
+		hb:        newHeartbeatStream(table, interval, stats, mark),
+		restating: mark > 0,
 	}
 }
 
@@ -155,10 +174,14 @@ func (s *peerSender) draining() bool {
 	}
 }
 
-// idle waits until the table changes, the next heartbeat step is due, or
-// the sender stops.
+// idle waits until the table changes, the next heartbeat step is due, a
+// frame the peer keeps failing is due again, or the sender stops.
 func (s *peerSender) idle() {
-	wait := s.hb.untilNext(time.Now())
+	now := time.Now()
+	wait := s.hb.untilNext(now)
+	if !s.stuck.retryAt.IsZero() {
+		wait = min(wait, max(s.stuck.retryAt.Sub(now), time.Millisecond))
+	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
@@ -170,56 +193,113 @@ func (s *peerSender) idle() {
 }
 
 // catchUp sends the next entries above the peer's mark and reports whether
-// there were any. A failed attempt leaves the mark where it was: the same
+// it did anything. A failed attempt leaves the mark where it was: the same
 // entries, at whatever state they have by then, go again after a backoff
 // that doubles up to peerRetryMaxDelay. Nothing is given up but an entry
-// the peer refuses for good, which is skipped, counted and logged.
+// the peer refuses for good, and one it keeps failing while it takes the
+// others (headofline.go), each skipped, counted and logged.
 func (s *peerSender) catchUp() bool {
-	maxFrames, maxBytes := s.batchBounds()
-	if maxFrames < 2 || s.singly {
-		maxFrames, maxBytes = 1, int(^uint(0)>>1)
-	}
-	taken := s.table.TakeAbove(s.member, maxFrames, maxBytes)
+	frames, size := s.catchUpBounds()
+	taken := s.table.TakeAbove(s.member, frames, size)
 	if len(taken.Lines) == 0 {
+		s.caughtUp()
 		return false
 	}
-	s.singly = false
-	var upTo int
-	var err error
-	if len(taken.Lines) == 1 {
-		upTo, err = s.sendOne(taken.Lines[0])
-	} else {
-		upTo, err = s.sendBatch(taken.Lines)
+	if s.stuck.spentOn(taken.Versions[0]) {
+		return s.pastSpent()
 	}
-	if upTo > 0 {
-		s.table.Ack(s.member, taken.Versions[upTo-1])
-		s.stats.Succeeded.Add(uint64(upTo))
-	}
-	if err != nil {
-		s.failed(err)
-	} else {
-		s.backoff = 0
-	}
+	s.deliver(taken)
 	return true
 }
 
-// sendOne sends one entry fresh and returns 1 when it is settled (taken,
-// or refused for good and skipped).
-func (s *peerSender) sendOne(l statetable.Line) (int, error) {
-	err := s.post(s.ctx, l.FreshBytes())
+// catchUpBounds is the most frames and bytes a catch-up request carries: a
+// batch as the peer advertised it (halved while a failed batch's frame is
+// looked for), else one frame.
+func (s *peerSender) catchUpBounds() (frames, size int) {
+	frames, size = s.batchBounds()
+	if frames < 2 || s.singly {
+		return 1, maxInt
+	}
+	if s.split > 0 {
+		frames = min(frames, s.split)
+	}
+	if s.restating {
+		// TakeAbove counts the lines without the marker.
+		size -= frames * wireframe.ResyncMarkerBytes
+	}
+	return frames, size
+}
+
+const maxInt = int(^uint(0) >> 1)
+
+// caughtUp notes that nothing lies above the peer's mark: the member has
+// been re-asserted the table since it joined, and nothing is stuck.
+func (s *peerSender) caughtUp() {
+	s.restating = false
+	s.stuck, s.split = stuckFrame{}, 0
+}
+
+// sendResult is what became of a request's entries: how many of them, from
+// the first, are settled (taken, or refused for good and skipped), and the
+// failure of the first that is not. whole says a batch failed as a whole,
+// with an answer or a timeout, which names none of its frames.
+type sendResult struct {
+	settled int
+	whole   bool
+	err     error
+}
+
+// deliver sends taken and settles what the peer answered.
+func (s *peerSender) deliver(taken statetable.Taken) {
+	s.singly = false
+	var r sendResult
+	if len(taken.Lines) == 1 {
+		r = s.sendOne(taken.Lines[0])
+	} else {
+		r = s.sendBatch(taken.Lines)
+	}
+	if r.settled > 0 {
+		s.table.Ack(s.member, taken.Versions[r.settled-1])
+		s.stats.Succeeded.Add(uint64(r.settled))
+	}
+	switch {
+	case r.err == nil:
+		s.backoff, s.stuck = 0, stuckFrame{}
+		s.widen()
+	case r.whole:
+		s.narrow(len(taken.Lines), r.err)
+	default:
+		s.failedAt(taken.Versions[r.settled], r.err)
+	}
+}
+
+// wire is an entry's line as this sender sends it: fresh, or as a
+// re-assertion while the member is being re-asserted the table.
+func (s *peerSender) wire(l statetable.Line) []byte {
+	if s.restating {
+		return l.Reassertion()
+	}
+	return l.FreshBytes()
+}
+
+// sendOne sends one entry and reports it settled when taken, or refused
+// for good and skipped.
+func (s *peerSender) sendOne(l statetable.Line) sendResult {
+	body := s.wire(l)
+	err := s.post(s.ctx, body)
 	for errors.Is(err, errDeferred) {
 		// The peer asked to wait: not a failed attempt. The same entry
 		// goes again once the wait is over (post waits for it).
-		err = s.post(s.ctx, l.FreshBytes())
+		err = s.post(s.ctx, body)
 	}
 	switch {
 	case err == nil:
-		return 1, nil
+		return sendResult{settled: 1}
 	case errors.Is(err, errPermanent):
 		s.refused(1, err)
-		return 1, nil
+		return sendResult{settled: 1}
 	}
-	return 0, err
+	return sendResult{err: err}
 }
 
 // refused counts entries the peer refused for good: they are skipped, the
@@ -231,21 +311,41 @@ func (s *peerSender) refused(n int, err error) {
 
 // failed counts a failed attempt and waits out its backoff.
 func (s *peerSender) failed(err error) {
-	if s.ctx.Err() != nil {
+	if !s.countFailure(err) {
 		return
 	}
-	s.stats.FailedAttempts.Add(1)
-	s.failLog.NoteCounted(s.log, "failed", "peer delivery failed; retrying from its mark", "reason", httpguard.ClipReason(err.Error()))
-	s.backoff = min(max(2*s.backoff, peerRetryBaseDelay), peerRetryMaxDelay)
-	if sleepCtx(s.ctx, s.backoff) {
+	if sleepCtx(s.ctx, s.nextBackoff()) {
 		s.stats.Retries.Add(1)
 	}
 }
 
+// countFailure counts and logs a failed attempt; it reports false when
+// the sender is stopping, which is no failure of the peer's.
+func (s *peerSender) countFailure(err error) bool {
+	if s.ctx.Err() != nil {
+		return false
+	}
+	s.stats.FailedAttempts.Add(1)
+	s.failLog.NoteCounted(s.log, "failed", "peer delivery failed; retrying from its mark", "reason", httpguard.ClipReason(err.Error()))
+	return true
+}
+
+// nextBackoff doubles the wait after a failed attempt, from
+// peerRetryBaseDelay up to peerRetryMaxDelay, and returns it.
+func (s *peerSender) nextBackoff() time.Duration {
+	s.backoff = min(max(2*s.backoff, peerRetryBaseDelay), peerRetryMaxDelay)
+	return s.backoff
+}
+
 // reassert sends re-assertions once each, without retries: the next pass
-// repeats what this one could not deliver. It reports whether the peer
-// took them.
-func (s *peerSender) reassert(lines [][]byte) bool {
+// repeats what this one could not deliver. It returns how many the peer
+// took, and false when the pass should end: two failures in a row that
+// may be about the peer (network, 5xx, 429, 403), the first of them
+// possibly this request's and the second the next's. One such failure
+// between re-assertions the peer takes is about its entry (a peer that
+// keeps failing one frame), and the rest of the pass goes on, as it does
+// past a rejection (a 4xx), which is always about its entry.
+func (s *peerSender) reassert(lines [][]byte) (accepted int, ok bool) {
 	if len(lines) > 1 {
 		return s.reassertBatch(lines)
 	}
@@ -254,19 +354,32 @@ func (s *peerSender) reassert(lines [][]byte) bool {
 		for errors.Is(err, errDeferred) {
 			err = s.post(s.ctx, l)
 		}
-		if err != nil {
-			if s.ctx.Err() == nil {
-				s.stats.ReassertFailures.Add(1)
-				s.hbErrors.Note(s.log, "peer re-assertion failed; the next pass repeats it", "reason", httpguard.ClipReason(err.Error()))
+		switch {
+		case err == nil:
+			s.stats.Reasserted.Add(1)
+			s.hb.failedLast = false
+			accepted++
+		case errors.Is(err, errPermanent):
+			s.reassertFailed(1, err)
+			s.hb.failedLast = false
+		default:
+			s.reassertFailed(1, err)
+			if s.hb.failedLast || s.ctx.Err() != nil {
+				return accepted, false
 			}
-			// A rejection is about this entry (a peer refuses it as too
-			// large, say): the rest of the pass goes on. Any other failure
-			// is about the peer.
-			return errors.Is(err, errPermanent)
+			s.hb.failedLast = true
 		}
-		s.stats.Reasserted.Add(1)
 	}
-	return true
+	return accepted, true
+}
+
+// reassertFailed counts and logs re-assertions the peer did not take.
+func (s *peerSender) reassertFailed(n int, err error) {
+	if s.ctx.Err() != nil {
+		return
+	}
+	s.stats.ReassertFailures.Add(uint64(n))
+	s.hbErrors.Note(s.log, "peer re-assertions failed; the next pass repeats them", "frames", n, "reason", httpguard.ClipReason(err.Error()))
 }
 
 // errPermanent marks a peer answer that a retry cannot change.

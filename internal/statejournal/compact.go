@@ -148,12 +148,19 @@ func (j *Journal) finishCompaction(req *finishReq) {
 		req.done <- err
 		return
 	}
-	ident, _ := req.tmp.Stat()
+	ident, serr := req.tmp.Stat()
 	j.mu.Lock()
 	// The new file holds the snapshot and every record appended since it
-	// began, failed groups' included: it holds every record again.
+	// began, failed groups' included: it holds every record again, and a
+	// Wait for a record whose group failed before the switch may pass.
 	j.file, j.size, j.ident = req.tmp, req.size+int64(len(tail)), ident
 	j.broken, j.dirty, j.keepAside = nil, false, ""
+	j.failed = failedRanges{}
+	if serr != nil {
+		// Without the file's identity no group could be checked against
+		// the path: rebuild again rather than check nothing.
+		j.ident, j.dirty = nil, true
+	}
 	j.mu.Unlock()
 	if old != nil {
 		old.Close()

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // The failure paths around the common one (spec 5.3, "Failures"): a journal
@@ -258,5 +259,132 @@ func TestARebuildThatKeepsFailingLogsItsReasonOnce(t *testing.T) {
 	}
 	if n := warns.count(); n != 1 {
 		t.Fatalf("%d WARN lines for 3 failed rebuilds with one reason, want 1:\n%s", n, warns)
+	}
+}
+
+// steadyLoad makes each fsync (the hook) bring one more record, as broker
+// frames arriving during every group do: the writer always finds a group
+// pending when it finishes one. It returns a switch that ends the load.
+func steadyLoad(opt *Options, each time.Duration) (jp *atomic.Pointer[Journal], stop func()) {
+	jp = &atomic.Pointer[Journal]{}
+	var on atomic.Bool
+	on.Store(true)
+	opt.NoSync = false
+	prev := opt.hooks
+	opt.hooks = &hooks{sync: func(f *os.File) error {
+		if j := jp.Load(); j != nil && on.Load() {
+			time.Sleep(each)
+			j.Append([]byte("arrived during the fsync"))
+		}
+		if prev != nil && prev.sync != nil {
+			return prev.sync(f)
+		}
+		return nil
+	}}
+	return jp, func() { on.Store(false) }
+}
+
+// A rebuild switches while a group is always pending: the writer takes a
+// compaction's switch between two groups, not only in a lull (else a dirty
+// journal would stay dirty under load, its tail growing).
+func TestARebuildSwitchesUnderASteadyLoad(t *testing.T) {
+	opt, _ := options()
+	jp, stop := steadyLoad(&opt, 200*time.Microsecond)
+	j, _ := mustOpen(t, journalPath(t), opt)
+	defer mustClose(t, j)
+	defer stop()
+	jp.Store(j)
+	mustAppendWait(t, j, []byte("starts the load"))
+	rebuildFrom(t, j, []byte("state"))
+}
+
+// With SyncEvery the background fsync comes within its interval under a
+// steady load too: the window a power loss may take stays SyncEvery.
+func TestSyncEveryFsyncsUnderASteadyLoad(t *testing.T) {
+	opt, _ := options()
+	opt.SyncEvery = 20 * time.Millisecond
+	// In SyncEvery mode a group has no fsync to hook: the load rides the
+	// writes instead.
+	jp := &atomic.Pointer[Journal]{}
+	var on atomic.Bool
+	on.Store(true)
+	opt.NoSync = false
+	opt.hooks = &hooks{
+		sync: func(*os.File) error { return nil },
+		writeAt: func(f *os.File, b []byte, off int64) (int, error) {
+			if j := jp.Load(); j != nil && on.Load() {
+				time.Sleep(100 * time.Microsecond)
+				j.Append([]byte("arrived during the write"))
+			}
+			return f.WriteAt(b, off)
+		},
+	}
+	j, _ := mustOpen(t, journalPath(t), opt)
+	defer mustClose(t, j)
+	defer on.Store(false)
+	jp.Store(j)
+	mustAppendWait(t, j, []byte("starts the load"))
+	eventually(t, "a background fsync under load", func() bool { return j.Stats().LagSyncs >= 1 })
+}
+
+// With SyncEvery, Close returns the failure of its last fsync: records
+// were answered that no fsync made durable.
+func TestSyncEveryCloseReturnsAFailedLastFsync(t *testing.T) {
+	opt, _ := options()
+	_, failing := syncCounter(&opt)
+	opt.SyncEvery = MaxSyncEvery
+	j, _ := mustOpen(t, journalPath(t), opt)
+	mustAppendWait(t, j, []byte("answered, not yet fsynced"))
+	failing.Store(true)
+	if err := j.Close(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("Close: %v, want the last fsync's EIO", err)
+	}
+}
+
+// A file that replaced the journal under the daemon is not the daemon's to
+// destroy: the rebuild moves it aside before its rename.
+func TestARebuildKeepsAFileThatReplacedTheJournal(t *testing.T) {
+	opt, _ := options()
+	path := journalPath(t)
+	j, _ := mustOpen(t, path, opt)
+	defer mustClose(t, j)
+	planted := encode([]byte("someone else's"))
+	if err := os.WriteFile(path+".new", planted, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		t.Fatal(err)
+	}
+	waitFails(t, j, []byte("noticed"))
+	rebuildFrom(t, j, []byte("state"))
+	aside := asides(t, path)
+	if len(aside) != 1 || string(fileBytes(t, aside[0])) != string(planted) {
+		t.Fatalf("the file that replaced the journal was not kept aside: %v", aside)
+	}
+}
+
+// After a rebuild, a record whose group failed before it is carried by the
+// new file: a Wait for it passes (a caller waits on an entry's latest
+// record, which a failed group may hold).
+func TestARebuildCarriesARecordWhoseGroupFailed(t *testing.T) {
+	opt, _ := options()
+	var failing atomic.Bool
+	opt.NoSync = false
+	opt.hooks = &hooks{sync: func(*os.File) error {
+		if failing.CompareAndSwap(true, false) {
+			return syscall.EIO
+		}
+		return nil
+	}}
+	j, _ := mustOpen(t, journalPath(t), opt)
+	defer mustClose(t, j)
+	failing.Store(true)
+	seq, _ := j.Append([]byte("failed group"))
+	if err := j.Wait(seq); err == nil {
+		t.Fatal("the injected failure did not fail the group")
+	}
+	rebuildFrom(t, j, []byte("failed group"))
+	if err := j.Wait(seq); err != nil {
+		t.Fatalf("Wait after the rebuild carried it: %v", err)
 	}
 }

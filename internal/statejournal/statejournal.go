@@ -181,6 +181,9 @@ type Journal struct {
 	// lastCompactErr is the last compaction's failure, so a rebuild
 	// retried with a backoff logs each reason once.
 	lastCompactErr string
+	// closeErr is the writer's last fsync's failure at close (SyncEvery),
+	// for Close to return; written by the writer before it stops.
+	closeErr error
 
 	kick    chan struct{} // wakes the writer; capacity 1
 	finish  chan *finishReq

@@ -58,10 +58,13 @@ func (j *Journal) wake() {
 	}
 }
 
-// Wait blocks until the record with sequence seq, and every record before
-// it, is written and fsynced, and returns nil; or returns an error if the
+// Wait blocks until the record with sequence seq is written and fsynced
+// (with SyncEvery: written), and returns nil; or returns an error if the
 // group holding it failed (wrapping the cause), or if seq was never
-// appended. Many waiters of one group cost one channel between them.
+// appended. A nil Wait says nothing of an earlier record whose group
+// failed; a rebuild that switched after a failed group carries it, and a
+// Wait for it then returns nil. Many waiters of one group cost one channel
+// between them.
 func (j *Journal) Wait(seq uint64) error {
 	j.mu.Lock()
 	if seq == 0 || seq > j.last {
@@ -85,8 +88,8 @@ func (j *Journal) Wait(seq uint64) error {
 	return g.err
 }
 
-// Sync waits until every record appended so far is durable: for shutdown,
-// or for a caller that appended without keeping the sequences.
+// Sync waits until the last record appended so far is durable (Wait): for
+// shutdown, or for a caller that appended without keeping the sequences.
 func (j *Journal) Sync() error {
 	j.mu.Lock()
 	seq := j.last
@@ -117,6 +120,9 @@ func (j *Journal) Close() error {
 	if pending {
 		err = j.Wait(last)
 	}
+	if err == nil {
+		err = j.closeErr // set by the writer, which has returned
+	}
 	if j.file == nil {
 		return err // a journal that never had a file (OpenDown)
 	}
@@ -140,13 +146,33 @@ func (j *Journal) writer() {
 		case <-j.lag.due():
 			j.syncBehind()
 		}
-		for j.writeOne() {
-		}
+		j.drain()
 		j.mu.Lock()
 		done := j.closed && j.cur == nil && !j.compacting
 		j.mu.Unlock()
 		if done {
+			if err := j.syncBehind(); err != nil {
+				j.closeErr = fmt.Errorf("statejournal: the last fsync of %s at close: %w", j.path, err)
+			}
+			return
+		}
+	}
+}
+
+// drain writes the pending groups until none is left. Between two groups
+// it takes a compaction's switch and a background fsync that are due: under
+// a steady load a group is always pending, and neither may wait for a lull
+// (a rebuild's tail would grow without end, and SyncEvery's window with it).
+func (j *Journal) drain() {
+	for {
+		select {
+		case req := <-j.finish:
+			j.finishCompaction(req)
+		case <-j.lag.due():
 			j.syncBehind()
+		default:
+		}
+		if !j.writeOne() {
 			return
 		}
 	}
@@ -188,23 +214,24 @@ func (l *syncLag) wrote(every time.Duration) {
 // waiters were answered; kill -9 cannot lose them (they are in the page
 // cache), a power loss could, so the journal is dirty and a rebuild (which
 // fsyncs) writes them again.
-func (j *Journal) syncBehind() {
+func (j *Journal) syncBehind() error {
 	if !j.lag.behind {
-		return
+		return nil
 	}
 	j.lag.behind = false
 	j.mu.Lock()
 	f := j.file
 	j.mu.Unlock()
 	if f == nil {
-		return
+		return nil
 	}
 	if err := j.sync(f); err != nil {
 		j.stats.syncFailures.Add(1)
 		j.markDirty()
-		return
+		return err
 	}
 	j.stats.lagSyncs.Add(1)
+	return nil
 }
 
 // markDirty says the file lacks a durable copy of records its caller holds.
@@ -268,7 +295,10 @@ func (j *Journal) writeGroup(f *os.File, buf []byte, off int64) error {
 		if err = j.checkIdentity(); err != nil {
 			// The bytes are durable in a file the path no longer names: a
 			// restart would not read them. Cutting them back is pointless.
+			// Whatever now sits at the path was not written by the daemon:
+			// the rebuild keeps it aside rather than rename over it.
 			j.markBroken(err)
+			j.keepWhatReplacedIt()
 			return err
 		}
 	}
@@ -340,6 +370,17 @@ func (j *Journal) checkIdentity() error {
 		return fmt.Errorf("statejournal: %s no longer names the journal file the daemon writes (replaced or renamed under it)", j.path)
 	}
 	return nil
+}
+
+// keepWhatReplacedIt marks a file found at the path in place of the
+// journal as one the rebuild moves aside.
+func (j *Journal) keepWhatReplacedIt() {
+	if _, err := os.Lstat(j.path); err != nil {
+		return
+	}
+	j.mu.Lock()
+	j.keepAside = "it replaced the journal file under the daemon"
+	j.mu.Unlock()
 }
 
 // markBroken stops the file: every later group fails at once, until a

@@ -18,6 +18,14 @@ func (t *Table) BeginPass(p *Pass) {
 	p.start, p.pending, p.Size, p.Progress = t.version.Load(), true, 0, 0
 }
 
+// BeginPassUpTo starts p over the runs whose version is at most upTo: a
+// member's re-assertion of the table when it joins, whose catch-up
+// carries every entry above its mark (upTo) already.
+func (t *Table) BeginPassUpTo(p *Pass, upTo uint64) {
+	t.BeginPass(p)
+	p.start = min(p.start, upTo)
+}
+
 // TakePass returns the re-assertion lines of up to maxFrames runs from p's
 // place on, at most maxBytes in all (but at least one), and reports
 // whether the pass reached the end of the order.

@@ -43,7 +43,7 @@ func shouldJournal(e *entry) bool { return e.owner == Producer || e.kind != kind
 
 // journalPut writes e's state when a restart needs it, or forgets an
 // earlier record of it that no longer speaks for it. It returns the
-// record's sequence, 0 for none.
+// record's sequence, 0 for none, and keeps it as e's recSeq.
 func (t *Table) journalPut(e *entry) uint64 {
 	if !shouldJournal(e) {
 		if e.journaled {
@@ -53,7 +53,8 @@ func (t *Table) journalPut(e *entry) uint64 {
 	}
 	rec := encodePut(nil, e)
 	t.setJournaled(e, len(rec))
-	return t.appendRecord(rec)
+	e.recSeq = t.appendRecord(rec)
+	return e.recSeq
 }
 
 // setJournaled records that e's state is in the journal in size bytes
@@ -171,6 +172,16 @@ func (r *reader) uvarint() uint64 {
 	return v
 }
 
+// version reads a version or a mark: one above MaxVersion is refused.
+func (r *reader) version() uint64 {
+	v := r.uvarint()
+	if v > MaxVersion {
+		r.err = errRecord
+		return 0
+	}
+	return v
+}
+
 func (r *reader) varint() int64 {
 	v, n := binary.Varint(r.b)
 	if n <= 0 {
@@ -259,7 +270,7 @@ func (t *Table) Restore(records [][]byte, restartGrace time.Duration) RestoreSta
 				*slot = restored{e: e}
 			}
 		case recForget:
-			v := r.uvarint()
+			v := r.version()
 			kd := kind(r.byte())
 			k := r.key()
 			if r.err != nil {
@@ -273,7 +284,7 @@ func (t *Table) Restore(records [][]byte, restartGrace time.Duration) RestoreSta
 			}
 		case recAck:
 			id := r.string(wireframe.MaxKeyFieldBytes)
-			mark := r.uvarint()
+			mark := r.version()
 			departed := r.varint()
 			if r.err != nil {
 				st.Refused++
@@ -318,7 +329,7 @@ func slotOf(runs map[wireframe.WorkloadKey]*restored, rems map[wireframe.Workloa
 // decodePut decodes a put and checks it as the live paths would.
 func (t *Table) decodePut(r *reader) (*entry, error) {
 	e := &entry{}
-	e.version = r.uvarint()
+	e.version = r.version()
 	e.kind = kind(r.byte())
 	e.owner = Owner(r.byte())
 	flags := r.byte()
@@ -327,13 +338,13 @@ func (t *Table) decodePut(r *reader) (*entry, error) {
 	leaseDeadline := r.varint()
 	e.key = r.key()
 	n := r.uvarint()
-	if r.err != nil || n > maxRestoredRuns || e.kind > kindRemoved || e.owner > Producer || e.version == 0 {
+	if r.err != nil || n > MaxRemovalRuns || e.kind > kindRemoved || e.owner > Producer || e.version == 0 {
 		return nil, errRecord
 	}
 	for range n {
 		e.runs = append(e.runs, runKey{r.string(wireframe.MaxKeyFieldBytes), r.string(wireframe.MaxKeyFieldBytes)})
 	}
-	line := r.string(wireframe.MaxBytes)
+	line := r.string(MaxLineBytes)
 	if r.err != nil || len(r.b) != 0 {
 		return nil, errRecord
 	}
@@ -356,10 +367,49 @@ func (t *Table) decodePut(r *reader) (*entry, error) {
 	return e, nil
 }
 
-// maxRestoredRuns bounds a removal's runs in a record: a workload has one
-// run nearly always, and a removal of more than this many keeps none (any
-// run's replay is then dropped).
-const maxRestoredRuns = 64
+// The bounds of an entry's record, one set for the writer and the reader
+// (issue 36): Commit keeps every entry within them at the door, encodePut
+// writes what Commit kept, and decodePut refuses only what passes them, so
+// every record the table writes, a restart restores.
+const (
+	// MaxRemovalRuns bounds the runs a removal's tombstone keeps. A
+	// workload has one run nearly always; a removal of more keeps none,
+	// and a tombstone without runs drops the broker's replay of any run of
+	// the id for its retention (commitLifecycle), so no removed run comes
+	// back and the record stays small: a removal of thousands of runs with
+	// long fields would otherwise be a record of megabytes.
+	MaxRemovalRuns = 64
+	// MaxLineBytes bounds an entry's line. A frame's params are at most
+	// wireframe.MaxWorkloadMaxBytes (the top of --workload-max-bytes) on
+	// every path, and the table's line adds to them the notification's
+	// envelope (57 bytes with the longest method), the resync marker (14)
+	// and the origin the ingress stamps (276 with its name); lineSlack
+	// holds those with room. Only a re-encoding can pass it (WithoutResync
+	// escapes HTML characters, up to six bytes for one): such a line is
+	// not kept (LineTooLong).
+	MaxLineBytes = wireframe.MaxWorkloadMaxBytes + lineSlack
+	lineSlack    = 1 << 10
+	// MaxRecordBytes is the longest record the table writes: a put with
+	// every integer at its widest, four key fields and MaxRemovalRuns runs
+	// of two fields each, every field at wireframe.MaxKeyFieldBytes, and a
+	// line of MaxLineBytes (1,084,776 bytes). The journal's record bound
+	// must be at least this: statejournal.DefaultMaxRecordBytes (2 MiB)
+	// is, which TestTheLargestEntryIsOneRecordAndRestoresExactly holds.
+	MaxRecordBytes = putFixedBytes + (4+2*MaxRemovalRuns)*(binary.MaxVarintLen64+wireframe.MaxKeyFieldBytes) + binary.MaxVarintLen64 + MaxLineBytes
+	// putFixedBytes is a put's type, kind, owner and flags, and its five
+	// integers (version, ended, lease seconds and deadline, runs) at their
+	// widest.
+	putFixedBytes = 4 + 5*binary.MaxVarintLen64
+)
+
+// MaxVersion is the highest version, or mark, a restore takes: a record
+// above it is refused, so the counter restarts at most here and a crafted
+// (CRC-valid) journal cannot bring it near 2^64, where the next version
+// would wrap to 0 (which a restore refuses: the next 200 would be lost to
+// a crash). Live traffic never reaches it: at a billion changes a second
+// 2^62 versions take 146 years. And from it, the counter needs 3 x 2^62
+// more changes, 438 years at that rate, to wrap: bump needs no check.
+const MaxVersion = 1 << 62
 
 // The lengths a lease may have, in seconds (spec 3.5.1): the ingress's
 // range, which a restore enforces too.

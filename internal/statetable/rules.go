@@ -180,6 +180,9 @@ func markerAt(line []byte) (at, n int) {
 type Line struct {
 	b   []byte
 	run bool // a run's line, kept with the re-assertion marker
+	// asserted says the run's fresh send keeps the marker: the broker
+	// re-asserted it explicitly (entry.asserted).
+	asserted bool
 }
 
 // RunLine is a run's stored line (a read-back item's) as a Line.
@@ -189,9 +192,10 @@ func RunLine(b []byte) Line { return Line{b: b, run: true} }
 func (l Line) Reassertion() []byte { return l.b }
 
 // Fresh is the line as a fresh frame, in two pieces to write one after
-// the other: a run's without the marker, a removal's as it was relayed.
+// the other: a run's without the marker (but for one the broker
+// re-asserted, which keeps it), a removal's as it was relayed.
 func (l Line) Fresh() (head, tail []byte) {
-	if !l.run {
+	if !l.run || l.asserted {
 		return l.b, nil
 	}
 	at, n := markerAt(l.b)

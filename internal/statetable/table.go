@@ -51,7 +51,7 @@ type entry struct {
 	// endedAt is when a tombstone ended (see retired).
 	endedAt time.Time
 	// A removal's runs are the runs it removed, nil for any (see
-	// replayDrop).
+	// replayDrop): at most MaxRemovalRuns, a removal of more keeps none.
 	runs []runKey
 	// requester is the held event's requesterId (when hasRequester), which
 	// the read-back's filter compares without parsing the line.
@@ -75,10 +75,14 @@ type entry struct {
 	// journaled says one is there: a later change that needs none writes a
 	// forget instead.
 	journalSize int32
-	kind        kind
-	owner       Owner
-	rank        lifecycleRank
-	hasSeq      bool
+	// recSeq is the journal sequence of the entry's latest record, 0 for
+	// none since the start: a producer's frame that changes nothing waits
+	// on it, so its 200 too counts on a durable record of the job.
+	recSeq uint64
+	kind   kind
+	owner  Owner
+	rank   lifecycleRank
+	hasSeq bool
 	// hasRequester says requester holds the event's requesterId.
 	hasRequester bool
 	// retired says the end's retention has passed: it is out of the pass
@@ -91,19 +95,35 @@ type entry struct {
 	// replayDrop says the broker's replay of a removal's runs is dropped
 	// (a producer removed an owned workload).
 	replayDrop bool
-	journaled  bool
-	inPass     bool
+	// asserted says the run's latest frame was the broker's explicit
+	// re-assertion (its params carried "resync": true): it goes to the
+	// peers with the marker, fresh too, as the broker sent it (lineOf).
+	asserted  bool
+	journaled bool
+	inPass    bool
 }
 
 func (e *entry) size() int64 {
-	return int64(len(e.line)+len(e.key.Origin)+len(e.key.Engine)+len(e.key.RunID)+len(e.key.ID)) + entryOverhead
+	n := len(e.line) + len(e.key.Origin) + len(e.key.Engine) + len(e.key.RunID) + len(e.key.ID)
+	for _, r := range e.runs {
+		n += len(r.engine) + len(r.runID)
+	}
+	return int64(n) + entryOverhead
 }
 
 // entryOverhead is what an entry costs beside its line and key, counted
 // in the ended bytes: the struct, its map slots and item.
 const entryOverhead = 256
 
-func (e *entry) lineOf() Line { return Line{b: e.line, run: e.kind != kindRemoved} }
+// lineOf is the entry's line as a peer is sent it. A run's is sent fresh
+// without the re-assertion marker, but for one the broker itself
+// re-asserted: the seed's rule is that a re-sync-tagged frame from the
+// broker is an explicit re-assertion, which the peers' dedup must let
+// through (the stock worker relays it with its marker), so it keeps the
+// marker on its fresh send as well.
+func (e *entry) lineOf() Line {
+	return Line{b: e.line, run: e.kind != kindRemoved, asserted: e.asserted}
+}
 
 // Config is a table's bounds and collaborators.
 type Config struct {
@@ -265,10 +285,11 @@ const (
 	FullBytes                    // the run would take the table past MaxLiveBytes (a broker frame)
 	ReplayDropped                // the broker's replay of a run a producer removed
 	BrokerTook                   // a producer's frame for a workload the broker took after its check
+	LineTooLong                  // a broker frame whose line is over MaxLineBytes
 )
 
 func (o Outcome) String() string {
-	return [...]string{"applied", "stale", "full", "full_bytes", "replay_dropped", "broker_took"}[o]
+	return [...]string{"applied", "stale", "full", "full_bytes", "replay_dropped", "broker_took", "line_too_long"}[o]
 }
 
 // Commit applies a local-origin frame: the one place the table changes
@@ -367,11 +388,25 @@ func (t *Table) commitLifecycle(f *Frame, now time.Time) (Outcome, uint64) {
 	// missed the end is sent the newer state instead.
 	held := e != nil && !e.retired
 	if held && !supersedes(ev, e) {
-		return Stale, 0
+		// Nothing changes, but the state the frame's answer stands on is
+		// the held one: its answer waits for that state's record (which
+		// may be in a group still being written, or one that failed).
+		return Stale, e.recSeq
 	}
 	line := f.Line
 	if line == nil {
 		line = ReassertionLine(ev.Method, ev.Params)
+	}
+	if len(line) > MaxLineBytes {
+		// Its record would pass the bound a restore holds it to. Only a
+		// broker frame's re-encoding reaches this (MaxLineBytes); like a
+		// frame over the byte bound, it deletes the run rather than leave
+		// the older state re-asserted.
+		t.stats.Untracked.Add(1)
+		if e != nil {
+			t.deleteEntry(e)
+		}
+		return LineTooLong, 0
 	}
 	if !held && !producer && t.inPass >= t.cfg.MaxLive {
 		t.stats.Untracked.Add(1)
@@ -398,6 +433,7 @@ func (t *Table) commitLifecycle(f *Frame, now time.Time) (Outcome, uint64) {
 		e.owner = Broker // the run starts again: whoever owned its end does not own it
 	}
 	t.setRun(e, ev, line, now)
+	e.asserted = ev.Resync && !producer
 	if owned {
 		e.owner = Producer
 	}
@@ -505,7 +541,7 @@ func (t *Table) commitRemoval(f *Frame, now time.Time) (Outcome, uint64) {
 	// neither extends nor starts a window of replays dropped: a producer
 	// cannot keep an id silenced for the broker by removing it again.
 	if !unheld || r.endedAt.IsZero() {
-		r.endedAt, r.runs = now, runs
+		r.endedAt, r.runs = now, keptRuns(runs)
 		r.replayDrop = producer && owned
 	}
 	if producer {
@@ -521,7 +557,19 @@ func (t *Table) commitRemoval(f *Frame, now time.Time) (Outcome, uint64) {
 	return Applied, t.journalPut(r)
 }
 
+// keptRuns is what a removal's tombstone keeps of the runs it removed: all
+// of them up to MaxRemovalRuns, else none, which stands for any run (a
+// replay of each is still dropped) in a record of bounded size.
+func keptRuns(runs []runKey) []runKey {
+	if len(runs) > MaxRemovalRuns {
+		return nil
+	}
+	return runs
+}
+
 // bump gives e the next version and moves it to the end of version order.
+// The counter cannot wrap: a restore starts it at most at MaxVersion, and
+// it takes 3 x 2^62 changes from there (MaxVersion says how long that is).
 func (t *Table) bump(e *entry) {
 	if e.version != 0 {
 		t.unlinkVersion(e)

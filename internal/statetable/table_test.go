@@ -272,6 +272,41 @@ func TestTheBrokersReplayOfARunAProducerRemovedIsDroppedButANewRunIsNot(t *testi
 	}
 }
 
+// The seed's tombstone rule: an ingress removal's tombstone drops the
+// broker's ordinary frames for its (origin, id), but a re-sync-tagged one
+// is the broker's explicit re-assertion: it is taken, and every member is
+// sent it with its marker, so the peers' dedup lets it through even where
+// they saw the same frame before the removal.
+func TestRemovalTombstoneDoesNotBlockResyncTaggedFrame(t *testing.T) {
+	tb, _, _ := newTable(t)
+	m := tb.Join("peer")
+	commit(t, tb, FromProducer, event(t, "a", "running"))
+	remove(t, tb, FromProducer, "a")
+	sent(t, tb, m)
+	if o := commit(t, tb, FromBroker, event(t, "a", "running")); o != ReplayDropped {
+		t.Fatalf("the broker's ordinary frame: %s, want replay_dropped", o)
+	}
+	tagged := event(t, "a", "running")
+	tagged.Resync = true
+	if o := commit(t, tb, FromBroker, tagged); o != Applied {
+		t.Fatalf("the broker's re-sync-tagged frame: %s, want applied", o)
+	}
+	r := tb.TakeAbove(m, 7, 1<<20)
+	if len(r.Lines) != 1 || !strings.Contains(string(freshOf(r.Lines[0])), `"resync":true`) {
+		t.Fatalf("the member is sent %d lines, the first %q: want the re-assertion with its marker", len(r.Lines), freshOf(r.Lines[0]))
+	}
+	tb.Ack(m, r.Versions[0])
+	// A run's next ordinary frame goes as usual, without the marker.
+	tagged = event(t, "b", "running")
+	tagged.Resync = true
+	commit(t, tb, FromBroker, tagged)
+	commit(t, tb, FromBroker, event(t, "b", "completed"))
+	r = tb.TakeAbove(m, 7, 1<<20)
+	if len(r.Lines) != 1 || strings.Contains(string(freshOf(r.Lines[0])), "resync") {
+		t.Fatalf("the run's ordinary frame after a re-assertion is sent as %q: want it without the marker", freshOf(r.Lines[0]))
+	}
+}
+
 func TestAProducersFrameForABrokersWorkloadIsRefused(t *testing.T) {
 	tb, c, _ := newTable(t)
 	commit(t, tb, FromBroker, event(t, "b", "running"))

@@ -132,6 +132,19 @@ type HBSink struct {
 	// originTries counts them by kind.
 	RefuseOrigin string
 	originTries  map[string]int
+	// failing (SetFailing) and failAll (SetFailAll) answer frames 500
+	// "broker unavailable", as the peer port answers a frame whose broker
+	// write failed (peerserver.Server.HandleFrame): one workload's frames,
+	// fresh and re-asserted, or every frame. In a batch the elements after
+	// such a one are answered 503, not attempted, as peerwire.RunBatch
+	// does. failBatchHolding answers a batch holding that workload 500 as
+	// a whole, as the peer port answers a batch whose answer it cannot
+	// write per element (peerserver's servePeerBatch). failed counts the
+	// frames and batches so answered.
+	failing          map[string]bool
+	failAll          bool
+	failBatchHolding string
+	failed           int
 
 	// hold, when set, is a frame kind and id: the first request carrying
 	// that frame is held for holdFor before any of its frames is recorded,
@@ -181,6 +194,10 @@ func (s *HBSink) Serve(w http.ResponseWriter, r *http.Request) {
 	frames := [][]byte{body}
 	if isBatch {
 		frames = bytes.Split(bytes.TrimSuffix(body, []byte("\n")), []byte("\n"))
+		if s.failsBatch(frames) {
+			http.Error(w, "answer not encoded", http.StatusInternalServerError)
+			return
+		}
 	}
 	s.holdIfFirst(frames)
 	if !isBatch {
@@ -263,6 +280,10 @@ func (s *HBSink) record(frame []byte) int {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.failAll || s.failing[ev.ID] {
+		s.failed++
+		return http.StatusInternalServerError
+	}
 	if s.RefuseOrigin != "" && ev.ID == s.RefuseOrigin {
 		if s.originTries == nil {
 			s.originTries = map[string]int{}
@@ -303,12 +324,66 @@ func (s *HBSink) record(frame []byte) int {
 }
 
 // sinkReason is the reason the sink gives with a status: a 403 is always
-// a refusal for origin.
+// a refusal for origin, a 500 the peer port's failed broker write.
 func sinkReason(status int) string {
-	if status == http.StatusForbidden {
+	switch status {
+	case http.StatusForbidden:
 		return OriginRefusalPrefix + "the sink refuses this workload"
+	case http.StatusInternalServerError:
+		return "broker unavailable"
 	}
 	return "failed"
+}
+
+// SetFailing makes the sink answer every frame of workload id 500 (on),
+// or take them again (off).
+func (s *HBSink) SetFailing(id string, on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failing == nil {
+		s.failing = map[string]bool{}
+	}
+	s.failing[id] = on
+}
+
+// SetFailAll makes the sink answer every frame 500 (on), or take them
+// again (off): a peer whose broker is gone.
+func (s *HBSink) SetFailAll(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failAll = on
+}
+
+// SetFailBatchHolding makes the sink answer every batch that holds a frame
+// of workload id 500 as a whole ("" for none).
+func (s *HBSink) SetFailBatchHolding(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failBatchHolding = id
+}
+
+// failsBatch reports whether the sink answers this batch 500 as a whole.
+func (s *HBSink) failsBatch(frames [][]byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failBatchHolding == "" {
+		return false
+	}
+	for _, f := range frames {
+		if ev, _ := parseHBEvent(f); ev.ID == s.failBatchHolding {
+			s.failed++
+			return true
+		}
+	}
+	return false
+}
+
+// Failed is how many frames (and whole batches) the sink answered 500 as
+// SetFailing, SetFailAll and SetFailBatchHolding told it to.
+func (s *HBSink) Failed() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
 }
 
 // Snapshot returns the events received so far, in arrival order.
