@@ -40,6 +40,7 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		{pkg: "internal/statetable", may: []string{"internal/wireframe"}, never: []string{"net/http"}},
 		{pkg: "internal/pairshadow", may: []string{"internal/pairbroker", "internal/stockwlm"}, never: []string{"net", "net/http"}},
 		{pkg: "internal/ratelog", may: nil},
+		{pkg: "internal/gcpace", may: nil, never: []string{"net/http"}},
 		// The peer port: its wire, its inbound server and its outbound
 		// senders. The server and the senders share the wire and never
 		// reach each other; the server never reaches the state table (a

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/brokeripc"
+	"nvpair-workload-manager/internal/gcpace"
 	"nvpair-workload-manager/internal/cliflags"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/pairinstall"
@@ -268,6 +269,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		MaxEndedBytes:        o.maxEndedBytes,
 		JournalPath:          filepath.Join(o.appDir, journalFileName),
 		JournalFsync:         o.journalFsync,
+		Pacer:                gcpace.New(),
 	})
 	if err != nil {
 		return fail(err)

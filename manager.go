@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/brokerio"
+	"nvpair-workload-manager/internal/gcpace"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/pairinstall"
@@ -99,6 +100,11 @@ type Config struct {
 	Out          io.Writer            // frames to the broker
 	Logger       *slog.Logger
 	LogLevel     *slog.LevelVar // changed by log/set-level; may be nil
+
+	// Pacer sets the collector's headroom from the live heap at each
+	// prune (internal/gcpace); nil leaves the collector alone
+	// (gcpace.Off), as a test's Manager must.
+	Pacer *gcpace.Pacer
 
 	// NodeIDAliases are this node's other ids (node-id.json's, where
 	// identity.json names another): the ingress takes a producer's frame
@@ -225,6 +231,9 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = defaultDrainTimeout
+	}
+	if cfg.Pacer == nil {
+		cfg.Pacer = gcpace.Off()
 	}
 	if cfg.MaxLiveWorkloads <= 0 {
 		cfg.MaxLiveWorkloads = defaultMaxLiveWorkloads
@@ -659,6 +668,7 @@ func (m *Manager) pruneTable() {
 		m.lastEvicted = n
 	}
 	m.journal.maybeCompact()
+	m.cfg.Pacer.Step()
 }
 
 // runEvery calls fn every interval until ctx ends.
@@ -1282,6 +1292,7 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	m.writeTableMetrics(&t)
 	m.ingressStats.WriteMetrics(&t)
 	t.Single("go_goroutines", "gauge", "Number of goroutines that currently exist.", float64(runtime.NumGoroutine()))
+	t.Single("nvpair_wlm_gc_percent", "gauge", "The collector's GOGC in force: 100 for a small heap, lower as the live heap grows (spec 4.1), or the operator's GOGC; -1 for off.", float64(m.cfg.Pacer.Current()))
 	promtext.WriteProcessMetrics(&t)
 	_, err := w.Write(t.Bytes())
 	return err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"nvpair-workload-manager/internal/wireframe"
@@ -51,11 +52,20 @@ func (t *Table) journalPut(e *entry) uint64 {
 		}
 		return 0
 	}
-	rec := encodePut(nil, e)
+	// The record is built in the table's scratch, which the journal copies
+	// from (Journal.Append), so a put allocates nothing of its own.
+	rec := encodePut(t.rec[:0], e)
+	if cap(rec) <= recScratchMax {
+		t.rec = rec
+	}
 	t.setJournaled(e, len(rec))
 	e.recSeq = t.appendRecord(rec)
 	return e.recSeq
 }
+
+// recScratchMax is the largest record scratch the table keeps: a rare long
+// record's buffer is left to the collector, not held for good.
+const recScratchMax = 64 << 10
 
 // setJournaled records that e's state is in the journal in size bytes
 // (0: not at all), keeping the total a compaction would write.
@@ -130,7 +140,8 @@ func encodePut(b []byte, e *entry) []byte {
 		b = appendString(b, r.engine)
 		b = appendString(b, r.runID)
 	}
-	return appendString(b, string(e.line))
+	b = binary.AppendUvarint(b, uint64(len(e.line)))
+	return append(b, e.line...) // as appendString, without a string of the line
 }
 
 func unixMilli(t time.Time) int64 {
@@ -441,7 +452,9 @@ func checkLine(e *entry) error {
 		return errRecord
 	}
 	e.rank, e.seq, e.hasSeq = rankOf(ev.Info.State), ev.Info.Seq, ev.Info.HasSeq
-	e.requester, e.hasRequester = ev.Info.Requester, ev.Info.HasRequester
+	// The requester is copied: the parse's strings are one allocation the
+	// held run would otherwise keep whole (ownKey).
+	e.requester, e.hasRequester = strings.Clone(ev.Info.Requester), ev.Info.HasRequester
 	return nil
 }
 
@@ -496,6 +509,7 @@ func (t *Table) restoreEntry(e *entry, now time.Time, grace time.Duration, st *R
 			st.OverLimit++
 			return
 		}
+		e.key = t.ownKey(e.key) // a record's strings come one allocation each
 		t.byKey[e.key] = e
 		ref := e.key.Ref()
 		e.sibling = t.byRef[ref]

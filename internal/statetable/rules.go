@@ -78,28 +78,40 @@ func (r lifecycleRank) before(other lifecycleRank) bool {
 // buffer and copied out at its exact length: a buffer grown for it would
 // keep its slack (up to a size class more) per run held.
 func ReassertionLine(method string, params json.RawMessage) []byte {
-	b := lineBuffers.Get().(*bytes.Buffer)
-	b.Reset()
-	wireframe.WriteNotification(b, method, WithResync(WithoutResync(params)))
-	line := bytes.Clone(b.Bytes())
-	if b.Cap() <= 64<<10 {
-		lineBuffers.Put(b)
+	s := lineScratches.Get().(*lineScratch)
+	s.params = appendWithResync(s.params[:0], WithoutResync(params))
+	s.line.Reset()
+	wireframe.WriteNotification(&s.line, method, s.params)
+	line := bytes.Clone(s.line.Bytes())
+	if s.line.Cap() <= 64<<10 && cap(s.params) <= 64<<10 {
+		lineScratches.Put(s)
 	}
 	return line
 }
 
-var lineBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// lineScratch is where a line is built before its exact copy: the params
+// with the marker, then the notification around them.
+type lineScratch struct {
+	line   bytes.Buffer
+	params []byte
+}
+
+var lineScratches = sync.Pool{New: func() any { return new(lineScratch) }}
 
 // WithResync returns params with "resync": true added first.
 func WithResync(params json.RawMessage) json.RawMessage {
+	return appendWithResync(make([]byte, 0, len(params)+16), params)
+}
+
+// appendWithResync appends params with "resync": true added first to dst.
+func appendWithResync(dst []byte, params json.RawMessage) []byte {
 	p := bytes.TrimSpace(params)
 	rest := bytes.TrimSpace(p[1:]) // p is a JSON object: it starts with '{'
-	out := make([]byte, 0, len(p)+16)
-	out = append(out, `{"resync":true`...)
+	dst = append(dst, `{"resync":true`...)
 	if rest[0] != '}' {
-		out = append(out, ',')
+		dst = append(dst, ',')
 	}
-	return append(out, rest...)
+	return append(dst, rest...)
 }
 
 // WithoutResync returns params without any member that encoding/json would

@@ -149,7 +149,8 @@ type Config struct {
 }
 
 // Journal is where the table writes its records, in the order of its
-// changes (internal/statejournal).
+// changes (internal/statejournal). Append copies payload before it
+// returns: the table builds its records in a buffer it reuses.
 type Journal interface {
 	Append(payload []byte) (uint64, error)
 }
@@ -189,6 +190,8 @@ type Table struct {
 	journaledBytes int64
 	// nextClaimCheck is when expireClaimsLocked looks again.
 	nextClaimCheck time.Time
+	// rec is the buffer a put's record is built in (journalPut).
+	rec []byte
 }
 
 // Stats are the table's counters, for the metrics.
@@ -444,13 +447,48 @@ func (t *Table) commitLifecycle(f *Frame, now time.Time) (Outcome, uint64) {
 // newRun creates the entry of a new run, in pass order and its workload's
 // chain.
 func (t *Table) newRun(k wireframe.WorkloadKey) *entry {
-	e := &entry{key: t.sharedOrigin(k)}
+	k = t.ownKey(k)
+	e := &entry{key: k}
 	t.byKey[k] = e
 	ref := k.Ref()
 	e.sibling = t.byRef[ref]
 	t.byRef[ref] = e
 	t.linkPass(e)
 	return e
+}
+
+// ownKey returns k with its strings in one allocation of their own: the
+// origin sharing the node id's bytes when it is this node, and a run id
+// that is the id (as most producers send it) sharing the id's. A frame's
+// strings arrive in one allocation with every other string of its
+// workload object (its model, state, requester...): a run whose key held
+// them would keep them all alive for as long as the table holds it, some
+// tens of bytes per run at 100,000 runs.
+func (t *Table) ownKey(k wireframe.WorkloadKey) wireframe.WorkloadKey {
+	var stack [256]byte
+	b := stack[:0]
+	self := k.Origin == t.cfg.Self
+	if !self {
+		b = append(b, k.Origin...)
+	}
+	b = append(b, k.ID...)
+	sameRun := k.RunID == k.ID
+	if !sameRun {
+		b = append(b, k.RunID...)
+	}
+	b = append(b, k.Engine...)
+	all := string(b)
+	out := wireframe.WorkloadKey{Origin: t.cfg.Self}
+	if !self {
+		out.Origin, all = all[:len(k.Origin)], all[len(k.Origin):]
+	}
+	out.ID, all = all[:len(k.ID)], all[len(k.ID):]
+	out.RunID = out.ID
+	if !sameRun {
+		out.RunID, all = all[:len(k.RunID)], all[len(k.RunID):]
+	}
+	out.Engine = all
+	return out
 }
 
 // sharedOrigin returns k with its origin sharing the node id's bytes when

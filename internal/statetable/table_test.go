@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 	"time"
 
 	"nvpair-workload-manager/internal/wireframe"
@@ -596,5 +597,81 @@ func TestAnEndCorrectedWhileAMemberIsAwayKeepsItsQueueBounded(t *testing.T) {
 	tb.mu.Unlock()
 	if n > 2*endQueueSweepFloor {
 		t.Fatalf("the queue of ends holds %d items for one end", n)
+	}
+}
+
+// A held run keeps its key in bytes of its own, not the frame's: the
+// frame's strings (its model, state, requester...) come in one allocation
+// that a key sharing it would keep alive for as long as the run is held.
+func TestAHeldRunKeepsItsKeyNotItsFramesStrings(t *testing.T) {
+	tb, _, _ := newTable(t)
+	ev := event(t, "j", "running", `"scheduledOn":"`+strings.Repeat("n", 200)+`"`)
+	commit(t, tb, FromProducer, ev)
+	framed := func(s string) bool {
+		p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		lo := uintptr(unsafe.Pointer(unsafe.StringData(ev.Info.ID)))
+		return p >= lo && p < lo+512 || s == ""
+	}
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	for k, e := range tb.byKey {
+		for _, s := range []string{k.ID, k.RunID, k.Engine, e.key.ID, e.key.RunID, e.key.Engine} {
+			if framed(s) {
+				t.Errorf("the held key's %q is in the frame's allocation", s)
+			}
+		}
+		if k.Origin != self || unsafe.StringData(k.Origin) != unsafe.StringData(tb.cfg.Self) {
+			t.Errorf("origin %q does not share the node id's bytes", k.Origin)
+		}
+	}
+	for r := range tb.byRef {
+		if framed(r.ID) {
+			t.Errorf("the workload's index keeps %q in the frame's allocation", r.ID)
+		}
+	}
+}
+
+func TestARunIDThatIsTheIDSharesItsBytes(t *testing.T) {
+	tb, _, _ := newTable(t)
+	k := tb.ownKey(wireframe.WorkloadKey{Origin: "other", Engine: "e", RunID: "same", ID: strings.Clone("same")})
+	if k != (wireframe.WorkloadKey{Origin: "other", Engine: "e", RunID: "same", ID: "same"}) {
+		t.Fatalf("key %+v", k)
+	}
+	if unsafe.StringData(k.RunID) != unsafe.StringData(k.ID) {
+		t.Error("a run id equal to the id has bytes of its own")
+	}
+	if k := tb.ownKey(wireframe.WorkloadKey{Origin: self, Engine: "llamacpp", RunID: "r-1", ID: "job-1"}); k != (wireframe.WorkloadKey{Origin: self, Engine: "llamacpp", RunID: "r-1", ID: "job-1"}) {
+		t.Errorf("a distinct run id: %+v", k)
+	}
+}
+
+// discardJournal takes every record, as a journal that copies it does.
+type discardJournal struct{}
+
+func (discardJournal) Append([]byte) (uint64, error) { return 1, nil }
+
+// A put's record is built in the table's own buffer, which the journal
+// copies from: a renewal allocates its kept line and nothing per record.
+func TestAPutBuildsItsRecordInTheTablesBuffer(t *testing.T) {
+	tb, _, _ := newTable(t, func(c *Config) { c.Journal = discardJournal{} })
+	ev := event(t, "j", "running")
+	f := &Frame{Source: FromProducer, Life: ev, LeaseSeconds: 60}
+	tb.Commit(f)
+	if n := testing.AllocsPerRun(100, func() { tb.Commit(f) }); n > 1 {
+		t.Errorf("a renewal allocates %v times, want 1: its re-assertion line, which the run keeps", n)
+	}
+}
+
+// A run's line is built in pooled buffers and copied out once, at its
+// exact length: the one allocation is the line the run keeps.
+func TestAReassertionLineIsOneAllocation(t *testing.T) {
+	params := json.RawMessage(`{"workloadInfo":{"id":"j","runId":"j","seq":2,"model":"m","engine":"e","state":"running","originatedFrom":"` + self + `"}}`)
+	ReassertionLine(wireframe.MethodStarted, params)
+	if n := testing.AllocsPerRun(100, func() { ReassertionLine(wireframe.MethodStarted, params) }); n != 1 {
+		t.Errorf("a line costs %v allocations, want 1", n)
+	}
+	line := ReassertionLine(wireframe.MethodStarted, params)
+	if want := `{"jsonrpc":"2.0","method":"workload:started","params":{"resync":true,"workloadInfo":`; !strings.HasPrefix(string(line), want) {
+		t.Errorf("line %s", line)
 	}
 }
