@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/brokeripc"
-	"nvpair-workload-manager/internal/gcpace"
 	"nvpair-workload-manager/internal/cliflags"
+	"nvpair-workload-manager/internal/gcpace"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/wireframe"

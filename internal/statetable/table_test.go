@@ -7,8 +7,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"unsafe"
 	"time"
+	"unsafe"
 
 	"nvpair-workload-manager/internal/wireframe"
 )
