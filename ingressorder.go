@@ -116,20 +116,34 @@ func (q *ingressInFlight) inFlight() int {
 
 // ingressTurn is an ingress frame's place in the broker order.
 type ingressTurn struct {
-	turn      brokerio.Turn
-	q         *ingressInFlight
+	turn brokerio.Turn
+	c    *ingressCommit
+}
+
+// ingressCommit is an ingress frame's commit, which its group's leader
+// runs after the write (run), and what it leaves for the frame's own
+// caller: the journal record its 200 waits for. One allocation per frame
+// holds all of it: the frame, its line in the table and its count in
+// flight.
+type ingressCommit struct {
+	m         *Manager
+	f         localFrame
+	line      []byte // the frame's line in the table, built before ingestMu
 	key       wireframe.WorkloadKey
 	startsRun bool
 	bytes     int64
-	// committed is what the frame's commit left for its answer: the
-	// journal record its 200 waits for.
-	committed *ingressCommit
-	m         *Manager
+	seq       uint64 // set by run
 }
 
-// ingressCommit is what a frame's commit, run by its group's leader,
-// leaves for the frame's own caller.
-type ingressCommit struct{ seq uint64 }
+// run commits the frame after its write, in the broker order, and counts
+// it out of flight.
+func (c *ingressCommit) run() {
+	_, c.seq = c.m.commitLocalLine(&c.f, fromIngress, c.line)
+	c.settle()
+}
+
+// settle counts the frame out of flight: once committed, or failed.
+func (c *ingressCommit) settle() { c.m.ingressFlight.settle(c.key, c.startsRun, c.bytes) }
 
 // wait returns once the frame is written, committed and its journal
 // record durable (spec 5.3: a 200 is a promise), or as ingress.ErrBrokerWrite once
@@ -138,10 +152,10 @@ type ingressCommit struct{ seq uint64 }
 // is harmless.
 func (t ingressTurn) wait() error {
 	if err := t.turn.Wait(); err != nil {
-		t.q.settle(t.key, t.startsRun, t.bytes)
+		t.c.settle()
 		return fmt.Errorf("%w: %v", ingress.ErrBrokerWrite, err)
 	}
-	if err := t.m.journal.wait(t.committed.seq); err != nil {
+	if err := t.c.m.journal.wait(t.c.seq); err != nil {
 		return fmt.Errorf("%w: %v", ingress.ErrNotDurable, err)
 	}
 	return nil

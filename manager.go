@@ -696,13 +696,13 @@ func runEvery(ctx context.Context, interval time.Duration, fn func()) {
 // from its mark (spec 5). It reports whether the table took the frame and
 // the journal sequence of its record (0 for none).
 func (m *Manager) commitLocal(f localFrame, src frameSource) (bool, uint64) {
-	return m.commitLocalLine(f, src, tableLine(&f))
+	return m.commitLocalLine(&f, src, tableLine(&f))
 }
 
 // commitLocalLine is commitLocal with the frame's line in the table
 // already built: an ingress frame's is built before it enters the broker
 // order, so the commit the group's leader runs for it does no O(size) work.
-func (m *Manager) commitLocalLine(f localFrame, src frameSource, line []byte) (bool, uint64) {
+func (m *Manager) commitLocalLine(f *localFrame, src frameSource, line []byte) (bool, uint64) {
 	tf := statetable.Frame{Source: statetable.FromBroker, LeaseSeconds: f.leaseSeconds, Line: line}
 	if src == fromIngress {
 		tf.Source = statetable.FromProducer
@@ -713,7 +713,7 @@ func (m *Manager) commitLocalLine(f localFrame, src frameSource, line []byte) (b
 		tf.Life = &f.life
 	}
 	o, seq := m.table.Commit(&tf)
-	m.noteOutcome(o, &f)
+	m.noteOutcome(o, f)
 	return o == statetable.Applied, seq
 }
 
@@ -765,22 +765,17 @@ func (m *Manager) checkOwner(f *localFrame) error {
 // returned as it is; a broker already gone as ingress.ErrBrokerWrite. Either
 // leaves nothing in flight.
 func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, tableLine []byte, startsRun bool, bytes int64) (ingressTurn, error) {
-	q := &m.ingressFlight
-	key := f.life.Key() // unused for a removal, which never starts a run
-	q.accept(key, startsRun, bytes)
-	c := &ingressCommit{}
-	turn, err := m.out.Enter(line, func() {
-		_, c.seq = m.commitLocalLine(f, fromIngress, tableLine)
-		q.settle(key, startsRun, bytes)
-	})
+	c := &ingressCommit{m: m, f: f, line: tableLine, key: f.life.Key(), startsRun: startsRun, bytes: bytes}
+	m.ingressFlight.accept(c.key, startsRun, bytes)
+	turn, err := m.out.Enter(line, c.run)
 	if err != nil {
-		q.settle(key, startsRun, bytes)
+		c.settle()
 		if errors.Is(err, wireframe.ErrLineOverLimit) {
 			return ingressTurn{}, err
 		}
 		return ingressTurn{}, fmt.Errorf("%w: %v", ingress.ErrBrokerWrite, err)
 	}
-	return ingressTurn{turn: turn, q: q, key: key, startsRun: startsRun, bytes: bytes, committed: c, m: m}, nil
+	return ingressTurn{turn: turn, c: c}, nil
 }
 
 // enterLocalFrame is enterIngressOrder for a frame whose lines are built

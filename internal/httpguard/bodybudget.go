@@ -94,17 +94,17 @@ func (b *BodyBudget) ReadBody(w http.ResponseWriter, r *http.Request, limit int6
 		return nil, nil, errNoBodyRoom
 	}
 	release := func() { b.release(n) }
-	rc := http.NewResponseController(w)
+	rc := connOf(w)
 	// The deadline is set before the body is registered as unfinished, so
 	// a cut for room (which sets it to now) is never overwritten by it.
-	_ = rc.SetReadDeadline(time.Now().Add(bodyReadTimeout))
+	setReadDeadline(rc, time.Now().Add(bodyReadTimeout))
 	u := b.unfinished.enter(r.RemoteAddr, rc)
 	body, err := readBodyUpTo(w, r, limit)
 	cut := b.unfinished.leave(u)
 	// net/http reads ahead of the handler to notice a client that goes
 	// away, and treats a read deadline there as the client gone: cleared,
 	// so a slow broker write is not taken for that.
-	_ = rc.SetReadDeadline(time.Time{})
+	setReadDeadline(rc, time.Time{})
 	if err != nil {
 		release()
 		var ne net.Error
@@ -172,6 +172,13 @@ func (bs RequestBodies) WriteMetrics(t *promtext.Text) {
 	t.Single("nvpair_wlm_ingress_unfinished_bodies_cut_total", "counter", "Ingress bodies cut off to make room for a newer one from the same source address.", float64(u.cut.Load()))
 }
 
+// setReadDeadline sets c's read deadline, if it has one to set.
+func setReadDeadline(c connDeadlines, t time.Time) {
+	if c != nil {
+		_ = c.SetReadDeadline(t)
+	}
+}
+
 // unfinishedBodies tracks the bodies being read on one channel, per source
 // address, and cuts a source's oldest off when it has perSource of them.
 // A nil *unfinishedBodies tracks nothing (the peer port, whose sources are
@@ -194,7 +201,7 @@ type unfinishedBodies struct {
 // unfinishedBody is one body being read.
 type unfinishedBody struct {
 	source string
-	rc     *http.ResponseController
+	rc     connDeadlines // nil for a writer without (a test's recorder)
 	el     *list.Element // nil once it left or was cut; guarded by mu
 	wasCut bool          // guarded by mu
 }
@@ -208,7 +215,7 @@ func newUnfinishedBodies(perSource int) *unfinishedBodies {
 
 // enter registers a body from remoteAddr, cutting off the source's oldest
 // one first when the source is at its bound.
-func (u *unfinishedBodies) enter(remoteAddr string, rc *http.ResponseController) *unfinishedBody {
+func (u *unfinishedBodies) enter(remoteAddr string, rc connDeadlines) *unfinishedBody {
 	if u == nil {
 		return nil
 	}
@@ -230,7 +237,7 @@ func (u *unfinishedBodies) enter(remoteAddr string, rc *http.ResponseController)
 		u.n--
 		// Setting a deadline takes no system call: it is cheap under the
 		// lock, and under it the cut cannot race the body's leave.
-		_ = oldest.rc.SetReadDeadline(time.Now())
+		setReadDeadline(oldest.rc, time.Now())
 	}
 	b.el = l.PushBack(b)
 	u.n++

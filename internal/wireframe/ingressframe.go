@@ -304,7 +304,8 @@ func stampOrigin(s *Scan, level int, nodeID string) (stampedObject, error) {
 	quoted := appendJSONString(qbuf[:0], nodeID)
 	l, pl := &s.levels[level], &s.levels[levelParams]
 	var at, end int // the bytes of s.b replaced
-	var insert []byte
+	var ibuf [128]byte
+	insert := ibuf[:0] // on the stack: the params below are the one copy
 	switch m := l.exact("originatedFrom"); {
 	case m == nil:
 		at = l.off + len(l.raw) - 1 // the closing brace
