@@ -183,7 +183,7 @@ func TestAnIngress200WaitsForItsJournalRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The journal is given before the start (no JournalPath: Run opens none).
-	f, _, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{})
+	f, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"log/slog"
 	"time"
 
@@ -81,12 +82,19 @@ func (j *tableJournal) open(leaseGrace time.Duration) {
 	if j.path == "" {
 		return
 	}
-	f, records, err := statejournal.Open(j.path, statejournal.Options{Logger: j.log})
-	if err != nil {
+	// The records stream from the file into the restore, one at a time;
+	// the table is rebuilt from them only once the read is whole (spec 5.3).
+	restore := j.table.BeginRestore(leaseGrace)
+	f, err := statejournal.Open(j.path, statejournal.Options{Logger: j.log}, restore.Add)
+	if err != nil && !errors.Is(err, statejournal.ErrUnwritable) {
 		j.log.Warn("journal unusable: starting without it; ingress answers are not durable", "file", j.path, "reason", httpguard.ClipReason(err.Error()))
 		return
 	}
-	st := j.table.Restore(records, leaseGrace)
+	st := restore.Finish()
+	if err != nil {
+		j.log.Warn("journal unusable after its records were restored: starting without it; ingress answers are not durable", "file", j.path, "reason", httpguard.ClipReason(err.Error()))
+		return
+	}
 	j.use(f)
 	if st.Records > 0 {
 		j.log.Info("journal read", "file", j.path, "records", st.Records, "runs", st.Runs, "ends", st.Ends, "members", st.Members, "refused", st.Refused, "overLimit", st.OverLimit)
@@ -136,5 +144,8 @@ func (j *tableJournal) writeMetrics(t *promtext.Text) {
 	t.Single("nvpair_wlm_journal_syncs_total", "counter", "Group commits of the journal: one write and one fsync each.", float64(st.Groups))
 	t.Single("nvpair_wlm_journal_write_failures_total", "counter", "Journal writes or fsyncs that failed; the frames waiting were answered 500.", float64(st.GroupFailures))
 	t.Single("nvpair_wlm_journal_compactions_total", "counter", "Journal compactions completed.", float64(st.Compactions))
-	t.Single("nvpair_wlm_journal_torn_bytes_total", "counter", "Bytes of a torn or corrupt tail dropped when the journal was read.", float64(st.DroppedBytes))
+	t.Single("nvpair_wlm_journal_torn_bytes_total", "counter", "Bytes of a torn tail dropped when the journal was read.", float64(st.DroppedBytes))
+	t.Single("nvpair_wlm_journal_damaged_regions_total", "counter", "Damaged regions that valid records followed, crossed when the journal was read; the damaged file is kept.", float64(st.DamagedRegions))
+	t.Single("nvpair_wlm_journal_damaged_bytes_total", "counter", "Bytes of those damaged regions.", float64(st.DamagedBytes))
+	t.Single("nvpair_wlm_journal_damaged_records_total", "counter", "Records lost in those damaged regions (at least one per region).", float64(st.DamagedRecords))
 }
