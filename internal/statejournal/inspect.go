@@ -24,26 +24,27 @@ func (h headerState) String() string {
 // it: record gets each valid record (its offset and payload, valid only
 // during the call) and damage each damaged region, in file order.
 // maxRecordBytes is Options.MaxRecordBytes (0: the default). It returns
-// what the file's first line is: a file whose header is damaged and which
-// holds no valid record is not a journal.
-func Inspect(path string, maxRecordBytes int, record func(off int64, payload []byte) error, damage func(Damage) error) (string, error) {
+// whether the file is a journal of this version (one whose header is
+// damaged is, if it holds a valid record; Open would take its records),
+// and what its first line is.
+func Inspect(path string, maxRecordBytes int, record func(off int64, payload []byte) error, damage func(Damage) error) (journal bool, header string, err error) {
 	if maxRecordBytes == 0 {
 		maxRecordBytes = DefaultMaxRecordBytes
 	}
 	if maxRecordBytes < 0 || maxRecordBytes > maxRecordLimit {
-		return "", fmt.Errorf("statejournal: a record bound of %d outside 1..%d", maxRecordBytes, maxRecordLimit)
+		return false, "", fmt.Errorf("statejournal: a record bound of %d outside 1..%d", maxRecordBytes, maxRecordLimit)
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return "", err
+		return false, "", err
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return "", err
+		return false, "", err
 	}
 	if !st.Mode().IsRegular() {
-		return "", fmt.Errorf("statejournal: %s is not a regular file (%s)", path, st.Mode().Type())
+		return false, "", fmt.Errorf("statejournal: %s is not a regular file (%s)", path, st.Mode().Type())
 	}
 	records := 0
 	v := visitor{
@@ -55,10 +56,10 @@ func Inspect(path string, maxRecordBytes int, record func(off int64, payload []b
 	}
 	hs, err := scan(f, st.Size(), maxRecordBytes, v)
 	if err != nil {
-		return "", fmt.Errorf("statejournal: reading %s: %w", path, err)
+		return false, "", fmt.Errorf("statejournal: reading %s: %w", path, err)
 	}
 	if hs == headerDamaged && records == 0 {
 		hs = headerBad
 	}
-	return hs.String(), nil
+	return hs == headerGood || hs == headerDamaged || hs == headerTorn, hs.String(), nil
 }
