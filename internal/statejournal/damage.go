@@ -103,7 +103,7 @@ func (rc *recovery) startFresh(upto int64) error {
 	if err != nil {
 		return fmt.Errorf("creating %s: %w", name, err)
 	}
-	rc.fresh, rc.w = f, bufio.NewWriterSize(f, 256<<10)
+	rc.fresh, rc.w = f, bufio.NewWriterSize(f, int(min(256<<10, rc.size)))
 	rc.w.WriteString(header)
 	n := max(upto-int64(len(header)), 0)
 	if _, err := io.Copy(rc.w, io.NewSectionReader(rc.src, int64(len(header)), n)); err != nil {
@@ -135,7 +135,7 @@ func (rc *recovery) replace() error {
 	j.stats.damagedRecords.Add(uint64(rc.lostRecords))
 	evidence, err := rc.install()
 	line := []any{"file", j.path, "regions", rc.regions, "bytesLost", rc.lostBytes,
-		"recordsLost", rc.lostRecords, "recordsLostIs", map[bool]string{true: "exact", false: "atLeast"}[rc.exact],
+		"recordsLost", rc.lostRecords, "recordsLostIs", exactness(rc.exact),
 		"recordsKept", rc.records, "firstOffset", rc.first.Offset, "reason", rc.first.Reason}
 	if err != nil {
 		rc.abandon()
@@ -176,6 +176,15 @@ func (rc *recovery) install() (string, error) {
 	j.file, j.size = rc.fresh, rc.freshSize
 	rc.fresh = nil
 	return evidence, nil
+}
+
+// exactness says whether a count of records lost is exact or a lower
+// bound, as the log lines say it.
+func exactness(exact bool) string {
+	if exact {
+		return "exact"
+	}
+	return "atLeast"
 }
 
 // keep gives the damaged file the name evidence as well: a hard link, or,

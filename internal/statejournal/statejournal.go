@@ -392,7 +392,8 @@ func (j *Journal) cut(f *os.File, d *Damage) error {
 	}
 	j.stats.tornTails.Add(1)
 	j.stats.droppedBytes.Add(uint64(d.Bytes()))
-	j.log.Warn("journal: dropped a torn or damaged tail", "file", j.path, "offset", d.Offset, "bytesDropped", d.Bytes(), "reason", d.Reason)
+	j.log.Warn("journal: dropped a torn or damaged tail", "file", j.path, "offset", d.Offset, "bytesDropped", d.Bytes(),
+		"recordsDropped", d.Records, "recordsDroppedIs", exactness(d.RecordsExact), "reason", d.Reason)
 	return nil
 }
 

@@ -1,7 +1,6 @@
 package statetable
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -319,8 +318,9 @@ func (r *Restorer) Add(rec []byte) error {
 
 // put takes a put record: decoded and checked but for its line, which
 // stays unparsed until Finish. A put that wins its key keeps a copy of
-// its line (the one copy the table then holds); one that does not keeps
-// nothing.
+// its line (the one copy the table then holds), in the buffer of the
+// record it displaces when that fits, so a journal that holds a run many
+// times leaves no garbage per record; one that does not win keeps nothing.
 func (r *Restorer) put(rd *reader) {
 	e, err := r.t.decodePut(rd)
 	if err != nil {
@@ -330,7 +330,11 @@ func (r *Restorer) put(rd *reader) {
 	r.top = max(r.top, e.version)
 	slot := slotOf(r.runs, r.rems, e)
 	if slot.e == nil || slot.forgot || e.version > slot.e.version {
-		e.line = bytes.Clone(e.line)
+		var buf []byte
+		if old := slot.e; old != nil && cap(old.line) >= len(e.line) && cap(old.line) <= 2*len(e.line) {
+			buf = old.line[:0]
+		}
+		e.line = append(buf, e.line...)
 		*slot = restored{e: e}
 	}
 }

@@ -19,10 +19,12 @@ import (
 )
 
 // BenchmarkRestore measures a start's restore (spec 7.1): the journal read
-// and the table rebuilt from it, for the two shapes issue 36 measured: a
+// and the table rebuilt from it, for the shapes issue 36 measured: a
 // journal of 100,000 runs at the default bounds (--max-live-workloads
 // 100,000 and --max-live-workload-bytes 256 MiB: lines of about 2.6 KiB),
-// and one of 1e6 small records (100,000 leased runs renewed ten times).
+// the same with every run written twice (the size a compaction waits
+// for: twice what the table holds), and one of 1e6 small records
+// (100,000 leased runs renewed ten times).
 // It reports the peak of the heap's objects during the restore
 // (runtime/metrics, sampled every millisecond) and the file's size.
 func BenchmarkRestore(b *testing.B) {
@@ -32,6 +34,7 @@ func BenchmarkRestore(b *testing.B) {
 		pad           int
 	}{
 		{"100000runs-default-bounds", 100_000, 1, 2400},
+		{"100000runs-twice-at-compaction", 100_000, 2, 2400},
 		{"1e6-small-records", 100_000, 10, 0},
 	}
 	for _, c := range cases {
