@@ -187,10 +187,14 @@ func exactness(exact bool) string {
 	return "atLeast"
 }
 
+// link is os.Link; a test replaces it to stand for a file system without
+// hard links (FAT, some network mounts), where os.Link fails.
+var link = os.Link
+
 // keep gives the damaged file the name evidence as well: a hard link, or,
 // where the file system has none, a copy of its bytes, synced.
 func (rc *recovery) keep(evidence string) error {
-	if err := os.Link(rc.j.path, evidence); err == nil {
+	if err := link(rc.j.path, evidence); err == nil {
 		return nil
 	}
 	f, err := os.OpenFile(evidence, os.O_RDWR|os.O_CREATE|os.O_EXCL|noFollow, 0o600)

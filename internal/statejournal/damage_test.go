@@ -268,3 +268,85 @@ func damagedFiles(t testing.TB, path string) []string {
 	}
 	return m
 }
+
+// Where the file system has no hard links, the damaged file is kept as a
+// copy of its bytes.
+func TestWithoutHardLinksTheDamagedFileIsCopied(t *testing.T) {
+	defer func(l func(string, string) error) { link = l }(link)
+	link = func(string, string) error { return errors.New("hard links not supported here") }
+	recs, file, at := sixRecords()
+	file[at(3)+frameHeader] ^= 1
+	opt, log := options()
+	path := journalPath(t)
+	if err := os.WriteFile(path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j, got := mustOpen(t, path, opt)
+	defer mustClose(t, j)
+	sameRecords(t, got, append(slices.Clone(recs[:3]), recs[4:]...))
+	kept := damagedFiles(t, path)
+	if len(kept) != 1 || !bytes.Equal(fileBytes(t, kept[0]), file) || errorLines(log) != 1 {
+		t.Fatalf("kept %q, log:\n%s\nwant one copy, byte for byte, and one error line", kept, log)
+	}
+}
+
+// Open hands the records over one at a time from a window of the file: a
+// journal far larger than the window costs the window, not the file.
+func TestOpenHoldsOneRecordAtATime(t *testing.T) {
+	path := journalPath(t)
+	payload := bytes.Repeat([]byte{0x5a}, 32<<10)
+	file := []byte(header)
+	for range 1024 { // 32 MiB of records
+		file = appendFrame(file, payload)
+	}
+	if err := os.WriteFile(path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opt, _ := options()
+	n := 0
+	var j *Journal
+	allocated := allocatedBy(func() {
+		var err error
+		j, err = Open(path, opt, func(p []byte) error {
+			if !bytes.Equal(p, payload) {
+				return errors.New("a record that is not the one written")
+			}
+			n++
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer mustClose(t, j)
+	if n != 1024 || allocated > 4<<20 {
+		t.Fatalf("%d records handed over, %d bytes allocated for a %d-byte file; want 1024 and a window's worth", n, allocated, len(file))
+	}
+}
+
+// An error from the caller's function stops Open: it is not ErrUnwritable
+// (the caller drops what it was given), and the file is not touched, not
+// even its damage.
+func TestACallersErrorStopsOpenAndLeavesTheFile(t *testing.T) {
+	_, file, at := sixRecords()
+	file[at(4)+frameHeader] ^= 1
+	path := journalPath(t)
+	if err := os.WriteFile(path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opt, _ := options()
+	calls := 0
+	j, err := Open(path, opt, func([]byte) error {
+		calls++
+		if calls == 5 {
+			return errors.New("the caller's own trouble")
+		}
+		return nil
+	})
+	if j != nil || err == nil || errors.Is(err, ErrUnwritable) || !strings.Contains(err.Error(), "the caller's own trouble") {
+		t.Fatalf("Open: %v, %v; want no journal and the caller's error, not ErrUnwritable", j, err)
+	}
+	if left, _ := filepath.Glob(path + ".*"); len(left) != 0 || !bytes.Equal(fileBytes(t, path), file) {
+		t.Fatalf("the file was changed or files left beside it: %q", left)
+	}
+}
