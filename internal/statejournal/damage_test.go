@@ -350,3 +350,49 @@ func TestACallersErrorStopsOpenAndLeavesTheFile(t *testing.T) {
 		t.Fatalf("the file was changed or files left beside it: %q", left)
 	}
 }
+
+// The search for the next record checksums no offset whose length cannot
+// be: over the bound, or past the end of the file.
+func TestTheSearchChecksumsNoImpossibleLength(t *testing.T) {
+	const max = 64
+	file := []byte(header)
+	for range 1 << 14 {
+		// 16,705 bytes (0x4141), over the bound but within the file, at
+		// one offset in four; past the end of the file at the others.
+		file = append(file, 0x41, 0x41, 0, 0)
+	}
+	file = appendFrame(file, []byte("found"))
+	s := newScanner(bytes.NewReader(file), int64(len(file)), max)
+	budget := s.budget
+	var recs [][]byte
+	v := visitor{record: func(_ int64, f []byte) error { recs = append(recs, bytes.Clone(f[frameHeader:])); return nil },
+		damage: func(Damage) error { return nil }}
+	if _, err := s.run(v); err != nil {
+		t.Fatal(err)
+	}
+	sameRecords(t, recs, [][]byte{[]byte("found")})
+	if spent := budget - s.budget; spent != int64(len("found")) {
+		t.Fatalf("the search checksummed %d bytes; only the record it found (%d) has a possible length", spent, len("found"))
+	}
+}
+
+// A file of another version of the format is set aside unread, even when
+// what follows its header reads as records of this one: its records mean
+// what that version says.
+func TestAnotherVersionIsSetAsideEvenWithRecordsThatReadAsOurs(t *testing.T) {
+	file := []byte("nvpair-statejournal v2\n")
+	for _, p := range payloads(3) {
+		file = appendFrame(file, p)
+	}
+	opt, log := options()
+	path := journalPath(t)
+	if err := os.WriteFile(path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j, got := mustOpen(t, path, opt)
+	defer mustClose(t, j)
+	sameRecords(t, got, nil)
+	if kept := asides(t, path); len(kept) != 1 || !bytes.Equal(fileBytes(t, kept[0]), file) || log.count() != 1 || errorLines(log) != 0 {
+		t.Fatalf("set aside %q, log:\n%s\nwant the file set aside as it was, one warning", kept, log)
+	}
+}
