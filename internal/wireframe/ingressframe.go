@@ -265,14 +265,17 @@ func ingressEnvelope(s *Scan) (string, error) {
 
 // checkIngressWorkload applies the ingress's rules to a lifecycle frame's
 // workload object, when it has one (lifecycleFromScan names the problem
-// when it has not): exact spelling, the bound on a producer's error text,
-// and the origin, which it stamps.
+// when it has not): exact spelling, no ingress mark, the bound on a
+// producer's error text, and the origin, which it stamps.
 func checkIngressWorkload(s *Scan, nodeID string) (stampedObject, error) {
 	il := &s.levels[levelInfo]
 	if s.levels[levelParams].exact("workloadInfo") == nil || !il.present {
 		return stampedObject{}, nil
 	}
 	if err := checkSpelling("workloadInfo", il, workloadFields); err != nil {
+		return stampedObject{}, err
+	}
+	if err := checkNoIngressMark(il); err != nil {
 		return stampedObject{}, err
 	}
 	// The spelling is checked: error is the one member that can be it.
