@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -144,6 +145,8 @@ func TestWithoutTheMarkTheReplayOfALostIngressJobIsTheBrokers(t *testing.T) {
 func TestAMarkOfAnotherKeyOrAnotherJobHandsNothingToAProducer(t *testing.T) {
 	id, replay := crashed(t, markKey(1), "lost-3")
 	other := strings.Replace(replay[0], `"id":"lost-3"`, `"id":"other-3"`, 1)
+	mark := regexp.MustCompile(`"` + wireframe.IngressMarkName + `":"[^"]*"`).FindString(replay[0])
+	twice := strings.Replace(replay[0], mark, mark+","+mark, 1)
 	for _, tc := range []struct {
 		name, job, line string
 		key             []byte
@@ -151,6 +154,7 @@ func TestAMarkOfAnotherKeyOrAnotherJobHandsNothingToAProducer(t *testing.T) {
 		{"another key", "lost-3", replay[0], markKey(2)},
 		{"another job", "other-3", other, markKey(1)},
 		{"a node without a key", "lost-3", replay[0], nil},
+		{"the mark twice", "lost-3", twice, markKey(1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			opts := []nodeOption{withNodeID(id)}
