@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -131,7 +132,24 @@ func TestProcessAProducersRetryAfterACrashBetweenTheBrokerWriteAndTheJournalIsTa
 	if got := testkit.ScrapeAddr(t, metrics)["nvpair_wlm_ingress_replay_claims_total"]; got != 2 {
 		t.Errorf("%v replays claimed, want the 2 jobs the journal lost", got)
 	}
-	p = newProducer(t, a.cur().loggedValue("local ingress listening", "addr"))
+	ingress := a.cur().loggedValue("local ingress listening", "addr")
+	// A producer that restarted too finds its jobs, the lost ones
+	// included, with the leases the replay armed.
+	st, _, body := testkit.GetReadBack(t, ingress, "")
+	var listed testkit.ReadBackAnswer
+	if err := json.Unmarshal(body, &listed); st != http.StatusOK || err != nil {
+		t.Fatalf("the read-back after the restart: %d %s", st, body)
+	}
+	leased := 0
+	for _, w := range listed.Workloads {
+		if id := w.WorkloadInfo["id"]; (id == lost || id == abandoned) && w.LeaseDeadline != nil {
+			leased++
+		}
+	}
+	if ids := listed.IDs(); len(ids) != 3 || leased != 2 {
+		t.Fatalf("the read-back after the restart lists %v (%d of the lost jobs leased), want the 3 jobs, the 2 lost ones leased", ids, leased)
+	}
+	p = newProducer(t, ingress)
 	for i, f := range []struct{ what, body, lease string }{
 		{"the retry of queued", jobFrame(lost, "queued", 1), "30"},
 		{"running", jobFrame(lost, "running", 2), "30"},
