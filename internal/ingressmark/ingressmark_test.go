@@ -117,3 +117,25 @@ func TestAKeyShorterThan128BitsIsRefused(t *testing.T) {
 		t.Fatal("a 15-byte key was taken")
 	}
 }
+
+// The mark's cost on the ingress path (once per ingress frame, before
+// ingestMu) and on the broker's replay (once per marked frame).
+func BenchmarkMember(b *testing.B) {
+	m, _ := New(bytes.Repeat([]byte{1}, 32))
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Member(run, 30)
+	}
+}
+
+func BenchmarkCheck(b *testing.B) {
+	m, _ := New(bytes.Repeat([]byte{1}, 32))
+	member := m.Member(run, 30)
+	v := member[len(`"`+wireframe.IngressMarkName+`":`):]
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, ok := m.Check(v, run); !ok {
+			b.Fatal("no check")
+		}
+	}
+}
