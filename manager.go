@@ -789,7 +789,9 @@ func (m *Manager) noteOutcome(o statetable.Outcome, f *localFrame) {
 //
 // Ownership survives a restart through the journal (tablejournal.go): a
 // producer's runs are written with their lease before the 200, and the
-// broker's replay of them is the producer's again.
+// broker's replay of them is the producer's again. A run whose record a
+// crash took before the 200 comes back by the ingress mark its broker line
+// carried (checkIngressMark, statetable.Frame.Echo).
 
 // checkOwner refuses an ingress frame that names a workload the broker
 // owns. Called with ingestMu held, before the frame takes its place in the

@@ -179,8 +179,9 @@ func (f *Ingress) isRemoval() bool { return f.Method == MethodRemove }
 // local-origin frame with its origin stamped, from one pass over the body
 // (framescan.go). On top of the checks every path shares (the typed checks
 // included), it enforces the ingress's own rules: a body that is UTF-8
-// throughout, exact field spelling, no resync marker, this node's origin
-// only, a known state and a bounded error text. Params over maxWorkload
+// throughout, exact field spelling, no resync marker, no ingress mark
+// (ingressmark.go), this node's origin only, a known state and a bounded
+// error text. Params over maxWorkload
 // bytes are refused (*WorkloadTooLargeError) before anything else is read
 // of them. The frame relayed is the body's own text, byte for byte, but
 // for the origin stamped where it was absent, empty or null. It has no
