@@ -38,6 +38,7 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		{pkg: "internal/stockwlm", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/statejournal", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/statetable", may: []string{"internal/wireframe"}, never: []string{"net/http"}},
+		{pkg: "internal/ingressmark", may: []string{"internal/wireframe"}, never: []string{"net", "net/http"}},
 		{pkg: "internal/pairshadow", may: []string{"internal/pairbroker", "internal/stockwlm"}, never: []string{"net", "net/http"}},
 		{pkg: "internal/ratelog", may: nil},
 		// The peer port: its wire, its inbound server and its outbound
