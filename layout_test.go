@@ -38,6 +38,7 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		{pkg: "internal/stockwlm", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/statejournal", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/statetable", may: []string{"internal/wireframe"}, never: []string{"net/http"}},
+		{pkg: "internal/ingressmark", may: []string{"internal/wireframe"}, never: []string{"net", "net/http"}},
 		{pkg: "internal/pairshadow", may: []string{"internal/pairbroker", "internal/stockwlm"}, never: []string{"net", "net/http"}},
 		{pkg: "internal/ratelog", may: nil},
 		{pkg: "internal/gcpace", may: nil, never: []string{"net/http"}},
@@ -52,6 +53,9 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		// The ingress's HTTP surface reaches the relay through interfaces
 		// and reads the state table's types; never the peer port.
 		{pkg: "internal/ingress", may: []string{"internal/statetable", "internal/brokerio", "internal/wireframe", "internal/httpguard", "internal/promtext", "internal/ratelog"}},
+		// The journal's inspection command: the journal's reader and the
+		// table's decoding of a record, nothing of the daemon's.
+		{pkg: "cmd/wlmjournal", may: []string{"internal/statejournal", "internal/statetable", "internal/wireframe", "internal/cliflags"}, never: []string{"net/http"}},
 		// The test kit: shared by the root's tests and e2e, never by
 		// non-test code (internal/testframe's tests check that).
 		{pkg: "internal/testkit", may: []string{"internal/wireframe", "internal/devpki", "internal/pairbroker", "internal/pairshadow", "internal/stockwlm"}},

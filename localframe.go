@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"nvpair-workload-manager/internal/brokerio"
+	"nvpair-workload-manager/internal/ingressmark"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -18,8 +19,12 @@ type localFrame struct {
 	life    wireframe.Lifecycle // set for the lifecycle methods
 	removal wireframe.Removal   // set for workloads:remove
 	// leaseSeconds is the Workload-Lease an ingress frame carried, 0 for
-	// none (lease.go).
+	// none (lease.go); of an echo, the lease its mark was made under.
 	leaseSeconds int
+	// echo says a broker frame carries an ingress mark this node made
+	// for its run: the broker's replay of a frame the ingress wrote up
+	// (spec 3.5.3).
+	echo bool
 }
 
 func (f *localFrame) isRemoval() bool { return f.method == wireframe.MethodRemove }
@@ -78,6 +83,34 @@ func tableLine(f *localFrame) []byte {
 		return wireframe.EncodeNotification(f.method, f.params)
 	}
 	return statetable.ReassertionLine(f.method, f.params)
+}
+
+// ingressLine builds the broker line of an ingress frame, a producer's or
+// a lease's expiry: a lifecycle frame's workload object ends with the
+// ingress mark (spec 3.5.3). Without a key, or where the mark would take
+// the line past the broker's line limit and the frame alone would not,
+// the frame is written as it came: a crash before its journal record is
+// durable then leaves its job to the broker's replay as the broker's.
+func ingressLine(f *localFrame, mk *ingressmark.Marker, lineMax int) *bytes.Buffer {
+	if f.isRemoval() || mk == nil {
+		return frameLine(f)
+	}
+	line := brokerio.UpsertLineWith(f.life.Raw, mk.Member(f.life.Key(), f.leaseSeconds))
+	if line.Len() <= lineMax {
+		return line
+	}
+	brokerio.PutLine(line)
+	return frameLine(f)
+}
+
+// withoutIngressMark returns the scan of a broker frame with its workload
+// object's ingress marks cut out.
+func withoutIngressMark(method string, s *wireframe.Scan) *wireframe.Scan {
+	var u wireframe.Scan
+	// Cutting members out of a valid object leaves a valid one: the
+	// frame scans.
+	_ = u.ScanFrame(wireframe.EncodeNotification(method, s.ParamsWithoutInfoMember(wireframe.IngressMarkName)))
+	return &u
 }
 
 // frameLine builds the broker line of a local frame.

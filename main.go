@@ -214,6 +214,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		log.Warn("node id", "file", node.Source, "reason", node.Notice)
 	}
 	aliases := nodeAliases(node, log)
+	markKey := ingressMarkKey(o.appDir, log)
 	// From here a start that fails (a port taken, an unusable listener)
 	// forgets the id it minted, so it leaves no identity of a node that
 	// never ran (spec 3.4.1). Run fails only before the node announces
@@ -270,6 +271,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		JournalPath:          filepath.Join(o.appDir, journalFileName),
 		JournalFsync:         o.journalFsync,
 		Pacer:                gcpace.New(),
+		IngressMarkKey:       markKey,
 	})
 	if err != nil {
 		return fail(err)
@@ -300,6 +302,25 @@ func nodeAliases(node pairinstall.ResolvedNodeID, log *slog.Logger) []string {
 		ids = append(ids, a.ID)
 	}
 	return ids
+}
+
+// ingressMarkKey returns the app dir's ingress mark key, made at the
+// first start, or nil with one warning when none can be read or made: the
+// node then writes its ingress frames to the broker unmarked, and a crash
+// between one's broker write and its journal record leaves its job to the
+// broker's replay as the broker's (spec 3.5.3).
+func ingressMarkKey(appDir string, log *slog.Logger) []byte {
+	k, err := pairinstall.LoadIngressKey(appDir)
+	if err != nil {
+		log.Warn("ingress mark key unusable: ingress frames are written to the broker unmarked", "reason", httpguard.ClipReason(err.Error()))
+		return nil
+	}
+	if k.Notice != "" {
+		log.Warn("ingress mark key set aside", "file", k.Path, "reason", httpguard.ClipReason(k.Notice))
+	} else if k.Created {
+		log.Debug("ingress mark key made", "file", k.Path)
+	}
+	return k.Key
 }
 
 // appDirLockWait is how long a start waits for the app dir's lock before

@@ -22,6 +22,7 @@ import (
 	"nvpair-workload-manager/internal/gcpace"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/ingress"
+	"nvpair-workload-manager/internal/ingressmark"
 	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/peersend"
 	"nvpair-workload-manager/internal/peerserver"
@@ -110,6 +111,10 @@ type Config struct {
 	// identity.json names another): the ingress takes a producer's frame
 	// naming one as this node's and relays it under NodeID (spec 3.4.1).
 	NodeIDAliases []string
+
+	// IngressMarkKey is the key of the ingress mark (spec 3.5.3,
+	// internal/ingressmark); nil writes no mark and checks none.
+	IngressMarkKey []byte
 }
 
 // frameSource says where a local-origin frame entered the daemon.
@@ -182,6 +187,15 @@ type Manager struct {
 	// counters (internal/ingress), kept while the ingress is off too, so
 	// their series are always there.
 	ingressStats ingress.Stats
+
+	// marker makes the ingress mark of each ingress frame's broker line
+	// and checks the marks of the broker's replay (spec 3.5.3); nil
+	// without a key. replayClaims counts the replays it made a producer's
+	// again, marksUnchecked the marks that did not check; each has its
+	// rate-limited warning.
+	marker                       *ingressmark.Marker
+	replayClaims, marksUnchecked atomic.Uint64
+	replayClaimLog, markLog      ratelog.Burst
 
 	// discoveryMu guards lastNodes and serializes target refreshes.
 	discoveryMu sync.Mutex
@@ -266,7 +280,15 @@ func NewManager(cfg Config) (*Manager, error) {
 		cfg.MemberClaim = defaultMemberClaim
 	}
 	trust := pairinstall.NewClusterTrust(cfg.ClusterDir, cfg.Logger)
+	var marker *ingressmark.Marker
+	if cfg.IngressMarkKey != nil {
+		var err error
+		if marker, err = ingressmark.New(cfg.IngressMarkKey); err != nil {
+			return nil, err
+		}
+	}
 	m := &Manager{
+		marker:      marker,
 		cfg:         cfg,
 		log:         cfg.Logger,
 		out:         brokerio.NewWriter(cfg.Out, cfg.BrokerLineMax),
@@ -595,6 +617,12 @@ func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 // already applied it, so nothing goes back up: it is tracked and queued for
 // the peers. A malformed frame is logged and dropped, never broadcast.
 func (m *Manager) handleLocal(method string, s *wireframe.Scan) {
+	// An ingress mark is cut out before anything reads the frame: no peer
+	// is ever sent it, and the workload bound is the frame's own.
+	mark, marks := s.InfoMember(wireframe.IngressMarkName)
+	if marks > 0 {
+		s = withoutIngressMark(method, s)
+	}
 	if err := wireframe.CheckWorkloadBytes(s, m.cfg.WorkloadMaxBytes, 0); m.refusedOverWorkloadBound(err, "stdio") {
 		// The broker has applied it; the peers are not sent it and the
 		// re-sync set does not keep it. Rate-limited like a field over
@@ -613,7 +641,29 @@ func (m *Manager) handleLocal(method string, s *wireframe.Scan) {
 		m.brokerLines.Warn(m.log, brokerio.LineMalformed, "method", method, "reason", httpguard.ClipLogged(err.Error()))
 		return
 	}
+	if marks > 0 {
+		m.checkIngressMark(&f, mark, marks)
+	}
 	m.commitLocal(f, fromBroker)
+}
+
+// checkIngressMark reads the ingress mark of a broker frame: one that
+// this node's key made for the frame's own run makes the frame an echo of
+// the ingress (statetable.Frame.Echo), under the lease it was made with.
+// Any other is not this node's, and the frame is the broker's like any
+// other: a mark of another key, another run or another form, two marks,
+// a mark on a frame that is no lifecycle frame, or any mark on a node
+// without a key.
+func (m *Manager) checkIngressMark(f *localFrame, value []byte, marks int) {
+	if m.marker != nil && marks == 1 && wireframe.IsLifecycleMethod(f.method) {
+		if lease, ok := m.marker.Check(value, f.life.Key()); ok {
+			f.echo, f.leaseSeconds = true, lease
+			return
+		}
+	}
+	m.marksUnchecked.Add(1)
+	m.markLog.NoteCounted(m.log, "unchecked", "a broker frame carries an ingress mark this node did not make: the mark is cut out and the workload is the broker's",
+		"method", f.method, "id", httpguard.ClipLogged(f.workloadID()), "marks", marks, "keyed", m.marker != nil)
 }
 
 func (m *Manager) setLogLevel(params json.RawMessage) (any, *wireframe.RPCError) {
@@ -703,7 +753,7 @@ func (m *Manager) commitLocal(f localFrame, src frameSource) (bool, uint64) {
 // already built: an ingress frame's is built before it enters the broker
 // order, so the commit the group's leader runs for it does no O(size) work.
 func (m *Manager) commitLocalLine(f *localFrame, src frameSource, line []byte) (bool, uint64) {
-	tf := statetable.Frame{Source: statetable.FromBroker, LeaseSeconds: f.leaseSeconds, Line: line}
+	tf := statetable.Frame{Source: statetable.FromBroker, LeaseSeconds: f.leaseSeconds, Line: line, Echo: f.echo}
 	if src == fromIngress {
 		tf.Source = statetable.FromProducer
 	}
@@ -714,6 +764,11 @@ func (m *Manager) commitLocalLine(f *localFrame, src frameSource, line []byte) (
 	}
 	o, seq := m.table.Commit(&tf)
 	m.noteOutcome(o, f)
+	if tf.Claimed {
+		m.replayClaims.Add(1)
+		m.replayClaimLog.NoteCounted(m.log, "claimed", "the broker's replay of an ingress job the journal did not hold: the job is its producer's again (a crash between its broker write and its journal record)",
+			"id", httpguard.ClipLogged(f.workloadID()), "runId", httpguard.ClipLogged(f.life.Info.RunID), "leaseSeconds", f.leaseSeconds)
+	}
 	return o == statetable.Applied, seq
 }
 
@@ -746,7 +801,9 @@ func (m *Manager) noteOutcome(o statetable.Outcome, f *localFrame) {
 //
 // Ownership survives a restart through the journal (tablejournal.go): a
 // producer's runs are written with their lease before the 200, and the
-// broker's replay of them is the producer's again.
+// broker's replay of them is the producer's again. A run whose record a
+// crash took before the 200 comes back by the ingress mark its broker line
+// carried (checkIngressMark, statetable.Frame.Echo).
 
 // checkOwner refuses an ingress frame that names a workload the broker
 // owns. Called with ingestMu held, before the frame takes its place in the
@@ -784,7 +841,7 @@ func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, tableLine 
 // run the set holds, with a few bytes of error text more), so it counts
 // no bytes in flight.
 func (m *Manager) enterLocalFrame(f localFrame) (ingressTurn, error) {
-	return m.enterIngressOrder(f, frameLine(&f), tableLine(&f), false, 0)
+	return m.enterIngressOrder(f, ingressLine(&f, m.marker, m.cfg.BrokerLineMax), tableLine(&f), false, 0)
 }
 
 // The ingress (internal/ingress serves it): its way into the relay
@@ -873,7 +930,7 @@ func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, er
 	m.framesReceived.Inc("ingress", f.method)
 	// Both lines are built before ingestMu: only the frame's place in the
 	// order is decided under it.
-	line, peerLine := frameLine(&f), tableLine(&f)
+	line, peerLine := ingressLine(&f, m.marker, m.cfg.BrokerLineMax), tableLine(&f)
 	turn, err := m.enterIngress(f, line, peerLine)
 	if err != nil {
 		return f, err
@@ -1337,5 +1394,8 @@ func (m *Manager) writeTableMetrics(t *promtext.Text) {
 	t.Single("nvpair_wlm_members", "gauge", "Members this node keeps a mark for: targets, and nodes that left within their claim.", float64(sz.Members))
 	t.Single("nvpair_wlm_member_claims_expired_total", "counter", "Members forgotten because they stayed away past their claim.", float64(st.ClaimsExpired.Load()))
 	t.Single("nvpair_wlm_ingress_ownership_refusals_total", "counter", "Ingress frames refused 409 because they named a workload the broker owns.", float64(st.Refused409.Load()))
+	t.Single("nvpair_wlm_ingress_marks_enabled", "gauge", "1 when this node marks its ingress frames to the broker (it has its ingress mark key), else 0.", boolGauge(m.marker != nil))
+	t.Single("nvpair_wlm_ingress_replay_claims_total", "counter", "Broker replays of an ingress job the journal did not hold, made its producer's again by their ingress mark.", float64(m.replayClaims.Load()))
+	t.Single("nvpair_wlm_ingress_marks_unchecked_total", "counter", "Broker frames carrying an ingress mark this node did not make; the mark is cut out and the workload is the broker's.", float64(m.marksUnchecked.Load()))
 	m.journal.writeMetrics(t)
 }

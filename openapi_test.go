@@ -113,6 +113,8 @@ func schemaCorpus(t *testing.T) map[string]string {
 		"originatedFrom empty":    `"originatedFrom":""`,
 		"originatedFrom number":   `"originatedFrom":7`,
 		"resync":                  `"resync":true`,
+		"the ingress mark":        `"wlmIngress":"30.x"`,
+		"the ingress mark folded": `"WLMIngress":"30.x"`,
 		"a member of its own":     `"harnessSlot":{"a":[1,2.5,null]}`,
 	} {
 		corpus["numbers/"+name] = started(members)
@@ -166,7 +168,8 @@ func schemaInexpressible(body string, err error) string {
 	msg := err.Error()
 	switch {
 	case strings.Contains(msg, "must be spelt"), strings.Contains(msg, "collide"),
-		strings.Contains(msg, "is reserved for peers' re-assertions") && !strings.Contains(msg, `"resync" is reserved`):
+		strings.Contains(msg, "is reserved for peers' re-assertions") && !strings.Contains(msg, `"resync" is reserved`),
+		strings.Contains(msg, "is reserved for the mark") && !strings.Contains(msg, `"wlmIngress" is reserved`):
 		return "name spelling"
 	case strings.Contains(msg, "is not this node"):
 		return "the origin check against this node's id"

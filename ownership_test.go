@@ -185,7 +185,7 @@ func TestAnIngress200WaitsForItsJournalRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The journal is given before the start (no JournalPath: Run opens none).
-	f, _, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{})
+	f, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestAFrameWhoseRecordTheJournalRefusesIsNotAnswered200(t *testing.T) {
 	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	f, _, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{})
+	f, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func TestAStaleIngressFrameIsNot200WhenTheHeldStatesRecordFailed(t *testing.T) {
 	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	f, _, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{})
+	f, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +302,7 @@ func TestAStaleIngressFrameWaitsForTheHeldStatesRecord(t *testing.T) {
 	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	f, _, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{})
+	f, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -155,14 +155,27 @@ func (j *tableJournal) open(leaseGrace time.Duration) {
 		return
 	}
 	opt := statejournal.Options{Logger: j.log, SyncEvery: j.fsync}
-	f, records, err := statejournal.Open(j.path, opt)
-	if err != nil {
+	// The records stream from the file into the restore, one at a time;
+	// the table is rebuilt from them only once the read is whole (spec 5.3).
+	restore := j.table.BeginRestore(leaseGrace)
+	f, err := statejournal.Open(j.path, opt, restore.Add)
+	if err != nil && !errors.Is(err, statejournal.ErrUnwritable) {
+		// Nothing was read: the rebuild will move what sits at the path
+		// aside, never restore it (one ERROR line says so then).
 		j.use(statejournal.OpenDown(j.path, opt, err))
 		j.noteState()
 		return
 	}
-	st := j.table.Restore(records, leaseGrace)
-	j.use(f)
+	st := restore.Finish()
+	if err != nil {
+		// Every record was read and restored; the file cannot be written
+		// (a read-only or full file system, a cut that failed): the
+		// journal is down until the rebuild writes it from the table.
+		j.use(statejournal.OpenDown(j.path, opt, err))
+		j.noteState()
+	} else {
+		j.use(f)
+	}
 	if st.Records > 0 {
 		j.log.Info("journal read", "file", j.path, "records", st.Records, "runs", st.Runs, "ends", st.Ends, "members", st.Members, "refused", st.Refused, "overLimit", st.OverLimit)
 	}
@@ -274,5 +287,8 @@ func (j *tableJournal) writeMetrics(t *promtext.Text) {
 	t.Single("nvpair_wlm_journal_compaction_failures_total", "counter", "Journal compactions and rebuilds that failed; the old file was kept.", float64(st.CompactionFailures))
 	t.Single("nvpair_wlm_journal_up", "gauge", "1 while the journal makes records durable; 0 while it is down and the ingress refuses frames (503) until it is rebuilt.", up)
 	t.Single("nvpair_wlm_journal_rebuild_pending", "gauge", "1 while records the state table holds are missing from the journal (a write failed, or it is down) and a rebuild is due.", pending)
-	t.Single("nvpair_wlm_journal_torn_bytes_total", "counter", "Bytes of a torn or corrupt tail dropped when the journal was read.", float64(st.DroppedBytes))
+	t.Single("nvpair_wlm_journal_torn_bytes_total", "counter", "Bytes of a torn tail dropped when the journal was read.", float64(st.DroppedBytes))
+	t.Single("nvpair_wlm_journal_damaged_regions_total", "counter", "Damaged regions that valid records followed, crossed when the journal was read; the damaged file is kept.", float64(st.DamagedRegions))
+	t.Single("nvpair_wlm_journal_damaged_bytes_total", "counter", "Bytes of those damaged regions.", float64(st.DamagedBytes))
+	t.Single("nvpair_wlm_journal_damaged_records_total", "counter", "Records lost in those damaged regions (at least one per region).", float64(st.DamagedRecords))
 }

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -242,7 +243,11 @@ func replayRead(t *testing.T, d *daemonProc, runs int) {
 // byte is 'P', then its version as a uvarint (spec 5.3, "Records").
 func rewriteLastPut(t *testing.T, path string, v uint64) {
 	t.Helper()
-	j, recs, err := statejournal.Open(path, statejournal.Options{})
+	var recs [][]byte
+	j, err := statejournal.Open(path, statejournal.Options{}, func(p []byte) error {
+		recs = append(recs, bytes.Clone(p))
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +257,7 @@ func rewriteLastPut(t *testing.T, path string, v uint64) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	j, _, err = statejournal.Open(path, statejournal.Options{})
+	j, err = statejournal.Open(path, statejournal.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

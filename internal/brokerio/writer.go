@@ -344,9 +344,31 @@ func (bw *Writer) Respond(id json.RawMessage, result any, rerr *wireframe.RPCErr
 // for params {"workloadInfo":info}, built in one pass.
 func UpsertLine(info json.RawMessage) *bytes.Buffer {
 	b := GetLine()
-	b.WriteString(`{"jsonrpc":"2.0","method":"` + wireframe.MethodUpsert + `","params":{"workloadInfo":`)
+	b.WriteString(upsertPrefix)
 	wireframe.WriteOneLine(b, info)
 	b.WriteString("}}\n")
+	return b
+}
+
+const upsertPrefix = `{"jsonrpc":"2.0","method":"` + wireframe.MethodUpsert + `","params":{"workloadInfo":`
+
+// UpsertLineWith is UpsertLine with member (a `"name":value` pair, the
+// ingress mark) added as the workload object's last member: the daemon's
+// own word to its broker, which the broker keeps with the object.
+func UpsertLineWith(info json.RawMessage, member []byte) *bytes.Buffer {
+	b := GetLine()
+	b.WriteString(upsertPrefix)
+	start := b.Len()
+	wireframe.WriteOneLine(b, info)
+	obj := b.Bytes()[start:]
+	end := bytes.LastIndexByte(obj, '}') // info is an object: it ends with its brace
+	empty := len(bytes.TrimSpace(obj[bytes.IndexByte(obj, '{')+1:end])) == 0
+	b.Truncate(start + end)
+	if !empty {
+		b.WriteByte(',')
+	}
+	b.Write(member)
+	b.WriteString("}}}\n")
 	return b
 }
 

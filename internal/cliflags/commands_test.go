@@ -12,12 +12,13 @@ import (
 )
 
 // TestEveryCommandsHelpIsClean builds the module's commands (the daemon
-// at the root, cmd/devcluster, cmd/release, cmd/wlmbench) and runs each
-// with -h and --help, as a newcomer's first command: each prints its usage
-// with its flags' defaults and exits 0 or 2 (what the flag package does for
-// -h), and never prints "panic" (PrintDefaults' "panic calling String
-// method on zero cliflags.explainedValue", printed under every flag while
-// Explain wrapped the flags' values, exit 0 all the same). It runs the
+// at the root, cmd/devcluster, cmd/release, cmd/wlmbench, cmd/wlmjournal)
+// and runs each with -h and --help, as a newcomer's first command: each
+// prints its usage with its flags' defaults and exits 0 or 2 (what the
+// flag package does for -h), and never prints "panic" (PrintDefaults'
+// "panic calling String method on zero cliflags.explainedValue", printed
+// under every flag while Explain wrapped the flags' values, exit 0 all the
+// same). It runs the
 // binaries, not parseFlags, because the daemon's flags are defined in the
 // root's main package, which a test outside it cannot call.
 func TestEveryCommandsHelpIsClean(t *testing.T) {
@@ -30,9 +31,9 @@ func TestEveryCommandsHelpIsClean(t *testing.T) {
 		t.Fatalf("go env GOMOD: %v", err)
 	}
 	root := filepath.Dir(strings.TrimSpace(string(gomod)))
-	// One go build for the four: they share its cache and its work.
+	// One go build for them all: they share its cache and its work.
 	bin := t.TempDir()
-	build := exec.Command(goBin, "build", "-o", bin+string(filepath.Separator), ".", "./cmd/devcluster", "./cmd/release", "./cmd/wlmbench")
+	build := exec.Command(goBin, "build", "-o", bin+string(filepath.Separator), ".", "./cmd/devcluster", "./cmd/release", "./cmd/wlmbench", "./cmd/wlmjournal")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
@@ -45,6 +46,7 @@ func TestEveryCommandsHelpIsClean(t *testing.T) {
 		{"devcluster", []string{"usage: devcluster", "-nodes int", "(default 3)", "-resync-interval duration", "(default 2s)"}},
 		{"release", []string{"usage: go run ./cmd/release", "-out string", `(default "dist")`}},
 		{"wlmbench", []string{"Usage of wlmbench", "-c int", "(default 32)"}},
+		{"wlmjournal", []string{"usage: wlmjournal", "-max-record-bytes int", "(default 2097152)"}},
 	} {
 		for _, arg := range []string{"-h", "--help"} {
 			exe := filepath.Join(bin, c.name)

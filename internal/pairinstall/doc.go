@@ -1,18 +1,19 @@
 // Package pairinstall is the PAIR installation as this daemon finds it on
 // disk: the app dir (the --app-dir flag, the parent of the cluster dir, or
 // the platform's PAIR data dir), the node's identity (identity.json,
-// node-id.json, the legacy node-id file, minting), the bounded reads every
-// one of those files goes through (regular files of at most MaxFileBytes,
-// opened without blocking), and the cluster directory the cluster manager
-// writes: this node's keypair, the pin files of the other members, the
-// admission record and the membership derived from them, with the TLS
-// configurations of the inter-node channel built on them and their live
-// reload (spec.md 3.4, 3.4.1).
+// node-id.json, the legacy node-id file, minting), the ingress mark's key,
+// the bounded reads every one of those files goes through (regular files
+// of at most MaxFileBytes, opened without blocking), and the cluster
+// directory the cluster manager writes: this node's keypair, the pin files
+// of the other members, the admission record and the membership derived
+// from them, with the TLS configurations of the inter-node channel built
+// on them and their live reload (spec.md 3.4, 3.4.1).
 //
 // The package reads those files and never writes the cluster directory;
 // the only files it writes are node-id.json, when no file names the node,
-// and the app dir's lock file (workload-manager.lock), which holds the pid of
-// the daemon that runs on the app dir. It
+// the app dir's lock file (workload-manager.lock), which holds the pid of
+// the daemon that runs on the app dir, and the ingress mark's key
+// (workload-manager.ingress-key, made once, spec.md 3.5.3). It
 // does not schedule its own reloads: its owner calls ReloadUnlessDone every
 // ReloadInterval and acts on the change it reports. Its counters are read
 // through methods (ServerHandshakes, FileStats) by whoever renders the

@@ -177,32 +177,15 @@ func readLegacyNodeID(path string) (string, error) {
 }
 
 // createNodeIDDoc persists id as node-id.json and returns the id the file
-// names afterwards. The document is written to a temporary file and linked
-// into place, so it appears complete or not at all (a crash half-way never
-// leaves an empty file that would stop every later start), and a link, unlike
-// a rename, never replaces a node-id.json another process wrote first: both
-// processes then use that one.
+// names afterwards. The document is written whole before it appears
+// (linkNewFile), and never replaces a node-id.json another process wrote
+// first: both processes then use that one.
 func createNodeIDDoc(appDir, path, id string, created time.Time) (string, error) {
 	if err := os.MkdirAll(appDir, 0o700); err != nil {
 		return "", fmt.Errorf("create app dir %s: %w", appDir, err)
 	}
 	doc, _ := json.Marshal(nodeIdentityDoc{NodeUUID: &id, CreatedAt: created.UnixMilli()})
-	tmp, err := os.CreateTemp(appDir, nodeIDFileName+"-*.tmp")
-	if err != nil {
-		return "", fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	_, werr := tmp.Write(append(doc, '\n'))
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Chmod(tmp.Name(), 0o600)
-	}
-	if werr != nil {
-		return "", fmt.Errorf("write %s: %w", path, werr)
-	}
-	if err := os.Link(tmp.Name(), path); errors.Is(err, os.ErrExist) {
+	if err := linkNewFile(appDir, path, append(doc, '\n')); errors.Is(err, os.ErrExist) {
 		// Another process created it first, or it is a dangling symlink:
 		// read it once, never loop back into creating it.
 		return readIdentityDoc(path)
@@ -210,6 +193,41 @@ func createNodeIDDoc(appDir, path, id string, created time.Time) (string, error)
 		return "", fmt.Errorf("write %s: %w", path, err)
 	}
 	return id, nil
+}
+
+// linkNewFile makes path a file of content, mode 0600, unless something
+// is there already (an error wrapping os.ErrExist). The content is written
+// to a temporary file, synced, and linked into place, so the file appears
+// complete or not at all (a crash half-way never leaves an empty file that
+// would stop every later start), a link, unlike a rename, never replaces
+// a file another process made first, and the directory is synced where
+// the file system allows, so the name survives a power loss.
+func linkNewFile(dir, path string, content []byte) error {
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+"-*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	_, werr := tmp.Write(content)
+	if werr == nil {
+		werr = tmp.Sync()
+	}
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Chmod(tmp.Name(), 0o600)
+	}
+	if werr != nil {
+		return werr
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		return err
+	}
+	// Best effort: some file systems refuse a directory's sync, and the
+	// file is in place already for everything short of a power loss.
+	_ = syncDir(dir)
+	return nil
 }
 
 // newUUID returns a random version 4 UUID.

@@ -10,3 +10,7 @@ import "os"
 func openForRead(path string) (*os.File, error) {
 	return os.Open(path)
 }
+
+// syncDir is a no-op outside Unix: Windows cannot open a directory to
+// sync it, and NTFS journals the link itself.
+func syncDir(string) error { return nil }

@@ -1,7 +1,7 @@
 package statejournal
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,6 +12,10 @@ import (
 // header opens every journal file: the format's name and version on a line
 // of its own, so `head -1` tells what the file is.
 const header = "nvpair-statejournal v1\n"
+
+// headerName is the header without its version: a file that starts with it,
+// then digits and a newline, is a journal of another version.
+const headerName = "nvpair-statejournal v"
 
 // frameHeader is the bytes before each payload: its length and its checksum,
 // both 4-byte little-endian.
@@ -31,8 +35,10 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // checksum is the CRC32-C of a record's length field and payload. The length
 // is covered too so that a run of zero bytes (what some file systems leave at
 // the end of a file after a crash) is not read as a series of valid empty
-// records, and so that a damaged length is caught even when the bytes it
-// points at happen to look like a record.
+// records, so that a damaged length is caught even when the bytes it
+// points at happen to look like a record, and so that the search for the
+// next record after damage (resync) finds a false one at an offset only
+// with a chance of 2^-32.
 func checksum(lenField []byte, payload []byte) uint32 {
 	return crc32.Update(crc32.Checksum(lenField, castagnoli), castagnoli, payload)
 }
@@ -50,85 +56,291 @@ func appendFrame(b []byte, payload []byte) []byte {
 type headerState int
 
 const (
-	headerGood headerState = iota // the header, whole
-	headerTorn                    // a strict prefix of it (an empty file too): a creation cut short
-	headerBad                     // anything else: not a journal of this version
+	headerGood    headerState = iota // the header, whole
+	headerTorn                       // a strict prefix of it (an empty file too): a creation cut short
+	headerOther                      // the header of another version of the format
+	headerBad                        // shorter than a header and not a prefix of it: not a journal
+	headerDamaged                    // a header's length of other bytes: damage, or not a journal at all
 )
 
-// scanResult is what a scan of a journal file found.
-type scanResult struct {
-	header  headerState
-	records [][]byte
-	good    int64  // bytes from the start through the last good record
-	damage  string // why the scan stopped before the end; "" if it did not
+// Damage is one damaged region of a journal file: the bytes from Offset to
+// End hold no valid record, and a valid record (or the end of the file)
+// starts at End.
+type Damage struct {
+	Offset, End int64
+	// Reason says why the record at Offset is not valid.
+	Reason string
+	// Records is how many records the region held: the hops of its own
+	// length fields from Offset when they lead exactly to End
+	// (RecordsExact), else 1, the least a region of damage costs. A
+	// region that is the damaged header alone held none.
+	Records      int
+	RecordsExact bool
+	// Tail: the region runs to the end of the file and nothing valid
+	// follows it: a write cut short (a torn tail), or damage at the end.
+	Tail bool
+	// Unsearched: the search for the next valid record spent its budget
+	// (resyncBudget) before the end of the file; the region runs to the
+	// end, and valid records may lie in it.
+	Unsearched bool
 }
 
-// scan decodes a journal file of size bytes from r. It stops at the first
-// record that is not whole and valid, and says why; good is then where the
-// file should be cut. A record's length is checked against maxRecord and
-// against the bytes left in the file before its payload is allocated, so a
-// corrupt or hostile length costs nothing.
-func scan(r io.Reader, size int64, maxRecord int) scanResult {
-	br := bufio.NewReaderSize(r, 64<<10)
-	var res scanResult
-	if hs := readHeader(br, size); hs != headerGood {
-		res.header = hs
-		return res
+// Bytes is the region's length.
+func (d Damage) Bytes() int64 { return d.End - d.Offset }
+
+// visitor receives what a scan finds, in file order. frame is a record's
+// frame header and payload, valid only during the call.
+type visitor struct {
+	record func(off int64, frame []byte) error
+	damage func(d Damage) error
+}
+
+// scanChunk is what the scanner reads at once.
+const scanChunk = 1 << 20
+
+// resyncBudget bounds the bytes the search for the next record after
+// damage may checksum, for a file of size bytes. An offset whose length
+// field is impossible costs no checksum; one whose length is possible
+// costs a checksum of up to MaxRecordBytes, so a file crafted to make
+// every offset plausible would otherwise cost size times MaxRecordBytes.
+// CRC32-C runs at over 10 GB/s, so the budget costs at most a few seconds
+// for the largest journal compaction allows, and far less for damage met
+// by chance, which is crossed within a record or two.
+func resyncBudget(size int64) int64 { return 8*size + 64<<20 }
+
+// scanner reads a journal file through a window of it: a record's frame is
+// a slice of the window, so reading costs no allocation per record, and
+// the memory held is one window (scanChunk, or one record at the bound).
+type scanner struct {
+	r      io.ReaderAt
+	size   int64
+	max    int64
+	buf    []byte // the file's bytes from base
+	base   int64
+	budget int64 // bytes the resync may still checksum
+}
+
+func newScanner(r io.ReaderAt, size int64, maxRecord int) *scanner {
+	return &scanner{r: r, size: size, max: int64(maxRecord), budget: resyncBudget(size)}
+}
+
+// at returns the n bytes of the file at off, valid until the next call.
+// The caller has checked that they are in the file.
+func (s *scanner) at(off int64, n int64) ([]byte, error) {
+	if off >= s.base && off+n <= s.base+int64(len(s.buf)) {
+		i := off - s.base
+		return s.buf[i : i+n], nil
 	}
-	res.good = int64(len(header))
-	for res.good < size {
-		payload, why := readRecord(br, size-res.good, maxRecord)
-		if why != "" {
-			res.damage = why
-			return res
+	want := min(max(n, scanChunk), s.size-off)
+	if int64(cap(s.buf)) < want {
+		s.buf = make([]byte, want)
+	}
+	s.buf = s.buf[:want]
+	got, err := s.r.ReadAt(s.buf, off)
+	if int64(got) < want {
+		s.buf, s.base = s.buf[:0], 0
+		if err == nil || errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF // the file shrank while it was read
 		}
-		res.records = append(res.records, payload)
-		res.good += int64(frameHeader + len(payload))
+		return nil, fmt.Errorf("reading %d bytes at %d: %w", want, off, err)
 	}
-	return res
+	s.base = off
+	return s.buf[:n], nil
 }
 
-// readHeader reads and classifies the header line.
-func readHeader(br *bufio.Reader, size int64) headerState {
-	n := int64(len(header))
-	if size < n {
-		n = size
+// recordAt returns the frame of the record at off, or why there is no
+// valid record there. err is a failure to read, not damage. A length is
+// checked against the bound and against the bytes left before anything is
+// read for it, so a damaged or hostile length costs nothing.
+func (s *scanner) recordAt(off int64) (frame []byte, why string, err error) {
+	left := s.size - off
+	if left < frameHeader {
+		return nil, fmt.Sprintf("a record header cut short: %d bytes at the end of the file", left), nil
 	}
-	got := make([]byte, n)
-	if _, err := io.ReadFull(br, got); err != nil {
-		return headerBad
+	h, err := s.at(off, frameHeader)
+	if err != nil {
+		return nil, "", err
 	}
-	if string(got) != header[:n] {
-		return headerBad
+	n := int64(binary.LittleEndian.Uint32(h[:4]))
+	if n > s.max {
+		return nil, fmt.Sprintf("a record length of %d bytes, over the %d-byte bound", n, s.max), nil
 	}
-	if n < int64(len(header)) {
-		return headerTorn
+	if n > left-frameHeader {
+		return nil, fmt.Sprintf("a record of %d bytes with %d left in the file", n, left-frameHeader), nil
 	}
-	return headerGood
+	frame, err = s.at(off, frameHeader+n)
+	if err != nil {
+		return nil, "", err
+	}
+	if checksum(frame[:4], frame[frameHeader:]) != binary.LittleEndian.Uint32(frame[4:frameHeader]) {
+		return nil, "a record whose checksum does not match", nil
+	}
+	return frame, "", nil
 }
 
-// readRecord reads one record with left bytes remaining in the file, or says
-// why it cannot.
-func readRecord(br *bufio.Reader, left int64, maxRecord int) ([]byte, string) {
-	var h [frameHeader]byte
-	if _, err := io.ReadFull(br, h[:]); err != nil {
-		return nil, "a record header cut short: " + err.Error()
+// resync finds the first offset at or after from where a whole record's
+// length and checksum check out. It says found false when there is none
+// before the end of the file (next is then the file's size), and exhausted
+// when it stopped at its budget (next is then where it stopped).
+func (s *scanner) resync(from int64) (next int64, found, exhausted bool, err error) {
+	for p := from; p+frameHeader <= s.size; p++ {
+		h, err := s.at(p, frameHeader)
+		if err != nil {
+			return p, false, false, err
+		}
+		n := int64(binary.LittleEndian.Uint32(h[:4]))
+		if n > s.max || n > s.size-p-frameHeader {
+			continue // impossible: no checksum needed
+		}
+		if n > s.budget {
+			return p, false, true, nil
+		}
+		s.budget -= n
+		frame, err := s.at(p, frameHeader+n)
+		if err != nil {
+			return p, false, false, err
+		}
+		if checksum(frame[:4], frame[frameHeader:]) == binary.LittleEndian.Uint32(frame[4:frameHeader]) {
+			return p, true, false, nil
+		}
 	}
-	n := binary.LittleEndian.Uint32(h[:4])
-	if uint64(n) > uint64(maxRecord) {
-		return nil, fmt.Sprintf("a record length of %d bytes, over the %d-byte bound", n, maxRecord)
+	return s.size, false, false, nil
+}
+
+// countRecords fills d.Records: it follows the region's length fields from
+// its first record (after the header) and counts the hops when they lead
+// exactly to its end.
+func (s *scanner) countRecords(d *Damage) error {
+	p := max(d.Offset, int64(len(header)))
+	hops := 0
+	for p < d.End {
+		if d.End-p < frameHeader {
+			d.Records, d.RecordsExact = 1, false
+			return nil
+		}
+		h, err := s.at(p, 4)
+		if err != nil {
+			return err
+		}
+		n := int64(binary.LittleEndian.Uint32(h))
+		if n > s.max || n > d.End-p-frameHeader {
+			d.Records, d.RecordsExact = 1, false
+			return nil
+		}
+		p += frameHeader + n
+		hops++
 	}
-	if int64(n) > left-frameHeader {
-		return nil, fmt.Sprintf("a record of %d bytes with %d left in the file", n, left-frameHeader)
+	d.Records, d.RecordsExact = hops, true
+	return nil
+}
+
+// readHeader classifies the start of the file.
+func (s *scanner) readHeader() (headerState, error) {
+	n := min(s.size, int64(len(headerName)+24))
+	b, err := s.at(0, n)
+	if err != nil {
+		return headerBad, err
 	}
-	payload := make([]byte, n)
-	if _, err := io.ReadFull(br, payload); err != nil {
-		return nil, "reading a record: " + err.Error()
+	switch {
+	case bytes.HasPrefix(b, []byte(header)):
+		return headerGood, nil
+	case n < int64(len(header)) && string(b) == header[:n]:
+		return headerTorn, nil
+	case otherVersion(b):
+		return headerOther, nil
+	case n < int64(len(header)):
+		return headerBad, nil
 	}
-	if checksum(h[:4], payload) != binary.LittleEndian.Uint32(h[4:]) {
-		return nil, "a record whose checksum does not match"
+	return headerDamaged, nil
+}
+
+// otherVersion reports whether b starts with the header line of another
+// version of the format: the name, digits, a newline.
+func otherVersion(b []byte) bool {
+	rest, ok := bytes.CutPrefix(b, []byte(headerName))
+	if !ok {
+		return false
 	}
-	return payload, ""
+	i := 0
+	for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+		i++
+	}
+	return i > 0 && i < len(rest) && rest[i] == '\n'
+}
+
+// scan reads a journal file of size bytes from r and tells v each valid
+// record and each damaged region, in file order. After a record that is
+// not valid it searches forward for the next offset where a whole
+// record's length and checksum check out (resync), so damage costs the
+// records it hit and no more. A header that is neither this version's
+// nor another's is taken as damage: the records after it are read as if
+// it were whole; the caller decides, by whether any was valid, whether
+// the file was a journal at all. err is a failure to read, or v's.
+func scan(r io.ReaderAt, size int64, maxRecord int, v visitor) (headerState, error) {
+	return newScanner(r, size, maxRecord).run(v)
+}
+
+// run is scan's work.
+func (s *scanner) run(v visitor) (headerState, error) {
+	size := s.size
+	hs, err := s.readHeader()
+	if err != nil || (hs != headerGood && hs != headerDamaged) {
+		return hs, err
+	}
+	// start is where the damaged region being crossed began; -1 if none.
+	start, why := int64(-1), ""
+	if hs == headerDamaged {
+		start, why = 0, "the header line is damaged"
+	}
+	off := int64(len(header))
+	for off < size {
+		frame, bad, err := s.recordAt(off)
+		if err != nil {
+			return hs, err
+		}
+		if bad == "" {
+			if start >= 0 {
+				if err := s.emit(v, Damage{Offset: start, End: off, Reason: why}); err != nil {
+					return hs, err
+				}
+				start = -1
+				continue // the window moved: read the record again
+			}
+			if err := v.record(off, frame); err != nil {
+				return hs, err
+			}
+			off += int64(len(frame))
+			continue
+		}
+		if start < 0 {
+			start, why = off, bad
+		}
+		next, found, exhausted, err := s.resync(off + 1)
+		if err != nil {
+			return hs, err
+		}
+		if !found {
+			d := Damage{Offset: start, End: size, Reason: why, Tail: !exhausted, Unsearched: exhausted}
+			if exhausted {
+				d.Reason += fmt.Sprintf("; the search for the next record stopped at %d, its budget spent", next)
+			}
+			return hs, s.emit(v, d)
+		}
+		off = next
+	}
+	if start >= 0 {
+		// A damaged header and nothing after it.
+		return hs, s.emit(v, Damage{Offset: start, End: size, Reason: why, Tail: true})
+	}
+	return hs, nil
+}
+
+// emit counts d's records and tells v.
+func (s *scanner) emit(v visitor, d Damage) error {
+	if err := s.countRecords(&d); err != nil {
+		return err
+	}
+	return v.damage(d)
 }
 
 // ErrTooLarge is returned by Append for a payload over Options.MaxRecordBytes.

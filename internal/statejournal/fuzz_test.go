@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 )
 
@@ -15,13 +16,20 @@ const fuzzMax = 64
 
 // FuzzOpen opens arbitrary bytes as a journal file: Open never panics, never
 // fails on a regular file, returns exactly the records an independent
-// decoder finds before the first bad one, never more bytes of records than
-// the file holds, and leaves the file holding exactly those records.
+// decoder finds on both sides of any damage, never more bytes of records
+// than the file holds, leaves the file holding exactly those records, and
+// keeps a file whose damage valid records follow, byte for byte.
 func FuzzOpen(f *testing.F) {
 	f.Add([]byte(header))
 	f.Add(encode([]byte("a"), []byte(""), []byte("ccc")))
 	f.Add(append(encode([]byte("a")), 0, 0, 0, 0, 0, 0, 0, 0))
 	f.Add(binary.LittleEndian.AppendUint32([]byte(header), 1<<30))
+	mid := encode([]byte("a"), []byte("bb"), []byte("ccc"))
+	mid[len(header)+frameHeader+1+3] ^= 0x10
+	f.Add(mid)
+	hdr := encode([]byte("a"))
+	hdr[3] ^= 0xff
+	f.Add(hdr)
 	dir, err := os.MkdirTemp("", "statejournal-fuzz")
 	if err != nil {
 		f.Fatal(err)
@@ -37,7 +45,7 @@ func FuzzOpen(f *testing.F) {
 		}
 		opt, _ := options()
 		opt.MaxRecordBytes = fuzzMax
-		j, recs, err := Open(path, opt)
+		j, recs, err := openCollect(path, opt)
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
@@ -49,9 +57,20 @@ func FuzzOpen(f *testing.F) {
 		for _, a := range asideFiles {
 			os.Remove(a)
 		}
-		want, ok := refDecode(file)
+		kept, _ := filepath.Glob(path + ".damaged-*")
+		for _, k := range kept {
+			b := fileBytesOrNil(k)
+			os.Remove(k)
+			if !bytes.Equal(b, file) {
+				t.Fatalf("the damaged file kept as %s is not the file as it was", k)
+			}
+		}
+		want, ok, crossed := refDecode(file)
 		if !ok {
 			want = nil
+		}
+		if len(kept) != map[bool]int{true: 1, false: 0}[ok && crossed] {
+			t.Fatalf("%d damaged files kept; the reference decoder crossed damage: %v", len(kept), ok && crossed)
 		}
 		total := 0
 		for _, r := range recs {
@@ -73,26 +92,35 @@ func FuzzOpen(f *testing.F) {
 }
 
 // refDecode decodes a journal file by the format's definition, written
-// apart from scan: ok is false if the header is not whole.
-func refDecode(b []byte) (recs [][]byte, ok bool) {
-	if !bytes.HasPrefix(b, []byte(header)) {
-		return nil, false
+// apart from scan: after a bad record it moves on one byte at a time until
+// a valid one. ok is false if the file is not a journal: a header that is
+// not whole, another version's, or a damaged one that no valid record
+// follows. crossed says damage was followed by a valid record.
+func refDecode(b []byte) (recs [][]byte, ok, crossed bool) {
+	good := bytes.HasPrefix(b, []byte(header))
+	if !good && (len(b) < len(header) || regexp.MustCompile(`^nvpair-statejournal v[0-9]+\n`).Match(b)) {
+		return nil, false, false
 	}
-	b = b[len(header):]
-	for len(b) >= 8 {
+	bad := !good
+	for b = b[len(header):]; len(b) >= 8; {
 		n := binary.LittleEndian.Uint32(b)
-		if n > fuzzMax || uint64(n) > uint64(len(b)-8) {
-			break
+		if n <= fuzzMax && uint64(n) <= uint64(len(b)-8) {
+			sum := crc32.Checksum(b[:4], castagnoli)
+			sum = crc32.Update(sum, castagnoli, b[8:8+n])
+			if sum == binary.LittleEndian.Uint32(b[4:]) {
+				recs = append(recs, b[8:8+n])
+				b = b[8+n:]
+				crossed = crossed || bad
+				continue
+			}
 		}
-		sum := crc32.Checksum(b[:4], castagnoli)
-		sum = crc32.Update(sum, castagnoli, b[8:8+n])
-		if sum != binary.LittleEndian.Uint32(b[4:]) {
-			break
-		}
-		recs = append(recs, b[8:8+n])
-		b = b[8+n:]
+		bad = true
+		b = b[1:]
 	}
-	return recs, true
+	if !good && len(recs) == 0 {
+		return nil, false, false
+	}
+	return recs, true, crossed
 }
 
 func equalRecords(a, b [][]byte) bool {

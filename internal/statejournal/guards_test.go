@@ -36,7 +36,7 @@ func TestOpenRefusesABadBound(t *testing.T) {
 	for _, max := range []int{-1, maxRecordLimit + 1} {
 		opt, _ := options()
 		opt.MaxRecordBytes = max
-		if j, _, err := Open(journalPath(t), opt); err == nil {
+		if j, err := Open(journalPath(t), opt, nil); err == nil {
 			j.Close()
 			t.Fatalf("Open with MaxRecordBytes %d succeeded", max)
 		}

@@ -49,13 +49,25 @@ func journalPath(t testing.TB) string {
 	return filepath.Join(t.TempDir(), "state.journal")
 }
 
+// mustOpen opens the journal at path and returns it and a copy of every
+// record Open handed over.
 func mustOpen(t testing.TB, path string, opt Options) (*Journal, [][]byte) {
 	t.Helper()
-	j, recs, err := Open(path, opt)
+	j, recs, err := openCollect(path, opt)
 	if err != nil {
 		t.Fatalf("Open(%s): %v", path, err)
 	}
 	return j, recs
+}
+
+// openCollect is Open with a function that keeps a copy of each record.
+func openCollect(path string, opt Options) (*Journal, [][]byte, error) {
+	var recs [][]byte
+	j, err := Open(path, opt, func(p []byte) error {
+		recs = append(recs, bytes.Clone(p))
+		return nil
+	})
+	return j, recs, err
 }
 
 func mustAppendWait(t testing.TB, j *Journal, payloads ...[]byte) {

@@ -1,7 +1,7 @@
 // Package statejournal owns a journal file of checksummed records: the
 // on-disk half of the node's state table. It frames opaque payloads that the
 // caller encodes, appends them with group commit, recovers from a torn tail
-// at start, and compacts the file in the background from a snapshot the
+// and crosses damage at start, and compacts the file in the background from a snapshot the
 // caller emits. What a record means is the caller's business, not this
 // package's.
 //
@@ -14,12 +14,43 @@
 // follows as a 4-byte little-endian payload length, a 4-byte little-endian
 // CRC32-C (Castagnoli) of the length field and the payload together, and the
 // payload. The length is under the checksum so that a tail of zero bytes is
-// not read as valid empty records. Open reads records in order up to the
-// first one that is not whole and valid (a length past the end of the file
-// or over MaxRecordBytes, a checksum that does not match, a header cut
-// short), cuts the file there and logs one warning with the offset and the
-// bytes dropped. A length is checked against the bound and against the bytes
-// left before its payload is allocated, so a damaged length costs nothing.
+// not read as valid empty records, and so that the search for the next
+// record after damage (below) takes a false one at an offset only with a
+// chance of 2^-32.
+//
+// # Reading and damage
+//
+// Open hands the records to its caller one at a time, in file order, each
+// payload valid only during the call, so a restore holds one record beside
+// what it builds, never the file. A record that is not whole and valid (a
+// length past the end of the file or over MaxRecordBytes, a checksum that
+// does not match, a header cut short) starts a damaged region, and the
+// reader searches forward for the next offset where a whole record's
+// length and checksum check out; an impossible length is rejected before
+// any checksum, and the checksummed bytes of the search are bounded
+// (resyncBudget). Every valid record on both sides of the damage is
+// delivered. Damage that nothing valid follows is a torn tail: the file is
+// cut at the last whole record with one warning (offset, bytes dropped).
+// Damage that valid records follow is not a crash's: the damaged file is
+// kept as evidence under <path>.damaged-<unixnano> (a hard link, else a
+// copy; never truncated or rewritten), a fresh file holding every valid
+// record (created with O_EXCL as <path>.tmp, fsynced) is renamed over the
+// journal and the directory fsynced, and one ERROR line gives the damaged
+// regions, the bytes and the records lost (at least one per region; the
+// exact count when a region's own length fields lead across it), and the
+// records kept; Stats counts them. A header line that is neither this
+// version's nor another's is damage too when valid records follow it.
+//
+// Open's errors are a contract with its caller. nil: every record was
+// delivered and the journal takes appends. An error wrapping
+// ErrUnwritable: every record was delivered, but the file could not be
+// made writable (the cut or the fresh file failed to be written or
+// synced: ENOSPC, EIO); the file still holds every record delivered (a
+// damaged one is left as it was) and the caller, which has restored the
+// records, rebuilds the journal from them later. Any
+// other error: the read did not finish (the file could not be opened or
+// read, or the caller's function failed), and whatever was delivered must
+// be dropped.
 //
 // # Group commit
 //
@@ -109,7 +140,8 @@ type Options struct {
 	// corruption. 0 means DefaultMaxRecordBytes; at most 1 GiB.
 	MaxRecordBytes int
 	// Logger receives one WARN per torn tail dropped, per file set aside and
-	// per failed compaction. nil means slog.Default().
+	// per failed compaction, and one ERROR per damaged file replaced. nil
+	// means slog.Default().
 	Logger *slog.Logger
 	// NoSync skips every fsync. For tests only: a journal with NoSync
 	// promises nothing across a crash of the machine.
@@ -206,6 +238,8 @@ type counters struct {
 	compactions, compactionFailures       atomic.Uint64
 	lagSyncs, syncFailures                atomic.Uint64
 	tornTails, droppedBytes               atomic.Uint64
+	damagedRegions, damagedBytes          atomic.Uint64
+	damagedRecords                        atomic.Uint64
 }
 
 // Stats are the journal's counters since Open, for metrics.
@@ -220,29 +254,43 @@ type Stats struct {
 	LagSyncFailures    uint64 // background fsyncs that failed: the journal is dirty until rebuilt
 	TornTails          uint64 // damaged tails Open dropped (0 or 1)
 	DroppedBytes       uint64 // bytes Open dropped with them
+	// Damage that valid records followed, which Open crossed (the file
+	// kept as evidence): its regions, their bytes, and the records they
+	// held (at least one per region).
+	DamagedRegions uint64
+	DamagedBytes   uint64
+	DamagedRecords uint64
 }
 
-// Open opens the journal at path, creating it if there is none, and returns
-// its records in order. A damaged tail is cut off with one warning. A path
-// that is not a regular file (a directory, a named pipe, a symbolic link) or
-// a file with another header is moved aside to path+".aside-<unixnano>" with
-// one warning and a fresh journal is started. A temporary file left by an
-// interrupted compaction is removed, or moved aside if it is not a regular
-// file.
-func Open(path string, opt Options) (*Journal, [][]byte, error) {
+// Open opens the journal at path, creating it if there is none, and hands
+// each of its records to each, in order (each may be nil). A payload is
+// valid only during its call: each copies what it keeps. Damage is
+// crossed: a torn tail is cut off with one warning; damage that valid
+// records follow is kept as evidence (<path>.damaged-<unixnano>) and a
+// fresh journal holding every valid record replaces it, with one error
+// line (see the package comment). A path that is not a regular file (a
+// directory, a named pipe, a symbolic link) or a file with another header
+// is moved aside to path+".aside-<unixnano>" with one warning and a fresh
+// journal is started. A temporary file left by an interrupted compaction
+// or recovery is removed, or moved aside if it is not a regular file.
+//
+// An error wrapping ErrUnwritable (an *UnwritableError) means every
+// record was handed to each but the file could not be made writable; any
+// other error means the read did not finish, and the caller must drop
+// whatever each was given.
+func Open(path string, opt Options, each func(payload []byte) error) (*Journal, error) {
 	j, err := newJournal(path, opt)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := j.clearTemp(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	recs, err := j.openFile()
-	if err != nil {
-		return nil, nil, err
+	if err := j.openFile(each); err != nil {
+		return nil, err
 	}
 	go j.writer()
-	return j, recs, nil
+	return j, nil
 }
 
 func newJournal(path string, opt Options) (*Journal, error) {
@@ -287,6 +335,8 @@ func newJournal(path string, opt Options) (*Journal, error) {
 }
 
 // OpenDown returns a journal that has no file: Open failed with cause.
+// A cause wrapping ErrUnwritable says Open read the file whole and the
+// caller restored its records: the rebuild may replace it.
 // It takes records and fails their groups at once (Health().Down says
 // why) until a Compact, the rebuild, writes a file from the caller's
 // state. Whatever sits at the path was not read, so a rebuild moves it
@@ -302,7 +352,9 @@ func OpenDown(path string, opt Options, cause error) *Journal {
 	}
 	j.broken = fmt.Errorf("not opened: %w", cause)
 	j.dirty = true
-	if st, err := os.Lstat(path); err == nil && !(st.Mode().IsRegular() && st.Size() == 0) {
+	// A file Open read whole (ErrUnwritable: its records were delivered)
+	// is the caller's state already; only an unread one is kept aside.
+	if st, err := os.Lstat(path); err == nil && !errors.Is(cause, ErrUnwritable) && !(st.Mode().IsRegular() && st.Size() == 0) {
 		j.keepAside = "the journal could not be read when the daemon started (" + cause.Error() + ")"
 	}
 	// A compaction file left behind would refuse the rebuild's O_EXCL
@@ -317,11 +369,12 @@ func OpenDown(path string, opt Options, cause error) *Journal {
 // tempName is the file a compaction fills before its rename.
 func (j *Journal) tempName() string { return j.path + ".tmp" }
 
-// clearTemp removes what an interrupted compaction left behind. Its records
-// are all in the journal still (the rename is what would have made the
-// temporary file count), so nothing is lost. Anything but a regular file is
-// moved aside rather than removed: a directory cannot be removed if it holds
-// files, and one left in place would make every later compaction fail.
+// clearTemp removes what an interrupted compaction or recovery left
+// behind. Its records are all in the journal still (the rename is what
+// would have made the temporary file count), so nothing is lost. Anything
+// but a regular file is moved aside rather than removed: a directory
+// cannot be removed if it holds files, and one left in place would make
+// every later compaction fail.
 func (j *Journal) clearTemp() error {
 	tmp := j.tempName()
 	st, err := os.Lstat(tmp)
@@ -352,74 +405,83 @@ func (j *Journal) setAside(name, why string) error {
 
 // openFile opens the journal file, or sets aside what is there and creates
 // one, and reads its records.
-func (j *Journal) openFile() ([][]byte, error) {
+func (j *Journal) openFile(each func([]byte) error) error {
 	st, err := os.Lstat(j.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return nil, j.create()
+		return j.create()
 	case err != nil:
-		return nil, fmt.Errorf("statejournal: inspecting %s: %w", j.path, err)
+		return fmt.Errorf("statejournal: inspecting %s: %w", j.path, err)
 	case !st.Mode().IsRegular():
 		if err := j.setAside(j.path, "not a regular file ("+st.Mode().Type().String()+")"); err != nil {
-			return nil, err
+			return err
 		}
-		return nil, j.create()
+		return j.create()
 	}
 	f, err := os.OpenFile(j.path, os.O_RDWR|noFollow, 0)
 	if err != nil {
-		return nil, fmt.Errorf("statejournal: opening %s: %w", j.path, err)
+		return fmt.Errorf("statejournal: opening %s: %w", j.path, err)
 	}
-	recs, err := j.recover(f, st)
-	if err != nil {
+	if err := j.recover(f, st, each); err != nil {
 		f.Close()
-		return nil, err
+		return err
 	}
-	return recs, nil
+	return nil
 }
 
-// recover reads the opened file f, cuts a damaged tail, and makes f the
-// journal's file; a file with another header is set aside instead.
-func (j *Journal) recover(f *os.File, lst fs.FileInfo) ([][]byte, error) {
+// recover reads the opened file f, handing its records to each, and makes
+// it (or the fresh file that replaces a damaged one) the journal's file;
+// a file with another header, or with no valid record after a header
+// that is not one, is set aside instead.
+func (j *Journal) recover(f *os.File, lst fs.FileInfo, each func([]byte) error) error {
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("statejournal: stat of %s: %w", j.path, err)
+		return fmt.Errorf("statejournal: stat of %s: %w", j.path, err)
 	}
 	if !st.Mode().IsRegular() || !os.SameFile(st, lst) {
-		return nil, fmt.Errorf("statejournal: %s changed between its inspection and its open", j.path)
+		return fmt.Errorf("statejournal: %s changed between its inspection and its open", j.path)
 	}
-	res := scan(f, st.Size(), j.max)
-	switch res.header {
-	case headerBad:
+	rc := &recovery{j: j, src: f, size: st.Size(), each: each, good: int64(len(header))}
+	hs, err := scan(f, st.Size(), j.max, visitor{record: rc.record, damage: rc.damage})
+	if err != nil {
+		rc.abandon()
+		return fmt.Errorf("statejournal: reading %s: %w", j.path, err)
+	}
+	switch {
+	case hs == headerOther || hs == headerBad || (hs == headerDamaged && rc.records == 0):
+		rc.abandon()
 		f.Close()
 		if err := j.setAside(j.path, "its first line is not \""+header[:len(header)-1]+"\""); err != nil {
-			return nil, err
+			return err
 		}
-		return nil, j.create()
-	case headerTorn:
+		return j.create()
+	case hs == headerTorn:
 		// A creation cut short before its header was whole: nothing was
 		// ever acknowledged from this file.
-		return nil, j.startFile(f, "")
-	}
-	if res.good < st.Size() {
-		if err := j.cut(f, res.good, st.Size(), res.damage); err != nil {
-			return nil, err
+		return j.startFile(f, "")
+	case rc.regions > 0:
+		return rc.replace()
+	case rc.tail != nil:
+		if err := j.cut(f, rc.tail); err != nil {
+			return &UnwritableError{Found: j.Stats(), Err: err}
 		}
 	}
-	j.file, j.size, j.ident = f, res.good, st
-	return res.records, nil
+	j.file, j.size, j.ident = f, rc.good, st
+	return nil
 }
 
-// cut truncates f at good, dropping a damaged tail, with one warning.
-func (j *Journal) cut(f *os.File, good, size int64, why string) error {
-	if err := f.Truncate(good); err != nil {
-		return fmt.Errorf("statejournal: cutting the damaged tail of %s at %d: %w", j.path, good, err)
+// cut truncates f where its torn tail d begins, with one warning.
+func (j *Journal) cut(f *os.File, d *Damage) error {
+	if err := f.Truncate(d.Offset); err != nil {
+		return fmt.Errorf("statejournal: cutting the damaged tail of %s at %d: %w", j.path, d.Offset, err)
 	}
 	if err := j.sync(f); err != nil {
 		return fmt.Errorf("statejournal: syncing %s after cutting its tail: %w", j.path, err)
 	}
 	j.stats.tornTails.Add(1)
-	j.stats.droppedBytes.Add(uint64(size - good))
-	j.log.Warn("journal: dropped a torn or damaged tail", "file", j.path, "offset", good, "bytesDropped", size-good, "reason", why)
+	j.stats.droppedBytes.Add(uint64(d.Bytes()))
+	j.log.Warn("journal: dropped a torn or damaged tail", "file", j.path, "offset", d.Offset, "bytesDropped", d.Bytes(),
+		"recordsDropped", d.Records, "recordsDroppedIs", exactness(d.RecordsExact), "reason", d.Reason)
 	return nil
 }
 
@@ -501,5 +563,7 @@ func (j *Journal) Stats() Stats {
 		Compactions: s.compactions.Load(), CompactionFailures: s.compactionFailures.Load(),
 		LagSyncs: s.lagSyncs.Load(), LagSyncFailures: s.syncFailures.Load(),
 		TornTails: s.tornTails.Load(), DroppedBytes: s.droppedBytes.Load(),
+		DamagedRegions: s.damagedRegions.Load(), DamagedBytes: s.damagedBytes.Load(),
+		DamagedRecords: s.damagedRecords.Load(),
 	}
 }

@@ -80,7 +80,7 @@ func TestAFailedBackgroundFsyncLeavesTheJournalDirty(t *testing.T) {
 
 func TestOpenRefusesASyncEveryOutOfRange(t *testing.T) {
 	for _, d := range []time.Duration{-time.Millisecond, MaxSyncEvery + 1} {
-		if _, _, err := Open(journalPath(t), Options{SyncEvery: d}); err == nil {
+		if _, err := Open(journalPath(t), Options{SyncEvery: d}, nil); err == nil {
 			t.Fatalf("Open with SyncEvery %v: no error", d)
 		}
 	}

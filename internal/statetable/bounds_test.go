@@ -1,6 +1,7 @@
 package statetable
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"math"
@@ -64,7 +65,7 @@ func TestTheLargestEntryIsOneRecordAndRestoresExactly(t *testing.T) {
 	}
 	node, id := field("node-"), field("id-")
 	path := filepath.Join(t.TempDir(), "journal")
-	j, _, err := statejournal.Open(path, statejournal.Options{})
+	j, err := statejournal.Open(path, statejournal.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +119,11 @@ func TestTheLargestEntryIsOneRecordAndRestoresExactly(t *testing.T) {
 		t.Logf("%s: a record of %d bytes (MaxRecordBytes %d, the journal's bound %d)", what, len(rec), MaxRecordBytes, statejournal.DefaultMaxRecordBytes)
 	}
 
-	j, recs, err := statejournal.Open(path, statejournal.Options{})
+	var recs [][]byte
+	j, err = statejournal.Open(path, statejournal.Options{}, func(p []byte) error {
+		recs = append(recs, bytes.Clone(p))
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,6 +79,18 @@ func (t *Table) applyLease(e *entry, f *Frame, now time.Time) {
 	t.armLease(e, f.LeaseSeconds, now.Add(time.Duration(f.LeaseSeconds)*t.cfg.LeaseUnit))
 }
 
+// armEchoLease arms, on a live run an echo just made a producer's, the
+// lease its mark was made under, from now: the journal that held the
+// lease's deadline lost it, and the producer, if it still runs, renews
+// within a third of it. A lease outside the header's bounds (no mark this
+// node makes has one) arms nothing.
+func (t *Table) armEchoLease(e *entry, seconds int, now time.Time) {
+	if e.kind != kindLive || seconds < MinLeaseSeconds || seconds > MaxLeaseSeconds {
+		return
+	}
+	t.armLease(e, seconds, now.Add(time.Duration(seconds)*t.cfg.LeaseUnit))
+}
+
 // armLease starts or renews e's lease; the workload's other runs give
 // theirs up.
 func (t *Table) armLease(e *entry, seconds int, deadline time.Time) {

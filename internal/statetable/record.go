@@ -2,7 +2,6 @@ package statetable
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -224,6 +223,18 @@ func (r *reader) string(maxLen int) string {
 	return s
 }
 
+// bytes is string without the copy: the slice of the record.
+func (r *reader) bytes(maxLen int) []byte {
+	n := r.uvarint()
+	if r.err != nil || n > uint64(maxLen) || n > uint64(len(r.b)) {
+		r.err = errRecord
+		return nil
+	}
+	b := r.b[:n:n]
+	r.b = r.b[n:]
+	return b
+}
+
 func (r *reader) key() wireframe.WorkloadKey {
 	var k wireframe.WorkloadKey
 	for _, f := range []*string{&k.Origin, &k.Engine, &k.RunID, &k.ID} {
@@ -248,79 +259,143 @@ type restored struct {
 	forgot bool
 }
 
+// Restorer rebuilds a table from its journal's records, one record at a
+// time (statejournal.Open's function): it holds the record that wins each
+// key, never the file, and parses a put's line only for the record that
+// finally wins its key, in Finish. A table is restored once, before
+// anything else touches it.
+type Restorer struct {
+	t     *Table
+	grace time.Duration
+	runs  map[wireframe.WorkloadKey]*restored
+	rems  map[wireframe.WorkloadRef]*restored
+	marks map[string]*Member
+	top   uint64
+	st    RestoreStats
+}
+
+// BeginRestore starts a restore of t; restartGrace is the least time a
+// restored lease is given.
+func (t *Table) BeginRestore(restartGrace time.Duration) *Restorer {
+	return &Restorer{t: t, grace: restartGrace,
+		runs: map[wireframe.WorkloadKey]*restored{}, rems: map[wireframe.WorkloadRef]*restored{}, marks: map[string]*Member{}}
+}
+
 // Restore rebuilds the table from the journal's records, in file order,
-// before anything else touches it. A record is decoded with the bounds the
-// live paths enforce: a line is parsed as the frame it claims to be and
-// must name its key; a lease is within the ingress's range; a string is
-// within its field's bound. A record that fails is counted and skipped.
+// before anything else touches it: BeginRestore, Add each, Finish.
 func (t *Table) Restore(records [][]byte, restartGrace time.Duration) RestoreStats {
+	r := t.BeginRestore(restartGrace)
+	for _, rec := range records {
+		r.Add(rec)
+	}
+	return r.Finish()
+}
+
+// Add takes the next record, in file order; rec is read only during the
+// call. A record is decoded with the bounds the live paths enforce (a
+// lease within the ingress's range, a string within its field's bound); a
+// record that fails is counted as refused and skipped. It never fails:
+// its error is for statejournal.Open's signature.
+func (r *Restorer) Add(rec []byte) error {
+	r.st.Records++
+	if len(rec) == 0 {
+		r.st.Refused++
+		return nil
+	}
+	rd := &reader{b: rec[1:], whole: rec}
+	switch rec[0] {
+	case recPut:
+		r.put(rd)
+	case recForget:
+		v := rd.version()
+		kd := kind(rd.byte())
+		k := rd.key()
+		if rd.err != nil {
+			r.st.Refused++
+			return nil
+		}
+		r.top = max(r.top, v)
+		slot := slotOf(r.runs, r.rems, &entry{key: k, kind: kd})
+		if slot.e != nil && slot.e.version <= v {
+			slot.forgot = true
+		}
+	case recAck:
+		id := rd.string(wireframe.MaxKeyFieldBytes)
+		mark := rd.version()
+		departed := rd.varint()
+		if rd.err != nil {
+			r.st.Refused++
+			return nil
+		}
+		r.top = max(r.top, mark)
+		m := &Member{id: id, mark: mark, wake: make(chan struct{}, 1)}
+		if departed != 0 {
+			m.departed = time.UnixMilli(departed)
+		}
+		r.marks[id] = m
+	case recDropMember:
+		id := rd.string(wireframe.MaxKeyFieldBytes)
+		if rd.err != nil || len(rd.b) != 0 {
+			r.st.Refused++
+			return nil
+		}
+		delete(r.marks, id)
+	default:
+		r.st.Refused++
+	}
+	return nil
+}
+
+// put takes a put record: decoded and checked but for its line, which
+// stays unparsed until Finish. A put that wins its key keeps a copy of
+// its line (the one copy the table then holds), in the buffer of the
+// record it displaces when that fits, so a journal that holds a run many
+// times leaves no garbage per record; one that does not win keeps nothing.
+func (r *Restorer) put(rd *reader) {
+	e, err := r.t.decodePut(rd)
+	if err != nil {
+		r.st.Refused++
+		return
+	}
+	r.top = max(r.top, e.version)
+	slot := slotOf(r.runs, r.rems, e)
+	if slot.e == nil || slot.forgot || e.version > slot.e.version {
+		var buf []byte
+		if old := slot.e; old != nil && cap(old.line) >= len(e.line) && cap(old.line) <= 2*len(e.line) {
+			buf = old.line[:0]
+		}
+		e.line = append(buf, e.line...)
+		*slot = restored{e: e}
+	}
+}
+
+// Finish parses the line of each record that won its key, links the
+// entries into the table in version order, within its bounds, and places
+// the members' cursors. A winner whose line is not the frame it claims
+// is refused, and its key is not restored: an older record of it is not
+// kept to fall back on (each record is under a checksum, so such a line
+// is a writer's bug or a crafted file, not damage).
+func (r *Restorer) Finish() RestoreStats {
+	t := r.t
+	r.st.Refused += checkWinners(r.runs) + checkWinners(r.rems)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var st RestoreStats
-	st.Records = len(records)
-	runs := map[wireframe.WorkloadKey]*restored{}
-	rems := map[wireframe.WorkloadRef]*restored{}
-	marks := map[string]*Member{}
-	top := uint64(0)
-	for _, rec := range records {
-		if len(rec) == 0 {
-			st.Refused++
-			continue
-		}
-		r := &reader{b: rec[1:], whole: rec}
-		switch rec[0] {
-		case recPut:
-			e, err := t.decodePut(r)
-			if err != nil {
-				st.Refused++
-				continue
-			}
-			top = max(top, e.version)
-			slot := slotOf(runs, rems, e)
-			if slot.e == nil || slot.forgot || e.version > slot.e.version {
-				*slot = restored{e: e}
-			}
-		case recForget:
-			v := r.version()
-			kd := kind(r.byte())
-			k := r.key()
-			if r.err != nil {
-				st.Refused++
-				continue
-			}
-			top = max(top, v)
-			slot := slotOf(runs, rems, &entry{key: k, kind: kd})
-			if slot.e != nil && slot.e.version <= v {
-				slot.forgot = true
-			}
-		case recAck:
-			id := r.string(wireframe.MaxKeyFieldBytes)
-			mark := r.version()
-			departed := r.varint()
-			if r.err != nil {
-				st.Refused++
-				continue
-			}
-			top = max(top, mark)
-			m := &Member{id: id, mark: mark, wake: make(chan struct{}, 1)}
-			if departed != 0 {
-				m.departed = time.UnixMilli(departed)
-			}
-			marks[id] = m
-		case recDropMember:
-			id := r.string(wireframe.MaxKeyFieldBytes)
-			if r.err != nil || len(r.b) != 0 {
-				st.Refused++
-				continue
-			}
-			delete(marks, id)
-		default:
-			st.Refused++
+	t.rebuild(r.runs, r.rems, r.marks, r.grace, &r.st)
+	t.version.Store(max(t.version.Load(), r.top))
+	return r.st
+}
+
+// checkWinners parses the line of each entry of m that a restore would
+// link, drops those that fail, and returns how many it dropped.
+func checkWinners[K comparable](m map[K]*restored) int {
+	n := 0
+	for k, slot := range m {
+		if slot.e != nil && !slot.forgot && checkLine(slot.e) != nil {
+			delete(m, k)
+			n++
 		}
 	}
-	t.rebuild(runs, rems, marks, restartGrace, &st)
-	t.version.Store(max(t.version.Load(), top))
-	return st
+	return n
 }
 
 func slotOf(runs map[wireframe.WorkloadKey]*restored, rems map[wireframe.WorkloadRef]*restored, e *entry) *restored {
@@ -355,11 +430,11 @@ func (t *Table) decodePut(r *reader) (*entry, error) {
 	for range n {
 		e.runs = append(e.runs, runKey{r.string(wireframe.MaxKeyFieldBytes), r.string(wireframe.MaxKeyFieldBytes)})
 	}
-	line := r.string(MaxLineBytes)
+	line := r.bytes(MaxLineBytes)
 	if r.err != nil || len(r.b) != 0 {
 		return nil, errRecord
 	}
-	e.line = []byte(line)
+	e.line = line // the record's bytes: Restorer.put copies it if it wins
 	e.journaled, e.journalSize = true, int32(len(r.whole))
 	e.replayDrop = flags&flagReplayDrop != 0
 	e.unheld = flags&flagUnheld != 0 && e.kind == kindRemoved
@@ -371,9 +446,6 @@ func (t *Table) decodePut(r *reader) (*entry, error) {
 			return nil, fmt.Errorf("lease of %d s: %w", leaseSeconds, errRecord)
 		}
 		e.lease = &leaseState{seconds: int(leaseSeconds), deadline: time.UnixMilli(leaseDeadline), idx: -1}
-	}
-	if err := checkLine(e); err != nil {
-		return nil, err
 	}
 	return e, nil
 }
@@ -430,24 +502,29 @@ const (
 )
 
 // checkLine parses a restored entry's line as the frame its kind says it
-// is, and checks it names the entry's key and fills what Commit reads.
+// is, and checks it names the entry's key and fills what Commit reads. It
+// reads the line in wireframe's one pass (Scan), which holds a frame to
+// encoding/json's grammar and member matching without copying it.
 func checkLine(e *entry) error {
-	var env struct {
-		JSONRPC string          `json:"jsonrpc"`
-		Method  string          `json:"method"`
-		Params  json.RawMessage `json:"params"`
+	var s wireframe.Scan
+	if err := s.ScanFrame(e.line); err != nil {
+		return errRecord
 	}
-	if err := json.Unmarshal(e.line, &env); err != nil || env.JSONRPC != "2.0" {
+	env, err := wireframe.EnvelopeOf(&s)
+	if err != nil || env.JSONRPC != "2.0" {
 		return errRecord
 	}
 	if e.kind == kindRemoved {
-		rm, err := wireframe.ParseRemove(env.Params)
+		rm, err := s.Removal()
 		if err != nil || env.Method != wireframe.MethodRemove || rm.Ref != e.key.Ref() || e.key.Engine != "" || e.key.RunID != "" {
 			return errRecord
 		}
 		return nil
 	}
-	ev, err := wireframe.ParseLifecycle(env.Method, env.Params)
+	if !wireframe.IsLifecycleMethod(env.Method) {
+		return errRecord
+	}
+	ev, err := s.Lifecycle(env.Method)
 	if err != nil || ev.Key() != e.key || ev.Terminal() != (e.kind == kindTerminal) || !ev.Resync {
 		return errRecord
 	}

@@ -269,6 +269,17 @@ type Frame struct {
 	// already (ReassertionLine for a run, the notification for a removal):
 	// the ingress builds it before its frame enters the broker order.
 	Line []byte
+	// Echo says a broker lifecycle frame is the broker's replay of a
+	// frame this node's ingress wrote up: its ingress mark checked
+	// (internal/ingressmark), LeaseSeconds the lease the mark was made
+	// under. It makes a workload the table holds no run of a producer's,
+	// with that lease armed from now (spec 3.5.3): a crash between the
+	// broker write and the journal lost the journal's word for it. Of a
+	// workload the table holds it is a broker frame like any other.
+	Echo bool
+	// Claimed is set by Commit when an Echo made the workload a
+	// producer's.
+	Claimed bool
 }
 
 func (f *Frame) ref() wireframe.WorkloadRef {
@@ -375,6 +386,7 @@ func (t *Table) commitLifecycle(f *Frame, now time.Time) (Outcome, uint64) {
 		return BrokerTook, 0
 	}
 	owned := producer || t.producerOwns(ref)
+	claims := f.Echo && !producer && !owned && !t.brokerOwns(ref)
 	if r := t.removals[ref]; r != nil && !r.retired && r.replayDrop {
 		switch {
 		case producer:
@@ -437,10 +449,14 @@ func (t *Table) commitLifecycle(f *Frame, now time.Time) (Outcome, uint64) {
 	}
 	t.setRun(e, ev, line, now)
 	e.asserted = ev.Resync && !producer
-	if owned {
+	if owned || claims {
 		e.owner = Producer
 	}
 	t.applyLease(e, f, now)
+	if claims {
+		f.Claimed = true
+		t.armEchoLease(e, f.LeaseSeconds, now)
+	}
 	return Applied, t.journalPut(e)
 }
 

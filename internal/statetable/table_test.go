@@ -458,21 +458,29 @@ func TestTheJournalRebuildsWhatARestartNeeds(t *testing.T) {
 	}
 }
 
+// A record that breaks a live path's bound is refused. One whose header
+// breaks it (a lease, a field) never wins its key, so the run's older
+// record is restored; one whose line is not its frame is found only when
+// it wins its key (the line is parsed for the winner alone), and the run
+// is then not restored (spec 5.3).
 func TestARestoreEnforcesTheLivePathsBounds(t *testing.T) {
 	tb, c, j := newTable(t)
-	if o, _ := tb.Commit(&Frame{Source: FromProducer, Life: event(t, "ok", "running"), LeaseSeconds: 30}); o != Applied {
-		t.Fatal(o)
+	for _, id := range []string{"ok", "b0", "b1", "b2", "b3"} {
+		if o, _ := tb.Commit(&Frame{Source: FromProducer, Life: event(t, id, "running"), LeaseSeconds: 30}); o != Applied {
+			t.Fatal(o)
+		}
 	}
 	good := j.records()
 	var bad [][]byte
-	for _, edit := range []func(e *entry){
+	for i, edit := range []func(e *entry){
 		func(e *entry) { e.lease = &leaseState{seconds: 1 << 31} },                                         // a lease the ingress never allows
 		func(e *entry) { e.key.ID = "other" },                                                              // a line that names another key
 		func(e *entry) { e.line = []byte("not json") },                                                     // a line that is no frame
 		func(e *entry) { e.key.ID = strings.Repeat("x", wireframe.MaxKeyFieldBytes+1); e.line = []byte{} }, // a field over its bound
 	} {
+		id := fmt.Sprintf("b%d", i)
 		tb.mu.Lock()
-		e := *tb.byKey[wireframe.WorkloadKey{Origin: self, Engine: "e", RunID: "r-ok", ID: "ok"}]
+		e := *tb.byKey[wireframe.WorkloadKey{Origin: self, Engine: "e", RunID: "r-" + id, ID: id}]
 		tb.mu.Unlock()
 		e.version += 10
 		edit(&e)
@@ -481,8 +489,42 @@ func TestARestoreEnforcesTheLivePathsBounds(t *testing.T) {
 	bad = append(bad, []byte{recPut, 0xff}, []byte{}, []byte{'?'})
 	again := New(Config{Self: self, Retention: retention, MaxLive: 1000, MaxLiveBytes: 1 << 20, MaxEndedBytes: 1 << 20, MemberClaim: time.Hour, Now: c.now})
 	st := again.Restore(append(good, bad...), 5*time.Second)
-	if st.Refused != len(bad) || st.Runs != 1 {
-		t.Fatalf("restore %+v: want %d refused and the good run kept", st, len(bad))
+	if st.Refused != len(bad) || st.Runs != 4 {
+		t.Fatalf("restore %+v: want %d refused and 4 runs: ok, and b0, b1, b3 from their older records", st, len(bad))
+	}
+	for id, want := range map[string]bool{"ok": true, "b0": true, "b1": true, "b2": false, "b3": true} {
+		if got := again.HoldsRun(wireframe.WorkloadKey{Origin: self, Engine: "e", RunID: "r-" + id, ID: id}); got != want {
+			t.Errorf("run %s restored: %v, want %v", id, got, want)
+		}
+	}
+}
+
+// A restore parses the line of each key's winning record alone: older
+// records of a run, superseded, are never parsed (a line they hold that is
+// not a frame is neither refused nor counted), and the newest is restored.
+func TestARestoreParsesOnlyTheLineOfEachKeysWinner(t *testing.T) {
+	tb, c, j := newTable(t)
+	for seq := 1; seq <= 10; seq++ {
+		if o, _ := tb.Commit(&Frame{Source: FromProducer, Life: event(t, "job", "running", fmt.Sprintf(`"seq":%d`, seq)), LeaseSeconds: 30}); o != Applied {
+			t.Fatal(o)
+		}
+	}
+	recs := j.records()
+	for i := range recs[:len(recs)-1] {
+		tb.mu.Lock()
+		e := *tb.byKey[wireframe.WorkloadKey{Origin: self, Engine: "e", RunID: "r-job", ID: "job"}]
+		tb.mu.Unlock()
+		e.version = uint64(i + 1)
+		e.line = []byte("not json: superseded")
+		recs[i] = encodePut(nil, &e)
+	}
+	again := New(Config{Self: self, Retention: retention, MaxLive: 1000, MaxLiveBytes: 1 << 20, MaxEndedBytes: 1 << 20, MemberClaim: time.Hour, Now: c.now})
+	st := again.Restore(recs, 5*time.Second)
+	if st.Refused != 0 || st.Runs != 1 || st.Records != 10 {
+		t.Fatalf("restore %+v: want 10 records, none refused, the run restored", st)
+	}
+	if lines, _ := again.Latest(wireframe.WorkloadRef{Origin: self, ID: "job"}); len(lines) != 1 || !strings.Contains(string(lines[0].Reassertion()), `"seq":10`) {
+		t.Fatalf("restored %d lines, want the newest record's line", len(lines))
 	}
 }
 

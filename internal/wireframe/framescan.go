@@ -49,11 +49,12 @@ func (s scanString) wellFormed() bool { return !s.loneSurrogate && !s.badUTF8 }
 
 // scanMember is one member of a scanned object.
 type scanMember struct {
-	name  []byte // the name's token, quotes included
-	value []byte // the value's text
-	off   int    // where value starts in the scanned text
-	nameS scanString
-	valS  scanString // for a string value
+	name    []byte // the name's token, quotes included
+	value   []byte // the value's text
+	off     int    // where value starts in the scanned text
+	nameOff int    // where name starts in the scanned text
+	nameS   scanString
+	valS    scanString // for a string value
 }
 
 // nameString returns the member's name as encoding/json decodes it.
@@ -211,7 +212,7 @@ func (s *Scan) scanObject(i, level int) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		m := scanMember{name: b[i:nameEnd], nameS: nameS}
+		m := scanMember{name: b[i:nameEnd], nameOff: i, nameS: nameS}
 		i = skipJSONSpace(b, nameEnd)
 		if i >= len(b) || b[i] != ':' {
 			return 0, errScanSyntax

@@ -179,8 +179,9 @@ func (f *Ingress) isRemoval() bool { return f.Method == MethodRemove }
 // local-origin frame with its origin stamped, from one pass over the body
 // (framescan.go). On top of the checks every path shares (the typed checks
 // included), it enforces the ingress's own rules: a body that is UTF-8
-// throughout, exact field spelling, no resync marker, this node's origin
-// only, a known state and a bounded error text. Params over maxWorkload
+// throughout, exact field spelling, no resync marker, no ingress mark
+// (ingressmark.go), this node's origin only, a known state and a bounded
+// error text. Params over maxWorkload
 // bytes are refused (*WorkloadTooLargeError) before anything else is read
 // of them. The frame relayed is the body's own text, byte for byte, but
 // for the origin stamped where it was absent, empty or null. It has no
@@ -265,14 +266,17 @@ func ingressEnvelope(s *Scan) (string, error) {
 
 // checkIngressWorkload applies the ingress's rules to a lifecycle frame's
 // workload object, when it has one (lifecycleFromScan names the problem
-// when it has not): exact spelling, the bound on a producer's error text,
-// and the origin, which it stamps.
+// when it has not): exact spelling, no ingress mark, the bound on a
+// producer's error text, and the origin, which it stamps.
 func checkIngressWorkload(s *Scan, nodeID string) (stampedObject, error) {
 	il := &s.levels[levelInfo]
 	if s.levels[levelParams].exact("workloadInfo") == nil || !il.present {
 		return stampedObject{}, nil
 	}
 	if err := checkSpelling("workloadInfo", il, workloadFields); err != nil {
+		return stampedObject{}, err
+	}
+	if err := checkNoIngressMark(il); err != nil {
 		return stampedObject{}, err
 	}
 	// The spelling is checked: error is the one member that can be it.
