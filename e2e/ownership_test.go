@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -217,12 +218,20 @@ func TestProcessATornJournalTailIsOneWarningAndTheRecordsBeforeItStay(t *testing
 	}
 	<-a.exited
 	path := filepath.Join(nodes[0].AppDir, journalFileName)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	journal, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A record's length and checksum, and half its payload: a torn write.
-	if _, err := f.Write([]byte{200, 0, 0, 0, 1, 2, 3, 4, 'P', 1}); err != nil {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A record's length and checksum, and half its payload: a torn write,
+	// where the next record goes: over the zeros the daemon writes ahead of
+	// its records (spec 5.3), which end its last one (a record ends in its
+	// line's closing brace).
+	end := len(bytes.TrimRight(journal, "\x00"))
+	if _, err := f.WriteAt([]byte{200, 0, 0, 0, 1, 2, 3, 4, 'P', 1}, int64(end)); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()

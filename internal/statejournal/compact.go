@@ -154,6 +154,7 @@ func (j *Journal) finishCompaction(req *finishReq) {
 	// began, failed groups' included: it holds every record again, and a
 	// Wait for a record whose group failed before the switch may pass.
 	j.file, j.size, j.ident = req.tmp, req.size+int64(len(tail)), ident
+	j.alloc = j.size
 	j.broken, j.dirty, j.keepAside = nil, false, ""
 	j.failed = failedRanges{}
 	if serr != nil {

@@ -177,7 +177,7 @@ func (rc *recovery) install() (string, error) {
 		return "", fmt.Errorf("stat of %s: %w", rc.fresh.Name(), err)
 	}
 	rc.src.Close()
-	j.file, j.size, j.ident = rc.fresh, rc.freshSize, ident
+	j.file, j.size, j.alloc, j.ident = rc.fresh, rc.freshSize, rc.freshSize, ident
 	rc.fresh = nil
 	return evidence, nil
 }

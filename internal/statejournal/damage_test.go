@@ -132,21 +132,17 @@ func TestDamageCostsOnlyTheRecordsItHit(t *testing.T) {
 	}
 }
 
-// Zeros after the last record (what a file system may leave after a
-// crash) and a record cut short are a torn tail, not damage: cut with one
-// warning, nothing kept aside.
-func TestZerosOrACutRecordAtTheEndAreATornTail(t *testing.T) {
+// A record cut short at the end is a torn tail, not damage: cut with one
+// warning, nothing kept aside. Cut short where the writer wrote zeros
+// ahead of it, the warning counts the torn bytes, not the zeros after.
+func TestARecordCutShortAtTheEndIsATornTail(t *testing.T) {
 	recs, file, at := sixRecords()
+	torn := file[at(5) : len(file)-1]
 	for name, damaged := range map[string][]byte{
-		"zeros after the last record": append(bytes.Clone(file), make([]byte, 4096)...),
-		"zeros over the last record":  append(bytes.Clone(file[:at(5)]), make([]byte, len(file)-at(5))...),
-		"the last record cut short":   file[:len(file)-1],
+		"at the end of the file": file[:len(file)-1],
+		"before zeros":           append(bytes.Clone(file[:len(file)-1]), make([]byte, 4096)...),
 	} {
 		t.Run(name, func(t *testing.T) {
-			want := recs
-			if len(damaged) <= len(file) {
-				want = recs[:5]
-			}
 			opt, log := options()
 			path := journalPath(t)
 			if err := os.WriteFile(path, damaged, 0o600); err != nil {
@@ -154,12 +150,54 @@ func TestZerosOrACutRecordAtTheEndAreATornTail(t *testing.T) {
 			}
 			j, got := mustOpen(t, path, opt)
 			defer mustClose(t, j)
-			sameRecords(t, got, want)
+			sameRecords(t, got, recs[:5])
 			if log.count() != 1 || errorLines(log) != 0 || len(damagedFiles(t, path)) != 0 {
 				t.Fatalf("want one warning, no error, nothing kept aside:\n%s", log)
 			}
-			if s := j.Stats(); s.TornTails != 1 || s.DamagedRegions != 0 {
-				t.Fatalf("stats %+v: want one torn tail and no damage", s)
+			if s := j.Stats(); s.TornTails != 1 || s.DamagedRegions != 0 || s.DroppedBytes != uint64(len(torn)) {
+				t.Fatalf("stats %+v: want one torn tail of %d bytes and no damage", s, len(torn))
+			}
+		})
+	}
+}
+
+// Zeros from a record's place to the end of the file are its end, not a
+// torn tail: the writer's preallocation (preallocBytes), or what a file
+// system leaves after a crash cut the last records short, which were
+// never acknowledged. No line, nothing dropped; the next group is written
+// over them.
+func TestZerosToTheEndAreTheEndOfTheRecords(t *testing.T) {
+	recs, file, at := sixRecords()
+	for name, c := range map[string]struct {
+		file []byte
+		want [][]byte
+	}{
+		"zeros after the last record": {append(bytes.Clone(file), make([]byte, 4096)...), recs},
+		"zeros over the last record":  {append(bytes.Clone(file[:at(5)]), make([]byte, len(file)-at(5))...), recs[:5]},
+		"fewer zeros than a header":   {append(bytes.Clone(file), 0, 0, 0), recs},
+	} {
+		t.Run(name, func(t *testing.T) {
+			opt, log := options()
+			path := journalPath(t)
+			if err := os.WriteFile(path, c.file, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			j, got := mustOpen(t, path, opt)
+			sameRecords(t, got, c.want)
+			if log.count() != 0 || len(damagedFiles(t, path)) != 0 {
+				t.Fatalf("zeros at the end were reported:\n%s", log)
+			}
+			if s := j.Stats(); s.TornTails != 0 || s.DroppedBytes != 0 || s.DamagedRegions != 0 {
+				t.Fatalf("stats %+v: zeros at the end counted", s)
+			}
+			after := []byte("after the zeros' start")
+			mustAppendWait(t, j, after)
+			mustClose(t, j)
+			j, got = mustOpen(t, path, opt)
+			defer mustClose(t, j)
+			sameRecords(t, got, append(slices.Clone(c.want), after))
+			if log.count() != 0 {
+				t.Fatalf("the journal written over its zeros was reported:\n%s", log)
 			}
 		})
 	}
@@ -394,5 +432,28 @@ func TestAnotherVersionIsSetAsideEvenWithRecordsThatReadAsOurs(t *testing.T) {
 	sameRecords(t, got, nil)
 	if kept := asides(t, path); len(kept) != 1 || !bytes.Equal(fileBytes(t, kept[0]), file) || log.count() != 1 || errorLines(log) != 0 {
 		t.Fatalf("set aside %q, log:\n%s\nwant the file set aside as it was, one warning", kept, log)
+	}
+}
+
+// The search for the next record skips a run of zeros without a checksum
+// at each offset, and still finds a record whose header starts with zero
+// bytes (a length of 256 is 00 01 00 00) right after the run.
+func TestTheSearchAcrossZerosFindsTheRecordRightAfterThem(t *testing.T) {
+	first, last := []byte("before the hole"), bytes.Repeat([]byte("x"), 256)
+	file := encode(first)
+	file = append(file, 0xff)                   // damage: no record here
+	file = append(file, make([]byte, 3<<20)...) // a hole of zeros
+	file = append(file, encode(last)[len(header):]...)
+	opt, _ := options()
+	opt.MaxRecordBytes = 1 << 10
+	path := journalPath(t)
+	if err := os.WriteFile(path, file, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j, got := mustOpen(t, path, opt)
+	defer mustClose(t, j)
+	sameRecords(t, got, [][]byte{first, last})
+	if s := j.Stats(); s.DamagedRegions != 1 || s.DamagedBytes != 1+3<<20 {
+		t.Fatalf("stats %+v: want the byte and the hole as one damaged region", s)
 	}
 }

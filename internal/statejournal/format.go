@@ -64,8 +64,8 @@ const (
 )
 
 // Damage is one damaged region of a journal file: the bytes from Offset to
-// End hold no valid record, and a valid record (or the end of the file)
-// starts at End.
+// End hold no valid record, and a valid record (or the end of the file, or
+// the zeros that end it) starts at End.
 type Damage struct {
 	Offset, End int64
 	// Reason says why the record at Offset is not valid.
@@ -178,15 +178,76 @@ func (s *scanner) recordAt(off int64) (frame []byte, why string, err error) {
 	return frame, "", nil
 }
 
+// zeroRun returns where the run of zero bytes that starts at off ends: the
+// offset of the first byte that is not zero, or the file's size.
+func (s *scanner) zeroRun(off int64) (int64, error) {
+	for off < s.size {
+		n := min(scanChunk, s.size-off)
+		b, err := s.at(off, n)
+		if err != nil {
+			return off, err
+		}
+		for i, c := range b {
+			if c != 0 {
+				return off + int64(i), nil
+			}
+		}
+		off += n
+	}
+	return s.size, nil
+}
+
+// zeroHeader reports whether the frame header at off, which is in the
+// file, is all zeros: never a record's, since a record's length and
+// checksum are never both zero (an empty payload's checksum is not).
+func (s *scanner) zeroHeader(off int64) (bool, error) {
+	h, err := s.at(off, frameHeader)
+	if err != nil {
+		return false, err
+	}
+	return binary.LittleEndian.Uint64(h) == 0, nil
+}
+
+// zerosToEnd reports whether the file holds nothing but zeros from off,
+// a record's place, to its end: the end of the records. The writer writes
+// zeros ahead of its groups (preallocBytes), and a file system may leave
+// zeros after the last record a crash cut short; neither is damage.
+func (s *scanner) zerosToEnd(off int64) (bool, error) {
+	if s.size-off >= frameHeader {
+		// The common miss, a record's header, costs no scan.
+		if zero, err := s.zeroHeader(off); err != nil || !zero {
+			return false, err
+		}
+	}
+	end, err := s.zeroRun(off)
+	return end == s.size, err
+}
+
 // resync finds the first offset at or after from where a whole record's
 // length and checksum check out. It says found false when there is none
-// before the end of the file (next is then the file's size), and exhausted
-// when it stopped at its budget (next is then where it stopped).
+// before the end of the file (next is then the file's size, or where the
+// zeros that end it begin), and exhausted when it stopped at its budget
+// (next is then where it stopped).
 func (s *scanner) resync(from int64) (next int64, found, exhausted bool, err error) {
 	for p := from; p+frameHeader <= s.size; p++ {
 		h, err := s.at(p, frameHeader)
 		if err != nil {
 			return p, false, false, err
+		}
+		if binary.LittleEndian.Uint64(h) == 0 {
+			// No record starts with a zero header: skip the run of zeros,
+			// to the first offset whose header reaches past it (a record
+			// may start at most 7 bytes before its first byte that is
+			// not zero). Zeros to the end are the end.
+			end, err := s.zeroRun(p)
+			if err != nil {
+				return p, false, false, err
+			}
+			if end == s.size {
+				return p, false, false, nil // the zeros are the file's end, not damage
+			}
+			p = max(p, end-frameHeader)
+			continue
 		}
 		n := int64(binary.LittleEndian.Uint32(h[:4]))
 		if n > s.max || n > s.size-p-frameHeader {
@@ -298,6 +359,15 @@ func (s *scanner) run(v visitor) (headerState, error) {
 		if err != nil {
 			return hs, err
 		}
+		if bad != "" && start < 0 {
+			end, err := s.zerosToEnd(off)
+			if err != nil {
+				return hs, err
+			}
+			if end {
+				return hs, nil // the preallocated end, or a crash's zeros: no record, no damage
+			}
+		}
 		if bad == "" {
 			if start >= 0 {
 				if err := s.emit(v, Damage{Offset: start, End: off, Reason: why}); err != nil {
@@ -320,7 +390,11 @@ func (s *scanner) run(v visitor) (headerState, error) {
 			return hs, err
 		}
 		if !found {
-			d := Damage{Offset: start, End: size, Reason: why, Tail: !exhausted, Unsearched: exhausted}
+			end := next // where the zeros that end the file begin, or its size
+			if exhausted {
+				end = size
+			}
+			d := Damage{Offset: start, End: end, Reason: why, Tail: !exhausted, Unsearched: exhausted}
 			if exhausted {
 				d.Reason += fmt.Sprintf("; the search for the next record stopped at %d, its budget spent", next)
 			}

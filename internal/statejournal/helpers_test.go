@@ -135,6 +135,24 @@ func fileBytes(t testing.TB, path string) []byte {
 	return b
 }
 
+// recordsThenZeros reports whether the file at path holds want (header and
+// records) and nothing but zeros after: the preallocated end the writer
+// keeps ahead of its groups, or none.
+func recordsThenZeros(t testing.TB, path string, want []byte) bool {
+	t.Helper()
+	got := fileBytes(t, path)
+	return len(got) >= len(want) && bytes.Equal(got[:len(want)], want) && allZero(got[len(want):])
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // encode builds a journal file holding recs.
 func encode(recs ...[]byte) []byte {
 	b := []byte(header)

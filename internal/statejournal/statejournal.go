@@ -190,7 +190,11 @@ type Journal struct {
 	spare   []byte // the buffer of the last group written, for reuse
 	flight  *group // the group the writer is writing, nil if none
 	size    int64  // bytes of the file, through the last durable group
-	file    *os.File
+	// alloc is the file's length on disk: size and, past it, zeros
+	// written and synced ahead of the groups (preallocBytes), so that a
+	// group written within them changes none of the file's metadata.
+	alloc int64
+	file  *os.File
 	closed  bool
 	broken  error // set when the file's content is no longer known
 	failed  failedRanges
@@ -312,7 +316,7 @@ func newJournal(path string, opt Options) (*Journal, error) {
 		path: path, max: max, log: log, noSync: opt.NoSync, syncEvery: opt.SyncEvery,
 		hooks: hooks{
 			writeAt:  func(f *os.File, b []byte, off int64) (int, error) { return f.WriteAt(b, off) },
-			sync:     (*os.File).Sync,
+			sync:     dataSync,
 			truncate: (*os.File).Truncate,
 		},
 		kick:    make(chan struct{}, 1),
@@ -466,7 +470,12 @@ func (j *Journal) recover(f *os.File, lst fs.FileInfo, each func([]byte) error) 
 			return &UnwritableError{Found: j.Stats(), Err: err}
 		}
 	}
-	j.file, j.size, j.ident = f, rc.good, st
+	// A zero tail past the last record (the preallocation) is kept: the
+	// next group is written over it.
+	j.file, j.size, j.alloc, j.ident = f, rc.good, max(rc.good, rc.size), st
+	if rc.tail != nil {
+		j.alloc = rc.good
+	}
 	return nil
 }
 
@@ -520,7 +529,7 @@ func (j *Journal) startFile(f *os.File, dir string) error {
 	if err != nil {
 		return fmt.Errorf("statejournal: stat of %s: %w", j.path, err)
 	}
-	j.file, j.size, j.ident = f, int64(len(header)), st
+	j.file, j.size, j.alloc, j.ident = f, int64(len(header)), int64(len(header)), st
 	return nil
 }
 

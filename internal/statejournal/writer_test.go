@@ -1,6 +1,7 @@
 package statejournal
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -109,8 +110,8 @@ func TestFailedGroupFailsItsWaitersAndTheNextSucceeds(t *testing.T) {
 			}
 			after := []byte("after")
 			mustAppendWait(t, j, after)
-			if st, err := os.Stat(path); err != nil || st.Size() != j.Size() {
-				t.Fatalf("the file holds %d bytes, Size() says %d: the failed group's bytes were left (%v)", st.Size(), j.Size(), err)
+			if !recordsThenZeros(t, path, encode(a, after)) || j.Size() != int64(len(encode(a, after))) {
+				t.Fatalf("the file is not its records and zeros after them (Size %d): the failed group's bytes were left", j.Size())
 			}
 			if s := j.Stats(); s.GroupFailures != 1 {
 				t.Fatalf("stats %+v, want one failed group", s)
@@ -121,5 +122,54 @@ func TestFailedGroupFailsItsWaitersAndTheNextSucceeds(t *testing.T) {
 			defer mustClose(t, j)
 			sameRecords(t, recs, [][]byte{a, after})
 		})
+	}
+}
+
+// fileLen is the file's length on disk, preallocation included.
+func fileLen(t *testing.T, path string) int64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Size()
+}
+
+// Groups are written within zeros written ahead of them, a MiB at a time
+// (preallocBytes): a group that fits changes the file's length no more,
+// so its sync writes its pages and none of the file's metadata; the group
+// that passes the zeros' end writes the next MiB of them in its own sync.
+func TestGroupsAreWrittenWithinZerosWrittenAheadOfThem(t *testing.T) {
+	opt, log := options()
+	opt.NoSync = false
+	path := journalPath(t)
+	j, _ := mustOpen(t, path, opt)
+	mustAppendWait(t, j, []byte("first"))
+	ahead := fileLen(t, path)
+	if ahead != j.Size()+preallocBytes {
+		t.Fatalf("after the first group the file is %d bytes, %d of records: want a MiB of zeros ahead", ahead, j.Size())
+	}
+	mustAppendWait(t, j, []byte("second"))
+	if got := fileLen(t, path); got != ahead {
+		t.Fatalf("a group within the zeros changed the file's length: %d, was %d", got, ahead)
+	}
+	big := bytes.Repeat([]byte("r"), 64<<10)
+	var recs [][]byte
+	for j.Size() <= ahead {
+		mustAppendWait(t, j, big)
+		recs = append(recs, big)
+	}
+	if got := fileLen(t, path); got != j.Size()+preallocBytes {
+		t.Fatalf("past the zeros' end the file is %d bytes, %d of records: want the next MiB ahead", got, j.Size())
+	}
+	if !recordsThenZeros(t, path, encode(append([][]byte{[]byte("first"), []byte("second")}, recs...)...)) {
+		t.Fatal("the file is not its records and zeros after them")
+	}
+	mustClose(t, j)
+	j, got := mustOpen(t, path, opt)
+	defer mustClose(t, j)
+	sameRecords(t, got, append([][]byte{[]byte("first"), []byte("second")}, recs...))
+	if log.count() != 0 {
+		t.Fatalf("the preallocated end was reported at the next Open:\n%s", log)
 	}
 }
