@@ -193,11 +193,11 @@ type Journal struct {
 	// alloc is the file's length on disk: size and, past it, zeros
 	// written and synced ahead of the groups (preallocBytes), so that a
 	// group written within them changes none of the file's metadata.
-	alloc int64
-	file  *os.File
-	closed  bool
-	broken  error // set when the file's content is no longer known
-	failed  failedRanges
+	alloc  int64
+	file   *os.File
+	closed bool
+	broken error // set when the file's content is no longer known
+	failed failedRanges
 	// compacting is set from Compact to the end of its switch; tailing while
 	// appends must also be copied to tail.
 	compacting bool
