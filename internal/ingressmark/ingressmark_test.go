@@ -2,6 +2,10 @@ package ingressmark
 
 import (
 	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -115,6 +119,43 @@ func TestOnlyAMarkAsMemberWritesItChecks(t *testing.T) {
 func TestAKeyShorterThan128BitsIsRefused(t *testing.T) {
 	if _, err := New(make([]byte, MinKeyBytes-1)); err == nil {
 		t.Fatal("a 15-byte key was taken")
+	}
+}
+
+// A mark is the HMAC-SHA256 the spec gives (3.5.3), whatever HMAC made it:
+// a reused one, reset, writes the same mark as a fresh one, so a mark the
+// broker holds from before a restart still checks.
+func TestAMarkIsTheHMACOfItsMessageUnderTheKey(t *testing.T) {
+	key := bytes.Repeat([]byte{7}, 32)
+	m, err := New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, k := range []wireframe.WorkloadKey{run, {Origin: "o", Engine: "e", RunID: "r", ID: strings.Repeat("i", 256)}, run} {
+		var msg []byte
+		for _, f := range []string{macDomain, k.Origin, k.Engine, k.RunID, k.ID, "30"} {
+			msg = binary.AppendUvarint(msg, uint64(len(f)))
+			msg = append(msg, f...)
+		}
+		h := hmac.New(sha256.New, key)
+		h.Write(msg)
+		want := `"` + wireframe.IngressMarkName + `":"30.` + base64.RawURLEncoding.EncodeToString(h.Sum(nil)[:macBytes]) + `"`
+		if got := string(m.Member(k, 30)); got != want {
+			t.Errorf("mark %d: %s, want %s", i, got, want)
+		}
+	}
+}
+
+// A mark is made for every ingress frame: its keyed HMAC is reused, so
+// the one allocation is the member itself.
+func TestAMarkCostsOneAllocation(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector drops pooled values")
+	}
+	m := marker(t, 1)
+	m.Member(run, 30)
+	if n := testing.AllocsPerRun(100, func() { m.Member(run, 30) }); n > 1 {
+		t.Errorf("a mark costs %v allocations, want 1", n)
 	}
 }
 

@@ -695,6 +695,9 @@ func (discardJournal) Append([]byte) (uint64, error) { return 1, nil }
 // A put's record is built in the table's own buffer, which the journal
 // copies from: a renewal allocates its kept line and nothing per record.
 func TestAPutBuildsItsRecordInTheTablesBuffer(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector drops pooled values (the line's buffers)")
+	}
 	tb, _, _ := newTable(t, func(c *Config) { c.Journal = discardJournal{} })
 	ev := event(t, "j", "running")
 	f := &Frame{Source: FromProducer, Life: ev, LeaseSeconds: 60}
@@ -707,6 +710,9 @@ func TestAPutBuildsItsRecordInTheTablesBuffer(t *testing.T) {
 // A run's line is built in pooled buffers and copied out once, at its
 // exact length: the one allocation is the line the run keeps.
 func TestAReassertionLineIsOneAllocation(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector drops pooled values")
+	}
 	params := json.RawMessage(`{"workloadInfo":{"id":"j","runId":"j","seq":2,"model":"m","engine":"e","state":"running","originatedFrom":"` + self + `"}}`)
 	ReassertionLine(wireframe.MethodStarted, params)
 	if n := testing.AllocsPerRun(100, func() { ReassertionLine(wireframe.MethodStarted, params) }); n != 1 {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package ingressmark
+
+const raceEnabled = false

@@ -1,0 +1,5 @@
+//go:build !race
+
+package statetable
+
+const raceEnabled = false
