@@ -151,10 +151,25 @@ func (c *ingressCommit) settle() { c.m.ingressFlight.settle(c.key, c.startsRun, 
 // once its record's write failed: the frame is applied, and a retry of it
 // is harmless.
 func (t ingressTurn) wait() error {
+	if err := t.written(); err != nil {
+		return err
+	}
+	return t.durable()
+}
+
+// written returns once the frame is written to the broker and committed,
+// or as ingress.ErrBrokerWrite once its group's write failed.
+func (t ingressTurn) written() error {
 	if err := t.turn.Wait(); err != nil {
 		t.c.settle()
 		return fmt.Errorf("%w: %v", ingress.ErrBrokerWrite, err)
 	}
+	return nil
+}
+
+// durable returns once the committed frame's journal record is durable,
+// or as ingress.ErrNotDurable once its write failed.
+func (t ingressTurn) durable() error {
 	if err := t.c.m.journal.wait(t.c.seq); err != nil {
 		return fmt.Errorf("%w: %v", ingress.ErrNotDurable, err)
 	}

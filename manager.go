@@ -926,16 +926,24 @@ func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, er
 	if !m.ingressWaiters.Acquire(nil) {
 		return f, m.ingressWaiters.Busy()
 	}
-	defer m.ingressWaiters.Release()
 	m.framesReceived.Inc("ingress", f.method)
 	// Both lines are built before ingestMu: only the frame's place in the
 	// order is decided under it.
 	line, peerLine := ingressLine(&f, m.marker, m.cfg.BrokerLineMax), tableLine(&f)
 	turn, err := m.enterIngress(f, line, peerLine)
+	if err == nil {
+		err = turn.written()
+	}
+	// The slot bounds the requests waiting on the broker (0049): once the
+	// frame is written, its wait for the journal's fsync is not one, and
+	// holding the slot through it would cap the frames of one group at the
+	// bound. The requests waiting on the journal are bounded by the
+	// ingress's connections.
+	m.ingressWaiters.Release()
 	if err != nil {
 		return f, err
 	}
-	return f, turn.wait()
+	return f, turn.durable()
 }
 
 // enterIngress checks the live-workload limit and gives a producer's frame

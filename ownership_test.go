@@ -8,11 +8,13 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/statejournal"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/testframe"
@@ -331,5 +333,46 @@ func TestAStaleIngressFrameWaitsForTheHeldStatesRecord(t *testing.T) {
 	close(j.release)
 	if a, b := <-newer, <-older; a != http.StatusOK || b != http.StatusOK {
 		t.Fatalf("once durable: %d and %d, want 200 and 200", a, b)
+	}
+}
+
+// A frame waiting for its journal record's fsync no longer waits on the
+// broker, so it holds none of the broker waiters' slots (0049): more
+// producers than the bound wait on one slow fsync together, none refused
+// 503, and one group can take them all.
+func TestFramesWaitingOnTheJournalHoldNoBrokerWaiterSlot(t *testing.T) {
+	n := newTestNode(t)
+	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const posts = brokerio.WaitersMax + 8
+	j := &heldJournal{journalFile: f, waiting: make(chan uint64, posts), release: make(chan struct{})}
+	n.m.journal.use(j)
+	n.start()
+	answered := make(chan int, posts)
+	for i := range posts {
+		go func() {
+			st, _ := testkit.PostIngress(t, n.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("held-"+strconv.Itoa(i), "running", 1), nil)))
+			answered <- st
+		}()
+	}
+	for range posts {
+		select {
+		case <-j.waiting:
+		case st := <-answered:
+			t.Fatalf("a post was answered %d while the journal held every wait", st)
+		case <-time.After(testkit.WaitTimeout):
+			t.Fatalf("fewer than %d posts reached the journal's wait: the broker waiters' slots held them", posts)
+		}
+	}
+	close(j.release)
+	for range posts {
+		if st := <-answered; st != http.StatusOK {
+			t.Fatalf("answered %d once durable, want 200", st)
+		}
 	}
 }
