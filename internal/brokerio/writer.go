@@ -137,7 +137,6 @@ type Turn struct {
 	bw    *Writer
 	buf   *bytes.Buffer // the frame's line, given back to the pool by wait
 	g     *brokerGroup  // the group it joined; nil when its caller leads
-	w     io.Writer     // for a caller that leads: the writer at its enter
 	after func()        // for a caller that leads: its own commit
 }
 
@@ -164,7 +163,7 @@ func (bw *Writer) Enter(buf *bytes.Buffer, after func()) (Turn, error) {
 	}
 	if !bw.leading {
 		bw.leading = true
-		return Turn{bw: bw, buf: buf, w: bw.w, after: after}, nil
+		return Turn{bw: bw, buf: buf, after: after}, nil
 	}
 	return Turn{bw: bw, buf: buf, g: bw.joinLocked(groupMember{line: buf.Bytes(), after: after})}, nil
 }
