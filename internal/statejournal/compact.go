@@ -213,5 +213,10 @@ func (j *Journal) keepUnreadAside() error {
 	if _, err := os.Lstat(j.path); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	return j.setAside(j.path, why)
+	to := j.asideName(j.path)
+	if err := os.Rename(j.path, to); err != nil {
+		return fmt.Errorf("statejournal: moving %s aside (%s): %w", j.path, why, err)
+	}
+	j.log.Error("journal: a file the daemon did not read was moved aside for the rebuilt journal; its records are not in the state table", "file", j.path, "keptAs", to, "reason", why)
+	return nil
 }
