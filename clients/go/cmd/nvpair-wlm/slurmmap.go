@@ -121,22 +121,20 @@ func expandArrays(jobs []sjob, limit int) (out []sjob, dropped int) {
 			out = append(out, j)
 			continue
 		}
-		tasks, err := expandTasks(j.Tasks, min(maxArrayTasks, limit-made+1))
+		tasks, err := expandTasks(j.Tasks, maxArrayTasks)
 		if err != nil || len(tasks) == 0 {
 			dropped++
 			continue
 		}
-		for _, t := range tasks {
-			if made >= limit {
-				dropped++
-				continue
-			}
-			made++
+		take := min(len(tasks), limit-made)
+		dropped += len(tasks) - take
+		for _, t := range tasks[:take] {
 			task := j
 			task.TaskID, task.Tasks = t, ""
 			task.Key = jobKey(j.JobID, j.ArrayJobID, t)
 			out = append(out, task)
 		}
+		made += take
 	}
 	return out, dropped
 }
