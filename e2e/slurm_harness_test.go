@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -138,7 +139,9 @@ func (s *slurm) mungeSocket() string { return filepath.Join(s.dir, "munge", "mun
 
 // writeConf writes slurm.conf: the node line as `slurmd -C` gives it, but
 // for cpus; no accounting, no cgroups (proctrack/linuxproc, task/none),
-// no mail; KillWait short so a cancelled job is gone in a second.
+// no mail; KillWait short so a cancelled job is gone in a second, and
+// MessageTimeout short (loopback answers at once) so a command finds a
+// stopped controller gone in seconds rather than its default 10 s.
 func (s *slurm) writeConf(ctldPort, slurmdPort, cpus int) {
 	host, _ := os.Hostname()
 	var b bytes.Buffer
@@ -167,6 +170,7 @@ ReturnToService=2
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 KillWait=1
+MessageTimeout=3
 SlurmctldTimeout=30
 SlurmdTimeout=30
 NodeName=%[6]s NodeHostname=%[7]s NodeAddr=127.0.0.1 Port=%[3]d CPUs=%[8]d RealMemory=500 State=UNKNOWN
@@ -303,7 +307,27 @@ func (s *slurm) stop() {
 	s.stopController()
 	stopProcess(s.slurmd)
 	stopProcess(s.munged)
+	s.killLeftJobs()
 	os.RemoveAll(s.dir)
+}
+
+// killLeftJobs kills what is left of this Slurm's jobs: their slurmstepd
+// and its children outlive slurmd, and a test that ends while the
+// controller is down cannot cancel them. Each carries this Slurm's
+// SLURM_CONF in its environment (sbatch exports the submitter's), a path
+// no other Slurm has.
+func (s *slurm) killLeftJobs() {
+	mark := []byte("SLURM_CONF=" + s.conf + "\x00")
+	procs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, p := range procs {
+		env, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(env, mark) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && pid != os.Getpid() {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // stopProcess sends p SIGTERM, waits up to 5 s, then kills it.
