@@ -365,7 +365,7 @@ func TestBridgeRestartedWithoutAReadBackSaysEachLiveJobsStateAgain(t *testing.T)
 	in.readBack = nil // the read-back fails
 	in.mu.Unlock()
 	r.start()
-	r.sent(3) // the resumed job's lease, renewed at once
+	r.sent(3)                           // the resumed job's lease, renewed at once
 	r.poll(4, running("5", 0, 1, "n1")) // the state said again
 	fs := in.of(idOf("5", 0))
 	wantStates(t, fs, "queued", "running", "running", "running")

@@ -15,6 +15,12 @@ import (
 
 // Defaults of the bridge's bounds.
 const (
+	// defaultBridgeLease is the lease on each job: a bridge dead this long
+	// leaves its jobs failed on every member. Each live job's lease is
+	// renewed at a third of it, one request each: at 1,000 jobs, 25
+	// requests a second, where 30 s (the client's default) would be 100
+	// and twice the bridge's CPU (measured: 0.9 % of a core against 2 %).
+	defaultBridgeLease = 2 * time.Minute
 	// defaultMaxJobs bounds the jobs the bridge tracks at once: far above
 	// one node's live and recently ended jobs (Slurm's own MaxJobCount is
 	// 10,000 by default, for the whole cluster).
@@ -32,7 +38,7 @@ func slurmMain(args []string, stdout, stderr io.Writer) int {
 	host, _, _ = strings.Cut(host, ".")
 	var cfg bridgeConfig
 	c.fs.DurationVar(&cfg.interval, "interval", 5*time.Second, "how often Slurm's view is read")
-	lease := c.fs.Duration("lease", 30*time.Second, "the lease on each live job, renewed while the bridge runs: a bridge dead this long leaves its jobs failed; whole seconds from 5s to 24h, at least twice --interval")
+	lease := c.fs.Duration("lease", defaultBridgeLease, "the lease on each live job, renewed at a third of it while the bridge runs: a bridge dead this long leaves its jobs failed; whole seconds from 5s to 24h, at least twice --interval")
 	c.fs.StringVar(&cfg.node, "node", host, "this node's Slurm node name: the jobs whose batch host it is are reported from here")
 	c.fs.BoolVar(&cfg.pending, "pending", false, "also report the jobs no node runs yet (pending, and cancelled while pending); give it to one node of the cluster")
 	c.fs.StringVar(&cfg.squeue, "squeue", "squeue", "the squeue command (Slurm 22.05 or later)")
