@@ -417,3 +417,45 @@ func TestBridgeStateFileTornStartsFromTheReadBack(t *testing.T) {
 		t.Errorf("the state file after the poll: %v %v", jobs, err)
 	}
 }
+
+func TestBridgeSendsAnEndItsFileRecordedThatTheNodeNeverGot(t *testing.T) {
+	in := &ingress{readBack: []map[string]any{}}
+	r := newRig(t, bridgeConfig{}, in)
+	r.poll(2, running("8", 0, 1, "n1"))
+	// The bridge wrote the end to its file and died before the client
+	// sent it: the file says completed, the node still shows running.
+	jobs, err := loadState(r.cfg.statePath)
+	if err != nil || len(jobs) != 1 {
+		t.Fatal(jobs, err)
+	}
+	jobs[0].State, jobs[0].Seq, jobs[0].Ended = "completed", 3, at(7).UnixMilli()
+	if err := saveState(r.cfg.statePath, jobs); err != nil {
+		t.Fatal(err)
+	}
+	in.mu.Lock()
+	in.readBack = []map[string]any{r.in.frames[1].Info}
+	in.mu.Unlock()
+	r.start()
+	r.sent(3) // the resumed job's lease, renewed at once
+	r.poll(4) // the job has left Slurm's view since: its recorded end, not "unknown"
+	fs := in.of(idOf("8", 0))
+	wantStates(t, fs, "queued", "running", "running", "completed")
+	if num(fs[3].Info["completedAt"]) != at(7).UnixMilli() || fs[3].Info["error"] != nil {
+		t.Errorf("the end sent: %+v, want the recorded one", fs[3].Info)
+	}
+}
+
+func TestBridgeReportsEachTaskOfAPendingArrayUnderTheIDItKeepsWhenSplit(t *testing.T) {
+	r := newRig(t, bridgeConfig{pending: true}, nil)
+	arr := pending("9", 0)
+	arr.JobID, arr.ArrayJobID, arr.Tasks = 9, 9, "0-2"
+	r.poll(3, arr) // one record in Slurm, three jobs here
+	task0 := running("9_0", 0, 2, "n1")
+	task0.JobID, task0.ArrayJobID, task0.TaskID = 10, 9, 0
+	rest := arr
+	rest.Tasks = "1-2"
+	r.poll(4, task0, rest) // Slurm split task 0 off, with a job id of its own
+	wantStates(t, r.in.of(idOf("9_0", 0)), "queued", "running")
+	wantStates(t, r.in.of(idOf("9_1", 0)), "queued")
+	wantStates(t, r.in.of(idOf("9_2", 0)), "queued")
+}
