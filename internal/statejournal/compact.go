@@ -75,7 +75,7 @@ func (j *Journal) compact(snapshot func(emit func(payload []byte) error) error) 
 // switch to it.
 func (j *Journal) runCompaction(snapshot func(emit func(payload []byte) error) error) error {
 	name := j.tempName()
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|noFollow, 0o600)
+	f, err := openJournalFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("creating %s: %w", name, err)
 	}

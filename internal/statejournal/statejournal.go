@@ -423,7 +423,7 @@ func (j *Journal) openFile(each func([]byte) error) error {
 		}
 		return j.create()
 	}
-	f, err := os.OpenFile(j.path, os.O_RDWR|noFollow, 0)
+	f, err := openJournalFile(j.path, os.O_RDWR, 0)
 	if err != nil {
 		return j.readOnly(fmt.Errorf("statejournal: opening %s: %w", j.path, err), each)
 	}
@@ -513,7 +513,7 @@ func (j *Journal) cut(f *os.File, d *Damage) error {
 // create makes a new journal file; O_EXCL refuses anything created at the
 // path since it was inspected, a planted link included.
 func (j *Journal) create() error {
-	f, err := os.OpenFile(j.path, os.O_RDWR|os.O_CREATE|os.O_EXCL|noFollow, 0o600)
+	f, err := openJournalFile(j.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("statejournal: creating %s: %w", j.path, err)
 	}
