@@ -68,6 +68,9 @@ type entry struct {
 	// have none, so it costs them a pointer.
 	lease   *leaseState
 	sibling *entry // the runs of one workload (byRef)
+	// anchor holds the cursors that have the entry as their last (see
+	// cursor.go), nil for none.
+	anchor *anchor
 	// v links every entry in version order; p links the live and
 	// retained terminal runs in pass order (first tracked first).
 	v, p links
@@ -142,6 +145,12 @@ type Config struct {
 	// MemberClaim is how long a member that left keeps its claim on the
 	// ends it has not acknowledged.
 	MemberClaim time.Duration
+	// MaxGoneMembers and MaxGoneBytes bound the members that left and
+	// still hold their claim (0: DefaultMaxGoneMembers and
+	// DefaultMaxGoneBytes): past either, the one that left longest ago is
+	// dropped.
+	MaxGoneMembers int
+	MaxGoneBytes   int64
 	// LeaseUnit is one second of a lease (shorter in tests).
 	LeaseUnit time.Duration
 	Journal   Journal // nil: nothing is written
@@ -166,7 +175,6 @@ type Table struct {
 	byRef    map[wireframe.WorkloadRef]*entry // the first of a workload's runs
 	removals map[wireframe.WorkloadRef]*entry // removal tombstones
 	members  map[string]*Member               // by node id and principal (peerTarget.memberID)
-	vcursors map[*vcursor]struct{}            // members' and walks' places in version order
 	passes   map[*Pass]struct{}               // heartbeat passes' places in pass order
 	versions order                            // every entry, oldest version first
 	pass     order                            // the runs re-asserted, first tracked first
@@ -187,9 +195,24 @@ type Table struct {
 	// journaledBytes is what the journaled entries' records take: what a
 	// compaction would write, beside the members' marks.
 	journaledBytes int64
-	// nextClaimCheck is when expireClaimsLocked looks again.
-	nextClaimCheck time.Time
+	// waiting are the members that found nothing to take (wakeLocked),
+	// dirty those whose mark is not written yet (flushMarksLocked).
+	waiting, dirty []*Member
+	// goneHead..goneTail are the members that left, oldest departure
+	// first, goneCount of them taking goneBytes (boundGoneLocked).
+	goneHead, goneTail *Member
+	goneCount          int
+	goneBytes          int64
 }
+
+// The default bound on the members that left: a cluster's nodes leave and
+// come back (a flap, a reboot); 1,024 of them, at most 256 KiB, is far
+// more than a cluster has nodes, and a member dropped so is only sent the
+// whole table when it comes back.
+const (
+	DefaultMaxGoneMembers = 1024
+	DefaultMaxGoneBytes   = 256 << 10
+)
 
 // Stats are the table's counters, for the metrics.
 type Stats struct {
@@ -202,6 +225,8 @@ type Stats struct {
 	JournalFailed atomic.Uint64 // records not appended to the journal
 	LeaseRenewed  atomic.Uint64
 	ClaimsExpired atomic.Uint64 // members whose claim ran out
+	GoneDropped   atomic.Uint64 // members that left, dropped at their bound (MaxGoneMembers, MaxGoneBytes)
+	MarksWritten  atomic.Uint64 // members' marks written to the journal (flushMarksLocked)
 }
 
 // New returns an empty table.
@@ -212,13 +237,18 @@ func New(cfg Config) *Table {
 	if cfg.LeaseUnit == 0 {
 		cfg.LeaseUnit = time.Second
 	}
+	if cfg.MaxGoneMembers == 0 {
+		cfg.MaxGoneMembers = DefaultMaxGoneMembers
+	}
+	if cfg.MaxGoneBytes == 0 {
+		cfg.MaxGoneBytes = DefaultMaxGoneBytes
+	}
 	t := &Table{
 		cfg:      cfg,
 		byKey:    map[wireframe.WorkloadKey]*entry{},
 		byRef:    map[wireframe.WorkloadRef]*entry{},
 		removals: map[wireframe.WorkloadRef]*entry{},
 		members:  map[string]*Member{},
-		vcursors: map[*vcursor]struct{}{},
 		passes:   map[*Pass]struct{}{},
 		leaseCh:  make(chan struct{}, 1),
 	}
@@ -701,11 +731,7 @@ func (t *Table) linkVersion(e *entry) { t.versions.pushBack(e) }
 // unlinkVersion takes e out of version order; a cursor past it moves back
 // to the entry before it, so it still names the last entry it has.
 func (t *Table) unlinkVersion(e *entry) {
-	for c := range t.vcursors {
-		if c.after == e {
-			c.after = e.v.prev
-		}
-	}
+	e.handOver()
 	t.versions.remove(e)
 	e.v = links{}
 }
@@ -818,12 +844,14 @@ func (t *Table) Latest(ref wireframe.WorkloadRef) (lines []Line, removed bool) {
 	return lines, t.removals[ref] != nil
 }
 
-// Prune retires and forgets what is due, a budget at a time; it reports
-// whether more is due. The Manager calls it on a tick, so a node without
-// traffic still frees what it may.
+// Prune retires and forgets what is due, a budget at a time, and writes
+// the marks that moved since the last Prune; it reports whether more is
+// due. The Manager calls it on a tick, so a node without traffic still
+// frees what it may.
 func (t *Table) Prune() (more bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.flushMarksLocked()
 	return t.reapLocked(t.cfg.Now())
 }
 
@@ -880,23 +908,14 @@ func (t *Table) lowMarkLocked() uint64 {
 }
 
 // expireClaimsLocked drops the members that left longer than their claim
-// ago. It looks only when the earliest departure may be due, so a reap
-// costs O(members) at most once per claimCheck.
+// ago: the oldest departure first, so a reap looks at one member that
+// stays.
 func (t *Table) expireClaimsLocked(now time.Time) {
-	if now.Before(t.nextClaimCheck) {
-		return
-	}
-	t.nextClaimCheck = now.Add(claimCheck)
-	for id, m := range t.members {
-		if !m.active && now.Sub(m.departed) >= t.cfg.MemberClaim {
-			t.dropMemberLocked(id, m)
-		}
+	for m := t.goneHead; m != nil && now.Sub(m.departed) >= t.cfg.MemberClaim; m = t.goneHead {
+		t.dropMemberLocked(m)
+		t.stats.ClaimsExpired.Add(1)
 	}
 }
-
-// claimCheck is how often the members' claims are looked at: a claim is
-// days long, so a second late costs nothing.
-const claimCheck = time.Second
 
 // endBytes is the count e's bytes are kept in: the ends of workloads this
 // node held, or the unheld removals'.
@@ -928,7 +947,7 @@ func (t *Table) evictLocked() {
 		if !e.unheld {
 			for _, m := range t.members {
 				if m.mark < e.version {
-					m.resetLocked()
+					t.resetLocked(m)
 				}
 			}
 		}

@@ -425,6 +425,7 @@ func TestTheJournalRebuildsWhatARestartNeeds(t *testing.T) {
 	commit(t, tb, FromProducer, event(t, "gone", "running"))
 	remove(t, tb, FromProducer, "gone")
 	sent(t, tb, m)
+	tb.Prune() // the prune tick writes the marks that moved
 	commit(t, tb, FromProducer, event(t, "after", "running"))
 
 	again := New(Config{Self: self, Retention: retention, MaxLive: 1000, MaxLiveBytes: 1 << 20, MaxEndedBytes: 1 << 20, MemberClaim: time.Hour, Now: c.now})
