@@ -21,7 +21,7 @@ type Member struct {
 	// marks are written together, once per prune tick (flushMarksLocked).
 	dirty bool
 	// gone links the members that left, oldest departure first.
-	gone struct{ prev, next *Member }
+	gone   struct{ prev, next *Member }
 	inGone bool
 }
 
