@@ -813,13 +813,17 @@ func (t *Table) retryAfterLocked(now time.Time) time.Duration {
 type Sizes struct {
 	Runs, Removals, Members, Leases   int
 	RunBytes, EndedBytes, UnheldBytes int64
+	// GoneMembers of the Members left, taking GoneBytes (boundGoneLocked).
+	GoneMembers int
+	GoneBytes   int64
 }
 
 // Sizes returns the table's gauges; O(1).
 func (t *Table) Sizes() Sizes {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return Sizes{Runs: t.inPass, RunBytes: t.passSize, EndedBytes: t.ended, UnheldBytes: t.unheldBytes, Removals: len(t.removals), Members: len(t.members), Leases: len(t.leases)}
+	return Sizes{Runs: t.inPass, RunBytes: t.passSize, EndedBytes: t.ended, UnheldBytes: t.unheldBytes, Removals: len(t.removals), Members: len(t.members), Leases: len(t.leases),
+		GoneMembers: t.goneCount, GoneBytes: t.goneBytes}
 }
 
 // HoldsRun reports whether the table holds run k within its retention.
