@@ -171,7 +171,7 @@ func TestTheMembersThatLeftAreBoundedInCountAndBytes(t *testing.T) {
 		t.Fatal("the latest departure was dropped, not the oldest")
 	}
 
-	tb, _, _ = newTable(t, func(c *Config) { c.MaxGoneMembers, c.MaxGoneBytes = 1000, 4 * (goneOverhead + 64) })
+	tb, _, _ = newTable(t, func(c *Config) { c.MaxGoneMembers, c.MaxGoneBytes = 1000, 4*(goneOverhead+64) })
 	for flap := range 30 {
 		tb.Leave(tb.Join(fmt.Sprintf("%064d", flap)))
 	}
