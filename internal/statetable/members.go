@@ -36,7 +36,7 @@ func (m *Member) ID() string { return m.id }
 // had not acknowledged was evicted.
 func (t *Table) resetLocked(m *Member) {
 	m.cur.set(nil)
-	m.mark = 0
+	t.setMark(m, 0)
 	t.markDirty(m)
 	poke(m.wake)
 }
@@ -46,6 +46,7 @@ func (t *Table) memberLocked(id string) *Member {
 	if m == nil {
 		m = &Member{id: id, wake: make(chan struct{}, 1)}
 		t.members[id] = m
+		t.lowValid = false
 	}
 	return m
 }
@@ -86,6 +87,7 @@ func (t *Table) Leave(m *Member) {
 
 func (t *Table) dropMemberLocked(m *Member) {
 	delete(t.members, m.id)
+	t.lowValid = false
 	m.cur.release()
 	t.unlinkGone(m)
 	b := []byte{recDropMember}
@@ -169,7 +171,7 @@ func (t *Table) Ack(m *Member, v uint64) {
 		last = next
 	}
 	m.cur.set(last)
-	m.mark = max(m.mark, v)
+	t.setMark(m, max(m.mark, v))
 	t.markDirty(m)
 	t.reapLocked(t.cfg.Now())
 }

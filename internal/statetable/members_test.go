@@ -2,6 +2,7 @@ package statetable
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -130,6 +131,21 @@ func TestEveryCursorStaysAfterTheLastEntryAtOrBelowItsMark(t *testing.T) {
 		for _, m := range ms {
 			checkCursor(t, tb, m, step)
 		}
+		checkLowMark(t, tb, step)
+	}
+}
+
+// checkLowMark holds the kept low mark to a walk of the members.
+func checkLowMark(t *testing.T, tb *Table, step int) {
+	t.Helper()
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	want := uint64(math.MaxUint64)
+	for _, m := range tb.members {
+		want = min(want, m.mark)
+	}
+	if got := tb.lowMarkLocked(); got != want {
+		t.Fatalf("step %d: the low mark kept is %d, the members' lowest %d", step, got, want)
 	}
 }
 
@@ -188,10 +204,16 @@ func TestTheMembersThatLeftAreBoundedInCountAndBytes(t *testing.T) {
 func BenchmarkCommitWithMembers(b *testing.B) {
 	for _, away := range []int{0, 2000} {
 		b.Run(fmt.Sprintf("members=%d", away+1), func(b *testing.B) {
-			tb, _, _ := newTable(b, func(c *Config) { c.Journal = nil; c.MaxEndedBytes = 1 << 30 })
+			tb, c, _ := newTable(b, func(c *Config) { c.Journal = nil; c.MaxEndedBytes = 1 << 30 })
 			for i := range away {
 				tb.Join(fmt.Sprintf("away-%d", i))
 			}
+			// Ends past their retention that the away members still lack:
+			// each reap asks for the low mark.
+			for i := range 100 {
+				commit(b, tb, FromBroker, event(b, fmt.Sprintf("old%d", i), "completed"))
+			}
+			c.advance(2 * retention)
 			for i := range 100 {
 				commit(b, tb, FromBroker, event(b, fmt.Sprintf("j%d", i), "running"))
 			}

@@ -597,6 +597,7 @@ func (t *Table) rebuild(runs map[wireframe.WorkloadKey]*restored, rems map[wiref
 		t.restoreEntry(e, now, grace, st)
 	}
 	gone := make([]*Member, 0, len(marks))
+	t.lowValid = false
 	for id, m := range marks {
 		t.members[id] = m
 		if m.departed.IsZero() || m.departed.After(now) {

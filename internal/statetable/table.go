@@ -203,6 +203,11 @@ type Table struct {
 	goneHead, goneTail *Member
 	goneCount          int
 	goneBytes          int64
+	// low is the members' lowest mark and lowCount the members at it,
+	// while lowValid (lowMarkLocked).
+	low      uint64
+	lowCount int
+	lowValid bool
 }
 
 // The default bound on the members that left: a cluster's nodes leave and
@@ -902,13 +907,43 @@ func (t *Table) reapLocked(now time.Time) (more bool) {
 
 // lowMarkLocked is the lowest mark of the members holding a claim: an end
 // at or below it is held by every member. Without members it is the
-// highest version: nobody is owed anything.
+// highest version: nobody is owed anything. It is kept, with the count of
+// members at it, as the marks move (setMark), and found again by a walk
+// of the members only when the last member at it moved on, a member was
+// dropped or a new one joined: once per change at most, not per ack.
 func (t *Table) lowMarkLocked() uint64 {
-	low := uint64(math.MaxUint64)
-	for _, m := range t.members {
-		low = min(low, m.mark)
+	if !t.lowValid {
+		t.low, t.lowCount = math.MaxUint64, 0
+		for _, m := range t.members {
+			switch {
+			case m.mark < t.low:
+				t.low, t.lowCount = m.mark, 1
+			case m.mark == t.low:
+				t.lowCount++
+			}
+		}
+		t.lowValid = true
 	}
-	return low
+	return t.low
+}
+
+// setMark moves m's mark to v, keeping the low mark.
+func (t *Table) setMark(m *Member, v uint64) {
+	old := m.mark
+	m.mark = v
+	if !t.lowValid || old == v {
+		return
+	}
+	switch {
+	case v < t.low:
+		t.low, t.lowCount = v, 1
+	case v == t.low:
+		t.lowCount++
+	case old == t.low:
+		if t.lowCount--; t.lowCount == 0 {
+			t.lowValid = false
+		}
+	}
 }
 
 // expireClaimsLocked drops the members that left longer than their claim
