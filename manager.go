@@ -438,6 +438,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	// Every frame is committed now; the peers get until the drain's end to
 	// catch up, and what they still lack stays in the journal.
 	m.bcast.Close(m.cfg.DrainTimeout)
+	m.table.FlushMarks()
 	m.journal.close(deadline)
 	m.brokerLines.Stop(m.log)
 	wg.Wait()
@@ -1387,6 +1388,12 @@ func (m *Manager) writeTableMetrics(t *promtext.Text) {
 	t.Single("nvpair_wlm_removals_held", "gauge", "Removal tombstones held.", float64(sz.Removals))
 	t.Single("nvpair_wlm_members", "gauge", "Members this node keeps a mark for: targets, and nodes that left within their claim.", float64(sz.Members))
 	t.Single("nvpair_wlm_member_claims_expired_total", "counter", "Members forgotten because they stayed away past their claim.", float64(st.ClaimsExpired.Load()))
+	t.Single("nvpair_wlm_members_gone", "gauge", "Members that left discovery and still hold their claim.", float64(sz.GoneMembers))
+	t.Single("nvpair_wlm_members_gone_bytes", "gauge", "What the members that left take: their ids and about 256 bytes each.", float64(sz.GoneBytes))
+	t.Single("nvpair_wlm_members_gone_limit", "gauge", "The most members that left kept; past it, or past the byte limit, the one that left longest ago is forgotten.", float64(statetable.DefaultMaxGoneMembers))
+	t.Single("nvpair_wlm_members_gone_limit_bytes", "gauge", "The most bytes of members that left kept.", float64(statetable.DefaultMaxGoneBytes))
+	t.Single("nvpair_wlm_members_gone_dropped_total", "counter", "Members that left, forgotten at the bound on their count or bytes before their claim ran out.", float64(st.GoneDropped.Load()))
+	t.Single("nvpair_wlm_member_marks_written_total", "counter", "Members' marks written to the journal, together once per prune tick.", float64(st.MarksWritten.Load()))
 	t.Single("nvpair_wlm_ingress_ownership_refusals_total", "counter", "Ingress frames refused 409 because they named a workload the broker owns.", float64(st.Refused409.Load()))
 	t.Single("nvpair_wlm_ingress_marks_enabled", "gauge", "1 when this node marks its ingress frames to the broker (it has its ingress mark key), else 0.", boolGauge(m.marker != nil))
 	t.Single("nvpair_wlm_ingress_replay_claims_total", "counter", "Broker replays of an ingress job the journal did not hold, made its producer's again by their ingress mark.", float64(m.replayClaims.Load()))

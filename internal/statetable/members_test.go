@@ -229,3 +229,21 @@ func BenchmarkCommitWithMembers(b *testing.B) {
 		})
 	}
 }
+
+// A mark that moved for a member dropped before the tick is not written:
+// its 'M' entry after the drop's record would bring it back at a restart.
+func TestAMemberDroppedBeforeTheTickIsNotBroughtBackByItsMark(t *testing.T) {
+	tb, c, j := newTable(t, func(c *Config) { c.MaxGoneMembers = 1 })
+	m := tb.Join("old")
+	commit(t, tb, FromBroker, event(t, "a", "completed"))
+	taken := tb.TakeAbove(m, 8, 1<<20)
+	tb.Leave(m)
+	tb.Ack(m, taken.Versions[0]) // the sender's last answer, after the leave
+	tb.Leave(tb.Join("new"))     // the bound of 1 drops old
+	tb.Prune()
+	again := New(Config{Self: self, Retention: retention, MaxLive: 1000, MaxLiveBytes: 1 << 20, MaxEndedBytes: 1 << 20, MemberClaim: time.Hour, Now: c.now})
+	again.Restore(j.records(), time.Second)
+	if _, known := again.MemberMark("old"); known {
+		t.Fatal("a member dropped at the bound came back at the restart by a mark written after its drop")
+	}
+}

@@ -864,6 +864,15 @@ func (t *Table) Prune() (more bool) {
 	return t.reapLocked(t.cfg.Now())
 }
 
+// FlushMarks writes the marks that moved since the last Prune: at a clean
+// stop, after the senders stopped, so a restart sends nobody again what it
+// took.
+func (t *Table) FlushMarks() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.flushMarksLocked()
+}
+
 // reapBudget is the most ends one reap looks at: ends that ended together
 // retire together, and a hold of the lock stays short.
 const reapBudget = 256
