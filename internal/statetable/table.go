@@ -95,6 +95,9 @@ type entry struct {
 	gone    bool // deleted from the table: an item still naming it is stale
 	// unheld says a removal named a workload the table held no run of.
 	unheld bool
+	// compact says the end was evicted at the byte bound while a member
+	// lacked it and kept in its small form (compactEnd).
+	compact bool
 	// replayDrop says the broker's replay of a removal's runs is dropped
 	// (a producer removed an owned workload).
 	replayDrop bool
@@ -142,6 +145,10 @@ type Config struct {
 	// MaxEndedBytes bounds the tombstones' bytes (--max-ended-bytes): the
 	// oldest goes first, acknowledged or not.
 	MaxEndedBytes int64
+	// MaxEndKeyBytes bounds the ends evicted at MaxEndedBytes while a
+	// member lacked them, kept in their small form until every member has
+	// them (0: the larger of MaxEndedBytes and DefaultMinEndKeyBytes).
+	MaxEndKeyBytes int64
 	// MemberClaim is how long a member that left keeps its claim on the
 	// ends it has not acknowledged.
 	MemberClaim time.Duration
@@ -188,6 +195,11 @@ type Table struct {
 	// held no run of, with a bound of their own (evictLocked).
 	unheldBytes int64
 	unheldEnds  endQueue
+	// keyBytes and keyEnds are the ends kept in their small form
+	// (compactEnd), with a bound of their own (MaxEndKeyBytes).
+	keyBytes int64
+	keyCount int
+	keyEnds  endQueue
 	leases      leaseHeap     //
 	leaseCh     chan struct{} // poked when the earliest deadline may have moved
 	stats       Stats         //
@@ -210,6 +222,11 @@ type Table struct {
 	lowValid bool
 }
 
+// DefaultMinEndKeyBytes is the least bound on the ends kept in their small
+// form: some 40,000 ends of about 400 bytes, so a member away past tens of
+// thousands of ends still learns each is over, whatever --max-ended-bytes.
+const DefaultMinEndKeyBytes = 16 << 20
+
 // The default bound on the members that left: a cluster's nodes leave and
 // come back (a flap, a reboot); 1,024 of them, at most 256 KiB, is far
 // more than a cluster has nodes, and a member dropped so is only sent the
@@ -221,7 +238,9 @@ const (
 
 // Stats are the table's counters, for the metrics.
 type Stats struct {
-	Evicted       atomic.Uint64 // ends dropped at the byte bound before every member had them
+	Evicted       atomic.Uint64 // ends taken out of the ended bytes at their bound (kept small while a member lacks them)
+	Compacted     atomic.Uint64 // of those, ends a member lacked, kept in their small form
+	KeysEvicted   atomic.Uint64 // small ends dropped at MaxEndKeyBytes before every member had them
 	EvictedUnheld atomic.Uint64 // removals of unheld workloads dropped at their own bound
 	FullPasses    atomic.Uint64 // members sent the whole table because an end they lacked was evicted
 	Forgotten     atomic.Uint64 // ends forgotten once every member had them
@@ -241,6 +260,9 @@ func New(cfg Config) *Table {
 	}
 	if cfg.LeaseUnit == 0 {
 		cfg.LeaseUnit = time.Second
+	}
+	if cfg.MaxEndKeyBytes == 0 {
+		cfg.MaxEndKeyBytes = max(cfg.MaxEndedBytes, DefaultMinEndKeyBytes)
 	}
 	if cfg.MaxGoneMembers == 0 {
 		cfg.MaxGoneMembers = DefaultMaxGoneMembers
@@ -529,7 +551,8 @@ func (t *Table) setRun(e *entry, ev *wireframe.Lifecycle, line []byte, now time.
 	}
 	e.hasRequester = ev.Info.HasRequester
 	if wasEnd {
-		t.ended -= oldSize
+		*t.endBytes(e) -= oldSize
+		t.uncompact(e)
 	}
 	if ev.Terminal() {
 		e.kind, e.endedAt = kindTerminal, now
@@ -580,6 +603,7 @@ func (t *Table) commitRemoval(f *Frame, now time.Time) (Outcome, uint64) {
 		t.removals[ref] = r
 	} else {
 		*t.endBytes(r) -= r.size()
+		t.uncompact(r)
 		r.retired = false
 		r.unheld = r.unheld && unheld
 	}
@@ -641,6 +665,9 @@ func (t *Table) deleteEntry(e *entry) {
 	}
 	if e.kind != kindLive {
 		*t.endBytes(e) -= e.size()
+	}
+	if e.compact {
+		t.keyCount--
 	}
 	t.unlinkVersion(e)
 	t.leavePass(e)
@@ -818,6 +845,9 @@ func (t *Table) retryAfterLocked(now time.Time) time.Duration {
 type Sizes struct {
 	Runs, Removals, Members, Leases   int
 	RunBytes, EndedBytes, UnheldBytes int64
+	// EndKeys ends are kept in their small form, taking EndKeyBytes.
+	EndKeys     int
+	EndKeyBytes int64
 	// GoneMembers of the Members left, taking GoneBytes (boundGoneLocked).
 	GoneMembers int
 	GoneBytes   int64
@@ -828,7 +858,7 @@ func (t *Table) Sizes() Sizes {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return Sizes{Runs: t.inPass, RunBytes: t.passSize, EndedBytes: t.ended, UnheldBytes: t.unheldBytes, Removals: len(t.removals), Members: len(t.members), Leases: len(t.leases),
-		GoneMembers: t.goneCount, GoneBytes: t.goneBytes}
+		GoneMembers: t.goneCount, GoneBytes: t.goneBytes, EndKeys: t.keyCount, EndKeyBytes: t.keyBytes}
 }
 
 // HoldsRun reports whether the table holds run k within its retention.
@@ -911,6 +941,28 @@ func (t *Table) reapLocked(now time.Time) (more bool) {
 		t.ends.forgetHead++
 	}
 	t.ends.compact()
+	return t.forgetKeysLocked(n)
+}
+
+// forgetKeysLocked forgets the small ends every member has now, within
+// what is left of the reap's budget (n spent); it reports whether more
+// is due.
+func (t *Table) forgetKeysLocked(n int) (more bool) {
+	e := t.keyEnds.atForget()
+	if e == nil || e.version > t.lowMarkLocked() {
+		return false
+	}
+	low := t.lowMarkLocked()
+	for ; e != nil && e.version <= low; e = t.keyEnds.atForget() {
+		if n == reapBudget {
+			return true
+		}
+		n++
+		t.deleteEntry(e)
+		t.stats.Forgotten.Add(1)
+		t.keyEnds.forgetHead++
+	}
+	t.keyEnds.compact()
 	return false
 }
 
@@ -968,7 +1020,10 @@ func (t *Table) expireClaimsLocked(now time.Time) {
 // endBytes is the count e's bytes are kept in: the ends of workloads this
 // node held, or the unheld removals'.
 func (t *Table) endBytes(e *entry) *int64 {
-	if e.unheld {
+	switch {
+	case e.compact:
+		return &t.keyBytes
+	case e.unheld:
 		return &t.unheldBytes
 	}
 	return &t.ended
@@ -978,30 +1033,40 @@ func (t *Table) endBytes(e *entry) *int64 {
 // beside it: an eighth, some 20,000 removals at the default.
 const unheldShare = 8
 
-// evictLocked drops the oldest ends while the tombstones are over their
-// byte bound, acknowledged or not. A member that had not acknowledged one
-// is sent the whole table from the start: what it is sent then is
-// everything the table still holds. The unheld removals have a bound of
-// their own, and a member that misses an evicted one is not sent the
-// table again: the table never held what it names.
+// evictLocked takes the oldest ends out while the tombstones are over
+// their byte bound, acknowledged or not. An end a member lacks keeps the
+// truth that its run is over: it stays, at its version, in its small form
+// (compactEnd), until every member has it, within MaxEndKeyBytes; past
+// that the oldest small one goes, and a member that lacked it is sent the
+// whole table from the start. The unheld removals have a bound of their
+// own, and a member that misses an evicted one is not sent the table
+// again: the table never held what it names.
 func (t *Table) evictLocked() {
 	for t.ended > t.cfg.MaxEndedBytes {
 		e := t.ends.atForget()
 		if e == nil || e == t.versions.tail {
-			return // the newest always stays
+			break // the newest always stays
 		}
 		t.ends.forgetHead++
 		t.ends.retireHead = max(t.ends.retireHead, t.ends.forgetHead)
-		if !e.unheld {
-			for _, m := range t.members {
-				if m.mark < e.version {
-					t.resetLocked(m)
-				}
-			}
+		t.stats.Evicted.Add(1)
+		if !e.unheld && t.lowMarkLocked() < e.version {
+			t.compactEnd(e)
+			continue
 		}
 		t.deleteEntry(e)
-		t.stats.Evicted.Add(1)
 	}
+	for t.keyBytes > t.cfg.MaxEndKeyBytes {
+		e := t.keyEnds.atForget()
+		if e == nil || e == t.versions.tail {
+			break
+		}
+		t.keyEnds.forgetHead++
+		t.resetLacking(e)
+		t.deleteEntry(e)
+		t.stats.KeysEvicted.Add(1)
+	}
+	t.keyEnds.compact()
 	for t.unheldBytes > t.cfg.MaxEndedBytes/unheldShare {
 		e := t.unheldEnds.atForget()
 		if e == nil || e == t.versions.tail {
@@ -1012,6 +1077,50 @@ func (t *Table) evictLocked() {
 		t.stats.EvictedUnheld.Add(1)
 	}
 	t.unheldEnds.compact()
+}
+
+// uncompact notes that a small end changed (its bytes already taken out
+// of keyBytes): it is whole again, counted where its kind says.
+func (t *Table) uncompact(e *entry) {
+	if e.compact {
+		e.compact = false
+		t.keyCount--
+	}
+}
+
+// resetLacking sends every member that lacks e the whole table again: e
+// goes before it had it.
+func (t *Table) resetLacking(e *entry) {
+	if t.lowMarkLocked() >= e.version {
+		return
+	}
+	for _, m := range t.members {
+		if m.mark < e.version {
+			t.resetLocked(m)
+		}
+	}
+}
+
+// compactEnd keeps an end a member lacks in its small form (compactLine):
+// out of the ended bytes and out of pass order (retired: it no longer
+// holds its run or id), at its version, so every member whose mark is
+// below it is still sent it, and forgotten once every member has it.
+func (t *Table) compactEnd(e *entry) {
+	t.ended -= e.size()
+	if !e.retired {
+		t.retire(e)
+	}
+	e.line = compactLine(e)
+	e.compact = true
+	t.keyBytes += e.size()
+	t.keyCount++
+	t.keyEnds.push(e)
+	if e.journaled {
+		// What a compaction would write now; the record in the file
+		// stays whole until then, and a restart compacts it again.
+		t.setJournaled(e, len(encodePut(nil, e)))
+	}
+	t.stats.Compacted.Add(1)
 }
 
 // clip shortens a value for an answer or a log line.
