@@ -829,12 +829,12 @@ func TestStateTableTheByteBoundOnEndsKeepsTheTruthForAMemberAway(t *testing.T) {
 	}
 	metrics := a.cur().loggedValue("metrics endpoint listening", "addr")
 	evicted := int(testkit.ScrapeValue(t, metrics, "nvpair_wlm_ends_evicted_total"))
+	if right != n || wrong != 0 {
+		t.Fatalf("%d ends, %d evicted while B was away: B shows the newest %d as meant and %d wrong (%s), want all and 0", n, evicted, right, wrong, summary)
+	}
 	small := int(testkit.ScrapeValue(t, metrics, "nvpair_wlm_ends_kept_small_total"))
 	if evicted < n/2 || small != evicted {
 		t.Fatalf("%d ends (%d bytes) past a %d-byte bound: %d evicted, %d kept small; want most evicted, each kept small for B", n, endBytes, bound, evicted, small)
-	}
-	if right != n || wrong != 0 {
-		t.Fatalf("%d ends, %d evicted while B was away: B shows the newest %d as meant and %d wrong (%s), want all and 0", n, evicted, right, wrong, summary)
 	}
 	if got := strings.Count(a.cur().stderr.String(), "ends evicted"); got != 1 {
 		t.Fatalf("%d \"ends evicted\" log lines for one burst, want 1", got)
