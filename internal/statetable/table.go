@@ -200,10 +200,10 @@ type Table struct {
 	keyBytes int64
 	keyCount int
 	keyEnds  endQueue
-	leases      leaseHeap     //
-	leaseCh     chan struct{} // poked when the earliest deadline may have moved
-	stats       Stats         //
-	self        string        //
+	leases   leaseHeap     //
+	leaseCh  chan struct{} // poked when the earliest deadline may have moved
+	stats    Stats         //
+	self     string        //
 	// journaledBytes is what the journaled entries' records take: what a
 	// compaction would write, beside the members' marks.
 	journaledBytes int64
