@@ -1398,6 +1398,7 @@ func (m *Manager) writeTableMetrics(t *promtext.Text) {
 	t.Single("nvpair_wlm_members_gone_limit", "gauge", "The most members that left kept; past it, or past the byte limit, the one that left longest ago is forgotten.", float64(statetable.DefaultMaxGoneMembers))
 	t.Single("nvpair_wlm_members_gone_limit_bytes", "gauge", "The most bytes of members that left kept.", float64(statetable.DefaultMaxGoneBytes))
 	t.Single("nvpair_wlm_members_gone_dropped_total", "counter", "Members that left, forgotten at the bound on their count or bytes before their claim ran out.", float64(st.GoneDropped.Load()))
+	t.Single("nvpair_wlm_members_gone_replaced_total", "counter", "Members that left, forgotten when their node came back under a new hostUuid with the same principal.", float64(st.GoneReplaced.Load()))
 	t.Single("nvpair_wlm_member_marks_written_total", "counter", "Members' marks written to the journal, together once per prune tick.", float64(st.MarksWritten.Load()))
 	t.Single("nvpair_wlm_ingress_ownership_refusals_total", "counter", "Ingress frames refused 409 because they named a workload the broker owns.", float64(st.Refused409.Load()))
 	t.Single("nvpair_wlm_ingress_marks_enabled", "gauge", "1 when this node marks its ingress frames to the broker (it has its ingress mark key), else 0.", boolGauge(m.marker != nil))

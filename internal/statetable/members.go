@@ -94,6 +94,27 @@ func (t *Table) dropMemberLocked(m *Member) {
 	t.appendRecord(appendString(b, m.id))
 }
 
+// ForgetGone drops the members that left whose id same reports true, as
+// if their claim had run out, and returns how many: a node that comes back
+// under a new id (its hostUuid changed at a discovery flap) is sent the
+// whole table as a new member, and the member it left behind would only
+// hold ends for days. O(members that left), at a join.
+func (t *Table) ForgetGone(same func(id string) bool) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for m := t.goneHead; m != nil; {
+		next := m.gone.next
+		if same(m.id) {
+			t.dropMemberLocked(m)
+			t.stats.GoneReplaced.Add(1)
+			n++
+		}
+		m = next
+	}
+	return n
+}
+
 // MemberMark returns a member's mark and whether the table knows it.
 func (t *Table) MemberMark(id string) (uint64, bool) {
 	t.mu.Lock()

@@ -250,6 +250,7 @@ type Stats struct {
 	LeaseRenewed  atomic.Uint64
 	ClaimsExpired atomic.Uint64 // members whose claim ran out
 	GoneDropped   atomic.Uint64 // members that left, dropped at their bound (MaxGoneMembers, MaxGoneBytes)
+	GoneReplaced  atomic.Uint64 // members that left, dropped when their node came back under a new id (ForgetGone)
 	MarksWritten  atomic.Uint64 // members' marks written to the journal (flushMarksLocked)
 }
 
