@@ -23,6 +23,10 @@ type Member struct {
 	// gone links the members that left, oldest departure first.
 	gone   struct{ prev, next *Member }
 	inGone bool
+	// restored says the member came from the journal: its mark there may
+	// lag what it took before a kill (marks are written once per tick), so
+	// even at 0 its dedup may hold what it is sent (Restate).
+	restored bool
 }
 
 // Wake is poked when the table changes while the member waits for it, and
@@ -113,6 +117,16 @@ func (t *Table) ForgetGone(same func(id string) bool) int {
 		m = next
 	}
 	return n
+}
+
+// Restate returns m's mark and whether m is to be re-asserted the table
+// (spec 5.1): it took entries (a mark), or it came from the journal, whose
+// mark may lag what it took before this node was killed, so its dedup may
+// hold what it is sent even at a mark of 0.
+func (t *Table) Restate(m *Member) (mark uint64, restate bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return m.mark, m.mark > 0 || m.restored
 }
 
 // MemberMark returns a member's mark and whether the table knows it.

@@ -383,7 +383,7 @@ func (r *Restorer) mark(rd *reader) {
 		return
 	}
 	r.top = max(r.top, mark)
-	m := &Member{id: id, mark: mark, wake: make(chan struct{}, 1)}
+	m := &Member{id: id, mark: mark, wake: make(chan struct{}, 1), restored: true}
 	if departed != 0 {
 		m.departed = time.UnixMilli(departed)
 	}
