@@ -247,3 +247,28 @@ func TestAMemberDroppedBeforeTheTickIsNotBroughtBackByItsMark(t *testing.T) {
 		t.Fatal("a member dropped at the bound came back at the restart by a mark written after its drop")
 	}
 }
+
+// The marks' record is described as one, and restores every mark in it.
+func TestAMarksRecordIsDescribedAndRestoresEachMark(t *testing.T) {
+	tb, c, j := newTable(t)
+	a, b := tb.Join("a"), tb.Join("b")
+	commit(t, tb, FromBroker, event(t, "x", "completed"))
+	sent(t, tb, a)
+	sent(t, tb, b)
+	tb.Prune()
+	recs := j.records()
+	last := recs[len(recs)-1]
+	if ri := Describe(last); ri.Kind != "marks" || ri.Refused != "" {
+		t.Fatalf("the prune tick's record is described as %+v, want marks", ri)
+	}
+	again := New(Config{Self: self, Retention: retention, MaxLive: 1000, MaxLiveBytes: 1 << 20, MaxEndedBytes: 1 << 20, MemberClaim: time.Hour, Now: c.now})
+	again.Restore(recs, time.Second)
+	for _, id := range []string{"a", "b"} {
+		if got, _ := again.MemberMark(id); got != tb.Version() {
+			t.Fatalf("%s restored at %d, want %d", id, got, tb.Version())
+		}
+	}
+	if _, restate := again.Restate(again.Join("a")); !restate {
+		t.Fatal("a member restored from the journal is not re-asserted the table")
+	}
+}
