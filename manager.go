@@ -447,6 +447,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	// Every frame is committed now; the peers get until the drain's end to
 	// catch up, and what they still lack stays in the journal.
 	m.bcast.Close(m.cfg.DrainTimeout)
+	m.table.FlushMarks()
 	m.journal.close(deadline)
 	m.brokerLines.Stop(m.log)
 	wg.Wait()
@@ -713,7 +714,7 @@ func (m *Manager) pruneTable() {
 	for m.table.Prune() {
 	}
 	if n := m.table.Stats().Evicted.Load(); n > m.lastEvicted {
-		m.evictLog.NoteCounted(m.log, "evicted", "ends evicted at their byte bound (--max-ended-bytes): a member that lacked one is sent the whole table",
+		m.evictLog.NoteCounted(m.log, "evicted", "ends evicted at their byte bound (--max-ended-bytes): one a member lacks is kept in its small form until it has it",
 			"limitBytes", m.cfg.MaxEndedBytes, "total", n)
 		m.lastEvicted = n
 	}
@@ -1394,13 +1395,25 @@ func (m *Manager) writeTableMetrics(t *promtext.Text) {
 	t.Single("nvpair_wlm_resync_untracked_total", "counter", "Broker frames not relayed because the state table was at a bound, in runs (a new workload) or in bytes.", float64(st.Untracked.Load()))
 	t.Single("nvpair_wlm_ends_bytes", "gauge", "Bytes of the ends (ended runs and removals) this node keeps until every member has them.", float64(sz.EndedBytes))
 	t.Single("nvpair_wlm_ends_limit_bytes", "gauge", "The most bytes of ends kept (--max-ended-bytes); past it the oldest goes first.", float64(m.cfg.MaxEndedBytes))
-	t.Single("nvpair_wlm_ends_evicted_total", "counter", "Ends dropped at the byte bound before every member had them; such a member is sent the whole table.", float64(st.Evicted.Load()))
+	t.Single("nvpair_wlm_ends_evicted_total", "counter", "Ends taken out at the byte bound; one a member lacked is kept in its small form until it has it.", float64(st.Evicted.Load()))
+	t.Single("nvpair_wlm_ends_kept_small_total", "counter", "Ends evicted at the byte bound while a member lacked them, kept in their small form (the run's key, state, seq and times).", float64(st.Compacted.Load()))
+	t.Single("nvpair_wlm_ends_small", "gauge", "Ends kept in their small form until every member has them.", float64(sz.EndKeys))
+	t.Single("nvpair_wlm_ends_small_bytes", "gauge", "Bytes of the ends kept in their small form, each its line, key and 256 bytes.", float64(sz.EndKeyBytes))
+	t.Single("nvpair_wlm_ends_small_limit_bytes", "gauge", "The most bytes of ends kept in their small form: the larger of --max-ended-bytes and 16 MiB.", float64(max(m.cfg.MaxEndedBytes, statetable.DefaultMinEndKeyBytes)))
+	t.Single("nvpair_wlm_ends_small_evicted_total", "counter", "Small ends dropped at their bound before every member had them; such a member is sent the whole table.", float64(st.KeysEvicted.Load()))
 	t.Single("nvpair_wlm_ends_unheld_bytes", "gauge", "Bytes of the removals of workloads this node held no run of, kept within an eighth of --max-ended-bytes of their own.", float64(sz.UnheldBytes))
 	t.Single("nvpair_wlm_ends_unheld_evicted_total", "counter", "Removals of workloads this node held no run of, dropped at their own bound before every member had them.", float64(st.EvictedUnheld.Load()))
 	t.Single("nvpair_wlm_ends_forgotten_total", "counter", "Ends forgotten once every member had them and their retention had passed.", float64(st.Forgotten.Load()))
 	t.Single("nvpair_wlm_removals_held", "gauge", "Removal tombstones held.", float64(sz.Removals))
 	t.Single("nvpair_wlm_members", "gauge", "Members this node keeps a mark for: targets, and nodes that left within their claim.", float64(sz.Members))
 	t.Single("nvpair_wlm_member_claims_expired_total", "counter", "Members forgotten because they stayed away past their claim.", float64(st.ClaimsExpired.Load()))
+	t.Single("nvpair_wlm_members_gone", "gauge", "Members that left discovery and still hold their claim.", float64(sz.GoneMembers))
+	t.Single("nvpair_wlm_members_gone_bytes", "gauge", "What the members that left take: their ids and about 256 bytes each.", float64(sz.GoneBytes))
+	t.Single("nvpair_wlm_members_gone_limit", "gauge", "The most members that left kept; past it, or past the byte limit, the one that left longest ago is forgotten.", float64(statetable.DefaultMaxGoneMembers))
+	t.Single("nvpair_wlm_members_gone_limit_bytes", "gauge", "The most bytes of members that left kept.", float64(statetable.DefaultMaxGoneBytes))
+	t.Single("nvpair_wlm_members_gone_dropped_total", "counter", "Members that left, forgotten at the bound on their count or bytes before their claim ran out.", float64(st.GoneDropped.Load()))
+	t.Single("nvpair_wlm_members_gone_replaced_total", "counter", "Members that left, forgotten when their node came back under a new hostUuid with the same principal.", float64(st.GoneReplaced.Load()))
+	t.Single("nvpair_wlm_member_marks_written_total", "counter", "Members' marks written to the journal, together once per prune tick.", float64(st.MarksWritten.Load()))
 	t.Single("nvpair_wlm_ingress_ownership_refusals_total", "counter", "Ingress frames refused 409 because they named a workload the broker owns.", float64(st.Refused409.Load()))
 	t.Single("nvpair_wlm_ingress_marks_enabled", "gauge", "1 when this node marks its ingress frames to the broker (it has its ingress mark key), else 0.", boolGauge(m.marker != nil))
 	t.Single("nvpair_wlm_ingress_replay_claims_total", "counter", "Broker replays of an ingress job the journal did not hold, made its producer's again by their ingress mark.", float64(m.replayClaims.Load()))

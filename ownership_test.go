@@ -165,6 +165,25 @@ func TestOwnershipAFrameCheckedBeforeTheBrokerTookTheIDDoesNotTakeItOver(t *test
 	}
 }
 
+// startWithJournal starts a test node with its ingress on and, as its
+// journal, a real one in a temporary directory wrapped by wrap: a stand-in
+// that holds, fails or refuses what the test needs. The journal is given
+// before the start (no JournalPath: Run opens none).
+func startWithJournal(t *testing.T, wrap func(journalFile) journalFile) *testNode {
+	t.Helper()
+	n := newTestNode(t)
+	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.m.journal.use(wrap(f))
+	n.start()
+	return n
+}
+
 // heldJournal is a journal whose Wait is held until released: a stand-in
 // for a slow disk, to see what an answer waits for.
 type heldJournal struct {
@@ -182,18 +201,8 @@ func (j *heldJournal) Wait(seq uint64) error {
 // An ingress 200 is a promise (spec 5.3): the answer waits until the
 // frame's journal record is durable, not only until it is committed.
 func TestAnIngress200WaitsForItsJournalRecord(t *testing.T) {
-	n := newTestNode(t)
-	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	// The journal is given before the start (no JournalPath: Run opens none).
-	f, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	j := &heldJournal{journalFile: f, waiting: make(chan uint64, 1), release: make(chan struct{})}
-	n.m.journal.use(j)
-	n.start()
+	j := &heldJournal{waiting: make(chan uint64, 1), release: make(chan struct{})}
+	n := startWithJournal(t, func(f journalFile) journalFile { j.journalFile = f; return j })
 	answered := make(chan int, 1)
 	go func() {
 		st, _ := testkit.PostIngress(t, n.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("durable", "running", 1), nil)))
@@ -230,16 +239,7 @@ func (refusingJournal) Append([]byte) (uint64, error) { return 0, statejournal.E
 // 200 (spec 5.3): there is no record for the answer to count on, so its
 // wait fails rather than pass as "no record needed".
 func TestAFrameWhoseRecordTheJournalRefusesIsNotAnswered200(t *testing.T) {
-	n := newTestNode(t)
-	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	f, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.m.journal.use(refusingJournal{f})
-	n.start()
+	n := startWithJournal(t, func(f journalFile) journalFile { return refusingJournal{f} })
 	st, text := testkit.PostIngress(t, n.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("unrecorded", "running", 1), nil)))
 	if st != http.StatusInternalServerError || !strings.Contains(text, "not durable") {
 		t.Fatalf("a frame whose record the journal refused answered %d %q, want 500 not durable", st, text)
@@ -279,16 +279,7 @@ func (j *failingFirstGroup) Wait(seq uint64) error {
 // when that record's group failed, never a 200 for a job of which the
 // journal holds nothing.
 func TestAStaleIngressFrameIsNot200WhenTheHeldStatesRecordFailed(t *testing.T) {
-	n := newTestNode(t)
-	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	f, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.m.journal.use(&failingFirstGroup{journalFile: f})
-	n.start()
+	n := startWithJournal(t, func(f journalFile) journalFile { return &failingFirstGroup{journalFile: f} })
 	if st, text := testkit.PostIngress(t, n.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("stale", "running", 2), nil))); st != http.StatusInternalServerError {
 		t.Fatalf("the frame whose group failed answered %d %q, want 500", st, text)
 	}
@@ -300,17 +291,8 @@ func TestAStaleIngressFrameIsNot200WhenTheHeldStatesRecordFailed(t *testing.T) {
 // Without a fault: the frame that changes nothing is answered only once
 // the record of the state it stands on is durable.
 func TestAStaleIngressFrameWaitsForTheHeldStatesRecord(t *testing.T) {
-	n := newTestNode(t)
-	if err := n.m.EnableLocalIngress("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	f, err := statejournal.Open(filepath.Join(t.TempDir(), journalFileName), statejournal.Options{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	j := &heldJournal{journalFile: f, waiting: make(chan uint64, 4), release: make(chan struct{})}
-	n.m.journal.use(j)
-	n.start()
+	j := &heldJournal{waiting: make(chan uint64, 4), release: make(chan struct{})}
+	n := startWithJournal(t, func(f journalFile) journalFile { j.journalFile = f; return j })
 	newer := make(chan int, 1)
 	go func() {
 		st, _ := testkit.PostIngress(t, n.m.IngressAddr(), string(testframe.Lifecycle(leasedInfo("held", "running", 2), nil)))

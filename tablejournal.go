@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -155,10 +156,7 @@ func (j *tableJournal) open(leaseGrace time.Duration) {
 		return
 	}
 	opt := statejournal.Options{Logger: j.log, SyncEvery: j.fsync}
-	// The records stream from the file into the restore, one at a time;
-	// the table is rebuilt from them only once the read is whole (spec 5.3).
-	restore := j.table.BeginRestore(leaseGrace)
-	f, err := statejournal.Open(j.path, opt, restore.Add)
+	f, restore, err := j.read(opt, leaseGrace)
 	if err != nil && !errors.Is(err, statejournal.ErrUnwritable) {
 		// Nothing was read: the rebuild will move what sits at the path
 		// aside, never restore it (one ERROR line says so then).
@@ -178,6 +176,36 @@ func (j *tableJournal) open(leaseGrace time.Duration) {
 	}
 	if st.Records > 0 {
 		j.log.Info("journal read", "file", j.path, "records", st.Records, "runs", st.Runs, "ends", st.Ends, "members", st.Members, "refused", st.Refused, "overLimit", st.OverLimit)
+	}
+}
+
+// openTries and openRetry bound the start's retries of a journal that
+// cannot be read: a transient fault (EIO, EMFILE) should not cost the
+// records of the last run, and a lasting one must not hold the start for
+// long. About a second in all, before any listener serves.
+const (
+	openTries = 4
+	openRetry = 100 * time.Millisecond
+)
+
+// read opens the journal, streaming its records into a restore; the table
+// is rebuilt from them only once the read is whole (spec 5.3). A journal
+// that cannot be read is tried again, openTries times in all, waiting
+// openRetry, then three times it, then nine, with a fresh restore each
+// time: records of a failed read are dropped.
+func (j *tableJournal) read(opt statejournal.Options, leaseGrace time.Duration) (*statejournal.Journal, *statetable.Restorer, error) {
+	wait := openRetry
+	for try := 1; ; try++ {
+		restore := j.table.BeginRestore(leaseGrace)
+		f, err := statejournal.Open(j.path, opt, restore.Add)
+		if err == nil || errors.Is(err, statejournal.ErrUnwritable) || try == openTries {
+			return f, restore, err
+		}
+		if _, serr := os.Lstat(j.path); serr != nil {
+			return f, restore, err // nothing there to read: creating it failed
+		}
+		time.Sleep(wait)
+		wait *= 3
 	}
 }
 

@@ -4,8 +4,9 @@
 // operator meet: its stdin and stdout (or --ipc socket), its ports (the
 // peer port, the local ingress, the metrics endpoint), its log, its exit
 // status and its files. Other daemons, the stock workload manager, PAIR's
-// own store, a Python producer and a browser take part where a test needs
-// them.
+// own store, a Python producer, a browser, the producer command
+// nvpair-wlm (built from the client's module) and a real Slurm take part
+// where a test needs them.
 //
 // It never imports the root package (package main, which cannot be
 // imported): the binary is the only way in, and the wire's paths, headers

@@ -25,6 +25,7 @@ func TestEveryBadFlagValueExitsTwoWithOneLineNamingTheFlag(t *testing.T) {
 		"max-live-workloads":        {{"--max-live-workloads", "0"}, {"--max-live-workloads", "1e5"}},
 		"max-live-workload-bytes":   {{"--max-live-workload-bytes", "1"}, {"--max-live-workload-bytes", "256MiB"}},
 		"max-ended-bytes":           {{"--max-ended-bytes", "1"}, {"--max-ended-bytes", "64MiB"}},
+		"journal-fsync":             {{"--journal-fsync", "5"}, {"--journal-fsync", "1ms"}, {"--journal-fsync", "1m"}, {"--journal-fsync", "sometimes"}},
 		"workload-max-bytes":        {{"--workload-max-bytes", "4095"}, {"--workload-max-bytes", "16KiB"}},
 		"broker-line-max":           {{"--broker-line-max", "100"}, {"--broker-line-max", "abc"}},
 		"drain-timeout":             {{"--drain-timeout", "0"}, {"--drain-timeout", "3"}},

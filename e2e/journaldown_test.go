@@ -209,3 +209,48 @@ func TestJournalRemovedOrRenamedWhileRunningIsRewritten(t *testing.T) {
 		})
 	}
 }
+
+// A journal that can be read but not written at start (here the file is a
+// read-only bind mount: EROFS on its open for writing): its records are
+// restored all the same, the ingress refuses frames until the file can be
+// written, and the rebuild then writes the table, restored records
+// included, so every frame answered 200 before and after survives kill -9.
+func TestJournalReadableButNotWritableAtStartIsRestoredThenRebuilt(t *testing.T) {
+	skipUnderShort(t)
+	n := startIngressNode(t, writeCluster(t, 1)[0])
+	n.mustPost("before-", 0, 20)
+	n.kill9()
+	path := n.journal()
+	for _, args := range [][]string{{"--bind", path, path}, {"-o", "remount,ro,bind", path}} {
+		if out, err := exec.Command("mount", args...).CombinedOutput(); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("mount %v: %v: %s", args, err, out)
+			}
+			t.Skipf("mount %v: %v: %s (needs root)", args, err, out)
+		}
+	}
+	mounted := true
+	unmount := func() {
+		if mounted {
+			exec.Command("umount", path).Run()
+			mounted = false
+		}
+	}
+	t.Cleanup(unmount)
+	n.start()
+	if got := n.d.loggedValue("journal read", "runs"); got != "20" {
+		t.Fatalf("a read-only journal gave back %s runs at start, want the 20 answered", got)
+	}
+	n.d.waitLog("journal down")
+	if code, text := n.post("refused"); code != http.StatusServiceUnavailable {
+		t.Fatalf("a post while the journal cannot be written answered %d %q, want 503", code, text)
+	}
+	unmount()
+	if code, text := n.untilAnswered("first", http.StatusServiceUnavailable); code != http.StatusOK {
+		t.Fatalf("once the journal could be written, a post answered %d %q, want 200", code, text)
+	}
+	n.mustPost("after-", 0, 10)
+	if got := n.restoredRuns(); got != 31 {
+		t.Fatalf("after kill -9 the journal gave back %d runs; 31 were answered 200", got)
+	}
+}

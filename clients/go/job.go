@@ -32,6 +32,9 @@ type JobSpec struct {
 	// resolves it with GET /v1/node and fails if the node lists no such
 	// member. Set at most one of ScheduledOn and ScheduledOnMember.
 	ScheduledOnMember string
+	// CreatedAt is when the job was created, when another system says so
+	// (a scheduler's submit time); the time of Submit when zero.
+	CreatedAt time.Time
 	// Extra are fields of the producer's own, relayed as they are. Metadata
 	// only: never prompts or responses. A name that folds to a known field
 	// or to "resync" is refused, as the daemon would refuse it.
@@ -116,7 +119,11 @@ func (c *Client) Submit(ctx context.Context, spec JobSpec) (*Job, error) {
 	info["runId"] = cmp(spec.RunID, id)
 	info["model"] = spec.Model
 	info["engine"] = spec.Engine
-	info["createdAt"] = time.Now().UnixMilli()
+	created := spec.CreatedAt
+	if created.IsZero() {
+		created = time.Now()
+	}
+	info["createdAt"] = created.UnixMilli()
 	info["startedAt"] = nil
 	info["completedAt"] = nil
 	info["error"] = nil
@@ -154,30 +161,16 @@ func (j *Job) Err() error {
 }
 
 // Start queues the started frame (state running, startedAt now).
-func (j *Job) Start() error {
-	return j.next("running", func(info map[string]any) { info["startedAt"] = time.Now().UnixMilli() })
-}
+func (j *Job) Start() error { return j.StartAt(time.Now()) }
 
 // Complete queues the completed frame, the job's last.
-func (j *Job) Complete() error {
-	return j.next("completed", func(info map[string]any) { info["completedAt"] = time.Now().UnixMilli() })
-}
+func (j *Job) Complete() error { return j.CompleteAt(time.Now()) }
 
 // Fail queues the errored frame with state failed and reason, the job's last.
-func (j *Job) Fail(reason string) error {
-	return j.next("failed", func(info map[string]any) {
-		info["completedAt"] = time.Now().UnixMilli()
-		info["error"] = reason
-	})
-}
+func (j *Job) Fail(reason string) error { return j.FailAt(time.Now(), reason) }
 
 // Cancel queues the errored frame with state cancelled, the job's last.
-func (j *Job) Cancel(reason string) error {
-	return j.next("cancelled", func(info map[string]any) {
-		info["completedAt"] = time.Now().UnixMilli()
-		info["error"] = reason
-	})
-}
+func (j *Job) Cancel(reason string) error { return j.CancelAt(time.Now(), reason) }
 
 // Remove queues the job's removal (workloads:remove), its last frame: the
 // job leaves every member's list instead of showing its final state.

@@ -136,8 +136,12 @@ func (b *Broadcaster) startSenderLocked(id string, t Target) {
 		b.stats[t.Principal] = st
 	}
 	m := b.table.Join(t.MemberID())
-	mark, _ := b.table.MemberMark(m.ID())
-	s := newPeerSender(t, st, b.dialTLS(t), b.table, m, mark, b.interval, b.draining, b.log)
+	// The same node and principal under another hostUuid (a discovery
+	// flap): the member it left behind is forgotten, so flaps do not
+	// grow the members that left.
+	b.table.ForgetGone(func(id string) bool { return id != m.ID() && strings.HasSuffix(id, "|"+t.Principal) })
+	mark, restate := b.table.Restate(m)
+	s := newPeerSender(t, st, b.dialTLS(t), b.table, m, mark, restate, b.interval, b.draining, b.log)
 	b.peers[id] = s
 	b.senders.Go(s.run)
 }

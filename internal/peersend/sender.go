@@ -89,11 +89,12 @@ type peerSender struct {
 }
 
 // newPeerSender makes the sender of a member that has just joined with
-// mark. A member that took entries before (mark > 0) is re-asserted the
-// table (newHeartbeatStream); one new to the table, or that never took an
-// entry, has seen nothing its dedup could hold against the frames it is
-// sent, and is sent the whole table fresh, as its backfill.
-func newPeerSender(t Target, stats *Stats, dialTLS func(context.Context, string, string) (net.Conn, error), table *statetable.Table, member *statetable.Member, mark uint64, interval time.Duration, drain <-chan struct{}, log *slog.Logger) *peerSender {
+// mark. A member that took entries before (restate: a mark, or a member
+// restored from the journal, whose mark may lag) is re-asserted the table
+// (newHeartbeatStream); one new to the table, or that never took an entry,
+// has seen nothing its dedup could hold against the frames it is sent, and
+// is sent the whole table fresh, as its backfill.
+func newPeerSender(t Target, stats *Stats, dialTLS func(context.Context, string, string) (net.Conn, error), table *statetable.Table, member *statetable.Member, mark uint64, restate bool, interval time.Duration, drain <-chan struct{}, log *slog.Logger) *peerSender {
 	ctx, cancel := context.WithCancel(context.Background())
 	transport := &http.Transport{
 		DialTLSContext:      dialTLS,
@@ -117,7 +118,7 @@ func newPeerSender(t Target, stats *Stats, dialTLS func(context.Context, string,
 		cancel:    cancel,
 		drain:     drain,
 		hb:        newHeartbeatStream(table, interval, stats, mark),
-		restating: mark > 0,
+		restating: restate,
 	}
 }
 

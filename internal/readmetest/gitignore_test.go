@@ -10,10 +10,11 @@ import (
 )
 
 // TestGoBuildOutputsAreIgnored: the binary `go build ./<pkg>` leaves in
-// the module root (the producer example's in its own module's directory),
-// for every main package (the daemon, the dev cluster, the benchmark
-// harness, the producer example, the CPU burner), for Linux, macOS and
-// Windows, is one git ignores, so a build never shows in git status.
+// the module root (the producer example's and the client module's
+// commands' in their own module's directory), for every main package (the
+// daemon, the dev cluster, the benchmark harness, the producer example,
+// the CPU burner, nvpair-wlm, the conformance producer), for Linux, macOS
+// and Windows, is one git ignores, so a build never shows in git status.
 func TestGoBuildOutputsAreIgnored(t *testing.T) {
 	root := moduleRoot(t)
 	git, err := exec.LookPath("git")
@@ -27,7 +28,7 @@ func TestGoBuildOutputsAreIgnored(t *testing.T) {
 	// a producer outside the repository does), so go build leaves its
 	// binary in its own directory.
 	var mains []string // paths from the root
-	for _, dir := range []string{".", "examples/producer"} {
+	for _, dir := range []string{".", "examples/producer", "clients/go"} {
 		list := exec.Command("go", "list", "-f", "{{.Name}} {{.ImportPath}}", "./...")
 		list.Dir = path.Join(root, dir)
 		out, err := list.Output()
@@ -40,8 +41,8 @@ func TestGoBuildOutputsAreIgnored(t *testing.T) {
 			}
 		}
 	}
-	if len(mains) < 5 {
-		t.Fatalf("found main packages %v, want the daemon, devcluster, wlmbench, producer and cpuburn", mains)
+	if len(mains) < 7 {
+		t.Fatalf("found main packages %v, want the daemon, devcluster, wlmbench, producer, cpuburn, nvpair-wlm and conformproducer", mains)
 	}
 	for _, m := range mains {
 		for _, bin := range []string{m, m + ".exe"} {

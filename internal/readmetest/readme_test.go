@@ -590,7 +590,7 @@ func TestREADMEQuickstartRunsAndTheJobsReachEveryNode(t *testing.T) {
 	if n := countLines(summary, "my-first-job", "running"); n != 3 {
 		t.Errorf("my-first-job is running on %d nodes in the summary, want all 3:\n%s", n, summary)
 	}
-	for _, id := range []string{"job-42", "py-job-1", "myharness-job-1"} {
+	for _, id := range []string{"job-42", "py-job-1", "myharness-job-1", "shell-job-1"} {
 		if n := countLines(summary, id); n != 3 {
 			t.Errorf("%s is on %d nodes in the summary, want 3", id, n)
 		}

@@ -75,7 +75,7 @@ func (j *Journal) compact(snapshot func(emit func(payload []byte) error) error) 
 // switch to it.
 func (j *Journal) runCompaction(snapshot func(emit func(payload []byte) error) error) error {
 	name := j.tempName()
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|noFollow, 0o600)
+	f, err := openJournalFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("creating %s: %w", name, err)
 	}
@@ -214,5 +214,10 @@ func (j *Journal) keepUnreadAside() error {
 	if _, err := os.Lstat(j.path); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	return j.setAside(j.path, why)
+	to := j.asideName(j.path)
+	if err := os.Rename(j.path, to); err != nil {
+		return fmt.Errorf("statejournal: moving %s aside (%s): %w", j.path, why, err)
+	}
+	j.log.Error("journal: a file the daemon did not read was moved aside for the rebuilt journal; its records are not in the state table", "file", j.path, "keptAs", to, "reason", why)
+	return nil
 }

@@ -99,7 +99,7 @@ func (rc *recovery) damage(d Damage) error {
 // valid records before the first damaged region, which starts at upto.
 func (rc *recovery) startFresh(upto int64) error {
 	name := rc.j.tempName()
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL|noFollow, 0o600)
+	f, err := openJournalFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("creating %s: %w", name, err)
 	}
@@ -201,7 +201,7 @@ func (rc *recovery) keep(evidence string) error {
 	if err := link(rc.j.path, evidence); err == nil {
 		return nil
 	}
-	f, err := os.OpenFile(evidence, os.O_RDWR|os.O_CREATE|os.O_EXCL|noFollow, 0o600)
+	f, err := openJournalFile(evidence, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("keeping the damaged journal as %s: %w", evidence, err)
 	}

@@ -1,9 +1,13 @@
-//go:build !unix
+//go:build !unix && !windows
 
 package statejournal
 
-// noFollow is empty outside Unix. Windows has no O_NOFOLLOW; Open still
-// checks with Lstat before the open, and with Stat of the opened file
-// after it, that the path names a regular file, and creates every new
-// file with O_EXCL so a planted file or link is never reused.
-const noFollow = 0
+import "os"
+
+// openJournalFile is os.OpenFile where there is neither O_NOFOLLOW nor share
+// modes to ask for; Open checks with Lstat before the open, and with Stat
+// of the opened file after it, that the path names a regular file, and
+// creates every new file with O_EXCL.
+func openJournalFile(name string, flag int, perm os.FileMode) (*os.File, error) {
+	return os.OpenFile(name, flag, perm)
+}

@@ -397,9 +397,14 @@ func (j *Journal) clearTemp() error {
 	}
 }
 
+// asideName is where name is moved when it is set aside.
+func (j *Journal) asideName(name string) string {
+	return name + ".aside-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+}
+
 // setAside renames name out of the way with one warning.
 func (j *Journal) setAside(name, why string) error {
-	to := name + ".aside-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	to := j.asideName(name)
 	if err := os.Rename(name, to); err != nil {
 		return fmt.Errorf("statejournal: moving %s aside (%s): %w", name, why, err)
 	}
@@ -422,15 +427,35 @@ func (j *Journal) openFile(each func([]byte) error) error {
 		}
 		return j.create()
 	}
-	f, err := os.OpenFile(j.path, os.O_RDWR|noFollow, 0)
+	f, err := openJournalFile(j.path, os.O_RDWR, 0)
 	if err != nil {
-		return fmt.Errorf("statejournal: opening %s: %w", j.path, err)
+		return j.readOnly(fmt.Errorf("statejournal: opening %s: %w", j.path, err), each)
 	}
 	if err := j.recover(f, st, each); err != nil {
 		f.Close()
 		return err
 	}
 	return nil
+}
+
+// readOnly is openFile's way when the journal cannot be opened for
+// writing (a read-only file system, a mode that forbids it): its records
+// are read and delivered all the same, and the error wraps ErrUnwritable,
+// so the caller restores them and rebuilds the file once it can. A file
+// that cannot be read either, or is not a journal, delivers nothing and
+// is openErr.
+func (j *Journal) readOnly(openErr error, each func([]byte) error) error {
+	if each == nil {
+		each = func([]byte) error { return nil }
+	}
+	journal, _, err := Inspect(j.path, j.max, func(_ int64, p []byte) error { return each(p) }, func(Damage) error { return nil })
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w (and reading it: %v)", openErr, err)
+	case !journal:
+		return openErr
+	}
+	return &UnwritableError{Found: j.Stats(), Err: openErr}
 }
 
 // recover reads the opened file f, handing its records to each, and makes
@@ -497,7 +522,7 @@ func (j *Journal) cut(f *os.File, d *Damage) error {
 // create makes a new journal file; O_EXCL refuses anything created at the
 // path since it was inspected, a planted link included.
 func (j *Journal) create() error {
-	f, err := os.OpenFile(j.path, os.O_RDWR|os.O_CREATE|os.O_EXCL|noFollow, 0o600)
+	f, err := openJournalFile(j.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return fmt.Errorf("statejournal: creating %s: %w", j.path, err)
 	}

@@ -49,6 +49,13 @@ func Describe(rec []byte) RecordInfo {
 		ri.Member = r.string(wireframe.MaxKeyFieldBytes)
 		ri.Version = r.uvarint()
 		r.varint()
+	case recMarks:
+		ri.Kind = "marks"
+		for r.err == nil && len(r.b) > 0 {
+			ri.Member = r.string(wireframe.MaxKeyFieldBytes)
+			ri.Version = max(ri.Version, r.uvarint())
+			r.varint()
+		}
 	case recDropMember:
 		ri.Kind = "drop"
 		ri.Member = r.string(wireframe.MaxKeyFieldBytes)

@@ -2,10 +2,6 @@ package statetable
 
 import "time"
 
-// vcursor is a place in version order: after is the last entry it has
-// (nil: none yet). The table moves it back when that entry leaves.
-type vcursor struct{ after *entry }
-
 // Member is one node this node asserts to: a peer it sends to, or one that
 // left discovery within its claim. Its mark is the highest version it
 // answered 200 for, the entries in version order up to it all taken.
@@ -16,10 +12,25 @@ type Member struct {
 	mark     uint64
 	active   bool
 	departed time.Time
-	wake     chan struct{} // poked on every change; one pending is enough
+	wake     chan struct{} // poked on a change while it waits; one pending is enough
+	// waiting says the member found nothing above its mark and waits for
+	// a change (it is in Table.waiting): a commit pokes only those, so a
+	// member that is behind (away, or backing off) costs a commit nothing.
+	waiting bool
+	// dirty says its mark moved since it was last written (Table.dirty):
+	// marks are written together, once per prune tick (flushMarksLocked).
+	dirty bool
+	// gone links the members that left, oldest departure first.
+	gone   struct{ prev, next *Member }
+	inGone bool
+	// restored says the member came from the journal: its mark there may
+	// lag what it took before a kill (marks are written once per tick), so
+	// even at 0 its dedup may hold what it is sent (Restate).
+	restored bool
 }
 
-// Wake is poked whenever the table changes.
+// Wake is poked when the table changes while the member waits for it, and
+// when it is owed more (it joined, or an end it lacked was evicted).
 func (m *Member) Wake() <-chan struct{} { return m.wake }
 
 // ID is the member's node id.
@@ -27,8 +38,11 @@ func (m *Member) ID() string { return m.id }
 
 // resetLocked sends the member the whole table from the start: an end it
 // had not acknowledged was evicted.
-func (m *Member) resetLocked() {
-	m.cur.after, m.mark = nil, 0
+func (t *Table) resetLocked(m *Member) {
+	m.cur.set(nil)
+	t.setMark(m, 0)
+	t.markDirty(m)
+	poke(m.wake)
 }
 
 func (t *Table) memberLocked(id string) *Member {
@@ -36,7 +50,7 @@ func (t *Table) memberLocked(id string) *Member {
 	if m == nil {
 		m = &Member{id: id, wake: make(chan struct{}, 1)}
 		t.members[id] = m
-		t.vcursors[&m.cur] = struct{}{}
+		t.lowValid = false
 	}
 	return m
 }
@@ -49,6 +63,7 @@ func (t *Table) Join(id string) *Member {
 	defer t.mu.Unlock()
 	_, known := t.members[id]
 	m := t.memberLocked(id)
+	t.unlinkGone(m)
 	m.active, m.departed = true, time.Time{}
 	if !known {
 		// Written at once, so a restart before the member takes anything
@@ -60,7 +75,8 @@ func (t *Table) Join(id string) *Member {
 }
 
 // Leave records that m left discovery: it keeps its claim on the ends it
-// has not acknowledged for MemberClaim, within the byte bound.
+// has not acknowledged for MemberClaim, within the bound on members that
+// left (MaxGoneMembers, MaxGoneBytes).
 func (t *Table) Leave(m *Member) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -69,14 +85,48 @@ func (t *Table) Leave(m *Member) {
 	}
 	m.active, m.departed = false, t.cfg.Now()
 	t.journalAck(m)
+	t.linkGone(m)
+	t.boundGoneLocked()
 }
 
-func (t *Table) dropMemberLocked(id string, m *Member) {
-	delete(t.members, id)
-	delete(t.vcursors, &m.cur)
-	t.stats.ClaimsExpired.Add(1)
+func (t *Table) dropMemberLocked(m *Member) {
+	delete(t.members, m.id)
+	t.lowValid = false
+	m.cur.release()
+	t.unlinkGone(m)
 	b := []byte{recDropMember}
-	t.appendRecord(appendString(b, id))
+	t.appendRecord(appendString(b, m.id))
+}
+
+// ForgetGone drops the members that left whose id same reports true, as
+// if their claim had run out, and returns how many: a node that comes back
+// under a new id (its hostUuid changed at a discovery flap) is sent the
+// whole table as a new member, and the member it left behind would only
+// hold ends for days. O(members that left), at a join.
+func (t *Table) ForgetGone(same func(id string) bool) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for m := t.goneHead; m != nil; {
+		next := m.gone.next
+		if same(m.id) {
+			t.dropMemberLocked(m)
+			t.stats.GoneReplaced.Add(1)
+			n++
+		}
+		m = next
+	}
+	return n
+}
+
+// Restate returns m's mark and whether m is to be re-asserted the table
+// (spec 5.1): it took entries (a mark), or it came from the journal, whose
+// mark may lag what it took before this node was killed, so its dedup may
+// hold what it is sent even at a mark of 0.
+func (t *Table) Restate(m *Member) (mark uint64, restate bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return m.mark, m.mark > 0 || m.restored
 }
 
 // MemberMark returns a member's mark and whether the table knows it.
@@ -104,9 +154,10 @@ func (t *Table) TakeAbove(m *Member, maxFrames, maxBytes int) Taken {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var r Taken
-	e := t.versions.head
-	if m.cur.after != nil {
-		e = m.cur.after.v.next
+	e := t.cursorNext(&m.cur)
+	if e == nil {
+		t.waitLocked(m)
+		return r
 	}
 	size := 0
 	for ; e != nil && len(r.Lines) < maxFrames; e = e.v.next {
@@ -127,10 +178,7 @@ func (t *Table) TakeAbove(m *Member, maxFrames, maxBytes int) Taken {
 func (t *Table) Lag(m *Member) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	next := t.versions.head
-	if m.cur.after != nil {
-		next = m.cur.after.v.next
-	}
+	next := t.cursorNext(&m.cur)
 	if next == nil {
 		return 0
 	}
@@ -141,10 +189,7 @@ func (t *Table) Lag(m *Member) time.Duration {
 func (t *Table) Behind(m *Member) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if m.cur.after == nil {
-		return t.versions.head != nil
-	}
-	return m.cur.after.v.next != nil
+	return t.cursorNext(&m.cur) != nil
 }
 
 // Ack records that m took every entry up to version v in version order:
@@ -153,29 +198,104 @@ func (t *Table) Behind(m *Member) bool {
 func (t *Table) Ack(m *Member, v uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if v <= m.mark && m.cur.after != nil {
+	if v <= m.mark && m.cur.after() != nil {
 		return
 	}
-	for {
-		next := t.versions.head
-		if m.cur.after != nil {
-			next = m.cur.after.v.next
-		}
-		if next == nil || next.version > v {
-			break
-		}
-		m.cur.after = next
+	last := m.cur.after()
+	for next := t.cursorNext(&m.cur); next != nil && next.version <= v; next = next.v.next {
+		last = next
 	}
-	m.mark = max(m.mark, v)
-	t.journalAck(m)
+	m.cur.set(last)
+	t.setMark(m, max(m.mark, v))
+	t.markDirty(m)
 	t.reapLocked(t.cfg.Now())
 }
 
+// waitLocked notes that m found nothing above its mark: the next commit
+// pokes it.
+func (t *Table) waitLocked(m *Member) {
+	if !m.waiting {
+		m.waiting = true
+		t.waiting = append(t.waiting, m)
+	}
+}
+
+// wakeLocked pokes the members that wait for a change, and only them: a
+// member that is behind goes on from its mark on its own (its sender
+// loops while it has something to take, or backs off), so a commit costs
+// O(members waiting), never O(members).
 func (t *Table) wakeLocked() {
-	for _, m := range t.members {
+	for i, m := range t.waiting {
+		m.waiting = false
 		if m.active {
 			poke(m.wake)
 		}
+		t.waiting[i] = nil
+	}
+	t.waiting = t.waiting[:0]
+}
+
+// markDirty notes that m's mark is to be written at the next flush.
+func (t *Table) markDirty(m *Member) {
+	if !m.dirty {
+		m.dirty = true
+		t.dirty = append(t.dirty, m)
+	}
+}
+
+// linkGone puts m at the end of the members that left.
+func (t *Table) linkGone(m *Member) {
+	if m.inGone {
+		return
+	}
+	m.inGone = true
+	m.gone.prev, m.gone.next = t.goneTail, nil
+	if t.goneTail == nil {
+		t.goneHead = m
+	} else {
+		t.goneTail.gone.next = m
+	}
+	t.goneTail = m
+	t.goneCount++
+	t.goneBytes += goneSize(m)
+}
+
+func (t *Table) unlinkGone(m *Member) {
+	if !m.inGone {
+		return
+	}
+	m.inGone = false
+	if m.gone.prev == nil {
+		t.goneHead = m.gone.next
+	} else {
+		m.gone.prev.gone.next = m.gone.next
+	}
+	if m.gone.next == nil {
+		t.goneTail = m.gone.prev
+	} else {
+		m.gone.next.gone.prev = m.gone.prev
+	}
+	m.gone.prev, m.gone.next = nil, nil
+	t.goneCount--
+	t.goneBytes -= goneSize(m)
+}
+
+// goneSize is what a member that left costs: its id, its struct and its
+// map slot, and its mark's record in the journal.
+func goneSize(m *Member) int64 { return int64(len(m.id)) + goneOverhead }
+
+// goneOverhead is a member's cost beside its id.
+const goneOverhead = 256
+
+// boundGoneLocked drops the members that left longest ago while they are
+// over MaxGoneMembers or MaxGoneBytes: a hostUuid that changes at every
+// discovery flap leaves one behind each time, and they must not grow
+// without end. A member dropped so is sent the whole table if it comes
+// back, as a new one.
+func (t *Table) boundGoneLocked() {
+	for t.goneHead != nil && (t.goneCount > t.cfg.MaxGoneMembers || t.goneBytes > t.cfg.MaxGoneBytes) {
+		t.dropMemberLocked(t.goneHead)
+		t.stats.GoneDropped.Add(1)
 	}
 }
 

@@ -19,7 +19,11 @@ import (
 //	            deadline, the key's four strings, a removal's runs, the line
 //	'F' forget: version, kind, the key's four strings
 //	'A' ack:    member id, mark, departed (0: active)
-//	'D' drop:   member id (its claim ran out)
+//	'D' drop:   member id (its claim ran out, or it was dropped at the
+//	            bound on members that left)
+//	'M' marks:  one or more (member id, mark, departed), as 'A' each: the
+//	            marks that moved since the last prune tick, written
+//	            together (flushMarksLocked)
 //
 // Integers are varints; strings and the line are length-prefixed. Only
 // what a restart cannot get back from its broker is written: a producer's
@@ -32,6 +36,7 @@ const (
 	recForget     = 'F'
 	recAck        = 'A'
 	recDropMember = 'D'
+	recMarks      = 'M'
 )
 
 const (
@@ -83,16 +88,52 @@ func (t *Table) journalForget(e *entry) {
 }
 
 func (t *Table) journalAck(m *Member) {
-	b := []byte{recAck}
+	t.appendRecord(appendMark([]byte{recAck}, m))
+	if m.dirty {
+		m.dirty = false // written: a flush skips it (it stays in t.dirty)
+	}
+}
+
+// appendMark appends a member's id, mark and departure (0: active).
+func appendMark(b []byte, m *Member) []byte {
 	b = appendString(b, m.id)
 	b = binary.AppendUvarint(b, m.mark)
-	var departed int64
-	if !m.departed.IsZero() {
-		departed = m.departed.UnixMilli()
-	}
-	b = binary.AppendVarint(b, departed)
-	t.appendRecord(b)
+	return binary.AppendVarint(b, unixMilli(m.departed))
 }
+
+// flushMarksLocked writes the marks that moved since the last flush, in
+// as few 'M' records as their bytes allow: a member's acknowledgment
+// writes nothing of its own, so a change costs the journal no record per
+// member (spec 5.4). A mark written late only lags: it is what the member
+// took, never more (Ack moves it only on a 200), and a restart sends the
+// member again what lies above it.
+func (t *Table) flushMarksLocked() {
+	var b []byte
+	for i, m := range t.dirty {
+		t.dirty[i] = nil
+		if !m.dirty || t.members[m.id] != m {
+			continue // written already, or dropped: a mark would bring it back
+		}
+		m.dirty = false
+		if b == nil {
+			b = []byte{recMarks}
+		}
+		b = appendMark(b, m)
+		t.stats.MarksWritten.Add(1)
+		if len(b) >= marksRecordBytes {
+			t.appendRecord(b)
+			b = nil
+		}
+	}
+	if b != nil {
+		t.appendRecord(b)
+	}
+	t.dirty = t.dirty[:0]
+}
+
+// marksRecordBytes is where an 'M' record is cut: far below the journal's
+// record bound, whatever the count of members.
+const marksRecordBytes = 32 << 10
 
 // NotJournaled is the sequence Commit returns for a change whose record the
 // journal refused (closed, or over its record bound): a wait on it fails,
@@ -320,19 +361,17 @@ func (r *Restorer) Add(rec []byte) error {
 			slot.forgot = true
 		}
 	case recAck:
-		id := rd.string(wireframe.MaxKeyFieldBytes)
-		mark := rd.version()
-		departed := rd.varint()
+		r.mark(rd)
+		if rd.err != nil || len(rd.b) != 0 {
+			r.st.Refused++
+		}
+	case recMarks:
+		for rd.err == nil && len(rd.b) > 0 {
+			r.mark(rd)
+		}
 		if rd.err != nil {
 			r.st.Refused++
-			return nil
 		}
-		r.top = max(r.top, mark)
-		m := &Member{id: id, mark: mark, wake: make(chan struct{}, 1)}
-		if departed != 0 {
-			m.departed = time.UnixMilli(departed)
-		}
-		r.marks[id] = m
 	case recDropMember:
 		id := rd.string(wireframe.MaxKeyFieldBytes)
 		if rd.err != nil || len(rd.b) != 0 {
@@ -344,6 +383,22 @@ func (r *Restorer) Add(rec []byte) error {
 		r.st.Refused++
 	}
 	return nil
+}
+
+// mark takes one member's mark; none when it does not decode.
+func (r *Restorer) mark(rd *reader) {
+	id := rd.string(wireframe.MaxKeyFieldBytes)
+	mark := rd.version()
+	departed := rd.varint()
+	if rd.err != nil {
+		return
+	}
+	r.top = max(r.top, mark)
+	m := &Member{id: id, mark: mark, wake: make(chan struct{}, 1), restored: true}
+	if departed != 0 {
+		m.departed = time.UnixMilli(departed)
+	}
+	r.marks[id] = m
 }
 
 // put takes a put record: decoded and checked but for its line, which
@@ -554,15 +609,22 @@ func (t *Table) rebuild(runs map[wireframe.WorkloadKey]*restored, rems map[wiref
 	for _, e := range all {
 		t.restoreEntry(e, now, grace, st)
 	}
+	gone := make([]*Member, 0, len(marks))
+	t.lowValid = false
 	for id, m := range marks {
 		t.members[id] = m
-		t.vcursors[&m.cur] = struct{}{}
-		if m.departed.IsZero() {
+		if m.departed.IsZero() || m.departed.After(now) {
 			m.departed = now // a restart does not know who is still there: discovery says
 		}
+		gone = append(gone, m)
 	}
+	slices.SortFunc(gone, func(a, b *Member) int { return a.departed.Compare(b.departed) })
+	for _, m := range gone {
+		t.linkGone(m)
+	}
+	t.boundGoneLocked()
 	t.placeCursors()
-	st.Members = len(marks)
+	st.Members = len(t.members)
 	t.evictLocked()
 }
 
@@ -652,7 +714,7 @@ func (t *Table) placeCursors() {
 		for e != nil && e.version <= m.mark {
 			after, e = e, e.v.next
 		}
-		m.cur.after = after
+		m.cur.set(after)
 	}
 }
 
@@ -661,34 +723,24 @@ func (t *Table) placeCursors() {
 // with it released, then the members' marks.
 func (t *Table) Snapshot(emit func([]byte) error) error {
 	w := &vcursor{}
-	t.mu.Lock()
-	t.vcursors[w] = struct{}{}
-	t.mu.Unlock()
 	defer func() {
 		t.mu.Lock()
-		delete(t.vcursors, w)
+		w.release()
 		t.mu.Unlock()
 	}()
 	for {
 		var recs [][]byte
 		t.mu.Lock()
-		e := t.versions.head
-		if w.after != nil {
-			e = w.after.v.next
-		}
+		e := t.cursorNext(w)
 		for n := 0; e != nil && n < reapBudget; n, e = n+1, e.v.next {
 			if e.journaled {
 				recs = append(recs, encodePut(nil, e))
 			}
-			w.after = e
+			w.set(e)
 		}
 		if e == nil {
 			for _, m := range t.members {
-				b := []byte{recAck}
-				b = appendString(b, m.id)
-				b = binary.AppendUvarint(b, m.mark)
-				b = binary.AppendVarint(b, unixMilli(m.departed))
-				recs = append(recs, b)
+				recs = append(recs, appendMark([]byte{recAck}, m))
 			}
 		}
 		t.mu.Unlock()

@@ -245,3 +245,44 @@ func (l Line) Params() json.RawMessage {
 	out = append(out, '{')
 	return append(out, l.b[at+n:end]...)
 }
+
+// compactKeep are the workloadInfo members an end keeps in its small form:
+// what names the run, its state and its order (PAIR's store orders a
+// run's events by seq), and its times. What goes is detail: an error's
+// text, a producer's own members.
+var compactKeep = map[string]bool{
+	"id": true, "model": true, "engine": true, "state": true, "originatedFrom": true, "runId": true,
+	"scheduledOn": true, "seq": true, "createdAt": true, "startedAt": true, "completedAt": true, "requesterId": true,
+}
+
+// compactLine is an end's line in its small form: a run's with only the
+// compactKeep members of its workloadInfo and no other params; a
+// removal's as it is (it names the workload and nothing else). A line
+// that does not decode (unreachable: the table keeps only lines it
+// parsed) is kept whole.
+func compactLine(e *entry) []byte {
+	if e.kind == kindRemoved {
+		return e.line
+	}
+	var env struct {
+		Method string                     `json:"method"`
+		Params map[string]json.RawMessage `json:"params"`
+	}
+	if json.Unmarshal(e.line, &env) != nil {
+		return e.line
+	}
+	var info map[string]json.RawMessage
+	if json.Unmarshal(env.Params["workloadInfo"], &info) != nil {
+		return e.line
+	}
+	for k := range info {
+		if !compactKeep[k] {
+			delete(info, k)
+		}
+	}
+	b, err := json.Marshal(map[string]any{"workloadInfo": info})
+	if err != nil {
+		return e.line
+	}
+	return ReassertionLine(env.Method, b)
+}

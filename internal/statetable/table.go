@@ -68,6 +68,9 @@ type entry struct {
 	// have none, so it costs them a pointer.
 	lease   *leaseState
 	sibling *entry // the runs of one workload (byRef)
+	// anchor holds the cursors that have the entry as their last (see
+	// cursor.go), nil for none.
+	anchor *anchor
 	// v links every entry in version order; p links the live and
 	// retained terminal runs in pass order (first tracked first).
 	v, p links
@@ -92,6 +95,9 @@ type entry struct {
 	gone    bool // deleted from the table: an item still naming it is stale
 	// unheld says a removal named a workload the table held no run of.
 	unheld bool
+	// compact says the end was evicted at the byte bound while a member
+	// lacked it and kept in its small form (compactEnd).
+	compact bool
 	// replayDrop says the broker's replay of a removal's runs is dropped
 	// (a producer removed an owned workload).
 	replayDrop bool
@@ -139,9 +145,19 @@ type Config struct {
 	// MaxEndedBytes bounds the tombstones' bytes (--max-ended-bytes): the
 	// oldest goes first, acknowledged or not.
 	MaxEndedBytes int64
+	// MaxEndKeyBytes bounds the ends evicted at MaxEndedBytes while a
+	// member lacked them, kept in their small form until every member has
+	// them (0: the larger of MaxEndedBytes and DefaultMinEndKeyBytes).
+	MaxEndKeyBytes int64
 	// MemberClaim is how long a member that left keeps its claim on the
 	// ends it has not acknowledged.
 	MemberClaim time.Duration
+	// MaxGoneMembers and MaxGoneBytes bound the members that left and
+	// still hold their claim (0: DefaultMaxGoneMembers and
+	// DefaultMaxGoneBytes): past either, the one that left longest ago is
+	// dropped.
+	MaxGoneMembers int
+	MaxGoneBytes   int64
 	// LeaseUnit is one second of a lease (shorter in tests).
 	LeaseUnit time.Duration
 	Journal   Journal // nil: nothing is written
@@ -167,7 +183,6 @@ type Table struct {
 	byRef    map[wireframe.WorkloadRef]*entry // the first of a workload's runs
 	removals map[wireframe.WorkloadRef]*entry // removal tombstones
 	members  map[string]*Member               // by node id and principal (peerTarget.memberID)
-	vcursors map[*vcursor]struct{}            // members' and walks' places in version order
 	passes   map[*Pass]struct{}               // heartbeat passes' places in pass order
 	versions order                            // every entry, oldest version first
 	pass     order                            // the runs re-asserted, first tracked first
@@ -181,22 +196,54 @@ type Table struct {
 	// held no run of, with a bound of their own (evictLocked).
 	unheldBytes int64
 	unheldEnds  endQueue
-	leases      leaseHeap     //
-	leaseCh     chan struct{} // poked when the earliest deadline may have moved
-	stats       Stats         //
-	self        string        //
+	// keyBytes and keyEnds are the ends kept in their small form
+	// (compactEnd), with a bound of their own (MaxEndKeyBytes).
+	keyBytes int64
+	keyCount int
+	keyEnds  endQueue
+	leases   leaseHeap     //
+	leaseCh  chan struct{} // poked when the earliest deadline may have moved
+	stats    Stats         //
+	self     string        //
 	// journaledBytes is what the journaled entries' records take: what a
 	// compaction would write, beside the members' marks.
 	journaledBytes int64
-	// nextClaimCheck is when expireClaimsLocked looks again.
-	nextClaimCheck time.Time
+	// waiting are the members that found nothing to take (wakeLocked),
+	// dirty those whose mark is not written yet (flushMarksLocked).
+	waiting, dirty []*Member
+	// goneHead..goneTail are the members that left, oldest departure
+	// first, goneCount of them taking goneBytes (boundGoneLocked).
+	goneHead, goneTail *Member
+	goneCount          int
+	goneBytes          int64
+	// low is the members' lowest mark and lowCount the members at it,
+	// while lowValid (lowMarkLocked).
+	low      uint64
+	lowCount int
+	lowValid bool
 	// rec is the buffer a put's record is built in (journalPut).
 	rec []byte
 }
 
+// DefaultMinEndKeyBytes is the least bound on the ends kept in their small
+// form: some 40,000 ends of about 400 bytes, so a member away past tens of
+// thousands of ends still learns each is over, whatever --max-ended-bytes.
+const DefaultMinEndKeyBytes = 16 << 20
+
+// The default bound on the members that left: a cluster's nodes leave and
+// come back (a flap, a reboot); 1,024 of them, at most 256 KiB, is far
+// more than a cluster has nodes, and a member dropped so is only sent the
+// whole table when it comes back.
+const (
+	DefaultMaxGoneMembers = 1024
+	DefaultMaxGoneBytes   = 256 << 10
+)
+
 // Stats are the table's counters, for the metrics.
 type Stats struct {
-	Evicted       atomic.Uint64 // ends dropped at the byte bound before every member had them
+	Evicted       atomic.Uint64 // ends taken out of the ended bytes at their bound (kept small while a member lacks them)
+	Compacted     atomic.Uint64 // of those, ends a member lacked, kept in their small form
+	KeysEvicted   atomic.Uint64 // small ends dropped at MaxEndKeyBytes before every member had them
 	EvictedUnheld atomic.Uint64 // removals of unheld workloads dropped at their own bound
 	FullPasses    atomic.Uint64 // members sent the whole table because an end they lacked was evicted
 	Forgotten     atomic.Uint64 // ends forgotten once every member had them
@@ -205,6 +252,9 @@ type Stats struct {
 	JournalFailed atomic.Uint64 // records not appended to the journal
 	LeaseRenewed  atomic.Uint64
 	ClaimsExpired atomic.Uint64 // members whose claim ran out
+	GoneDropped   atomic.Uint64 // members that left, dropped at their bound (MaxGoneMembers, MaxGoneBytes)
+	GoneReplaced  atomic.Uint64 // members that left, dropped when their node came back under a new id (ForgetGone)
+	MarksWritten  atomic.Uint64 // members' marks written to the journal (flushMarksLocked)
 }
 
 // New returns an empty table.
@@ -215,13 +265,21 @@ func New(cfg Config) *Table {
 	if cfg.LeaseUnit == 0 {
 		cfg.LeaseUnit = time.Second
 	}
+	if cfg.MaxEndKeyBytes == 0 {
+		cfg.MaxEndKeyBytes = max(cfg.MaxEndedBytes, DefaultMinEndKeyBytes)
+	}
+	if cfg.MaxGoneMembers == 0 {
+		cfg.MaxGoneMembers = DefaultMaxGoneMembers
+	}
+	if cfg.MaxGoneBytes == 0 {
+		cfg.MaxGoneBytes = DefaultMaxGoneBytes
+	}
 	t := &Table{
 		cfg:      cfg,
 		byKey:    map[wireframe.WorkloadKey]*entry{},
 		byRef:    map[wireframe.WorkloadRef]*entry{},
 		removals: map[wireframe.WorkloadRef]*entry{},
 		members:  map[string]*Member{},
-		vcursors: map[*vcursor]struct{}{},
 		passes:   map[*Pass]struct{}{},
 		leaseCh:  make(chan struct{}, 1),
 	}
@@ -532,7 +590,8 @@ func (t *Table) setRun(e *entry, ev *wireframe.Lifecycle, line []byte, now time.
 	}
 	e.hasRequester = ev.Info.HasRequester
 	if wasEnd {
-		t.ended -= oldSize
+		*t.endBytes(e) -= oldSize
+		t.uncompact(e)
 	}
 	if ev.Terminal() {
 		e.kind, e.endedAt = kindTerminal, now
@@ -583,6 +642,7 @@ func (t *Table) commitRemoval(f *Frame, now time.Time) (Outcome, uint64) {
 		t.removals[ref] = r
 	} else {
 		*t.endBytes(r) -= r.size()
+		t.uncompact(r)
 		r.retired = false
 		r.unheld = r.unheld && unheld
 	}
@@ -644,6 +704,9 @@ func (t *Table) deleteEntry(e *entry) {
 	}
 	if e.kind != kindLive {
 		*t.endBytes(e) -= e.size()
+	}
+	if e.compact {
+		t.keyCount--
 	}
 	t.unlinkVersion(e)
 	t.leavePass(e)
@@ -739,11 +802,7 @@ func (t *Table) linkVersion(e *entry) { t.versions.pushBack(e) }
 // unlinkVersion takes e out of version order; a cursor past it moves back
 // to the entry before it, so it still names the last entry it has.
 func (t *Table) unlinkVersion(e *entry) {
-	for c := range t.vcursors {
-		if c.after == e {
-			c.after = e.v.prev
-		}
-	}
+	e.handOver()
 	t.versions.remove(e)
 	e.v = links{}
 }
@@ -825,13 +884,20 @@ func (t *Table) retryAfterLocked(now time.Time) time.Duration {
 type Sizes struct {
 	Runs, Removals, Members, Leases   int
 	RunBytes, EndedBytes, UnheldBytes int64
+	// EndKeys ends are kept in their small form, taking EndKeyBytes.
+	EndKeys     int
+	EndKeyBytes int64
+	// GoneMembers of the Members left, taking GoneBytes (boundGoneLocked).
+	GoneMembers int
+	GoneBytes   int64
 }
 
 // Sizes returns the table's gauges; O(1).
 func (t *Table) Sizes() Sizes {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return Sizes{Runs: t.inPass, RunBytes: t.passSize, EndedBytes: t.ended, UnheldBytes: t.unheldBytes, Removals: len(t.removals), Members: len(t.members), Leases: len(t.leases)}
+	return Sizes{Runs: t.inPass, RunBytes: t.passSize, EndedBytes: t.ended, UnheldBytes: t.unheldBytes, Removals: len(t.removals), Members: len(t.members), Leases: len(t.leases),
+		GoneMembers: t.goneCount, GoneBytes: t.goneBytes, EndKeys: t.keyCount, EndKeyBytes: t.keyBytes}
 }
 
 // HoldsRun reports whether the table holds run k within its retention.
@@ -856,13 +922,24 @@ func (t *Table) Latest(ref wireframe.WorkloadRef) (lines []Line, removed bool) {
 	return lines, t.removals[ref] != nil
 }
 
-// Prune retires and forgets what is due, a budget at a time; it reports
-// whether more is due. The Manager calls it on a tick, so a node without
-// traffic still frees what it may.
+// Prune retires and forgets what is due, a budget at a time, and writes
+// the marks that moved since the last Prune; it reports whether more is
+// due. The Manager calls it on a tick, so a node without traffic still
+// frees what it may.
 func (t *Table) Prune() (more bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.flushMarksLocked()
 	return t.reapLocked(t.cfg.Now())
+}
+
+// FlushMarks writes the marks that moved since the last Prune: at a clean
+// stop, after the senders stopped, so a restart sends nobody again what it
+// took.
+func (t *Table) FlushMarks() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.flushMarksLocked()
 }
 
 // reapBudget is the most ends one reap looks at: ends that ended together
@@ -903,43 +980,89 @@ func (t *Table) reapLocked(now time.Time) (more bool) {
 		t.ends.forgetHead++
 	}
 	t.ends.compact()
+	return t.forgetKeysLocked(n)
+}
+
+// forgetKeysLocked forgets the small ends every member has now, within
+// what is left of the reap's budget (n spent); it reports whether more
+// is due.
+func (t *Table) forgetKeysLocked(n int) (more bool) {
+	e := t.keyEnds.atForget()
+	if e == nil || e.version > t.lowMarkLocked() {
+		return false
+	}
+	low := t.lowMarkLocked()
+	for ; e != nil && e.version <= low; e = t.keyEnds.atForget() {
+		if n == reapBudget {
+			return true
+		}
+		n++
+		t.deleteEntry(e)
+		t.stats.Forgotten.Add(1)
+		t.keyEnds.forgetHead++
+	}
+	t.keyEnds.compact()
 	return false
 }
 
 // lowMarkLocked is the lowest mark of the members holding a claim: an end
 // at or below it is held by every member. Without members it is the
-// highest version: nobody is owed anything.
+// highest version: nobody is owed anything. It is kept, with the count of
+// members at it, as the marks move (setMark), and found again by a walk
+// of the members only when the last member at it moved on, a member was
+// dropped or a new one joined: once per change at most, not per ack.
 func (t *Table) lowMarkLocked() uint64 {
-	low := uint64(math.MaxUint64)
-	for _, m := range t.members {
-		low = min(low, m.mark)
+	if !t.lowValid {
+		t.low, t.lowCount = math.MaxUint64, 0
+		for _, m := range t.members {
+			switch {
+			case m.mark < t.low:
+				t.low, t.lowCount = m.mark, 1
+			case m.mark == t.low:
+				t.lowCount++
+			}
+		}
+		t.lowValid = true
 	}
-	return low
+	return t.low
 }
 
-// expireClaimsLocked drops the members that left longer than their claim
-// ago. It looks only when the earliest departure may be due, so a reap
-// costs O(members) at most once per claimCheck.
-func (t *Table) expireClaimsLocked(now time.Time) {
-	if now.Before(t.nextClaimCheck) {
+// setMark moves m's mark to v, keeping the low mark.
+func (t *Table) setMark(m *Member, v uint64) {
+	old := m.mark
+	m.mark = v
+	if !t.lowValid || old == v {
 		return
 	}
-	t.nextClaimCheck = now.Add(claimCheck)
-	for id, m := range t.members {
-		if !m.active && now.Sub(m.departed) >= t.cfg.MemberClaim {
-			t.dropMemberLocked(id, m)
+	switch {
+	case v < t.low:
+		t.low, t.lowCount = v, 1
+	case v == t.low:
+		t.lowCount++
+	case old == t.low:
+		if t.lowCount--; t.lowCount == 0 {
+			t.lowValid = false
 		}
 	}
 }
 
-// claimCheck is how often the members' claims are looked at: a claim is
-// days long, so a second late costs nothing.
-const claimCheck = time.Second
+// expireClaimsLocked drops the members that left longer than their claim
+// ago: the oldest departure first, so a reap looks at one member that
+// stays.
+func (t *Table) expireClaimsLocked(now time.Time) {
+	for m := t.goneHead; m != nil && now.Sub(m.departed) >= t.cfg.MemberClaim; m = t.goneHead {
+		t.dropMemberLocked(m)
+		t.stats.ClaimsExpired.Add(1)
+	}
+}
 
 // endBytes is the count e's bytes are kept in: the ends of workloads this
 // node held, or the unheld removals'.
 func (t *Table) endBytes(e *entry) *int64 {
-	if e.unheld {
+	switch {
+	case e.compact:
+		return &t.keyBytes
+	case e.unheld:
 		return &t.unheldBytes
 	}
 	return &t.ended
@@ -949,30 +1072,40 @@ func (t *Table) endBytes(e *entry) *int64 {
 // beside it: an eighth, some 20,000 removals at the default.
 const unheldShare = 8
 
-// evictLocked drops the oldest ends while the tombstones are over their
-// byte bound, acknowledged or not. A member that had not acknowledged one
-// is sent the whole table from the start: what it is sent then is
-// everything the table still holds. The unheld removals have a bound of
-// their own, and a member that misses an evicted one is not sent the
-// table again: the table never held what it names.
+// evictLocked takes the oldest ends out while the tombstones are over
+// their byte bound, acknowledged or not. An end a member lacks keeps the
+// truth that its run is over: it stays, at its version, in its small form
+// (compactEnd), until every member has it, within MaxEndKeyBytes; past
+// that the oldest small one goes, and a member that lacked it is sent the
+// whole table from the start. The unheld removals have a bound of their
+// own, and a member that misses an evicted one is not sent the table
+// again: the table never held what it names.
 func (t *Table) evictLocked() {
 	for t.ended > t.cfg.MaxEndedBytes {
 		e := t.ends.atForget()
 		if e == nil || e == t.versions.tail {
-			return // the newest always stays
+			break // the newest always stays
 		}
 		t.ends.forgetHead++
 		t.ends.retireHead = max(t.ends.retireHead, t.ends.forgetHead)
-		if !e.unheld {
-			for _, m := range t.members {
-				if m.mark < e.version {
-					m.resetLocked()
-				}
-			}
+		t.stats.Evicted.Add(1)
+		if !e.unheld && t.lowMarkLocked() < e.version {
+			t.compactEnd(e)
+			continue
 		}
 		t.deleteEntry(e)
-		t.stats.Evicted.Add(1)
 	}
+	for t.keyBytes > t.cfg.MaxEndKeyBytes {
+		e := t.keyEnds.atForget()
+		if e == nil || e == t.versions.tail {
+			break
+		}
+		t.keyEnds.forgetHead++
+		t.resetLacking(e)
+		t.deleteEntry(e)
+		t.stats.KeysEvicted.Add(1)
+	}
+	t.keyEnds.compact()
 	for t.unheldBytes > t.cfg.MaxEndedBytes/unheldShare {
 		e := t.unheldEnds.atForget()
 		if e == nil || e == t.versions.tail {
@@ -983,6 +1116,50 @@ func (t *Table) evictLocked() {
 		t.stats.EvictedUnheld.Add(1)
 	}
 	t.unheldEnds.compact()
+}
+
+// uncompact notes that a small end changed (its bytes already taken out
+// of keyBytes): it is whole again, counted where its kind says.
+func (t *Table) uncompact(e *entry) {
+	if e.compact {
+		e.compact = false
+		t.keyCount--
+	}
+}
+
+// resetLacking sends every member that lacks e the whole table again: e
+// goes before it had it.
+func (t *Table) resetLacking(e *entry) {
+	if t.lowMarkLocked() >= e.version {
+		return
+	}
+	for _, m := range t.members {
+		if m.mark < e.version {
+			t.resetLocked(m)
+		}
+	}
+}
+
+// compactEnd keeps an end a member lacks in its small form (compactLine):
+// out of the ended bytes and out of pass order (retired: it no longer
+// holds its run or id), at its version, so every member whose mark is
+// below it is still sent it, and forgotten once every member has it.
+func (t *Table) compactEnd(e *entry) {
+	t.ended -= e.size()
+	if !e.retired {
+		t.retire(e)
+	}
+	e.line = compactLine(e)
+	e.compact = true
+	t.keyBytes += e.size()
+	t.keyCount++
+	t.keyEnds.push(e)
+	if e.journaled {
+		// What a compaction would write now; the record in the file
+		// stays whole until then, and a restart compacts it again.
+		t.setJournaled(e, len(encodePut(nil, e)))
+	}
+	t.stats.Compacted.Add(1)
 }
 
 // clip shortens a value for an answer or a log line.

@@ -1,6 +1,7 @@
 package statetable
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -364,23 +365,70 @@ func TestAMemberAwayPastItsClaimNoLongerHoldsEnds(t *testing.T) {
 	}
 }
 
-func TestAtTheByteBoundTheOldestEndGoesAndAMemberThatLackedItGetsTheWholeTable(t *testing.T) {
+// At the byte bound the oldest end goes out of the ended bytes; a member
+// that lacks it still learns the run is over: the end stays, at its
+// version, in its small form, until every member has it (spec 5.2).
+func TestAtTheByteBoundTheOldestEndIsKeptSmallWhileAMemberLacksIt(t *testing.T) {
 	tb, _, _ := newTable(t, func(c *Config) { c.MaxEndedBytes = 3000 })
 	away := tb.Join("away")
 	commit(t, tb, FromBroker, event(t, "live", "running"))
 	sent(t, tb, away) // it has the live run; then it is away while the ends happen
 	for i := range 20 {
-		commit(t, tb, FromProducer, event(t, fmt.Sprintf("e-%02d", i), "completed"))
+		commit(t, tb, FromProducer, event(t, fmt.Sprintf("e-%02d", i), "completed", `"error":"a long text the small form leaves out"`))
 	}
-	if ev := tb.Stats().Evicted.Load(); ev == 0 {
-		t.Fatal("nothing evicted past the byte bound")
+	if ev := tb.Stats().Evicted.Load(); ev == 0 || tb.Stats().Compacted.Load() != ev {
+		t.Fatalf("%d ends evicted past the byte bound, %d kept small: want some, each kept small", ev, tb.Stats().Compacted.Load())
 	}
 	if got := tb.Sizes().EndedBytes; got > 3000 {
 		t.Fatalf("%d bytes of ends held, over the bound", got)
 	}
+	var got []string
+	for {
+		r := tb.TakeAbove(away, 7, 1<<20)
+		if len(r.Lines) == 0 {
+			break
+		}
+		for _, l := range r.Lines {
+			line := freshOf(l)
+			got = append(got, describe(t, line))
+			if small := strings.Contains(describe(t, line), "e-00"); small && bytes.Contains(line, []byte("long text")) {
+				t.Fatalf("the evicted end is sent whole: %s", line)
+			}
+		}
+		tb.Ack(away, r.Versions[len(r.Versions)-1])
+	}
+	want := make([]string, 20)
+	for i := range want {
+		want[i] = fmt.Sprintf("e-%02d:completed", i)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("the member away is sent %v, want every end, the evicted ones in their small form, and nothing again", got)
+	}
+	tb.Prune()
+	if s := tb.Sizes(); s.EndKeys != 0 || s.EndKeyBytes != 0 {
+		t.Fatalf("%d small ends (%d bytes) held once every member had them", s.EndKeys, s.EndKeyBytes)
+	}
+}
+
+// Past the bound on the small ends the oldest goes, counted, and a member
+// that lacked it is sent the whole table from the start.
+func TestPastTheKeyBoundTheOldestSmallEndGoesAndAMemberThatLackedItGetsTheWholeTable(t *testing.T) {
+	tb, _, _ := newTable(t, func(c *Config) { c.MaxEndedBytes, c.MaxEndKeyBytes = 3000, 3000 })
+	away := tb.Join("away")
+	commit(t, tb, FromBroker, event(t, "live", "running"))
+	sent(t, tb, away)
+	for i := range 40 {
+		commit(t, tb, FromProducer, event(t, fmt.Sprintf("e-%02d", i), "completed"))
+	}
+	if tb.Stats().KeysEvicted.Load() == 0 {
+		t.Fatal("nothing evicted past the key bound")
+	}
+	if s := tb.Sizes(); s.EndKeyBytes > 3000 || s.EndKeys == 0 {
+		t.Fatalf("%d small ends take %d bytes, want some within the 3000-byte bound", s.EndKeys, s.EndKeyBytes)
+	}
 	got := sent(t, tb, away)
-	if got[0] != "live:running" || got[len(got)-1] != "e-19:completed" || slices.Contains(got, "e-00:completed") {
-		t.Fatalf("the member that lacked an evicted end is sent %v: want the whole table from the start, the evicted ends not among them", got)
+	if got[0] != "live:running" || got[len(got)-1] != "e-39:completed" || slices.Contains(got, "e-00:completed") {
+		t.Fatalf("the member that lacked an end evicted past the key bound is sent %v: want the whole table from the start, the evicted ends not among them", got)
 	}
 }
 
@@ -426,6 +474,7 @@ func TestTheJournalRebuildsWhatARestartNeeds(t *testing.T) {
 	commit(t, tb, FromProducer, event(t, "gone", "running"))
 	remove(t, tb, FromProducer, "gone")
 	sent(t, tb, m)
+	tb.Prune() // the prune tick writes the marks that moved
 	commit(t, tb, FromProducer, event(t, "after", "running"))
 
 	again := New(Config{Self: self, Retention: retention, MaxLive: 1000, MaxLiveBytes: 1 << 20, MaxEndedBytes: 1 << 20, MemberClaim: time.Hour, Now: c.now})

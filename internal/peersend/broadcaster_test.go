@@ -1,0 +1,34 @@
+package peersend
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"nvpair-workload-manager/internal/pairinstall"
+	"nvpair-workload-manager/internal/statetable"
+)
+
+// A node whose hostUuid changes at every discovery flap, under one
+// principal, leaves no member behind per flap: the member of its old id is
+// forgotten when the new one joins (spec 5.2).
+func TestAFlappingHostUUIDLeavesNoMemberBehindPerFlap(t *testing.T) {
+	table := statetable.New(statetable.Config{Self: "self", Retention: time.Minute, MaxLive: 100, MaxLiveBytes: 1 << 20,
+		MaxEndedBytes: 1 << 20, MemberClaim: time.Hour})
+	b := New(slog.New(slog.NewTextHandler(io.Discard, nil)), &pairinstall.ClusterTrust{}, table, time.Hour)
+	defer b.Close(0)
+	other := Target{HostUUID: "other", Principal: "cluster-2", Addrs: []string{"127.0.0.1:1"}}
+	b.SetTargets([]Target{other})
+	b.SetTargets(nil) // the other node left: it keeps its claim
+	for flap := range 30 {
+		b.SetTargets([]Target{{HostUUID: fmt.Sprintf("host-%d", flap), Principal: "cluster-1", Addrs: []string{"127.0.0.1:1"}}})
+	}
+	if n := table.Sizes().Members; n != 2 {
+		t.Fatalf("%d members after 30 flaps of one node's hostUuid, want 2: the node's latest id and the other node that left", n)
+	}
+	if n := table.Stats().GoneReplaced.Load(); n != 29 {
+		t.Fatalf("%d members forgotten as replaced, want 29", n)
+	}
+}
