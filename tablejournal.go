@@ -20,8 +20,9 @@ import (
 // hold as the change; an ingress frame's 200 waits until its record is
 // durable, one write and one fsync for every frame waiting (group
 // commit). It is read once at start, before any listener serves and
-// before the broker's replay, and compacted in the background from the
-// table when it outgrows twice what it must hold.
+// before the broker's replay, compacted in the background from the table
+// when it outgrows twice what it must hold, and rebuilt from the table the
+// same way when a fault left it down or without records the table holds.
 
 // journalFile is what the Manager uses of its journal
 // (*statejournal.Journal): a test stands in for it to hold a write.
