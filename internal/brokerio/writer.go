@@ -246,15 +246,7 @@ func (bw *Writer) leadAlone(t Turn) error {
 		t.after()
 	}
 	if g != nil {
-		if err == nil {
-			for _, m := range g.members {
-				if m.after != nil {
-					m.after()
-				}
-			}
-		}
-		g.err = err
-		close(g.done)
+		g.finish(err)
 	}
 	bw.handOn()
 	return err
@@ -280,6 +272,13 @@ func (bw *Writer) lead(g *brokerGroup) {
 	} else {
 		err = bw.write(w, bw.groupBytes(g), len(g.members))
 	}
+	g.finish(err)
+	bw.handOn()
+}
+
+// finish runs the commits of g's members in order when its write (err)
+// succeeded, then answers them.
+func (g *brokerGroup) finish(err error) {
 	if err == nil {
 		for _, m := range g.members {
 			if m.after != nil {
@@ -289,7 +288,6 @@ func (bw *Writer) lead(g *brokerGroup) {
 	}
 	g.err = err
 	close(g.done)
-	bw.handOn()
 }
 
 // groupBytes returns g's lines as one buffer: the line itself for a group
