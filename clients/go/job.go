@@ -267,16 +267,24 @@ func (j *Job) next(state string, apply func(map[string]any)) error {
 	return nil
 }
 
-// renewAfter (re)arms the job's lease renewal.
-func (j *Job) renewAfter(d time.Duration) {
+// track makes the client hold j for its renewals, and says false once the
+// client is closed.
+func (j *Job) track() bool {
 	c := j.c
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
-		c.mu.Unlock()
-		return
+		return false
 	}
 	c.jobs[j] = struct{}{}
-	c.mu.Unlock()
+	return true
+}
+
+// renewAfter (re)arms the job's lease renewal.
+func (j *Job) renewAfter(d time.Duration) {
+	if !j.track() {
+		return
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.ended {

@@ -40,13 +40,9 @@ func (c *Client) Resume(w Workload) (*Job, error) {
 // renewEvery, as renewAfter arms it after a frame.
 func (j *Job) renewSoon() {
 	c := j.c
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	if !j.track() {
 		return
 	}
-	c.jobs[j] = struct{}{}
-	c.mu.Unlock()
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.renew = time.AfterFunc(0, func() { j.renewNow(c.renewEvery) })

@@ -3,11 +3,9 @@ package main
 import (
 	"bufio"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -145,21 +143,15 @@ func (l *groupLog) writer() {
 // into a map) with the frame made durable before its 200.
 func durableHandler(l *groupLog) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		b, err := io.ReadAll(r.Body)
-		var m map[string]any
-		if err == nil {
-			err = json.Unmarshal(b, &m)
-		}
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
+		b, ok := ceilingRead(w, r)
+		if !ok {
 			return
 		}
 		if err := l.commit(b); err != nil {
 			http.Error(w, "not durable: "+err.Error(), http.StatusInternalServerError)
 			return
 		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, "ok\n")
+		ceilingOK(w)
 	}
 }
 

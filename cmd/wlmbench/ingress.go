@@ -226,6 +226,14 @@ func appendRemove(buf []byte, prefix string, worker, wl int) []byte {
 // bare net/http handler that reads the body, decodes it into a map with
 // encoding/json and answers 200.
 func ceilingHandler(w http.ResponseWriter, r *http.Request) {
+	if _, ok := ceilingRead(w, r); ok {
+		ceilingOK(w)
+	}
+}
+
+// ceilingRead is the ceilings' read of a frame: the body, decoded into a
+// map with encoding/json; a 400 answered, and false, when it is not JSON.
+func ceilingRead(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 	b, err := io.ReadAll(r.Body)
 	var m map[string]any
 	if err == nil {
@@ -233,8 +241,13 @@ func ceilingHandler(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return nil, false
 	}
+	return b, true
+}
+
+// ceilingOK is the ceilings' 200.
+func ceilingOK(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = io.WriteString(w, "ok\n")
 }
