@@ -1,14 +1,19 @@
 package statetable
 
-// Pass is one heartbeat pass's place in pass order. next is guarded by
-// the table's lock, which moves it when the entry it points at leaves; the
-// other fields belong to the pass's owner.
+// Pass is one heartbeat pass's place in pass order. next and the parked
+// links are guarded by the table's lock, which moves the pass when the
+// entry it points at leaves; the other fields belong to the pass's owner.
 type Pass struct {
-	next     *entry
-	start    uint64 // the table's version when the pass started
-	pending  bool   // started, not yet placed
-	Size     int    // runs in pass order when the pass was placed
-	Progress int    // runs the pass has taken so far
+	next *entry
+	// parkedPrev and parkedNext link the passes whose next is the same
+	// entry (entry.parked), so that an entry leaving pass order moves on
+	// the passes parked on it in O(their count), whatever the passes in
+	// progress elsewhere (one per reachable member).
+	parkedPrev, parkedNext *Pass
+	start                  uint64 // the table's version when the pass started
+	pending                bool   // started, not yet placed
+	Size                   int    // runs in pass order when the pass was placed
+	Progress               int    // runs the pass has taken so far
 }
 
 // BeginPass starts p: it visits every run in pass order except those
@@ -33,15 +38,15 @@ func (t *Table) TakePass(p *Pass, maxFrames, maxBytes int) (lines [][]byte, done
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.reapLocked(t.cfg.Now())
+	next := p.next
 	if p.pending {
-		t.passes[p] = struct{}{}
-		p.next, p.pending, p.Size = t.pass.head, false, t.inPass
+		next, p.pending, p.Size = t.pass.head, false, t.inPass
 	}
 	size := 0
-	for p.next != nil && len(lines) < maxFrames {
-		e := p.next
+	for next != nil && len(lines) < maxFrames {
+		e := next
 		if e.version > p.start {
-			p.next = e.p.next
+			next = e.p.next
 			continue
 		}
 		if len(lines) > 0 && size+len(e.line) > maxBytes {
@@ -49,15 +54,39 @@ func (t *Table) TakePass(p *Pass, maxFrames, maxBytes int) (lines [][]byte, done
 		}
 		lines = append(lines, e.line)
 		size += len(e.line)
-		p.next = e.p.next
+		next = e.p.next
 	}
+	p.park(next)
 	p.Progress += len(lines)
-	return lines, p.next == nil
+	return lines, next == nil
 }
 
 // ClosePass forgets p; the table no longer moves it.
 func (t *Table) ClosePass(p *Pass) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.passes, p)
+	p.park(nil)
+}
+
+// park moves p's place to e (nil: the end of the order, or closed): off
+// the parked list of the entry it was on and onto e's.
+func (p *Pass) park(e *entry) {
+	if old := p.next; old != nil {
+		if p.parkedPrev == nil {
+			old.parked = p.parkedNext
+		} else {
+			p.parkedPrev.parkedNext = p.parkedNext
+		}
+		if p.parkedNext != nil {
+			p.parkedNext.parkedPrev = p.parkedPrev
+		}
+	}
+	p.next, p.parkedPrev, p.parkedNext = e, nil, nil
+	if e != nil {
+		p.parkedNext = e.parked
+		if e.parked != nil {
+			e.parked.parkedPrev = p
+		}
+		e.parked = p
+	}
 }

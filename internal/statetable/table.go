@@ -107,6 +107,10 @@ type entry struct {
 	asserted  bool
 	journaled bool
 	inPass    bool
+	// parked is the first of the heartbeat passes whose next run is this
+	// one (Pass.parkedNext links the rest): when the entry leaves pass
+	// order, only they move on, not every pass in progress.
+	parked *Pass
 }
 
 func (e *entry) size() int64 {
@@ -183,7 +187,6 @@ type Table struct {
 	byRef    map[wireframe.WorkloadRef]*entry // the first of a workload's runs
 	removals map[wireframe.WorkloadRef]*entry // removal tombstones
 	members  map[string]*Member               // by node id and principal (peerTarget.memberID)
-	passes   map[*Pass]struct{}               // heartbeat passes' places in pass order
 	versions order                            // every entry, oldest version first
 	pass     order                            // the runs re-asserted, first tracked first
 	linked   uint64                           // the last pass order given
@@ -280,7 +283,6 @@ func New(cfg Config) *Table {
 		byRef:    map[wireframe.WorkloadRef]*entry{},
 		removals: map[wireframe.WorkloadRef]*entry{},
 		members:  map[string]*Member{},
-		passes:   map[*Pass]struct{}{},
 		leaseCh:  make(chan struct{}, 1),
 	}
 	t.versions.at = func(e *entry) *links { return &e.v }
@@ -815,14 +817,13 @@ func (t *Table) linkPass(e *entry) {
 	t.pass.pushBack(e)
 }
 
-// unlinkPass takes e out of pass order; a pass about to visit it moves on
-// to the entry after it. e keeps its next link: a read-back that holds e
-// between two slices goes on from e to the entries that followed it.
+// unlinkPass takes e out of pass order; the passes about to visit it (the
+// ones parked on it, not every pass in progress) move on to the entry
+// after it. e keeps its next link: a read-back that holds e between two
+// slices goes on from e to the entries that followed it.
 func (t *Table) unlinkPass(e *entry) {
-	for p := range t.passes {
-		if p.next == e {
-			p.next = e.p.next
-		}
+	for e.parked != nil {
+		e.parked.park(e.p.next)
 	}
 	t.pass.remove(e)
 	e.p.prev = nil

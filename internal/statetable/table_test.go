@@ -605,6 +605,70 @@ func TestAHeartbeatPassVisitsEveryRunOnceAndSkipsThoseChangedSinceItBegan(t *tes
 	}
 }
 
+func TestPassesParkedOnARunThatLeavesMoveOnAndNoOtherPassMoves(t *testing.T) {
+	tb, _, _ := newTable(t)
+	for i := range 6 {
+		commit(t, tb, FromBroker, event(t, fmt.Sprintf("p-%d", i), "running"))
+	}
+	var a, b, c, closed Pass
+	for _, p := range []*Pass{&a, &b, &c, &closed} {
+		tb.BeginPass(p)
+	}
+	tb.TakePass(&a, 2, 1<<20)      // parked on p-2
+	tb.TakePass(&b, 2, 1<<20)      // parked on p-2
+	tb.TakePass(&c, 4, 1<<20)      // parked on p-4
+	tb.TakePass(&closed, 2, 1<<20) // parked on p-2, then closed
+	tb.ClosePass(&closed)
+	remove(t, tb, FromBroker, "p-2")
+	rest := func(p *Pass) (ids []string) {
+		for {
+			lines, done := tb.TakePass(p, 1, 1<<20)
+			for _, l := range lines {
+				ids = append(ids, fmt.Sprint(strings.Contains(string(l), `"p-3"`), strings.Contains(string(l), `"p-4"`), strings.Contains(string(l), `"p-5"`)))
+			}
+			if done {
+				return ids
+			}
+		}
+	}
+	want3 := []string{"true false false", "false true false", "false false true"}
+	for name, p := range map[string]*Pass{"a": &a, "b": &b} {
+		if got := rest(p); fmt.Sprint(got) != fmt.Sprint(want3) {
+			t.Fatalf("pass %s parked on the removed run went on with %v, want p-3, p-4, p-5", name, got)
+		}
+	}
+	if got := rest(&c); fmt.Sprint(got) != fmt.Sprint(want3[1:]) {
+		t.Fatalf("a pass parked elsewhere went on with %v, want p-4, p-5", got)
+	}
+	if closed.next != nil || closed.parkedPrev != nil || closed.parkedNext != nil {
+		t.Fatal("a closed pass is still parked")
+	}
+}
+
+// BenchmarkRunLeavesWithPassesInProgress removes a run (and adds one
+// back) while passes are in progress, one per reachable member, parked
+// elsewhere: the cost must not grow with the passes (unlinkPass moves only
+// the passes parked on the run that leaves).
+func BenchmarkRunLeavesWithPassesInProgress(b *testing.B) {
+	for _, passes := range []int{1, 2000} {
+		b.Run(fmt.Sprintf("passes=%d", passes), func(b *testing.B) {
+			tb, _, _ := newTable(b, func(c *Config) { c.MaxLive, c.MaxLiveBytes, c.Journal = 1<<20, 1<<30, nil })
+			commit(b, tb, FromBroker, event(b, "first", "running"))
+			ps := make([]Pass, passes)
+			for i := range ps {
+				tb.BeginPass(&ps[i])
+				tb.TakePass(&ps[i], 0, 0) // placed, parked on "first"
+			}
+			up := event(b, "churn", "running")
+			b.ResetTimer()
+			for range b.N {
+				commit(b, tb, FromBroker, up)
+				remove(b, tb, FromBroker, "churn")
+			}
+		})
+	}
+}
+
 // BenchmarkCommit commits to a table of 100,000 runs: a renewal of a held
 // run (the lease renewal's path) and churn (a new run in, an old one
 // removed), with 8 members; heapB/entry is what each held run costs.
