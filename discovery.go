@@ -11,6 +11,7 @@ import (
 
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/peersend"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 // discoveredNode is one entry of a discovery:nodes snapshot: PAIR's
@@ -61,6 +62,12 @@ func selectTargets(nodes []discoveredNode, self string, pinned func(principal st
 			continue
 		case n.ClusterUUID == "" || !pinned(n.ClusterUUID):
 			skip("no valid pin for its clusterUuid")
+			continue
+		case len(n.HostUUID)+1+len(n.ClusterUUID) > wireframe.MaxKeyFieldBytes:
+			// The member's id (hostUuid|clusterUuid) is journaled with its
+			// mark and read back at this bound: a longer one would be
+			// refused at restore, and it bounds the members' bytes.
+			skip("hostUuid and clusterUuid past the member id's bound")
 			continue
 		}
 		addrs := dialAddresses(n, n.Services.WL.Port)

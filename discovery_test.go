@@ -15,6 +15,7 @@ import (
 	"nvpair-workload-manager/internal/peersend"
 	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/wireframe"
 )
 
 func TestSelectTargetsKeepsOnlyPinnedReachablePeers(t *testing.T) {
@@ -61,6 +62,9 @@ func TestSelectTargetsKeepsOnlyPinnedReachablePeers(t *testing.T) {
 		{"no pin for the clusterUuid", []map[string]any{entry(h1, unpinned, "192.168.1.20", wl(14320))}, nil, "no valid pin"},
 		{"no clusterUuid", []map[string]any{entry(h1, "", "192.168.1.20", wl(14320))}, nil, "no valid pin"},
 		{"a pinned hostUuid does not stand in for the clusterUuid", []map[string]any{entry(p1, unpinned, "192.168.1.20", wl(14320))}, nil, "no valid pin"},
+		{"a hostUuid past the member id's bound", []map[string]any{entry(h1+strings.Repeat("x", wireframe.MaxKeyFieldBytes-len(h1)-len(p1)), p1, "192.168.1.20", wl(14320))}, nil, "past the member id's bound"},
+		{"a hostUuid at the member id's bound", []map[string]any{entry(h1+strings.Repeat("x", wireframe.MaxKeyFieldBytes-1-len(h1)-len(p1)), p1, "192.168.1.20", wl(14320))},
+			[]string{target(h1+strings.Repeat("x", wireframe.MaxKeyFieldBytes-1-len(h1)-len(p1)), p1, "192.168.1.20:14320")}, ""},
 		{"no address", []map[string]any{entry(h1, p1, "", wl(14320))}, nil, "no usable address"},
 		{"only unusable addresses", []map[string]any{entry(h1, p1, "gpu-box.local", wl(14320), "", "300.1.1.1", "not an ip")}, nil, "no usable address"},
 		{"ip first, then ips, repeats removed, invalid skipped",
