@@ -70,6 +70,9 @@ type Broadcaster struct {
 	// stops (close).
 	draining chan struct{}
 
+	// rnd draws the senders' random offsets (jitter.go).
+	rnd randN
+
 	// Counters for the metrics.
 	Handshakes, HandshakeFailures atomic.Uint64 // client side
 
@@ -84,6 +87,7 @@ func New(log *slog.Logger, trust *pairinstall.ClusterTrust, table *statetable.Ta
 		interval: interval,
 		peers:    map[string]*peerSender{},
 		draining: make(chan struct{}),
+		rnd:      defaultRand,
 	}
 }
 
@@ -141,7 +145,7 @@ func (b *Broadcaster) startSenderLocked(id string, t Target) {
 	// grow the members that left.
 	b.table.ForgetGone(func(id string) bool { return id != m.ID() && strings.HasSuffix(id, "|"+t.Principal) })
 	mark, restate := b.table.Restate(m)
-	s := newPeerSender(t, st, b.dialTLS(t), b.table, m, mark, restate, b.interval, b.draining, b.log)
+	s := newPeerSender(t, st, b.dialTLS(t), b.table, m, mark, restate, b.interval, b.draining, b.log, b.rnd)
 	b.peers[id] = s
 	b.senders.Go(s.run)
 }

@@ -94,7 +94,7 @@ type peerSender struct {
 // (newHeartbeatStream); one new to the table, or that never took an entry,
 // has seen nothing its dedup could hold against the frames it is sent, and
 // is sent the whole table fresh, as its backfill.
-func newPeerSender(t Target, stats *Stats, dialTLS func(context.Context, string, string) (net.Conn, error), table *statetable.Table, member *statetable.Member, mark uint64, restate bool, interval time.Duration, drain <-chan struct{}, log *slog.Logger) *peerSender {
+func newPeerSender(t Target, stats *Stats, dialTLS func(context.Context, string, string) (net.Conn, error), table *statetable.Table, member *statetable.Member, mark uint64, restate bool, interval time.Duration, drain <-chan struct{}, log *slog.Logger, rnd randN) *peerSender {
 	ctx, cancel := context.WithCancel(context.Background())
 	transport := &http.Transport{
 		DialTLSContext:      dialTLS,
@@ -117,7 +117,7 @@ func newPeerSender(t Target, stats *Stats, dialTLS func(context.Context, string,
 		ctx:       ctx,
 		cancel:    cancel,
 		drain:     drain,
-		hb:        newHeartbeatStream(table, interval, stats, mark),
+		hb:        newHeartbeatStream(table, interval, stats, mark, rnd),
 		restating: restate,
 	}
 }
