@@ -70,8 +70,10 @@ type Broadcaster struct {
 	// stops (close).
 	draining chan struct{}
 
-	// rnd draws the senders' random offsets (jitter.go).
-	rnd randN
+	// rnd draws the senders' random offsets (jitter.go); dials holds the
+	// connection attempts in flight to DefaultDialsInFlight (dialpace.go).
+	rnd   randN
+	dials *dialGate
 
 	// Counters for the metrics.
 	Handshakes, HandshakeFailures atomic.Uint64 // client side
@@ -88,6 +90,7 @@ func New(log *slog.Logger, trust *pairinstall.ClusterTrust, table *statetable.Ta
 		peers:    map[string]*peerSender{},
 		draining: make(chan struct{}),
 		rnd:      defaultRand,
+		dials:    newDialGate(DefaultDialsInFlight),
 	}
 }
 
@@ -121,16 +124,24 @@ func (b *Broadcaster) SetTargets(targets []Target) (added, removed []Target) {
 			removed = append(removed, s.target)
 		}
 	}
+	fresh := 0
+	for id := range next {
+		if _, have := b.peers[id]; !have {
+			fresh++
+		}
+	}
 	for id, t := range next {
 		if _, have := b.peers[id]; !have {
-			b.startSenderLocked(id, t)
+			b.startSenderLocked(id, t, b.rnd.within(firstDialSpread(fresh)))
 			added = append(added, t)
 		}
 	}
 	return added, removed
 }
 
-func (b *Broadcaster) startSenderLocked(id string, t Target) {
+// startSenderLocked starts t's sender, its first request after firstDial
+// (dialpace.go).
+func (b *Broadcaster) startSenderLocked(id string, t Target, firstDial time.Duration) {
 	st := b.stats[t.Principal]
 	if st == nil {
 		st = &Stats{Peer: t.Principal}
@@ -146,6 +157,7 @@ func (b *Broadcaster) startSenderLocked(id string, t Target) {
 	b.table.ForgetGone(func(id string) bool { return id != m.ID() && strings.HasSuffix(id, "|"+t.Principal) })
 	mark, restate := b.table.Restate(m)
 	s := newPeerSender(t, st, b.dialTLS(t), b.table, m, mark, restate, b.interval, b.draining, b.log, b.rnd)
+	s.firstDial = firstDial
 	b.peers[id] = s
 	b.senders.Go(s.run)
 }
@@ -162,24 +174,27 @@ func (b *Broadcaster) StatsSnapshot() []*Stats {
 	return out
 }
 
-// dialTLS dials a target and completes the handshake against its pin,
-// counting handshakes and their failures.
+// dialTLS dials a target and completes the handshake against its pin, in
+// one of the node's connection attempts in flight (dialpace.go), counting
+// handshakes and their failures.
 func (b *Broadcaster) dialTLS(t Target) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	dial := dialInOrder(t.Addrs)
 	cfg := b.trust.ClientTLSConfig(t.Principal, httpguard.PeerALPN)
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		raw, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		c := tls.Client(raw, cfg)
-		if err := c.HandshakeContext(ctx); err != nil {
-			raw.Close()
-			b.HandshakeFailures.Add(1)
-			return nil, fmt.Errorf("TLS handshake: %w", err)
-		}
-		b.Handshakes.Add(1)
-		return c, nil
+		return b.dials.dial(ctx, func(ctx context.Context) (net.Conn, error) {
+			raw, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			c := tls.Client(raw, cfg)
+			if err := c.HandshakeContext(ctx); err != nil {
+				raw.Close()
+				b.HandshakeFailures.Add(1)
+				return nil, fmt.Errorf("TLS handshake: %w", err)
+			}
+			b.Handshakes.Add(1)
+			return c, nil
+		})
 	}
 }
 
@@ -293,6 +308,7 @@ func (b *Broadcaster) WriteMetrics(t *promtext.Text) {
 		}
 	}
 	writeRetryAfterMetrics(t, stats)
+	b.dials.writeMetrics(t)
 	behind := b.peerBehind()
 	t.Family("nvpair_wlm_peer_behind_versions", "gauge", "Versions the state table has given past a peer's mark: at most the entries it has yet to take; 0 for a caught-up peer or one that left.")
 	for _, s := range stats {

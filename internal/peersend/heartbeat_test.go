@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,8 +51,16 @@ func TestHeartbeatPacesEveryPassOverMostOfTheInterval(t *testing.T) {
 }
 
 // seeded is a fixed random source, so a test of the jitter sees the same
-// draws at every run.
-func seeded() randN { return rand.New(rand.NewPCG(37, 6)).Int64N }
+// draws at every run; locked, as senders draw from their goroutines.
+func seeded() randN {
+	var mu sync.Mutex
+	r := rand.New(rand.NewPCG(37, 6))
+	return func(n int64) int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return r.Int64N(n)
+	}
+}
 
 // passSpread is the earliest and latest of times, and how many distinct.
 func passSpread(times []time.Time) (first, last time.Time, distinct int) {
