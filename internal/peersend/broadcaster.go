@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -319,4 +320,40 @@ func (b *Broadcaster) WriteMetrics(t *promtext.Text) {
 		t.Sample("nvpair_wlm_peer_behind_seconds", []string{"peer"}, []string{s.Peer}, behind[s.Peer].lag.Seconds())
 	}
 
+}
+
+// SourceMembers counts the targets behind each IP address they were
+// discovered at, for the peer port's per-source cap
+// (httpguard.ConnLimiter.SetSourceMembers): a peer connects from the
+// address it is reached at unless a NAT or proxy lies between. A target
+// counts once per distinct address; an address given as a name is not
+// resolved (discovery gives addresses, and a lookup here would put DNS on
+// the snapshot's path) and counts nowhere. O(targets' addresses).
+func SourceMembers(targets []Target) map[string]int {
+	out := make(map[string]int)
+	for _, t := range targets {
+		seen := make(map[string]bool, len(t.Addrs))
+		for _, a := range t.Addrs {
+			ip, ok := addrIP(a)
+			if ok && !seen[ip] {
+				seen[ip] = true
+				out[ip]++
+			}
+		}
+	}
+	return out
+}
+
+// addrIP is a host:port's IP as a connection from it names its source
+// (no zone, an IPv4-mapped address unmapped), or false for a name.
+func addrIP(hostport string) (string, bool) {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return "", false
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return "", false
+	}
+	return ip.WithZone("").Unmap().String(), true
 }

@@ -60,10 +60,11 @@ const HeartbeatSlice = 64
 
 // newHeartbeatStream schedules the first pass of a member that has just
 // joined with mark: at once when it held a mark (a member's re-assertion
-// when it joins, below), else at a random point of the next interval
-// (jitter.go), since a member new to the table is sent the whole of it by
-// its catch-up, and the members of one snapshot must not start their
-// passes, here and on every other node, at one instant.
+// when it joins, below), else at a random point of the second half of
+// the next interval (jitter.go): a member new to the table is sent the
+// whole of it by its catch-up, so a pass soon after would repeat it for
+// nothing, and the members of one snapshot must not start their passes,
+// here and on every other node, at one instant.
 //
 // A member's re-assertion when it joins: this node's first snapshot after
 // a restart lists it, or it comes back to discovery. Its broker may have
@@ -78,7 +79,7 @@ const HeartbeatSlice = 64
 // catch-up is done and goes unpaced: the member's broker hears every run
 // within the time of those requests, not of the heartbeat interval.
 func newHeartbeatStream(table *statetable.Table, interval time.Duration, stats *Stats, mark uint64, rnd randN) *heartbeatStream {
-	h := &heartbeatStream{table: table, interval: interval, stats: stats, rnd: rnd, next: time.Now().Add(rnd.within(interval))}
+	h := &heartbeatStream{table: table, interval: interval, stats: stats, rnd: rnd, next: time.Now().Add(interval/2 + rnd.within(interval/2))}
 	if mark > 0 {
 		h.prompt, h.promptUpTo, h.next = true, mark, time.Now()
 	}
