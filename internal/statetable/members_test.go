@@ -310,6 +310,7 @@ func TestTheLowMarkIsKeptWithoutAWalkOfTheMembers(t *testing.T) {
 	looks := tb.low.looks - before
 	tb.mu.Unlock()
 	perAck, bound := float64(looks)/float64(n/2), 4*math.Log2(n)
+	t.Logf("%d members: %.1f marks compared an ack", n, perAck)
 	if perAck > bound {
 		t.Fatalf("an ack of the lowest of %d members compared %.0f marks, want at most %.0f (4 log2 members)", n, perAck, bound)
 	}
