@@ -35,6 +35,9 @@ import (
 func main() {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	if len(os.Args) > 1 && os.Args[1] == "scale" {
+		os.Exit(runScale(os.Args[2:], os.Stdout, os.Stderr, sigs)) // scale.go: issue 37's scale benchmark
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, sigs, isTerminal(os.Stdout), hooks{}))
 }
 
@@ -63,6 +66,7 @@ type config struct {
 const maxNodes = 128
 
 const usage = `usage: devcluster [flags]
+       devcluster scale [flags]   (the scale benchmark: devcluster scale -h)
 
 Runs N nvpair-workload-manager daemons on loopback, plays their brokers and
 shows every node's Jobs list side by side. Ctrl-C stops it.
