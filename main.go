@@ -76,7 +76,7 @@ func parseFlags(args []string) (options, error) {
 	fsync := fs.String("journal-fsync", "always", "when the journal is fsynced: always (before each 200: an answer survives a power loss) or a duration D from 10ms to 10s (answer once written, fsync within D: an answer survives kill -9, a power loss may take the last D of them)")
 	fs.IntVar(&o.workloadMax, "workload-max-bytes", wireframe.DefaultWorkloadMaxBytes, "most bytes of one frame's params (the workload and the members beside it), on every path")
 	fs.IntVar(&o.conns.Peer, "peer-max-conns", httpguard.DefaultPeerMaxConns, "most connections the peer port holds")
-	fs.IntVar(&o.conns.PeerPerSource, "peer-max-conns-per-source", httpguard.DefaultPeerMaxConnsPerSource, "most connections the peer port holds from one address")
+	fs.IntVar(&o.conns.PeerPerSource, "peer-max-conns-per-source", httpguard.DefaultPeerMaxConnsPerSource, "most connections the peer port holds from one address, per member discovered at it")
 	fs.IntVar(&o.conns.Ingress, "ingress-max-conns", httpguard.DefaultIngressMaxConns, "most connections the local ingress holds")
 	fs.IntVar(&o.conns.Metrics, "metrics-max-conns", httpguard.DefaultMetricsMaxConns, "most connections the metrics endpoint holds")
 	fs.StringVar(&o.logLevel, "log-level", "", "error, warn, info or debug (default: $NVPAIR_LOG_LEVEL, else info)")

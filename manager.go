@@ -303,7 +303,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		framesReceived:     promtext.NewCounterVec(),
 		ingressResponses:   promtext.NewCounterVec(),
 		fieldBoundRefusals: promtext.NewCounterVec(),
-		conns:              httpguard.NewListenerLimits(cfg.Conns),
+		conns:              httpguard.NewListenerLimits(cfg.Conns, cfg.Logger),
 		brokerLines:        brokerio.NewLineLog(),
 		bodies:             httpguard.NewRequestBodies(),
 
@@ -1246,6 +1246,8 @@ func (m *Manager) refreshTargets() {
 		targets = selectTargets(m.lastNodes, m.cfg.NodeID, func(p string) bool { _, ok := m.trust.Pin(p); return ok }, m.log)
 	}
 	added, removed := m.bcast.SetTargets(targets)
+	// The peer port's per-source cap counts the members behind an address.
+	m.conns.Peer.SetSourceMembers(peersend.SourceMembers(targets))
 	if len(added) == 0 && len(removed) == 0 {
 		return
 	}

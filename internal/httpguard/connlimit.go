@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
@@ -92,8 +93,9 @@ type ListenerLimits struct {
 }
 
 // NewListenerLimits returns the limiters of the three listeners, a zero
-// cap in c taking its default.
-func NewListenerLimits(c ConnLimits) ListenerLimits {
+// cap in c taking its default. A per-source refusal is logged to log, at
+// most once per SourceLogInterval and source.
+func NewListenerLimits(c ConnLimits, log *slog.Logger) ListenerLimits {
 	orDefault := func(v, d int) int {
 		if v <= 0 {
 			return d
@@ -101,7 +103,7 @@ func NewListenerLimits(c ConnLimits) ListenerLimits {
 		return v
 	}
 	return ListenerLimits{
-		Peer:    newConnLimiter("peer", orDefault(c.Peer, DefaultPeerMaxConns), orDefault(c.PeerPerSource, DefaultPeerMaxConnsPerSource)),
+		Peer:    newConnLimiter("peer", orDefault(c.Peer, DefaultPeerMaxConns), orDefault(c.PeerPerSource, DefaultPeerMaxConnsPerSource)).logTo(log),
 		Ingress: newConnLimiter("ingress", orDefault(c.Ingress, DefaultIngressMaxConns), 0),
 		Metrics: newConnLimiter("metrics", orDefault(c.Metrics, DefaultMetricsMaxConns), 0),
 	}
@@ -116,7 +118,8 @@ func (ls ListenerLimits) WriteMetrics(t *promtext.Text) {
 	}{
 		{"nvpair_wlm_connections_open", "gauge", "Connections a listener holds (peer, ingress, metrics).", func(l *ConnLimiter) float64 { return float64(l.OpenConns()) }},
 		{"nvpair_wlm_connections_limit", "gauge", "The most connections a listener holds (--peer-max-conns, --ingress-max-conns, --metrics-max-conns).", func(l *ConnLimiter) float64 { return float64(l.max) }},
-		{"nvpair_wlm_connections_per_source_limit", "gauge", "The most connections a listener holds from one source address (--peer-max-conns-per-source); 0: no per-source cap.", func(l *ConnLimiter) float64 { return float64(l.perSource) }},
+		{"nvpair_wlm_connections_per_source_limit", "gauge", "The most connections a listener holds from one source address (--peer-max-conns-per-source) per pinned member behind it; 0: no per-source cap.", func(l *ConnLimiter) float64 { return float64(l.perSource) }},
+		{"nvpair_wlm_connections_per_source_limit_max", "gauge", "The highest per-source cap in force: --peer-max-conns-per-source times the most pinned members behind one address.", func(l *ConnLimiter) float64 { return float64(l.maxSourceCap()) }},
 		{"nvpair_wlm_connections_closed_for_room_total", "counter", "Connections without a request in progress closed to make room for a new one at the cap.", func(l *ConnLimiter) float64 { return float64(l.evicted.Load()) }},
 		{"nvpair_wlm_connections_unstarted_total", "counter", "Connections closed because no request started within 10 s of the accept (TLS handshake included).", func(l *ConnLimiter) float64 { return float64(l.unstarted.Load()) }},
 	}
@@ -148,15 +151,72 @@ type ConnLimiter struct {
 	mu       sync.Mutex
 	open     int
 	bySource map[string]int // connections per source address; only sources with one
+	// members are the pinned members behind each source address
+	// (SetSourceMembers); a source's cap is perSource times their count.
+	members map[string]int
 	// waiting holds the connections without a request in progress, the one
 	// that has waited longest at the front: the first to close for room.
 	waiting *list.List // of *limitedConn
 
 	refusedFull, refusedSource, evicted, unstarted atomic.Uint64
+
+	// log and refusals write a per-source refusal, at most once per
+	// SourceLogInterval and source; no line without log.
+	log      *slog.Logger
+	refusals *SourceLog
 }
 
 func newConnLimiter(name string, max, perSource int) *ConnLimiter {
-	return &ConnLimiter{name: name, max: max, perSource: perSource, FirstRequest: connFirstRequest, bySource: map[string]int{}, waiting: list.New()}
+	return &ConnLimiter{name: name, max: max, perSource: perSource, FirstRequest: connFirstRequest, bySource: map[string]int{}, waiting: list.New(), refusals: NewSourceLog()}
+}
+
+func (l *ConnLimiter) logTo(log *slog.Logger) *ConnLimiter {
+	l.log = log
+	return l
+}
+
+// SetSourceMembers replaces the pinned members counted behind each source
+// address (spec 3.7). Every peer of a cluster on one machine, or behind
+// one NAT or proxy, connects from one address: a fixed cap per address
+// refused the pinned peers themselves (1,367 handshakes at 80 members on
+// one machine). So a source's cap is the flag times the members whose
+// discovered address is that source, at least once: a source that fronts
+// no member is held to the flag, and a flood from a member's address to
+// the connections its members may hold. members is the daemon's, bounded
+// by its targets; the limiter keeps it as given.
+func (l *ConnLimiter) SetSourceMembers(members map[string]int) {
+	l.mu.Lock()
+	l.members = members
+	l.mu.Unlock()
+}
+
+// sourceCapLocked is the most connections source may hold. Called with
+// mu held.
+func (l *ConnLimiter) sourceCapLocked(source string) int {
+	return l.perSource * max(1, l.members[source])
+}
+
+// maxSourceCap is the highest per-source cap in force, for the metrics.
+func (l *ConnLimiter) maxSourceCap() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	most := 1
+	for _, n := range l.members {
+		most = max(most, n)
+	}
+	return l.perSource * most
+}
+
+// refusedForSource counts and logs a connection refused over its source's
+// cap.
+func (l *ConnLimiter) refusedForSource(source string, limit int) {
+	l.refusedSource.Add(1)
+	if l.log == nil {
+		return
+	}
+	l.refusals.LogKey(l.log, slog.LevelWarn, SourceLogKey{Source: source},
+		"connection refused over its source's cap; peers behind an address discovery does not list (a NAT, a proxy) need --peer-max-conns-per-source raised",
+		"listener", l.name, "source", source, "cap", limit)
 }
 
 // limitedConn is an admitted connection: it gives its slot back when it is
@@ -207,11 +267,13 @@ func (ln *limitListener) Accept() (net.Conn, error) {
 func (l *ConnLimiter) admit(c net.Conn) *limitedConn {
 	source := sourceOf(c.RemoteAddr())
 	l.mu.Lock()
-	if l.perSource > 0 && l.bySource[source] >= l.perSource {
-		l.mu.Unlock()
-		l.refusedSource.Add(1)
-		c.Close()
-		return nil
+	if l.perSource > 0 {
+		if limit := l.sourceCapLocked(source); l.bySource[source] >= limit {
+			l.mu.Unlock()
+			l.refusedForSource(source, limit)
+			c.Close()
+			return nil
+		}
 	}
 	var victim *limitedConn
 	if l.open >= l.max {

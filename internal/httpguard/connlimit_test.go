@@ -3,6 +3,7 @@ package httpguard
 import (
 	"bufio"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"runtime"
@@ -206,4 +207,60 @@ func TestConnectionSlotsAreGivenBackWhenConnectionsClose(t *testing.T) {
 	if got := s.lim.refusedFull.Load() + s.lim.evicted.Load(); got != 0 {
 		t.Fatalf("%d connections refused or closed for room, want none: each closed before the next", got)
 	}
+}
+
+// Every peer of a cluster on one machine connects from one address: the
+// members discovered behind it may each hold the per-source cap, while a
+// source that fronts no member is held to the flag, and so is a flood
+// past the members' share.
+func TestPinnedMembersBehindOneSourceAllConnectAndAFloodIsStillCapped(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("needs a second loopback address (127.0.0.2), which only Linux routes by default")
+	}
+	var logged strings.Builder
+	var logMu sync.Mutex
+	s := startLimitedServer(t, 100, 2, time.Minute)
+	s.lim.logTo(slog.New(slog.NewTextHandler(&lockedWriter{mu: &logMu, w: &logged}, nil)))
+	s.lim.SetSourceMembers(map[string]int{"127.0.0.1": 3})
+	for range 6 { // three members, two connections each
+		s.rawConn(t, nil)
+	}
+	eventually(t, "six connections from the three members' address", func() bool { return s.lim.OpenConns() == 6 })
+	if got := s.lim.refusedSource.Load(); got != 0 {
+		t.Fatalf("refused (per source) = %d for three members' connections, want 0", got)
+	}
+	if !closedByServer(s.rawConn(t, nil), 2*time.Second) {
+		t.Fatal("a seventh connection from three members' address (cap 2 each) was not closed")
+	}
+	unknown := &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}
+	s.rawConn(t, unknown)
+	s.rawConn(t, unknown)
+	eventually(t, "two connections from an address with no member", func() bool { return s.lim.OpenConns() == 8 })
+	for range 2 {
+		if !closedByServer(s.rawConn(t, unknown), 2*time.Second) {
+			t.Fatal("a third connection from an address with no member was not closed")
+		}
+	}
+	if got := s.lim.refusedSource.Load(); got != 3 {
+		t.Fatalf("refused (per source) = %d, want 3", got)
+	}
+	if got := s.lim.maxSourceCap(); got != 6 {
+		t.Fatalf("highest per-source cap %d, want 6", got)
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if n := strings.Count(logged.String(), "connection refused over its source's cap"); n != 2 {
+		t.Fatalf("%d refusal lines for 3 refusals from 2 sources, want one per source:\n%s", n, logged.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

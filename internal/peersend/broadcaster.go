@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -70,6 +71,11 @@ type Broadcaster struct {
 	// stops (close).
 	draining chan struct{}
 
+	// rnd draws the senders' random offsets (jitter.go); dials holds the
+	// connection attempts in flight to DefaultDialsInFlight (dialpace.go).
+	rnd   randN
+	dials *dialGate
+
 	// Counters for the metrics.
 	Handshakes, HandshakeFailures atomic.Uint64 // client side
 
@@ -84,6 +90,8 @@ func New(log *slog.Logger, trust *pairinstall.ClusterTrust, table *statetable.Ta
 		interval: interval,
 		peers:    map[string]*peerSender{},
 		draining: make(chan struct{}),
+		rnd:      defaultRand,
+		dials:    newDialGate(DefaultDialsInFlight),
 	}
 }
 
@@ -117,16 +125,24 @@ func (b *Broadcaster) SetTargets(targets []Target) (added, removed []Target) {
 			removed = append(removed, s.target)
 		}
 	}
+	fresh := 0
+	for id := range next {
+		if _, have := b.peers[id]; !have {
+			fresh++
+		}
+	}
 	for id, t := range next {
 		if _, have := b.peers[id]; !have {
-			b.startSenderLocked(id, t)
+			b.startSenderLocked(id, t, b.rnd.within(firstDialSpread(fresh)))
 			added = append(added, t)
 		}
 	}
 	return added, removed
 }
 
-func (b *Broadcaster) startSenderLocked(id string, t Target) {
+// startSenderLocked starts t's sender, its first request after firstDial
+// (dialpace.go).
+func (b *Broadcaster) startSenderLocked(id string, t Target, firstDial time.Duration) {
 	st := b.stats[t.Principal]
 	if st == nil {
 		st = &Stats{Peer: t.Principal}
@@ -141,7 +157,8 @@ func (b *Broadcaster) startSenderLocked(id string, t Target) {
 	// grow the members that left.
 	b.table.ForgetGone(func(id string) bool { return id != m.ID() && strings.HasSuffix(id, "|"+t.Principal) })
 	mark, restate := b.table.Restate(m)
-	s := newPeerSender(t, st, b.dialTLS(t), b.table, m, mark, restate, b.interval, b.draining, b.log)
+	s := newPeerSender(t, st, b.dialTLS(t), b.table, m, mark, restate, b.interval, b.draining, b.log, b.rnd)
+	s.firstDial = firstDial
 	b.peers[id] = s
 	b.senders.Go(s.run)
 }
@@ -158,24 +175,27 @@ func (b *Broadcaster) StatsSnapshot() []*Stats {
 	return out
 }
 
-// dialTLS dials a target and completes the handshake against its pin,
-// counting handshakes and their failures.
+// dialTLS dials a target and completes the handshake against its pin, in
+// one of the node's connection attempts in flight (dialpace.go), counting
+// handshakes and their failures.
 func (b *Broadcaster) dialTLS(t Target) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	dial := dialInOrder(t.Addrs)
 	cfg := b.trust.ClientTLSConfig(t.Principal, httpguard.PeerALPN)
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		raw, err := dial(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		c := tls.Client(raw, cfg)
-		if err := c.HandshakeContext(ctx); err != nil {
-			raw.Close()
-			b.HandshakeFailures.Add(1)
-			return nil, fmt.Errorf("TLS handshake: %w", err)
-		}
-		b.Handshakes.Add(1)
-		return c, nil
+		return b.dials.dial(ctx, func(ctx context.Context) (net.Conn, error) {
+			raw, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			c := tls.Client(raw, cfg)
+			if err := c.HandshakeContext(ctx); err != nil {
+				raw.Close()
+				b.HandshakeFailures.Add(1)
+				return nil, fmt.Errorf("TLS handshake: %w", err)
+			}
+			b.Handshakes.Add(1)
+			return c, nil
+		})
 	}
 }
 
@@ -289,6 +309,7 @@ func (b *Broadcaster) WriteMetrics(t *promtext.Text) {
 		}
 	}
 	writeRetryAfterMetrics(t, stats)
+	b.dials.writeMetrics(t)
 	behind := b.peerBehind()
 	t.Family("nvpair_wlm_peer_behind_versions", "gauge", "Versions the state table has given past a peer's mark: at most the entries it has yet to take; 0 for a caught-up peer or one that left.")
 	for _, s := range stats {
@@ -299,4 +320,40 @@ func (b *Broadcaster) WriteMetrics(t *promtext.Text) {
 		t.Sample("nvpair_wlm_peer_behind_seconds", []string{"peer"}, []string{s.Peer}, behind[s.Peer].lag.Seconds())
 	}
 
+}
+
+// SourceMembers counts the targets behind each IP address they were
+// discovered at, for the peer port's per-source cap
+// (httpguard.ConnLimiter.SetSourceMembers): a peer connects from the
+// address it is reached at unless a NAT or proxy lies between. A target
+// counts once per distinct address; an address given as a name is not
+// resolved (discovery gives addresses, and a lookup here would put DNS on
+// the snapshot's path) and counts nowhere. O(targets' addresses).
+func SourceMembers(targets []Target) map[string]int {
+	out := make(map[string]int)
+	for _, t := range targets {
+		seen := make(map[string]bool, len(t.Addrs))
+		for _, a := range t.Addrs {
+			ip, ok := addrIP(a)
+			if ok && !seen[ip] {
+				seen[ip] = true
+				out[ip]++
+			}
+		}
+	}
+	return out
+}
+
+// addrIP is a host:port's IP as a connection from it names its source
+// (no zone, an IPv4-mapped address unmapped), or false for a name.
+func addrIP(hostport string) (string, bool) {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return "", false
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return "", false
+	}
+	return ip.WithZone("").Unmap().String(), true
 }

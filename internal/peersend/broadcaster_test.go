@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
 
@@ -30,5 +31,20 @@ func TestAFlappingHostUUIDLeavesNoMemberBehindPerFlap(t *testing.T) {
 	}
 	if n := table.Stats().GoneReplaced.Load(); n != 29 {
 		t.Fatalf("%d members forgotten as replaced, want 29", n)
+	}
+}
+
+// The members behind an address are counted as a connection from it names
+// its source: one per target and address, a name not at all.
+func TestSourceMembersCountsTargetsByTheAddressTheyConnectFrom(t *testing.T) {
+	got := SourceMembers([]Target{
+		{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}}, // one target, twice one address
+		{Addrs: []string{"127.0.0.1:3", "[::ffff:10.0.0.1]:4"}},
+		{Addrs: []string{"[fe80::1%eth0]:5"}},
+		{Addrs: []string{"node-4.example:6", "bad"}},
+	})
+	want := map[string]int{"127.0.0.1": 2, "10.0.0.1": 1, "fe80::1": 1}
+	if !maps.Equal(got, want) {
+		t.Fatalf("members by source %v, want %v", got, want)
 	}
 }

@@ -2,7 +2,10 @@
 // targets (Broadcaster, Target) and one sender per target, which delivers
 // the entries above its member's mark in the state table in version order,
 // singly or in batches to a peer that advertised them, runs the peer's
-// heartbeat passes and honours the hold a peer's Retry-After asks for.
+// heartbeat passes and honours the hold a peer's Retry-After asks for; and
+// the spreading of what every node would otherwise do at one instant: the
+// passes' jitter, the node's bound on connection attempts in flight and
+// the spread of a snapshot's first dials (jitter.go, dialpace.go).
 // There is no queue between the table and a peer: what a peer has not
 // taken is what lies above its mark (spec 5.1), so a slow or dead peer
 // delays only itself.

@@ -38,6 +38,10 @@ type heartbeatStream struct {
 	// failedLast says the last re-assertion the pass sent failed in a way
 	// that may be about the peer: a second in a row ends the pass.
 	failedLast bool
+	// rnd places the passes (jitter.go): the first at a random point of
+	// the interval, each next an interval after the last began, give or
+	// take passJitter.
+	rnd randN
 }
 
 // passShare is the share of the interval a pass is spread over, in
@@ -56,8 +60,11 @@ const HeartbeatSlice = 64
 
 // newHeartbeatStream schedules the first pass of a member that has just
 // joined with mark: at once when it held a mark (a member's re-assertion
-// when it joins, below), else an interval from now, since a member new to
-// the table is sent the whole of it by its catch-up.
+// when it joins, below), else at a random point of the second half of
+// the next interval (jitter.go): a member new to the table is sent the
+// whole of it by its catch-up, so a pass soon after would repeat it for
+// nothing, and the members of one snapshot must not start their passes,
+// here and on every other node, at one instant.
 //
 // A member's re-assertion when it joins: this node's first snapshot after
 // a restart lists it, or it comes back to discovery. Its broker may have
@@ -71,8 +78,8 @@ const HeartbeatSlice = 64
 // does not carry, are re-asserted by a first pass that starts once the
 // catch-up is done and goes unpaced: the member's broker hears every run
 // within the time of those requests, not of the heartbeat interval.
-func newHeartbeatStream(table *statetable.Table, interval time.Duration, stats *Stats, mark uint64) *heartbeatStream {
-	h := &heartbeatStream{table: table, interval: interval, stats: stats, next: time.Now().Add(interval)}
+func newHeartbeatStream(table *statetable.Table, interval time.Duration, stats *Stats, mark uint64, rnd randN) *heartbeatStream {
+	h := &heartbeatStream{table: table, interval: interval, stats: stats, rnd: rnd, next: time.Now().Add(interval/2 + rnd.within(interval/2))}
 	if mark > 0 {
 		h.prompt, h.promptUpTo, h.next = true, mark, time.Now()
 	}
@@ -126,11 +133,11 @@ func (h *heartbeatStream) finish(now time.Time) {
 	h.end(now)
 }
 
-// end schedules the next pass an interval after this one started, or at
-// once when this one overran its interval.
+// end schedules the next pass an interval after this one started, give
+// or take passJitter, or at once when this one overran its interval.
 func (h *heartbeatStream) end(now time.Time) {
 	h.active, h.prompt = false, false
-	h.next = h.started.Add(h.interval)
+	h.next = h.started.Add(h.rnd.around(h.interval, passJitter))
 	if now.After(h.next) {
 		h.stats.PassesOverrun.Add(1)
 		h.next = now

@@ -56,7 +56,11 @@ type peerSender struct {
 	cancel  context.CancelFunc
 	drain   <-chan struct{} // closed at shutdown: stop once caught up
 	hb      *heartbeatStream
-	backoff time.Duration // the wait after the last failed attempt; 0 after a success
+	backoff time.Duration // the wait after the last failed attempt, before its jitter; 0 after a success
+	// rnd jitters the backoff and the heartbeat (jitter.go); firstDial is
+	// the wait before the first request (dialpace.go).
+	rnd       randN
+	firstDial time.Duration
 
 	refusedLog ratelog.Burst // entries the peer refused for good, logged at most once per ratelog.Interval
 	failLog    ratelog.Burst // failed attempts, likewise
@@ -94,7 +98,7 @@ type peerSender struct {
 // (newHeartbeatStream); one new to the table, or that never took an entry,
 // has seen nothing its dedup could hold against the frames it is sent, and
 // is sent the whole table fresh, as its backfill.
-func newPeerSender(t Target, stats *Stats, dialTLS func(context.Context, string, string) (net.Conn, error), table *statetable.Table, member *statetable.Member, mark uint64, restate bool, interval time.Duration, drain <-chan struct{}, log *slog.Logger) *peerSender {
+func newPeerSender(t Target, stats *Stats, dialTLS func(context.Context, string, string) (net.Conn, error), table *statetable.Table, member *statetable.Member, mark uint64, restate bool, interval time.Duration, drain <-chan struct{}, log *slog.Logger, rnd randN) *peerSender {
 	ctx, cancel := context.WithCancel(context.Background())
 	transport := &http.Transport{
 		DialTLSContext:      dialTLS,
@@ -117,8 +121,9 @@ func newPeerSender(t Target, stats *Stats, dialTLS func(context.Context, string,
 		ctx:       ctx,
 		cancel:    cancel,
 		drain:     drain,
-		hb:        newHeartbeatStream(table, interval, stats, mark),
+		hb:        newHeartbeatStream(table, interval, stats, mark, rnd),
 		restating: restate,
+		rnd:       rnd,
 	}
 }
 
@@ -152,6 +157,7 @@ func (s *peerSender) stop() { s.cancel() }
 func (s *peerSender) run() {
 	defer s.client.CloseIdleConnections()
 	defer s.hb.close()
+	s.waitFirstDial()
 	for s.ctx.Err() == nil {
 		if s.catchUp() {
 			continue
@@ -163,6 +169,21 @@ func (s *peerSender) run() {
 			continue
 		}
 		s.idle()
+	}
+}
+
+// waitFirstDial waits out firstDial, so the senders of one snapshot do not
+// all dial at once; shutdown or a stop ends the wait.
+func (s *peerSender) waitFirstDial() {
+	if s.firstDial <= 0 {
+		return
+	}
+	t := time.NewTimer(s.firstDial)
+	defer t.Stop()
+	select {
+	case <-s.ctx.Done():
+	case <-s.drain:
+	case <-t.C:
 	}
 }
 
@@ -332,11 +353,17 @@ func (s *peerSender) countFailure(err error) bool {
 }
 
 // nextBackoff doubles the wait after a failed attempt, from
-// peerRetryBaseDelay up to peerRetryMaxDelay, and returns it.
+// peerRetryBaseDelay up to peerRetryMaxDelay, and returns it give or take
+// backoffJitter: the senders of a cluster whose peer went away together
+// (a restart, a partition) would otherwise retry it in step, every one at
+// the same instants, for as long as it is away.
 func (s *peerSender) nextBackoff() time.Duration {
 	s.backoff = min(max(2*s.backoff, peerRetryBaseDelay), peerRetryMaxDelay)
-	return s.backoff
+	return s.rnd.around(s.backoff, backoffJitter)
 }
+
+// backoffJitter is the bound on a backoff's offset, in percent.
+const backoffJitter = 20
 
 // reassert sends re-assertions once each, without retries: the next pass
 // repeats what this one could not deliver. It returns how many the peer

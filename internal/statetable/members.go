@@ -23,6 +23,8 @@ type Member struct {
 	// gone links the members that left, oldest departure first.
 	gone   struct{ prev, next *Member }
 	inGone bool
+	// lowAt is its place in the heap of marks (lowmark.go), -1 out of it.
+	lowAt int
 	// restored says the member came from the journal: its mark there may
 	// lag what it took before a kill (marks are written once per tick), so
 	// even at 0 its dedup may hold what it is sent (Restate).
@@ -48,9 +50,9 @@ func (t *Table) resetLocked(m *Member) {
 func (t *Table) memberLocked(id string) *Member {
 	m := t.members[id]
 	if m == nil {
-		m = &Member{id: id, wake: make(chan struct{}, 1)}
+		m = &Member{id: id, wake: make(chan struct{}, 1), lowAt: -1}
 		t.members[id] = m
-		t.lowValid = false
+		t.addLow(m)
 	}
 	return m
 }
@@ -91,7 +93,7 @@ func (t *Table) Leave(m *Member) {
 
 func (t *Table) dropMemberLocked(m *Member) {
 	delete(t.members, m.id)
-	t.lowValid = false
+	t.removeLow(m)
 	m.cur.release()
 	t.unlinkGone(m)
 	b := []byte{recDropMember}

@@ -272,3 +272,46 @@ func TestAMarksRecordIsDescribedAndRestoresEachMark(t *testing.T) {
 		t.Fatal("a member restored from the journal is not re-asserted the table")
 	}
 }
+
+// The members' lowest mark is kept without a walk of the members: with
+// ends past their retention held for a member that lags, every ack asks
+// for it (the reap), and with 2,048 members at as many marks each ack of
+// the one lagging furthest (the worst case for a low mark found again by
+// a walk once the last member at it moved on) compares O(log members)
+// marks, not the members.
+func TestTheLowMarkIsKeptWithoutAWalkOfTheMembers(t *testing.T) {
+	tb, c, _ := newTable(t, func(c *Config) { c.MaxLive, c.MaxLiveBytes = 4096, 64<<20 })
+	const n, ends = 2048, 16
+	for i := range n {
+		commit(t, tb, FromBroker, event(t, fmt.Sprintf("job-%d", i), "running"))
+	}
+	for i := range ends {
+		commit(t, tb, FromBroker, event(t, fmt.Sprintf("end-%d", i), "completed"))
+	}
+	c.advance(2 * retention) // the ends retire; every member lacks them
+	ms := make([]*Member, n)
+	for i := range n {
+		ms[i] = tb.Join(fmt.Sprintf("peer-%d", i))
+		tb.Ack(ms[i], uint64(i+1)) // marks 1..n: one member at each, below the ends
+	}
+	checkLowMark(t, tb, 0)
+	tb.mu.Lock()
+	before := tb.low.looks
+	tb.mu.Unlock()
+	for i := range n / 2 {
+		commit(t, tb, FromBroker, event(t, fmt.Sprintf("new-%d", i), "running")) // a new top version
+		tb.Ack(ms[i], tb.Version())                                              // the lowest moves to the top
+	}
+	checkLowMark(t, tb, 1)
+	if n := tb.Stats().Forgotten.Load(); n != 0 {
+		t.Fatalf("%d ends forgotten, want none: the members below them lack them", n)
+	}
+	tb.mu.Lock()
+	looks := tb.low.looks - before
+	tb.mu.Unlock()
+	perAck, bound := float64(looks)/float64(n/2), 4*math.Log2(n)
+	t.Logf("%d members: %.1f marks compared an ack", n, perAck)
+	if perAck > bound {
+		t.Fatalf("an ack of the lowest of %d members compared %.0f marks, want at most %.0f (4 log2 members)", n, perAck, bound)
+	}
+}

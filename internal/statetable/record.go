@@ -394,7 +394,7 @@ func (r *Restorer) mark(rd *reader) {
 		return
 	}
 	r.top = max(r.top, mark)
-	m := &Member{id: id, mark: mark, wake: make(chan struct{}, 1), restored: true}
+	m := &Member{id: id, mark: mark, wake: make(chan struct{}, 1), restored: true, lowAt: -1}
 	if departed != 0 {
 		m.departed = time.UnixMilli(departed)
 	}
@@ -610,9 +610,12 @@ func (t *Table) rebuild(runs map[wireframe.WorkloadKey]*restored, rems map[wiref
 		t.restoreEntry(e, now, grace, st)
 	}
 	gone := make([]*Member, 0, len(marks))
-	t.lowValid = false
 	for id, m := range marks {
+		if old := t.members[id]; old != nil {
+			t.removeLow(old)
+		}
 		t.members[id] = m
+		t.addLow(m)
 		if m.departed.IsZero() || m.departed.After(now) {
 			m.departed = now // a restart does not know who is still there: discovery says
 		}

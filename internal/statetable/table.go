@@ -3,7 +3,7 @@ package statetable
 import (
 	"errors"
 	"fmt"
-	"math"
+
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -216,11 +216,8 @@ type Table struct {
 	goneHead, goneTail *Member
 	goneCount          int
 	goneBytes          int64
-	// low is the members' lowest mark and lowCount the members at it,
-	// while lowValid (lowMarkLocked).
-	low      uint64
-	lowCount int
-	lowValid bool
+	// low keeps the members' lowest mark (lowmark.go).
+	low markHeap
 	// rec is the buffer a put's record is built in (journalPut).
 	rec []byte
 }
@@ -1003,47 +1000,6 @@ func (t *Table) forgetKeysLocked(n int) (more bool) {
 	}
 	t.keyEnds.compact()
 	return false
-}
-
-// lowMarkLocked is the lowest mark of the members holding a claim: an end
-// at or below it is held by every member. Without members it is the
-// highest version: nobody is owed anything. It is kept, with the count of
-// members at it, as the marks move (setMark), and found again by a walk
-// of the members only when the last member at it moved on, a member was
-// dropped or a new one joined: once per change at most, not per ack.
-func (t *Table) lowMarkLocked() uint64 {
-	if !t.lowValid {
-		t.low, t.lowCount = math.MaxUint64, 0
-		for _, m := range t.members {
-			switch {
-			case m.mark < t.low:
-				t.low, t.lowCount = m.mark, 1
-			case m.mark == t.low:
-				t.lowCount++
-			}
-		}
-		t.lowValid = true
-	}
-	return t.low
-}
-
-// setMark moves m's mark to v, keeping the low mark.
-func (t *Table) setMark(m *Member, v uint64) {
-	old := m.mark
-	m.mark = v
-	if !t.lowValid || old == v {
-		return
-	}
-	switch {
-	case v < t.low:
-		t.low, t.lowCount = v, 1
-	case v == t.low:
-		t.lowCount++
-	case old == t.low:
-		if t.lowCount--; t.lowCount == 0 {
-			t.lowValid = false
-		}
-	}
 }
 
 // expireClaimsLocked drops the members that left longer than their claim
