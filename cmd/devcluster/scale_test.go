@@ -158,3 +158,43 @@ func TestScaleSmokeAtThreeMembers(t *testing.T) {
 		t.Errorf("row %q: want 15 cells, 6/6 pairs, every change heard\n%s", row, out)
 	}
 }
+
+// With discovery held, each daemon is told of itself alone; the release
+// tells every node of every member in one push: the one snapshot the mesh
+// is timed from.
+func TestScaleHeldDiscoveryListsEachNodeAloneUntilTheRelease(t *testing.T) {
+	c := paperCluster(t, 3)
+	c.cfg.holdDiscovery = true
+	for i, n := range c.nodes {
+		n.up, n.port = true, 40000+i
+	}
+	listed := func(r *node) []string {
+		var snap struct {
+			Nodes []struct {
+				HostUUID string `json:"hostUuid"`
+			} `json:"nodes"`
+		}
+		if err := json.Unmarshal(c.directoryFor(r), &snap); err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, e := range snap.Nodes {
+			ids = append(ids, e.HostUUID)
+		}
+		return ids
+	}
+	for _, n := range c.nodes {
+		if got := listed(n); len(got) != 1 || got[0] != n.id {
+			t.Errorf("held: %s is told of %v, want itself alone", n.name, got)
+		}
+	}
+	c.releaseDiscovery()
+	for _, n := range c.nodes {
+		if got := listed(n); len(got) != 3 {
+			t.Errorf("released: %s is told of %d members, want 3", n.name, len(got))
+		}
+		if len(n.broker.nodes) != 3 {
+			t.Errorf("released: %s's broker was pushed %d members, want 3", n.name, len(n.broker.nodes))
+		}
+	}
+}
