@@ -78,6 +78,11 @@ type broker struct {
 	// test can tell one relay from many.
 	upserted map[jobKey]int
 
+	// heard, when set (before the daemon starts: the reader calls it
+	// unlocked), is told of each workloads:upsert the daemon writes, with
+	// the time its line was read: the scale benchmark's receipt clock.
+	heard func(info json.RawMessage, at time.Time)
+
 	// wmu serializes writes to the daemon's stdin, and orders the local
 	// frames after a replay: a frame applied while no daemon is attached
 	// reaches the next one through its replay, one applied after the
@@ -372,6 +377,7 @@ func (b *broker) handle(line []byte, onReady func(string), onSubscribe func()) {
 			onSubscribe()
 		}
 	case "workloads:upsert":
+		at := time.Now() // before the store's merge: the receipt, not the merge, is timed
 		var p struct {
 			WorkloadInfo json.RawMessage `json:"workloadInfo"`
 		}
@@ -384,6 +390,9 @@ func (b *broker) handle(line []byte, onReady func(string), onSubscribe func()) {
 			b.notef("workloads:upsert: %v", err)
 		}
 		b.countUpsert(p.WorkloadInfo)
+		if b.heard != nil {
+			b.heard(p.WorkloadInfo, at)
+		}
 	case "workloads:remove":
 		var p struct {
 			WorkloadID     string `json:"workloadId"`

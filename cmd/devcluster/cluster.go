@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +43,14 @@ type clusterConfig struct {
 	// shadowBin is PAIR's store program (internal/pairshadow), which
 	// judges every broker's Jobs list; "" when ../shared has none.
 	shadowBin string
+	// holdDiscovery gives each daemon a snapshot of itself alone until
+	// releaseDiscovery, which pushes the whole directory to every node at
+	// once: the one snapshot of issue 37 that makes every node dial every
+	// other, so the scale benchmark times the mesh from one instant.
+	holdDiscovery bool
+	// readyTimeout is start's wait for discovery:subscribe (readyTimeout
+	// when 0): 128 daemons starting at once on 2 cores need longer.
+	readyTimeout time.Duration
 }
 
 // node is one member: its files, its ports, its broker and its current
@@ -118,6 +127,9 @@ type cluster struct {
 	// pickPort picks a stock node's port (stock.go's pickPort when nil); a
 	// test makes it race another process.
 	pickPort func() (int, error)
+
+	// released is set by releaseDiscovery (clusterConfig.holdDiscovery).
+	released atomic.Bool
 
 	// stopping is set once the whole cluster stops: its daemons' exits
 	// are no node losses to tell the brokers of.
@@ -393,7 +405,8 @@ func (c *cluster) supervise(n *node, p *process, stdout io.Reader) {
 // awaitSubscribed waits until p subscribed, or fails with the end of its
 // log when it exits first or takes too long.
 func (c *cluster) awaitSubscribed(n *node, p *process) error {
-	t := time.NewTimer(readyTimeout)
+	wait := cmp.Or(c.cfg.readyTimeout, readyTimeout)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-p.subscribed:
@@ -405,7 +418,7 @@ func (c *cluster) awaitSubscribed(n *node, p *process) error {
 		return fmt.Errorf("%s exited at start (%v): %s", n.name, p.err, logTail(n.logPath, 3))
 	case <-t.C:
 		c.stopProcess(n, p)
-		return fmt.Errorf("%s did not subscribe within %s: %s", n.name, readyTimeout, logTail(n.logPath, 3))
+		return fmt.Errorf("%s did not subscribe within %s: %s", n.name, wait, logTail(n.logPath, 3))
 	}
 }
 
@@ -421,7 +434,24 @@ func (c *cluster) nodeUp(n *node, p *process) {
 	if err := n.broker.subscribed(c.directoryFor(n)); err != nil {
 		c.cfg.logf("%s: %v", n.name, err)
 	}
+	if c.discoveryHeld() {
+		return // releaseDiscovery tells every node of every other at once
+	}
 	c.pushLocked(n)
+}
+
+// discoveryHeld reports whether the directory is still held back
+// (clusterConfig.holdDiscovery).
+func (c *cluster) discoveryHeld() bool { return c.cfg.holdDiscovery && !c.released.Load() }
+
+// releaseDiscovery pushes the whole directory to every node at once; a
+// later call does nothing.
+func (c *cluster) releaseDiscovery() {
+	c.discMu.Lock()
+	defer c.discMu.Unlock()
+	if c.released.CompareAndSwap(false, true) {
+		c.pushLocked(nil)
+	}
 }
 
 // nodeDown takes n out of the directory once its daemon has exited.
@@ -481,7 +511,11 @@ func (c *cluster) directoryFor(r *node) json.RawMessage {
 		LastSeen    int64         `json:"lastSeen"`
 	}
 	nodes := []entry{}
-	for _, n := range c.nodes {
+	listed := c.nodes
+	if c.discoveryHeld() {
+		listed = []*node{r} // itself alone until releaseDiscovery
+	}
+	for _, n := range listed {
 		n.mu.Lock()
 		up, port := n.up, n.port
 		n.mu.Unlock()

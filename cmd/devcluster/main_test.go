@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,12 +18,27 @@ func TestParseFlagsDefaultsAndRefusals(t *testing.T) {
 		t.Errorf("defaults %+v", c)
 	}
 	for _, args := range [][]string{
-		{"--nodes", "0"}, {"--nodes", "17"}, {"--duration", "-1s"}, {"--resync-interval", "10ms"},
+		{"--nodes", "0"}, {"--nodes", "129"}, {"--duration", "-1s"}, {"--resync-interval", "10ms"},
 		{"--ingress", "127.0.0.1"}, {"stray"}, {"--no-such-flag"},
 	} {
 		if _, err := parseFlags(args, &lockedBuffer{}); err == nil {
 			t.Errorf("parseFlags(%q) accepted", args)
 		}
+	}
+}
+
+// The dev cluster runs past 16 nodes, up to maxNodes (issue 37: the scale
+// benchmark's 128 members); one more is refused in one line naming the flag.
+func TestParseFlagsAcceptsMoreThan16NodesUpTo128(t *testing.T) {
+	for _, n := range []string{"17", "64", "128"} {
+		c, err := parseFlags([]string{"--nodes", n}, &lockedBuffer{})
+		if err != nil || fmt.Sprint(c.nodes) != n {
+			t.Errorf("--nodes %s: %+v, %v", n, c.nodes, err)
+		}
+	}
+	_, err := parseFlags([]string{"--nodes", "129"}, &lockedBuffer{})
+	if err == nil || !strings.Contains(err.Error(), "--nodes 129") || !strings.Contains(err.Error(), "128") {
+		t.Errorf("--nodes 129: %v, want a refusal naming --nodes and the bound 128", err)
 	}
 }
 

@@ -221,7 +221,7 @@ func sideBySide(views []nodeView, now time.Time, maxWidth, maxRows int) []string
 }
 
 // Widths of the compact column's fixed fields: a state is at most 9
-// letters; an origin is n1 to n16, headed FROM.
+// letters; an origin is n1 to n128 (maxNodes), headed FROM.
 const (
 	compactStateWidth = 9
 	compactFromWidth  = 4
