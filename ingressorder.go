@@ -107,13 +107,6 @@ func (q *ingressInFlight) waitSettled() {
 	<-ch
 }
 
-// inFlight is how many ingress frames are in flight now.
-func (q *ingressInFlight) inFlight() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.n
-}
-
 // ingressTurn is an ingress frame's place in the broker order.
 type ingressTurn struct {
 	turn brokerio.Turn

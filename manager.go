@@ -228,8 +228,10 @@ type Manager struct {
 	shutdownOnce sync.Once
 	shutdownReq  chan struct{} // closed by a shutdown request from the broker
 
-	addrMu   sync.Mutex // guards peerAddr
-	peerAddr net.Addr
+	// peerAddr is the peer listener's bound address (a net.Addr), stored
+	// once Run has bound it: the in-process tests dial it (helpers_test.go);
+	// the process tests read it from the "started" log line.
+	peerAddr atomic.Value
 }
 
 // NewManager validates cfg and returns a Manager that has not started.
@@ -337,19 +339,6 @@ func NewManager(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-// setLeaseUnit shortens a lease's second, in tests, before Run.
-func (m *Manager) setLeaseUnit(d time.Duration) {
-	m.leaseUnit = d
-	m.table.SetLeaseUnit(d)
-}
-
-// PeerAddr returns the inter-node listener's address once Run has bound it.
-func (m *Manager) PeerAddr() net.Addr {
-	m.addrMu.Lock()
-	defer m.addrMu.Unlock()
-	return m.peerAddr
-}
-
 // Run binds the listeners, announces the daemon to the broker and relays
 // until ctx ends, the broker closes the local channel or asks for shutdown.
 // It returns an error only when the daemon could not start; every shutdown
@@ -360,9 +349,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		return &httpguard.AddrError{Listener: peerListenerName, Addr: m.cfg.PeerAddr, Err: err}
 	}
 	peerLn = m.conns.Peer.Listen(peerLn)
-	m.addrMu.Lock()
-	m.peerAddr = peerLn.Addr()
-	m.addrMu.Unlock()
+	m.peerAddr.Store(peerLn.Addr())
 	// The optional loopback listeners are bound before anything starts, so
 	// a taken port fails startup.
 	var extras []loopbackServer
@@ -878,16 +865,9 @@ func (m *Manager) Ingest(body []byte, lease []string) (ingress.Frame, error) {
 	return ingress.Frame{Method: f.method, WorkloadID: f.workloadID()}, err
 }
 
-// IngressAddr returns the ingress's bound address once Run has bound it,
-// or "" when the ingress is off.
-func (m *Manager) IngressAddr() string {
-	if m.ingress == nil {
-		return ""
-	}
-	return m.ingress.BoundAddr()
-}
-
-// ingestLocal takes a producer's frame: validate; then, under ingestMu,
+// ingestLocalLeased takes a producer's frame and its Workload-Lease
+// header's values (lease.go; a bad one is the producer's mistake, refused
+// before anything is written): validate; then, under ingestMu,
 // take its place in the broker order; then, with ingestMu released, wait
 // until it is written up to the broker and committed (tracked, remembered,
 // queued) after the write, in the broker order (ingressorder.go). A failed
@@ -900,13 +880,6 @@ func (m *Manager) IngressAddr() string {
 // the one writing, so the slot that bounds the ingress's waiters is taken
 // before ingestMu, and a post that finds none is refused with
 // *brokerio.BusyError before it waits for anything.
-func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
-	return m.ingestLocalLeased(body, nil)
-}
-
-// ingestLocalLeased is ingestLocal for a request whose Workload-Lease
-// header had the given values (lease.go): a bad one is the producer's
-// mistake, refused before anything is written.
 func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, error) {
 	fr, err := wireframe.ParseIngressAs(body, m.cfg.NodeID, m.cfg.NodeIDAliases, m.cfg.WorkloadMaxBytes)
 	f := localFrame{method: fr.Method, params: fr.Params, life: fr.Life, removal: fr.Removal}
@@ -1296,14 +1269,6 @@ func (m *Manager) EnableMetrics(addr string) error {
 	}
 	m.metrics = &metricsEndpoint{LoopbackBinding: b, write: m.writeMetrics, log: m.log, rejects: httpguard.NewSourceLog()}
 	return nil
-}
-
-// MetricsAddr returns the metrics endpoint's bound address, or "".
-func (m *Manager) MetricsAddr() string {
-	if m.metrics == nil {
-		return ""
-	}
-	return m.metrics.BoundAddr()
 }
 
 // writeMetrics renders every metric of the daemon.

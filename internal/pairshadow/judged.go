@@ -44,9 +44,6 @@ func NewJudged(clock func() time.Time, shadow *Shadow) *Judged {
 // Model is the model's store, for reading.
 func (j *Judged) Model() *pairbroker.Store { return j.model }
 
-// Shadowed reports whether PAIR's store judges this one.
-func (j *Judged) Shadowed() bool { return j.shadow != nil }
-
 // begin starts an operation: it takes mu and fixes its instant. The
 // instant is the wall clock's alone (Round(0) drops the monotonic
 // reading): PAIR's store is given it as Unix nanoseconds, and both stores

@@ -98,11 +98,6 @@ type lineScratch struct {
 
 var lineScratches = sync.Pool{New: func() any { return new(lineScratch) }}
 
-// WithResync returns params with "resync": true added first.
-func WithResync(params json.RawMessage) json.RawMessage {
-	return appendWithResync(make([]byte, 0, len(params)+16), params)
-}
-
 // appendWithResync appends params with "resync": true added first to dst.
 func appendWithResync(dst []byte, params json.RawMessage) []byte {
 	p := bytes.TrimSpace(params)

@@ -900,14 +900,6 @@ func (t *Table) Sizes() Sizes {
 		GoneMembers: t.goneCount, GoneBytes: t.goneBytes, EndKeys: t.keyCount, EndKeyBytes: t.keyBytes}
 }
 
-// HoldsRun reports whether the table holds run k within its retention.
-func (t *Table) HoldsRun(k wireframe.WorkloadKey) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	e := t.byKey[k]
-	return e != nil && !e.retired
-}
-
 // Latest returns the lines of the runs the table holds of ref within their
 // retention, the run that changed last last, and whether a removal of it
 // is held.

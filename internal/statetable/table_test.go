@@ -772,3 +772,11 @@ func TestAReassertionLineIsOneAllocation(t *testing.T) {
 		t.Errorf("line %s", line)
 	}
 }
+
+// HoldsRun reports whether the table holds run k within its retention.
+func (t *Table) HoldsRun(k wireframe.WorkloadKey) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.byKey[k]
+	return e != nil && !e.retired
+}
