@@ -7,7 +7,7 @@ import (
 )
 
 // Field bounds. Every string that identifies a workload or one of its
-// events is at most maxKeyFieldBytes (internal/wireframe/workloadtypes.go, checked by the
+// events is at most wireframe.MaxKeyFieldBytes (internal/wireframe/workloadtypes.go, checked by the
 // parse step the local channel, the ingress and the peer port share), and
 // the ingress bounds a producer's error text too (internal/wireframe/ingressframe.go). A frame
 // over a bound is refused: 400 naming the field and the bound on the

@@ -11,8 +11,8 @@ import (
 
 // The ingress order (spec 3.5, 6). An ingress frame, a producer's post or a
 // lease's expiry, is written up to the broker first and only then committed
-// (tracked, remembered, queued for the peers), and concurrent ingress
-// frames reach the broker and the state table in one order. ingestMu decides
+// to the state table (which the peers' senders read), and concurrent
+// ingress frames reach the broker and the state table in one order. ingestMu decides
 // that order, but it is held only while a frame takes its place in the
 // broker order (brokerio.Writer.enter), not across the write: posts that wait
 // together are written together (internal/brokerio/writer.go). The frame's commit is its

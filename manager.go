@@ -81,7 +81,7 @@ type Config struct {
 	// re-assertion lines; 0: defaultMaxLiveWorkloadBytes.
 	MaxLiveWorkloadBytes int64
 	// WorkloadMaxBytes bounds one frame's params (its workloadInfo and
-	// every member beside it) on every path; 0: defaultWorkloadMaxBytes.
+	// every member beside it) on every path; 0: wireframe.DefaultWorkloadMaxBytes.
 	// A request body need never be longer than this plus its envelope.
 	WorkloadMaxBytes int
 	// MaxEndedBytes bounds the ends kept until every member has them
@@ -602,8 +602,8 @@ func (m *Manager) handleControlLine(line []byte) (shutdown bool) {
 }
 
 // handleLocal takes a local-origin frame from the broker. The broker has
-// already applied it, so nothing goes back up: it is tracked and queued for
-// the peers. A malformed frame is logged and dropped, never broadcast.
+// already applied it, so nothing goes back up: it is committed to the
+// state table, which the peers' senders read. A malformed frame is logged and dropped, never broadcast.
 func (m *Manager) handleLocal(method string, s *wireframe.Scan) {
 	// An ingress mark is cut out before anything reads the frame: no peer
 	// is ever sent it, and the workload bound is the frame's own.
@@ -869,9 +869,9 @@ func (m *Manager) Ingest(body []byte, lease []string) (ingress.Frame, error) {
 // header's values (lease.go; a bad one is the producer's mistake, refused
 // before anything is written): validate; then, under ingestMu,
 // take its place in the broker order; then, with ingestMu released, wait
-// until it is written up to the broker and committed (tracked, remembered,
-// queued) after the write, in the broker order (ingressorder.go). A failed
-// broker write leaves nothing tracked, queued or remembered, so peers never
+// until it is written up to the broker and committed to the state table
+// after the write, in the broker order (ingressorder.go). A failed broker
+// write leaves nothing committed, so peers never
 // show a workload the origin broker does not hold and the producer can
 // retry; so does a frame the broker writer refuses as over the line limit,
 // which is returned as it is. ingestMu keeps concurrent posts for one
@@ -1072,7 +1072,7 @@ func (m *Manager) runLeases(ctx context.Context) {
 // expireDue retires the job of the lease due first, if one still is, the
 // way an ingress post would: under ingestMu it takes its place in the
 // broker order, so it is ordered with every producer frame; it is written
-// up to the broker first, then tracked and queued for the peers
+// up to the broker first, then committed to the state table
 // (ingressorder.go). Its commit is a terminal frame, which ends the lease.
 // A failed broker write keeps the lease and tries again after a bounded
 // backoff.

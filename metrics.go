@@ -38,7 +38,7 @@ func boolGauge(b bool) float64 {
 // lifecycleAndRemoval are the methods a peer or a producer may send.
 var lifecycleAndRemoval = []string{wireframe.MethodSubmitted, wireframe.MethodStarted, wireframe.MethodCompleted, wireframe.MethodErrored, wireframe.MethodRemove}
 
-// stdioMethods are the values knownMethod gives a broker's frames.
+// stdioMethods are the values wireframe.MetricMethod gives a broker's frames.
 var stdioMethods = append(append([]string(nil), lifecycleAndRemoval...), "discovery:nodes", "log/set-level", "shutdown", "other")
 
 // ingressCodes are the statuses the ingress answers (spec 3.5).

@@ -196,7 +196,7 @@ func TestPeerServerAnswers413ToAFrameOverTheBrokerLineLimit(t *testing.T) {
 		{"lifecycle", longErrorFrame(t, "peer-over-limit", origin)},
 		{"re-assertion (bypasses the dedup)", testframe.Lifecycle(longErrorWorkload("peer-over-limit", origin), map[string]any{"resync": true})},
 		// A removal's line is built from its two bounded fields alone
-		// (maxKeyFieldBytes), so no removal can be over the line limit.
+		// (wireframe.MaxKeyFieldBytes), so no removal can be over the line limit.
 	} {
 		for attempt := 1; attempt <= 2; attempt++ {
 			if st := netPost(t, h.c, h.addr, c.body); st != http.StatusRequestEntityTooLarge {

@@ -58,9 +58,9 @@ type Broadcaster struct {
 	table    *statetable.Table
 	interval time.Duration
 
-	// mu guards closed, peers and stats. It is a leaf: nothing is acquired
-	// while holding it but the table's lock (Join, Leave), and no network
-	// I/O happens under it.
+	// mu guards closed, peers and stats. It is not a leaf: the table's
+	// lock is taken under it (Join, Leave), never the other way; nothing
+	// else is, and no network I/O happens under it.
 	mu     sync.Mutex
 	closed bool
 	peers  map[string]*peerSender
@@ -186,8 +186,8 @@ func (b *Broadcaster) TargetCount() int {
 	return len(b.peers)
 }
 
-// TargetHosts returns the hostUuids of the current targets: the nodes this
-// node delivers to (GET /v1/node). O(targets) under mu, a leaf.
+// TargetHosts returns the host UUIDs of the current targets: the nodes
+// this node delivers to (GET /v1/node). O(targets) under mu.
 func (b *Broadcaster) TargetHosts() map[string]struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -125,7 +125,7 @@ func (e *Event) origin() string {
 // ParseFrame validates a request body from a peer in one pass over it
 // (wireframe.Scan); params over maxWorkload bytes, and the slack a frame at
 // that bound may have gained on its way (peerwire.WorkloadSlack), are refused
-// (*workloadTooLargeError). It has no side effects.
+// (*wireframe.WorkloadTooLargeError). It has no side effects.
 func ParseFrame(body []byte, maxWorkload int) (Event, error) {
 	if err := wireframe.CheckUTF8(body); err != nil {
 		return Event{}, err
@@ -281,7 +281,7 @@ func (s *Server) HandleFrame(log *httpguard.RequestLog, principal string, body [
 
 // relayPeerEvent hands a peer's event to the broker once. A write that
 // failed, or that the broker writer refused as over the line limit
-// (errLineOverLimit), records nothing in the dedup. A re-assertion bypasses
+// (wireframe.ErrLineOverLimit), records nothing in the dedup. A re-assertion bypasses
 // the lifecycle dedup: it is how a peer heals a missed delivery, so it must
 // reach the broker even when the event itself was seen before. Every
 // lifecycle frame written, a re-assertion too, makes its workload's next

@@ -50,7 +50,7 @@ func RetryableStatus(status int) bool {
 // WorkloadSlack is what the peer port takes beyond the workload bound:
 // what the origin may add to a frame it took at the bound before relaying
 // it. Its ingress measures a producer's params as sent and then stamps the
-// origin (`,"originatedFrom":"<id>"`, the id at most maxKeyFieldBytes),
+// origin (`,"originatedFrom":"<id>"`, the id at most wireframe.MaxKeyFieldBytes),
 // and its heartbeat adds the re-assertion marker (`"resync":true,`). A
 // peer with the same bound must take all of it, or a frame a producer
 // was told was accepted would be refused, for good, at every peer.

@@ -182,7 +182,7 @@ type Table struct {
 	byKey    map[wireframe.WorkloadKey]*entry // runs
 	byRef    map[wireframe.WorkloadRef]*entry // the first of a workload's runs
 	removals map[wireframe.WorkloadRef]*entry // removal tombstones
-	members  map[string]*Member               // by node id and principal (peerTarget.memberID)
+	members  map[string]*Member               // by node id and principal (peersend.Target.MemberID)
 	passes   map[*Pass]struct{}               // heartbeat passes' places in pass order
 	versions order                            // every entry, oldest version first
 	pass     order                            // the runs re-asserted, first tracked first

@@ -607,7 +607,7 @@ func TestAHeartbeatPassVisitsEveryRunOnceAndSkipsThoseChangedSinceItBegan(t *tes
 
 // BenchmarkCommit commits to a table of 100,000 runs: a renewal of a held
 // run (the lease renewal's path) and churn (a new run in, an old one
-// removed), with 8 members; heapB/entry is what each held run costs.
+// removed), with 8 members; its heap bytes per entry are what each held run costs.
 func BenchmarkCommit(b *testing.B) {
 	const size = 100_000
 	evs := make([]*wireframe.Lifecycle, size)

@@ -113,7 +113,7 @@ type HBSink struct {
 	Batching bool
 	Delay    time.Duration
 
-	mu     sync.Mutex // guards events, batches, final and failOnce
+	mu     sync.Mutex // guards events, batches, final and FailOnce
 	events []HBEvent
 	// final is each workload's last state the sink took, "removed" after
 	// a removal: what a peer's broker would show.
@@ -121,13 +121,13 @@ type HBSink struct {
 	batches  int             // requests that carried more than one frame
 	refused  int             // multi-frame requests a single-frame sink refused
 	FailOnce map[string]bool // fresh frames answered 500 the first time
-	// failResync answers every re-assertion 500; rejectResync answers the
+	// FailResync answers every re-assertion 500; RejectResync answers the
 	// re-assertion of that id 400. tries counts re-assertions received,
 	// whatever their answer.
 	FailResync   bool
 	RejectResync string
 	tries        int
-	// refuseOrigin answers every frame of that id 403 for its origin, as
+	// RefuseOrigin answers every frame of that id 403 for its origin, as
 	// the peer port refuses a peer that speaks for another node;
 	// originTries counts them by kind.
 	RefuseOrigin string
