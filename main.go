@@ -105,14 +105,14 @@ func parseFlags(args []string) (options, error) {
 	if err := wireframe.CheckBrokerLineMax(o.brokerLineMax); err != nil {
 		return o, fmt.Errorf("--broker-line-max %d: %w", o.brokerLineMax, err)
 	}
-	if o.maxLive < 1 || o.maxLive > maxMaxLiveWorkloads {
-		return o, fmt.Errorf("--max-live-workloads %d: must be between 1 and %d", o.maxLive, maxMaxLiveWorkloads)
+	if err := checkMaxLiveWorkloads(o.maxLive); err != nil {
+		return o, fmt.Errorf("--max-live-workloads %d: %w", o.maxLive, err)
 	}
 	if err := checkMaxLiveWorkloadBytes(o.maxLiveBytes); err != nil {
 		return o, fmt.Errorf("--max-live-workload-bytes %d: %w", o.maxLiveBytes, err)
 	}
-	if o.maxEndedBytes < minMaxEndedBytes || o.maxEndedBytes > maxMaxLiveWorkloadBytes {
-		return o, fmt.Errorf("--max-ended-bytes %d: must be between %d and %d bytes", o.maxEndedBytes, int64(minMaxEndedBytes), int64(maxMaxLiveWorkloadBytes))
+	if err := checkMaxEndedBytes(o.maxEndedBytes); err != nil {
+		return o, fmt.Errorf("--max-ended-bytes %d: %w", o.maxEndedBytes, err)
 	}
 	if o.journalFsync, err = parseJournalFsync(*fsync); err != nil {
 		return o, fmt.Errorf("--journal-fsync %q: %w", *fsync, err)

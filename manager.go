@@ -36,22 +36,6 @@ import (
 // Defaults for the settings a Config may leave zero.
 const (
 	defaultResyncInterval = 30 * time.Second
-	// defaultMaxLiveWorkloads bounds the re-sync set. An entry costs about
-	// its re-assertion line plus 200 bytes, so 100,000 typical workloads
-	// hold some 60 MB, and a heartbeat pass over them takes a batching
-	// peer a few seconds of a 30 s interval.
-	defaultMaxLiveWorkloads = 100_000
-	// defaultMaxEndedBytes bounds the ends kept for members that have not
-	// taken them: 64 MiB is some 150,000 ends of typical frames, past what
-	// a member away for an hour of a busy node misses.
-	defaultMaxEndedBytes = 64 << 20
-	// defaultMemberClaim is how long a member that left discovery keeps
-	// its claim on the ends it lacks: PAIR's broker keeps finished jobs
-	// for 7 days, so a member back within them is told how each ended.
-	defaultMemberClaim = 7 * 24 * time.Hour
-	// maxMaxLiveWorkloads is the largest --max-live-workloads accepted: a
-	// set that size holds gigabytes, past any node this daemon serves.
-	maxMaxLiveWorkloads = 10_000_000
 	// The shutdown budget (spec 4, "Shutdown"): once the broker closes
 	// stdin, PAIR waits 3 s before it terminates the daemon, so the
 	// daemon's own deadlines add up to 2 s, whatever its peers and its
@@ -64,7 +48,8 @@ const (
 )
 
 // Config is everything a Manager needs. Zero durations and a zero
-// BrokerLineMax take their defaults.
+// BrokerLineMax take their defaults, and so do the state table's zero
+// bounds (bounds.go).
 type Config struct {
 	NodeID         string
 	NodeIDFile     string // where NodeID was read from, for the startup log
@@ -251,14 +236,8 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Pacer == nil {
 		cfg.Pacer = gcpace.Off()
 	}
-	if cfg.MaxLiveWorkloads <= 0 {
-		cfg.MaxLiveWorkloads = defaultMaxLiveWorkloads
-	}
-	if cfg.MaxLiveWorkloadBytes == 0 {
-		cfg.MaxLiveWorkloadBytes = defaultMaxLiveWorkloadBytes
-	}
-	if err := checkMaxLiveWorkloadBytes(cfg.MaxLiveWorkloadBytes); err != nil {
-		return nil, fmt.Errorf("re-sync set byte bound %d: %w", cfg.MaxLiveWorkloadBytes, err)
+	if err := applyTableBounds(&cfg); err != nil {
+		return nil, err
 	}
 	if cfg.WorkloadMaxBytes == 0 {
 		cfg.WorkloadMaxBytes = wireframe.DefaultWorkloadMaxBytes
@@ -274,12 +253,6 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.MaxEndedBytes <= 0 {
-		cfg.MaxEndedBytes = defaultMaxEndedBytes
-	}
-	if cfg.MemberClaim <= 0 {
-		cfg.MemberClaim = defaultMemberClaim
 	}
 	trust := pairinstall.NewClusterTrust(cfg.ClusterDir, cfg.Logger)
 	var marker *ingressmark.Marker
@@ -312,16 +285,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		workloadBoundRefusals: promtext.NewCounterVec(),
 	}
 	m.leases.failures = promtext.NewCounterVec()
-	m.table = statetable.New(statetable.Config{
-		Self:          cfg.NodeID,
-		Retention:     2 * cfg.ResyncInterval,
-		MaxLive:       cfg.MaxLiveWorkloads,
-		MaxLiveBytes:  cfg.MaxLiveWorkloadBytes,
-		MaxEndedBytes: cfg.MaxEndedBytes,
-		MemberClaim:   cfg.MemberClaim,
-		Now:           func() time.Time { return m.now() },
-		LeaseUnit:     time.Second,
-	})
+	m.table = statetable.New(tableConfig(&cfg, func() time.Time { return m.now() }))
 	m.journal = tableJournal{path: cfg.JournalPath, fsync: cfg.JournalFsync, log: cfg.Logger, table: m.table}
 	m.peers = peerserver.New(peerserver.Config{
 		Self:                  cfg.NodeID,

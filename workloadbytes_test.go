@@ -336,7 +336,7 @@ func TestNewManagerDefaultsTheByteBoundsAndRefusesUnusableOnes(t *testing.T) {
 			ClusterDir: t.TempDir(), WorkloadMaxBytes: tc.workload, MaxLiveWorkloadBytes: tc.live})
 		switch {
 		case tc.wantLive == 0:
-			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("re-sync set byte bound %d", tc.live)) {
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--max-live-workload-bytes %d", tc.live)) {
 				t.Errorf("MaxLiveWorkloadBytes %d: NewManager = %v, want an error naming the bound", tc.live, err)
 			}
 			continue
