@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -147,4 +148,35 @@ func tableConfig(cfg *Config, now func() time.Time) statetable.Config {
 		Now:           now,
 		LeaseUnit:     time.Second,
 	}
+}
+
+// Bounds (bounds.go): the refusals of a frame over a bound are counted by
+// source.
+
+// refusedOverBound reports whether err refuses a frame for a field over its
+// bound, and counts it for source (stdio, peer, ingress) when it does.
+func (m *Manager) refusedOverBound(err error, source string) bool {
+	if !wireframe.IsFieldTooLong(err) {
+		return false
+	}
+	m.fieldBoundRefusals.Inc(source)
+	return true
+}
+
+// refusedOverWorkloadBound reports whether err refuses a frame for its
+// size, and counts it for source (stdio, peer, ingress) when it does.
+func (m *Manager) refusedOverWorkloadBound(err error, source string) bool {
+	if !wireframe.IsWorkloadTooLarge(err) {
+		return false
+	}
+	m.workloadBoundRefusals.Inc(source)
+	return true
+}
+
+// writeWorkloadBoundMetrics renders the workload byte bound and its
+// refusals by source.
+func (m *Manager) writeWorkloadBoundMetrics(t *promtext.Text) {
+	t.Family("nvpair_wlm_workload_bound_refusals_total", "counter", "Frames refused because their params were over the workload byte bound (--workload-max-bytes), by source (stdio, peer, ingress).")
+	t.CounterSamples("nvpair_wlm_workload_bound_refusals_total", []string{"source"}, m.workloadBoundRefusals)
+	t.Single("nvpair_wlm_workload_limit_bytes", "gauge", "The most bytes a frame's params may have on every path (--workload-max-bytes).", float64(m.cfg.WorkloadMaxBytes))
 }

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"sync"
 
 	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/ingress"
+	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -165,6 +168,107 @@ func (t ingressTurn) written() error {
 func (t ingressTurn) durable() error {
 	if err := t.c.m.journal.wait(t.c.seq); err != nil {
 		return fmt.Errorf("%w: %v", ingress.ErrNotDurable, err)
+	}
+	return nil
+}
+
+// enterIngressOrder gives an ingress frame its place in the broker order,
+// with line its broker line and peerLine its line to the peers, both built
+// before ingestMu was taken; bytes is what it may add to the re-sync set
+// (0 for a removal). Called with ingestMu held; the caller waits on the
+// turn after releasing it. A line over the broker's line limit is
+// returned as it is; a broker already gone as ingress.ErrBrokerWrite. Either
+// leaves nothing in flight.
+func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, tableLine []byte, startsRun bool, bytes int64) (ingressTurn, error) {
+	c := &ingressCommit{m: m, f: f, line: tableLine, key: f.life.Key(), startsRun: startsRun, bytes: bytes}
+	m.ingressFlight.accept(c.key, startsRun, bytes)
+	turn, err := m.out.Enter(line, c.run)
+	if err != nil {
+		c.settle()
+		if errors.Is(err, wireframe.ErrLineOverLimit) {
+			return ingressTurn{}, err
+		}
+		return ingressTurn{}, fmt.Errorf("%w: %v", ingress.ErrBrokerWrite, err)
+	}
+	return ingressTurn{turn: turn, c: c}, nil
+}
+
+// enterLocalFrame is enterIngressOrder for a frame whose lines are built
+// here, under ingestMu: the lease's expiry, rare enough not to matter. It
+// is checked against neither of the re-sync set's bounds (it replaces a
+// run the set holds, with a few bytes of error text more), so it counts
+// no bytes in flight.
+func (m *Manager) enterLocalFrame(f localFrame) (ingressTurn, error) {
+	return m.enterIngressOrder(f, ingressLine(&f, m.marker, m.cfg.BrokerLineMax), tableLine(&f), false, 0)
+}
+
+// enterIngress checks the live-workload limit and gives a producer's frame
+// its place in the broker order, under ingestMu. The limit is checked
+// before the broker write, so a refused frame leaves nothing anywhere.
+func (m *Manager) enterIngress(f localFrame, line *bytes.Buffer, peerLine []byte) (ingressTurn, error) {
+	// What the frame may add to the re-sync set: its re-assertion line,
+	// the line to the peers with the marker, at most.
+	var bytes int64
+	if !f.isRemoval() {
+		bytes = int64(len(peerLine))
+	}
+	m.ingestMu.Lock()
+	defer m.ingestMu.Unlock()
+	if err := m.checkOwner(&f); err != nil {
+		brokerio.PutLine(line)
+		return ingressTurn{}, err
+	}
+	startsRun, err := m.checkLiveLimit(&f, bytes)
+	if err != nil {
+		brokerio.PutLine(line)
+		return ingressTurn{}, err
+	}
+	return m.enterIngressOrder(f, line, peerLine, startsRun, bytes)
+}
+
+// checkLiveLimit refuses a lifecycle frame that would start a new run
+// while the re-sync set, with the runs that ingress frames in flight would
+// start, is full, or whose line of up to lineBytes would take the set's
+// bytes, with those the frames in flight may add, past its byte bound; it
+// reports whether the frame would start a run. Called with ingestMu held,
+// so no other ingress frame is checked meanwhile.
+//
+// The runs in flight are read before the set: a frame's commit tracks its
+// run before it leaves the count, so a run is counted once or, for the
+// instant between the two, twice (a refusal one frame early), never not at
+// all. The set still exceeds its limit when broker frames take the slots
+// of runs in flight (a broker frame is tracked while the set holds fewer
+// than the limit, and an ingress frame already written is tracked
+// anyway), by at most the runs in flight: at most brokerio.WaitersMax. The
+// bytes likewise, by at most the lines of the frames in flight.
+func (m *Manager) checkLiveLimit(f *localFrame, lineBytes int64) (startsRun bool, err error) {
+	if f.isRemoval() {
+		return false, nil
+	}
+	pending, counted, pendingBytes := m.ingressFlight.pendingRuns(f.life.Key())
+	if counted {
+		// Its run's slot is taken already; the bytes of the frame in
+		// flight that took it count toward the byte bound.
+		return true, m.checkLiveBytes(pendingBytes, lineBytes)
+	}
+	hit, held, after := m.table.AtLimit(&f.life, pending, pendingBytes, int(lineBytes))
+	switch hit {
+	case statetable.LimitEntries:
+		return false, &ingress.AtLimitError{Bound: hit, Limit: int64(m.cfg.MaxLiveWorkloads), After: after}
+	case statetable.LimitBytes:
+		return false, &ingress.AtLimitError{Bound: hit, Limit: m.cfg.MaxLiveWorkloadBytes, Held: m.table.Sizes().RunBytes, After: after}
+	}
+	return !held, nil
+}
+
+// checkLiveBytes is checkLiveLimit's byte bound alone, for a frame whose
+// new run is in flight already: the table does not hold the run yet, so
+// the frame's whole line is counted, beside the frame in flight's (which
+// it will replace: a refusal comes early rather than late).
+func (m *Manager) checkLiveBytes(pendingBytes, lineBytes int64) error {
+	size := m.table.Sizes().RunBytes
+	if size+pendingBytes+lineBytes > m.cfg.MaxLiveWorkloadBytes {
+		return &ingress.AtLimitError{Bound: statetable.LimitBytes, Limit: m.cfg.MaxLiveWorkloadBytes, Held: size, After: m.cfg.ResyncInterval}
 	}
 	return nil
 }
