@@ -150,8 +150,7 @@ func tableConfig(cfg *Config, now func() time.Time) statetable.Config {
 	}
 }
 
-// Bounds (bounds.go): the refusals of a frame over a bound are counted by
-// source.
+// The refusals of a frame over a bound are counted by source.
 
 // refusedOverBound reports whether err refuses a frame for a field over its
 // bound, and counts it for source (stdio, peer, ingress) when it does.

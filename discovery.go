@@ -113,8 +113,8 @@ func targetNames(ts []peersend.Target) []string {
 	return names
 }
 
-// Discovery (discovery.go): each snapshot re-derives the broadcast targets
-// and the peer port's origin index.
+// Each snapshot re-derives the broadcast targets and the peer port's
+// origin index.
 
 // applyDiscovery replaces the last snapshot and re-derives the targets.
 func (m *Manager) applyDiscovery(params json.RawMessage) {

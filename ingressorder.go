@@ -15,13 +15,13 @@ import (
 // The ingress order (spec 3.5, 6). An ingress frame, a producer's post or a
 // lease's expiry, is written up to the broker first and only then committed
 // to the state table (which the peers' senders read), and concurrent
-// ingress frames reach the broker and the state table in one order. ingestMu decides
-// that order, but it is held only while a frame takes its place in the
-// broker order (brokerio.Writer.enter), not across the write: posts that wait
-// together are written together (internal/brokerio/writer.go). The frame's commit is its
-// after-write step, which the group's leader runs in the broker order
-// before any later group is written; a frame whose write fails is not
-// committed.
+// ingress frames reach the broker and the state table in one order.
+// ingestMu decides that order, but it is held only while a frame takes its
+// place in the broker order (brokerio.Writer.Enter), not across the write:
+// posts that wait together are written together
+// (internal/brokerio/writer.go). The frame's commit is its after-write
+// step, which the group's leader runs in the broker order before any later
+// group is written; a frame whose write fails is not committed.
 //
 // Between taking its place and being committed, a frame is in flight. Two
 // checks that used to see every earlier post committed, because ingestMu
@@ -116,13 +116,23 @@ type ingressTurn struct {
 	c    *ingressCommit
 }
 
+// ingressOrder is what a frame's commit needs after its write, and no
+// more of the Manager: the count of frames in flight, the commit itself
+// (Manager.commitLocalLine, taken once at NewManager) and the journal its
+// record's durability is waited on in.
+type ingressOrder struct {
+	flight  *ingressInFlight
+	commit  func(f *localFrame, src frameSource, line []byte) (applied bool, seq uint64)
+	journal *tableJournal
+}
+
 // ingressCommit is an ingress frame's commit, which its group's leader
 // runs after the write (run), and what it leaves for the frame's own
 // caller: the journal record its 200 waits for. One allocation per frame
 // holds all of it: the frame, its line in the table and its count in
 // flight.
 type ingressCommit struct {
-	m         *Manager
+	order     *ingressOrder
 	f         localFrame
 	line      []byte // the frame's line in the table, built before ingestMu
 	key       wireframe.WorkloadKey
@@ -134,12 +144,12 @@ type ingressCommit struct {
 // run commits the frame after its write, in the broker order, and counts
 // it out of flight.
 func (c *ingressCommit) run() {
-	_, c.seq = c.m.commitLocalLine(&c.f, fromIngress, c.line)
+	_, c.seq = c.order.commit(&c.f, fromIngress, c.line)
 	c.settle()
 }
 
 // settle counts the frame out of flight: once committed, or failed.
-func (c *ingressCommit) settle() { c.m.ingressFlight.settle(c.key, c.startsRun, c.bytes) }
+func (c *ingressCommit) settle() { c.order.flight.settle(c.key, c.startsRun, c.bytes) }
 
 // wait returns once the frame is written, committed and its journal
 // record durable (spec 5.3: a 200 is a promise), or as ingress.ErrBrokerWrite once
@@ -166,7 +176,7 @@ func (t ingressTurn) written() error {
 // durable returns once the committed frame's journal record is durable,
 // or as ingress.ErrNotDurable once its write failed.
 func (t ingressTurn) durable() error {
-	if err := t.c.m.journal.wait(t.c.seq); err != nil {
+	if err := t.c.order.journal.wait(t.c.seq); err != nil {
 		return fmt.Errorf("%w: %v", ingress.ErrNotDurable, err)
 	}
 	return nil
@@ -180,7 +190,7 @@ func (t ingressTurn) durable() error {
 // returned as it is; a broker already gone as ingress.ErrBrokerWrite. Either
 // leaves nothing in flight.
 func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, tableLine []byte, startsRun bool, bytes int64) (ingressTurn, error) {
-	c := &ingressCommit{m: m, f: f, line: tableLine, key: f.life.Key(), startsRun: startsRun, bytes: bytes}
+	c := &ingressCommit{order: &m.order, f: f, line: tableLine, key: f.life.Key(), startsRun: startsRun, bytes: bytes}
 	m.ingressFlight.accept(c.key, startsRun, bytes)
 	turn, err := m.out.Enter(line, c.run)
 	if err != nil {

@@ -131,8 +131,8 @@ func buildExpiryInfo(params json.RawMessage, errText string, now time.Time, seq 
 // keeps its deadline.
 const restartLeaseGrace = minLeaseSeconds
 
-// Leases (lease.go): a leased run that is not renewed in time is retired as
-// its producer would have retired it, through the ingress's own path.
+// The expiry: a leased run that is not renewed in time is retired as its
+// producer would have retired it, through the ingress's own path.
 
 // runLeases retires leased jobs as their leases run out, until ctx ends.
 // It is the one goroutine that drives expiry: it sleeps until the earliest

@@ -149,6 +149,9 @@ type Manager struct {
 	// ingressFlight counts the ingress frames in flight: placed in the
 	// broker order, not yet committed or failed (ingressorder.go).
 	ingressFlight ingressInFlight
+	// order is what an ingress frame's commit needs after its write
+	// (ingressorder.go).
+	order ingressOrder
 
 	// table is everything this node asserts (internal/statetable): every
 	// path to the peers and to disk reads it.
@@ -285,6 +288,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	m.leases.failures = promtext.NewCounterVec()
 	m.table = statetable.New(tableConfig(&cfg, func() time.Time { return m.now() }))
 	m.journal = tableJournal{path: cfg.JournalPath, fsync: cfg.JournalFsync, log: cfg.Logger, table: m.table}
+	m.order = ingressOrder{flight: &m.ingressFlight, commit: m.commitLocalLine, journal: &m.journal}
 	m.peers = peerserver.New(peerserver.Config{
 		Self:                  cfg.NodeID,
 		WorkloadMaxBytes:      cfg.WorkloadMaxBytes,

@@ -106,7 +106,7 @@ func (e *metricsEndpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// Metrics: the loopback endpoint (metrics.go) and every series it renders.
+// The loopback endpoint and every series it renders.
 
 // EnableMetrics turns the metrics endpoint on at addr. It must be called
 // before Run, which binds it. A non-loopback address is refused.
