@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/pairinstall"
-	"nvpair-workload-manager/internal/testkit"
 )
 
 // stallReads makes the node's trust reads block, once stall is set, until

@@ -111,14 +111,14 @@ func TestBatchPutsEachFrameOnItsOwnLine(t *testing.T) {
 
 // The package comment's promise: tests alone use the builders. No package
 // the module builds into a binary or a library reaches this one, nor the
-// test kit (internal/testkit), which makes the same promise and may use
+// test kit (internal/dev/testkit), which makes the same promise and may use
 // the builders itself.
 func TestNoNonTestPackageImportsTestframe(t *testing.T) {
 	gotool := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if p, err := exec.LookPath("go"); err == nil {
 		gotool = p
 	}
-	testOnly := []string{"nvpair-workload-manager/internal/testframe", "nvpair-workload-manager/internal/testkit"}
+	testOnly := []string{"nvpair-workload-manager/internal/testframe", "nvpair-workload-manager/internal/dev/testkit"}
 	out, err := exec.Command(gotool, "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "nvpair-workload-manager/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
