@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/dev/testframe"
 	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/peersend"
-	"nvpair-workload-manager/internal/testframe"
 )
 
 // joinSink pins the sink in n and makes it n's broadcast target.

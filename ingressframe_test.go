@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"nvpair-workload-manager/internal/dev/testframe"
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/statetable"
-	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

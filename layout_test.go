@@ -31,7 +31,7 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		{pkg: "internal/promtext", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/brokeripc", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/wireframe", may: nil, never: []string{"net/http"}},
-		{pkg: "internal/testframe", may: []string{"internal/wireframe"}, never: []string{"net", "net/http"}},
+		{pkg: "internal/dev/testframe", may: []string{"internal/wireframe"}, never: []string{"net", "net/http"}},
 		{pkg: "internal/httpguard", may: []string{"internal/promtext"}},
 		{pkg: "internal/pairbroker", may: nil, never: []string{"net", "net/http", "os/exec"}},
 		{pkg: "internal/cliflags", may: nil, never: []string{"net/http"}},
@@ -57,7 +57,7 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		// table's decoding of a record, nothing of the daemon's.
 		{pkg: "cmd/wlmjournal", may: []string{"internal/statejournal", "internal/statetable", "internal/wireframe", "internal/cliflags"}, never: []string{"net/http"}},
 		// The test kit: shared by the root's tests and e2e, never by
-		// non-test code (internal/testframe's tests check that).
+		// non-test code (internal/dev/testframe's tests check that).
 		{pkg: "internal/dev/testkit", may: []string{"internal/wireframe", "internal/devpki", "internal/pairbroker", "internal/pairshadow", "internal/stockwlm"}},
 	}
 	for _, r := range rules {

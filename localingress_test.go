@@ -20,10 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/dev/testframe"
 	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/ingress"
-	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/dev/testframe"
 	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/peerwire"
-	"nvpair-workload-manager/internal/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"testing"
 
-	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/dev/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/dev/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

@@ -6,7 +6,7 @@
 // It may import the standard library and this module's internal/wireframe,
 // internal/devpki, internal/pairbroker and internal/pairshadow (and,
 // through it, internal/stockwlm). It must never be imported by non-test code
-// (the root's layout_test.go and internal/testframe's tests check both).
+// (the root's layout_test.go and internal/dev/testframe's tests check both).
 package testkit
 
 import (

@@ -118,7 +118,7 @@ func TestNoNonTestPackageImportsTestframe(t *testing.T) {
 	if p, err := exec.LookPath("go"); err == nil {
 		gotool = p
 	}
-	testOnly := []string{"nvpair-workload-manager/internal/testframe", "nvpair-workload-manager/internal/dev/testkit"}
+	testOnly := []string{"nvpair-workload-manager/internal/dev/testframe", "nvpair-workload-manager/internal/dev/testkit"}
 	out, err := exec.Command(gotool, "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "nvpair-workload-manager/...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
