@@ -58,7 +58,7 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		{pkg: "cmd/wlmjournal", may: []string{"internal/statejournal", "internal/statetable", "internal/wireframe", "internal/cliflags"}, never: []string{"net/http"}},
 		// The test kit: shared by the root's tests and e2e, never by
 		// non-test code (internal/dev/testframe's tests check that).
-		{pkg: "internal/dev/testkit", may: []string{"internal/wireframe", "internal/devpki", "internal/pairbroker", "internal/pairshadow", "internal/stockwlm"}},
+		{pkg: "internal/dev/testkit", may: []string{"internal/wireframe", "internal/dev/devpki", "internal/pairbroker", "internal/pairshadow", "internal/stockwlm"}},
 	}
 	for _, r := range rules {
 		t.Run(r.pkg, func(t *testing.T) {

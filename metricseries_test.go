@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/dev/devpki"
 	"nvpair-workload-manager/internal/dev/testframe"
 	"nvpair-workload-manager/internal/dev/testkit"
-	"nvpair-workload-manager/internal/devpki"
 )
 
 // TestLabelledSeriesWithKnownLabelsExistFromTheFirstScrape: before any

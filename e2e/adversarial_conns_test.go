@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/dev/devpki"
 	"nvpair-workload-manager/internal/dev/testframe"
 	"nvpair-workload-manager/internal/dev/testkit"
-	"nvpair-workload-manager/internal/devpki"
 )
 
 // The adversarial tests of the connection caps and the logs (spec 7) run

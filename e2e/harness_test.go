@@ -19,8 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/dev/devpki"
 	"nvpair-workload-manager/internal/dev/testkit"
-	"nvpair-workload-manager/internal/devpki"
 	"nvpair-workload-manager/internal/pairshadow"
 	"nvpair-workload-manager/internal/wireframe"
 )

@@ -17,7 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
 	"nvpair-workload-manager/internal/pairbroker"
 	"nvpair-workload-manager/internal/pairshadow"
 )

@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/cliflags"
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
 	"nvpair-workload-manager/internal/pairshadow"
 	"nvpair-workload-manager/internal/stockwlm"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
 	"nvpair-workload-manager/internal/pairbroker"
 )
 

@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/dev/devpki"
 	"nvpair-workload-manager/internal/dev/testkit"
-	"nvpair-workload-manager/internal/devpki"
 )
 
 func TestPrincipalOfPrefersNodeURISANOverCommonName(t *testing.T) {

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"nvpair-workload-manager/internal/dev/devpki"
 	"nvpair-workload-manager/internal/dev/testkit"
-	"nvpair-workload-manager/internal/devpki"
 )
 
 func TestAdmissionIsActiveOnlyWithAClusterAPositiveEpochAndNotRetired(t *testing.T) {

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/dev/devpki"
 	"nvpair-workload-manager/internal/dev/testkit"
-	"nvpair-workload-manager/internal/devpki"
 )
 
 // longAgo is a modification time well outside the settle window: a file

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
 )
 
 // AddrEntry is a discovery:nodes entry for a trusted node hostUUID of
