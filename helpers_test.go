@@ -15,11 +15,11 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/pairbroker"
 	"nvpair-workload-manager/internal/dev/testframe"
 	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/ingress"
-	"nvpair-workload-manager/internal/pairbroker"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"nvpair-workload-manager/internal/dev/pairbroker"
 	"nvpair-workload-manager/internal/dev/testframe"
 	"nvpair-workload-manager/internal/dev/testkit"
-	"nvpair-workload-manager/internal/pairbroker"
 	"nvpair-workload-manager/internal/statejournal"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"

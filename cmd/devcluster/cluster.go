@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/dev/devpki"
-	"nvpair-workload-manager/internal/pairbroker"
+	"nvpair-workload-manager/internal/dev/pairbroker"
 	"nvpair-workload-manager/internal/pairshadow"
 )
 

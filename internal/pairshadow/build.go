@@ -1,5 +1,5 @@
 // Package pairshadow runs PAIR's own broker workload store beside the model
-// in internal/pairbroker, so that every run that plays a broker is judged
+// in internal/dev/pairbroker, so that every run that plays a broker is judged
 // by the real thing: the same frames go to both, and their Jobs lists must
 // agree. PAIR's store is kept beside this repository (../shared/upstream,
 // services/nvpair-ui-broker/workloadstore) and is never copied here: this

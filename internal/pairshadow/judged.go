@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"nvpair-workload-manager/internal/pairbroker"
+	"nvpair-workload-manager/internal/dev/pairbroker"
 )
 
-// Judged is a broker's Jobs store, the model of internal/pairbroker, with
+// Judged is a broker's Jobs store, the model of internal/dev/pairbroker, with
 // PAIR's store beside it when there is one. Every change goes to both, at
 // the same instant and in the same order, so that after any of them the
 // two must hold the same Jobs list; Disagreements says where they do not.

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"nvpair-workload-manager/internal/pairbroker"
+	"nvpair-workload-manager/internal/dev/pairbroker"
 	"nvpair-workload-manager/internal/pairshadow"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -200,7 +200,7 @@ func (l *FrameLog) WaitUpserts(id string, n int) {
 
 // JobsList folds every workloads:upsert and workloads:remove the daemon
 // wrote to its broker, in order, through PAIR's broker's merge
-// (internal/pairbroker, the model the dev cluster's brokers use): what the
+// (internal/dev/pairbroker, the model the dev cluster's brokers use): what the
 // Jobs list of a PAIR broker fed by this daemon shows. A test asserting
 // what a user would see uses it, not the last upsert, which is what a
 // last-write store would show. When ../shared holds PAIR's own store, the

@@ -1,7 +1,7 @@
 // Command storeproc drives PAIR's broker workload store
 // (nvpair-ui-broker/workloadstore, from ../shared) the way PAIR's broker
 // drives it, one JSON command a line on stdin, so that the model in
-// internal/pairbroker can be judged by the real thing. It is built on the
+// internal/dev/pairbroker can be judged by the real thing. It is built on the
 // fly by internal/pairshadow, never by the root module: the root module
 // requires nothing, and this program needs PAIR's module.
 //
@@ -115,7 +115,7 @@ func run(s *workloadstore.Store, c command, now time.Time) (answer, bool) {
 
 // failed is the guess that r failed: its workload object with state
 // failed, completedAt now and reason as its error, written exactly as
-// internal/pairbroker writes it, so that both stores hold the same bytes.
+// internal/dev/pairbroker writes it, so that both stores hold the same bytes.
 func failed(r workloadstore.Record, reason string, now time.Time) (workloadstore.Incoming, bool) {
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(r.Info, &members); err != nil {

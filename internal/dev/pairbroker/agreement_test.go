@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/pairbroker"
+	"nvpair-workload-manager/internal/dev/pairbroker"
 	"nvpair-workload-manager/internal/pairshadow"
 )
 
