@@ -10,10 +10,10 @@ import (
 
 	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/dev/pairbroker"
+	"nvpair-workload-manager/internal/dev/pairshadow"
 	"nvpair-workload-manager/internal/dev/testframe"
 	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/ingressmark"
-	"nvpair-workload-manager/internal/pairshadow"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )

@@ -14,7 +14,7 @@
 // states the contract rather than reading it from the code it judges. It
 // uses internal packages for what is not the daemon's own: minting
 // clusters (internal/dev/devpki), building frames (internal/dev/testframe), and
-// modelling PAIR's broker (internal/dev/pairbroker, internal/pairshadow).
+// modelling PAIR's broker (internal/dev/pairbroker, internal/dev/pairshadow).
 //
 // Every test starts the binary, and each skips under -short, so the inner
 // loop, go test -short ./..., leaves this package out; a full go test

@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/pairshadow"
 	"nvpair-workload-manager/internal/dev/testkit"
-	"nvpair-workload-manager/internal/pairshadow"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

@@ -20,9 +20,9 @@ import (
 
 	"nvpair-workload-manager/internal/dev/devpki"
 	"nvpair-workload-manager/internal/dev/pairbroker"
+	"nvpair-workload-manager/internal/dev/pairshadow"
 	"nvpair-workload-manager/internal/dev/testframe"
 	"nvpair-workload-manager/internal/dev/testkit"
-	"nvpair-workload-manager/internal/pairshadow"
 	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
@@ -58,7 +58,7 @@ type pairNodeBroker struct {
 
 	procs []*daemonProc
 	// store is the model of PAIR's store, judged by PAIR's own store when
-	// ../shared holds it (internal/pairshadow): every frame goes to both,
+	// ../shared holds it (internal/dev/pairshadow): every frame goes to both,
 	// and a difference fails the test at its end.
 	store *pairshadow.Judged
 	fed   []int // how many of each process's frames the store has merged

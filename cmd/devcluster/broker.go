@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/dev/pairbroker"
-	"nvpair-workload-manager/internal/pairshadow"
+	"nvpair-workload-manager/internal/dev/pairshadow"
 )
 
 // jobKey is a workload as a removal names it: ids are unique per origin
@@ -53,7 +53,7 @@ func lifecycleMethod(state string) string { return pairbroker.ReplayMethod(state
 
 // broker plays one node's broker, the way PAIR's desktop back end does: it
 // owns the node's Jobs store (internal/dev/pairbroker, PAIR's merge, judged by
-// PAIR's own store through internal/pairshadow when ../shared has it), feeds it
+// PAIR's own store through internal/dev/pairshadow when ../shared has it), feeds it
 // from the daemon's workloads:upsert and workloads:remove and from the
 // local-origin frames it sends the daemon itself, pushes discovery:nodes
 // snapshots, fails by inference what a departed node or a silent origin

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/dev/pairbroker"
-	"nvpair-workload-manager/internal/pairshadow"
+	"nvpair-workload-manager/internal/dev/pairshadow"
 )
 
 // The property test of issue 31: random sequences of what a broker's store

@@ -11,7 +11,7 @@
 // its worker (Stop). Each rule cites where PAIR states it, in
 // NVIDIA/Personal-AI-Router: services/nvpair-ui-broker/workloadstore/store.go
 // (a copy is in ../shared/upstream) and services/nvpair-ui-broker/stopwait.go. The facts are PAIR's; the code is ours.
-// internal/pairshadow holds the model to PAIR's store itself.
+// internal/dev/pairshadow holds the model to PAIR's store itself.
 //
 // It is pure state and timing: it must never import the daemon (the root
 // package), any other package of this module, nor net, net/http or os/exec.
@@ -449,7 +449,7 @@ func ReplayMethod(state string) string {
 // Snapshot returns a copy of every record, ordered by origin, id, engine
 // and run. The order differs from workloadstore.Snapshot's (createdAt,
 // origin, id) on purpose: the dev cluster's view and the tests sort as
-// they need, and internal/pairshadow compares the two lists as sets.
+// they need, and internal/dev/pairshadow compares the two lists as sets.
 func (s *Store) Snapshot() []Record {
 	s.mu.Lock()
 	out := make([]Record, 0, len(s.recs))

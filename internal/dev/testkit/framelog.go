@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"nvpair-workload-manager/internal/dev/pairbroker"
-	"nvpair-workload-manager/internal/pairshadow"
+	"nvpair-workload-manager/internal/dev/pairshadow"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -204,7 +204,7 @@ func (l *FrameLog) WaitUpserts(id string, n int) {
 // Jobs list of a PAIR broker fed by this daemon shows. A test asserting
 // what a user would see uses it, not the last upsert, which is what a
 // last-write store would show. When ../shared holds PAIR's own store, the
-// same frames go to it too (internal/pairshadow), and a Jobs list that is
+// same frames go to it too (internal/dev/pairshadow), and a Jobs list that is
 // not the model's fails the test, naming the job.
 func (l *FrameLog) JobsList() *pairbroker.Store {
 	j := pairshadow.NewJudged(nil, StartShadow(l.T))

@@ -2,7 +2,7 @@
 // (nvpair-ui-broker/workloadstore, from ../shared) the way PAIR's broker
 // drives it, one JSON command a line on stdin, so that the model in
 // internal/dev/pairbroker can be judged by the real thing. It is built on the
-// fly by internal/pairshadow, never by the root module: the root module
+// fly by internal/dev/pairshadow, never by the root module: the root module
 // requires nothing, and this program needs PAIR's module.
 //
 // Every command carries the instant to run at ("now", Unix nanoseconds),
