@@ -35,11 +35,11 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		{pkg: "internal/httpguard", may: []string{"internal/promtext"}},
 		{pkg: "internal/dev/pairbroker", may: nil, never: []string{"net", "net/http", "os/exec"}},
 		{pkg: "internal/cliflags", may: nil, never: []string{"net/http"}},
-		{pkg: "internal/stockwlm", may: nil, never: []string{"net/http"}},
+		{pkg: "internal/dev/stockwlm", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/statejournal", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/statetable", may: []string{"internal/wireframe"}, never: []string{"net/http"}},
 		{pkg: "internal/ingressmark", may: []string{"internal/wireframe"}, never: []string{"net", "net/http"}},
-		{pkg: "internal/dev/pairshadow", may: []string{"internal/dev/pairbroker", "internal/stockwlm"}, never: []string{"net", "net/http"}},
+		{pkg: "internal/dev/pairshadow", may: []string{"internal/dev/pairbroker", "internal/dev/stockwlm"}, never: []string{"net", "net/http"}},
 		{pkg: "internal/ratelog", may: nil},
 		{pkg: "internal/gcpace", may: nil, never: []string{"net/http"}},
 		// The peer port: its wire, its inbound server and its outbound
@@ -58,7 +58,7 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		{pkg: "cmd/wlmjournal", may: []string{"internal/statejournal", "internal/statetable", "internal/wireframe", "internal/cliflags"}, never: []string{"net/http"}},
 		// The test kit: shared by the root's tests and e2e, never by
 		// non-test code (internal/dev/testframe's tests check that).
-		{pkg: "internal/dev/testkit", may: []string{"internal/wireframe", "internal/dev/devpki", "internal/dev/pairbroker", "internal/dev/pairshadow", "internal/stockwlm"}},
+		{pkg: "internal/dev/testkit", may: []string{"internal/wireframe", "internal/dev/devpki", "internal/dev/pairbroker", "internal/dev/pairshadow", "internal/dev/stockwlm"}},
 	}
 	for _, r := range rules {
 		t.Run(r.pkg, func(t *testing.T) {

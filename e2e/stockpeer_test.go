@@ -19,10 +19,10 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/stockwlm"
 	"nvpair-workload-manager/internal/dev/testframe"
 	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/peerwire"
-	"nvpair-workload-manager/internal/stockwlm"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

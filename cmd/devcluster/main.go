@@ -29,7 +29,7 @@ import (
 	"nvpair-workload-manager/internal/cliflags"
 	"nvpair-workload-manager/internal/dev/devpki"
 	"nvpair-workload-manager/internal/dev/pairshadow"
-	"nvpair-workload-manager/internal/stockwlm"
+	"nvpair-workload-manager/internal/dev/stockwlm"
 )
 
 func main() {

@@ -24,14 +24,14 @@ import (
 	"strconv"
 	"strings"
 
-	"nvpair-workload-manager/internal/stockwlm"
+	"nvpair-workload-manager/internal/dev/stockwlm"
 )
 
 // storeRel is PAIR's broker module inside the upstream tree.
 const storeRel = "services/nvpair-ui-broker"
 
 // upstreamRel is where the upstream tree sits relative to a directory on
-// the way up from this module, as internal/stockwlm looks for it.
+// the way up from this module, as internal/dev/stockwlm looks for it.
 const upstreamRel = "shared/upstream"
 
 // ErrNotFound is returned by Find when no upstream tree holds PAIR's store.
@@ -51,7 +51,7 @@ var (
 // Find returns the directory of PAIR's broker module (holding
 // workloadstore): under $NVPAIR_UPSTREAM_DIR when that is set, else under
 // the first shared/upstream found in start or a directory above it, the
-// way internal/stockwlm finds the stock worker.
+// way internal/dev/stockwlm finds the stock worker.
 func Find(start string) (string, error) {
 	if dir := os.Getenv(stockwlm.EnvDir); dir != "" {
 		mod := filepath.Join(dir, filepath.FromSlash(storeRel))

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"nvpair-workload-manager/internal/stockwlm"
+	"nvpair-workload-manager/internal/dev/stockwlm"
 )
 
 // An upstream tree without PAIR's broker store is no shadow: ErrNotFound,

@@ -5,7 +5,7 @@
 //
 // It may import the standard library and this module's internal/wireframe,
 // internal/dev/devpki, internal/dev/pairbroker and internal/dev/pairshadow (and,
-// through it, internal/stockwlm). It must never be imported by non-test code
+// through it, internal/dev/stockwlm). It must never be imported by non-test code
 // (the root's layout_test.go and internal/dev/testframe's tests check both).
 package testkit
 
