@@ -3,7 +3,7 @@
 // when the machine is idle (one that sleeps and hopes, or counts before a
 // write has landed) then fails in CI instead of on a user's busy laptop.
 //
-//	go run ./internal/cpuburn --duration 15m --ready /tmp/cpuburn.ready
+//	go run ./internal/dev/cpuburn --duration 15m --ready /tmp/cpuburn.ready
 //
 // It stops by itself when --duration has passed, so a CI script that dies
 // before it stops the burner leaves no process spinning for long; SIGINT
