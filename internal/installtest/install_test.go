@@ -83,7 +83,7 @@ func buildAll(dir string) error {
 	if err := build(built.next, "-ldflags", "-X main.Version="+nextVersion, "."); err != nil {
 		return err
 	}
-	if err := build(built.supervisor, "./internal/pairsupervisor"); err != nil {
+	if err := build(built.supervisor, "./internal/dev/pairsupervisor"); err != nil {
 		return err
 	}
 	bad := "#!/bin/sh\ncase $1 in --version) echo bad-build; exit 0;; esac\necho 'bad build: exits at start' >&2\nexit 1\n"

@@ -327,7 +327,7 @@ func TestREADMEBuildAndRunByHand(t *testing.T) {
 	}
 }
 
-// supervisor is internal/pairsupervisor running the stock workload
+// supervisor is internal/dev/pairsupervisor running the stock workload
 // manager the way PAIR's broker does: it starts the worker again whenever
 // it exits, which is what the install script relies on.
 type supervisor struct {
@@ -402,7 +402,7 @@ func readLog(path string) string {
 	return string(b)
 }
 
-// superviseAsPAIRDoes runs exe under internal/pairsupervisor with the
+// superviseAsPAIRDoes runs exe under internal/dev/pairsupervisor with the
 // broker's two arguments (only --log-level and --cluster-dir) and waits
 // until the worker has started.
 func superviseAsPAIRDoes(t *testing.T, exe, appDir string, env []string) *supervisor {
