@@ -60,7 +60,7 @@ func TestMain(m *testing.M) {
 // worker (a build for the wrong node, a missing library), and the
 // stand-in supervisor.
 func buildAll(dir string) error {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		return err
 	}
@@ -196,7 +196,7 @@ func countReady(lines, version string) int {
 // its exit status.
 func (n *node) script(args ...string) (string, int) {
 	n.t.Helper()
-	cmd := exec.Command("sh", append([]string{filepath.Join("..", "..", "scripts", "install.sh")}, args...)...)
+	cmd := exec.Command("sh", append([]string{filepath.Join("..", "..", "..", "scripts", "install.sh")}, args...)...)
 	cmd.Env = n.env()
 	var out bytes.Buffer
 	cmd.Stdout = &out
@@ -401,7 +401,7 @@ func TestInstallScriptPassesShellcheck(t *testing.T) {
 		}
 		t.Skip("shellcheck is not installed")
 	}
-	out, err := exec.Command(sc, "--shell=sh", "--severity=style", filepath.Join("..", "..", "scripts", "install.sh")).CombinedOutput()
+	out, err := exec.Command(sc, "--shell=sh", "--severity=style", filepath.Join("..", "..", "..", "scripts", "install.sh")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("shellcheck scripts/install.sh: %v\n%s", err, out)
 	}
