@@ -63,7 +63,7 @@ var (
 // moduleRoot is the repository's root, where the README's commands run.
 func moduleRoot(t *testing.T) string {
 	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
