@@ -29,7 +29,6 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 	}{
 		{pkg: "internal/pairinstall", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/promtext", may: nil, never: []string{"net/http"}},
-		{pkg: "internal/brokeripc", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/wireframe", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/dev/testframe", may: []string{"internal/wireframe"}, never: []string{"net", "net/http"}},
 		{pkg: "internal/httpguard", may: []string{"internal/promtext"}},

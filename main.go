@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"nvpair-workload-manager/internal/brokeripc"
+	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/cliflags"
 	"nvpair-workload-manager/internal/gcpace"
 	"nvpair-workload-manager/internal/httpguard"
@@ -233,7 +233,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	in, out := stdin, stdout
 	if o.ipc != "" {
-		conn, err := brokeripc.Open(o.ipc)
+		conn, err := brokerio.Open(o.ipc)
 		if err != nil {
 			// Nothing listens at the path the flag names: a bad value,
 			// exit 2 like the others, naming the flag.

@@ -1,6 +1,6 @@
 //go:build !windows
 
-package brokeripc
+package brokerio
 
 import (
 	"fmt"
