@@ -80,6 +80,40 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 	}
 }
 
+// TestTheDaemonNeverImportsItsTooling holds the wall between the daemon
+// and what serves its tests and tools (issue 40): the daemon's packages
+// are the root and internal/ outside internal/dev/; the tooling, under
+// internal/dev/ (the test kit, the stand-ins, the dev PKI, PAIR's broker
+// model, the supervisor), may import the daemon's packages, and the
+// commands and every package's tests may import the tooling, but no
+// package the daemon compiles in may reach internal/dev/.
+func TestTheDaemonNeverImportsItsTooling(t *testing.T) {
+	cmd := exec.Command(goToolPath(), "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", ".", "./internal/...")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	dev := modulePath + "/internal/dev/"
+	daemon, tooling := 0, 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if strings.HasPrefix(f[0], dev) {
+			tooling++
+			continue
+		}
+		daemon++
+		for _, dep := range f[1:] {
+			if strings.HasPrefix(dep, dev) {
+				t.Errorf("%s reaches %s: a daemon package never imports the tooling under internal/dev/", f[0], dep)
+			}
+		}
+	}
+	if daemon == 0 || tooling == 0 {
+		t.Fatalf("go list found %d daemon packages and %d tooling packages", daemon, tooling)
+	}
+	t.Logf("%d daemon packages (the root and internal/), %d tooling packages (internal/dev/)", daemon, tooling)
+}
+
 // rootFiles are the root package's non-test files, each with what it owns.
 // The Manager's methods live with their concern: a file that owns none
 // says so (methods false), and a new concern gets a row here.
