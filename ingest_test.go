@@ -389,7 +389,7 @@ func TestIngestRemovalMemoryRepeatedRemovalKeepsOneEntryAndDoesNotExtendIt(t *te
 	}
 }
 
-// --- helpers (this file and ingressframe_test.go) ---------------------------------
+// --- helpers (this file and ingressrules_test.go) ----------------------------------
 
 // ifxOwn posts a running frame of id through the ingress, so a producer
 // owns it, and drains what the stand-in peer is sent.
