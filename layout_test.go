@@ -28,6 +28,7 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		never []string
 	}{
 		{pkg: "internal/pairinstall", may: nil, never: []string{"net/http"}},
+		{pkg: "internal/clustertrust", may: []string{"internal/pairinstall"}, never: []string{"net/http"}},
 		{pkg: "internal/promtext", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/wireframe", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/dev/testframe", may: []string{"internal/wireframe"}, never: []string{"net", "net/http"}},
@@ -47,8 +48,8 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		// peer's frame changes nothing this node asserts).
 		{pkg: "internal/peerwire", may: []string{"internal/wireframe", "internal/httpguard", "internal/promtext"}},
 		{pkg: "internal/brokerio", may: []string{"internal/wireframe", "internal/httpguard", "internal/promtext", "internal/ratelog"}},
-		{pkg: "internal/peerserver", may: []string{"internal/peerwire", "internal/brokerio", "internal/wireframe", "internal/httpguard", "internal/promtext", "internal/ratelog", "internal/pairinstall"}},
-		{pkg: "internal/peersend", may: []string{"internal/peerwire", "internal/statetable", "internal/wireframe", "internal/httpguard", "internal/promtext", "internal/ratelog", "internal/pairinstall"}},
+		{pkg: "internal/peerserver", may: []string{"internal/peerwire", "internal/brokerio", "internal/wireframe", "internal/httpguard", "internal/promtext", "internal/ratelog", "internal/clustertrust", "internal/pairinstall"}},
+		{pkg: "internal/peersend", may: []string{"internal/peerwire", "internal/statetable", "internal/wireframe", "internal/httpguard", "internal/promtext", "internal/ratelog", "internal/clustertrust", "internal/pairinstall"}},
 		// The ingress's HTTP surface reaches the relay through interfaces
 		// and reads the state table's types; never the peer port.
 		{pkg: "internal/ingress", may: []string{"internal/statetable", "internal/brokerio", "internal/wireframe", "internal/httpguard", "internal/promtext", "internal/ratelog"}},

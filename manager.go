@@ -17,11 +17,11 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/brokerio"
+	"nvpair-workload-manager/internal/clustertrust"
 	"nvpair-workload-manager/internal/gcpace"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/ingressmark"
-	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/peersend"
 	"nvpair-workload-manager/internal/peerserver"
 	"nvpair-workload-manager/internal/peerwire"
@@ -120,7 +120,7 @@ const (
 // (peersend.Broadcaster.mu) -> the table's lock (a target change joins or
 // leaves a member). ingestMu and discoveryMu are never held together.
 // Leaf locks, taken under any of these and never around them:
-// brokerio.Writer.mu, ingressFlight.mu, pairinstall.ClusterTrust.mu, the
+// brokerio.Writer.mu, ingressFlight.mu, clustertrust.ClusterTrust.mu, the
 // peer server's dedup lock, the journal's append lock (under the table's).
 // No lock is held across a network write to a peer or a journal write:
 // each peer's sender takes a slice of the table under its lock and sends
@@ -135,7 +135,7 @@ type Manager struct {
 	cfg   Config
 	log   *slog.Logger
 	out   *brokerio.Writer
-	trust *pairinstall.ClusterTrust
+	trust *clustertrust.ClusterTrust
 	bcast *peersend.Broadcaster // the outbound side of the peer port
 	peers *peerserver.Server    // its inbound side
 	now   func() time.Time
@@ -255,7 +255,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	trust := pairinstall.NewClusterTrust(cfg.ClusterDir, cfg.Logger)
+	trust := clustertrust.NewClusterTrust(cfg.ClusterDir, cfg.Logger)
 	var marker *ingressmark.Marker
 	if cfg.IngressMarkKey != nil {
 		var err error
@@ -366,7 +366,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		// re-derives the broadcast targets; a reload under way when ctx ends
 		// is abandoned (ReloadUnlessDone).
 		wg.Go(func() {
-			runEvery(ctx, pairinstall.ReloadInterval, func() {
+			runEvery(ctx, clustertrust.ReloadInterval, func() {
 				if changed, finished := m.trust.ReloadUnlessDone(ctx); finished && changed {
 					m.refreshTargets()
 				}

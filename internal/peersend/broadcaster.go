@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"nvpair-workload-manager/internal/clustertrust"
 	"nvpair-workload-manager/internal/httpguard"
-	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/statetable"
 )
@@ -54,7 +54,7 @@ func (t Target) MemberID() string { return t.HostUUID + "|" + t.Principal }
 // holds nothing but its mark.
 type Broadcaster struct {
 	log      *slog.Logger
-	trust    *pairinstall.ClusterTrust
+	trust    *clustertrust.ClusterTrust
 	table    *statetable.Table
 	interval time.Duration
 
@@ -76,7 +76,7 @@ type Broadcaster struct {
 	senders sync.WaitGroup
 }
 
-func New(log *slog.Logger, trust *pairinstall.ClusterTrust, table *statetable.Table, interval time.Duration) *Broadcaster {
+func New(log *slog.Logger, trust *clustertrust.ClusterTrust, table *statetable.Table, interval time.Duration) *Broadcaster {
 	return &Broadcaster{
 		log:      log,
 		trust:    trust,

@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 
 	"nvpair-workload-manager/internal/brokerio"
+	"nvpair-workload-manager/internal/clustertrust"
 	"nvpair-workload-manager/internal/httpguard"
-	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/wireframe"
@@ -26,7 +26,7 @@ type Broker interface {
 }
 
 // Trust decides whether a client certificate chain is a pinned peer's
-// (pairinstall.ClusterTrust), on every request.
+// (clustertrust.ClusterTrust), on every request.
 type Trust interface {
 	Authorize(chain []*x509.Certificate) error
 }
@@ -188,7 +188,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(err.Error())
 		return
 	}
-	principal := pairinstall.PrincipalOf(r.TLS.PeerCertificates[0])
+	principal := clustertrust.PrincipalOf(r.TLS.PeerCertificates[0])
 	log.With("peer", principal)
 	if r.URL.Path != wireframe.EventsPath {
 		reject(http.StatusNotFound, "no such endpoint")

@@ -1,4 +1,4 @@
-package pairinstall
+package clustertrust
 
 import (
 	"encoding/json"
@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
+
+	"nvpair-workload-manager/internal/pairinstall"
 )
 
 // admissionFileName is the cluster admission record the cluster manager
@@ -35,7 +36,7 @@ type admission struct {
 // active when it names a cluster, has an epoch above 0 and is not retired.
 func loadAdmission(dir string) admission {
 	path := filepath.Join(dir, admissionFileName)
-	b, err := readBounded(path)
+	b, err := pairinstall.ReadBounded(path)
 	return admissionFrom(path, b, err)
 }
 
@@ -72,24 +73,9 @@ func deriveMembership(hasIdentity bool, adm admission, pinCount int) membership 
 	case !hasIdentity:
 		return membership{reason: "no cluster identity (node.crt/node.key)"}
 	case adm.active:
-		return membership{clustered: true, reason: fmt.Sprintf("admitted to cluster %s, epoch %d", clipReason(adm.clusterID), adm.epoch)}
+		return membership{clustered: true, reason: fmt.Sprintf("admitted to cluster %s, epoch %d", pairinstall.ClipReason(adm.clusterID), adm.epoch)}
 	case pinCount > 0:
 		return membership{clustered: true, reason: fmt.Sprintf("%d pinned peer(s)", pinCount)}
 	}
 	return membership{reason: "no active admission.json and no pinned peer"}
-}
-
-// maxReasonBytes bounds a value a file put into a log line or an error: an
-// admission record's clusterId, an identity document's node_uuid. It is the
-// daemon's bound on every client-caused reason (spec.md 3.7), kept here
-// because this package imports nothing of the daemon's.
-const maxReasonBytes = 256
-
-// clipReason bounds s to maxReasonBytes, on a UTF-8 boundary, as the
-// daemon's clipReason does.
-func clipReason(s string) string {
-	if len(s) <= maxReasonBytes {
-		return s
-	}
-	return strings.ToValidUTF8(s[:maxReasonBytes], "") + "... (truncated)"
 }

@@ -1,4 +1,4 @@
-package pairinstall
+package clustertrust
 
 import (
 	"bytes"

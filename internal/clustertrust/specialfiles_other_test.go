@@ -1,6 +1,6 @@
 //go:build !unix
 
-package pairinstall
+package clustertrust
 
 import "testing"
 

@@ -1,4 +1,4 @@
-package pairinstall
+package clustertrust
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 
 	"nvpair-workload-manager/internal/dev/devpki"
 	"nvpair-workload-manager/internal/dev/testkit"
+	"nvpair-workload-manager/internal/pairinstall"
 )
 
 // longAgo is a modification time well outside the settle window: a file
@@ -67,36 +68,36 @@ func TestReadRegularFileRefusesWhatIsNotARegularFileOfAtMost64KiB(t *testing.T) 
 		}, "content", nil},
 		{"a file of exactly 64 KiB is read", func(t *testing.T) string {
 			p := filepath.Join(t.TempDir(), "max")
-			writeFile(t, p, strings.Repeat("x", MaxFileBytes))
+			writeFile(t, p, strings.Repeat("x", pairinstall.MaxFileBytes))
 			return p
-		}, strings.Repeat("x", MaxFileBytes), nil},
+		}, strings.Repeat("x", pairinstall.MaxFileBytes), nil},
 		{"a file of 64 KiB and one byte is refused", func(t *testing.T) string {
 			p := filepath.Join(t.TempDir(), "over")
-			writeFile(t, p, strings.Repeat("x", MaxFileBytes+1))
+			writeFile(t, p, strings.Repeat("x", pairinstall.MaxFileBytes+1))
 			return p
-		}, "", errFileTooLarge},
-		{"a directory is refused", func(t *testing.T) string { return t.TempDir() }, "", errNotRegularFile},
+		}, "", pairinstall.ErrFileTooLarge},
+		{"a directory is refused", func(t *testing.T) string { return t.TempDir() }, "", pairinstall.ErrNotRegularFile},
 		{"a symlink to a directory is refused", func(t *testing.T) string {
 			link := filepath.Join(t.TempDir(), "link")
 			symlinkOrSkip(t, t.TempDir(), link)
 			return link
-		}, "", errNotRegularFile},
+		}, "", pairinstall.ErrNotRegularFile},
 		{"a symlink to /dev/zero is refused", func(t *testing.T) string {
 			link := filepath.Join(t.TempDir(), "zero")
 			symlinkOrSkip(t, endlessDevice(t), link)
 			return link
-		}, "", errNotRegularFile},
+		}, "", pairinstall.ErrNotRegularFile},
 		{"a named pipe is refused without blocking", func(t *testing.T) string {
 			p := filepath.Join(t.TempDir(), "fifo")
 			makeFIFO(t, p)
 			return p
-		}, "", errNotRegularFile},
+		}, "", pairinstall.ErrNotRegularFile},
 		{"a symlink to a named pipe is refused without blocking", func(t *testing.T) string {
 			p, link := filepath.Join(t.TempDir(), "fifo"), filepath.Join(t.TempDir(), "link")
 			makeFIFO(t, p)
 			symlinkOrSkip(t, p, link)
 			return link
-		}, "", errNotRegularFile},
+		}, "", pairinstall.ErrNotRegularFile},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -106,21 +107,21 @@ func TestReadRegularFileRefusesWhatIsNotARegularFileOfAtMost64KiB(t *testing.T) 
 				err error
 			}
 			done := make(chan result, 1)
-			go func() { b, _, err := readRegularFile(path); done <- result{b, err} }()
+			go func() { b, _, err := pairinstall.ReadRegularFile(path); done <- result{b, err} }()
 			var r result
 			select {
 			case r = <-done:
 			case <-time.After(waitTimeout):
-				t.Fatalf("readRegularFile(%s) still blocked after %v", path, waitTimeout)
+				t.Fatalf("pairinstall.ReadRegularFile(%s) still blocked after %v", path, waitTimeout)
 			}
 			if c.refusal != nil {
 				if !errors.Is(r.err, c.refusal) {
-					t.Fatalf("readRegularFile = %d bytes, error %v; want %v", len(r.b), r.err, c.refusal)
+					t.Fatalf("pairinstall.ReadRegularFile = %d bytes, error %v; want %v", len(r.b), r.err, c.refusal)
 				}
 				return
 			}
 			if r.err != nil || string(r.b) != c.want {
-				t.Fatalf("readRegularFile = %d bytes, error %v; want %d bytes", len(r.b), r.err, len(c.want))
+				t.Fatalf("pairinstall.ReadRegularFile = %d bytes, error %v; want %d bytes", len(r.b), r.err, len(c.want))
 			}
 		})
 	}
@@ -138,14 +139,14 @@ func TestReadRegularFileCutsAFileLongerThanItsStatSaysAtTheBound(t *testing.T) {
 	}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, _, err = readRegularFile(path)
+	_, _, err = pairinstall.ReadRegularFile(path)
 	runtime.ReadMemStats(&after)
-	if !errors.Is(err, errFileTooLarge) {
-		t.Fatalf("readRegularFile(%s) error = %v, want %v", path, err, errFileTooLarge)
+	if !errors.Is(err, pairinstall.ErrFileTooLarge) {
+		t.Fatalf("pairinstall.ReadRegularFile(%s) error = %v, want %v", path, err, pairinstall.ErrFileTooLarge)
 	}
 	// io.ReadAll grows its buffer by doubling: about twice the bound.
-	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 8*MaxFileBytes {
-		t.Fatalf("reading %s allocated %d bytes, want at most %d: the read was not cut at the bound", path, allocated, 8*MaxFileBytes)
+	if allocated := after.TotalAlloc - before.TotalAlloc; allocated > 8*pairinstall.MaxFileBytes {
+		t.Fatalf("reading %s allocated %d bytes, want at most %d: the read was not cut at the bound", path, allocated, 8*pairinstall.MaxFileBytes)
 	}
 }
 
@@ -164,11 +165,11 @@ func TestPinFileIsReadOnlyWhenARegularFileOfAtMost64KiB(t *testing.T) {
 			symlinkOrSkip(t, target, pin)
 		}, true, "", ""},
 		{"a pin of exactly 64 KiB is read", func(t *testing.T, pin string, id devpki.Identity) {
-			writeFile(t, pin, pinDocument(t, id, MaxFileBytes))
+			writeFile(t, pin, pinDocument(t, id, pairinstall.MaxFileBytes))
 			age(t, pin)
 		}, true, "", ""},
 		{"a pin of 64 KiB and one byte is skipped", func(t *testing.T, pin string, id devpki.Identity) {
-			writeFile(t, pin, pinDocument(t, id, MaxFileBytes+1))
+			writeFile(t, pin, pinDocument(t, id, pairinstall.MaxFileBytes+1))
 			age(t, pin)
 		}, false, "too_large", "larger than 65536 bytes"},
 		{"a symlink to /dev/zero is skipped", func(t *testing.T, pin string, _ devpki.Identity) {
@@ -235,10 +236,10 @@ func TestIdentityFilesAreReadOnlyWhenRegularFilesOfAtMost64KiB(t *testing.T) {
 	}{
 		{"node.crt as a symlink to /dev/zero", "node.crt", func(t *testing.T, p string) { symlinkOrSkip(t, endlessDevice(t), p) }, "cluster identity unreadable, keeping the previous one"},
 		{"node.crt as a named pipe", "node.crt", makeFIFO, "cluster identity unreadable, keeping the previous one"},
-		{"node.crt over 64 KiB", "node.crt", func(t *testing.T, p string) { writeFile(t, p, strings.Repeat("x", MaxFileBytes+1)) }, "cluster identity unreadable, keeping the previous one"},
+		{"node.crt over 64 KiB", "node.crt", func(t *testing.T, p string) { writeFile(t, p, strings.Repeat("x", pairinstall.MaxFileBytes+1)) }, "cluster identity unreadable, keeping the previous one"},
 		{"node.key as a named pipe", "node.key", makeFIFO, "cluster identity unreadable, keeping the previous one"},
 		{"admission.json as a named pipe", admissionFileName, makeFIFO, "admission record ignored"},
-		{"admission.json over 64 KiB", admissionFileName, func(t *testing.T, p string) { writeFile(t, p, strings.Repeat(" ", MaxFileBytes+1)) }, "admission record ignored"},
+		{"admission.json over 64 KiB", admissionFileName, func(t *testing.T, p string) { writeFile(t, p, strings.Repeat(" ", pairinstall.MaxFileBytes+1)) }, "admission record ignored"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -268,10 +269,11 @@ func TestIdentityFilesAreReadOnlyWhenRegularFilesOfAtMost64KiB(t *testing.T) {
 }
 
 func TestNodeIDFileThatIsNotARegularFileIsAStartupErrorNotAHang(t *testing.T) {
+	const identityFileName = "identity.json" // the node id's file (pairinstall)
 	app, cluster := t.TempDir(), t.TempDir()
 	makeFIFO(t, filepath.Join(cluster, identityFileName))
 	done := make(chan error, 1)
-	go func() { _, err := ResolveNodeID(app, cluster); done <- err }()
+	go func() { _, err := pairinstall.ResolveNodeID(app, cluster); done <- err }()
 	select {
 	case err := <-done:
 		if err == nil || !strings.Contains(err.Error(), identityFileName) || !strings.Contains(err.Error(), "not a regular file") {

@@ -1,4 +1,4 @@
-package pairinstall
+package clustertrust
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 
 	"nvpair-workload-manager/internal/dev/devpki"
 	"nvpair-workload-manager/internal/dev/testkit"
+	"nvpair-workload-manager/internal/pairinstall"
 )
 
 func TestAdmissionIsActiveOnlyWithAClusterAPositiveEpochAndNotRetired(t *testing.T) {
@@ -28,7 +29,7 @@ func TestAdmissionIsActiveOnlyWithAClusterAPositiveEpochAndNotRetired(t *testing
 		{"not JSON", `{"clusterId": "c-1", epoch`, false, true},
 		{"epoch not a number", `{"clusterId": "c-1", "epoch": "3"}`, false, true},
 		{"not an object", `["c-1", 3]`, false, true},
-		{"larger than any admission record", `{"clusterId": "` + strings.Repeat("c", MaxFileBytes) + `", "epoch": 3}`, false, true},
+		{"larger than any admission record", `{"clusterId": "` + strings.Repeat("c", pairinstall.MaxFileBytes) + `", "epoch": 3}`, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

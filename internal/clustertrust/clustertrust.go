@@ -1,4 +1,4 @@
-package pairinstall
+package clustertrust
 
 import (
 	"bytes"
@@ -43,7 +43,7 @@ type ClusterTrust struct {
 	// read. Only Reload (and SetReadHookForTest) takes it, never under
 	// another lock, and it takes mu under it to apply what it read (order
 	// readMu -> mu). It is held across the file reads, which are bounded
-	// (regular files of at most MaxFileBytes, only those that changed); no
+	// (regular files of at most pairinstall.MaxFileBytes, only those that changed); no
 	// handshake or request ever waits on it.
 	readMu sync.Mutex
 	files  *trustFiles
@@ -72,7 +72,7 @@ func NewClusterTrust(dir string, log *slog.Logger) *ClusterTrust {
 
 // ReloadUnlessDone runs Reload on a goroutine of its own and returns its
 // answer with finished true, or finished false as soon as ctx ends first.
-// The reads are bounded (only regular files, at most MaxFileBytes
+// The reads are bounded (only regular files, at most pairinstall.MaxFileBytes
 // each), but a file system can still hold a read for as long as it likes
 // (an unresponsive network mount), and shutdown must not wait for it. An
 // abandoned reload ends when its read does, and applies what it read; no

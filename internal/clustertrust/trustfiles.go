@@ -1,4 +1,4 @@
-package pairinstall
+package clustertrust
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"nvpair-workload-manager/internal/pairinstall"
 )
 
 // settleWindow is how old a file's modification time must be, when the
@@ -32,13 +34,13 @@ type fileStamp struct {
 }
 
 // stampOf stamps a file opened at readAt. A file that is not regular, or
-// larger than MaxFileBytes, is settled at once: its content is never
+// larger than pairinstall.MaxFileBytes, is settled at once: its content is never
 // read, and its type and size, which the stamp holds, decide its refusal.
 func stampOf(fi os.FileInfo, readAt time.Time) fileStamp {
 	if fi == nil {
 		return fileStamp{}
 	}
-	refusedUnread := !fi.Mode().IsRegular() || fi.Size() > MaxFileBytes
+	refusedUnread := !fi.Mode().IsRegular() || fi.Size() > pairinstall.MaxFileBytes
 	return fileStamp{info: fi, settled: refusedUnread || readAt.Sub(fi.ModTime()) >= settleWindow}
 }
 
@@ -65,7 +67,7 @@ func (s fileStamp) unchangedAt(path string) bool {
 // for concurrent use: ClusterTrust.readMu serializes its callers.
 type trustFiles struct {
 	dir string
-	// read reads one file; readRegularFile, which tests replace to stall or
+	// read reads one file; pairinstall.ReadRegularFile, which tests replace to stall or
 	// observe the reads.
 	read func(path string) ([]byte, os.FileInfo, error)
 	now  func() time.Time
@@ -80,7 +82,7 @@ type trustFiles struct {
 	// Counters for the metrics, read without the lock.
 	reads      atomic.Uint64 // files opened for reading
 	notRegular atomic.Uint64 // files refused as not regular
-	tooLarge   atomic.Uint64 // files refused as over MaxFileBytes
+	tooLarge   atomic.Uint64 // files refused as over pairinstall.MaxFileBytes
 	reloads    atomic.Uint64 // reload passes completed
 }
 
@@ -112,7 +114,7 @@ type pinRead struct {
 }
 
 func newTrustFiles(dir string) *trustFiles {
-	return &trustFiles{dir: dir, read: readRegularFile, now: time.Now, pins: map[string]*pinRead{}}
+	return &trustFiles{dir: dir, read: pairinstall.ReadRegularFile, now: time.Now, pins: map[string]*pinRead{}}
 }
 
 // readFile reads one file through f.read and stamps it, counting the read
@@ -122,9 +124,9 @@ func (f *trustFiles) readFile(path string) ([]byte, fileStamp, error) {
 	f.reads.Add(1)
 	b, fi, err := f.read(path)
 	switch {
-	case errors.Is(err, errNotRegularFile):
+	case errors.Is(err, pairinstall.ErrNotRegularFile):
 		f.notRegular.Add(1)
-	case errors.Is(err, errFileTooLarge):
+	case errors.Is(err, pairinstall.ErrFileTooLarge):
 		f.tooLarge.Add(1)
 	}
 	if errors.Is(err, os.ErrNotExist) {
@@ -272,7 +274,7 @@ type FileStats struct {
 	Reloads    uint64 // reload passes completed
 	Reads      uint64 // files opened for reading
 	NotRegular uint64 // files refused as not regular
-	TooLarge   uint64 // files refused as over MaxFileBytes
+	TooLarge   uint64 // files refused as over pairinstall.MaxFileBytes
 }
 
 // stats returns the counters; each is read atomically, without the lock.
