@@ -282,3 +282,65 @@ func (m *Manager) checkLiveBytes(pendingBytes, lineBytes int64) error {
 	}
 	return nil
 }
+
+// Ingest is the ingress's way into the relay (ingress.Relay): a
+// producer's frame and its Workload-Lease header's values.
+func (m *Manager) Ingest(body []byte, lease []string) (ingress.Frame, error) {
+	f, err := m.ingestLocalLeased(body, lease)
+	return ingress.Frame{Method: f.method, WorkloadID: f.workloadID()}, err
+}
+
+// ingestLocalLeased takes a producer's frame and its Workload-Lease
+// header's values (lease.go; a bad one is the producer's mistake, refused
+// before anything is written): validate; then, under ingestMu,
+// take its place in the broker order; then, with ingestMu released, wait
+// until it is written up to the broker and committed to the state table
+// after the write, in the broker order (ingressorder.go). A failed broker
+// write leaves nothing committed, so peers never
+// show a workload the origin broker does not hold and the producer can
+// retry; so does a frame the broker writer refuses as over the line limit,
+// which is returned as it is. ingestMu keeps concurrent posts for one
+// workload in one order at the broker and in the state table. A post
+// waiting for ingestMu or for its write waits on the broker as surely as
+// the one writing, so the slot that bounds the ingress's waiters is taken
+// before ingestMu, and a post that finds none is refused with
+// *brokerio.BusyError before it waits for anything.
+func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, error) {
+	fr, err := wireframe.ParseIngressAs(body, m.cfg.NodeID, m.cfg.NodeIDAliases, m.cfg.WorkloadMaxBytes)
+	f := localFrame{method: fr.Method, params: fr.Params, life: fr.Life, removal: fr.Removal}
+	m.refusedOverBound(err, "ingress")
+	if m.refusedOverWorkloadBound(err, "ingress") {
+		return f, err // 413 (refusalOf)
+	}
+	if err != nil {
+		return f, fmt.Errorf("%w: %v", ingress.ErrBadFrame, err)
+	}
+	if f.leaseSeconds, err = parseLeaseHeader(lease, &f); err != nil {
+		m.leases.refused.Add(1)
+		return f, fmt.Errorf("%w: %v", ingress.ErrBadFrame, err)
+	}
+	if err := m.journal.refuseWhileDown(); err != nil {
+		return f, err // 503 (refusalOf)
+	}
+	if !m.ingressWaiters.Acquire(nil) {
+		return f, m.ingressWaiters.Busy()
+	}
+	m.framesReceived.Inc("ingress", f.method)
+	// Both lines are built before ingestMu: only the frame's place in the
+	// order is decided under it.
+	line, peerLine := ingressLine(&f, m.marker, m.cfg.BrokerLineMax), tableLine(&f)
+	turn, err := m.enterIngress(f, line, peerLine)
+	if err == nil {
+		err = turn.written()
+	}
+	// The slot bounds the requests waiting on the broker (0049): once the
+	// frame is written, its wait for the journal's fsync is not one, and
+	// holding the slot through it would cap the frames of one group at the
+	// bound. The requests waiting on the journal are bounded by the
+	// ingress's connections.
+	m.ingressWaiters.Release()
+	if err != nil {
+		return f, err
+	}
+	return f, turn.durable()
+}
