@@ -83,10 +83,13 @@ func parseIngressConfig(b []byte) (string, error) {
 	return addr, nil
 }
 
+// The ingress (internal/ingress serves it): its setup and its node
+// endpoint; a producer's frame comes in through Ingest (ingressorder.go).
+
 // NodeInfo builds the answer to GET /v1/node (internal/ingress). The
-// snapshot is read under discoveryMu and
-// the targets under broadcaster.mu, each only long enough to take a
-// reference or copy the target set; the live counts from the state table, O(1).
+// snapshot is read under discoveryMu and the targets under
+// peersend.Broadcaster.mu, each only long enough to take a reference or
+// copy the target set; the live counts from the state table, O(1).
 // The members are listed in the snapshot's order, this node's own entry
 // included.
 func (m *Manager) NodeInfo() ingress.NodeInfo {
@@ -130,9 +133,6 @@ func (m *Manager) NodeInfo() ingress.NodeInfo {
 		},
 	}
 }
-
-// The ingress (internal/ingress serves it): its way into the relay
-// (ingress.Relay) and the checks the relay makes of a producer's frame.
 
 // EnableLocalIngress turns the loopback ingress on at addr. It must be
 // called before Run, which binds it. A non-loopback address is refused.
