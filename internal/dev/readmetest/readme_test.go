@@ -409,7 +409,7 @@ func superviseAsPAIRDoes(t *testing.T, exe, appDir string, env []string) *superv
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "pairsupervisor")
-	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(moduleRoot(t), "internal", "pairsupervisor")).CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin, filepath.Join(moduleRoot(t), "internal", "dev", "pairsupervisor")).CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	args := filepath.Join(dir, "args")
