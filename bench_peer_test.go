@@ -15,9 +15,9 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/peerserver"
-	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

@@ -33,8 +33,8 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/brokerio"
-	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/peersend"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
 )
 
 func TestBroadcastDeadPeerDoesNotDelayHealthyPeer(t *testing.T) {

@@ -18,11 +18,11 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/brokerio"
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/ingress"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -136,8 +136,8 @@ func answeredWhileHeld(t *testing.T, what string, post func() error) error {
 }
 
 // peerPrincipals are pinned peers' identities as the peer port knows them
-// once their handshake checked the pin: handlePeerFrame is what the peer
-// port runs for each of their frames.
+// once their handshake checked the pin: peerserver.Server.HandleFrame is
+// what the peer port runs for each of their frames.
 func peerPrincipals(k int) []string {
 	out := make([]string, k)
 	for i := range out {
@@ -285,7 +285,7 @@ func TestFramesReadyTogetherAreWrittenInOneWriteInTheOrderTheyWereAccepted(t *te
 
 // A broker write that fails part-way through a group fails every frame of
 // that group: each ingress post is a 500 (ingress.ErrBrokerWrite) and leaves
-// nothing tracked, remembered or queued; each peer frame is a 500 and is
+// nothing committed to the table; each peer frame is a 500 and is
 // not recorded in the dedup, so its sender may send it again.
 func TestAFailedGroupWriteFailsEveryFrameOfTheGroupAndCommitsNone(t *testing.T) {
 	n, q := ifxNode(t)
@@ -390,7 +390,7 @@ func TestALineOverTheLimitIsRefusedAloneAndDoesNotJoinAGroup(t *testing.T) {
 		_, err := n.m.ingestLocal([]byte(testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("big", "running", "", big))))
 		return err
 	}); !errors.Is(err, wireframe.ErrLineOverLimit) {
-		t.Fatalf("an over-long frame while a group forms: %v, want errLineOverLimit", err)
+		t.Fatalf("an over-long frame while a group forms: %v, want wireframe.ErrLineOverLimit", err)
 	}
 	if got := n.m.out.Queued(); got != 2 {
 		t.Fatalf("%d frames queued after the refusal, want 2: the refused line joined", got)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/brokerio"
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

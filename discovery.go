@@ -9,8 +9,10 @@ import (
 	"slices"
 	"strconv"
 
+	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/peersend"
+	"nvpair-workload-manager/internal/peerserver"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -116,4 +118,51 @@ func targetNames(ts []peersend.Target) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// Each snapshot re-derives the broadcast targets and the peer port's
+// origin index.
+
+// applyDiscovery replaces the last snapshot and re-derives the targets.
+func (m *Manager) applyDiscovery(params json.RawMessage) {
+	nodes, err := parseDiscovery(params)
+	if err != nil {
+		m.brokerLines.Warn(m.log, brokerio.LineBadDiscovery, "reason", httpguard.ClipLogged(err.Error()))
+		return
+	}
+	// The origin index is built before any lock is taken, and swapped in
+	// whole: the peer port reads it without one.
+	bindings := make([]peerserver.Binding, len(nodes))
+	for i, n := range nodes {
+		bindings[i] = peerserver.Binding{Principal: n.ClusterUUID, Node: n.HostUUID}
+	}
+	m.peers.SetDiscovery(bindings)
+	m.discoveryMu.Lock()
+	m.lastNodes = nodes
+	m.discoveryMu.Unlock()
+	m.refreshTargets()
+}
+
+// refreshTargets derives the target set from the last snapshot and the
+// current trust and logs what changed; a new target's sender backfills it
+// with the re-sync set. It runs on a discovery snapshot and on every trust
+// change, so a pin that arrives after the snapshot still makes its node a
+// target. discoveryMu is held throughout, so one change completes before
+// the next is derived.
+func (m *Manager) refreshTargets() {
+	m.discoveryMu.Lock()
+	defer m.discoveryMu.Unlock()
+	var targets []peersend.Target
+	if m.trust.Clustered() { // a node that is not a clustered member broadcasts nothing
+		targets = selectTargets(m.lastNodes, m.cfg.NodeID, func(p string) bool { _, ok := m.trust.Pin(p); return ok }, m.log)
+	}
+	added, removed := m.bcast.SetTargets(targets)
+	// The peer port's per-source cap counts the members behind an address.
+	m.conns.Peer.SetSourceMembers(peersend.SourceMembers(targets))
+	if len(added) == 0 && len(removed) == 0 {
+		return
+	}
+	// A new target's sender starts a heartbeat pass at once: that is its
+	// backfill with the whole re-sync set.
+	m.log.Info("broadcast targets changed", "added", targetNames(added), "removed", targetNames(removed), "total", len(targets))
 }

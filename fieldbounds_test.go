@@ -9,16 +9,16 @@ import (
 	"strings"
 	"testing"
 
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/peerwire"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
 // longNoteWorkload is longErrorWorkload with its long text in a member the
 // daemon does not know instead of error. The ingress bounds a producer's
-// error text (maxIngressErrorBytes) but passes unknown members through, so
+// error text (wireframe.MaxIngressErrorBytes) but passes unknown members through, so
 // this is how a producer's frame can still be over the broker's line limit.
 func longNoteWorkload(id, origin string) map[string]any {
 	w := testframe.Workload(id, "failed", origin, map[string]any{"note": strings.Repeat("n", longErrorBytes)})
@@ -41,7 +41,7 @@ func longNoteFrame(t testing.TB, id, origin string) []byte {
 // --- field bounds -------------------------------------------------------------
 
 // boundedWorkloadFields are the workload object's fields held to
-// maxKeyFieldBytes on every path.
+// wireframe.MaxKeyFieldBytes on every path.
 var boundedWorkloadFields = []string{"id", "runId", "engine", "model", "scheduledOn", "originatedFrom", "requesterId"}
 
 // fieldOf is a `"name":"value"` member, value written as it is (escapes

@@ -14,13 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/pairbroker"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/ingress"
-	"nvpair-workload-manager/internal/pairbroker"
 	"nvpair-workload-manager/internal/statetable"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -376,3 +376,45 @@ const curlFrame = `{
   "params": {"workloadInfo": {"id": "job-42", "runId": "job-42", "seq": 1, "model": "qwen3.5-9b", "engine": "llamacpp",
              "state": "running", "createdAt": 1789661457000, "startedAt": 1789661457000,
              "completedAt": null, "error": null, "requesterId": "my-scheduler", "harnessSlot": 3}}}`
+
+// PeerAddr returns the inter-node listener's address once Run has bound it.
+func (m *Manager) PeerAddr() net.Addr {
+	a, _ := m.peerAddr.Load().(net.Addr)
+	return a
+}
+
+// IngressAddr returns the ingress's bound address once Run has bound it,
+// or "" when the ingress is off.
+func (m *Manager) IngressAddr() string {
+	if m.ingress == nil {
+		return ""
+	}
+	return m.ingress.BoundAddr()
+}
+
+// MetricsAddr returns the metrics endpoint's bound address, or "".
+func (m *Manager) MetricsAddr() string {
+	if m.metrics == nil {
+		return ""
+	}
+	return m.metrics.BoundAddr()
+}
+
+// ingestLocal is ingestLocalLeased for a request without a Workload-Lease
+// header.
+func (m *Manager) ingestLocal(body []byte) (localFrame, error) {
+	return m.ingestLocalLeased(body, nil)
+}
+
+// inFlight is how many ingress frames are in flight now.
+func (q *ingressInFlight) inFlight() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.n
+}
+
+// setLeaseUnit shortens a lease's second, in tests, before Run.
+func (m *Manager) setLeaseUnit(d time.Duration) {
+	m.leaseUnit = d
+	m.table.SetLeaseUnit(d)
+}

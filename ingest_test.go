@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/statetable"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -101,7 +101,7 @@ func TestIngestConcurrentPostsForOneWorkloadKeepOneOrderAtBrokerAndPeers(t *test
 			extra := []string{fmt.Sprintf(`"seq":%d`, seq)}
 			if seq%2 == 1 {
 				// An unknown member: a producer's error text is bounded
-				// (maxIngressErrorBytes), what it adds beside it is not.
+				// (wireframe.MaxIngressErrorBytes), what it adds beside it is not.
 				extra = append(extra, `"note":"`+big+`"`)
 			}
 			body := testframe.LifecycleJSON(testframe.MethodFor("running"), testframe.WorkloadJSON("job-1", "running", "", extra...))
@@ -136,8 +136,8 @@ func TestIngestConcurrentPostsForOneWorkloadKeepOneOrderAtBrokerAndPeers(t *test
 }
 
 // A stalled ingress broker write holds up ingress frames only: the stdio
-// read loop, which takes broadcastMu, and a heartbeat pass, which takes
-// activeMu, go on.
+// read loop and a heartbeat pass, which take the table's lock
+// (statetable.Table.mu), go on.
 func TestIngestStalledBrokerWriteDoesNotBlockStdioFramesOrResync(t *testing.T) {
 	n, q := ifxNode(t)
 	gate := ifxGateBroker(n)
@@ -389,7 +389,7 @@ func TestIngestRemovalMemoryRepeatedRemovalKeepsOneEntryAndDoesNotExtendIt(t *te
 	}
 }
 
-// --- helpers (this file and ingressframe_test.go) ---------------------------------
+// --- helpers (this file and ingressrules_test.go) ----------------------------------
 
 // ifxOwn posts a running frame of id through the ingress, so a producer
 // owns it, and drains what the stand-in peer is sent.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

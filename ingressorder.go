@@ -1,24 +1,27 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"sync"
 
 	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/ingress"
+	"nvpair-workload-manager/internal/statetable"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
 // The ingress order (spec 3.5, 6). An ingress frame, a producer's post or a
 // lease's expiry, is written up to the broker first and only then committed
-// (tracked, remembered, queued for the peers), and concurrent ingress
-// frames reach the broker and the state table in one order. ingestMu decides
-// that order, but it is held only while a frame takes its place in the
-// broker order (brokerio.Writer.enter), not across the write: posts that wait
-// together are written together (internal/brokerio/writer.go). The frame's commit is its
-// after-write step, which the group's leader runs in the broker order
-// before any later group is written; a frame whose write fails is not
-// committed.
+// to the state table (which the peers' senders read), and concurrent
+// ingress frames reach the broker and the state table in one order.
+// ingestMu decides that order, but it is held only while a frame takes its
+// place in the broker order (brokerio.Writer.Enter), not across the write:
+// posts that wait together are written together
+// (internal/brokerio/writer.go). The frame's commit is its after-write
+// step, which the group's leader runs in the broker order before any later
+// group is written; a frame whose write fails is not committed.
 //
 // Between taking its place and being committed, a frame is in flight. Two
 // checks that used to see every earlier post committed, because ingestMu
@@ -107,17 +110,20 @@ func (q *ingressInFlight) waitSettled() {
 	<-ch
 }
 
-// inFlight is how many ingress frames are in flight now.
-func (q *ingressInFlight) inFlight() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.n
-}
-
 // ingressTurn is an ingress frame's place in the broker order.
 type ingressTurn struct {
 	turn brokerio.Turn
 	c    *ingressCommit
+}
+
+// ingressOrder is what a frame's commit needs after its write, and no
+// more of the Manager: the count of frames in flight, the commit itself
+// (Manager.commitLocalLine, taken once at NewManager) and the journal its
+// record's durability is waited on in.
+type ingressOrder struct {
+	flight  *ingressInFlight
+	commit  func(f *localFrame, src frameSource, line []byte) (applied bool, seq uint64)
+	journal *tableJournal
 }
 
 // ingressCommit is an ingress frame's commit, which its group's leader
@@ -126,7 +132,7 @@ type ingressTurn struct {
 // holds all of it: the frame, its line in the table and its count in
 // flight.
 type ingressCommit struct {
-	m         *Manager
+	order     *ingressOrder
 	f         localFrame
 	line      []byte // the frame's line in the table, built before ingestMu
 	key       wireframe.WorkloadKey
@@ -138,12 +144,12 @@ type ingressCommit struct {
 // run commits the frame after its write, in the broker order, and counts
 // it out of flight.
 func (c *ingressCommit) run() {
-	_, c.seq = c.m.commitLocalLine(&c.f, fromIngress, c.line)
+	_, c.seq = c.order.commit(&c.f, fromIngress, c.line)
 	c.settle()
 }
 
 // settle counts the frame out of flight: once committed, or failed.
-func (c *ingressCommit) settle() { c.m.ingressFlight.settle(c.key, c.startsRun, c.bytes) }
+func (c *ingressCommit) settle() { c.order.flight.settle(c.key, c.startsRun, c.bytes) }
 
 // wait returns once the frame is written, committed and its journal
 // record durable (spec 5.3: a 200 is a promise), or as ingress.ErrBrokerWrite once
@@ -170,8 +176,171 @@ func (t ingressTurn) written() error {
 // durable returns once the committed frame's journal record is durable,
 // or as ingress.ErrNotDurable once its write failed.
 func (t ingressTurn) durable() error {
-	if err := t.c.m.journal.wait(t.c.seq); err != nil {
+	if err := t.c.order.journal.wait(t.c.seq); err != nil {
 		return fmt.Errorf("%w: %v", ingress.ErrNotDurable, err)
 	}
 	return nil
+}
+
+// enterIngressOrder gives an ingress frame its place in the broker order,
+// with line its broker line and peerLine its line to the peers, both built
+// before ingestMu was taken; bytes is what it may add to the re-sync set
+// (0 for a removal). Called with ingestMu held; the caller waits on the
+// turn after releasing it. A line over the broker's line limit is
+// returned as it is; a broker already gone as ingress.ErrBrokerWrite. Either
+// leaves nothing in flight.
+func (m *Manager) enterIngressOrder(f localFrame, line *bytes.Buffer, tableLine []byte, startsRun bool, bytes int64) (ingressTurn, error) {
+	c := &ingressCommit{order: &m.order, f: f, line: tableLine, key: f.life.Key(), startsRun: startsRun, bytes: bytes}
+	m.ingressFlight.accept(c.key, startsRun, bytes)
+	turn, err := m.out.Enter(line, c.run)
+	if err != nil {
+		c.settle()
+		if errors.Is(err, wireframe.ErrLineOverLimit) {
+			return ingressTurn{}, err
+		}
+		return ingressTurn{}, fmt.Errorf("%w: %v", ingress.ErrBrokerWrite, err)
+	}
+	return ingressTurn{turn: turn, c: c}, nil
+}
+
+// enterLocalFrame is enterIngressOrder for a frame whose lines are built
+// here, under ingestMu: the lease's expiry, rare enough not to matter. It
+// is checked against neither of the re-sync set's bounds (it replaces a
+// run the set holds, with a few bytes of error text more), so it counts
+// no bytes in flight.
+func (m *Manager) enterLocalFrame(f localFrame) (ingressTurn, error) {
+	return m.enterIngressOrder(f, ingressLine(&f, m.marker, m.cfg.BrokerLineMax), tableLine(&f), false, 0)
+}
+
+// enterIngress checks the live-workload limit and gives a producer's frame
+// its place in the broker order, under ingestMu. The limit is checked
+// before the broker write, so a refused frame leaves nothing anywhere.
+func (m *Manager) enterIngress(f localFrame, line *bytes.Buffer, peerLine []byte) (ingressTurn, error) {
+	// What the frame may add to the re-sync set: its re-assertion line,
+	// the line to the peers with the marker, at most.
+	var bytes int64
+	if !f.isRemoval() {
+		bytes = int64(len(peerLine))
+	}
+	m.ingestMu.Lock()
+	defer m.ingestMu.Unlock()
+	if err := m.checkOwner(&f); err != nil {
+		brokerio.PutLine(line)
+		return ingressTurn{}, err
+	}
+	startsRun, err := m.checkLiveLimit(&f, bytes)
+	if err != nil {
+		brokerio.PutLine(line)
+		return ingressTurn{}, err
+	}
+	return m.enterIngressOrder(f, line, peerLine, startsRun, bytes)
+}
+
+// checkLiveLimit refuses a lifecycle frame that would start a new run
+// while the re-sync set, with the runs that ingress frames in flight would
+// start, is full, or whose line of up to lineBytes would take the set's
+// bytes, with those the frames in flight may add, past its byte bound; it
+// reports whether the frame would start a run. Called with ingestMu held,
+// so no other ingress frame is checked meanwhile.
+//
+// The runs in flight are read before the set: a frame's commit tracks its
+// run before it leaves the count, so a run is counted once or, for the
+// instant between the two, twice (a refusal one frame early), never not at
+// all. The set still exceeds its limit when broker frames take the slots
+// of runs in flight (a broker frame is tracked while the set holds fewer
+// than the limit, and an ingress frame already written is tracked
+// anyway), by at most the runs in flight: at most brokerio.WaitersMax. The
+// bytes likewise, by at most the lines of the frames in flight.
+func (m *Manager) checkLiveLimit(f *localFrame, lineBytes int64) (startsRun bool, err error) {
+	if f.isRemoval() {
+		return false, nil
+	}
+	pending, counted, pendingBytes := m.ingressFlight.pendingRuns(f.life.Key())
+	if counted {
+		// Its run's slot is taken already; the bytes of the frame in
+		// flight that took it count toward the byte bound.
+		return true, m.checkLiveBytes(pendingBytes, lineBytes)
+	}
+	hit, held, after := m.table.AtLimit(&f.life, pending, pendingBytes, int(lineBytes))
+	switch hit {
+	case statetable.LimitEntries:
+		return false, &ingress.AtLimitError{Bound: hit, Limit: int64(m.cfg.MaxLiveWorkloads), After: after}
+	case statetable.LimitBytes:
+		return false, &ingress.AtLimitError{Bound: hit, Limit: m.cfg.MaxLiveWorkloadBytes, Held: m.table.Sizes().RunBytes, After: after}
+	}
+	return !held, nil
+}
+
+// checkLiveBytes is checkLiveLimit's byte bound alone, for a frame whose
+// new run is in flight already: the table does not hold the run yet, so
+// the frame's whole line is counted, beside the frame in flight's (which
+// it will replace: a refusal comes early rather than late).
+func (m *Manager) checkLiveBytes(pendingBytes, lineBytes int64) error {
+	size := m.table.Sizes().RunBytes
+	if size+pendingBytes+lineBytes > m.cfg.MaxLiveWorkloadBytes {
+		return &ingress.AtLimitError{Bound: statetable.LimitBytes, Limit: m.cfg.MaxLiveWorkloadBytes, Held: size, After: m.cfg.ResyncInterval}
+	}
+	return nil
+}
+
+// Ingest is the ingress's way into the relay (ingress.Relay): a
+// producer's frame and its Workload-Lease header's values.
+func (m *Manager) Ingest(body []byte, lease []string) (ingress.Frame, error) {
+	f, err := m.ingestLocalLeased(body, lease)
+	return ingress.Frame{Method: f.method, WorkloadID: f.workloadID()}, err
+}
+
+// ingestLocalLeased takes a producer's frame and its Workload-Lease
+// header's values (lease.go; a bad one is the producer's mistake, refused
+// before anything is written): validate; then, under ingestMu,
+// take its place in the broker order; then, with ingestMu released, wait
+// until it is written up to the broker and committed to the state table
+// after the write, in the broker order (ingressorder.go). A failed broker
+// write leaves nothing committed, so peers never
+// show a workload the origin broker does not hold and the producer can
+// retry; so does a frame the broker writer refuses as over the line limit,
+// which is returned as it is. ingestMu keeps concurrent posts for one
+// workload in one order at the broker and in the state table. A post
+// waiting for ingestMu or for its write waits on the broker as surely as
+// the one writing, so the slot that bounds the ingress's waiters is taken
+// before ingestMu, and a post that finds none is refused with
+// *brokerio.BusyError before it waits for anything.
+func (m *Manager) ingestLocalLeased(body []byte, lease []string) (localFrame, error) {
+	fr, err := wireframe.ParseIngressAs(body, m.cfg.NodeID, m.cfg.NodeIDAliases, m.cfg.WorkloadMaxBytes)
+	f := localFrame{method: fr.Method, params: fr.Params, life: fr.Life, removal: fr.Removal}
+	m.refusedOverBound(err, "ingress")
+	if m.refusedOverWorkloadBound(err, "ingress") {
+		return f, err // 413 (refusalOf)
+	}
+	if err != nil {
+		return f, fmt.Errorf("%w: %v", ingress.ErrBadFrame, err)
+	}
+	if f.leaseSeconds, err = parseLeaseHeader(lease, &f); err != nil {
+		m.leases.refused.Add(1)
+		return f, fmt.Errorf("%w: %v", ingress.ErrBadFrame, err)
+	}
+	if err := m.journal.refuseWhileDown(); err != nil {
+		return f, err // 503 (refusalOf)
+	}
+	if !m.ingressWaiters.Acquire(nil) {
+		return f, m.ingressWaiters.Busy()
+	}
+	m.framesReceived.Inc("ingress", f.method)
+	// Both lines are built before ingestMu: only the frame's place in the
+	// order is decided under it.
+	line, peerLine := ingressLine(&f, m.marker, m.cfg.BrokerLineMax), tableLine(&f)
+	turn, err := m.enterIngress(f, line, peerLine)
+	if err == nil {
+		err = turn.written()
+	}
+	// The slot bounds the requests waiting on the broker (0049): once the
+	// frame is written, its wait for the journal's fsync is not one, and
+	// holding the slot through it would cap the frames of one group at the
+	// bound. The requests waiting on the journal are bounded by the
+	// ingress's connections.
+	m.ingressWaiters.Release()
+	if err != nil {
+		return f, err
+	}
+	return f, turn.durable()
 }

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/dev/testframe"
 )
 
 // A job's frames committed out of order (its producer posts each on its

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/ingress"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

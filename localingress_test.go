@@ -20,10 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/ingress"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -937,8 +937,8 @@ func TestLocalIngressBrokerDownIs500(t *testing.T) {
 }
 
 // A frame whose line to the broker would be over the broker's line limit
-// (256 KiB by default) is refused before anything is written, tracked,
-// remembered or queued: 413, with the limit in the reason, logged once at
+// (256 KiB by default) is refused before anything is written or
+// committed: 413, with the limit in the reason, logged once at
 // warn and counted. The 1 MiB body cap is not that limit.
 func TestLocalIngressRefusesAFrameOverTheBrokerLineLimitWith413(t *testing.T) {
 	// The frame is within the workload bound at its most, so the line

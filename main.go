@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"nvpair-workload-manager/internal/brokeripc"
+	"nvpair-workload-manager/internal/brokerio"
 	"nvpair-workload-manager/internal/cliflags"
 	"nvpair-workload-manager/internal/gcpace"
 	"nvpair-workload-manager/internal/httpguard"
@@ -105,14 +105,14 @@ func parseFlags(args []string) (options, error) {
 	if err := wireframe.CheckBrokerLineMax(o.brokerLineMax); err != nil {
 		return o, fmt.Errorf("--broker-line-max %d: %w", o.brokerLineMax, err)
 	}
-	if o.maxLive < 1 || o.maxLive > maxMaxLiveWorkloads {
-		return o, fmt.Errorf("--max-live-workloads %d: must be between 1 and %d", o.maxLive, maxMaxLiveWorkloads)
+	if err := checkMaxLiveWorkloads(o.maxLive); err != nil {
+		return o, fmt.Errorf("--max-live-workloads %d: %w", o.maxLive, err)
 	}
 	if err := checkMaxLiveWorkloadBytes(o.maxLiveBytes); err != nil {
 		return o, fmt.Errorf("--max-live-workload-bytes %d: %w", o.maxLiveBytes, err)
 	}
-	if o.maxEndedBytes < minMaxEndedBytes || o.maxEndedBytes > maxMaxLiveWorkloadBytes {
-		return o, fmt.Errorf("--max-ended-bytes %d: must be between %d and %d bytes", o.maxEndedBytes, int64(minMaxEndedBytes), int64(maxMaxLiveWorkloadBytes))
+	if err := checkMaxEndedBytes(o.maxEndedBytes); err != nil {
+		return o, fmt.Errorf("--max-ended-bytes %d: %w", o.maxEndedBytes, err)
 	}
 	if o.journalFsync, err = parseJournalFsync(*fsync); err != nil {
 		return o, fmt.Errorf("--journal-fsync %q: %w", *fsync, err)
@@ -233,7 +233,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	in, out := stdin, stdout
 	if o.ipc != "" {
-		conn, err := brokeripc.Open(o.ipc)
+		conn, err := brokerio.Open(o.ipc)
 		if err != nil {
 			// Nothing listens at the path the flag names: a bad value,
 			// exit 2 like the others, naming the flag.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/testkit"
 )
 
 func TestBuildVersionPrefersTheStampedVersion(t *testing.T) {

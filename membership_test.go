@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 )
 
 func TestUnclusteredNodeCompletesNoHandshakeUntilAdmittedWithoutRestart(t *testing.T) {

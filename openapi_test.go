@@ -12,8 +12,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/ingress"
-	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

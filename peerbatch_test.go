@@ -10,11 +10,11 @@ import (
 	"strings"
 	"testing"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/peerwire"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/peersend"
 	"nvpair-workload-manager/internal/peerwire"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
 )
 
 // ---- a peer that asks its senders to wait ----

@@ -7,7 +7,7 @@ import (
 	"runtime"
 	"testing"
 
-	"nvpair-workload-manager/internal/pairshadow"
+	"nvpair-workload-manager/internal/dev/pairshadow"
 )
 
 // The tests that start the daemon's binary live in e2e/, with their own

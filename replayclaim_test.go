@@ -9,12 +9,12 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/brokerio"
+	"nvpair-workload-manager/internal/dev/pairbroker"
+	"nvpair-workload-manager/internal/dev/pairshadow"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/ingressmark"
-	"nvpair-workload-manager/internal/pairbroker"
-	"nvpair-workload-manager/internal/pairshadow"
 	"nvpair-workload-manager/internal/statetable"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

@@ -119,10 +119,6 @@ func (j *tableJournal) refuseWhileDown() error {
 // whole, workload-manager-journal.json) is neither read nor removed.
 const journalFileName = "workload-manager.journal"
 
-// minMaxEndedBytes is the least --max-ended-bytes: room for the ends of a
-// few hundred typical workloads, so a burst is not all evicted at once.
-const minMaxEndedBytes = 64 << 10
-
 // parseJournalFsync reads --journal-fsync: "always" (0: fsync before each
 // answer) or a duration from minJournalFsync to statejournal.MaxSyncEvery.
 func parseJournalFsync(v string) (time.Duration, error) {

@@ -6,15 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/pairinstall"
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/clustertrust"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/testkit"
 )
 
 // stallReads makes the node's trust reads block, once stall is set, until
 // the test ends, and returns stall and a channel that receives when a read
 // is blocked. Called before the node runs.
-func stallReads(t *testing.T, tr *pairinstall.ClusterTrust) (stall *atomic.Bool, stalled <-chan struct{}) {
+func stallReads(t *testing.T, tr *clustertrust.ClusterTrust) (stall *atomic.Bool, stalled <-chan struct{}) {
 	stall = new(atomic.Bool)
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	t.Cleanup(func() { close(release) })

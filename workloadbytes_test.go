@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/statetable"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -336,7 +336,7 @@ func TestNewManagerDefaultsTheByteBoundsAndRefusesUnusableOnes(t *testing.T) {
 			ClusterDir: t.TempDir(), WorkloadMaxBytes: tc.workload, MaxLiveWorkloadBytes: tc.live})
 		switch {
 		case tc.wantLive == 0:
-			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("re-sync set byte bound %d", tc.live)) {
+			if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("--max-live-workload-bytes %d", tc.live)) {
 				t.Errorf("MaxLiveWorkloadBytes %d: NewManager = %v, want an error naming the bound", tc.live, err)
 			}
 			continue

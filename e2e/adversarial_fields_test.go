@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -129,7 +129,7 @@ func advRSS(d *daemonProc) int {
 }
 
 // boundedWorkloadFields are the workload object's fields held to
-// maxKeyFieldBytes on every path.
+// wireframe.MaxKeyFieldBytes on every path.
 var boundedWorkloadFields = []string{"id", "runId", "engine", "model", "scheduledOn", "originatedFrom", "requesterId"}
 
 // fieldOf is a `"name":"value"` member, value written as it is (escapes

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 )
 
 // makeFIFO makes a named pipe at path with no writer: an open that blocks

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/pairinstall"
-	"nvpair-workload-manager/internal/testkit"
 )
 
 // A second daemon on the same app dir (here through --cluster-dir, as PAIR

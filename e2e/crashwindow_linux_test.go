@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/pairbroker"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/pairbroker"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/statetable"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

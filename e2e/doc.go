@@ -13,8 +13,8 @@
 // and bounds are written here as values (contract_test.go), so a test
 // states the contract rather than reading it from the code it judges. It
 // uses internal packages for what is not the daemon's own: minting
-// clusters (internal/devpki), building frames (internal/testframe), and
-// modelling PAIR's broker (internal/pairbroker, internal/pairshadow).
+// clusters (internal/dev/devpki), building frames (internal/dev/testframe), and
+// modelling PAIR's broker (internal/dev/pairbroker, internal/dev/pairshadow).
 //
 // Every test starts the binary, and each skips under -short, so the inner
 // loop, go test -short ./..., leaves this package out; a full go test

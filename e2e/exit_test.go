@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/statetable"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -24,9 +24,10 @@ import (
 const pairStopGrace = 3 * time.Second
 
 // exitWithinGrace bounds the daemon's exit after its stdin closes. The
-// daemon's own deadlines add up to shutdownBudget (2 s: the listeners'
-// grace and the peer queues' drain, spec 4); the rest is margin for a
-// machine whose cores are busy, and it still leaves PAIR's grace unspent.
+// daemon's own deadlines add up to about 2 s (the listeners' grace,
+// serverShutdownGrace, and the peer queues' drain, spec 4); the rest is
+// margin for a machine whose cores are busy, and it still leaves PAIR's
+// grace unspent.
 const exitWithinGrace = 2900 * time.Millisecond
 
 // The daemon exits within PAIR's stop grace whatever its peer and its

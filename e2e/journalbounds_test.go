@@ -13,11 +13,11 @@ import (
 	"strings"
 	"testing"
 
-	"nvpair-workload-manager/internal/pairbroker"
+	"nvpair-workload-manager/internal/dev/pairbroker"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/statejournal"
 	"nvpair-workload-manager/internal/statetable"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

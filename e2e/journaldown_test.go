@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"testing"
 
-	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/testkit"
 )
 
 // The journal's failure paths as paths (issue 36, spec 5.3 "Failures"):

@@ -8,8 +8,8 @@ import (
 	"runtime"
 	"testing"
 
-	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

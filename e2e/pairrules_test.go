@@ -7,15 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/pairbroker"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/pairbroker"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
 // PAIR's own rules (issue 37), each a process test of real daemons over
-// real mutual TLS, judged by what PAIR's broker store (internal/pairbroker,
-// checked against PAIR's own through internal/pairshadow) makes of what a
+// real mutual TLS, judged by what PAIR's broker store (internal/dev/pairbroker,
+// checked against PAIR's own through internal/dev/pairshadow) makes of what a
 // peer's daemon wrote it.
 
 // heardWithin is how soon a peer's broker must hear a restarted origin

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 )
 
 // A peer answering 503 with Retry-After: 2 (its broker stalled, its body

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 )
 
 // The peers the tests play against the daemon's peer port, and the stand-in

@@ -3,7 +3,7 @@ package e2e
 import (
 	"encoding/json"
 
-	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/dev/testframe"
 )
 
 // What a producer does on the local ingress, for the tests of every

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/pairinstall"
-	"nvpair-workload-manager/internal/testkit"
 )
 
 // An app dir on a read-only file system, where node-id.json and the lock

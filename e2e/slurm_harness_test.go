@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/testkit"
 )
 
 // A real single-node Slurm for a test (issue 38): Debian's slurm-wlm and

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/pairbroker"
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/pairbroker"
+	"nvpair-workload-manager/internal/dev/testkit"
 )
 
 // The Slurm bridge, `nvpair-wlm slurm` (issue 38), against a real Slurm

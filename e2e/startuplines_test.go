@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/testkit"
 )
 
 // TestStartupLinesNameEveryBoundAddress starts the binary with every

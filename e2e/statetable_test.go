@@ -18,18 +18,18 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/pairbroker"
-	"nvpair-workload-manager/internal/pairshadow"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/pairbroker"
+	"nvpair-workload-manager/internal/dev/pairshadow"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/statetable"
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
 // The state table's process tests (issue 30, "Tests that use the real
 // thing"): real daemons, real mutual TLS between them, real pipes to their
-// brokers, each judged by what PAIR's broker store (internal/pairbroker)
+// brokers, each judged by what PAIR's broker store (internal/dev/pairbroker)
 // fed the member's stdout shows. Each names a hole of the relay's many
 // records of what a node asserts: a member away past the log of recent
 // ends' 4,096 entries, the ends a member missed dying with the origin's
@@ -58,7 +58,7 @@ type pairNodeBroker struct {
 
 	procs []*daemonProc
 	// store is the model of PAIR's store, judged by PAIR's own store when
-	// ../shared holds it (internal/pairshadow): every frame goes to both,
+	// ../shared holds it (internal/dev/pairshadow): every frame goes to both,
 	// and a difference fails the test at its end.
 	store *pairshadow.Judged
 	fed   []int // how many of each process's frames the store has merged

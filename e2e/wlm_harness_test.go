@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"nvpair-workload-manager/internal/pairbroker"
+	"nvpair-workload-manager/internal/dev/pairbroker"
 )
 
 // The producer command, nvpair-wlm (clients/go/cmd/nvpair-wlm), as its

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/testkit"
 )
 
 // `nvpair-wlm run -- CMD` (issue 38) against the real daemon: two members,

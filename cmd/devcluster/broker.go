@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"nvpair-workload-manager/internal/pairbroker"
-	"nvpair-workload-manager/internal/pairshadow"
+	"nvpair-workload-manager/internal/dev/pairbroker"
+	"nvpair-workload-manager/internal/dev/pairshadow"
 )
 
 // jobKey is a workload as a removal names it: ids are unique per origin
@@ -21,7 +21,7 @@ import (
 type jobKey struct{ origin, id string }
 
 // job is one row of a node's Jobs list: a record of its broker's store
-// (internal/pairbroker), as the view shows it.
+// (internal/dev/pairbroker), as the view shows it.
 type job struct {
 	Origin    string
 	ID        string
@@ -52,8 +52,8 @@ func (j job) terminal() bool {
 func lifecycleMethod(state string) string { return pairbroker.ReplayMethod(state) }
 
 // broker plays one node's broker, the way PAIR's desktop back end does: it
-// owns the node's Jobs store (internal/pairbroker, PAIR's merge, judged by
-// PAIR's own store through internal/pairshadow when ../shared has it), feeds it
+// owns the node's Jobs store (internal/dev/pairbroker, PAIR's merge, judged by
+// PAIR's own store through internal/dev/pairshadow when ../shared has it), feeds it
 // from the daemon's workloads:upsert and workloads:remove and from the
 // local-origin frames it sends the daemon itself, pushes discovery:nodes
 // snapshots, fails by inference what a departed node or a silent origin

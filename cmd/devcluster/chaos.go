@@ -27,7 +27,7 @@ import (
 // broker last meant (a lease-expired job failed): the faults that can lose
 // an event for good (a removal is never repaired; a terminal frame is
 // re-asserted only for two heartbeats) hold the simulator's removals and
-// job ends while they last and for two heartbeats after (chaosHold).
+// job ends while they last and for two heartbeats after (simulator.holdRemovals).
 const (
 	chaosStartAfter = 3 * time.Second
 	chaosSlowFor    = 8 * time.Second

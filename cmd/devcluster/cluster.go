@@ -18,9 +18,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/pairbroker"
-	"nvpair-workload-manager/internal/pairshadow"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/pairbroker"
+	"nvpair-workload-manager/internal/dev/pairshadow"
 )
 
 // Timeouts of the process management.
@@ -40,7 +40,7 @@ type clusterConfig struct {
 	staleAfter     time.Duration // the brokers' staleness budget (pairbroker.Store.SweepStale); 0: no sweep
 	logLevel       string
 	logf           func(format string, args ...any) // devcluster's notes (never nil)
-	// shadowBin is PAIR's store program (internal/pairshadow), which
+	// shadowBin is PAIR's store program (internal/dev/pairshadow), which
 	// judges every broker's Jobs list; "" when ../shared has none.
 	shadowBin string
 	// holdDiscovery gives each daemon a snapshot of itself alone until

@@ -22,11 +22,12 @@ import (
 // The conformance run (spec 3.5.8): both clients, driven the way the real
 // producer drives its reports, against a two-node cluster whose brokers
 // merge as PAIR's does, through every fault a producer meets. Each client
-// has a node of its own (Go on node 1, Python on node 2) and runs
-// conformProducerProgram's scenario: many jobs open at once, more than the
-// node's --max-live-workloads (so the ingress answers 503 with
-// Retry-After), the frames of a job requested from several goroutines or
-// threads, every fourth job scheduled on the other member by name. Midway
+// has a node of its own (Go on node 1, Python on node 2) and runs the
+// conformance producer's scenario (clients/python/conformance_producer.py
+// and its Go twin): many jobs open at once, more than the node's
+// --max-live-workloads (so the ingress answers 503 with Retry-After),
+// the frames of a job requested from several goroutines or threads,
+// every fourth job scheduled on the other member by name. Midway
 // its daemon is restarted (node 1's killed, node 2's stopped as its broker
 // stops it), later its node refuses every connection until the producer's
 // outbox holds terminal frames, and the producer is killed and started

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
 )
 
 // daemonBin is the daemon, built once for every test by the same code the

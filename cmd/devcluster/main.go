@@ -27,9 +27,9 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/cliflags"
-	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/pairshadow"
-	"nvpair-workload-manager/internal/stockwlm"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/pairshadow"
+	"nvpair-workload-manager/internal/dev/stockwlm"
 )
 
 func main() {
@@ -430,7 +430,7 @@ func sweepInterval(staleAfter time.Duration) time.Duration {
 // PAIR's store beside them, while the run goes on.
 const judgeInterval = 500 * time.Millisecond
 
-// buildShadow builds PAIR's store program (internal/pairshadow) into
+// buildShadow builds PAIR's store program (internal/dev/pairshadow) into
 // outDir, from the ../shared found from the module root (else from the
 // working directory). Without one it says so in one line and returns "":
 // the run goes on, its Jobs lists the model's alone.

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/cliflags"
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
 )
 
 // `devcluster scale` is issue 37's scale benchmark, held in the repo: for

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
-	"nvpair-workload-manager/internal/pairbroker"
+	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/pairbroker"
 )
 
 // judgedPaperCluster is paperCluster without its judgement at the end: for

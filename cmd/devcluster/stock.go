@@ -11,7 +11,7 @@ import (
 )
 
 // The stock workload manager (PAIR's own, built from the published source
-// in ../shared/upstream by internal/stockwlm) as some of the dev cluster's
+// in ../shared/upstream by internal/dev/stockwlm) as some of the dev cluster's
 // nodes, so that a mixed-version cluster can be watched. It is run, never
 // copied from.
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/stockwlm"
+	"nvpair-workload-manager/internal/dev/stockwlm"
 )
 
 var (

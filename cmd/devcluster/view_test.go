@@ -10,7 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
 )
 
 // paperCluster is a cluster of n nodes whose daemons never start: enough

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"nvpair-workload-manager/internal/stockwlm"
+	"nvpair-workload-manager/internal/dev/stockwlm"
 )
 
 // The -baseline and -stock modes (issue 30). A regression is cheapest to
@@ -247,7 +247,7 @@ func stockRows(path string, this, stock *series) []row {
 
 // buildStock builds the stock upstream daemon with its local ingress (the
 // tree's nvpair-workload-manager-ingress, the same worker with the ingress
-// pull request) into dir, through internal/stockwlm, which locates the
+// pull request) into dir, through internal/dev/stockwlm, which locates the
 // tree and builds it without touching it or the network.
 func buildStock(dir string) (string, error) {
 	src, err := stockwlm.Find(".")

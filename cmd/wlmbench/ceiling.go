@@ -18,7 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
 )
 
 // ceilingFanoutSpec is what the fan-out ceiling process needs: the client

@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
 )
 
 // epoch is the harness's clock origin: a frame's sentAtNs is nanoseconds

@@ -30,7 +30,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
 )
 
 // hbTargetInterval is the interval the coverage targets are stated
@@ -257,7 +257,7 @@ func (s *hbSink) coverage() sinkCoverage {
 // Probe kinds: what a timed request on the daemon's stdin is.
 const (
 	probePing  = iota // an unknown method: the read loop answers -32601 at once, taking no lock
-	probeFrame        // a lifecycle frame sent as a request: tracked and queued (broadcastMu, activeMu), answered null
+	probeFrame        // a lifecycle frame sent as a request: committed to the table (its lock), answered null
 	probeKinds
 )
 
@@ -834,8 +834,8 @@ func (b *bench) hbCoverage() error {
 		fmtCount(hbTargetSingle), fmtCount(hbTargetBatching))
 	b.tbl.note("hb fresh: %.0f new workloads/s written on stdin over the windows (open loop; latency from each frame's due time to the sink), "+
 		"the baseline is the same mode and K with no set (L=0) in this run; a target row and its baseline are each run %d times, interleaved, and compared by their median p99", cfg.hbFresh, cfg.hbTrials)
-	b.tbl.note("hb lock: four probes at %.0f/s each, timed from the write to the answer: on stdin a lifecycle request (an update of one workload: tracked and queued under broadcastMu and activeMu, answered null) "+
-		"and, as its control, a request the read loop answers -32601 without a lock; on the ingress a valid post (ingestMu, activeMu, broker write, broadcastMu) "+
+	b.tbl.note("hb lock: four probes at %.0f/s each, timed from the write to the answer: on stdin a lifecycle request (an update of one workload: committed to the state table under its lock, answered null) "+
+		"and, as its control, a request the read loop answers -32601 without a lock; on the ingress a valid post (ingestMu, broker write, the table's lock) "+
 		"and, as its control, a post refused 400 before any lock. ratio: the probe's excess over its control, p99 / max, in the same window; "+
 		"idle: the same daemon, set loaded, before its peers attached (%s); L=0: the same mode and K with no set. "+
 		"Every figure includes CPU contention with the senders and the sinks (all on %d cores), which the control shares",
@@ -973,9 +973,9 @@ func (b *bench) hbOne(sinks []*hbSink, mode hbMode, k, live int) (*hbRun, error)
 // locks and its control, which takes none, on each path.
 const (
 	pStdinPing   = iota // -32601 request: the read loop, no lock
-	pStdinFrame         // lifecycle request: broadcastMu, activeMu
+	pStdinFrame         // lifecycle request: the table's lock
 	pIngressBad         // a post refused 400 before any lock
-	pIngressPost        // a valid post: ingestMu, activeMu, broker write, broadcastMu
+	pIngressPost        // a valid post: ingestMu, broker write, the table's lock
 	nProbes
 )
 

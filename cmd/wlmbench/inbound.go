@@ -18,7 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
 )
 
 // The inbound section (issue 14): P pinned peers post single lifecycle

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
 )
 
 func TestPeerFramesAreDistinctWorkloadsOfThePeersOwnOrigin(t *testing.T) {

@@ -44,7 +44,7 @@
 //
 // It builds the daemon from the module root (or runs --bin) and drives the
 // real binary: the harness is its broker (stdin/stdout pipes, drained), its
-// cluster directory is minted with internal/devpki. Run it from the module
+// cluster directory is minted with internal/dev/devpki. Run it from the module
 // root:
 //
 //	go run ./cmd/wlmbench
@@ -68,7 +68,7 @@ import (
 	"strings"
 	"time"
 
-	"nvpair-workload-manager/internal/devpki"
+	"nvpair-workload-manager/internal/dev/devpki"
 )
 
 // config holds the flags.

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"testing"
 
-	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/dev/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -120,7 +120,7 @@ func TestBrokerWriterWritesALineAtTheLimitAndRefusesOneByteMore(t *testing.T) {
 	// the size and the limit, the channel not marked gone.
 	err := bw.Notify("test:over-limit", testframe.PaddedParams(t, "test:over-limit", limit+1))
 	if !errors.Is(err, wireframe.ErrLineOverLimit) {
-		t.Fatalf("a %d-byte line with a %d-byte limit = %v, want errLineOverLimit", limit+1, limit, err)
+		t.Fatalf("a %d-byte line with a %d-byte limit = %v, want wireframe.ErrLineOverLimit", limit+1, limit, err)
 	}
 	if want := fmt.Sprintf("a %d-byte line to the broker, over its %d-byte line limit", limit+1, limit); !strings.Contains(err.Error(), want) {
 		t.Fatalf("error %q does not say %q", err, want)

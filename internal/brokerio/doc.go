@@ -5,7 +5,9 @@
 // Write (group commit, spec 3.1 and 6); the Waiters that bound the
 // requests of each channel waiting on that write (spec 7.1); and the
 // LineLog that counts the broker's bad lines by kind and rate-limits
-// their warnings.
+// their warnings. Open opens the channel when the broker gives it as a
+// socket (--ipc) rather than as the daemon's stdin and stdout: a Unix
+// domain socket, or on Windows a named pipe opened as a file.
 //
 // It may import the standard library and this module's wireframe,
 // httpguard, promtext and ratelog. It must never import the daemon

@@ -25,7 +25,7 @@ import (
 type LineKind int
 
 const (
-	LineTooLong      LineKind = iota // over maxFrameBytes
+	LineTooLong      LineKind = iota // over wireframe.MaxBytes
 	LineNotUTF8                      // not valid UTF-8
 	LineNotJSON                      // not a JSON value
 	LineBadVersion                   // jsonrpc is not "2.0"

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/testkit"
 )
 
 // brokerLog is a LineLog whose interval is short, writing to a

@@ -118,7 +118,7 @@ func IsBusy(status int, reason string) bool {
 	return status == http.StatusServiceUnavailable && strings.HasPrefix(reason, ReasonBusyPrefix)
 }
 
-// noteRefusal logs a refusal for a stalled broker at most once per
+// NoteRefusal logs a refusal for a stalled broker at most once per
 // interval, with the count since the last line: while the broker does not
 // read, every request beyond the bound is refused, and one line each would
 // flood the log.

@@ -147,7 +147,7 @@ type Turn struct {
 // after, when not nil, is run once the line is written, in the broker
 // order, before any later frame's after and before the frame's caller is
 // answered; it is not run when the write fails. A line over the limit is
-// refused alone: the error wraps errLineOverLimit and the channel stays up.
+// refused alone: the error wraps wireframe.ErrLineOverLimit and the channel stays up.
 // On an error buf is back in the pool.
 func (bw *Writer) Enter(buf *bytes.Buffer, after func()) (Turn, error) {
 	if size := buf.Len(); size > bw.lineMax {
@@ -349,7 +349,7 @@ func (bw *Writer) Send(buf *bytes.Buffer) error {
 }
 
 // writeLine writes one frame, given without its newline. A line over the
-// limit is not written: the error wraps errLineOverLimit, and the channel
+// limit is not written: the error wraps wireframe.ErrLineOverLimit, and the channel
 // is not marked gone.
 func (bw *Writer) WriteLine(line []byte) error {
 	b := GetLine()
@@ -392,7 +392,7 @@ func (bw *Writer) Respond(id json.RawMessage, result any, rerr *wireframe.RPCErr
 }
 
 // UpsertLine builds the workloads:upsert line of a workload object, its
-// newline included, in a pooled buffer: the bytes encodeNotification gives
+// newline included, in a pooled buffer: the bytes wireframe.EncodeNotification gives
 // for params {"workloadInfo":info}, built in one pass.
 func UpsertLine(info json.RawMessage) *bytes.Buffer {
 	b := GetLine()

@@ -16,7 +16,8 @@ import (
 // and runs each with -h and --help, as a newcomer's first command: each
 // prints its usage with its flags' defaults and exits 0 or 2 (what the
 // flag package does for -h), and never prints "panic" (PrintDefaults'
-// "panic calling String method on zero cliflags.explainedValue", printed
+// "panic calling String method on zero" of the type Explain wrapped them
+// in, printed
 // under every flag while Explain wrapped the flags' values, exit 0 all the
 // same). It runs the
 // binaries, not parseFlags, because the daemon's flags are defined in the

@@ -76,9 +76,9 @@ func New(cfg Config) (*Server, error) {
 // connection from a producer.
 const IdleTimeout = 60 * time.Second
 
-// Errors ingestLocal returns, mapped to the producer's answer. A frame
-// whose line to the broker would be over its line limit is
-// errLineOverLimit: 413, final.
+// Errors the Relay's Ingest returns, mapped to the producer's answer. A
+// frame whose line to the broker would be over its line limit is
+// wireframe.ErrLineOverLimit: 413, final.
 var (
 	ErrBadFrame    = errors.New("bad frame")          // 400: the producer's mistake
 	ErrBrokerWrite = errors.New("broker unavailable") // 500: the producer may retry
@@ -196,7 +196,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) (int, string, Fr
 	return status, reason, f
 }
 
-// refusalOf maps ingestLocal's error to the producer's answer, setting the
+// refusalOf maps the Relay's Ingest error to the producer's answer, setting the
 // headers it needs.
 func refusalOf(w http.ResponseWriter, err error) (int, string) {
 	var atLimit *AtLimitError

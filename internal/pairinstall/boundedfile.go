@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 )
 
 // MaxFileBytes bounds every file the daemon reads from its cluster
@@ -16,22 +17,22 @@ import (
 // log) would grow the daemon without bound.
 const MaxFileBytes = 64 << 10
 
-// errNotRegularFile and errFileTooLarge are the two reasons a present file
+// ErrNotRegularFile and ErrFileTooLarge are the two reasons a present file
 // is refused without being parsed; the trust reload counts them apart.
 var (
-	errNotRegularFile = errors.New("not a regular file")
-	errFileTooLarge   = fmt.Errorf("larger than %d bytes", MaxFileBytes)
+	ErrNotRegularFile = errors.New("not a regular file")
+	ErrFileTooLarge   = fmt.Errorf("larger than %d bytes", MaxFileBytes)
 )
 
-// readBounded reads a small file, refusing one that is not a regular file
+// ReadBounded reads a small file, refusing one that is not a regular file
 // or is over MaxFileBytes. A missing file is an error wrapping
 // os.ErrNotExist.
-func readBounded(path string) ([]byte, error) {
-	b, _, err := readRegularFile(path)
+func ReadBounded(path string) ([]byte, error) {
+	b, _, err := ReadRegularFile(path)
 	return b, err
 }
 
-// readRegularFile reads path when it is a regular file (a symlink is
+// ReadRegularFile reads path when it is a regular file (a symlink is
 // followed to one) of at most MaxFileBytes, and returns its content
 // and what Stat said of the opened file. The check is made on the opened
 // file, not on the path, so a file swapped in between the check and the
@@ -39,7 +40,7 @@ func readBounded(path string) ([]byte, error) {
 // refused rather than waited on. The FileInfo is returned whenever the file
 // was opened, refused or not, so the caller can tell later whether it
 // changed.
-func readRegularFile(path string) ([]byte, os.FileInfo, error) {
+func ReadRegularFile(path string) ([]byte, os.FileInfo, error) {
 	f, err := openForRead(path)
 	if err != nil {
 		return nil, nil, err
@@ -50,19 +51,19 @@ func readRegularFile(path string) ([]byte, os.FileInfo, error) {
 		return nil, nil, fmt.Errorf("stat %s: %w", path, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fi, fmt.Errorf("%w: %s", errNotRegularFile, fileKind(fi.Mode()))
+		return nil, fi, fmt.Errorf("%w: %s", ErrNotRegularFile, fileKind(fi.Mode()))
 	}
 	// The size Stat reports is only a hint (a file may grow while it is
 	// read): the limited read below is the bound.
 	if fi.Size() > MaxFileBytes {
-		return nil, fi, errFileTooLarge
+		return nil, fi, ErrFileTooLarge
 	}
 	b, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
 	if err != nil {
 		return nil, fi, fmt.Errorf("read %s: %w", path, err)
 	}
 	if len(b) > MaxFileBytes {
-		return nil, fi, errFileTooLarge
+		return nil, fi, ErrFileTooLarge
 	}
 	return b, fi, nil
 }
@@ -83,4 +84,19 @@ func fileKind(mode fs.FileMode) string {
 	default:
 		return "an irregular file"
 	}
+}
+
+// maxReasonBytes bounds a value a file put into a log line or an error: an
+// admission record's clusterId, an identity document's node_uuid. It is the
+// daemon's bound on every client-caused reason (spec.md 3.7), kept here
+// because this package imports nothing of the daemon's.
+const maxReasonBytes = 256
+
+// ClipReason bounds s to maxReasonBytes, on a UTF-8 boundary, as the
+// daemon's httpguard.ClipReason does.
+func ClipReason(s string) string {
+	if len(s) <= maxReasonBytes {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxReasonBytes], "") + "... (truncated)"
 }

@@ -40,7 +40,7 @@ type IngressKey struct {
 // An error says no key could be read or made.
 func LoadIngressKey(appDir string) (IngressKey, error) {
 	path := filepath.Join(appDir, IngressKeyFileName)
-	b, err := readBounded(path)
+	b, err := ReadBounded(path)
 	if err == nil {
 		key, perr := parseIngressKey(b)
 		if perr == nil {
@@ -80,7 +80,7 @@ func createIngressKey(appDir, path string) ([]byte, error) {
 	_, _ = rand.Read(key) // crypto/rand.Read never fails on supported platforms
 	err := linkNewFile(appDir, path, []byte(hex.EncodeToString(key)+"\n"))
 	if errors.Is(err, os.ErrExist) {
-		b, rerr := readBounded(path)
+		b, rerr := ReadBounded(path)
 		if rerr != nil {
 			return nil, fmt.Errorf("ingress mark key %s: %w", path, rerr)
 		}

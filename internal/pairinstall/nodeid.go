@@ -140,7 +140,7 @@ func carryOverLegacyID(appDir, docPath, legacyPath, id string) ResolvedNodeID {
 // file is an error wrapping os.ErrNotExist; every other failure names the
 // file and says what is wrong with it.
 func readIdentityDoc(path string) (string, error) {
-	b, err := readBounded(path)
+	b, err := ReadBounded(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", err
 	}
@@ -155,14 +155,14 @@ func readIdentityDoc(path string) (string, error) {
 		return "", fmt.Errorf("node identity %s: names no node_uuid", path)
 	}
 	if !uuidPattern.MatchString(*doc.NodeUUID) {
-		return "", fmt.Errorf("node identity %s: node_uuid %q is not a UUID", path, clipReason(*doc.NodeUUID))
+		return "", fmt.Errorf("node identity %s: node_uuid %q is not a UUID", path, ClipReason(*doc.NodeUUID))
 	}
 	return *doc.NodeUUID, nil
 }
 
 // readLegacyNodeID reads the bare-UUID node-id file of earlier versions.
 func readLegacyNodeID(path string) (string, error) {
-	b, err := readBounded(path)
+	b, err := ReadBounded(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", err
 	}

@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"nvpair-workload-manager/internal/clustertrust"
 	"nvpair-workload-manager/internal/httpguard"
-	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/statetable"
 )
@@ -55,13 +55,13 @@ func (t Target) MemberID() string { return t.HostUUID + "|" + t.Principal }
 // holds nothing but its mark.
 type Broadcaster struct {
 	log      *slog.Logger
-	trust    *pairinstall.ClusterTrust
+	trust    *clustertrust.ClusterTrust
 	table    *statetable.Table
 	interval time.Duration
 
-	// mu guards closed, peers and stats. It is a leaf: nothing is acquired
-	// while holding it but the table's lock (Join, Leave), and no network
-	// I/O happens under it.
+	// mu guards closed, peers and stats. It is not a leaf: the table's
+	// lock is taken under it (Join, Leave), never the other way; nothing
+	// else is, and no network I/O happens under it.
 	mu     sync.Mutex
 	closed bool
 	peers  map[string]*peerSender
@@ -82,7 +82,7 @@ type Broadcaster struct {
 	senders sync.WaitGroup
 }
 
-func New(log *slog.Logger, trust *pairinstall.ClusterTrust, table *statetable.Table, interval time.Duration) *Broadcaster {
+func New(log *slog.Logger, trust *clustertrust.ClusterTrust, table *statetable.Table, interval time.Duration) *Broadcaster {
 	return &Broadcaster{
 		log:      log,
 		trust:    trust,
@@ -206,8 +206,8 @@ func (b *Broadcaster) TargetCount() int {
 	return len(b.peers)
 }
 
-// TargetHosts returns the hostUuids of the current targets: the nodes this
-// node delivers to (GET /v1/node). O(targets) under mu, a leaf.
+// TargetHosts returns the host UUIDs of the current targets: the nodes
+// this node delivers to (GET /v1/node). O(targets) under mu.
 func (b *Broadcaster) TargetHosts() map[string]struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/pairinstall"
+	"nvpair-workload-manager/internal/clustertrust"
 	"nvpair-workload-manager/internal/statetable"
 )
 
@@ -18,7 +18,7 @@ import (
 func TestAFlappingHostUUIDLeavesNoMemberBehindPerFlap(t *testing.T) {
 	table := statetable.New(statetable.Config{Self: "self", Retention: time.Minute, MaxLive: 100, MaxLiveBytes: 1 << 20,
 		MaxEndedBytes: 1 << 20, MemberClaim: time.Hour})
-	b := New(slog.New(slog.NewTextHandler(io.Discard, nil)), &pairinstall.ClusterTrust{}, table, time.Hour)
+	b := New(slog.New(slog.NewTextHandler(io.Discard, nil)), &clustertrust.ClusterTrust{}, table, time.Hour)
 	defer b.Close(0)
 	other := Target{HostUUID: "other", Principal: "cluster-2", Addrs: []string{"127.0.0.1:1"}}
 	b.SetTargets([]Target{other})

@@ -10,16 +10,16 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/pairinstall"
+	"nvpair-workload-manager/internal/clustertrust"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/statetable"
-	"nvpair-workload-manager/internal/testkit"
 )
 
 func quietBroadcaster(t *testing.T) *Broadcaster {
 	t.Helper()
 	table := statetable.New(statetable.Config{Self: "self", Retention: time.Minute, MaxLive: 100, MaxLiveBytes: 1 << 20,
 		MaxEndedBytes: 1 << 20, MemberClaim: time.Hour})
-	b := New(slog.New(slog.NewTextHandler(io.Discard, nil)), &pairinstall.ClusterTrust{}, table, time.Hour)
+	b := New(slog.New(slog.NewTextHandler(io.Discard, nil)), &clustertrust.ClusterTrust{}, table, time.Hour)
 	t.Cleanup(func() { b.Close(0) })
 	return b
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // servePeerBatch handles a batch whose sender passed the checks that need
-// no body (servePeer). The body's bounds are checked before any element is
+// no body (ServeHTTP). The body's bounds are checked before any element is
 // looked at, so a batch over them is refused whole and nothing of it is
 // written. A batch that was processed is answered 200 with one result per
 // element, whatever those results are.

@@ -86,13 +86,6 @@ func newDedup(capacity int) *dedup {
 	}
 }
 
-// deliverOnce calls write unless key was already delivered, serializing
-// the deliveries of one key. It reports whether the key was a duplicate,
-// and write's error, in which case the key stays unrecorded.
-func (d *dedup) deliverOnce(key dedupDigest, write func() error) (duplicate bool, err error) {
-	return d.deliverUnder(key, key, write)
-}
-
 // deliverRemoval calls write for a peer's removal unless the same removal
 // was delivered with no lifecycle frame of its workload delivered since.
 func (d *dedup) deliverRemoval(r *wireframe.Removal, write func() error) (duplicate bool, err error) {
@@ -105,8 +98,9 @@ func (d *dedup) deliverRemoval(r *wireframe.Removal, write func() error) (duplic
 	return d.deliverUnder(lock, key, write)
 }
 
-// deliverUnder is deliverOnce with the deliveries serialized on lock
-// rather than on key.
+// deliverUnder calls write unless key was already delivered, serializing
+// the deliveries on lock. It reports whether the key was a duplicate, and
+// write's error, in which case the key stays unrecorded.
 func (d *dedup) deliverUnder(lock, key dedupDigest, write func() error) (duplicate bool, err error) {
 	kl := d.lockKey(lock)
 	defer d.unlockKey(lock, kl)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -362,4 +362,11 @@ func TestDedupMemoryIsBoundedInBytesWithMaximumLengthFields(t *testing.T) {
 	if held > DedupMaxBytes {
 		t.Fatalf("%d keys of maximum-length fields hold %d heap bytes, over the dedup's bound of %d", d.len(), held, DedupMaxBytes)
 	}
+}
+
+// deliverOnce calls write unless key was already delivered, serializing
+// the deliveries of one key. It reports whether the key was a duplicate,
+// and write's error, in which case the key stays unrecorded.
+func (d *dedup) deliverOnce(key dedupDigest, write func() error) (duplicate bool, err error) {
+	return d.deliverUnder(key, key, write)
 }

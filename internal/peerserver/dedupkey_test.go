@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"nvpair-workload-manager/internal/testframe"
+	"nvpair-workload-manager/internal/dev/testframe"
 	"nvpair-workload-manager/internal/wireframe"
 )
 
@@ -53,7 +53,7 @@ func TestDedupKeyDistinguishesEveryTupleMember(t *testing.T) {
 	keys := map[dedupDigest]string{} // key -> case name
 	for name, w := range cases {
 		// Built from the fields, not parsed: some cases have an empty id,
-		// which parseLifecycle would refuse, but the key must still be
+		// which wireframe.ParseLifecycle would refuse, but the key must still be
 		// injective.
 		ev := wireframe.Lifecycle{Info: workloadInfoOf(w)}
 		k := lifecycleDedupKey(&ev)

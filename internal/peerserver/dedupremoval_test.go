@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"nvpair-workload-manager/internal/testframe"
-	"nvpair-workload-manager/internal/testkit"
+	"nvpair-workload-manager/internal/dev/testframe"
+	"nvpair-workload-manager/internal/dev/testkit"
 	"nvpair-workload-manager/internal/wireframe"
 )
 

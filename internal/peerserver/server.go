@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 
 	"nvpair-workload-manager/internal/brokerio"
+	"nvpair-workload-manager/internal/clustertrust"
 	"nvpair-workload-manager/internal/httpguard"
-	"nvpair-workload-manager/internal/pairinstall"
 	"nvpair-workload-manager/internal/peerwire"
 	"nvpair-workload-manager/internal/promtext"
 	"nvpair-workload-manager/internal/wireframe"
@@ -26,7 +26,7 @@ type Broker interface {
 }
 
 // Trust decides whether a client certificate chain is a pinned peer's
-// (pairinstall.ClusterTrust), on every request.
+// (clustertrust.ClusterTrust), on every request.
 type Trust interface {
 	Authorize(chain []*x509.Certificate) error
 }
@@ -125,7 +125,7 @@ func (e *Event) origin() string {
 // ParseFrame validates a request body from a peer in one pass over it
 // (wireframe.Scan); params over maxWorkload bytes, and the slack a frame at
 // that bound may have gained on its way (peerwire.WorkloadSlack), are refused
-// (*workloadTooLargeError). It has no side effects.
+// (*wireframe.WorkloadTooLargeError). It has no side effects.
 func ParseFrame(body []byte, maxWorkload int) (Event, error) {
 	if err := wireframe.CheckUTF8(body); err != nil {
 		return Event{}, err
@@ -188,7 +188,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		refuse(err.Error())
 		return
 	}
-	principal := pairinstall.PrincipalOf(r.TLS.PeerCertificates[0])
+	principal := clustertrust.PrincipalOf(r.TLS.PeerCertificates[0])
 	log.With("peer", principal)
 	if r.URL.Path != wireframe.EventsPath {
 		reject(http.StatusNotFound, "no such endpoint")
@@ -281,7 +281,7 @@ func (s *Server) HandleFrame(log *httpguard.RequestLog, principal string, body [
 
 // relayPeerEvent hands a peer's event to the broker once. A write that
 // failed, or that the broker writer refused as over the line limit
-// (errLineOverLimit), records nothing in the dedup. A re-assertion bypasses
+// (wireframe.ErrLineOverLimit), records nothing in the dedup. A re-assertion bypasses
 // the lifecycle dedup: it is how a peer heals a missed delivery, so it must
 // reach the broker even when the event itself was seen before. Every
 // lifecycle frame written, a re-assertion too, makes its workload's next

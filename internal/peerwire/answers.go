@@ -3,18 +3,8 @@ package peerwire
 import (
 	"net/http"
 	"strings"
-	"time"
 
 	"nvpair-workload-manager/internal/wireframe"
-)
-
-// ServerIdleTimeout is how long the peer server keeps an idle connection.
-// ClientIdleTimeout is shorter, so a sender always closes an idle
-// connection before the server does and never sends a request onto a
-// connection the server is closing.
-const (
-	ServerIdleTimeout = 120 * time.Second
-	ClientIdleTimeout = ServerIdleTimeout / 2
 )
 
 // ReasonAlreadySeen is the peer server's reason for a duplicate
@@ -50,7 +40,7 @@ func RetryableStatus(status int) bool {
 // WorkloadSlack is what the peer port takes beyond the workload bound:
 // what the origin may add to a frame it took at the bound before relaying
 // it. Its ingress measures a producer's params as sent and then stamps the
-// origin (`,"originatedFrom":"<id>"`, the id at most maxKeyFieldBytes),
+// origin (`,"originatedFrom":"<id>"`, the id at most wireframe.MaxKeyFieldBytes),
 // and its heartbeat adds the re-assertion marker (`"resync":true,`). A
 // peer with the same bound must take all of it, or a frame a producer
 // was told was accepted would be refused, for good, at every peer.

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // CounterVec is a family of counters told apart by label values. The set
@@ -78,32 +77,6 @@ func (v *CounterVec) Snapshot() []*LabelledCounter {
 	v.mu.Unlock()
 	slices.SortFunc(out, func(a, b *LabelledCounter) int { return slices.Compare(a.values, b.values) })
 	return out
-}
-
-// LatencyBuckets are the upper bounds, in seconds, of the delivery latency
-// histogram: from a healthy LAN delivery to the retry budget of a dead peer.
-var LatencyBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20}
-
-// Histogram is a Prometheus histogram with fixed buckets.
-type Histogram struct {
-	mu     sync.Mutex // guards counts, sum and count; a leaf lock
-	counts []uint64   // per bucket, not cumulative
-	sum    float64
-	count  uint64
-}
-
-func NewHistogram() *Histogram { return &Histogram{counts: make([]uint64, len(LatencyBuckets))} }
-
-func (h *Histogram) Observe(d time.Duration) {
-	s := d.Seconds()
-	i, _ := slices.BinarySearch(LatencyBuckets, s)
-	h.mu.Lock()
-	if i < len(h.counts) {
-		h.counts[i]++
-	}
-	h.sum += s
-	h.count++
-	h.mu.Unlock()
 }
 
 // Touch creates the counter with these label values, at zero, when it

@@ -4,7 +4,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 )
 
 func TestTextWritesFamiliesAndSamplesInTheExpositionFormat(t *testing.T) {
@@ -33,23 +32,6 @@ func TestCounterVecCountsPerLabelValuesAndListsThemSorted(t *testing.T) {
 	want := "f{source=\"ingress\",method=\"c\"} 0\nf{source=\"peer\",method=\"a\"} 1\nf{source=\"stdio\",method=\"b\"} 2\n"
 	if got := string(x.Bytes()); got != want {
 		t.Fatalf("got\n%s\nwant\n%s", got, want)
-	}
-}
-
-func TestHistogramBucketsAreCumulativeWithSumAndCount(t *testing.T) {
-	h := NewHistogram()
-	h.Observe(2 * time.Millisecond)
-	h.Observe(30 * time.Second) // over every bucket: +Inf only
-	var x Text
-	x.Histogram("lat", "peer", "p", h)
-	got := string(x.Bytes())
-	for _, line := range []string{
-		`lat_bucket{peer="p",le="0.001"} 0`, `lat_bucket{peer="p",le="0.0025"} 1`, `lat_bucket{peer="p",le="20"} 1`,
-		`lat_bucket{peer="p",le="+Inf"} 2`, `lat_sum{peer="p"} 30.002`, `lat_count{peer="p"} 2`,
-	} {
-		if !strings.Contains(got, line+"\n") {
-			t.Errorf("missing %q in\n%s", line, got)
-		}
 	}
 }
 

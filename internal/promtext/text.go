@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -36,23 +35,6 @@ func (t *Text) Sample(name string, labels []string, values []string, v float64) 
 func (t *Text) Single(name, typ, help string, v float64) {
 	t.Family(name, typ, help)
 	t.Sample(name, nil, nil, v)
-}
-
-func (t *Text) Histogram(name, label, value string, h *Histogram) {
-	h.mu.Lock()
-	counts, sum, count := slices.Clone(h.counts), h.sum, h.count
-	h.mu.Unlock()
-	labels, values := []string{label, "le"}, []string{value, ""}
-	var cum uint64
-	for i, ub := range LatencyBuckets {
-		cum += counts[i]
-		values[1] = formatValue(ub)
-		t.Sample(name+"_bucket", labels, values, float64(cum))
-	}
-	values[1] = "+Inf"
-	t.Sample(name+"_bucket", labels, values, float64(count))
-	t.Sample(name+"_sum", labels[:1], values[:1], sum)
-	t.Sample(name+"_count", labels[:1], values[:1], float64(count))
 }
 
 func escapeLabel(s string) string {

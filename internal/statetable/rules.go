@@ -69,7 +69,7 @@ func (r lifecycleRank) before(other lifecycleRank) bool {
 	return r != rankNone && other != rankNone && r < other
 }
 
-// reassertionLine is the line a run is kept as: its notification with
+// ReassertionLine is the line a run is kept as: its notification with
 // "resync": true first in its params, the marker that lets a re-assertion
 // through the peers' dedup. A fresh send leaves the marker out
 // (Line.Fresh), so one copy serves both.
@@ -97,11 +97,6 @@ type lineScratch struct {
 }
 
 var lineScratches = sync.Pool{New: func() any { return new(lineScratch) }}
-
-// WithResync returns params with "resync": true added first.
-func WithResync(params json.RawMessage) json.RawMessage {
-	return appendWithResync(make([]byte, 0, len(params)+16), params)
-}
 
 // appendWithResync appends params with "resync": true added first to dst.
 func appendWithResync(dst []byte, params json.RawMessage) []byte {
@@ -173,7 +168,7 @@ func MayHoldResync(params []byte) bool {
 // comma after it, if any: Fresh leaves [at, at+n) out.
 func markerAt(line []byte) (at, n int) {
 	// The method is a lifecycle method, which needs no escaping, so the
-	// first occurrence is the one reassertionLine wrote.
+	// first occurrence is the one ReassertionLine wrote.
 	const marker = `"params":{"resync":true`
 	i := bytes.Index(line, []byte(marker))
 	if i < 0 {

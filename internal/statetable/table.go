@@ -186,7 +186,7 @@ type Table struct {
 	byKey    map[wireframe.WorkloadKey]*entry // runs
 	byRef    map[wireframe.WorkloadRef]*entry // the first of a workload's runs
 	removals map[wireframe.WorkloadRef]*entry // removal tombstones
-	members  map[string]*Member               // by node id and principal (peerTarget.memberID)
+	members  map[string]*Member               // by node id and principal (peersend.Target.MemberID)
 	versions order                            // every entry, oldest version first
 	pass     order                            // the runs re-asserted, first tracked first
 	linked   uint64                           // the last pass order given
@@ -896,14 +896,6 @@ func (t *Table) Sizes() Sizes {
 	defer t.mu.Unlock()
 	return Sizes{Runs: t.inPass, RunBytes: t.passSize, EndedBytes: t.ended, UnheldBytes: t.unheldBytes, Removals: len(t.removals), Members: len(t.members), Leases: len(t.leases),
 		GoneMembers: t.goneCount, GoneBytes: t.goneBytes, EndKeys: t.keyCount, EndKeyBytes: t.keyBytes}
-}
-
-// HoldsRun reports whether the table holds run k within its retention.
-func (t *Table) HoldsRun(k wireframe.WorkloadKey) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	e := t.byKey[k]
-	return e != nil && !e.retired
 }
 
 // Latest returns the lines of the runs the table holds of ref within their

@@ -671,7 +671,7 @@ func BenchmarkRunLeavesWithPassesInProgress(b *testing.B) {
 
 // BenchmarkCommit commits to a table of 100,000 runs: a renewal of a held
 // run (the lease renewal's path) and churn (a new run in, an old one
-// removed), with 8 members; heapB/entry is what each held run costs.
+// removed), with 8 members; its heap bytes per entry are what each held run costs.
 func BenchmarkCommit(b *testing.B) {
 	const size = 100_000
 	evs := make([]*wireframe.Lifecycle, size)
@@ -835,4 +835,12 @@ func TestAReassertionLineIsOneAllocation(t *testing.T) {
 	if want := `{"jsonrpc":"2.0","method":"workload:started","params":{"resync":true,"workloadInfo":`; !strings.HasPrefix(string(line), want) {
 		t.Errorf("line %s", line)
 	}
+}
+
+// HoldsRun reports whether the table holds run k within its retention.
+func (t *Table) HoldsRun(k wireframe.WorkloadKey) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.byKey[k]
+	return e != nil && !e.retired
 }

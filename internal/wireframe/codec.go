@@ -304,19 +304,3 @@ func (e *LineOverLimitError) Error() string {
 }
 
 func (e *LineOverLimitError) Unwrap() error { return ErrLineOverLimit }
-
-// EncodeRemoval is the workloads:remove notification for ref with the two
-// fields a peer acts on, originatedFrom and workloadId, each encoded as
-// EncodeNotification encodes a string: what a peer is sent for a removal
-// rebuilt from its key alone. A ref with no origin (an older sender's
-// removal, taken from the broker) is rebuilt as it came, workloadId alone.
-func EncodeRemoval(ref WorkloadRef) []byte {
-	p := make([]byte, 0, len(ref.Origin)+len(ref.ID)+40)
-	if ref.Origin == "" {
-		p = appendJSONString(append(p, `{"workloadId":`...), ref.ID)
-		return EncodeNotification(MethodRemove, append(p, '}'))
-	}
-	p = appendJSONString(append(p, `{"originatedFrom":`...), ref.Origin)
-	p = appendJSONString(append(p, `,"workloadId":`...), ref.ID)
-	return EncodeNotification(MethodRemove, append(p, '}'))
-}

@@ -325,7 +325,7 @@ func (s *Scan) skipContainer(i int) (int, error) {
 		d := depth - 1
 		return stack[d/64]&(1<<uint(d%64)) != 0
 	}
-	// expectValue: at a value's start (after '[', ',' in an array, or ':').
+	// Expecting a value: at its start (after '[', ',' in an array, or ':').
 	for {
 		// A value starts at i.
 		if i >= len(b) {

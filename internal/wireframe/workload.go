@@ -51,8 +51,8 @@ type WorkloadInfo struct {
 	ScheduledOn    string `json:"scheduledOn"`
 	RunID          string `json:"runId"`
 
-	// seqNum is the producer's event counter when hasSeq; the typed check
-	// reads it (checkWorkloadTypes), not encoding/json.
+	// Seq is the producer's event counter when HasSeq; the typed check
+	// reads it (checkTypedMembers), not encoding/json.
 	Seq    int64
 	HasSeq bool
 	// requester is the requesterId when hasRequester (null and absent are
@@ -210,7 +210,7 @@ func lifecycleParamsOf(pl *scanLevel) (info *scanMember, resync bool, err error)
 	return info, resync, nil
 }
 
-// decodeworkloadInfo decodes the string fields the daemon reads into one
+// decodeWorkloadInfo decodes the string fields the daemon reads into one
 // allocation, each field a part of it, and the seq. The members are
 // well-formed (checkTypedMembers), so decoding substitutes nothing.
 func decodeWorkloadInfo(vals *typedValues, stampedOrigin string) WorkloadInfo {

@@ -229,14 +229,6 @@ func TestRemovalBrokerParamsNameTheOriginOnlyWhenTheRemovalHasOne(t *testing.T) 
 			t.Errorf("%s: broker params %s, want %s", tc.params, got, tc.want)
 		}
 	}
-	for ref, want := range map[WorkloadRef]string{
-		{"node-a", "job-1"}: `{"jsonrpc":"2.0","method":"workloads:remove","params":{"originatedFrom":"node-a","workloadId":"job-1"}}`,
-		{"", "job-1"}:       `{"jsonrpc":"2.0","method":"workloads:remove","params":{"workloadId":"job-1"}}`,
-	} {
-		if got := string(EncodeRemoval(ref)); got != want {
-			t.Errorf("EncodeRemoval(%+v) = %s, want %s", ref, got, want)
-		}
-	}
 }
 
 func TestIsTerminalState(t *testing.T) {

@@ -42,7 +42,7 @@ func (e *WorkloadTooLargeError) Error() string {
 }
 
 // CheckWorkloadBytes refuses a scanned frame whose params are over limit
-// bytes, and slack more (the peer port's peerWorkloadSlack; the reason
+// bytes, and slack more (the peer port's peerwire.WorkloadSlack; the reason
 // names the bound itself). What is measured is the params object's text as it arrived,
 // whitespace and escapes included: the bytes the daemon relays and keeps,
 // which the scan has already delimited, so the check costs a length and
