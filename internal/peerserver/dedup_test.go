@@ -266,7 +266,8 @@ func waitUntil(cond func() bool) bool {
 func inflightRefs(d *dedup, key string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if kl := d.inflight[testDigest(key)]; kl != nil {
+	k := testDigest(key)
+	if kl := d.inflight[string(k[:])]; kl != nil { // deliverOnce's lock
 		return kl.refs
 	}
 	return 0
