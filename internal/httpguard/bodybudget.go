@@ -2,6 +2,7 @@ package httpguard
 
 import (
 	"container/list"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -89,7 +90,7 @@ func (b *BodyBudget) ReadBody(w http.ResponseWriter, r *http.Request, limit int6
 	if n < 0 {
 		n = limit
 	}
-	if !b.acquire(n, bodyBudgetWait, r.Context().Done()) {
+	if !b.acquire(n, bodyBudgetWait, r.Context()) {
 		b.refused.Add(1)
 		return nil, nil, errNoBodyRoom
 	}
@@ -297,7 +298,7 @@ func newBodyBudget(channel string, capacity int64, perSource int) *BodyBudget {
 // acquire reserves n bytes, waiting up to wait for room; it reports false
 // when there was none by then. n is at most the capacity (the callers'
 // caps are far below it).
-func (b *BodyBudget) acquire(n int64, wait time.Duration, done <-chan struct{}) bool {
+func (b *BodyBudget) acquire(n int64, wait time.Duration, ctx context.Context) bool {
 	b.mu.Lock()
 	if b.used+n <= b.capacity {
 		// The common case: room at once, with no timer and no wait.
@@ -306,6 +307,10 @@ func (b *BodyBudget) acquire(n int64, wait time.Duration, done <-chan struct{}) 
 		return true
 	}
 	b.mu.Unlock()
+	// The context's channel is asked for only here, where a request
+	// waits: a request's context makes it on the first Done, one
+	// allocation that the common case above does not pay.
+	done := ctx.Done()
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
