@@ -222,3 +222,25 @@ func TestASourceAtItsBoundOfUnfinishedBodiesLosesItsOldestForTheNewest(t *testin
 		t.Fatalf("%d unfinished bodies, want the %d left stalled", got, perSource-1)
 	}
 }
+
+// TestUnfinishedBodiesForgetTheSourcesWithNoneInFlight: the per-source
+// queues are bounded by the bodies being read, not by the sources ever
+// seen: a source's queue goes when its last body leaves or is cut.
+func TestUnfinishedBodiesForgetTheSourcesWithNoneInFlight(t *testing.T) {
+	u := newUnfinishedBodies(2)
+	for i := range 1000 {
+		addr := net.JoinHostPort("127.0.0."+strconv.Itoa(i%250+1), strconv.Itoa(40000+i))
+		a, b, c := u.enter(addr, nil), u.enter(addr, nil), u.enter(addr, nil) // c cuts a
+		for _, x := range []*unfinishedBody{b, c} {
+			if u.leave(x) {
+				t.Fatal("a body within the bound was reported cut")
+			}
+		}
+		if !u.leave(a) {
+			t.Fatal("the oldest body over the bound was not reported cut")
+		}
+	}
+	if len(u.bySource) != 0 || u.count() != 0 {
+		t.Fatalf("%d sources and %d bodies kept after every body left", len(u.bySource), u.count())
+	}
+}
