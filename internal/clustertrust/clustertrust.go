@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -232,11 +233,31 @@ func PrincipalOf(cert *x509.Certificate) string {
 		return ""
 	}
 	for _, u := range cert.URIs {
-		if s := u.String(); strings.HasPrefix(s, principalURIPrefix) {
-			return strings.TrimPrefix(s, principalURIPrefix)
+		if p, ok := nodeURIPrincipal(u); ok {
+			return p
 		}
 	}
 	return cert.Subject.CommonName
+}
+
+// nodeURIPrincipal returns what follows principalURIPrefix in u's text,
+// if it starts with it. The peer port asks on every request, so the
+// common form, urn: with an opaque part and nothing after it, is read
+// from the opaque part itself: u.String() is then "urn:" and the opaque
+// part, and the answer the same without the string built. Any other form
+// is read from u.String().
+func nodeURIPrincipal(u *url.URL) (string, bool) {
+	const scheme, rest = "urn", "nvpair:node:" // principalURIPrefix, less "urn:"
+	if u.Scheme == scheme && u.Opaque != "" && u.RawQuery == "" && !u.ForceQuery && u.Fragment == "" {
+		if strings.HasPrefix(u.Opaque, rest) {
+			return u.Opaque[len(rest):], true
+		}
+		return "", false
+	}
+	if s := u.String(); strings.HasPrefix(s, principalURIPrefix) {
+		return s[len(principalURIPrefix):], true
+	}
+	return "", false
 }
 
 // SetReadHookForTest makes every later read of a cluster file call hook

@@ -345,3 +345,37 @@ func netMemberDir(t testing.TB) (string, devpki.Identity) {
 	netMust(t, devpki.WriteAdmission(dir, "test-cluster", 1))
 	return dir, self
 }
+
+// TestTheNodeURIIsReadAsItsText: the principal a URI SAN names is what
+// follows urn:nvpair:node: in the URI's text, whatever form the URI takes
+// (the common one is read without building the text).
+func TestTheNodeURIIsReadAsItsText(t *testing.T) {
+	u := devpki.NewUUID()
+	for _, raw := range []string{
+		"urn:nvpair:node:" + u,
+		"URN:nvpair:node:" + u,
+		"urn:nvpair:node:" + u + "?x=1",
+		"urn:nvpair:node:" + u + "?",
+		"urn:nvpair:node:" + u + "#frag",
+		"urn:nvpair:node:",
+		"urn:nvpair:nodes:" + u,
+		"urn:other:" + u,
+		"urn://nvpair/node:" + u,
+		"urn:/nvpair:node:" + u,
+		"https://example.test/" + u,
+		"nvpair:node:" + u,
+	} {
+		parsed, err := url.Parse(raw)
+		if err != nil {
+			t.Fatalf("%q: %v", raw, err)
+		}
+		text := parsed.String()
+		want, wantOK := strings.CutPrefix(text, principalURIPrefix)
+		if !wantOK {
+			want = ""
+		}
+		if got, ok := nodeURIPrincipal(parsed); got != want || ok != wantOK {
+			t.Errorf("%q (text %q): got %q, %v; want %q, %v", raw, text, got, ok, want, wantOK)
+		}
+	}
+}

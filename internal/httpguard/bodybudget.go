@@ -1,7 +1,7 @@
 package httpguard
 
 import (
-	"container/list"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -89,7 +89,7 @@ func (b *BodyBudget) ReadBody(w http.ResponseWriter, r *http.Request, limit int6
 	if n < 0 {
 		n = limit
 	}
-	if !b.acquire(n, bodyBudgetWait, r.Context().Done()) {
+	if !b.acquire(n, bodyBudgetWait, r.Context()) {
 		b.refused.Add(1)
 		return nil, nil, errNoBodyRoom
 	}
@@ -186,32 +186,78 @@ func setReadDeadline(c connDeadlines, t time.Time) {
 type unfinishedBodies struct {
 	perSource int
 
-	// mu guards bySource and n, and orders a cut with its body's leave: a
-	// body is cut (its read deadline set to now) only while it is still
-	// registered, and its reader leaves before it clears its deadline, so
-	// a cut never lands on a request that has moved on to its broker
-	// write. A leaf lock.
+	// mu guards bySource, spare, n and every registered body's links, and
+	// orders a cut with its body's leave: a body is cut (its read deadline
+	// set to now) only while it is still registered, and its reader leaves
+	// before it clears its deadline, so a cut never lands on a request
+	// that has moved on to its broker write. A leaf lock.
 	mu       sync.Mutex
-	bySource map[string]*list.List // of *unfinishedBody, oldest first; only sources with one
-	n        int
+	bySource map[string]*sourceBodies // only sources with a body being read
+	// spare is the queue of the last source to empty, kept for the next
+	// source to have one: a loopback ingress sees one or two sources, and
+	// without it each post whose source had no other body in flight would
+	// allocate one. One at most, so what the sources left behind stays
+	// bounded.
+	spare *sourceBodies
+	n     int
 
 	cut atomic.Uint64
 }
 
-// unfinishedBody is one body being read.
+// sourceBodies is one source's bodies being read, oldest first: a list
+// threaded through the bodies themselves, so registering one allocates
+// nothing.
+type sourceBodies struct {
+	front, back *unfinishedBody
+	n           int
+}
+
+func (q *sourceBodies) pushBack(b *unfinishedBody) {
+	b.q, b.prev, b.next = q, q.back, nil
+	if q.back != nil {
+		q.back.next = b
+	} else {
+		q.front = b
+	}
+	q.back = b
+	q.n++
+}
+
+func (q *sourceBodies) remove(b *unfinishedBody) {
+	if b.prev != nil {
+		b.prev.next = b.next
+	} else {
+		q.front = b.next
+	}
+	if b.next != nil {
+		b.next.prev = b.prev
+	} else {
+		q.back = b.prev
+	}
+	b.q, b.prev, b.next = nil, nil, nil
+	q.n--
+}
+
+// unfinishedBody is one body being read. Its fields but source and rc are
+// guarded by unfinishedBodies.mu.
 type unfinishedBody struct {
-	source string
-	rc     connDeadlines // nil for a writer without (a test's recorder)
-	el     *list.Element // nil once it left or was cut; guarded by mu
-	wasCut bool          // guarded by mu
+	source     string
+	rc         connDeadlines // nil for a writer without (a test's recorder)
+	q          *sourceBodies // nil once it left or was cut
+	prev, next *unfinishedBody
+	wasCut     bool
 }
 
 func newUnfinishedBodies(perSource int) *unfinishedBodies {
 	if perSource <= 0 {
 		return nil
 	}
-	return &unfinishedBodies{perSource: perSource, bySource: map[string]*list.List{}}
+	return &unfinishedBodies{perSource: perSource, bySource: map[string]*sourceBodies{}}
 }
+
+// unfinishedBodyPool recycles the bodies' records: one is needed for each
+// ingress post, and none is referenced once it left (leave).
+var unfinishedBodyPool = sync.Pool{New: func() any { return new(unfinishedBody) }}
 
 // enter registers a body from remoteAddr, cutting off the source's oldest
 // one first when the source is at its bound.
@@ -223,44 +269,52 @@ func (u *unfinishedBodies) enter(remoteAddr string, rc connDeadlines) *unfinishe
 	if err != nil {
 		source = remoteAddr
 	}
-	b := &unfinishedBody{source: source, rc: rc}
+	b := unfinishedBodyPool.Get().(*unfinishedBody)
+	*b = unfinishedBody{source: source, rc: rc}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	l := u.bySource[source]
-	if l == nil {
-		l = list.New()
-		u.bySource[source] = l
+	q := u.bySource[source]
+	if q == nil {
+		q, u.spare = u.spare, nil
+		if q == nil {
+			q = new(sourceBodies)
+		}
+		u.bySource[source] = q
 	}
-	if l.Len() >= u.perSource {
-		oldest := l.Remove(l.Front()).(*unfinishedBody)
-		oldest.el, oldest.wasCut = nil, true
+	if q.n >= u.perSource {
+		oldest := q.front
+		q.remove(oldest)
+		oldest.wasCut = true
 		u.n--
 		// Setting a deadline takes no system call: it is cheap under the
 		// lock, and under it the cut cannot race the body's leave.
 		setReadDeadline(oldest.rc, time.Now())
 	}
-	b.el = l.PushBack(b)
+	q.pushBack(b)
 	u.n++
 	return b
 }
 
 // leave unregisters b and reports whether it had been cut off for room.
+// b is not used after: it goes back to the pool.
 func (u *unfinishedBodies) leave(b *unfinishedBody) (wasCut bool) {
 	if u == nil {
 		return false
 	}
 	u.mu.Lock()
-	defer u.mu.Unlock()
-	if b.el != nil {
-		l := u.bySource[b.source]
-		l.Remove(b.el)
-		b.el = nil
+	if q := b.q; q != nil {
+		q.remove(b)
 		u.n--
-		if l.Len() == 0 {
+		if q.n == 0 {
 			delete(u.bySource, b.source)
+			u.spare = q
 		}
 	}
-	return b.wasCut
+	wasCut = b.wasCut
+	u.mu.Unlock()
+	*b = unfinishedBody{}
+	unfinishedBodyPool.Put(b)
+	return wasCut
 }
 
 // count is the bodies being read now, for the metrics.
@@ -297,7 +351,7 @@ func newBodyBudget(channel string, capacity int64, perSource int) *BodyBudget {
 // acquire reserves n bytes, waiting up to wait for room; it reports false
 // when there was none by then. n is at most the capacity (the callers'
 // caps are far below it).
-func (b *BodyBudget) acquire(n int64, wait time.Duration, done <-chan struct{}) bool {
+func (b *BodyBudget) acquire(n int64, wait time.Duration, ctx context.Context) bool {
 	b.mu.Lock()
 	if b.used+n <= b.capacity {
 		// The common case: room at once, with no timer and no wait.
@@ -306,6 +360,10 @@ func (b *BodyBudget) acquire(n int64, wait time.Duration, done <-chan struct{}) 
 		return true
 	}
 	b.mu.Unlock()
+	// The context's channel is asked for only here, where a request
+	// waits: a request's context makes it on the first Done, one
+	// allocation that the common case above does not pay.
+	done := ctx.Done()
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {

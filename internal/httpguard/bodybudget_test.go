@@ -2,6 +2,7 @@ package httpguard
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -82,11 +83,11 @@ func TestAChunkedBodyReservesTheWholeCap(t *testing.T) {
 // of its wait.
 func TestABodyWaitingForRoomIsWokenWhenBytesAreGivenBack(t *testing.T) {
 	b := newBodyBudget("test", 100, 0)
-	if !b.acquire(100, time.Millisecond, nil) {
+	if !b.acquire(100, time.Millisecond, context.Background()) {
 		t.Fatal("an empty budget had no room")
 	}
 	got := make(chan bool, 1)
-	go func() { got <- b.acquire(50, time.Hour, nil) }()
+	go func() { got <- b.acquire(50, time.Hour, context.Background()) }()
 	eventually(t, "the second request waiting for room", func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -103,6 +104,36 @@ func TestABodyWaitingForRoomIsWokenWhenBytesAreGivenBack(t *testing.T) {
 	}
 	if b.inUse() != 50 {
 		t.Fatalf("%d bytes in use, want 50", b.inUse())
+	}
+}
+
+// TestABodyWaitingForRoomStopsWhenItsClientIsGone: a request waiting for
+// room whose context ends (its client went away) gives up at once, not at
+// the end of its wait, and takes no room.
+func TestABodyWaitingForRoomStopsWhenItsClientIsGone(t *testing.T) {
+	b := newBodyBudget("test", 100, 0)
+	if !b.acquire(100, time.Millisecond, context.Background()) {
+		t.Fatal("an empty budget had no room")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan bool, 1)
+	go func() { got <- b.acquire(50, time.Hour, ctx) }()
+	eventually(t, "the second request waiting for room", func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return b.waiting == 1
+	})
+	cancel()
+	select {
+	case ok := <-got:
+		if ok {
+			t.Fatal("a request whose client is gone was given room")
+		}
+	case <-time.After(waitTimeout):
+		t.Fatal("the waiting request did not give up when its client went away")
+	}
+	if b.inUse() != 100 {
+		t.Fatalf("%d bytes in use, want 100", b.inUse())
 	}
 }
 
@@ -147,10 +178,10 @@ func TestABodyDeclaredAndNotSentGivesItsRoomBackAtTheBodyDeadline(t *testing.T) 
 // One channel's budget full leaves the other's untouched.
 func TestEachChannelHasABodyBudgetOfItsOwn(t *testing.T) {
 	bs := NewRequestBodies()
-	if !bs.Ingress.acquire(bs.Ingress.capacity, time.Millisecond, nil) {
+	if !bs.Ingress.acquire(bs.Ingress.capacity, time.Millisecond, context.Background()) {
 		t.Fatal("an empty ingress budget had no room")
 	}
-	if !bs.Peer.acquire(1<<20, time.Millisecond, nil) {
+	if !bs.Peer.acquire(1<<20, time.Millisecond, context.Background()) {
 		t.Fatal("the peer port had no room while only the ingress's budget was full")
 	}
 }
@@ -189,5 +220,27 @@ func TestASourceAtItsBoundOfUnfinishedBodiesLosesItsOldestForTheNewest(t *testin
 	}
 	if got := b.unfinished.count(); got != perSource-1 {
 		t.Fatalf("%d unfinished bodies, want the %d left stalled", got, perSource-1)
+	}
+}
+
+// TestUnfinishedBodiesForgetTheSourcesWithNoneInFlight: the per-source
+// queues are bounded by the bodies being read, not by the sources ever
+// seen: a source's queue goes when its last body leaves or is cut.
+func TestUnfinishedBodiesForgetTheSourcesWithNoneInFlight(t *testing.T) {
+	u := newUnfinishedBodies(2)
+	for i := range 1000 {
+		addr := net.JoinHostPort("127.0.0."+strconv.Itoa(i%250+1), strconv.Itoa(40000+i))
+		a, b, c := u.enter(addr, nil), u.enter(addr, nil), u.enter(addr, nil) // c cuts a
+		for _, x := range []*unfinishedBody{b, c} {
+			if u.leave(x) {
+				t.Fatal("a body within the bound was reported cut")
+			}
+		}
+		if !u.leave(a) {
+			t.Fatal("the oldest body over the bound was not reported cut")
+		}
+	}
+	if len(u.bySource) != 0 || u.count() != 0 {
+		t.Fatalf("%d sources and %d bodies kept after every body left", len(u.bySource), u.count())
 	}
 }

@@ -21,6 +21,12 @@ const DedupCapacity = 10000
 // by its capacity.
 type dedupDigest [sha256.Size]byte
 
+// removalDigest is a removal key's digest as its list element holds it: a
+// type of its own, so the dedup tells the removal keys it remembers from
+// the lifecycle keys without a byte more per key, and counts them
+// (dedup.removals).
+type removalDigest dedupDigest
+
 // DedupEntryBytes is the estimated heap one remembered key costs: its
 // list element (48 bytes), the digest boxed in the element's Value (32)
 // and its share of the index map, whose slots hold a digest and a pointer
@@ -42,7 +48,7 @@ const DedupMaxBytes = DedupCapacity * DedupEntryBytes
 // retried by the sender. Concurrent deliveries of one key are serialized
 // through that write by a per-key lock, so two racing duplicates never both
 // reach the broker. A peer's frames take the lock of their workload id
-// (idLockKey), whatever their key, so every frame of one workload is
+// (idRemovalKey), whatever their key, so every frame of one workload is
 // written, recorded and forgotten in one order.
 //
 // A removal's key is its workload alone, so it says "the broker's last word
@@ -57,10 +63,20 @@ type dedup struct {
 	// mu guards order, index and inflight. It is a leaf lock and is never
 	// held across the broker write; the per-key locks are taken outside it
 	// and it is taken under them (order: per-key lock -> dedup.mu).
-	mu       sync.Mutex
-	order    *list.List                    // front = most recently seen key, a dedupDigest
-	index    map[dedupDigest]*list.Element // key -> element in order
-	inflight map[dedupDigest]*keyLock
+	mu    sync.Mutex
+	order *list.List                    // front = most recently seen key, a dedupDigest or a removalDigest
+	index map[dedupDigest]*list.Element // key -> element in order
+	// inflight holds the per-key locks by the workload id itself (the
+	// frame's own string, not a copy): a lock needs no digest, since the
+	// map holds only the frames in flight, not what was remembered, and it
+	// compares whole ids, so two ids never share a lock.
+	inflight map[string]*keyLock
+	// removals counts the removal keys in order. Written under mu, read
+	// without it by a lifecycle frame under its workload's lock: while it
+	// holds that lock no removal key of its workload is recorded, so a
+	// count of 0 read then means it has none to forget, and it skips their
+	// digests (two SHA-256 of the three a frame would cost).
+	removals atomic.Int64
 
 	hits atomic.Uint64 // duplicates not written, for the metrics
 }
@@ -82,26 +98,21 @@ func newDedup(capacity int) *dedup {
 		capacity: capacity,
 		order:    list.New(),
 		index:    make(map[dedupDigest]*list.Element),
-		inflight: make(map[dedupDigest]*keyLock),
+		inflight: make(map[string]*keyLock),
 	}
 }
 
 // deliverRemoval calls write for a peer's removal unless the same removal
 // was delivered with no lifecycle frame of its workload delivered since.
 func (d *dedup) deliverRemoval(r *wireframe.Removal, write func() error) (duplicate bool, err error) {
-	lock, key := idLockKey(r.Ref.ID), dedupDigest{}
-	if r.Ref.Origin == "" {
-		key = lock
-	} else {
-		key = removalDedupKey(r)
-	}
-	return d.deliverUnder(lock, key, write)
+	return d.deliverUnder(r.Ref.ID, removalDedupKey(r), true, write)
 }
 
 // deliverUnder calls write unless key was already delivered, serializing
 // the deliveries on lock. It reports whether the key was a duplicate, and
-// write's error, in which case the key stays unrecorded.
-func (d *dedup) deliverUnder(lock, key dedupDigest, write func() error) (duplicate bool, err error) {
+// write's error, in which case the key stays unrecorded; removal says key
+// is a removal's.
+func (d *dedup) deliverUnder(lock string, key dedupDigest, removal bool, write func() error) (duplicate bool, err error) {
 	kl := d.lockKey(lock)
 	defer d.unlockKey(lock, kl)
 	if d.seen(key) {
@@ -111,7 +122,7 @@ func (d *dedup) deliverUnder(lock, key dedupDigest, write func() error) (duplica
 	if err := write(); err != nil {
 		return false, err
 	}
-	d.record(key)
+	d.record(key, removal)
 	return false, nil
 }
 
@@ -132,13 +143,12 @@ func (d *dedup) deliverUnder(lock, key dedupDigest, write func() error) (duplica
 // lifecycle frame after it, as it would had the removal been written.
 func (d *dedup) deliverLifecycle(e *wireframe.Lifecycle, write func() error) (duplicate bool, err error) {
 	ref := e.Ref()
-	lock := idLockKey(ref.ID)
 	var key dedupDigest
 	if !e.Resync {
 		key = lifecycleDedupKey(e)
 	}
-	kl := d.lockKey(lock)
-	defer d.unlockKey(lock, kl)
+	kl := d.lockKey(ref.ID)
+	defer d.unlockKey(ref.ID, kl)
 	if !e.Resync && d.seen(key) {
 		d.hits.Add(1)
 		return true, nil
@@ -146,19 +156,25 @@ func (d *dedup) deliverLifecycle(e *wireframe.Lifecycle, write func() error) (du
 	if err := write(); err != nil {
 		return false, err
 	}
-	forget := [2]dedupDigest{refDedupKey(ref), lock} // lock is ("", id)'s removal key
+	var forget [2]dedupDigest
+	held := d.removals.Load() > 0 // see removals: read under ref.ID's lock
+	if held {
+		forget = [2]dedupDigest{refDedupKey(ref), idRemovalKey(ref.ID)}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !e.Resync {
-		d.recordLocked(key)
+		d.recordLocked(key, false)
 	}
-	for _, k := range forget {
-		d.forgetLocked(k)
+	if held {
+		for _, k := range forget {
+			d.forgetLocked(k)
+		}
 	}
 	return false, nil
 }
 
-func (d *dedup) lockKey(key dedupDigest) *keyLock {
+func (d *dedup) lockKey(key string) *keyLock {
 	d.mu.Lock()
 	kl := d.inflight[key]
 	if kl == nil {
@@ -171,7 +187,7 @@ func (d *dedup) lockKey(key dedupDigest) *keyLock {
 	return kl
 }
 
-func (d *dedup) unlockKey(key dedupDigest, kl *keyLock) {
+func (d *dedup) unlockKey(key string, kl *keyLock) {
 	kl.mu.Unlock()
 	d.mu.Lock()
 	free := false
@@ -196,31 +212,47 @@ func (d *dedup) seen(key dedupDigest) bool {
 	return false
 }
 
-func (d *dedup) record(key dedupDigest) {
+// record remembers key; removal says it is a removal's.
+func (d *dedup) record(key dedupDigest, removal bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.recordLocked(key)
+	d.recordLocked(key, removal)
 }
 
 // recordLocked is record with mu held.
-func (d *dedup) recordLocked(key dedupDigest) {
+func (d *dedup) recordLocked(key dedupDigest, removal bool) {
 	if e, ok := d.index[key]; ok {
 		d.order.MoveToFront(e)
 		return
 	}
-	d.index[key] = d.order.PushFront(key)
+	if removal {
+		d.index[key] = d.order.PushFront(removalDigest(key))
+		d.removals.Add(1)
+	} else {
+		d.index[key] = d.order.PushFront(key)
+	}
 	for d.order.Len() > d.capacity {
-		oldest := d.order.Back()
-		d.order.Remove(oldest)
-		delete(d.index, oldest.Value.(dedupDigest))
+		d.dropLocked(d.order.Back())
 	}
 }
 
 // forgetLocked drops key, if remembered. Called with mu held.
 func (d *dedup) forgetLocked(key dedupDigest) {
 	if e, ok := d.index[key]; ok {
-		d.order.Remove(e)
-		delete(d.index, key)
+		d.dropLocked(e)
+	}
+}
+
+// dropLocked removes the remembered key e, counting a removal's out.
+// Called with mu held.
+func (d *dedup) dropLocked(e *list.Element) {
+	d.order.Remove(e)
+	switch k := e.Value.(type) {
+	case removalDigest:
+		d.removals.Add(-1)
+		delete(d.index, dedupDigest(k))
+	case dedupDigest:
+		delete(d.index, k)
 	}
 }
 
@@ -245,20 +277,20 @@ func lifecycleDedupKey(e *wireframe.Lifecycle) dedupDigest {
 	return digestKey("L", i.OriginatedFrom, i.Engine, i.RunID, i.ID, i.State, i.ScheduledOn, seq)
 }
 
-// removalDedupKey is the key peers deduplicate a removal on: its workload.
+// removalDedupKey is the key peers deduplicate a removal on: its workload,
+// ("", id) for a removal without originatedFrom.
 func removalDedupKey(r *wireframe.Removal) dedupDigest { return refDedupKey(r.Ref) }
 
 // refDedupKey is the removal key of the workload ref.
 func refDedupKey(ref wireframe.WorkloadRef) dedupDigest { return digestKey("R", ref.Origin, ref.ID) }
 
-// idLockKey names the per-key lock every peer frame of workload id is
-// delivered under. It is the id alone, not the origin with it, so that a
-// removal without originatedFrom, keyed ("", id), is serialized with the
-// lifecycle frames that forget its key; ids that two origins share only
-// wait on each other's writes. It is that removal's key itself, which a
-// lifecycle frame needs anyway, so the lock costs no digest of its own
-// (the per-key locks and the remembered keys are separate maps).
-func idLockKey(id string) dedupDigest { return refDedupKey(wireframe.WorkloadRef{ID: id}) }
+// idRemovalKey is the key of a removal of id without originatedFrom,
+// ("", id), which every lifecycle frame of id forgets. Every peer frame of
+// id is delivered under the lock of id alone (dedup.inflight), not of the
+// origin with it, so that such a removal is serialized with the lifecycle
+// frames that forget its key; ids that two origins share only wait on each
+// other's writes.
+func idRemovalKey(id string) dedupDigest { return refDedupKey(wireframe.WorkloadRef{ID: id}) }
 
 // digestKey is the SHA-256 of the parts, each preceded by its length as
 // eight big-endian bytes, so that no two tuples share an encoding and no

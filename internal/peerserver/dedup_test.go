@@ -266,7 +266,8 @@ func waitUntil(cond func() bool) bool {
 func inflightRefs(d *dedup, key string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if kl := d.inflight[testDigest(key)]; kl != nil {
+	k := testDigest(key)
+	if kl := d.inflight[string(k[:])]; kl != nil { // deliverOnce's lock
 		return kl.refs
 	}
 	return 0
@@ -368,5 +369,5 @@ func TestDedupMemoryIsBoundedInBytesWithMaximumLengthFields(t *testing.T) {
 // the deliveries of one key. It reports whether the key was a duplicate,
 // and write's error, in which case the key stays unrecorded.
 func (d *dedup) deliverOnce(key dedupDigest, write func() error) (duplicate bool, err error) {
-	return d.deliverUnder(key, key, write)
+	return d.deliverUnder(string(key[:]), key, false, write)
 }

@@ -223,3 +223,48 @@ func sharedLockWaiters(d *dedup) int {
 	}
 	return most
 }
+
+// TestDedupCountsTheRemovalKeysItHolds: a lifecycle frame skips the
+// digests of its workload's removal keys while the dedup holds none, so
+// the count must follow the keys held as removals are recorded, forgotten
+// by a lifecycle frame and evicted by the capacity; a count that stayed at
+// 0 with a key held would let a removal's key outlive the run after it.
+func TestDedupCountsTheRemovalKeysItHolds(t *testing.T) {
+	r := &dedupRecorder{t: t, d: newDedup(4)}
+	held := func() int {
+		r.d.mu.Lock()
+		defer r.d.mu.Unlock()
+		n := 0
+		for e := r.d.order.Front(); e != nil; e = e.Next() {
+			if _, ok := e.Value.(removalDigest); ok {
+				n++
+			}
+		}
+		return n
+	}
+	check := func(when string, want int) {
+		t.Helper()
+		if got, count := held(), int(r.d.removals.Load()); got != want || count != want {
+			t.Fatalf("%s: %d removal keys held, counted %d; want %d", when, got, count, want)
+		}
+	}
+	check("empty", 0)
+	r.remove("node-a", "job-1")
+	r.remove("", "job-2")
+	r.remove("node-a", "job-1") // a duplicate: no second key
+	check("two removals recorded", 2)
+	r.life(mustLifecycle(t, testframe.Workload("job-2", "running", "node-a", nil), nil), "job-2")
+	check("a lifecycle frame of job-2 forgot its removal key", 1)
+	for _, id := range []string{"job-3", "job-4", "job-5", "job-6"} {
+		r.life(mustLifecycle(t, testframe.Workload(id, "running", "node-a", nil), nil), id)
+	}
+	check("the capacity evicted the last removal key", 0)
+	r.remove("node-a", "job-1")
+	if r.d.removals.Load() != 1 {
+		t.Fatal("a removal recorded after an eviction was not counted")
+	}
+	r.life(mustLifecycle(t, testframe.Workload("job-1", "running", "node-a", map[string]any{"runId": "run-2"}), nil), "job-1 run 2")
+	if r.remove("node-a", "job-1") {
+		t.Fatalf("the removal after a new run was taken for a duplicate; written %q", r.written)
+	}
+}
