@@ -88,20 +88,30 @@ func tableLine(f *localFrame) []byte {
 // ingressLine builds the broker line of an ingress frame, a producer's or
 // a lease's expiry: a lifecycle frame's workload object ends with the
 // ingress mark (spec 3.5.3). Without a key, or where the mark would take
-// the line past the broker's line limit and the frame alone would not,
-// the frame is written as it came: a crash before its journal record is
-// durable then leaves its job to the broker's replay as the broker's.
+// the line past the broker's line limit (or past markedLineMax) and the
+// frame alone would not, the frame is written as it came: a crash before
+// its journal record is durable then leaves its job to the broker's replay
+// as the broker's.
 func ingressLine(f *localFrame, mk *ingressmark.Marker, lineMax int) *bytes.Buffer {
 	if f.isRemoval() || mk == nil {
 		return frameLine(f)
 	}
 	line := brokerio.UpsertLineWith(f.life.Raw, mk.Member(f.life.Key(), f.leaseSeconds))
-	if line.Len() <= lineMax {
+	if line.Len() <= min(lineMax, markedLineMax) {
 		return line
 	}
 	brokerio.PutLine(line)
 	return frameLine(f)
 }
+
+// markedLineMax bounds a marked line, its newline included: the broker
+// replays the workload object as it stored it, mark and all, and this
+// daemon reads a broker line of at most wireframe.MaxBytes. With the
+// broker's line limit raised past it (--broker-line-max), a frame near
+// the ingress's bound would otherwise come back in a replay this daemon
+// cannot read. The slack covers a replay's method being longer than the
+// frame's ("workload:submitted" for "workload:started") and its newline.
+const markedLineMax = wireframe.MaxBytes - len("workload:submitted")
 
 // withoutIngressMark returns the scan of a broker frame with its workload
 // object's ingress marks cut out.
