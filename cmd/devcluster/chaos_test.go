@@ -106,3 +106,21 @@ func TestDevclusterChaosRunConvergesWithEveryJobAsMeant(t *testing.T) {
 	}
 	assertExited(t, c.allPIDs())
 }
+
+// A --chaos run holds a relay per ordered pair of nodes: one whose
+// descriptors would run out midway is refused at once, in one line.
+func TestChaosRefusesTooFewFileDescriptorsInOneLine(t *testing.T) {
+	if err := checkChaosFDs(48, chaosFDsNeeded(48), true); err != nil {
+		t.Errorf("exactly enough refused: %v", err)
+	}
+	if err := checkChaosFDs(128, 256, false); err != nil {
+		t.Errorf("an unknown limit refused: %v", err)
+	}
+	err := checkChaosFDs(128, 20000, true)
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "--nodes 128") || !strings.Contains(err.Error(), "the limit is 20000") {
+		t.Errorf("checkChaosFDs(128, 20000) = %v, want one line naming --nodes 128 and the limit", err)
+	}
+	if n := chaosFDsNeeded(128); n < 2*128*127 {
+		t.Errorf("128 nodes: %d descriptors, fewer than both ends of one connection per ordered pair", n)
+	}
+}

@@ -162,6 +162,12 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 		fmt.Fprintf(stderr, "devcluster: %v\n", err)
 		return 2
 	}
+	if limit, known := openFileLimit(); cfg.chaos {
+		if err := checkChaosFDs(cfg.nodes, limit, known); err != nil {
+			fmt.Fprintf(stderr, "devcluster: %v\n", err)
+			return 1
+		}
+	}
 	var noteMu sync.Mutex
 	var notes []string // shown under the view; printed at the end
 	logf := func(format string, args ...any) {
