@@ -39,6 +39,7 @@ func TestInternalPackagesImportOnlyWhatTheyMay(t *testing.T) {
 		{pkg: "internal/statejournal", may: nil, never: []string{"net/http"}},
 		{pkg: "internal/statetable", may: []string{"internal/wireframe"}, never: []string{"net/http"}},
 		{pkg: "internal/ingressmark", may: []string{"internal/wireframe"}, never: []string{"net", "net/http"}},
+		{pkg: "internal/dev/procstat", may: nil, never: []string{"net", "net/http"}},
 		{pkg: "internal/dev/pairshadow", may: []string{"internal/dev/pairbroker", "internal/dev/stockwlm"}, never: []string{"net", "net/http"}},
 		{pkg: "internal/ratelog", may: nil},
 		{pkg: "internal/gcpace", may: nil, never: []string{"net/http"}},

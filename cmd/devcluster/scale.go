@@ -20,6 +20,7 @@ import (
 
 	"nvpair-workload-manager/internal/cliflags"
 	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/procstat"
 )
 
 // `devcluster scale` is issue 37's scale benchmark, held in the repo: for
@@ -490,7 +491,7 @@ func runScalePoint(ctx context.Context, cfg scaleConfig, bin, dir string, n int,
 
 	// The changes, at --rate, each node heartbeating meanwhile.
 	before := scrapeAll(client, c.nodes, "nvpair_wlm_journal_records_total")
-	cpu0, err := procCPU(origin.current().pid)
+	cpu0, err := procstat.CPU(origin.current().pid)
 	if err != nil {
 		return fail("node 1's CPU: %v", err)
 	}
@@ -513,7 +514,7 @@ func runScalePoint(ctx context.Context, cfg scaleConfig, bin, dir string, n int,
 	for !allHeard(rs, last) && time.Now().Before(settleEnd) && ctx.Err() == nil {
 		sleepCtx(ctx, 10*time.Millisecond)
 	}
-	cpu1, err := procCPU(origin.current().pid)
+	cpu1, err := procstat.CPU(origin.current().pid)
 	if err != nil {
 		return fail("node 1's CPU: %v", err)
 	}
@@ -661,7 +662,7 @@ func clusterUsage(c *cluster) (cpuWrites, error) {
 	var u cpuWrites
 	for _, n := range c.nodes {
 		p := n.current()
-		cpu, err := procCPU(p.pid)
+		cpu, err := procstat.CPU(p.pid)
 		if err != nil {
 			return u, fmt.Errorf("%s's CPU: %w", n.name, err)
 		}
@@ -673,41 +674,6 @@ func clusterUsage(c *cluster) (cpuWrites, error) {
 		u.written += w
 	}
 	return u, nil
-}
-
-// userHZ is the unit of /proc/<pid>/stat's utime and stime: USER_HZ, 100
-// on every Linux architecture the benchmark runs on.
-const userHZ = 100
-
-// procCPU is the CPU time pid has used: utime+stime of /proc/<pid>/stat.
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	return parseProcStat(b)
-}
-
-// parseProcStat reads utime and stime (fields 14 and 15) of a
-// /proc/<pid>/stat line. The command (field 2) is in parentheses and may
-// hold spaces and parentheses itself: the fields are counted after its
-// last ')'.
-func parseProcStat(b []byte) (time.Duration, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, errors.New("/proc stat: no command field")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state): utime is field 14, f[11]; stime f[12].
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc stat: %d fields after the command, want at least 13", len(f))
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("/proc stat: %w", err)
-	}
-	return time.Duration(ut+st) * time.Second / userHZ, nil
 }
 
 // procWritten is the bytes pid has passed to write calls (wchar of

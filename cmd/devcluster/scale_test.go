@@ -55,19 +55,6 @@ func TestScalePerChangeDividesAndHasNoFigureWithoutChanges(t *testing.T) {
 	}
 }
 
-// utime and stime are fields 14 and 15, counted after the command's last
-// ')': a command holding spaces and parentheses does not shift them.
-func TestScaleParseProcStatCountsFieldsAfterTheCommand(t *testing.T) {
-	line := "4242 (nvpair (x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 123 456 789\n"
-	got, err := parseProcStat([]byte(line))
-	if err != nil || got != 3*time.Second {
-		t.Errorf("parseProcStat = %s, %v; want 300 ticks = 3s", got, err)
-	}
-	if _, err := parseProcStat([]byte("4242 (x) S 1 2")); err == nil {
-		t.Error("a short line was read")
-	}
-}
-
 // Hearing seq s is hearing every change up to s (a daemon may send the
 // later state in place of earlier ones); a change's propagation is until
 // its last member heard it, and a change some member never heard is

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"nvpair-workload-manager/internal/dev/devpki"
+	"nvpair-workload-manager/internal/dev/procstat"
 )
 
 // daemonOpts configures one daemon process.
@@ -481,42 +482,6 @@ func supportsFlag(bin, flag, value string) bool {
 	return exec.CommandContext(ctx, bin, flag, value, "--version").Run() == nil
 }
 
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's CPU times: 100 on
-// every Linux platform Go supports.
-const clockTicks = 100
-
-// procCPU returns the CPU time (user and system) a process has used, from
-// /proc/<pid>/stat. On a shared machine CPU per frame is steadier than a
-// rate: it does not depend on how much of the CPU the process was given.
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	return parseProcStatCPU(b)
-}
-
-// parseProcStatCPU reads utime and stime (fields 14 and 15) of a
-// /proc/<pid>/stat line; the command name, field 2, may hold spaces and
-// parentheses, so the fields are counted from its closing parenthesis.
-func parseProcStatCPU(b []byte) (time.Duration, error) {
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, errors.New("malformed stat line")
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, errors.New("short stat line")
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, errors.New("malformed CPU times")
-	}
-	return time.Duration(utime+stime) * time.Second / clockTicks, nil
-}
-
 // cpuMeter measures the CPU a process uses over a stretch of work.
 type cpuMeter struct {
 	pid   int
@@ -525,7 +490,7 @@ type cpuMeter struct {
 }
 
 func startCPU(pid int) cpuMeter {
-	c, err := procCPU(pid)
+	c, err := procstat.CPU(pid)
 	return cpuMeter{pid: pid, start: c, ok: err == nil}
 }
 
@@ -535,7 +500,7 @@ func (m cpuMeter) perFrame(frames int64) time.Duration {
 	if !m.ok || frames <= 0 {
 		return 0
 	}
-	c, err := procCPU(m.pid)
+	c, err := procstat.CPU(m.pid)
 	if err != nil {
 		return 0
 	}

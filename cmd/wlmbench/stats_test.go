@@ -199,18 +199,6 @@ func TestMemFramesWalkEachWorkloadToTheEnd(t *testing.T) {
 	}
 }
 
-func TestParseProcStatCPUCountsFromTheCommandsClosingParen(t *testing.T) {
-	// pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime ...
-	line := "4242 (odd) name (x)) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 7 0\n"
-	got, err := parseProcStatCPU([]byte(line))
-	if err != nil || got != 3*time.Second {
-		t.Fatalf("parseProcStatCPU = %v, %v; want 3s (300 ticks)", got, err)
-	}
-	if _, err := parseProcStatCPU([]byte("4242 (x S 1")); err == nil {
-		t.Fatal("a line without the closing parenthesis parsed")
-	}
-}
-
 func TestParseFlagsDefaultsAndRefusals(t *testing.T) {
 	c, err := parseFlags(nil, io.Discard)
 	if err != nil {
