@@ -4,19 +4,24 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 )
 
-// linkNet carries the inter-node traffic of a --chaos run: one loopback
-// TCP relay per ordered pair of nodes (from, to), whose port is what from's
-// discovery snapshot lists for to (cluster.directoryFor). The relay copies
-// bytes, TLS and all, so the daemons' pinned mTLS runs end to end through
-// it; it lets the dev cluster cut a node off (every link from or to it
-// refuses and drops its connections) and slow a node's answers (the bytes
-// it sends back on every link to it are held a while) without touching a
-// daemon.
+// linkNet carries the inter-node traffic of a --chaos run to and from the
+// nodes the faults fall on: one loopback TCP relay per ordered pair of
+// nodes (from, to) with either end faulted, whose port is what from's
+// discovery snapshot lists for to (cluster.directoryFor); the other pairs
+// talk directly. The relay copies bytes, TLS and all, so the daemons'
+// pinned mTLS runs end to end through it; it lets the dev cluster cut a
+// faulted node off (every link from or to it refuses and drops its
+// connections) and slow a faulted node's answers (the bytes it sends back
+// on every link to it are held a while) without touching a daemon.
+// Relaying only the faulted nodes' links keeps the relays' descriptors
+// linear in the nodes: every pair relayed cost about 5 a pair, 81,600 at
+// 128 nodes, past the descriptor limit of a typical machine.
 type linkNet struct {
 	c *cluster
 
@@ -32,13 +37,17 @@ type link struct {
 	conns    map[net.Conn]bool // both ends of every relayed connection; guarded by linkNet.mu
 }
 
+// chaosFaulted is how many nodes a --chaos run relays: the cut and the
+// slowed one (planChaos).
+const chaosFaulted = 2
+
 // chaosFDsNeeded is what a --chaos run of n nodes holds in this process at
-// most: a relay's listener per ordered pair, both ends of each relayed
-// connection (a sender holds up to two per peer: its fresh frames' and its
-// heartbeat's), and the brokers' pipes and processes (fdsNeeded's share).
-// It grows with n²: 48 nodes need about 11,700, 128 about 81,600.
+// most: a relay's listener per ordered pair with a faulted end, both ends
+// of each relayed connection (a sender holds up to two per peer: its fresh
+// frames' and its heartbeat's), and the brokers' pipes and processes
+// (fdsNeeded's share): about 3,300 at 128 nodes.
 func chaosFDsNeeded(n int) uint64 {
-	pairs := uint64(n) * uint64(n-1)
+	pairs := uint64(chaosFaulted) * 2 * uint64(n-1)
 	return pairs*(1+2*2) + fdsNeeded(n)
 }
 
@@ -54,13 +63,17 @@ func checkChaosFDs(n int, limit uint64, known bool) error {
 	return fmt.Errorf("--chaos with --nodes %d needs %d file descriptors (a relay per ordered pair of nodes), the limit is %d: raise it (ulimit -n) or run fewer nodes", n, chaosFDsNeeded(n), limit)
 }
 
-// newLinkNet opens a relay for every ordered pair of c's nodes.
-func newLinkNet(c *cluster) (*linkNet, error) {
+// newLinkNet opens a relay for every ordered pair of c's nodes with an
+// end in faulted: the nodes setCut and setSlow may name.
+func newLinkNet(c *cluster, faulted ...*node) (*linkNet, error) {
 	l := &linkNet{c: c, links: map[[2]*node]*link{}, cut: map[*node]bool{}, slow: map[*node]time.Duration{}}
 	for _, from := range c.nodes {
 		for _, to := range c.nodes {
-			if from == to {
+			if from == to || !slices.Contains(faulted, from) && !slices.Contains(faulted, to) {
 				continue
+			}
+			if l.links[[2]*node{from, to}] != nil {
+				continue // both ends faulted, or a node named twice
 			}
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -75,11 +88,15 @@ func newLinkNet(c *cluster) (*linkNet, error) {
 	return l, nil
 }
 
-// port is the port from dials to reach to.
-func (l *linkNet) port(from, to *node) int {
+// port is the port from dials to reach to: its relay's, or direct, to's
+// own peer port, for a pair with neither end faulted.
+func (l *linkNet) port(from, to *node, direct int) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.links[[2]*node{from, to}].ln.Addr().(*net.TCPAddr).Port
+	if k := l.links[[2]*node{from, to}]; k != nil {
+		return k.ln.Addr().(*net.TCPAddr).Port
+	}
+	return direct
 }
 
 func (l *linkNet) serve(k *link) {

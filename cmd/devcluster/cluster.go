@@ -523,7 +523,7 @@ func (c *cluster) directoryFor(r *node) json.RawMessage {
 			continue
 		}
 		if c.links != nil && n != r {
-			port = c.links.port(r, n)
+			port = c.links.port(r, n, port)
 		}
 		nodes = append(nodes, entry{HostUUID: n.id, Name: n.name, IP: "127.0.0.1", IPs: []string{"127.0.0.1"},
 			ClusterUUID: n.id, Trusted: true, Services: map[string]wl{"wl": {port}}, LastSeen: time.Now().Unix()})

@@ -244,7 +244,8 @@ func run(args []string, stdout, stderr io.Writer, sigs <-chan os.Signal, tty boo
 		staleAfter: cfg.staleAfter, logLevel: cfg.logLevel, logf: logf, shadowBin: shadowBin}, members, dir)
 	defer c.closeShadows() // after the daemons stopped; a second close is a no-op
 	if cfg.chaos {
-		if c.links, err = newLinkNet(c); err != nil {
+		p := planChaos(c)
+		if c.links, err = newLinkNet(c, p.cut, p.slow); err != nil {
 			return fail(err)
 		}
 		defer c.links.close() // after the daemons stopped
