@@ -215,16 +215,9 @@ func (t Turn) Wait() error {
 func (bw *Writer) leadAlone(t Turn) error {
 	runtime.Gosched()
 	bw.mu.Lock()
-	g := bw.head
-	if g != nil && t.buf.Len()+g.bytes > GroupMaxBytes {
-		g = nil // the group's own lead writes it: one write stays within the bound
-	}
-	if g != nil {
-		bw.head = g.next
-		if bw.head == nil {
-			bw.tail = nil
-		}
-		g.next = nil
+	var g *brokerGroup
+	if bw.head != nil && t.buf.Len()+bw.head.bytes <= GroupMaxBytes {
+		g = bw.popHeadLocked() // else the group's own lead writes it: one write stays within the bound
 	}
 	w, gone := bw.w, bw.err
 	bw.mu.Unlock()
@@ -235,12 +228,7 @@ func (bw *Writer) leadAlone(t Turn) error {
 	case g == nil:
 		err = bw.write(w, t.buf.Bytes(), 1)
 	default:
-		b := append(bw.wbuf[:0], t.buf.Bytes()...)
-		for _, m := range g.members {
-			b = append(b, m.line...)
-		}
-		bw.wbuf = b
-		err = bw.write(w, b, 1+len(g.members))
+		err = bw.write(w, bw.joinLines(t.buf.Bytes(), g), 1+len(g.members))
 	}
 	if err == nil && t.after != nil {
 		t.after()
@@ -257,13 +245,8 @@ func (bw *Writer) leadAlone(t Turn) error {
 // hands the lead on.
 func (bw *Writer) lead(g *brokerGroup) {
 	bw.mu.Lock()
-	// g is the head: the lead goes to the oldest group. Sealed here, it
-	// takes no more members; newcomers form the next group.
-	bw.head = g.next
-	if bw.head == nil {
-		bw.tail = nil
-	}
-	g.next = nil
+	// g is the head: the lead goes to the oldest group.
+	bw.popHeadLocked()
 	w, gone := bw.w, bw.err
 	bw.mu.Unlock()
 	var err error
@@ -297,12 +280,31 @@ func (bw *Writer) groupBytes(g *brokerGroup) []byte {
 	if len(g.members) == 1 {
 		return g.members[0].line
 	}
-	b := bw.wbuf[:0]
+	return bw.joinLines(nil, g)
+}
+
+// joinLines is first, then g's members' lines, in the writer's buffer
+// (held by the lead only).
+func (bw *Writer) joinLines(first []byte, g *brokerGroup) []byte {
+	b := append(bw.wbuf[:0], first...)
 	for _, m := range g.members {
 		b = append(b, m.line...)
 	}
 	bw.wbuf = b
 	return b
+}
+
+// popHeadLocked takes the oldest group off the queue and returns it.
+// Sealed here, it takes no more members; newcomers form the next group.
+// Called with mu held and a head queued.
+func (bw *Writer) popHeadLocked() *brokerGroup {
+	g := bw.head
+	bw.head = g.next
+	if bw.head == nil {
+		bw.tail = nil
+	}
+	g.next = nil
+	return g
 }
 
 // handOn gives the lead to the oldest waiting group, or gives it up when
