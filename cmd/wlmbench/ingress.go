@@ -283,15 +283,20 @@ type ceilingServer struct {
 	addr string
 }
 
-func startCeiling() (*ceilingServer, error) {
-	p, err := startSelf("ceiling-ingress")
+func startCeiling() (*ceilingServer, error) { return startCeilingRole("ceiling-ingress") }
+
+// startCeilingRole starts one of the ingress's reference servers, a
+// process of the harness's own executable in role, and reads the address
+// it prints.
+func startCeilingRole(role string) (*ceilingServer, error) {
+	p, err := startSelf(role)
 	if err != nil {
 		return nil, err
 	}
 	line, err := p.out.ReadString('\n')
 	if err != nil {
 		p.close()
-		return nil, fmt.Errorf("ceiling server: %w", err)
+		return nil, fmt.Errorf("%s server: %w", role, err)
 	}
 	return &ceilingServer{childProc: p, addr: strings.TrimSpace(line)}, nil
 }

@@ -108,6 +108,7 @@ type config struct {
 	daemonArgs  []string // -daemon-args, less any --journal-fsync
 	daemonFsync string   // the --journal-fsync of -daemon-args, if it has one
 	fsyncModes  []string // -journal-fsync: always and/or durations
+	minimalHTTP bool     // -minimal-http: the minimal HTTP/1.1 server beside the ceilings
 
 	// The heartbeat section.
 	hbInterval  time.Duration
@@ -230,6 +231,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		c.memRSSLive = ns[0]
 		return nil
 	})
+	fs.BoolVar(&c.minimalHTTP, "minimal-http", false, "ingress: also run a minimal HTTP/1.1 server (Content-Length bodies, no timeouts) beside the bare net/http ceiling, to show what net/http's server costs a frame")
 	var daemonArgs string
 	fs.StringVar(&daemonArgs, "daemon-args", "", "extra flags for this build's daemons in every section, split at spaces (e.g. \"--journal-fsync 100ms\"); a --journal-fsync here is the ingress's one fsync mode unless -journal-fsync is given")
 	var fsyncModes string
@@ -353,6 +355,8 @@ func ceilingMain(role string) int {
 		err = ceilingInboundMain()
 	case "ceiling-durable":
 		err = serveDurableMain()
+	case "ceiling-minimal":
+		err = serveMinimalMain()
 	default:
 		err = errors.New("unknown role")
 	}

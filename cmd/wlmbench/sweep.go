@@ -164,6 +164,12 @@ func (b *bench) ingress() error {
 	}
 	defer ceil.close()
 	ceils := ingressCeilings{bare: ceil, durable: map[string]*ceilingServer{}}
+	if cfg.minimalHTTP {
+		if ceils.minimal, err = startMinimalCeiling(); err != nil {
+			return err
+		}
+		defer ceils.minimal.close()
+	}
 	for _, m := range cfg.fsyncModes {
 		dc, err := startDurableCeiling(b.root, m)
 		if err != nil {
@@ -205,6 +211,7 @@ func (b *bench) ingress() error {
 type ingressCeilings struct {
 	bare    *ceilingServer
 	durable map[string]*ceilingServer
+	minimal *ceilingServer // -minimal-http; nil when not asked for
 }
 
 // ingressBody returns the frames of an ingress mode.
@@ -291,6 +298,9 @@ func (b *bench) ingressAt(builds []*contestant, ceils ingressCeilings, mode stri
 		dc := ceils.durable[m]
 		all = append(all, ingressServer{role: durableRole(m), pid: dc.cmd.Process.Pid, url: url(dc.addr)})
 	}
+	if ceils.minimal != nil {
+		all = append(all, ingressServer{role: minimalRole, pid: ceils.minimal.cmd.Process.Pid, url: url(ceils.minimal.addr)})
+	}
 	all = append(all, servers[1:]...)
 
 	client, closeIdle := producerClient(c)
@@ -342,6 +352,7 @@ func (b *bench) ingressAt(builds []*contestant, ceils ingressCeilings, mode stri
 		b.tbl.add(sr)
 	}
 	b.fsyncRows(point, c, series)
+	b.minimalRows(point, series)
 	for _, f := range p.failures {
 		b.tbl.note("ingress %s: %s", point, f)
 	}
