@@ -145,7 +145,7 @@ type ingressCommit struct {
 	runFn func()
 }
 
-// commits recycles ingressCommits: a producer's frame takes one and gives
+// commits recycles ingressCommit values: a producer's frame takes one and gives
 // it back once answered (ingressTurn.release), so a frame allocates no
 // commit; at 20,000 frames a second that is some 10 MB a second less
 // for the collector, which the state table makes costly (a new job per

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"nvpair-workload-manager/internal/brokerio"
+	"nvpair-workload-manager/internal/gcpace"
 	"nvpair-workload-manager/internal/httpguard"
 	"nvpair-workload-manager/internal/ingress"
 	"nvpair-workload-manager/internal/pairinstall"
@@ -166,6 +167,9 @@ func (m *Manager) writeMetrics(w io.Writer) error {
 	m.writeTableMetrics(&t)
 	m.ingressStats.WriteMetrics(&t)
 	t.Single("go_goroutines", "gauge", "Number of goroutines that currently exist.", float64(runtime.NumGoroutine()))
+	gc := gcpace.ReadCollectorStats()
+	t.Single("go_gc_cycles_total_gc_cycles_total", "counter", "Completed garbage collection cycles.", float64(gc.Cycles))
+	t.Single("go_cpu_classes_gc_total_cpu_seconds_total", "counter", "Estimated CPU time the collector spent (the runtime's estimate: its workers, assists and idle marking).", gc.CPUSeconds)
 	t.Single("nvpair_wlm_gc_percent", "gauge", "The collector's GOGC in force: 100 for a small heap, lower as the live heap grows (spec 4.1), or the operator's GOGC; -1 for off.", float64(m.cfg.Pacer.Current()))
 	promtext.WriteProcessMetrics(&t)
 	_, err := w.Write(t.Bytes())

@@ -121,3 +121,35 @@ func (p *Pacer) Step() {
 // Current is the percent in force: what the pacer set, or the operator's
 // GOGC (-1 for off), for the metric.
 func (p *Pacer) Current() int { return int(p.cur.Load()) }
+
+// CollectorStats are the collector's totals since the process started, as
+// the runtime counts them: its completed cycles and the CPU time it spent
+// (the runtime's estimate, marking and sweeping by its workers, by the
+// goroutines it made assist, and on idle processors). Operators read them
+// beside process_cpu_seconds_total to see what a large state table costs
+// in collection: a new job per frame grows the heap the collector marks.
+type CollectorStats struct {
+	Cycles     uint64
+	CPUSeconds float64
+}
+
+// The runtime/metrics the stats are read from.
+const (
+	cyclesMetric = "/gc/cycles/total:gc-cycles"
+	gcCPUMetric  = "/cpu/classes/gc/total:cpu-seconds"
+)
+
+// ReadCollectorStats reads the collector's totals; a runtime without one
+// of the metrics reports it as 0.
+func ReadCollectorStats() CollectorStats {
+	s := []metrics.Sample{{Name: cyclesMetric}, {Name: gcCPUMetric}}
+	metrics.Read(s)
+	var st CollectorStats
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		st.Cycles = s[0].Value.Uint64()
+	}
+	if s[1].Value.Kind() == metrics.KindFloat64 {
+		st.CPUSeconds = s[1].Value.Float64()
+	}
+	return st
+}

@@ -1,6 +1,7 @@
 package gcpace
 
 import (
+	"runtime"
 	"runtime/debug"
 	"testing"
 )
@@ -88,4 +89,16 @@ func TestOffLeavesTheCollectorAlone(t *testing.T) {
 	p.live = func() uint64 { return 1 << 30 }
 	p.set = func(int) int { t.Error("a test's pacer changed the collector"); return 0 }
 	p.Step()
+}
+
+func TestTheCollectorsTotalsCountACollection(t *testing.T) {
+	before := ReadCollectorStats()
+	runtime.GC()
+	after := ReadCollectorStats()
+	if after.Cycles <= before.Cycles {
+		t.Errorf("cycles %d after a collection, %d before: want more", after.Cycles, before.Cycles)
+	}
+	if after.CPUSeconds <= 0 {
+		t.Errorf("the collector's CPU is %v after a collection, want above 0", after.CPUSeconds)
+	}
 }
