@@ -340,11 +340,14 @@ func (d *dedup) bytes() int { return d.len() * DedupEntryBytes }
 // lifecycleDedupKey is the key peers deduplicate a lifecycle event on.
 func lifecycleDedupKey(e *wireframe.Lifecycle) dedupDigest {
 	i := &e.Info
-	seq := ""
+	// The seq's decimal text, made on the stack: FormatInt allocates it
+	// for every seq from 100 up, once a frame.
+	var buf [20]byte
+	var seq []byte
 	if i.HasSeq {
-		seq = strconv.FormatInt(i.Seq, 10)
+		seq = strconv.AppendInt(buf[:0], i.Seq, 10)
 	}
-	return digestKey("L", i.OriginatedFrom, i.Engine, i.RunID, i.ID, i.State, i.ScheduledOn, seq)
+	return digestKey("L", i.OriginatedFrom, i.Engine, i.RunID, i.ID, i.State, i.ScheduledOn, string(seq))
 }
 
 // removalDedupKey is the key peers deduplicate a removal on: its workload,

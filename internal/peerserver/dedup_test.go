@@ -440,3 +440,35 @@ func TestDedupSlotsForgottenAndEvictedAreReusedWithoutMixingKeys(t *testing.T) {
 		t.Fatalf("the entries grew to %d slots, past the capacity %d", cap(d.entries), capacity)
 	}
 }
+
+// TestDedupRecordsAKeyWithoutAnAllocationOnceItHoldsItsCapacity: the keys
+// live in one slice of entries whose slots are reused, so a full dedup
+// records each new key (and evicts the oldest) without allocating, where
+// a list element and a boxed digest cost two allocations a frame, and a
+// seq from 100 up a third for its text.
+func TestDedupRecordsAKeyWithoutAnAllocationOnceItHoldsItsCapacity(t *testing.T) {
+	const capacity = 64
+	d := newDedup(capacity)
+	frames := make([]wireframe.Lifecycle, 4*capacity)
+	for i := range frames {
+		id := "job-" + strconv.Itoa(i)
+		frames[i] = wireframe.Lifecycle{Method: wireframe.MethodStarted, Info: wireframe.WorkloadInfo{
+			ID: id, RunID: id, Engine: "llamacpp", Model: "qwen3.5-9b", OriginatedFrom: "node-a",
+			State: "running", Seq: int64(1000 + i), HasSeq: true}}
+	}
+	deliver := func(i int) {
+		if dup, err := d.deliverLifecycle(&frames[i%len(frames)], func() error { return nil }); dup || err != nil {
+			t.Fatalf("frame %d: duplicate=%v err=%v, want a write", i, dup, err)
+		}
+	}
+	for i := range capacity {
+		deliver(i)
+	}
+	next := capacity
+	if n := testing.AllocsPerRun(2*capacity, func() { deliver(next); next++ }); n != 0 {
+		t.Fatalf("a full dedup allocates %.1f times per key recorded, want 0", n)
+	}
+	if d.len() != capacity {
+		t.Fatalf("the dedup holds %d keys, want its capacity %d", d.len(), capacity)
+	}
+}
