@@ -75,15 +75,14 @@ func NewRequestBodies() RequestBodies {
 }
 
 // ReadBody reserves room in b for r's body, reads it under the body
-// deadline and returns it with the function that gives the room back,
-// which the caller calls once it no longer holds the body (after its
-// broker write). The reservation is the declared length, or limit when
+// deadline and returns it with its hold on the room, which the caller
+// releases once it no longer holds the body (after its broker write). The reservation is the declared length, or limit when
 // the length is not declared (a chunked body is cut off at limit); a body
 // declared over limit is refused before anything is reserved or read. On
 // error nothing is held; BodyRefusal gives the answer.
-func (b *BodyBudget) ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, func(), error) {
+func (b *BodyBudget) ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, BodyHold, error) {
 	if r.ContentLength > limit {
-		return nil, nil, &bodyTooLargeError{limit}
+		return nil, BodyHold{}, &bodyTooLargeError{limit}
 	}
 	n := r.ContentLength
 	if n < 0 {
@@ -91,9 +90,9 @@ func (b *BodyBudget) ReadBody(w http.ResponseWriter, r *http.Request, limit int6
 	}
 	if !b.acquire(n, bodyBudgetWait, r.Context()) {
 		b.refused.Add(1)
-		return nil, nil, errNoBodyRoom
+		return nil, BodyHold{}, errNoBodyRoom
 	}
-	release := func() { b.release(n) }
+	hold := BodyHold{b: b, n: n}
 	rc := connOf(w)
 	// The deadline is set before the body is registered as unfinished, so
 	// a cut for room (which sets it to now) is never overwritten by it.
@@ -106,7 +105,7 @@ func (b *BodyBudget) ReadBody(w http.ResponseWriter, r *http.Request, limit int6
 	// so a slow broker write is not taken for that.
 	setReadDeadline(rc, time.Time{})
 	if err != nil {
-		release()
+		hold.Release()
 		var ne net.Error
 		if cut || (errors.As(err, &ne) && ne.Timeout()) {
 			if cut {
@@ -120,11 +119,26 @@ func (b *BodyBudget) ReadBody(w http.ResponseWriter, r *http.Request, limit int6
 				b.unfinished.cut.Add(1)
 			}
 			b.timedOut.Add(1)
-			return nil, nil, fmt.Errorf("%w: %d bytes declared, not all sent within %s", errBodyDeadline, r.ContentLength, bodyReadTimeout)
+			return nil, BodyHold{}, fmt.Errorf("%w: %d bytes declared, not all sent within %s", errBodyDeadline, r.ContentLength, bodyReadTimeout)
 		}
-		return nil, nil, err
+		return nil, BodyHold{}, err
 	}
-	return body, release, nil
+	return body, hold, nil
+}
+
+// BodyHold is a body's room in its budget, from ReadBody until Release.
+// A value rather than a function, so that handing it back costs no
+// allocation; the zero BodyHold holds nothing.
+type BodyHold struct {
+	b *BodyBudget
+	n int64
+}
+
+// Release gives the room back. Called once per hold.
+func (h BodyHold) Release() {
+	if h.b != nil {
+		h.b.release(h.n)
+	}
 }
 
 // BodyRefusal is the answer to ReadBody's error, with the headers it

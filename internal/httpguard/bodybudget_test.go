@@ -141,13 +141,13 @@ func TestABodyWaitingForRoomStopsWhenItsClientIsGone(t *testing.T) {
 // body's room still held, and answers as the daemon's handlers do.
 func budgetHandler(b *BodyBudget, limit int64, then func(*http.Request)) http.Handler {
 	return HTTP1Answers(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, release, err := b.ReadBody(w, r, limit)
+		_, hold, err := b.ReadBody(w, r, limit)
 		if err != nil {
 			status, reason := BodyRefusal(w, err)
 			Answer(w, status, reason)
 			return
 		}
-		defer release()
+		defer hold.Release()
 		then(r)
 		Answer(w, http.StatusOK, "ok")
 	}))

@@ -1,7 +1,6 @@
 package httpguard
 
 import (
-	"container/list"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
@@ -155,8 +154,11 @@ type ConnLimiter struct {
 	// (SetSourceMembers); a source's cap is perSource times their count.
 	members map[string]int
 	// waiting holds the connections without a request in progress, the one
-	// that has waited longest at the front: the first to close for room.
-	waiting *list.List // of *limitedConn
+	// that has waited longest at the front: the first to close for room. A
+	// list threaded through the connections themselves: a keep-alive
+	// connection joins it after every request, and a container/list
+	// element there cost an allocation per request.
+	waiting waitList
 
 	refusedFull, refusedSource, evicted, unstarted atomic.Uint64
 
@@ -167,7 +169,7 @@ type ConnLimiter struct {
 }
 
 func newConnLimiter(name string, max, perSource int) *ConnLimiter {
-	return &ConnLimiter{name: name, max: max, perSource: perSource, FirstRequest: connFirstRequest, bySource: map[string]int{}, waiting: list.New(), refusals: NewSourceLog()}
+	return &ConnLimiter{name: name, max: max, perSource: perSource, FirstRequest: connFirstRequest, bySource: map[string]int{}, refusals: NewSourceLog()}
 }
 
 func (l *ConnLimiter) logTo(log *slog.Logger) *ConnLimiter {
@@ -228,8 +230,51 @@ type limitedConn struct {
 	started *time.Timer // closes the connection unless a request starts in time
 	// Guarded by lim.mu: whether the connection still counts against the
 	// caps, and its place in lim.waiting while no request is in progress.
-	slotted bool
-	waitEl  *list.Element
+	slotted            bool
+	waiting            bool // in lim.waiting
+	waitPrev, waitNext *limitedConn
+}
+
+// waitList is ConnLimiter.waiting: the connections without a request in
+// progress, oldest first, linked through their waitPrev and waitNext.
+// Guarded by ConnLimiter.mu.
+type waitList struct {
+	front, back *limitedConn
+	n           int
+}
+
+// Len is how many connections wait.
+func (q *waitList) Len() int { return q.n }
+
+// pushBack puts c, not in the list, at its back.
+func (q *waitList) pushBack(c *limitedConn) {
+	c.waiting, c.waitPrev, c.waitNext = true, q.back, nil
+	if q.back != nil {
+		q.back.waitNext = c
+	} else {
+		q.front = c
+	}
+	q.back = c
+	q.n++
+}
+
+// remove takes c out of the list, if it is in it.
+func (q *waitList) remove(c *limitedConn) {
+	if !c.waiting {
+		return
+	}
+	if c.waitPrev != nil {
+		c.waitPrev.waitNext = c.waitNext
+	} else {
+		q.front = c.waitNext
+	}
+	if c.waitNext != nil {
+		c.waitNext.waitPrev = c.waitPrev
+	} else {
+		q.back = c.waitPrev
+	}
+	c.waiting, c.waitPrev, c.waitNext = false, nil, nil
+	q.n--
 }
 
 func (c *limitedConn) Close() error {
@@ -277,7 +322,7 @@ func (l *ConnLimiter) admit(c net.Conn) *limitedConn {
 	}
 	var victim *limitedConn
 	if l.open >= l.max {
-		front := l.waiting.Front()
+		front := l.waiting.front
 		if front == nil {
 			l.mu.Unlock()
 			l.refusedFull.Add(1)
@@ -292,7 +337,7 @@ func (l *ConnLimiter) admit(c net.Conn) *limitedConn {
 	lc := &limitedConn{Conn: c, lim: l, source: source, slotted: true}
 	l.open++
 	l.bySource[source]++
-	lc.waitEl = l.waiting.PushBack(lc)
+	l.waiting.pushBack(lc)
 	lc.started = time.AfterFunc(l.FirstRequest, func() {
 		// Not lc.Close: that would read lc.started, which this goroutine
 		// has no ordering with.
@@ -318,12 +363,11 @@ func (l *ConnLimiter) admit(c net.Conn) *limitedConn {
 // holder first leaves a source with few connections its own until every
 // larger one is down to its size. The walk is over at most the cap's
 // connections and runs only at the cap. Called with mu held; front is
-// l.waiting.Front(), not nil.
-func (l *ConnLimiter) roomVictimLocked(front *list.Element) *limitedConn {
-	victim := front.Value.(*limitedConn)
+// l.waiting.front, not nil.
+func (l *ConnLimiter) roomVictimLocked(front *limitedConn) *limitedConn {
+	victim := front
 	most := l.bySource[victim.source]
-	for e := front.Next(); e != nil; e = e.Next() {
-		c := e.Value.(*limitedConn)
+	for c := front.waitNext; c != nil; c = c.waitNext {
 		if n := l.bySource[c.source]; n > most {
 			victim, most = c, n
 		}
@@ -344,10 +388,7 @@ func (l *ConnLimiter) release(c *limitedConn) {
 // mu held, for a connection that is slotted.
 func (l *ConnLimiter) dropLocked(c *limitedConn) {
 	c.slotted = false
-	if c.waitEl != nil {
-		l.waiting.Remove(c.waitEl)
-		c.waitEl = nil
-	}
+	l.waiting.remove(c)
 	l.open--
 	if n := l.bySource[c.source] - 1; n > 0 {
 		l.bySource[c.source] = n
@@ -371,15 +412,12 @@ func (l *ConnLimiter) ConnState(c net.Conn, state http.ConnState) {
 	case http.StateActive:
 		lc.started.Stop()
 		l.mu.Lock()
-		if lc.waitEl != nil {
-			l.waiting.Remove(lc.waitEl)
-			lc.waitEl = nil
-		}
+		l.waiting.remove(lc)
 		l.mu.Unlock()
 	case http.StateIdle:
 		l.mu.Lock()
-		if lc.slotted && lc.waitEl == nil {
-			lc.waitEl = l.waiting.PushBack(lc)
+		if lc.slotted && !lc.waiting {
+			l.waiting.pushBack(lc)
 		}
 		l.mu.Unlock()
 	}

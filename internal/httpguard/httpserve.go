@@ -126,6 +126,14 @@ func (w *deadlineWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
+// WriteString passes a string on as a string: net/http's writer takes it
+// without a copy, where io.WriteString through a writer without this
+// method would convert it to a new []byte, one allocation per answer.
+func (w *deadlineWriter) WriteString(s string) (int, error) {
+	w.arm()
+	return io.WriteString(w.ResponseWriter, s)
+}
+
 // SetWriteDeadline lets a handler whose answer is long (the read-back)
 // set a deadline of its own through http.ResponseController; it then
 // replaces the default one.

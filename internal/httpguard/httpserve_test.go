@@ -1,6 +1,7 @@
 package httpguard
 
 import (
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -35,5 +36,36 @@ func TestClipLoggedKeepsAValueWithinTheBoundOnceQuoted(t *testing.T) {
 		if got := ClipLogged(s); got != s {
 			t.Errorf("a value within the bound was changed: %q -> %q", s, got)
 		}
+	}
+}
+
+// stringWriter is a ResponseWriter that takes strings as net/http's does,
+// with its header map made already, so that what an answer allocates is
+// the answer's own.
+type stringWriter struct {
+	h       http.Header
+	written int
+}
+
+func (w *stringWriter) Header() http.Header         { return w.h }
+func (w *stringWriter) WriteHeader(int)             {}
+func (w *stringWriter) Write(b []byte) (int, error) { w.written += len(b); return len(b), nil }
+func (w *stringWriter) WriteString(s string) (int, error) {
+	w.written += len(s)
+	return len(s), nil
+}
+
+// An answer written through the deadline writer every listener wraps its
+// handler's writer in passes its text on as a string: without its own
+// WriteString the text was copied to a new []byte, once an answer.
+func TestAnAnswerThroughTheDeadlineWriterAllocatesNothing(t *testing.T) {
+	w := &stringWriter{h: http.Header{"Content-Type": nil, "X-Content-Type-Options": nil}}
+	dw := &deadlineWriter{ResponseWriter: w}
+	reason := strings.Repeat("r", 40)
+	if n := testing.AllocsPerRun(100, func() { Answer(dw, http.StatusOK, reason) }); n != 0 {
+		t.Fatalf("an answer allocates %.1f times, want 0", n)
+	}
+	if want := 101 * (len(reason) + 1); w.written != want {
+		t.Fatalf("%d bytes written, want %d", w.written, want)
 	}
 }

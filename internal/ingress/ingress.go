@@ -176,7 +176,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) (int, string, Fr
 	// Reserved and read only once the checks above passed, so a page or a
 	// misdirected request holds nothing of the ingress's budget; given
 	// back once the frame is written.
-	body, release, err := s.cfg.Bodies.ReadBody(w, r, BodyMax(s.cfg.WorkloadMaxBytes))
+	body, hold, err := s.cfg.Bodies.ReadBody(w, r, BodyMax(s.cfg.WorkloadMaxBytes))
 	if err != nil {
 		status, reason := httpguard.BodyRefusal(w, err)
 		if status == http.StatusRequestEntityTooLarge {
@@ -187,7 +187,7 @@ func (s *Server) decide(w http.ResponseWriter, r *http.Request) (int, string, Fr
 		}
 		return status, reason, Frame{}
 	}
-	defer release()
+	defer hold.Release()
 	f, err := s.cfg.Relay.Ingest(body, r.Header.Values(LeaseHeader))
 	if err == nil {
 		return http.StatusOK, "ok", f

@@ -16,7 +16,7 @@ import (
 // written. A batch that was processed is answered 200 with one result per
 // element, whatever those results are.
 func (s *Server) servePeerBatch(w http.ResponseWriter, r *http.Request, log *httpguard.RequestLog, principal string, reject func(status int, reason string)) {
-	body, release, err := s.cfg.Bodies.ReadBody(w, r, peerwire.BatchMaxBytes)
+	body, hold, err := s.cfg.Bodies.ReadBody(w, r, peerwire.BatchMaxBytes)
 	if err != nil {
 		status, reason := httpguard.BodyRefusal(w, err)
 		if status == http.StatusRequestEntityTooLarge {
@@ -25,7 +25,7 @@ func (s *Server) servePeerBatch(w http.ResponseWriter, r *http.Request, log *htt
 		reject(status, reason)
 		return
 	}
-	defer release()
+	defer hold.Release()
 	elems, err := peerwire.SplitBatch(body)
 	if errors.Is(err, peerwire.ErrBatchTooManyFrames) {
 		reject(http.StatusRequestEntityTooLarge, err.Error())

@@ -1,7 +1,6 @@
 package peerserver
 
 import (
-	"container/list"
 	"crypto/sha256"
 	"encoding/binary"
 	"strconv"
@@ -21,18 +20,15 @@ const DedupCapacity = 10000
 // by its capacity.
 type dedupDigest [sha256.Size]byte
 
-// removalDigest is a removal key's digest as its list element holds it: a
-// type of its own, so the dedup tells the removal keys it remembers from
-// the lifecycle keys without a byte more per key, and counts them
-// (dedup.removals).
-type removalDigest dedupDigest
-
 // DedupEntryBytes is the estimated heap one remembered key costs: its
-// list element (48 bytes), the digest boxed in the element's Value (32)
-// and its share of the index map, whose slots hold a digest and a pointer
-// (40 bytes, and a control byte) at a load that falls to about half when
-// the map grows. Measured over fills from 500 to 10,000 keys the cost is
-// 146 to 185 bytes a key (159 when full); 192 bounds it at every fill.
+// entry (dedupEntry, 44 bytes; the slice of them grows by doubling to the
+// capacity, so up to twice that while it grows) and its share of the index
+// map, whose slots hold a digest and an index (36 bytes, and a control
+// byte) at a load that falls to about half when the map grows. Measured
+// over fills from 500 to 10,000 keys the cost is 57 to 164 bytes a key
+// (110 when full; the most just after the slice and the map double); the
+// estimate, the metric's and the spec's, stays the 192 that bounded the
+// list the entries replaced.
 // TestDedupMemoryIsBoundedInBytesWithMaximumLengthFields checks it.
 const DedupEntryBytes = 192
 
@@ -60,12 +56,22 @@ const DedupMaxBytes = DedupCapacity * DedupEntryBytes
 type dedup struct {
 	capacity int
 
-	// mu guards order, index and inflight. It is a leaf lock and is never
-	// held across the broker write; the per-key locks are taken outside it
-	// and it is taken under them (order: per-key lock -> dedup.mu).
-	mu    sync.Mutex
-	order *list.List                    // front = most recently seen key, a dedupDigest or a removalDigest
-	index map[dedupDigest]*list.Element // key -> element in order
+	// mu guards entries, the list through them, free, index and inflight.
+	// It is a leaf lock and is never held across the broker write; the
+	// per-key locks are taken outside it and it is taken under them
+	// (order: per-key lock -> dedup.mu).
+	mu sync.Mutex
+	// entries are the remembered keys, in recency order through their
+	// links: front is the most recently seen, back the first to go. They
+	// hold no pointer and neither does index, so the collector has nothing
+	// to scan in them, and recording a key allocates nothing once the
+	// slice has grown to the keys held (a list element and a boxed digest
+	// each before, two allocations a frame).
+	entries     []dedupEntry
+	front, back int32                 // -1: none
+	n           int                   // keys remembered
+	free        int32                 // a slot forgotten, linked through next; -1: none
+	index       map[dedupDigest]int32 // key -> its slot in entries
 	// inflight holds the per-key locks by the workload id itself (the
 	// frame's own string, not a copy): a lock needs no digest, since the
 	// map holds only the frames in flight, not what was remembered, and it
@@ -79,6 +85,14 @@ type dedup struct {
 	removals atomic.Int64
 
 	hits atomic.Uint64 // duplicates not written, for the metrics
+}
+
+// dedupEntry is one remembered key and its links in recency order, as
+// indices into dedup.entries (-1: none).
+type dedupEntry struct {
+	key        dedupDigest
+	prev, next int32
+	removal    bool // a removal's key (dedup.removals counts them)
 }
 
 // keyLock serializes the deliveries of one key. refs counts the deliveries
@@ -96,8 +110,10 @@ var keyLocks = sync.Pool{New: func() any { return new(keyLock) }}
 func newDedup(capacity int) *dedup {
 	return &dedup{
 		capacity: capacity,
-		order:    list.New(),
-		index:    make(map[dedupDigest]*list.Element),
+		front:    -1,
+		back:     -1,
+		free:     -1,
+		index:    make(map[dedupDigest]int32),
 		inflight: make(map[string]*keyLock),
 	}
 }
@@ -205,8 +221,8 @@ func (d *dedup) unlockKey(key string, kl *keyLock) {
 func (d *dedup) seen(key dedupDigest) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if e, ok := d.index[key]; ok {
-		d.order.MoveToFront(e)
+	if i, ok := d.index[key]; ok {
+		d.moveToFrontLocked(i)
 		return true
 	}
 	return false
@@ -221,46 +237,102 @@ func (d *dedup) record(key dedupDigest, removal bool) {
 
 // recordLocked is record with mu held.
 func (d *dedup) recordLocked(key dedupDigest, removal bool) {
-	if e, ok := d.index[key]; ok {
-		d.order.MoveToFront(e)
+	if i, ok := d.index[key]; ok {
+		d.moveToFrontLocked(i)
 		return
 	}
-	if removal {
-		d.index[key] = d.order.PushFront(removalDigest(key))
-		d.removals.Add(1)
-	} else {
-		d.index[key] = d.order.PushFront(key)
+	if d.n >= d.capacity {
+		d.dropLocked(d.back) // its slot is the one taken below
 	}
-	for d.order.Len() > d.capacity {
-		d.dropLocked(d.order.Back())
+	i := d.slotLocked()
+	d.entries[i] = dedupEntry{key: key, prev: -1, next: -1, removal: removal}
+	d.pushFrontLocked(i)
+	d.index[key] = i
+	d.n++
+	if removal {
+		d.removals.Add(1)
+	}
+}
+
+// slotLocked returns a free slot of entries: one forgotten, else a new one
+// at the end. The slice grows by doubling up to the capacity, never past
+// it: it holds at most capacity keys.
+func (d *dedup) slotLocked() int32 {
+	if i := d.free; i >= 0 {
+		d.free = d.entries[i].next
+		return i
+	}
+	if len(d.entries) == cap(d.entries) {
+		grown := make([]dedupEntry, len(d.entries), min(max(64, 2*cap(d.entries)), d.capacity))
+		copy(grown, d.entries)
+		d.entries = grown
+	}
+	d.entries = append(d.entries, dedupEntry{})
+	return int32(len(d.entries) - 1)
+}
+
+// pushFrontLocked links slot i, unlinked, at the front.
+func (d *dedup) pushFrontLocked(i int32) {
+	e := &d.entries[i]
+	e.prev, e.next = -1, d.front
+	if d.front >= 0 {
+		d.entries[d.front].prev = i
+	} else {
+		d.back = i
+	}
+	d.front = i
+}
+
+// unlinkLocked takes slot i out of the recency order.
+func (d *dedup) unlinkLocked(i int32) {
+	e := &d.entries[i]
+	if e.prev >= 0 {
+		d.entries[e.prev].next = e.next
+	} else {
+		d.front = e.next
+	}
+	if e.next >= 0 {
+		d.entries[e.next].prev = e.prev
+	} else {
+		d.back = e.prev
+	}
+	e.prev, e.next = -1, -1
+}
+
+// moveToFrontLocked makes the key in slot i the most recently seen.
+func (d *dedup) moveToFrontLocked(i int32) {
+	if d.front != i {
+		d.unlinkLocked(i)
+		d.pushFrontLocked(i)
 	}
 }
 
 // forgetLocked drops key, if remembered. Called with mu held.
 func (d *dedup) forgetLocked(key dedupDigest) {
-	if e, ok := d.index[key]; ok {
-		d.dropLocked(e)
+	if i, ok := d.index[key]; ok {
+		d.dropLocked(i)
 	}
 }
 
-// dropLocked removes the remembered key e, counting a removal's out.
-// Called with mu held.
-func (d *dedup) dropLocked(e *list.Element) {
-	d.order.Remove(e)
-	switch k := e.Value.(type) {
-	case removalDigest:
+// dropLocked removes the key in slot i, counting a removal's out, and
+// frees the slot. Called with mu held.
+func (d *dedup) dropLocked(i int32) {
+	d.unlinkLocked(i)
+	e := &d.entries[i]
+	if e.removal {
 		d.removals.Add(-1)
-		delete(d.index, dedupDigest(k))
-	case dedupDigest:
-		delete(d.index, k)
 	}
+	delete(d.index, e.key)
+	*e = dedupEntry{prev: -1, next: d.free}
+	d.free = i
+	d.n--
 }
 
 // len returns the number of remembered keys.
 func (d *dedup) len() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.order.Len()
+	return d.n
 }
 
 // bytes estimates the heap the remembered keys hold, for the metrics:
@@ -270,11 +342,14 @@ func (d *dedup) bytes() int { return d.len() * DedupEntryBytes }
 // lifecycleDedupKey is the key peers deduplicate a lifecycle event on.
 func lifecycleDedupKey(e *wireframe.Lifecycle) dedupDigest {
 	i := &e.Info
-	seq := ""
+	// The seq's decimal text, made on the stack: FormatInt allocates it
+	// for every seq from 100 up, once a frame.
+	var buf [20]byte
+	var seq []byte
 	if i.HasSeq {
-		seq = strconv.FormatInt(i.Seq, 10)
+		seq = strconv.AppendInt(buf[:0], i.Seq, 10)
 	}
-	return digestKey("L", i.OriginatedFrom, i.Engine, i.RunID, i.ID, i.State, i.ScheduledOn, seq)
+	return digestKey("L", i.OriginatedFrom, i.Engine, i.RunID, i.ID, i.State, i.ScheduledOn, string(seq))
 }
 
 // removalDedupKey is the key peers deduplicate a removal on: its workload,

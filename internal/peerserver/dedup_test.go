@@ -2,7 +2,9 @@ package peerserver
 
 import (
 	"errors"
+	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -295,8 +297,8 @@ func recordedKeys(d *dedup, names ...string) []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []string
-	for e := d.order.Front(); e != nil; e = e.Next() {
-		name, ok := byDigest[e.Value.(dedupDigest)]
+	for i := d.front; i >= 0; i = d.entries[i].next {
+		name, ok := byDigest[d.entries[i].key]
 		if !ok {
 			name = "?"
 		}
@@ -370,4 +372,103 @@ func TestDedupMemoryIsBoundedInBytesWithMaximumLengthFields(t *testing.T) {
 // and write's error, in which case the key stays unrecorded.
 func (d *dedup) deliverOnce(key dedupDigest, write func() error) (duplicate bool, err error) {
 	return d.deliverUnder(string(key[:]), key, false, write)
+}
+
+// TestDedupSlotsForgottenAndEvictedAreReusedWithoutMixingKeys: the keys
+// live in slots of one slice, reused once forgotten or evicted, so a slot
+// reused while a link or an index entry still named its old key would
+// remember a key twice, lose one or evict out of order. Random records,
+// lookups and forgets are checked against a plain list after every step.
+func TestDedupSlotsForgottenAndEvictedAreReusedWithoutMixingKeys(t *testing.T) {
+	const capacity, names = 8, 20
+	d := newDedup(capacity)
+	var model []string // most recently seen first
+	find := func(name string) int {
+		for i, n := range model {
+			if n == name {
+				return i
+			}
+		}
+		return -1
+	}
+	toFront := func(i int) {
+		name := model[i]
+		model = append(model[:i], model[i+1:]...)
+		model = append([]string{name}, model...)
+	}
+	all := make([]string, names)
+	for i := range all {
+		all[i] = strconv.Itoa(i)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for step := range 5000 {
+		name := all[rng.IntN(names)]
+		key := testDigest(name)
+		d.mu.Lock()
+		switch rng.IntN(3) {
+		case 0:
+			d.recordLocked(key, rng.IntN(2) == 0)
+			if i := find(name); i >= 0 {
+				toFront(i)
+			} else {
+				model = append([]string{name}, model...)
+				if len(model) > capacity {
+					model = model[:capacity]
+				}
+			}
+		case 1:
+			if i, ok := d.index[key]; ok {
+				d.moveToFrontLocked(i)
+			}
+			if i := find(name); i >= 0 {
+				toFront(i)
+			}
+		case 2:
+			d.forgetLocked(key)
+			if i := find(name); i >= 0 {
+				model = append(model[:i], model[i+1:]...)
+			}
+		}
+		n, indexed := d.n, len(d.index)
+		d.mu.Unlock()
+		got := recordedKeys(d, all...)
+		if !slices.Equal(got, model) || n != len(model) || indexed != len(model) {
+			t.Fatalf("step %d: the dedup holds %v (%d counted, %d indexed), want %v", step, got, n, indexed, model)
+		}
+	}
+	if cap(d.entries) > capacity {
+		t.Fatalf("the entries grew to %d slots, past the capacity %d", cap(d.entries), capacity)
+	}
+}
+
+// TestDedupRecordsAKeyWithoutAnAllocationOnceItHoldsItsCapacity: the keys
+// live in one slice of entries whose slots are reused, so a full dedup
+// records each new key (and evicts the oldest) without allocating, where
+// a list element and a boxed digest cost two allocations a frame, and a
+// seq from 100 up a third for its text.
+func TestDedupRecordsAKeyWithoutAnAllocationOnceItHoldsItsCapacity(t *testing.T) {
+	const capacity = 64
+	d := newDedup(capacity)
+	frames := make([]wireframe.Lifecycle, 4*capacity)
+	for i := range frames {
+		id := "job-" + strconv.Itoa(i)
+		frames[i] = wireframe.Lifecycle{Method: wireframe.MethodStarted, Info: wireframe.WorkloadInfo{
+			ID: id, RunID: id, Engine: "llamacpp", Model: "qwen3.5-9b", OriginatedFrom: "node-a",
+			State: "running", Seq: int64(1000 + i), HasSeq: true}}
+	}
+	deliver := func(i int) {
+		if dup, err := d.deliverLifecycle(&frames[i%len(frames)], func() error { return nil }); dup || err != nil {
+			t.Fatalf("frame %d: duplicate=%v err=%v, want a write", i, dup, err)
+		}
+	}
+	for i := range capacity {
+		deliver(i)
+	}
+	next := capacity
+	if n := testing.AllocsPerRun(2*capacity, func() { deliver(next); next++ }); n != 0 {
+		t.Fatalf("a full dedup allocates %.1f times per key recorded, want 0", n)
+	}
+	if d.len() != capacity {
+		t.Fatalf("the dedup holds %d keys, want its capacity %d", d.len(), capacity)
+	}
 }

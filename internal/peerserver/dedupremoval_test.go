@@ -235,8 +235,8 @@ func TestDedupCountsTheRemovalKeysItHolds(t *testing.T) {
 		r.d.mu.Lock()
 		defer r.d.mu.Unlock()
 		n := 0
-		for e := r.d.order.Front(); e != nil; e = e.Next() {
-			if _, ok := e.Value.(removalDigest); ok {
+		for i := r.d.front; i >= 0; i = r.d.entries[i].next {
+			if r.d.entries[i].removal {
 				n++
 			}
 		}

@@ -205,12 +205,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body is reserved and read only now that the client has shown
 	// its pin: a client without one holds nothing of the peer's budget.
-	body, release, err := s.cfg.Bodies.ReadBody(w, r, wireframe.MaxBytes)
+	body, hold, err := s.cfg.Bodies.ReadBody(w, r, wireframe.MaxBytes)
 	if err != nil {
 		reject(httpguard.BodyRefusal(w, err))
 		return
 	}
-	defer release()
+	defer hold.Release()
 	// The slot is taken once the body is in, so a client slow to send one
 	// never holds it, and given back before the answer is written.
 	if !s.cfg.Waiters.Acquire(r.Context().Done()) {
@@ -286,9 +286,15 @@ func (s *Server) HandleFrame(log *httpguard.RequestLog, principal string, body [
 // reach the broker even when the event itself was seen before. Every
 // lifecycle frame written, a re-assertion too, makes its workload's next
 // removal new (deliverLifecycle).
+//
+// The broker is an interface, so what it is handed a pointer to escapes:
+// a removal is handed a copy of its own, which leaves the event, and with
+// it every lifecycle frame, on the caller's stack.
 func (s *Server) relayPeerEvent(ev *Event) (duplicate bool, err error) {
 	if ev.isRemoval {
-		return s.dedup.deliverRemoval(&ev.removal, func() error { return s.cfg.Broker.SendRemove(&ev.removal) })
+		r := ev.removal
+		return s.dedup.deliverRemoval(&r, func() error { return s.cfg.Broker.SendRemove(&r) })
 	}
-	return s.dedup.deliverLifecycle(&ev.life, func() error { return s.cfg.Broker.SendUpsert(ev.life.Raw) })
+	raw := ev.life.Raw
+	return s.dedup.deliverLifecycle(&ev.life, func() error { return s.cfg.Broker.SendUpsert(raw) })
 }
