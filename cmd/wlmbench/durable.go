@@ -437,3 +437,40 @@ func (b *bench) targetRow(r *ratioRow, goal string, atLeastBound bool, bound flo
 	}
 	b.goals39.set(goal, r.target, cell, r.result)
 }
+
+// collectorCPU is the CPU time d's collector has spent since it started,
+// from its metrics page (go_cpu_classes_gc_total_cpu_seconds_total); false
+// when it serves none (no --metrics, or a build before the metric).
+func (b *bench) collectorCPU(d *daemon) (time.Duration, bool) {
+	if d == nil || !b.hasMetrics {
+		return 0, false
+	}
+	text, err := d.scrape(b.cfg.metricsPath)
+	if err != nil {
+		return 0, false
+	}
+	v, n := promSum(text, "go_cpu_classes_gc_total_cpu_seconds_total")
+	if n == 0 {
+		return 0, false
+	}
+	return time.Duration(v * float64(time.Second)), true
+}
+
+// collectorRow adds the row of what this build's collector spent a frame
+// over a point's trials (gc, over the frames this series accepted) and its
+// share of the build's CPU per frame: the runtime's estimate, which counts
+// its idle-time marking too. A new job per frame grows the heap it marks
+// (spec 4.1); cycling ids do not.
+func (b *bench) collectorRow(point string, gc time.Duration, this *series) {
+	if this.ok == 0 || gc <= 0 {
+		return
+	}
+	per := gc / time.Duration(this.ok)
+	cpu := medianDuration(this.cpu)
+	r := row{section: "ingress", figure: fmt.Sprintf("  this build's collector, CPU per frame at %s (ratio: its share of the build's CPU per frame)", point),
+		measured: fmtMicros(per), baseline: fmtMicros(cpu)}
+	if cpu > 0 {
+		r.ratio = fmt.Sprintf("%.0f%%", 100*float64(per)/float64(cpu))
+	}
+	b.tbl.add(r)
+}

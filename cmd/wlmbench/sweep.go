@@ -274,6 +274,7 @@ func (b *bench) ingressAt(builds []*contestant, ceils ingressCeilings, mode stri
 	}
 	url := func(addr string) string { return "http://" + addr + ingressPath }
 	var servers []ingressServer // the daemons, this build's first
+	var thisD *daemon           // this build's daemon in the first mode, for its collector's figures
 	for _, st := range starts {
 		name := fmt.Sprintf("ingress-%s-%d", mode, c)
 		if st.role != roleThis && st.bc.role == roleThis {
@@ -290,6 +291,9 @@ func (b *bench) ingressAt(builds []*contestant, ceils ingressCeilings, mode stri
 		defer b.stopDaemon(d)
 		defer b.noteDaemonErrors("ingress "+point, st.role, d)
 		servers = append(servers, ingressServer{role: st.role, pid: d.cmd.Process.Pid, url: url(d.ingressAddr)})
+		if st.role == roleThis {
+			thisD = d
+		}
 	}
 	// The figure's servers: this build, the bare ceiling, the durable
 	// ceilings, then the others.
@@ -323,7 +327,11 @@ func (b *bench) ingressAt(builds []*contestant, ceils ingressCeilings, mode stri
 	for _, s := range all[2:] {
 		others = append(others, other{role: s.role, trial: trialOn(s)})
 	}
+	gcBefore, gcOK := b.collectorCPU(thisD)
 	p, series := runFigure(cfg.trials, "ingress "+point, trialOn(all[0]), trialOn(all[1]), others)
+	if gcAfter, ok := b.collectorCPU(thisD); ok && gcOK {
+		b.collectorRow(point, gcAfter-gcBefore, series[0])
+	}
 
 	ratio, ok := ratioOf(p.ratio)
 	r := row{section: "ingress",
