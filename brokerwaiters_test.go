@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"strings"
@@ -190,8 +191,8 @@ func TestARequestBeyondTheBoundWaitsBrieflyForASlot(t *testing.T) {
 	if waited := time.Since(start); waited < brokerio.WaiterPatience {
 		t.Fatalf("refused after %v, before the %v of patience", waited, brokerio.WaiterPatience)
 	}
-	gone := make(chan struct{})
-	close(gone)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
 	if b.Acquire(gone) {
 		t.Fatal("a slot was taken with none free for a client that went away")
 	}

@@ -1,6 +1,7 @@
 package brokerio
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -67,15 +68,22 @@ func NewWaiters(channel string, limit int) *Waiters {
 // cap.
 const WaiterPatience = 250 * time.Millisecond
 
-// acquire takes a slot, waiting up to WaiterPatience for one, or
-// less when done is closed (the request's client went away), and reports
-// whether it did; a request that gets none is counted as refused and must
-// be answered with BusyError.
-func (b *Waiters) Acquire(done <-chan struct{}) bool {
+// Acquire takes a slot, waiting up to WaiterPatience for one, or less
+// when ctx is done (the request's client went away; nil for a request that
+// cannot go), and reports whether it did; a request that gets none is
+// counted as refused and must be answered with BusyError. ctx's Done is
+// asked for only when the request has to wait: a request's context makes
+// its channel when first asked, an allocation a frame that a free slot
+// does not need.
+func (b *Waiters) Acquire(ctx context.Context) bool {
 	select {
 	case b.slots <- struct{}{}:
 		return true
 	default:
+	}
+	var done <-chan struct{}
+	if ctx != nil {
+		done = ctx.Done()
 	}
 	wait := time.NewTimer(WaiterPatience)
 	defer wait.Stop()

@@ -37,7 +37,7 @@ func (s *Server) servePeerBatch(w http.ResponseWriter, r *http.Request, log *htt
 	}
 	// A batch is one request waiting on the broker, whatever its length: it
 	// takes one slot for all its elements, which it writes one at a time.
-	if !s.cfg.Waiters.Acquire(r.Context().Done()) {
+	if !s.cfg.Waiters.Acquire(r.Context()) {
 		s.cfg.Waiters.Refuse(w, log.Logger())
 		return
 	}

@@ -213,7 +213,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer hold.Release()
 	// The slot is taken once the body is in, so a client slow to send one
 	// never holds it, and given back before the answer is written.
-	if !s.cfg.Waiters.Acquire(r.Context().Done()) {
+	if !s.cfg.Waiters.Acquire(r.Context()) {
 		s.cfg.Waiters.Refuse(w, log.Logger())
 		return
 	}
