@@ -207,13 +207,20 @@ func (t Turn) Wait() error {
 }
 
 // leadAlone writes the line of a caller that found no write in progress.
-// It first yields once: the frames of other requests that are ready to run
-// (posts answered together by one journal fsync come back together) join
-// the group forming behind it meanwhile, and it writes that group with its
-// own line, in one Write, in the order they were accepted. A lone caller,
-// with nothing else ready to run, is back at once.
+// A frame with a commit (a producer's post) first yields once: the frames
+// of other requests that are ready to run (posts answered together by one
+// journal fsync come back together) join the group forming behind it
+// meanwhile, and it writes that group with its own line, in one Write, in
+// the order they were accepted. A lone caller, with nothing else ready to
+// run, is back at once. A frame without one (a peer's event, an answer to
+// the broker) does not yield: nothing makes its fellows ready together,
+// and the yield cost a peer's frame more than the groups it formed saved
+// (issue 39: 51.7 against 41.3 us of CPU a frame from 4 peers, the
+// ingress's figures unchanged or worse without it at 32 producers).
 func (bw *Writer) leadAlone(t Turn) error {
-	runtime.Gosched()
+	if t.after != nil {
+		runtime.Gosched()
+	}
 	bw.mu.Lock()
 	var g *brokerGroup
 	if bw.head != nil && t.buf.Len()+bw.head.bytes <= GroupMaxBytes {
