@@ -394,7 +394,20 @@ func (b *bench) fsyncRows(point string, c int, all []*series) {
 			b.tbl.add(sr.row)
 			b.tbl.add(sc.row)
 		}
+		b.ceilingOverStockRows(point+modeSuffix(m), durable, stock)
 	}
+}
+
+// ceilingOverStockRows adds, for reference, the durable ceiling's own
+// figures over the stock daemon's at a point: what the stock targets ask
+// of this build asks at least this much of a server that keeps the same
+// promise on net/http, since this build is held to 0.9 of it.
+func (b *bench) ceilingOverStockRows(point string, durable, stock *series) {
+	r := rateRow(fmt.Sprintf("  %s: the durable ceiling's frames/s over the stock daemon's (reference)", point), durable, stock)
+	c := cpuOverRow(fmt.Sprintf("  %s: the durable ceiling's CPU per frame over the stock daemon's (reference)", point), durable, stock)
+	r.section, c.section = "stock", "stock"
+	b.tbl.add(r.row)
+	b.tbl.add(c.row)
 }
 
 // ratioRow is a row whose ratio is a median of per-trial ratios, kept
