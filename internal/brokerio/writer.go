@@ -21,13 +21,14 @@ import (
 // Write call, in that order.
 //
 // The shape is leader and followers. A caller whose frame finds no write in
-// progress leads: it yields once, so that the frames of requests ready to
-// run join the group forming behind it, then writes its own line and that
-// group in one write, with no goroutine handoff; a lone producer, with
-// nothing else ready, is back from the yield at once. (Without the yield a
-// leader's write, a few microseconds, is over before posts answered by one
-// journal fsync are parsed again, and nearly every frame was a write of
-// its own.) A caller that finds a write in
+// progress leads: a producer's post yields once, so that the frames of
+// requests ready to run join the group forming behind it, then writes its
+// own line and that group in one write, with no goroutine handoff; a lone
+// producer, with nothing else ready, is back from the yield at once.
+// (Without the yield a leader's write, a few microseconds, is over before
+// posts answered by one journal fsync are parsed again, and nearly every
+// frame was a write of its own.) Any other frame writes at once: nothing
+// makes its fellows ready together (leadAlone). A caller that finds a write in
 // progress appends its line to the group forming behind it, under a short
 // lock, and waits. When the leader's Write returns it runs the after-write
 // commits of its group in order (the ingress frames' tracking and queueing
