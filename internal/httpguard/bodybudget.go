@@ -218,49 +218,20 @@ type unfinishedBodies struct {
 	cut atomic.Uint64
 }
 
-// sourceBodies is one source's bodies being read, oldest first: a list
-// threaded through the bodies themselves, so registering one allocates
-// nothing.
-type sourceBodies struct {
-	front, back *unfinishedBody
-	n           int
-}
-
-func (q *sourceBodies) pushBack(b *unfinishedBody) {
-	b.q, b.prev, b.next = q, q.back, nil
-	if q.back != nil {
-		q.back.next = b
-	} else {
-		q.front = b
-	}
-	q.back = b
-	q.n++
-}
-
-func (q *sourceBodies) remove(b *unfinishedBody) {
-	if b.prev != nil {
-		b.prev.next = b.next
-	} else {
-		q.front = b.next
-	}
-	if b.next != nil {
-		b.next.prev = b.prev
-	} else {
-		q.back = b.prev
-	}
-	b.q, b.prev, b.next = nil, nil, nil
-	q.n--
-}
+// sourceBodies is one source's bodies being read, oldest first.
+type sourceBodies = ilist[unfinishedBody, *unfinishedBody]
 
 // unfinishedBody is one body being read. Its fields but source and rc are
 // guarded by unfinishedBodies.mu.
 type unfinishedBody struct {
-	source     string
-	rc         connDeadlines // nil for a writer without (a test's recorder)
-	q          *sourceBodies // nil once it left or was cut
-	prev, next *unfinishedBody
-	wasCut     bool
+	source string
+	rc     connDeadlines // nil for a writer without (a test's recorder)
+	q      *sourceBodies // nil once it left or was cut
+	links  links[unfinishedBody]
+	wasCut bool
 }
+
+func (b *unfinishedBody) listLinks() *links[unfinishedBody] { return &b.links }
 
 func newUnfinishedBodies(perSource int) *unfinishedBodies {
 	if perSource <= 0 {
@@ -295,16 +266,17 @@ func (u *unfinishedBodies) enter(remoteAddr string, rc connDeadlines) *unfinishe
 		}
 		u.bySource[source] = q
 	}
-	if q.n >= u.perSource {
+	if q.Len() >= u.perSource {
 		oldest := q.front
 		q.remove(oldest)
-		oldest.wasCut = true
+		oldest.q, oldest.wasCut = nil, true
 		u.n--
 		// Setting a deadline takes no system call: it is cheap under the
 		// lock, and under it the cut cannot race the body's leave.
 		setReadDeadline(oldest.rc, time.Now())
 	}
 	q.pushBack(b)
+	b.q = q
 	u.n++
 	return b
 }
@@ -318,8 +290,9 @@ func (u *unfinishedBodies) leave(b *unfinishedBody) (wasCut bool) {
 	u.mu.Lock()
 	if q := b.q; q != nil {
 		q.remove(b)
+		b.q = nil
 		u.n--
-		if q.n == 0 {
+		if q.Len() == 0 {
 			delete(u.bySource, b.source)
 			u.spare = q
 		}

@@ -230,52 +230,15 @@ type limitedConn struct {
 	started *time.Timer // closes the connection unless a request starts in time
 	// Guarded by lim.mu: whether the connection still counts against the
 	// caps, and its place in lim.waiting while no request is in progress.
-	slotted            bool
-	waiting            bool // in lim.waiting
-	waitPrev, waitNext *limitedConn
+	slotted bool
+	wait    links[limitedConn]
 }
+
+func (c *limitedConn) listLinks() *links[limitedConn] { return &c.wait }
 
 // waitList is ConnLimiter.waiting: the connections without a request in
-// progress, oldest first, linked through their waitPrev and waitNext.
-// Guarded by ConnLimiter.mu.
-type waitList struct {
-	front, back *limitedConn
-	n           int
-}
-
-// Len is how many connections wait.
-func (q *waitList) Len() int { return q.n }
-
-// pushBack puts c, not in the list, at its back.
-func (q *waitList) pushBack(c *limitedConn) {
-	c.waiting, c.waitPrev, c.waitNext = true, q.back, nil
-	if q.back != nil {
-		q.back.waitNext = c
-	} else {
-		q.front = c
-	}
-	q.back = c
-	q.n++
-}
-
-// remove takes c out of the list, if it is in it.
-func (q *waitList) remove(c *limitedConn) {
-	if !c.waiting {
-		return
-	}
-	if c.waitPrev != nil {
-		c.waitPrev.waitNext = c.waitNext
-	} else {
-		q.front = c.waitNext
-	}
-	if c.waitNext != nil {
-		c.waitNext.waitPrev = c.waitPrev
-	} else {
-		q.back = c.waitPrev
-	}
-	c.waiting, c.waitPrev, c.waitNext = false, nil, nil
-	q.n--
-}
+// progress, oldest first. Guarded by ConnLimiter.mu.
+type waitList = ilist[limitedConn, *limitedConn]
 
 func (c *limitedConn) Close() error {
 	c.started.Stop()
@@ -367,7 +330,7 @@ func (l *ConnLimiter) admit(c net.Conn) *limitedConn {
 func (l *ConnLimiter) roomVictimLocked(front *limitedConn) *limitedConn {
 	victim := front
 	most := l.bySource[victim.source]
-	for c := front.waitNext; c != nil; c = c.waitNext {
+	for c := nextIn(front); c != nil; c = nextIn(c) {
 		if n := l.bySource[c.source]; n > most {
 			victim, most = c, n
 		}
@@ -416,7 +379,7 @@ func (l *ConnLimiter) ConnState(c net.Conn, state http.ConnState) {
 		l.mu.Unlock()
 	case http.StateIdle:
 		l.mu.Lock()
-		if lc.slotted && !lc.waiting {
+		if lc.slotted && !lc.wait.in {
 			l.waiting.pushBack(lc)
 		}
 		l.mu.Unlock()
