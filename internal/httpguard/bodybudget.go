@@ -76,10 +76,11 @@ func NewRequestBodies() RequestBodies {
 
 // ReadBody reserves room in b for r's body, reads it under the body
 // deadline and returns it with its hold on the room, which the caller
-// releases once it no longer holds the body (after its broker write). The reservation is the declared length, or limit when
-// the length is not declared (a chunked body is cut off at limit); a body
-// declared over limit is refused before anything is reserved or read. On
-// error nothing is held; BodyRefusal gives the answer.
+// releases once it no longer holds the body (after its broker write). The
+// reservation is the declared length, or limit when the length is not
+// declared (a chunked body is cut off at limit); a body declared over
+// limit is refused before anything is reserved or read. On error nothing
+// is held; BodyRefusal gives the answer.
 func (b *BodyBudget) ReadBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, BodyHold, error) {
 	if r.ContentLength > limit {
 		return nil, BodyHold{}, &bodyTooLargeError{limit}
