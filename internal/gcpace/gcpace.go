@@ -5,7 +5,9 @@
 // headroom alone would be as large as the table (spec 4.1,
 // docs/decisions/0050-the-collectors-headroom.md). So the headroom follows
 // the live heap: the default while it is at most SmallHeap, then held at
-// SmallHeap, then at MinPercent of the live heap once that is smaller.
+// SmallHeap, then at MinPercent of the live heap once that is smaller. It
+// also reads what the collector has cost (ReadCollectorStats), for the
+// metrics page.
 //
 // It imports only the standard library and must never import a package of
 // this module: it knows the runtime, not the daemon.
