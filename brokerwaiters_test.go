@@ -193,8 +193,12 @@ func TestARequestBeyondTheBoundWaitsBrieflyForASlot(t *testing.T) {
 	}
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
+	start = time.Now()
 	if b.Acquire(gone) {
 		t.Fatal("a slot was taken with none free for a client that went away")
+	}
+	if waited := time.Since(start); waited >= brokerio.WaiterPatience {
+		t.Fatalf("a request whose client went away waited %v, its whole patience", waited)
 	}
 	if b.Refused() != 2 {
 		t.Fatalf("%d refusals counted, want 2", b.Refused())
