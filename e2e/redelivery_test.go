@@ -100,7 +100,10 @@ func TestProcessReusedIDRemovedTwiceThroughTheIngressIsRemovedAtThePeer(t *testi
 		}
 	}
 	// The origin's own broker got every frame: nothing on the sending side
-	// swallows the second removal.
+	// swallows the second removal. A 200 says the frame's line was written
+	// to the broker's pipe, not that the harness has read it yet: the
+	// barrier, written last, says every line before it has been.
+	a.WaitUpserts("barrier", 1)
 	if got := a.removalsOf("job-42"); got != 2 {
 		t.Fatalf("the origin's broker got %d of 2 removals", got)
 	}
