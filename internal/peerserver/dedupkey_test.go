@@ -13,20 +13,7 @@ func TestDedupKeyDistinguishesEveryTupleMember(t *testing.T) {
 	// built so that naive separator joining would collide with another.
 	base := map[string]any{"id": "job-1", "model": "m", "engine": "llamacpp", "state": "running",
 		"originatedFrom": "node-a", "scheduledOn": "node-b", "runId": "r1", "seq": 1}
-	with := func(o map[string]any) map[string]any {
-		w := map[string]any{}
-		for k, v := range base {
-			w[k] = v
-		}
-		for k, v := range o {
-			if v == nil {
-				delete(w, k)
-			} else {
-				w[k] = v
-			}
-		}
-		return w
-	}
+	with := func(o map[string]any) map[string]any { return testframe.Override(base, o) }
 	cases := map[string]map[string]any{
 		"base":                      base,
 		"other origin":              with(map[string]any{"originatedFrom": "node-c"}),

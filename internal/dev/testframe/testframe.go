@@ -15,6 +15,7 @@ package testframe
 
 import (
 	"encoding/json"
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,20 +27,26 @@ import (
 // state, originatedFrom, a runId of "run-"+id, seq 1 and a createdAt, with
 // overrides applied in order; an override's nil value deletes the member.
 func Workload(id, state, origin string, overrides ...map[string]any) map[string]any {
-	w := map[string]any{
+	return Override(map[string]any{
 		"id": id, "model": "qwen3.5-9b", "engine": "llamacpp", "state": state,
 		"originatedFrom": origin, "runId": "run-" + id, "seq": 1, "createdAt": 1789661457000,
-	}
+	}, overrides...)
+}
+
+// Override returns a copy of w with overrides applied in order; an
+// override's nil value deletes the member. w is left as it was.
+func Override(w map[string]any, overrides ...map[string]any) map[string]any {
+	out := maps.Clone(w)
 	for _, o := range overrides {
 		for k, v := range o {
 			if v == nil {
-				delete(w, k)
+				delete(out, k)
 			} else {
-				w[k] = v
+				out[k] = v
 			}
 		}
 	}
-	return w
+	return out
 }
 
 // MethodFor returns the lifecycle method that carries a state: errored for
