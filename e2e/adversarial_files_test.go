@@ -16,24 +16,6 @@ import (
 	"nvpair-workload-manager/internal/dev/testkit"
 )
 
-// makeFIFO makes a named pipe at path with no writer: an open that blocks
-// would block forever.
-func makeFIFO(t *testing.T, path string) {
-	t.Helper()
-	if err := syscall.Mkfifo(path, 0o600); err != nil {
-		t.Fatalf("mkfifo %s: %v", path, err)
-	}
-}
-
-// endlessDevice is a device that reads forever.
-func endlessDevice(t *testing.T) string {
-	t.Helper()
-	if _, err := os.Stat("/dev/zero"); err != nil {
-		t.Skipf("no /dev/zero: %v", err)
-	}
-	return "/dev/zero"
-}
-
 // TestAdversarialPinFilesAreSkippedWhileMemoryStaysFlatAndTheDaemonStops
 // puts a symlink to /dev/zero and a named pipe into a member's trusted/
 // beside its real pins, runs the real binary over several reload ticks,
@@ -44,10 +26,10 @@ func TestAdversarialPinFilesAreSkippedWhileMemoryStaysFlatAndTheDaemonStops(t *t
 	const drain = time.Second
 	nodes := writeCluster(t, 2)
 	trusted := filepath.Join(nodes[0].ClusterDir, "trusted")
-	if err := os.Symlink(endlessDevice(t), filepath.Join(trusted, "zzzz.json")); err != nil {
+	if err := os.Symlink(testkit.EndlessDevice(t), filepath.Join(trusted, "zzzz.json")); err != nil {
 		t.Fatal(err)
 	}
-	makeFIFO(t, filepath.Join(trusted, "fifo.json"))
+	testkit.MakeFIFO(t, filepath.Join(trusted, "fifo.json"))
 
 	a := startDaemon(t, nodeArgs(nodes[0], 0, "--metrics", "127.0.0.1:0", "--drain-timeout", drain.String())...)
 	b := startDaemon(t, nodeArgs(nodes[1], 0)...)

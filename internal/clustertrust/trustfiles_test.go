@@ -84,17 +84,17 @@ func TestReadRegularFileRefusesWhatIsNotARegularFileOfAtMost64KiB(t *testing.T) 
 		}, "", pairinstall.ErrNotRegularFile},
 		{"a symlink to /dev/zero is refused", func(t *testing.T) string {
 			link := filepath.Join(t.TempDir(), "zero")
-			symlinkOrSkip(t, endlessDevice(t), link)
+			symlinkOrSkip(t, testkit.EndlessDevice(t), link)
 			return link
 		}, "", pairinstall.ErrNotRegularFile},
 		{"a named pipe is refused without blocking", func(t *testing.T) string {
 			p := filepath.Join(t.TempDir(), "fifo")
-			makeFIFO(t, p)
+			testkit.MakeFIFO(t, p)
 			return p
 		}, "", pairinstall.ErrNotRegularFile},
 		{"a symlink to a named pipe is refused without blocking", func(t *testing.T) string {
 			p, link := filepath.Join(t.TempDir(), "fifo"), filepath.Join(t.TempDir(), "link")
-			makeFIFO(t, p)
+			testkit.MakeFIFO(t, p)
 			symlinkOrSkip(t, p, link)
 			return link
 		}, "", pairinstall.ErrNotRegularFile},
@@ -173,10 +173,10 @@ func TestPinFileIsReadOnlyWhenARegularFileOfAtMost64KiB(t *testing.T) {
 			age(t, pin)
 		}, false, "too_large", "larger than 65536 bytes"},
 		{"a symlink to /dev/zero is skipped", func(t *testing.T, pin string, _ devpki.Identity) {
-			symlinkOrSkip(t, endlessDevice(t), pin)
+			symlinkOrSkip(t, testkit.EndlessDevice(t), pin)
 		}, false, "not_regular", "not a regular file: a character device"},
 		{"a named pipe is skipped", func(t *testing.T, pin string, _ devpki.Identity) {
-			makeFIFO(t, pin)
+			testkit.MakeFIFO(t, pin)
 		}, false, "not_regular", "not a regular file: a named pipe"},
 		{"a symlink to a directory is skipped", func(t *testing.T, pin string, _ devpki.Identity) {
 			symlinkOrSkip(t, t.TempDir(), pin)
@@ -228,13 +228,14 @@ func TestIdentityFilesAreReadOnlyWhenRegularFilesOfAtMost64KiB(t *testing.T) {
 	// most 64 KiB, is refused, warned about once, and the rule for an
 	// unreadable file of its kind holds: the identity is kept, an admission
 	// record is no admission.
+	makeFIFO := func(t *testing.T, p string) { testkit.MakeFIFO(t, p) }
 	cases := []struct {
 		name    string
 		file    string
 		replace func(t *testing.T, path string)
 		warning string
 	}{
-		{"node.crt as a symlink to /dev/zero", "node.crt", func(t *testing.T, p string) { symlinkOrSkip(t, endlessDevice(t), p) }, "cluster identity unreadable, keeping the previous one"},
+		{"node.crt as a symlink to /dev/zero", "node.crt", func(t *testing.T, p string) { symlinkOrSkip(t, testkit.EndlessDevice(t), p) }, "cluster identity unreadable, keeping the previous one"},
 		{"node.crt as a named pipe", "node.crt", makeFIFO, "cluster identity unreadable, keeping the previous one"},
 		{"node.crt over 64 KiB", "node.crt", func(t *testing.T, p string) { writeFile(t, p, strings.Repeat("x", pairinstall.MaxFileBytes+1)) }, "cluster identity unreadable, keeping the previous one"},
 		{"node.key as a named pipe", "node.key", makeFIFO, "cluster identity unreadable, keeping the previous one"},
@@ -271,7 +272,7 @@ func TestIdentityFilesAreReadOnlyWhenRegularFilesOfAtMost64KiB(t *testing.T) {
 func TestNodeIDFileThatIsNotARegularFileIsAStartupErrorNotAHang(t *testing.T) {
 	const identityFileName = "identity.json" // the node id's file (pairinstall)
 	app, cluster := t.TempDir(), t.TempDir()
-	makeFIFO(t, filepath.Join(cluster, identityFileName))
+	testkit.MakeFIFO(t, filepath.Join(cluster, identityFileName))
 	done := make(chan error, 1)
 	go func() { _, err := pairinstall.ResolveNodeID(app, cluster); done <- err }()
 	select {

@@ -1,6 +1,6 @@
 //go:build unix
 
-package clustertrust
+package testkit
 
 import (
 	"os"
@@ -8,17 +8,17 @@ import (
 	"testing"
 )
 
-// makeFIFO makes a named pipe at path with no writer: an open that blocks
+// MakeFIFO makes a named pipe at path with no writer: an open that blocks
 // would block forever.
-func makeFIFO(t *testing.T, path string) {
+func MakeFIFO(t testing.TB, path string) {
 	t.Helper()
 	if err := syscall.Mkfifo(path, 0o600); err != nil {
 		t.Fatalf("mkfifo %s: %v", path, err)
 	}
 }
 
-// endlessDevice is a device that reads forever.
-func endlessDevice(t *testing.T) string {
+// EndlessDevice is a device that reads forever.
+func EndlessDevice(t testing.TB) string {
 	t.Helper()
 	if _, err := os.Stat("/dev/zero"); err != nil {
 		t.Skipf("no /dev/zero: %v", err)
