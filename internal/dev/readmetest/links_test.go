@@ -3,7 +3,6 @@
 package readmetest
 
 import (
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -21,23 +20,8 @@ func markdownFiles(t *testing.T) []string {
 	t.Helper()
 	root := moduleRoot(t)
 	var out []string
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "dist") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if strings.HasSuffix(d.Name(), ".md") {
-			rel, err := filepath.Rel(root, p)
-			if err != nil {
-				return err
-			}
-			out = append(out, filepath.ToSlash(rel))
-		}
+	err := walkRepoFiles(root, false, []string{".md"}, func(_, rel string) error {
+		out = append(out, rel)
 		return nil
 	})
 	if err != nil {
@@ -217,26 +201,11 @@ func TestEveryRelativeLinkResolves(t *testing.T) {
 		t.Fatal("no relative link found")
 	}
 	// Anchors into the spec and the README named in code and data files.
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "dist") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		switch filepath.Ext(p) {
-		case ".go", ".py", ".json", ".yml", ".yaml", ".sh", ".ps1", ".toml":
-		default:
-			return nil
-		}
+	err := walkRepoFiles(root, false, []string{".go", ".py", ".json", ".yml", ".yaml", ".sh", ".ps1", ".toml"}, func(p, rel string) error {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(root, p)
 		for _, m := range specOrReadme.FindAllStringSubmatch(string(b), -1) {
 			destText, _ := read(m[1] + ".md")
 			if !anchors(destText)[m[2]] {

@@ -5,7 +5,6 @@ package readmetest
 import (
 	"go/scanner"
 	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -49,26 +48,11 @@ func readRepoNames(t *testing.T) repoNames {
 	t.Helper()
 	root := moduleRoot(t)
 	n := repoNames{goTests: map[string]bool{}, pyTests: map[string]bool{}, words: map[string]bool{}}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p != root && strings.HasPrefix(d.Name(), ".") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		switch filepath.Ext(p) {
-		case ".go", ".py", ".json", ".yml", ".yaml", ".sh", ".ps1", ".toml", ".txt", ".service", ".rules":
-		default:
-			return nil
-		}
+	err := walkRepoFiles(root, true, []string{".go", ".py", ".json", ".yml", ".yaml", ".sh", ".ps1", ".toml", ".txt", ".service", ".rules"}, func(p, rel string) error {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(root, p)
 		switch {
 		case strings.HasSuffix(p, ".go"):
 			if strings.HasSuffix(p, "_test.go") {
@@ -76,7 +60,7 @@ func readRepoNames(t *testing.T) repoNames {
 					n.goTests[string(m[1])] = true
 				}
 			}
-			n.readGo(filepath.ToSlash(rel), b)
+			n.readGo(rel, b)
 		case strings.HasSuffix(p, ".py"):
 			for _, m := range pyTestFunc.FindAllSubmatch(b, -1) {
 				n.pyTests[string(m[1])] = true
