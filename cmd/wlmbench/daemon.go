@@ -61,6 +61,7 @@ type daemon struct {
 
 	ready   chan struct{}
 	ingress chan string  // the ingress address, from its log line
+	metrics chan string  // the metrics endpoint's address, from its log line
 	peer    chan string  // the peer port's address, from the "started" line
 	pings   *pingTracker // the answers to the harness's stdin requests
 	exited  chan struct{}
@@ -135,14 +136,19 @@ func startDaemon(bin, root string, o daemonOpts) (*daemon, error) {
 		args = append(args, "--local-ingress", addr)
 	}
 	d := &daemon{name: o.name, nodeID: o.ident.Principal, ready: make(chan struct{}),
-		ingress: make(chan string, 1), peer: make(chan string, 1), pings: newPingTracker(), exited: make(chan struct{})}
-	if o.metrics && o.has("--metrics") {
-		port, err := freeLoopbackPort()
-		if err != nil {
-			return nil, err
+		ingress: make(chan string, 1), metrics: make(chan string, 1), peer: make(chan string, 1), pings: newPingTracker(), exited: make(chan struct{})}
+	wantMetrics := o.metrics && o.has("--metrics")
+	if wantMetrics {
+		addr := "127.0.0.1:0"
+		if quiet {
+			port, err := freeLoopbackPort()
+			if err != nil {
+				return nil, err
+			}
+			addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+			d.metricsAddr = addr
 		}
-		d.metricsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		args = append(args, "--metrics", d.metricsAddr)
+		args = append(args, "--metrics", addr)
 	}
 	logFile, err := os.Create(filepath.Join(root, o.name+".log"))
 	if err != nil {
@@ -190,6 +196,14 @@ func startDaemon(bin, root string, o daemonOpts) (*daemon, error) {
 		// The harness picked the address, so nothing says when it is
 		// served: wait until it takes a connection.
 		waitListening(fixedIngress, 5*time.Second)
+	}
+	if wantMetrics && d.metricsAddr == "" {
+		select {
+		case d.metricsAddr = <-d.metrics:
+		case <-time.After(10 * time.Second):
+			d.stop()
+			return nil, fmt.Errorf("%s logged no metrics address", o.name)
+		}
 	}
 	if o.ingress {
 		select {
@@ -245,6 +259,11 @@ func (d *daemon) parseStderr(r io.Reader, w io.Writer) {
 		case strings.Contains(line, "broadcast targets changed"), strings.Contains(line, "peer set changed"):
 			// The second is the stock daemon's line for the same.
 			d.targets.Store(logInt(line, "total"))
+		case strings.Contains(line, "metrics endpoint listening"):
+			select {
+			case d.metrics <- logValue(line, "addr"):
+			default:
+			}
 		case strings.Contains(line, "ingress listening"):
 			// "local ingress listening" here, "local workload ingress
 			// listening" in the stock daemon.
